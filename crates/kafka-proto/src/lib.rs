@@ -1,0 +1,1 @@
+//! Kafka wire protocol codec. No I/O.

@@ -1,0 +1,1 @@
+//! Segmented log storage for replicated log streams. No networking.

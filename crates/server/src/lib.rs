@@ -1,0 +1,1 @@
+//! The vdl server: Raft groups, peer transport, Kafka listener.

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond the Rust toolchain. Idempotent: each step checks
+# first and does nothing when its tool is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The toolchain components the gates use.
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
