@@ -1,1 +1,17 @@
 //! The vdl server: Raft groups, peer transport, Kafka listener.
+//!
+//! Layout:
+//! - [`config`]: the node's TOML configuration and the embedded single-node default.
+//! - [`transport`]: Raft messages between nodes over TCP.
+//! - [`raft_storage`]: raft-rs's `Storage` over the log store.
+//! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
+//! - [`node`]: a node: its streams, the transport, handles to append and read.
+
+pub mod config;
+pub mod group;
+pub mod node;
+pub mod raft_storage;
+pub mod transport;
+
+pub use group::{AppendError, Appended, Visible};
+pub use node::{LogStream, Node};

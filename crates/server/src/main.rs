@@ -1,4 +1,102 @@
-//! `vdl` binary entry point.
+//! `vdl`: the server binary.
+//!
+//! `vdl start` runs a single node with data in `./vdl-data` and Kafka on 127.0.0.1:9092;
+//! `vdl start --config FILE` runs a cluster member described by a TOML file
+//! (see `deploy/vdl.example.toml`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use vdl_server::config::NodeConfig;
+use vdl_server::Node;
+
+#[derive(Parser)]
+#[command(
+    name = "vdl",
+    version,
+    about = "Replicated log service speaking the Kafka protocol"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a node (single node with local data when no config is given).
+    Start {
+        /// TOML configuration file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration file and print the resolved settings.
+    CheckConfig {
+        /// TOML configuration file.
+        config: PathBuf,
+    },
+}
+
 fn main() -> anyhow::Result<()> {
-    anyhow::bail!("vdl: the server is not built yet (see issue 'Replicated log streams')")
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { config } => {
+            let c = NodeConfig::from_file(&config)?;
+            println!("{c:#?}");
+            Ok(())
+        }
+        Command::Start { config } => {
+            let config = match config {
+                Some(path) => NodeConfig::from_file(&path)?,
+                None => NodeConfig::single_node_default(),
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(run(config))
+        }
+    }
+}
+
+async fn run(config: NodeConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    let node = Node::start(config.clone())
+        .await
+        .context("starting the node")?;
+    tracing::info!(
+        node = config.id,
+        name = %config.name,
+        peer = %config.peer_listen,
+        kafka = %config.kafka_listen,
+        streams = ?node.stream_names(),
+        "vdl node started"
+    );
+    wait_for_shutdown_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown();
+    Ok(())
+}
+
+async fn wait_for_shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

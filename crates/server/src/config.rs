@@ -1,0 +1,596 @@
+//! Node configuration: the TOML file `vdl start --config FILE` reads, and the embedded default
+//! (`vdl start` with no file).
+//!
+//! Every option is documented in `deploy/vdl.example.toml`. Unknown keys are errors that name the
+//! key, so a typo never silently falls back to a default.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Why a configuration could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong type (the message names
+    /// the key and its line).
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        message: String,
+    },
+    /// A value is syntactically fine but not usable.
+    #[error("config key `{key}`: {message}")]
+    Invalid {
+        /// The offending key, as written in the file.
+        key: &'static str,
+        /// Why it is not usable.
+        message: String,
+    },
+}
+
+/// A whole node configuration, validated.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's Raft id (non-zero, unique in the cluster).
+    pub id: u64,
+    /// This node's name, as used in `initial_cluster`.
+    pub name: String,
+    /// Directory holding every log stream of this node.
+    pub data_dir: PathBuf,
+    /// Address the Raft peer listener binds.
+    pub peer_listen: SocketAddr,
+    /// Address the Kafka listener binds.
+    pub kafka_listen: SocketAddr,
+    /// Host and port clients are told to connect to for this node.
+    pub kafka_advertised: String,
+    /// Address of the admin/metrics HTTP listener, if any.
+    pub admin_listen: Option<SocketAddr>,
+    /// Every member of the cluster, this node included.
+    pub members: Vec<Member>,
+    /// Raft timing and limits.
+    pub raft: RaftTiming,
+    /// Storage settings applied to every log stream.
+    pub storage: StorageSettings,
+    /// Log streams created at first start.
+    pub initial_streams: Vec<String>,
+}
+
+/// One member of `initial_cluster`: `name=id@peer-address`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The member's name.
+    pub name: String,
+    /// Its Raft id.
+    pub id: u64,
+    /// Its Raft peer address.
+    pub peer_addr: SocketAddr,
+}
+
+/// Raft timing: how often leaders heartbeat and how long followers wait before an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftTiming {
+    /// Granularity of the Raft clock.
+    pub tick: Duration,
+    /// Leader heartbeat interval (a whole number of ticks).
+    pub heartbeat: Duration,
+    /// Base election timeout (a whole number of ticks); raft-rs randomises it in [t, 2t).
+    pub election_timeout: Duration,
+    /// Largest append message to a follower, in bytes.
+    pub max_append_bytes: u64,
+    /// Append messages in flight to one follower before waiting for acknowledgements.
+    pub max_inflight_appends: usize,
+    /// Whether the leader sends appends to followers before its own fsync finishes (pipelining).
+    pub pipeline: bool,
+    /// Whether many proposals are merged into one Raft entry and one fsync (group commit).
+    pub group_commit: bool,
+}
+
+impl Default for RaftTiming {
+    fn default() -> RaftTiming {
+        RaftTiming {
+            tick: Duration::from_millis(50),
+            heartbeat: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(2000),
+            max_append_bytes: 1 << 20,
+            max_inflight_appends: 256,
+            pipeline: true,
+            group_commit: true,
+        }
+    }
+}
+
+impl RaftTiming {
+    /// Heartbeat interval in ticks (at least 1).
+    pub fn heartbeat_ticks(&self) -> usize {
+        ticks(self.heartbeat, self.tick)
+    }
+
+    /// Election timeout in ticks (at least 2 heartbeats).
+    pub fn election_ticks(&self) -> usize {
+        ticks(self.election_timeout, self.tick).max(2 * self.heartbeat_ticks())
+    }
+}
+
+fn ticks(d: Duration, tick: Duration) -> usize {
+    let t = tick.as_millis().max(1);
+    ((d.as_millis() / t) as usize).max(1)
+}
+
+/// When appended entries are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// fdatasync before an entry is acknowledged to Raft (the default: no acknowledged write is
+    /// ever lost).
+    Always,
+    /// fdatasync at most this often; a crash can lose the last interval on this node.
+    Interval(Duration),
+    /// Never fdatasync (benchmarks only).
+    Never,
+}
+
+/// Storage settings for each log stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageSettings {
+    /// Segment file size at which a new segment is started.
+    pub segment_bytes: u64,
+    /// Bytes of newest entries kept in memory per stream.
+    pub cache_bytes: u64,
+    /// Durability policy.
+    pub sync: SyncMode,
+    /// Whether retention may delete segments (VDL's delete permission).
+    pub deletion_allowed: bool,
+    /// Keep at most this many bytes per stream (older whole segments are deleted).
+    pub retention_bytes: Option<u64>,
+    /// Delete segments whose newest entry is older than this.
+    pub retention_age: Option<Duration>,
+}
+
+impl Default for StorageSettings {
+    fn default() -> StorageSettings {
+        StorageSettings {
+            segment_bytes: 256 << 20,
+            cache_bytes: 64 << 20,
+            sync: SyncMode::Always,
+            deletion_allowed: true,
+            retention_bytes: None,
+            retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
+        }
+    }
+}
+
+// ---- the file format ----------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    node: FileNode,
+    #[serde(default)]
+    listeners: FileListeners,
+    initial_cluster: Option<Vec<String>>,
+    #[serde(default)]
+    raft: FileRaft,
+    #[serde(default)]
+    storage: FileStorage,
+    #[serde(default)]
+    streams: FileStreams,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileNode {
+    id: u64,
+    name: Option<String>,
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileListeners {
+    peer: Option<String>,
+    kafka: Option<String>,
+    kafka_advertised: Option<String>,
+    admin: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRaft {
+    tick_ms: Option<u64>,
+    heartbeat_ms: Option<u64>,
+    election_timeout_ms: Option<u64>,
+    max_append_bytes: Option<u64>,
+    max_inflight_appends: Option<usize>,
+    pipeline: Option<bool>,
+    group_commit: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileStorage {
+    segment_bytes: Option<u64>,
+    cache_bytes: Option<u64>,
+    sync: Option<String>,
+    deletion_allowed: Option<bool>,
+    retention_bytes: Option<u64>,
+    retention_hours: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileStreams {
+    initial: Option<Vec<String>>,
+}
+
+/// Default Kafka port of the embedded single-node setup.
+pub const DEFAULT_KAFKA_ADDR: &str = "127.0.0.1:9092";
+/// Default Raft peer port of the embedded single-node setup.
+pub const DEFAULT_PEER_ADDR: &str = "127.0.0.1:9192";
+/// Default data directory of the embedded single-node setup.
+pub const DEFAULT_DATA_DIR: &str = "./vdl-data";
+
+impl NodeConfig {
+    /// The embedded default: one node (id 1, "vdl1") with data in `./vdl-data`, Kafka on
+    /// 127.0.0.1:9092, Raft peers on 127.0.0.1:9192, no admin listener, no initial streams
+    /// (topics are created on first use).
+    pub fn single_node_default() -> NodeConfig {
+        let peer: SocketAddr = DEFAULT_PEER_ADDR.parse().expect("constant address parses");
+        NodeConfig {
+            id: 1,
+            name: "vdl1".into(),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            peer_listen: peer,
+            kafka_listen: DEFAULT_KAFKA_ADDR.parse().expect("constant address parses"),
+            kafka_advertised: DEFAULT_KAFKA_ADDR.into(),
+            admin_listen: None,
+            members: vec![Member {
+                name: "vdl1".into(),
+                id: 1,
+                peer_addr: peer,
+            }],
+            raft: RaftTiming::default(),
+            storage: StorageSettings::default(),
+            initial_streams: Vec::new(),
+        }
+    }
+
+    /// Reads and validates a TOML file.
+    pub fn from_file(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        NodeConfig::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates TOML text.
+    pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            message: e.to_string(),
+        })?;
+        let defaults = NodeConfig::single_node_default();
+        let id = file.node.id;
+        if id == 0 {
+            return invalid("node.id", "must be a non-zero integer");
+        }
+        let name = file.node.name.unwrap_or_else(|| format!("vdl{id}"));
+        let peer_listen = addr("listeners.peer", file.listeners.peer, defaults.peer_listen)?;
+        let kafka_listen = addr(
+            "listeners.kafka",
+            file.listeners.kafka,
+            defaults.kafka_listen,
+        )?;
+        let kafka_advertised = file
+            .listeners
+            .kafka_advertised
+            .unwrap_or_else(|| kafka_listen.to_string());
+        if !kafka_advertised.contains(':') {
+            return invalid("listeners.kafka_advertised", "must be HOST:PORT");
+        }
+        let admin_listen = match file.listeners.admin {
+            None => None,
+            Some(a) => Some(parse_addr("listeners.admin", &a)?),
+        };
+        let members = match file.initial_cluster {
+            None => vec![Member {
+                name: name.clone(),
+                id,
+                peer_addr: peer_listen,
+            }],
+            Some(list) => list
+                .iter()
+                .map(|m| parse_member(m))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        check_members(&members, id, &name)?;
+
+        let mut raft = RaftTiming::default();
+        let r = file.raft;
+        if let Some(v) = r.tick_ms {
+            raft.tick = positive_ms("raft.tick_ms", v)?;
+        }
+        if let Some(v) = r.heartbeat_ms {
+            raft.heartbeat = positive_ms("raft.heartbeat_ms", v)?;
+        }
+        if let Some(v) = r.election_timeout_ms {
+            raft.election_timeout = positive_ms("raft.election_timeout_ms", v)?;
+        }
+        if raft.heartbeat < raft.tick {
+            return invalid("raft.heartbeat_ms", "must be at least raft.tick_ms");
+        }
+        if raft.election_timeout < 2 * raft.heartbeat {
+            return invalid(
+                "raft.election_timeout_ms",
+                "must be at least twice raft.heartbeat_ms",
+            );
+        }
+        if let Some(v) = r.max_append_bytes {
+            if v < 4096 {
+                return invalid("raft.max_append_bytes", "must be at least 4096");
+            }
+            raft.max_append_bytes = v;
+        }
+        if let Some(v) = r.max_inflight_appends {
+            if v == 0 {
+                return invalid("raft.max_inflight_appends", "must be at least 1");
+            }
+            raft.max_inflight_appends = v;
+        }
+        raft.pipeline = r.pipeline.unwrap_or(raft.pipeline);
+        raft.group_commit = r.group_commit.unwrap_or(raft.group_commit);
+
+        let mut storage = StorageSettings::default();
+        let s = file.storage;
+        if let Some(v) = s.segment_bytes {
+            if v < 1 << 20 {
+                return invalid("storage.segment_bytes", "must be at least 1048576 (1 MiB)");
+            }
+            storage.segment_bytes = v;
+        }
+        if let Some(v) = s.cache_bytes {
+            storage.cache_bytes = v;
+        }
+        if let Some(v) = s.sync {
+            storage.sync = parse_sync(&v)?;
+        }
+        storage.deletion_allowed = s.deletion_allowed.unwrap_or(storage.deletion_allowed);
+        storage.retention_bytes = s.retention_bytes.or(storage.retention_bytes);
+        if let Some(h) = s.retention_hours {
+            storage.retention_age = Some(Duration::from_secs(h.saturating_mul(3600)));
+        }
+
+        let initial_streams = file.streams.initial.unwrap_or_default();
+        for s in &initial_streams {
+            if !valid_stream_name(s) {
+                return invalid(
+                    "streams.initial",
+                    &format!("`{s}` is not a valid name (1-249 of [a-zA-Z0-9._-])"),
+                );
+            }
+        }
+
+        Ok(NodeConfig {
+            id,
+            name,
+            data_dir: file.node.data_dir.unwrap_or(defaults.data_dir),
+            peer_listen,
+            kafka_listen,
+            kafka_advertised,
+            admin_listen,
+            members,
+            raft,
+            storage,
+            initial_streams,
+        })
+    }
+
+    /// The member entry of another node, by id.
+    pub fn member(&self, id: u64) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+
+    /// Ids of all members, this node included, ascending.
+    pub fn member_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+/// Kafka's rule for topic names, which are also stream names here.
+pub fn valid_stream_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+fn invalid<T>(key: &'static str, message: &str) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        message: message.to_owned(),
+    })
+}
+
+fn parse_addr(key: &'static str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse().map_err(|_| ConfigError::Invalid {
+        key,
+        message: format!("`{s}` is not an IP:PORT socket address"),
+    })
+}
+
+fn addr(
+    key: &'static str,
+    v: Option<String>,
+    default: SocketAddr,
+) -> Result<SocketAddr, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) => parse_addr(key, &s),
+    }
+}
+
+fn positive_ms(key: &'static str, v: u64) -> Result<Duration, ConfigError> {
+    if v == 0 {
+        return invalid(key, "must be positive");
+    }
+    Ok(Duration::from_millis(v))
+}
+
+/// Parses `always`, `never` or `interval:MS`.
+fn parse_sync(v: &str) -> Result<SyncMode, ConfigError> {
+    match v {
+        "always" => Ok(SyncMode::Always),
+        "never" => Ok(SyncMode::Never),
+        other => match other.strip_prefix("interval:").map(str::parse::<u64>) {
+            Some(Ok(ms)) if ms > 0 => Ok(SyncMode::Interval(Duration::from_millis(ms))),
+            _ => invalid(
+                "storage.sync",
+                &format!("`{v}`: expected always, never or interval:MILLISECONDS"),
+            ),
+        },
+    }
+}
+
+/// Parses `name=id@host:port`.
+fn parse_member(s: &str) -> Result<Member, ConfigError> {
+    let bad = || ConfigError::Invalid {
+        key: "initial_cluster",
+        message: format!("`{s}`: expected name=id@ip:port"),
+    };
+    let (name, rest) = s.split_once('=').ok_or_else(bad)?;
+    let (id, peer) = rest.split_once('@').ok_or_else(bad)?;
+    let id: u64 = id.parse().map_err(|_| bad())?;
+    let peer_addr: SocketAddr = peer.parse().map_err(|_| bad())?;
+    if name.is_empty() || id == 0 {
+        return Err(bad());
+    }
+    Ok(Member {
+        name: name.to_owned(),
+        id,
+        peer_addr,
+    })
+}
+
+fn check_members(members: &[Member], id: u64, name: &str) -> Result<(), ConfigError> {
+    let mut ids = BTreeSet::new();
+    let mut names = BTreeSet::new();
+    for m in members {
+        if !ids.insert(m.id) {
+            return invalid("initial_cluster", &format!("id {} appears twice", m.id));
+        }
+        if !names.insert(m.name.as_str()) {
+            return invalid("initial_cluster", &format!("name {} appears twice", m.name));
+        }
+    }
+    match members.iter().find(|m| m.id == id) {
+        None => invalid(
+            "initial_cluster",
+            &format!("does not list this node (node.id = {id})"),
+        ),
+        Some(m) if m.name != name => invalid(
+            "node.name",
+            &format!("`{name}` but initial_cluster calls id {id} `{}`", m.name),
+        ),
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const THREE: &str = r#"
+        initial_cluster = ["a=1@127.0.0.1:7001", "b=2@127.0.0.1:7002", "c=3@127.0.0.1:7003"]
+        [node]
+        id = 2
+        name = "b"
+        data_dir = "/tmp/x"
+        [listeners]
+        peer = "127.0.0.1:7002"
+        kafka = "127.0.0.1:9093"
+        [raft]
+        heartbeat_ms = 100
+        election_timeout_ms = 1000
+        [storage]
+        sync = "interval:5"
+        [streams]
+        initial = ["logstream1", "binlog.a"]
+    "#;
+
+    #[test]
+    fn a_three_node_config_parses() {
+        let c = NodeConfig::from_toml(THREE).unwrap();
+        assert_eq!(c.id, 2);
+        assert_eq!(c.member_ids(), vec![1, 2, 3]);
+        assert_eq!(c.kafka_advertised, "127.0.0.1:9093");
+        assert_eq!(c.storage.sync, SyncMode::Interval(Duration::from_millis(5)));
+        assert_eq!(c.raft.heartbeat_ticks(), 2);
+        assert_eq!(c.raft.election_ticks(), 20);
+        assert_eq!(c.initial_streams, vec!["logstream1", "binlog.a"]);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let text = THREE.replace("heartbeat_ms", "heartbeat_msec");
+        let err = NodeConfig::from_toml(&text).unwrap_err().to_string();
+        assert!(err.contains("heartbeat_msec"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (from, to, key) in [
+            ("id = 2", "id = 0", "node.id"),
+            ("interval:5", "sometimes", "storage.sync"),
+            (
+                "\"c=3@127.0.0.1:7003\"",
+                "\"c=3@nowhere\"",
+                "initial_cluster",
+            ),
+            (
+                "election_timeout_ms = 1000",
+                "election_timeout_ms = 150",
+                "raft.election_timeout_ms",
+            ),
+            ("name = \"b\"", "name = \"z\"", "node.name"),
+            ("\"binlog.a\"", "\"bad/name\"", "streams.initial"),
+        ] {
+            let err = NodeConfig::from_toml(&THREE.replace(from, to)).unwrap_err();
+            match err {
+                ConfigError::Invalid { key: k, .. } => assert_eq!(k, key),
+                other => panic!("{from} -> {to}: expected Invalid({key}), got {other}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_embedded_default_is_a_single_node_on_9092() {
+        let c = NodeConfig::single_node_default();
+        assert_eq!(c.kafka_listen.port(), 9092);
+        assert_eq!(c.member_ids(), vec![1]);
+        assert_eq!(c.storage.sync, SyncMode::Always);
+    }
+}

@@ -1,0 +1,631 @@
+//! One Raft group (one log stream) and the thread that drives it.
+//!
+//! The thread owns the raft-rs `RawNode` and is the only writer of the stream's log store. It
+//! loops: take input (peer messages, proposals, link events) until the next tick is due, batch
+//! the proposals into entries, tick, then handle the `Ready` in raft-rs's required order:
+//!
+//! 1. send `messages()` — for a leader these are the appends to followers, sent *before* its own
+//!    fsync so followers write in parallel with the leader (the pipeline; off when
+//!    `pipeline = false`, then they are sent after the fsync);
+//! 2. install a snapshot if there is one;
+//! 3. apply committed entries (already durable here): move the high watermark, answer proposals;
+//! 4. append `entries()` to the store and fsync once for all of them (group commit);
+//! 5. persist the hard state when term or vote changed (it must be durable before a vote is
+//!    sent);
+//! 6. send `persisted_messages()` (votes, follower acknowledgements) — only now, after the fsync;
+//! 7. `advance`, then send and apply what the light ready holds.
+//!
+//! A proposal is answered only when its entry is committed (on a majority's disks) with the
+//! term it was appended in; if another leader's entry wins that index, it is answered with
+//! [`AppendError::Lost`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::{RawNode, StateRole};
+use thiserror::Error;
+use tokio::sync::{oneshot, watch};
+
+use crate::raft_storage::{
+    decode_snapshot_data, from_raft_conf, read, to_store_entry, write, RaftStorage, SharedStore,
+    CTX_META, CTX_RECORDS,
+};
+use crate::transport::PeerSender;
+
+/// Proposals waiting for commit on one group before new ones are refused with
+/// [`AppendError::Busy`].
+pub const MAX_PENDING_PROPOSALS: usize = 65_536;
+/// Inputs drained per loop turn before the Ready is handled (bounds latency under load).
+const MAX_INPUTS_PER_TURN: usize = 4096;
+/// Largest entry built by merging proposals.
+const MAX_MERGED_ENTRY_BYTES: usize = 1 << 20;
+
+/// Why an append was not acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AppendError {
+    /// This node is not the leader; `leader` is the current leader's id when known.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The leader's node id, if known.
+        leader: Option<u64>,
+    },
+    /// Not committed within the caller's deadline. The entry may still commit later.
+    #[error("not committed before the deadline")]
+    Timeout,
+    /// Too many proposals are waiting.
+    #[error("too many pending proposals")]
+    Busy,
+    /// The entry was replaced by another leader's entry; it is not in the log.
+    #[error("the entry was overwritten after a leader change")]
+    Lost,
+    /// The group is shutting down.
+    #[error("the log stream is stopped")]
+    Stopped,
+    /// The payload is not acceptable (e.g. too large).
+    #[error("invalid append: {0}")]
+    Invalid(String),
+}
+
+/// Where an acknowledged append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Raft index of the entry holding the data.
+    pub raft_index: u64,
+    /// Offset of the first record of this append (for metadata appends: the next offset).
+    pub base_offset: u64,
+    /// Offsets this append took.
+    pub offset_count: u32,
+}
+
+/// What a proposal carries.
+#[derive(Debug)]
+pub enum ProposalData {
+    /// Validated Kafka record batches (magic 2) that take `offset_span` offsets in total.
+    Records {
+        /// The batches, concatenated.
+        batches: Bytes,
+        /// Sum of lastOffsetDelta + 1 over the batches.
+        offset_span: u32,
+    },
+    /// Opaque replicated metadata (applied through [`StateMachine`]).
+    Meta(Bytes),
+}
+
+/// A request to append, answered on `reply` once committed.
+#[derive(Debug)]
+pub struct Proposal {
+    /// What to append.
+    pub data: ProposalData,
+    /// Where the outcome goes.
+    pub reply: oneshot::Sender<Result<Appended, AppendError>>,
+}
+
+/// Input to a group's thread.
+#[derive(Debug)]
+pub enum GroupInput {
+    /// A Raft message from a peer.
+    Raft(Message),
+    /// A client proposal.
+    Propose(Proposal),
+    /// Sending to this peer failed.
+    Unreachable(u64),
+    /// Ask this node to start an election now (tests, leadership transfer).
+    Campaign,
+    /// Stop the thread.
+    Stop,
+}
+
+/// What readers can see of a group: advanced only by the group's thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Visible {
+    /// Highest Raft index applied (committed and durable on a majority).
+    pub applied_index: u64,
+    /// Next Kafka offset after the last committed record: the high watermark.
+    pub high_watermark: u64,
+    /// First offset still stored.
+    pub log_start_offset: u64,
+    /// Current leader's node id (0: none known).
+    pub leader: u64,
+    /// Current term.
+    pub term: u64,
+}
+
+/// Receives committed metadata entries in log order (used by the metadata group).
+pub trait StateMachine: Send + 'static {
+    /// Applies one committed `Meta` entry.
+    fn apply(&mut self, index: u64, data: &[u8]);
+}
+
+/// The parts a group thread needs, built by the node.
+pub struct GroupParts {
+    /// Group id (the same on every node).
+    pub id: u64,
+    /// Human name (stream/topic name).
+    pub name: String,
+    /// The raft-rs node.
+    pub node: RawNode<RaftStorage>,
+    /// The store, shared with readers.
+    pub store: SharedStore,
+    /// Inputs.
+    pub inbox: Receiver<GroupInput>,
+    /// Outgoing messages.
+    pub peers: PeerSender,
+    /// Where visibility changes are published.
+    pub visible: watch::Sender<Visible>,
+    /// Raft tick interval.
+    pub tick: Duration,
+    /// Send appends before the local fsync.
+    pub pipeline: bool,
+    /// Merge queued proposals into shared entries and fsyncs.
+    pub group_commit: bool,
+    /// Applies committed metadata entries, if this group carries any.
+    pub state_machine: Option<Box<dyn StateMachine>>,
+}
+
+struct Waiting {
+    term: u64,
+    proposals: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
+}
+
+/// The state of a running group thread.
+struct Group {
+    p: GroupParts,
+    queued: Vec<Proposal>,
+    /// Proposed to raft-rs, identified by id in the entry context, not yet appended.
+    proposed: HashMap<u64, Waiting>,
+    /// Appended at a known index, waiting for commit.
+    appended: BTreeMap<u64, Waiting>,
+    next_proposal_id: u64,
+    pending_count: usize,
+    persisted_term: u64,
+    persisted_vote: u64,
+    visible: Visible,
+}
+
+/// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
+pub fn run_group(parts: GroupParts) {
+    let hs = read(&parts.store).hard_state();
+    let visible = *parts.visible.borrow();
+    let mut g = Group {
+        p: parts,
+        queued: Vec::new(),
+        proposed: HashMap::new(),
+        appended: BTreeMap::new(),
+        next_proposal_id: 1,
+        pending_count: 0,
+        persisted_term: hs.term,
+        persisted_vote: hs.vote,
+        visible,
+    };
+    g.run();
+}
+
+impl Group {
+    fn run(&mut self) {
+        let mut next_tick = Instant::now() + self.p.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match self.p.inbox.recv_timeout(wait) {
+                Ok(input) => {
+                    if !self.take(input) {
+                        break;
+                    }
+                    for _ in 0..MAX_INPUTS_PER_TURN {
+                        match self.p.inbox.try_recv() {
+                            Ok(input) => {
+                                if !self.take(input) {
+                                    self.fail_all(AppendError::Stopped);
+                                    return;
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            self.propose_queued();
+            if Instant::now() >= next_tick {
+                self.p.node.tick();
+                next_tick = Instant::now() + self.p.tick;
+            }
+            self.handle_ready();
+        }
+        self.fail_all(AppendError::Stopped);
+    }
+
+    /// Takes one input; false means stop.
+    fn take(&mut self, input: GroupInput) -> bool {
+        match input {
+            GroupInput::Raft(m) => {
+                // Errors here are stale or foreign messages; raft-rs already ignores them.
+                let _ = self.p.node.step(m);
+            }
+            GroupInput::Propose(p) => {
+                if self.pending_count + self.queued.len() >= MAX_PENDING_PROPOSALS {
+                    let _ = p.reply.send(Err(AppendError::Busy));
+                } else {
+                    self.queued.push(p);
+                }
+            }
+            GroupInput::Unreachable(peer) => self.p.node.report_unreachable(peer),
+            GroupInput::Campaign => {
+                let _ = self.p.node.campaign();
+            }
+            GroupInput::Stop => return false,
+        }
+        true
+    }
+
+    fn leader_hint(&self) -> Option<u64> {
+        match self.p.node.raft.leader_id {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    /// Turns queued proposals into raft-rs proposals: Records proposals are merged into entries
+    /// of up to [`MAX_MERGED_ENTRY_BYTES`] (group commit), each entry's context listing the
+    /// proposals it holds.
+    fn propose_queued(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        if self.p.node.raft.state != StateRole::Leader {
+            let leader = self.leader_hint();
+            for p in self.queued.drain(..) {
+                let _ = p.reply.send(Err(AppendError::NotLeader { leader }));
+            }
+            return;
+        }
+        let queued = std::mem::take(&mut self.queued);
+        let mut iter = queued.into_iter().peekable();
+        while let Some(first) = iter.next() {
+            match first.data {
+                ProposalData::Meta(data) => {
+                    let id = self.next_id();
+                    let ctx = self.context(CTX_META, id);
+                    self.propose_entry(id, ctx, data, vec![(first.reply, 0)]);
+                }
+                ProposalData::Records {
+                    batches,
+                    offset_span,
+                } => {
+                    let mut members = vec![(first.reply, offset_span)];
+                    let mut parts = vec![batches];
+                    let mut size = parts[0].len();
+                    while self.p.group_commit {
+                        let fits = match iter.peek() {
+                            Some(Proposal {
+                                data: ProposalData::Records { batches, .. },
+                                ..
+                            }) => size + batches.len() <= MAX_MERGED_ENTRY_BYTES,
+                            _ => false,
+                        };
+                        if !fits {
+                            break;
+                        }
+                        let Some(Proposal {
+                            data:
+                                ProposalData::Records {
+                                    batches,
+                                    offset_span,
+                                },
+                            reply,
+                        }) = iter.next()
+                        else {
+                            break;
+                        };
+                        size += batches.len();
+                        parts.push(batches);
+                        members.push((reply, offset_span));
+                    }
+                    let data = if parts.len() == 1 {
+                        parts.pop().unwrap_or_default()
+                    } else {
+                        let mut buf = BytesMut::with_capacity(size);
+                        for p in &parts {
+                            buf.put_slice(p);
+                        }
+                        buf.freeze()
+                    };
+                    let id = self.next_id();
+                    let ctx = self.context(CTX_RECORDS, id);
+                    self.propose_entry(id, ctx, data, members);
+                }
+            }
+            if !self.p.group_commit {
+                // One proposal per Ready: each gets its own entry and its own fsync.
+                self.queued.extend(iter);
+                return;
+            }
+        }
+    }
+
+    /// Entry context: kind tag, proposing node, proposal id (see [`proposal_id`]).
+    fn context(&self, tag: u8, id: u64) -> Bytes {
+        let mut ctx = BytesMut::with_capacity(17);
+        ctx.put_u8(tag);
+        ctx.put_u64(self.p.node.raft.id);
+        ctx.put_u64(id);
+        ctx.freeze()
+    }
+
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_proposal_id;
+        self.next_proposal_id += 1;
+        id
+    }
+
+    fn propose_entry(
+        &mut self,
+        id: u64,
+        ctx: Bytes,
+        data: Bytes,
+        members: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
+    ) {
+        let term = self.p.node.raft.term;
+        match self.p.node.propose(ctx.to_vec(), data.to_vec()) {
+            Ok(()) => {
+                self.pending_count += members.len();
+                self.proposed.insert(
+                    id,
+                    Waiting {
+                        term,
+                        proposals: members,
+                    },
+                );
+            }
+            Err(e) => {
+                let err = match e {
+                    raft::Error::ProposalDropped => AppendError::NotLeader {
+                        leader: self.leader_hint(),
+                    },
+                    other => AppendError::Invalid(other.to_string()),
+                };
+                for (reply, _) in members {
+                    let _ = reply.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    fn send_all(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            self.p.peers.send(self.p.id, m);
+        }
+    }
+
+    fn handle_ready(&mut self) {
+        if !self.p.node.has_ready() {
+            return;
+        }
+        let mut ready = self.p.node.ready();
+        if let Some(ss) = ready.ss() {
+            self.visible.leader = ss.leader_id;
+            self.publish();
+        }
+        let early = if self.p.pipeline {
+            self.send_all(ready.take_messages());
+            Vec::new()
+        } else {
+            ready.take_messages()
+        };
+        if !ready.snapshot().is_empty() {
+            let snap = ready.snapshot().clone();
+            let meta = snap.get_metadata();
+            let next_offset = decode_snapshot_data(&snap.data).unwrap_or(0);
+            let mut s = write(&self.p.store);
+            s.install_snapshot(meta.index, meta.term, next_offset)
+                .unwrap_or_else(|e| panic!("installing a snapshot failed: {e}"));
+            s.save_conf_state(&from_raft_conf(meta.get_conf_state()))
+                .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
+        }
+        self.apply(ready.take_committed_entries());
+        if !ready.entries().is_empty() {
+            self.append(ready.entries());
+        }
+        if let Some(hs) = ready.hs() {
+            if hs.term != self.persisted_term || hs.vote != self.persisted_vote {
+                let state = logstore::HardState {
+                    term: hs.term,
+                    vote: hs.vote,
+                    commit: hs.commit,
+                };
+                write(&self.p.store)
+                    .save_hard_state(&state)
+                    .unwrap_or_else(|e| panic!("persisting hard state failed: {e}"));
+                self.persisted_term = hs.term;
+                self.persisted_vote = hs.vote;
+            }
+            self.visible.term = hs.term;
+        }
+        self.send_all(early);
+        self.send_all(ready.take_persisted_messages());
+        let mut light = self.p.node.advance(ready);
+        self.send_all(light.take_messages());
+        self.apply(light.take_committed_entries());
+        self.p.node.advance_apply();
+    }
+
+    /// Appends entries (truncating a conflicting suffix first) and makes them durable with one
+    /// fsync; then records the indexes of this node's proposals.
+    fn append(&mut self, entries: &[Entry]) {
+        let converted: Vec<_> = entries.iter().map(to_store_entry).collect();
+        let mut s = write(&self.p.store);
+        let first = entries[0].index;
+        if first <= s.last_index() {
+            s.truncate_suffix(first)
+                .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
+        }
+        s.append(&converted)
+            .unwrap_or_else(|e| panic!("appending to the log failed: {e}"));
+        s.sync()
+            .unwrap_or_else(|e| panic!("syncing the log failed: {e}"));
+        for e in entries {
+            let Some(id) = proposal_id(&e.context, self.p.node.raft.id) else {
+                continue;
+            };
+            if let Some(w) = self.proposed.remove(&id) {
+                if w.term == e.term {
+                    // An entry at this index from an earlier attempt is replaced: it is lost.
+                    if let Some(old) = self.appended.insert(e.index, w) {
+                        self.pending_count -= old.proposals.len();
+                        for (reply, _) in old.proposals {
+                            let _ = reply.send(Err(AppendError::Lost));
+                        }
+                    }
+                } else {
+                    self.pending_count -= w.proposals.len();
+                    for (reply, _) in w.proposals {
+                        let _ = reply.send(Err(AppendError::Lost));
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, committed: Vec<Entry>) {
+        let Some(last) = committed.last() else {
+            return;
+        };
+        let last_index = last.index;
+        for e in &committed {
+            match e.get_entry_type() {
+                EntryType::EntryConfChange => {
+                    let mut cc = ConfChange::default();
+                    if protobuf::Message::merge_from_bytes(&mut cc, &e.data).is_ok() {
+                        let cs = self.p.node.apply_conf_change(&cc);
+                        self.save_conf_state(cs);
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let mut cc = ConfChangeV2::default();
+                    if protobuf::Message::merge_from_bytes(&mut cc, &e.data).is_ok() {
+                        let cs = self.p.node.apply_conf_change(&cc);
+                        self.save_conf_state(cs);
+                    }
+                }
+                EntryType::EntryNormal => {
+                    if e.context.first() == Some(&CTX_META) && !e.data.is_empty() {
+                        if let Some(sm) = self.p.state_machine.as_mut() {
+                            sm.apply(e.index, &e.data);
+                        }
+                    }
+                }
+            }
+            self.answer_committed(e);
+        }
+        let s = read(&self.p.store);
+        self.visible.applied_index = last_index;
+        self.visible.high_watermark = s
+            .next_offset_after_index(last_index)
+            .unwrap_or_else(|e| panic!("committed index {last_index} not in the log: {e}"));
+        self.visible.log_start_offset = s.log_start_offset();
+        drop(s);
+        self.publish();
+    }
+
+    /// Persists the configuration a conf change produced (raft-rs rejects invalid ones).
+    fn save_conf_state(&mut self, cs: raft::Result<raft::prelude::ConfState>) {
+        if let Ok(cs) = cs {
+            write(&self.p.store)
+                .save_conf_state(&from_raft_conf(&cs))
+                .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
+        }
+    }
+
+    /// Answers the proposals waiting on committed entry `e` (and fails those whose index was
+    /// taken by another leader's entry).
+    fn answer_committed(&mut self, e: &Entry) {
+        while let Some((&index, _)) = self.appended.first_key_value() {
+            if index > e.index {
+                break;
+            }
+            let Some(w) = self.appended.remove(&index) else {
+                break;
+            };
+            self.pending_count -= w.proposals.len();
+            if index == e.index && w.term == e.term {
+                let next = read(&self.p.store)
+                    .next_offset_after_index(index)
+                    .unwrap_or_else(|err| panic!("committed index {index} not in the log: {err}"));
+                let total: u64 = w.proposals.iter().map(|(_, n)| u64::from(*n)).sum();
+                let mut base = next - total;
+                for (reply, n) in w.proposals {
+                    let _ = reply.send(Ok(Appended {
+                        raft_index: index,
+                        base_offset: base,
+                        offset_count: n,
+                    }));
+                    base += u64::from(n);
+                }
+            } else {
+                for (reply, _) in w.proposals {
+                    let _ = reply.send(Err(AppendError::Lost));
+                }
+            }
+        }
+    }
+
+    fn publish(&self) {
+        self.p.visible.send_if_modified(|v| {
+            if *v == self.visible {
+                false
+            } else {
+                *v = self.visible;
+                true
+            }
+        });
+    }
+
+    fn fail_all(&mut self, err: AppendError) {
+        for p in self.queued.drain(..) {
+            let _ = p.reply.send(Err(err.clone()));
+        }
+        for (_, w) in self
+            .proposed
+            .drain()
+            .chain(std::mem::take(&mut self.appended))
+        {
+            for (reply, _) in w.proposals {
+                let _ = reply.send(Err(err.clone()));
+            }
+        }
+        self.pending_count = 0;
+    }
+}
+
+/// The proposal id in an entry context written by [`Group::context`], if `node` proposed it.
+/// Context layout: tag u8 (CTX_RECORDS or CTX_META) | proposing node u64 | proposal id u64.
+fn proposal_id(ctx: &[u8], node: u64) -> Option<u64> {
+    match ctx {
+        [tag, rest @ ..] if (*tag == CTX_RECORDS || *tag == CTX_META) && rest.len() >= 16 => {
+            let proposer = u64::from_be_bytes(rest[..8].try_into().ok()?);
+            let id = u64::from_be_bytes(rest[8..16].try_into().ok()?);
+            (proposer == node).then_some(id)
+        }
+        _ => None,
+    }
+}
+
+/// Sends `input` to a group without blocking; a full inbox drops the input and returns false
+/// (for Raft messages that is a lost message, which Raft tolerates).
+pub fn try_deliver(inbox: &SyncSender<GroupInput>, input: GroupInput) -> bool {
+    match inbox.try_send(input) {
+        Ok(()) => true,
+        Err(TrySendError::Full(GroupInput::Propose(p))) => {
+            let _ = p.reply.send(Err(AppendError::Busy));
+            false
+        }
+        Err(TrySendError::Disconnected(GroupInput::Propose(p))) => {
+            let _ = p.reply.send(Err(AppendError::Stopped));
+            false
+        }
+        Err(_) => false,
+    }
+}

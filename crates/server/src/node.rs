@@ -1,0 +1,450 @@
+//! A vdl node: its log streams (one Raft group each), the peer transport between nodes, and
+//! handles for reading and appending. Can run inside any tokio program (tests start three in one
+//! process).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use logstore::{LogStore, RecordsRead, StoreConfig, SyncPolicy};
+use raft::RawNode;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+use crate::config::{NodeConfig, SyncMode};
+use crate::group::{
+    run_group, try_deliver, AppendError, Appended, GroupInput, GroupParts, Proposal, ProposalData,
+    Visible,
+};
+use crate::raft_storage::{read, RaftStorage, SharedStore};
+use crate::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
+
+/// Inputs queued for one group before further ones are dropped (messages) or refused
+/// (proposals, answered with `Busy`).
+pub const GROUP_INBOX_CAPACITY: usize = 16_384;
+
+/// Why a node or stream could not start.
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// A listener could not bind.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A stream's store could not be opened.
+    #[error("log stream {name}: {source}")]
+    Store {
+        /// The stream.
+        name: String,
+        /// The store error.
+        source: logstore::LogStoreError,
+    },
+    /// raft-rs refused the configuration or state.
+    #[error("log stream {name}: raft: {message}")]
+    Raft {
+        /// The stream.
+        name: String,
+        /// What raft-rs said.
+        message: String,
+    },
+    /// No such stream on this node.
+    #[error("no log stream named {0}")]
+    NoSuchStream(String),
+    /// Two stream names hash to the same group id.
+    #[error("log streams {0} and {1} map to the same group id")]
+    GroupIdCollision(String, String),
+}
+
+/// Group id of a stream: FNV-1a 64 of its name, the same on every node without coordination.
+/// Ids 0 and 1 are reserved (0: none, 1: the cluster metadata group).
+pub fn group_id_for(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    if h <= 1 {
+        h + 2
+    } else {
+        h
+    }
+}
+
+/// A handle on one log stream of a running node: append, read, await commits.
+#[derive(Clone)]
+pub struct LogStream {
+    name: Arc<str>,
+    group: u64,
+    inbox: SyncSender<GroupInput>,
+    store: SharedStore,
+    visible: watch::Receiver<Visible>,
+}
+
+impl LogStream {
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Raft group id.
+    pub fn group_id(&self) -> u64 {
+        self.group
+    }
+
+    /// What is committed and who leads, as of now.
+    pub fn visible(&self) -> Visible {
+        *self.visible.borrow()
+    }
+
+    /// Appends record batches (magic 2, already validated by the caller) that take
+    /// `offset_span` offsets. Resolves once they are committed (fsynced on a majority) with the
+    /// offsets they got, or fails: [`AppendError::NotLeader`] on a follower,
+    /// [`AppendError::Timeout`] when not committed within `timeout` (the data may still commit
+    /// later).
+    pub async fn append(
+        &self,
+        batches: Bytes,
+        offset_span: u32,
+        timeout: Duration,
+    ) -> Result<Appended, AppendError> {
+        self.propose(
+            ProposalData::Records {
+                batches,
+                offset_span,
+            },
+            timeout,
+        )
+        .await
+    }
+
+    /// Appends opaque metadata (applied by the group's state machine), resolving on commit.
+    pub async fn append_meta(
+        &self,
+        data: Bytes,
+        timeout: Duration,
+    ) -> Result<Appended, AppendError> {
+        self.propose(ProposalData::Meta(data), timeout).await
+    }
+
+    async fn propose(
+        &self,
+        data: ProposalData,
+        timeout: Duration,
+    ) -> Result<Appended, AppendError> {
+        let (reply, rx) = oneshot::channel();
+        if !try_deliver(&self.inbox, GroupInput::Propose(Proposal { data, reply })) {
+            // try_deliver answered on `reply` already; fall through to read it.
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(AppendError::Stopped),
+            Err(_) => Err(AppendError::Timeout),
+        }
+    }
+
+    /// Reads whole record batches from `offset`, at most about `max_bytes` (at least one batch
+    /// when one exists), never beyond the high watermark.
+    pub fn read(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<RecordsRead, logstore::LogStoreError> {
+        let hw = self.visible().high_watermark;
+        read(&self.store).read_records(offset, max_bytes, hw)
+    }
+
+    /// Waits until the high watermark moves past `known`, or `timeout` passes; returns the
+    /// visibility then.
+    pub async fn wait_for_high_watermark_above(&self, known: u64, timeout: Duration) -> Visible {
+        let mut rx = self.visible.clone();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|v| v.high_watermark > known)).await;
+        let v = *rx.borrow();
+        v
+    }
+
+    /// Asks this node to start an election for the stream.
+    pub fn campaign(&self) {
+        try_deliver(&self.inbox, GroupInput::Campaign);
+    }
+}
+
+struct Registry {
+    groups: RwLock<HashMap<u64, SyncSender<GroupInput>>>,
+    peer_addresses: Mutex<HashMap<u64, String>>,
+}
+
+impl PeerInbox for Registry {
+    fn deliver(&self, group: u64, msg: raft::prelude::Message) {
+        let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(inbox) = groups.get(&group) {
+            try_deliver(inbox, GroupInput::Raft(msg));
+        }
+    }
+
+    fn peer_unreachable(&self, peer: u64) {
+        let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        for inbox in groups.values() {
+            try_deliver(inbox, GroupInput::Unreachable(peer));
+        }
+    }
+
+    fn peer_hello(&self, peer: u64, advertised: String) {
+        self.peer_addresses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, advertised);
+    }
+}
+
+/// A running node.
+pub struct Node {
+    config: NodeConfig,
+    registry: Arc<Registry>,
+    peers: PeerSender,
+    streams: Mutex<HashMap<String, LogStream>>,
+    threads: Mutex<Vec<(SyncSender<GroupInput>, JoinHandle<()>)>>,
+    peer_task: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Starts a node inside the current tokio runtime: binds the peer listener, connects to
+    /// peers, opens (or creates) every initial stream and starts its Raft group.
+    pub async fn start(config: NodeConfig) -> Result<Arc<Node>, NodeError> {
+        Node::start_with_filter(config, Arc::new(OpenLinks)).await
+    }
+
+    /// Like [`Node::start`], with a filter on outgoing peer links (fault-injection tests).
+    pub async fn start_with_filter(
+        config: NodeConfig,
+        filter: Arc<dyn LinkFilter>,
+    ) -> Result<Arc<Node>, NodeError> {
+        let listener = TcpListener::bind(config.peer_listen)
+            .await
+            .map_err(|source| NodeError::Bind {
+                addr: config.peer_listen,
+                source,
+            })?;
+        let registry = Arc::new(Registry {
+            groups: RwLock::new(HashMap::new()),
+            peer_addresses: Mutex::new(HashMap::new()),
+        });
+        let peer_task = tokio::spawn(transport::serve_peers(listener, registry.clone()));
+        let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
+        let peers = transport::start_senders(
+            config.id,
+            config.kafka_advertised.clone(),
+            &peer_list,
+            registry.clone(),
+            filter,
+        );
+        let node = Arc::new(Node {
+            config,
+            registry,
+            peers,
+            streams: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Vec::new()),
+            peer_task,
+        });
+        let mut seen: HashMap<u64, String> = HashMap::new();
+        for name in node.config.initial_streams.clone() {
+            let id = group_id_for(&name);
+            if let Some(other) = seen.insert(id, name.clone()) {
+                return Err(NodeError::GroupIdCollision(other, name));
+            }
+            node.open_stream(&name)?;
+        }
+        Ok(node)
+    }
+
+    /// This node's configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// A handle on a stream this node serves.
+    pub fn stream(&self, name: &str) -> Option<LogStream> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Names of every stream this node serves.
+    pub fn stream_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Kafka addresses peers announced when they connected to this node.
+    pub fn peer_advertised_addresses(&self) -> HashMap<u64, String> {
+        self.registry
+            .peer_addresses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn store_config(&self) -> StoreConfig {
+        let s = &self.config.storage;
+        StoreConfig {
+            segment_bytes: s.segment_bytes,
+            cache_bytes: s.cache_bytes as usize,
+            sync_policy: match s.sync {
+                // The group thread calls sync() itself once per Ready (group commit).
+                SyncMode::Always => SyncPolicy::Never,
+                SyncMode::Interval(d) => SyncPolicy::Interval(d),
+                SyncMode::Never => SyncPolicy::Never,
+            },
+            deletion_allowed: s.deletion_allowed,
+            retention: logstore::RetentionPolicy {
+                max_segments: None,
+                max_bytes: s.retention_bytes,
+                max_age: s.retention_age,
+            },
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Directory of a stream's store.
+    pub fn stream_dir(&self, name: &str) -> PathBuf {
+        self.config.data_dir.join("streams").join(name)
+    }
+
+    /// Opens (creating on first use) a stream and starts its Raft group; returns the existing
+    /// handle when it is already open. Every member of the cluster is a voter.
+    pub fn open_stream(&self, name: &str) -> Result<LogStream, NodeError> {
+        if let Some(s) = self.stream(name) {
+            return Ok(s);
+        }
+        let group = group_id_for(name);
+        let store_err = |source| NodeError::Store {
+            name: name.to_owned(),
+            source,
+        };
+        let mut store =
+            LogStore::open(&self.stream_dir(name), self.store_config()).map_err(store_err)?;
+        if store.conf_state().voters.is_empty() {
+            let cs = logstore::ConfState {
+                voters: self.config.member_ids(),
+                ..Default::default()
+            };
+            store.save_conf_state(&cs).map_err(store_err)?;
+        }
+        let hs = store.hard_state();
+        let applied = hs.commit.min(store.last_index());
+        let visible = Visible {
+            applied_index: applied,
+            high_watermark: store.next_offset_after_index(applied).map_err(store_err)?,
+            log_start_offset: store.log_start_offset(),
+            leader: 0,
+            term: hs.term,
+        };
+        let shared: SharedStore = Arc::new(RwLock::new(store));
+        let t = &self.config.raft;
+        let cfg = raft::Config {
+            id: self.config.id,
+            election_tick: t.election_ticks(),
+            heartbeat_tick: t.heartbeat_ticks(),
+            applied,
+            max_size_per_msg: t.max_append_bytes,
+            max_inflight_msgs: t.max_inflight_appends,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raw = RawNode::new(&cfg, RaftStorage::new(shared.clone()), &logger).map_err(|e| {
+            NodeError::Raft {
+                name: name.to_owned(),
+                message: e.to_string(),
+            }
+        })?;
+        let (tx, rx) = sync_channel(GROUP_INBOX_CAPACITY);
+        let (vis_tx, vis_rx) = watch::channel(visible);
+        let parts = GroupParts {
+            id: group,
+            name: name.to_owned(),
+            node: raw,
+            store: shared.clone(),
+            inbox: rx,
+            peers: self.peers.clone(),
+            visible: vis_tx,
+            tick: t.tick,
+            pipeline: t.pipeline,
+            group_commit: t.group_commit,
+            state_machine: None,
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("raft-{name}"))
+            .spawn(move || run_group(parts))
+            .map_err(|e| NodeError::Raft {
+                name: name.to_owned(),
+                message: format!("cannot spawn thread: {e}"),
+            })?;
+        self.registry
+            .groups
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(group, tx.clone());
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((tx.clone(), handle));
+        let stream = LogStream {
+            name: name.into(),
+            group,
+            inbox: tx,
+            store: shared,
+            visible: vis_rx,
+        };
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), stream.clone());
+        // A single-node cluster elects itself at once instead of waiting an election timeout.
+        if self.config.members.len() == 1 {
+            stream.campaign();
+        }
+        Ok(stream)
+    }
+
+    /// Stops every group thread (their pending appends fail with `Stopped`) and the peer
+    /// listener. Data already synced stays; nothing more is written.
+    pub fn shutdown(&self) {
+        self.peer_task.abort();
+        self.registry
+            .groups
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for (tx, _) in &threads {
+            let _ = tx.send(GroupInput::Stop);
+        }
+        for (_, handle) in threads {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,190 @@
+//! raft-rs's `Storage` over a [`logstore::LogStore`], and the conversions between raft-rs
+//! entries and the store's entries.
+//!
+//! How raft-rs entries map onto store entries:
+//! - `EntryNormal` with empty data: a new leader's no-op -> [`EntryKind::Noop`].
+//! - `EntryNormal` whose context starts with [`CTX_RECORDS`]: Kafka record batches ->
+//!   [`EntryKind::Records`] (the store assigns offsets).
+//! - `EntryNormal` whose context starts with [`CTX_META`]: replicated metadata ->
+//!   [`EntryKind::Meta`].
+//! - `EntryConfChange` / `EntryConfChangeV2` -> the matching configuration kinds.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use bytes::Bytes;
+use logstore::{EntryKind, LogStore, LogStoreError, NewEntry};
+use raft::prelude::{ConfState, Entry, EntryType, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+
+/// Context tag of an entry carrying Kafka record batches.
+pub const CTX_RECORDS: u8 = 1;
+/// Context tag of an entry carrying replicated metadata.
+pub const CTX_META: u8 = 2;
+
+/// The store shared between the group's Raft thread (the only writer) and readers.
+pub type SharedStore = Arc<RwLock<LogStore>>;
+
+/// Locks the store for reading. A poisoned lock means a thread panicked mid-write and the
+/// store's in-memory state can no longer be trusted, so this panics too.
+pub fn read(store: &SharedStore) -> RwLockReadGuard<'_, LogStore> {
+    store.read().expect("log store lock poisoned by a panic")
+}
+
+/// Locks the store for writing (the group thread only); panics on a poisoned lock, as [`read`].
+pub fn write(store: &SharedStore) -> RwLockWriteGuard<'_, LogStore> {
+    store.write().expect("log store lock poisoned by a panic")
+}
+
+/// raft-rs storage backed by the stream's log store.
+pub struct RaftStorage {
+    store: SharedStore,
+}
+
+impl RaftStorage {
+    /// Wraps a shared store.
+    pub fn new(store: SharedStore) -> RaftStorage {
+        RaftStorage { store }
+    }
+
+    /// The shared store.
+    pub fn shared(&self) -> &SharedStore {
+        &self.store
+    }
+}
+
+fn store_err(e: LogStoreError) -> raft::Error {
+    raft::Error::Store(StorageError::Other(Box::new(e)))
+}
+
+/// Converts a raft-rs entry into a store entry.
+pub fn to_store_entry(e: &Entry) -> NewEntry {
+    let kind = match e.get_entry_type() {
+        EntryType::EntryConfChange => EntryKind::ConfChange,
+        EntryType::EntryConfChangeV2 => EntryKind::ConfChangeV2,
+        EntryType::EntryNormal if e.data.is_empty() => EntryKind::Noop,
+        EntryType::EntryNormal => match e.context.first() {
+            Some(&CTX_RECORDS) => EntryKind::Records,
+            _ => EntryKind::Meta,
+        },
+    };
+    NewEntry {
+        index: e.index,
+        term: e.term,
+        kind,
+        payload: e.data.clone(),
+        context: e.context.clone(),
+    }
+}
+
+/// Converts a store entry back into a raft-rs entry.
+pub fn to_raft_entry(e: logstore::Entry) -> Entry {
+    let mut out = Entry::default();
+    out.set_entry_type(match e.kind {
+        EntryKind::ConfChange => EntryType::EntryConfChange,
+        EntryKind::ConfChangeV2 => EntryType::EntryConfChangeV2,
+        _ => EntryType::EntryNormal,
+    });
+    out.index = e.index;
+    out.term = e.term;
+    out.data = e.payload;
+    out.context = e.context;
+    out
+}
+
+/// Snapshot data: the Kafka offset at which the log restarts after the snapshot.
+pub fn encode_snapshot_data(next_offset: u64) -> Bytes {
+    Bytes::copy_from_slice(&next_offset.to_be_bytes())
+}
+
+/// Parses [`encode_snapshot_data`]'s output.
+pub fn decode_snapshot_data(b: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(b.try_into().ok()?))
+}
+
+/// raft-rs conf state from the store's.
+pub fn to_raft_conf(cs: &logstore::ConfState) -> ConfState {
+    let mut out = ConfState::default();
+    out.voters = cs.voters.clone();
+    out.learners = cs.learners.clone();
+    out.voters_outgoing = cs.voters_outgoing.clone();
+    out.learners_next = cs.learners_next.clone();
+    out.auto_leave = cs.auto_leave;
+    out
+}
+
+/// The store's conf state from raft-rs's.
+pub fn from_raft_conf(cs: &ConfState) -> logstore::ConfState {
+    logstore::ConfState {
+        voters: cs.voters.clone(),
+        learners: cs.learners.clone(),
+        voters_outgoing: cs.voters_outgoing.clone(),
+        learners_next: cs.learners_next.clone(),
+        auto_leave: cs.auto_leave,
+    }
+}
+
+impl raft::Storage for RaftStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        let s = read(&self.store);
+        let hs = s.hard_state();
+        let mut out = HardState::default();
+        out.term = hs.term;
+        out.vote = hs.vote;
+        // A commit index beyond the log (possible only if the log lost a synced tail, which the
+        // store forbids) would make raft-rs panic; clamp defensively.
+        out.commit = hs.commit.min(s.last_index());
+        Ok(RaftState::new(out, to_raft_conf(s.conf_state())))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let s = read(&self.store);
+        if low < s.first_index() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > s.last_index() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let max = max_size.into().unwrap_or(u64::MAX);
+        let entries = s.entries(low, high, max).map_err(store_err)?;
+        Ok(entries.into_iter().map(to_raft_entry).collect())
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let s = read(&self.store);
+        if idx + 1 < s.first_index() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if idx > s.last_index() {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        s.term(idx).map_err(store_err)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(read(&self.store).first_index())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(read(&self.store).last_index())
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // The "state machine" of a log stream is the log itself; a snapshot only tells a far
+        // behind follower where the retained log starts, in Raft indexes and Kafka offsets.
+        let s = read(&self.store);
+        let index = s.first_index() - 1;
+        let mut snap = Snapshot::default();
+        snap.data = encode_snapshot_data(s.log_start_offset());
+        let meta = snap.mut_metadata();
+        meta.index = index;
+        meta.term = s.term(index).map_err(store_err)?;
+        meta.set_conf_state(to_raft_conf(s.conf_state()));
+        Ok(snap)
+    }
+}

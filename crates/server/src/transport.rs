@@ -1,0 +1,349 @@
+//! Raft peer transport: TCP between nodes, one outgoing connection per peer carrying the
+//! messages of every Raft group, batched, with bounded queues and reconnect with backoff.
+//!
+//! Wire format (all integers big-endian):
+//!
+//! ```text
+//! connection := hello frame*
+//! hello      := magic "VDLP" (4) | version u16 (=1) | from_node u64 | advertised_len u16 | advertised (UTF-8)
+//! frame      := frame_len u32 | message*            -- frame_len counts the bytes after itself
+//! message    := group_id u64 | msg_len u32 | raft Message (protobuf, msg_len bytes)
+//! ```
+//!
+//! The dialer sends `hello` once, then frames; the acceptor never writes (each direction of a pair
+//! has its own connection). A frame longer than [`MAX_FRAME_BYTES`], a message running past its
+//! frame, an unknown version or an undecodable protobuf closes the connection; Raft retransmits.
+//!
+//! Sending never blocks the caller: messages go into a bounded per-peer queue and are dropped
+//! when it is full (Raft tolerates loss). When a connection fails, every group is told the peer
+//! is unreachable so raft-rs stops pipelining to it and probes instead.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use protobuf::Message as _;
+use raft::prelude::Message;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// Largest frame accepted from a peer (a batch of append messages).
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
+/// Messages queued for one peer before new ones are dropped.
+pub const PEER_QUEUE_MESSAGES: usize = 8192;
+/// Most messages put into one frame.
+const MAX_MESSAGES_PER_FRAME: usize = 512;
+/// Bytes after which a frame is flushed even if more messages are waiting.
+const FRAME_FLUSH_BYTES: usize = 4 << 20;
+const MAGIC: &[u8; 4] = b"VDLP";
+const VERSION: u16 = 1;
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(1000);
+
+/// Why bytes from a peer were rejected.
+#[derive(Debug, Error)]
+pub enum PeerFrameError {
+    /// The connection does not start with a valid hello.
+    #[error("bad hello: {0}")]
+    BadHello(&'static str),
+    /// A frame claims more than [`MAX_FRAME_BYTES`].
+    #[error("frame of {0} bytes exceeds the limit")]
+    FrameTooLarge(usize),
+    /// A message runs past the end of its frame.
+    #[error("truncated message in frame")]
+    Truncated,
+    /// The protobuf payload did not decode.
+    #[error("undecodable raft message: {0}")]
+    Protobuf(String),
+    /// Socket error.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where incoming peer messages and link events go. Implemented by the node's group registry.
+pub trait PeerInbox: Send + Sync + 'static {
+    /// A Raft message for `group` arrived from `from`.
+    fn deliver(&self, group: u64, msg: Message);
+    /// Sending to `peer` failed; every group should `report_unreachable(peer)`.
+    fn peer_unreachable(&self, peer: u64);
+    /// A peer connected and announced its advertised Kafka address.
+    fn peer_hello(&self, peer: u64, advertised: String) {
+        let _ = (peer, advertised);
+    }
+}
+
+/// The sending half of the transport: one queue per peer.
+#[derive(Clone)]
+pub struct PeerSender {
+    queues: Arc<HashMap<u64, mpsc::Sender<(u64, Message)>>>,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl PeerSender {
+    /// Queues `msg` of `group` for its destination (`msg.to`). Never blocks; drops the message
+    /// when the queue is full or the peer is unknown, and counts the drop.
+    pub fn send(&self, group: u64, msg: Message) {
+        match self.queues.get(&msg.to) {
+            Some(q) => {
+                if q.try_send((group, msg)).is_err() {
+                    self.dropped
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            None => {
+                self.dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Messages dropped so far (full queue or unknown peer).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Filters messages on a link; tests use it to cut or delay links between nodes.
+pub trait LinkFilter: Send + Sync + 'static {
+    /// Whether a message from this node to `peer` may be sent now.
+    fn allow(&self, peer: u64) -> bool;
+}
+
+/// Lets everything through.
+pub struct OpenLinks;
+
+impl LinkFilter for OpenLinks {
+    fn allow(&self, _peer: u64) -> bool {
+        true
+    }
+}
+
+/// Starts one sender task per peer (dialing `addr`, reconnecting with backoff) and returns the
+/// handle used by Raft groups to send. Must be called inside a tokio runtime.
+pub fn start_senders(
+    self_id: u64,
+    advertised: String,
+    peers: &[(u64, SocketAddr)],
+    inbox: Arc<dyn PeerInbox>,
+    filter: Arc<dyn LinkFilter>,
+) -> PeerSender {
+    let mut queues = HashMap::new();
+    for &(peer, addr) in peers {
+        if peer == self_id {
+            continue;
+        }
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
+        queues.insert(peer, tx);
+        tokio::spawn(sender_task(
+            self_id,
+            advertised.clone(),
+            peer,
+            addr,
+            rx,
+            inbox.clone(),
+            filter.clone(),
+        ));
+    }
+    PeerSender {
+        queues: Arc::new(queues),
+        dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    }
+}
+
+async fn sender_task(
+    self_id: u64,
+    advertised: String,
+    peer: u64,
+    addr: SocketAddr,
+    mut rx: mpsc::Receiver<(u64, Message)>,
+    inbox: Arc<dyn PeerInbox>,
+    filter: Arc<dyn LinkFilter>,
+) {
+    let mut backoff = BACKOFF_MIN;
+    let mut conn: Option<TcpStream> = None;
+    let mut frame = BytesMut::with_capacity(64 << 10);
+    while let Some(first) = rx.recv().await {
+        // Gather what is already queued into one frame.
+        frame.clear();
+        frame.put_u32(0);
+        let mut count = 0;
+        let mut next = Some(first);
+        while let Some((group, msg)) = next.take() {
+            if filter.allow(peer) {
+                encode_message(&mut frame, group, &msg);
+                count += 1;
+            }
+            if count >= MAX_MESSAGES_PER_FRAME || frame.len() >= FRAME_FLUSH_BYTES {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        if count == 0 {
+            continue;
+        }
+        let body_len = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&body_len.to_be_bytes());
+
+        if conn.is_none() {
+            match dial(self_id, &advertised, addr).await {
+                Ok(s) => {
+                    backoff = BACKOFF_MIN;
+                    conn = Some(s);
+                }
+                Err(_) => {
+                    inbox.peer_unreachable(peer);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    // Drop what piled up while waiting: it is stale, Raft will resend.
+                    while rx.try_recv().is_ok() {}
+                    continue;
+                }
+            }
+        }
+        if let Some(s) = conn.as_mut() {
+            if s.write_all(&frame).await.is_err() {
+                conn = None;
+                inbox.peer_unreachable(peer);
+            }
+        }
+    }
+}
+
+async fn dial(self_id: u64, advertised: &str, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    s.set_nodelay(true)?;
+    let mut hello = BytesMut::with_capacity(32 + advertised.len());
+    hello.put_slice(MAGIC);
+    hello.put_u16(VERSION);
+    hello.put_u64(self_id);
+    let adv = &advertised.as_bytes()[..advertised.len().min(1024)];
+    hello.put_u16(adv.len() as u16);
+    hello.put_slice(adv);
+    s.write_all(&hello).await?;
+    Ok(s)
+}
+
+fn encode_message(frame: &mut BytesMut, group: u64, msg: &Message) {
+    frame.put_u64(group);
+    let len_at = frame.len();
+    frame.put_u32(0);
+    let mut w = frame.writer();
+    // Writing into memory cannot fail; an error here would be a protobuf bug.
+    msg.write_to_writer(&mut w)
+        .expect("encoding a raft message into memory");
+    let frame = w.into_inner();
+    let len = (frame.len() - len_at - 4) as u32;
+    frame[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Accepts peer connections on `listener` and delivers their messages to `inbox` until the task
+/// is dropped or aborted, which also closes every connection it accepted (so a stopped node's
+/// peers see their connections fail and reconnect to its successor). Each connection is read by
+/// its own task; a bad frame closes only that one.
+pub async fn serve_peers(listener: TcpListener, inbox: Arc<dyn PeerInbox>) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((sock, _)) = accepted else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let _ = sock.set_nodelay(true);
+                let inbox = inbox.clone();
+                connections.spawn(async move {
+                    if let Err(e) = read_peer(sock, inbox.as_ref()).await {
+                        tracing::debug!("peer connection closed: {e}");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn read_peer(mut sock: TcpStream, inbox: &dyn PeerInbox) -> Result<(), PeerFrameError> {
+    let mut head = [0u8; 16];
+    sock.read_exact(&mut head).await?;
+    if &head[..4] != MAGIC {
+        return Err(PeerFrameError::BadHello("magic"));
+    }
+    if u16::from_be_bytes([head[4], head[5]]) != VERSION {
+        return Err(PeerFrameError::BadHello("version"));
+    }
+    let from = u64::from_be_bytes(head[6..14].try_into().expect("8 bytes"));
+    let adv_len = u16::from_be_bytes([head[14], head[15]]) as usize;
+    if adv_len > 1024 {
+        return Err(PeerFrameError::BadHello("advertised address too long"));
+    }
+    let mut adv = vec![0u8; adv_len];
+    sock.read_exact(&mut adv).await?;
+    let adv = String::from_utf8(adv).map_err(|_| PeerFrameError::BadHello("address not UTF-8"))?;
+    inbox.peer_hello(from, adv);
+    loop {
+        let len = sock.read_u32().await? as usize;
+        if len > MAX_FRAME_BYTES {
+            return Err(PeerFrameError::FrameTooLarge(len));
+        }
+        let mut buf = BytesMut::zeroed(len);
+        sock.read_exact(&mut buf).await?;
+        for (group, msg) in decode_frame(buf.freeze())? {
+            inbox.deliver(group, msg);
+        }
+    }
+}
+
+/// Splits one frame body into (group, message) pairs, checking every length.
+pub fn decode_frame(mut body: Bytes) -> Result<Vec<(u64, Message)>, PeerFrameError> {
+    let mut out = Vec::new();
+    while body.has_remaining() {
+        if body.remaining() < 12 {
+            return Err(PeerFrameError::Truncated);
+        }
+        let group = body.get_u64();
+        let len = body.get_u32() as usize;
+        if len > body.remaining() {
+            return Err(PeerFrameError::Truncated);
+        }
+        let raw = body.split_to(len);
+        let msg = Message::parse_from_carllerche_bytes(&raw)
+            .map_err(|e| PeerFrameError::Protobuf(e.to_string()))?;
+        out.push((group, msg));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::prelude::{Entry, MessageType};
+
+    #[test]
+    fn frames_round_trip_and_reject_truncation() {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.to = 2;
+        m.from = 1;
+        m.term = 7;
+        let mut e = Entry::default();
+        e.data = Bytes::from(vec![9u8; 3000]);
+        m.entries = vec![e].into();
+        let mut frame = BytesMut::new();
+        encode_message(&mut frame, 42, &m);
+        encode_message(&mut frame, 43, &m);
+        let body = frame.freeze();
+        let msgs = decode_frame(body.clone()).unwrap();
+        assert_eq!(msgs.len(), 2);
+        assert_eq!(msgs[0].0, 42);
+        assert_eq!(msgs[1].1, m);
+        for cut in [1, 11, 12, 100, body.len() - 1] {
+            assert!(decode_frame(body.slice(..cut)).is_err(), "cut at {cut}");
+        }
+    }
+}
