@@ -3,13 +3,17 @@
 //! Layout:
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //! - [`transport`]: Raft messages between nodes over TCP.
+//! - [`raft_log`]: raft-rs's log records forwarded to `tracing`.
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
+//! - [`admin`]: the admin HTTP API (status, append and read without Kafka).
 
+pub mod admin;
 pub mod config;
 pub mod group;
 pub mod node;
+pub mod raft_log;
 pub mod raft_storage;
 pub mod transport;
 

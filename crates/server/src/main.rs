@@ -80,7 +80,20 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         streams = ?node.stream_names(),
         "vdl node started"
     );
+    let admin = match config.admin_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the admin listener on {addr}"))?;
+            tracing::info!(%addr, "admin API listening");
+            Some(tokio::spawn(vdl_server::admin::serve(listener, node.clone())))
+        }
+        None => None,
+    };
     wait_for_shutdown_signal().await;
+    if let Some(task) = admin {
+        task.abort();
+    }
     tracing::info!("shutting down");
     node.shutdown();
     Ok(())

@@ -366,9 +366,17 @@ impl Node {
             max_inflight_msgs: t.max_inflight_appends,
             check_quorum: true,
             pre_vote: true,
+            // Followers refuse (pre-)votes while they heard from a leader within one election
+            // timeout (the check_quorum lease). Tick clocks on different nodes are up to one
+            // tick apart, so a follower whose timer fired at exactly the timeout could be refused
+            // by a peer still one tick inside its lease and then wait a whole second timeout.
+            // Starting randomised timeouts two ticks past the lease removes that race, so a new
+            // leader is elected within two election timeouts of the old one's last heartbeat.
+            min_election_tick: t.election_ticks() + 2,
+            max_election_tick: 2 * t.election_ticks(),
             ..Default::default()
         };
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let logger = crate::raft_log::group_logger(name);
         let raw = RawNode::new(&cfg, RaftStorage::new(shared.clone()), &logger).map_err(|e| {
             NodeError::Raft {
                 name: name.to_owned(),

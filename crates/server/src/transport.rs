@@ -166,7 +166,20 @@ async fn sender_task(
     let mut backoff = BACKOFF_MIN;
     let mut conn: Option<TcpStream> = None;
     let mut frame = BytesMut::with_capacity(64 << 10);
-    while let Some(first) = rx.recv().await {
+    loop {
+        // Wait for a message, and meanwhile notice when the peer closes the connection (it
+        // never writes, so any read event is its end): a restarted peer must not have our
+        // next messages written into the dead socket and lost.
+        let first = tokio::select! {
+            m = rx.recv() => match m {
+                Some(m) => m,
+                None => return,
+            },
+            () = closed(&mut conn) => {
+                conn = None;
+                continue;
+            }
+        };
         // Gather what is already queued into one frame.
         frame.clear();
         frame.put_u32(0);
@@ -188,28 +201,45 @@ async fn sender_task(
         let body_len = (frame.len() - 4) as u32;
         frame[..4].copy_from_slice(&body_len.to_be_bytes());
 
-        if conn.is_none() {
-            match dial(self_id, &advertised, addr).await {
-                Ok(s) => {
-                    backoff = BACKOFF_MIN;
-                    conn = Some(s);
-                }
-                Err(_) => {
-                    inbox.peer_unreachable(peer);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                    // Drop what piled up while waiting: it is stale, Raft will resend.
-                    while rx.try_recv().is_ok() {}
-                    continue;
+        // Write on the current connection; on failure, dial once more and retry the frame.
+        let mut sent = false;
+        for _attempt in 0..2 {
+            if conn.is_none() {
+                match dial(self_id, &advertised, addr).await {
+                    Ok(s) => {
+                        backoff = BACKOFF_MIN;
+                        conn = Some(s);
+                    }
+                    Err(_) => break,
                 }
             }
-        }
-        if let Some(s) = conn.as_mut() {
-            if s.write_all(&frame).await.is_err() {
+            if let Some(s) = conn.as_mut() {
+                if s.write_all(&frame).await.is_ok() {
+                    sent = true;
+                    break;
+                }
                 conn = None;
-                inbox.peer_unreachable(peer);
             }
         }
+        if !sent {
+            inbox.peer_unreachable(peer);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            // Drop what piled up while waiting: it is stale, Raft will resend.
+            while rx.try_recv().is_ok() {}
+        }
+    }
+}
+
+/// Resolves when the peer closed `conn` (or sent bytes, which it must not); never resolves when
+/// there is no connection.
+async fn closed(conn: &mut Option<TcpStream>) {
+    match conn.as_mut() {
+        Some(s) => {
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

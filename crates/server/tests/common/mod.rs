@@ -6,7 +6,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use kafka_proto::records::{build_batch, Compression, NewRecord};
 use vdl_server::config::{Member, NodeConfig, RaftTiming};
 
 /// Reserves `n` distinct free TCP ports on 127.0.0.1 (bound and released at once).
@@ -57,61 +58,25 @@ pub fn cluster_configs(n: usize, root: &Path, streams: &[&str]) -> Vec<NodeConfi
         .collect()
 }
 
-/// A minimal valid-shaped Kafka record batch (magic 2) holding `count` records, whose record
-/// section is `tag` repeated; enough for the store, which reads only the header. The CRC is
-/// computed so that real decoders accept the header.
+/// A Kafka record batch (magic 2, uncompressed) of `count` records, each with value `tag`.
 pub fn batch(count: u32, tag: &[u8]) -> Bytes {
     assert!(count > 0);
-    let records = tag.to_vec();
-    let batch_len = 49 + records.len();
-    let mut b = BytesMut::with_capacity(12 + batch_len);
-    b.put_i64(0); // base offset, assigned by the store
-    b.put_i32(batch_len as i32);
-    b.put_i32(-1); // partition leader epoch
-    b.put_i8(2); // magic
-    b.put_u32(0); // crc placeholder
-    b.put_i16(0); // attributes
-    b.put_i32(count as i32 - 1); // last offset delta
-    b.put_i64(1_700_000_000_000); // base timestamp
-    b.put_i64(1_700_000_000_000); // max timestamp
-    b.put_i64(-1); // producer id
-    b.put_i16(-1); // producer epoch
-    b.put_i32(-1); // base sequence
-    b.put_i32(count as i32);
-    b.put_slice(&records);
-    let crc = crc32c_of(&b[21..]);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    b.freeze()
+    let records: Vec<NewRecord> = (0..count)
+        .map(|_| NewRecord::new(1_700_000_000_000, Bytes::copy_from_slice(tag)))
+        .collect();
+    build_batch(Compression::None, &records).expect("build a record batch")
 }
 
-/// Bitwise CRC-32C, enough for test data.
-fn crc32c_of(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in data {
-        crc ^= u32::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
-/// Splits concatenated record batches into (base offset, record count, record-section bytes).
+/// Splits concatenated record batches into (base offset, record count, first record's value),
+/// validating each batch's CRC.
 pub fn split_batches(data: &[u8]) -> Vec<(u64, u32, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut at = 0;
-    while at + 61 <= data.len() {
-        let base = u64::from_be_bytes(data[at..at + 8].try_into().unwrap());
-        let len = i32::from_be_bytes(data[at + 8..at + 12].try_into().unwrap()) as usize;
-        let end = at + 12 + len;
-        assert!(end <= data.len(), "batch runs past the data");
-        let count = i32::from_be_bytes(data[at + 57..at + 61].try_into().unwrap()) as u32;
-        out.push((base, count, data[at + 61..end].to_vec()));
-        at = end;
+    for b in kafka_proto::records::split_batches(Bytes::copy_from_slice(data)) {
+        let b = b.expect("a whole batch");
+        b.validate().expect("batch CRC and shape");
+        let records = b.records_vec(1 << 20).expect("records decode");
+        let value = records[0].value.clone().unwrap_or_default().to_vec();
+        out.push((b.base_offset() as u64, b.record_count() as u32, value));
     }
     out
 }

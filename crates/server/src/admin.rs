@@ -1,0 +1,186 @@
+//! The admin HTTP listener: node status, and append/read on log streams without the Kafka
+//! protocol (for operators, scripts and the multi-process tests).
+//!
+//! Endpoints:
+//! - `GET /status` — JSON: this node and every stream's leader, term, applied index, high
+//!   watermark and log start offset.
+//! - `POST /streams/{name}/append?timeout_ms=N` — body: one or more Kafka record batches
+//!   (magic 2). Each batch is validated (CRC, counts) like a Kafka produce. Answers once the
+//!   batches are committed (fsynced on a majority): `200 {"base_offset":..,"raft_index":..}`;
+//!   `421` with `{"error":..,"leader":id}` on a follower, `504` on timeout, `400` on bad input.
+//! - `GET /streams/{name}/records?offset=N&max_bytes=M` — committed record batches from offset
+//!   N, whole batches, as `application/octet-stream`; header `x-high-watermark`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use kafka_proto::records::split_batches;
+use serde::{Deserialize, Serialize};
+
+use crate::group::AppendError;
+use crate::node::Node;
+
+/// Largest append body accepted (as Kafka's default message.max.bytes).
+pub const MAX_APPEND_BYTES: usize = 1 << 20;
+/// Longest an append may wait for commit.
+const MAX_APPEND_TIMEOUT_MS: u64 = 60_000;
+
+/// One stream's state in `/status`.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StreamStatus {
+    /// Stream name.
+    pub name: String,
+    /// Leader node id (0: none known).
+    pub leader: u64,
+    /// Current term.
+    pub term: u64,
+    /// Highest applied (committed) Raft index.
+    pub applied_index: u64,
+    /// Next offset after the last committed record.
+    pub high_watermark: u64,
+    /// First offset still stored.
+    pub log_start_offset: u64,
+}
+
+/// The `/status` document.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// This node's id.
+    pub id: u64,
+    /// This node's name.
+    pub name: String,
+    /// Every stream this node serves.
+    pub streams: Vec<StreamStatus>,
+}
+
+/// The router serving the endpoints above for `node`.
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/status", get(status))
+        .route("/streams/{name}/append", post(append))
+        .route("/streams/{name}/records", get(records))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
+        .with_state(node)
+}
+
+/// Serves the admin API on `listener` until the task is dropped.
+pub async fn serve(listener: tokio::net::TcpListener, node: Arc<Node>) -> std::io::Result<()> {
+    axum::serve(listener, router(node)).await
+}
+
+async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
+    let streams = node
+        .stream_names()
+        .into_iter()
+        .filter_map(|n| node.stream(&n))
+        .map(|s| {
+            let v = s.visible();
+            StreamStatus {
+                name: s.name().to_owned(),
+                leader: v.leader,
+                term: v.term,
+                applied_index: v.applied_index,
+                high_watermark: v.high_watermark,
+                log_start_offset: v.log_start_offset,
+            }
+        })
+        .collect();
+    Json(NodeStatus {
+        id: node.config().id,
+        name: node.config().name.clone(),
+        streams,
+    })
+}
+
+#[derive(Deserialize)]
+struct AppendParams {
+    timeout_ms: Option<u64>,
+}
+
+fn error(status: StatusCode, message: String, leader: Option<u64>) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "error": message, "leader": leader })),
+    )
+        .into_response()
+}
+
+async fn append(
+    State(node): State<Arc<Node>>,
+    Path(name): Path<String>,
+    Query(params): Query<AppendParams>,
+    body: Bytes,
+) -> Response {
+    let Some(stream) = node.stream(&name) else {
+        return error(StatusCode::NOT_FOUND, format!("no stream {name}"), None);
+    };
+    if body.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "empty body".into(), None);
+    }
+    let mut span: u64 = 0;
+    for batch in split_batches(body.clone()) {
+        match batch.and_then(|b| b.validate_from_producer().map(|()| b)) {
+            Ok(b) => span += u64::from(b.last_offset_delta() as u32) + 1,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string(), None),
+        }
+    }
+    let Ok(span) = u32::try_from(span) else {
+        return error(StatusCode::BAD_REQUEST, "too many records".into(), None);
+    };
+    let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(30_000).min(MAX_APPEND_TIMEOUT_MS));
+    match stream.append(body, span, timeout).await {
+        Ok(a) => Json(serde_json::json!({
+            "base_offset": a.base_offset,
+            "raft_index": a.raft_index,
+            "offset_count": a.offset_count,
+        }))
+        .into_response(),
+        Err(AppendError::NotLeader { leader }) => error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "not the leader".into(),
+            leader,
+        ),
+        Err(AppendError::Timeout) => error(StatusCode::GATEWAY_TIMEOUT, "not committed in time".into(), None),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
+    }
+}
+
+#[derive(Deserialize)]
+struct ReadParams {
+    offset: u64,
+    max_bytes: Option<u64>,
+}
+
+async fn records(
+    State(node): State<Arc<Node>>,
+    Path(name): Path<String>,
+    Query(params): Query<ReadParams>,
+) -> Response {
+    let Some(stream) = node.stream(&name) else {
+        return error(StatusCode::NOT_FOUND, format!("no stream {name}"), None);
+    };
+    let hw = stream.visible().high_watermark;
+    match stream.read(params.offset, params.max_bytes.unwrap_or(1 << 20).min(64 << 20)) {
+        Ok(read) => {
+            let mut body = Vec::with_capacity(read.bytes as usize);
+            for c in &read.chunks {
+                body.extend_from_slice(c);
+            }
+            let mut resp = body.into_response();
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            h.insert("x-high-watermark", HeaderValue::from(hw));
+            resp
+        }
+        Err(e) => error(StatusCode::RANGE_NOT_SATISFIABLE, e.to_string(), None),
+    }
+}
