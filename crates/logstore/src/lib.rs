@@ -1,1 +1,46 @@
-//! Segmented log storage for replicated log streams. No networking.
+//! Segmented log storage for replicated log streams. No networking, no Raft library types.
+//!
+//! A [`LogStore`] is one directory holding one log stream: the Raft log and the Kafka record
+//! batches in the same entries, written once. Terms and indexes are plain integers so the
+//! store can be tested, benchmarked and embedded on its own.
+//!
+//! - **Segments** (`<first index, 20 digits>.log`) hold entry frames back to back, each
+//!   with a length and a CRC-32C. The active segment rolls at `segment_bytes`.
+//! - **Indexes** (`<first index>.index`): sparse Raft index -> position, Kafka offset ->
+//!   position, and max timestamp -> offset. Derived data, written lazily, rebuilt when
+//!   missing or inconsistent.
+//! - **Offsets**: only [`EntryKind::Records`] entries take Kafka offsets; the store assigns
+//!   them on append (so all replicas agree) and writes them into the batches' baseOffset.
+//! - **Cache**: the newest entries stay in memory (bounded by `cache_bytes`) and serve both
+//!   Raft reads and consumer reads without touching the disk.
+//! - **Durability**: see [`LogStore`] and [`SyncPolicy`]. An fsync failure panics: after a
+//!   failed fsync the kernel may have dropped the dirty pages and cleared the error, so
+//!   continuing could acknowledge lost data (PostgreSQL "fsyncgate"). Restart and recover.
+//! - **Recovery** on open scans only the tail after the last checkpoint, truncates a torn
+//!   tail, rebuilds bad indexes, and fails with file + byte offset on corruption of sealed
+//!   data. See `README.md` of the crate for the on-disk format.
+
+mod batch;
+mod cache;
+mod config;
+mod entry;
+mod error;
+mod fsutil;
+mod hard_state;
+mod index;
+mod recovery;
+mod retention;
+mod segment;
+mod store;
+
+pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
+pub use entry::{Entry, EntryKind, NewEntry};
+pub use error::{LogStoreError, Result};
+pub use hard_state::{ConfState, HardState};
+pub use recovery::RecoveryReport;
+pub use retention::RetentionOutcome;
+pub use store::{AppendResult, LogStore, RecordsRead, StoreStats};
+
+/// Size of the fixed part of an entry frame on disk (what [`Entry::size`] adds to payload
+/// and context).
+pub const ENTRY_OVERHEAD_BYTES: usize = entry::FRAME_HEADER_LEN;

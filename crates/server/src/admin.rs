@@ -133,7 +133,12 @@ async fn append(
     let Ok(span) = u32::try_from(span) else {
         return error(StatusCode::BAD_REQUEST, "too many records".into(), None);
     };
-    let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(30_000).min(MAX_APPEND_TIMEOUT_MS));
+    let timeout = Duration::from_millis(
+        params
+            .timeout_ms
+            .unwrap_or(30_000)
+            .min(MAX_APPEND_TIMEOUT_MS),
+    );
     match stream.append(body, span, timeout).await {
         Ok(a) => Json(serde_json::json!({
             "base_offset": a.base_offset,
@@ -146,7 +151,11 @@ async fn append(
             "not the leader".into(),
             leader,
         ),
-        Err(AppendError::Timeout) => error(StatusCode::GATEWAY_TIMEOUT, "not committed in time".into(), None),
+        Err(AppendError::Timeout) => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "not committed in time".into(),
+            None,
+        ),
         Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string(), None),
     }
 }
@@ -166,7 +175,10 @@ async fn records(
         return error(StatusCode::NOT_FOUND, format!("no stream {name}"), None);
     };
     let hw = stream.visible().high_watermark;
-    match stream.read(params.offset, params.max_bytes.unwrap_or(1 << 20).min(64 << 20)) {
+    match stream.read(
+        params.offset,
+        params.max_bytes.unwrap_or(1 << 20).min(64 << 20),
+    ) {
         Ok(read) => {
             let mut body = Vec::with_capacity(read.bytes as usize);
             for c in &read.chunks {

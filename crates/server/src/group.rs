@@ -298,31 +298,23 @@ impl Group {
                     let mut members = vec![(first.reply, offset_span)];
                     let mut parts = vec![batches];
                     let mut size = parts[0].len();
-                    while self.p.group_commit {
-                        let fits = match iter.peek() {
-                            Some(Proposal {
-                                data: ProposalData::Records { batches, .. },
-                                ..
-                            }) => size + batches.len() <= MAX_MERGED_ENTRY_BYTES,
-                            _ => false,
-                        };
-                        if !fits {
-                            break;
+                    // Group commit: merge the Records proposals queued behind this one.
+                    let merge = self.p.group_commit;
+                    while let Some(next) = iter.next_if(|p| match &p.data {
+                        ProposalData::Records { batches, .. } => {
+                            merge && size + batches.len() <= MAX_MERGED_ENTRY_BYTES
                         }
-                        let Some(Proposal {
-                            data:
-                                ProposalData::Records {
-                                    batches,
-                                    offset_span,
-                                },
-                            reply,
-                        }) = iter.next()
-                        else {
-                            break;
-                        };
-                        size += batches.len();
-                        parts.push(batches);
-                        members.push((reply, offset_span));
+                        ProposalData::Meta(_) => false,
+                    }) {
+                        if let ProposalData::Records {
+                            batches,
+                            offset_span,
+                        } = next.data
+                        {
+                            size += batches.len();
+                            parts.push(batches);
+                            members.push((next.reply, offset_span));
+                        }
                     }
                     let data = if parts.len() == 1 {
                         parts.pop().unwrap_or_default()

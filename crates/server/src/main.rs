@@ -86,7 +86,10 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding the admin listener on {addr}"))?;
             tracing::info!(%addr, "admin API listening");
-            Some(tokio::spawn(vdl_server::admin::serve(listener, node.clone())))
+            Some(tokio::spawn(vdl_server::admin::serve(
+                listener,
+                node.clone(),
+            )))
         }
         None => None,
     };

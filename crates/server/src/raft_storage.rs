@@ -103,13 +103,14 @@ pub fn decode_snapshot_data(b: &[u8]) -> Option<u64> {
 
 /// raft-rs conf state from the store's.
 pub fn to_raft_conf(cs: &logstore::ConfState) -> ConfState {
-    let mut out = ConfState::default();
-    out.voters = cs.voters.clone();
-    out.learners = cs.learners.clone();
-    out.voters_outgoing = cs.voters_outgoing.clone();
-    out.learners_next = cs.learners_next.clone();
-    out.auto_leave = cs.auto_leave;
-    out
+    ConfState {
+        voters: cs.voters.clone(),
+        learners: cs.learners.clone(),
+        voters_outgoing: cs.voters_outgoing.clone(),
+        learners_next: cs.learners_next.clone(),
+        auto_leave: cs.auto_leave,
+        ..Default::default()
+    }
 }
 
 /// The store's conf state from raft-rs's.
@@ -127,12 +128,14 @@ impl raft::Storage for RaftStorage {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let s = read(&self.store);
         let hs = s.hard_state();
-        let mut out = HardState::default();
-        out.term = hs.term;
-        out.vote = hs.vote;
-        // A commit index beyond the log (possible only if the log lost a synced tail, which the
-        // store forbids) would make raft-rs panic; clamp defensively.
-        out.commit = hs.commit.min(s.last_index());
+        let out = HardState {
+            term: hs.term,
+            vote: hs.vote,
+            // A commit index beyond the log (possible only if the log lost a synced tail, which
+            // the store forbids) would make raft-rs panic; clamp defensively.
+            commit: hs.commit.min(s.last_index()),
+            ..Default::default()
+        };
         Ok(RaftState::new(out, to_raft_conf(s.conf_state())))
     }
 
@@ -179,8 +182,10 @@ impl raft::Storage for RaftStorage {
         // behind follower where the retained log starts, in Raft indexes and Kafka offsets.
         let s = read(&self.store);
         let index = s.first_index() - 1;
-        let mut snap = Snapshot::default();
-        snap.data = encode_snapshot_data(s.log_start_offset());
+        let mut snap = Snapshot {
+            data: encode_snapshot_data(s.log_start_offset()),
+            ..Default::default()
+        };
         let meta = snap.mut_metadata();
         meta.index = index;
         meta.term = s.term(index).map_err(store_err)?;

@@ -361,8 +361,10 @@ mod tests {
         m.to = 2;
         m.from = 1;
         m.term = 7;
-        let mut e = Entry::default();
-        e.data = Bytes::from(vec![9u8; 3000]);
+        let e = Entry {
+            data: Bytes::from(vec![9u8; 3000]),
+            ..Default::default()
+        };
         m.entries = vec![e].into();
         let mut frame = BytesMut::new();
         encode_message(&mut frame, 42, &m);

@@ -17,7 +17,12 @@ const STREAM: &str = "logstream1";
 const ELECTION_TIMEOUT_MS: u64 = 1000;
 
 /// A minimal HTTP/1.1 exchange (Connection: close). Returns (status, x-high-watermark, body).
-fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<(u16, Option<u64>, Vec<u8>)> {
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, Option<u64>, Vec<u8>)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -41,7 +46,8 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Res
         .ok_or_else(|| std::io::Error::other("no status"))?;
     let hw = head.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("x-high-watermark").then(|| v.trim().parse().ok())?
+        k.eq_ignore_ascii_case("x-high-watermark")
+            .then(|| v.trim().parse().ok())?
     });
     Ok((status, hw, raw[split + 4..].to_vec()))
 }
@@ -49,7 +55,10 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Res
 fn json_u64(body: &[u8], key: &str) -> Option<u64> {
     let text = String::from_utf8_lossy(body);
     let at = text.find(&format!("\"{key}\":"))? + key.len() + 3;
-    let digits: String = text[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     digits.parse().ok()
 }
 
@@ -134,7 +143,10 @@ impl Cluster {
     fn status(&self, i: usize) -> Option<(u64, u64)> {
         let (code, _, body) = http(self.admin[i], "GET", "/status", b"").ok()?;
         (code == 200).then_some(())?;
-        Some((json_u64(&body, "leader")?, json_u64(&body, "high_watermark")?))
+        Some((
+            json_u64(&body, "leader")?,
+            json_u64(&body, "high_watermark")?,
+        ))
     }
 
     /// The node that a running node reports as leader, among running nodes.
@@ -167,7 +179,12 @@ impl Cluster {
                 b"",
             )
             .expect("read");
-            assert_eq!(code, 200, "read at {offset}: {}", String::from_utf8_lossy(&body));
+            assert_eq!(
+                code,
+                200,
+                "read at {offset}: {}",
+                String::from_utf8_lossy(&body)
+            );
             let batches = split_batches(&body);
             if batches.is_empty() {
                 assert_eq!(hw, Some(offset));
@@ -217,12 +234,16 @@ fn write_until(c: &Cluster, tag: &str, until: Instant, seq: &mut u64) -> Vec<Vec
                     target = l as usize - 1;
                 } else {
                     std::thread::sleep(Duration::from_millis(20));
-                    target = c.leader(Duration::from_millis(500)).unwrap_or((target + 1) % 3);
+                    target = c
+                        .leader(Duration::from_millis(500))
+                        .unwrap_or((target + 1) % 3);
                 }
             }
             Err(_) => {
                 std::thread::sleep(Duration::from_millis(20));
-                target = c.leader(Duration::from_millis(500)).unwrap_or((target + 1) % 3);
+                target = c
+                    .leader(Duration::from_millis(500))
+                    .unwrap_or((target + 1) % 3);
             }
         }
     }
@@ -252,10 +273,19 @@ fn check_logs(c: &Cluster, acked: &[Vec<u8>]) {
             .filter(|(_, q)| *q == p)
             .map(|(i, _)| i)
             .collect();
-        assert_eq!(found.len(), 1, "{} appears {} times", String::from_utf8_lossy(p), found.len());
+        assert_eq!(
+            found.len(),
+            1,
+            "{} appears {} times",
+            String::from_utf8_lossy(p),
+            found.len()
+        );
         positions.push(found[0]);
     }
-    assert!(positions.windows(2).all(|w| w[0] < w[1]), "acknowledged order not kept");
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "acknowledged order not kept"
+    );
 }
 
 /// A fresh directory for a cluster; kept after the test (for its logs) when `VDL_TEST_KEEP` is
@@ -276,13 +306,23 @@ fn sigkill_the_leader_while_writing_loses_no_acknowledged_entry() {
     let (dir, _hold) = test_dir();
     let mut c = Cluster::start(&dir);
     let election = Duration::from_millis(ELECTION_TIMEOUT_MS);
-    assert!(c.leader(Duration::from_secs(15)).is_some(), "no initial leader");
+    assert!(
+        c.leader(Duration::from_secs(15)).is_some(),
+        "no initial leader"
+    );
     let mut acked = Vec::new();
     let mut seq = 0;
     let test_deadline = Instant::now() + Duration::from_secs(120);
     for round in 0..3 {
-        acked.extend(write_until(&c, "w", Instant::now() + Duration::from_millis(800), &mut seq));
-        let leader = c.leader(Duration::from_secs(5)).expect("a leader before the kill");
+        acked.extend(write_until(
+            &c,
+            "w",
+            Instant::now() + Duration::from_millis(800),
+            &mut seq,
+        ));
+        let leader = c
+            .leader(Duration::from_secs(5))
+            .expect("a leader before the kill");
         c.kill(leader);
         let killed_at = Instant::now();
         let new = c.leader(4 * election).expect("a new leader");
@@ -293,21 +333,38 @@ fn sigkill_the_leader_while_writing_loses_no_acknowledged_entry() {
         );
         eprintln!("round {round}: new leader after {took:?}");
         assert_ne!(new, leader);
-        acked.extend(write_until(&c, "w", Instant::now() + Duration::from_millis(800), &mut seq));
+        acked.extend(write_until(
+            &c,
+            "w",
+            Instant::now() + Duration::from_millis(800),
+            &mut seq,
+        ));
         c.spawn(leader);
         check_logs(&c, &acked);
         assert!(Instant::now() < test_deadline, "test ran out of time");
     }
-    assert!(acked.len() > 30, "the writer made progress: {} acks", acked.len());
+    assert!(
+        acked.len() > 30,
+        "the writer made progress: {} acks",
+        acked.len()
+    );
 }
 
 #[test]
 fn sigstop_the_leader_then_resume_keeps_logs_consistent() {
     let (dir, _hold) = test_dir();
     let c = Cluster::start(&dir);
-    assert!(c.leader(Duration::from_secs(15)).is_some(), "no initial leader");
+    assert!(
+        c.leader(Duration::from_secs(15)).is_some(),
+        "no initial leader"
+    );
     let mut seq = 0;
-    let mut acked = write_until(&c, "s", Instant::now() + Duration::from_millis(500), &mut seq);
+    let mut acked = write_until(
+        &c,
+        "s",
+        Instant::now() + Duration::from_millis(500),
+        &mut seq,
+    );
     let leader = c.leader(Duration::from_secs(5)).unwrap();
     c.signal(leader, "STOP");
     let mut others_led = None;
@@ -326,13 +383,27 @@ fn sigstop_the_leader_then_resume_keeps_logs_consistent() {
     while Instant::now() < until {
         seq += 1;
         let p = format!("s-{seq}").into_bytes();
-        if let Ok((200, _, _)) = http(c.admin[new], "POST", &format!("/streams/{STREAM}/append?timeout_ms=2000"), &batch(1, &p)) {
+        if let Ok((200, _, _)) = http(
+            c.admin[new],
+            "POST",
+            &format!("/streams/{STREAM}/append?timeout_ms=2000"),
+            &batch(1, &p),
+        ) {
             acked.push(p);
         }
     }
-    assert!(acked.len() > 10, "the writer made progress: {} acks", acked.len());
+    assert!(
+        acked.len() > 10,
+        "the writer made progress: {} acks",
+        acked.len()
+    );
     c.signal(leader, "CONT");
     // The resumed node steps down, catches up and agrees.
-    acked.extend(write_until(&c, "s", Instant::now() + Duration::from_millis(500), &mut seq));
+    acked.extend(write_until(
+        &c,
+        "s",
+        Instant::now() + Duration::from_millis(500),
+        &mut seq,
+    ));
     check_logs(&c, &acked);
 }

@@ -1,0 +1,129 @@
+//! The codec's hot paths: decoding a Produce request (one batch of 50 x 1 KiB records, with the
+//! batch CRC checked), CRC-32C over 1 MiB, and encoding a Fetch response around 1 MiB of record
+//! chunks. Throughput is reported in bytes of frame per second.
+//!
+//! Run: `cargo bench -p kafka-proto --bench codec`.
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kafka_proto::frame::{decode_request, encode_request, encode_response, Request, Response};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::messages::fetch_response::{FetchResponse, FetchableTopicResponse, PartitionData};
+use kafka_proto::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_proto::records::{build_batch, split_batches, Compression, NewRecord};
+use kafka_proto::RecordChunks;
+
+fn produce_frame(records: usize, value_bytes: usize) -> Bytes {
+    let value = Bytes::from(vec![b'v'; value_bytes]);
+    let recs: Vec<NewRecord> = (0..records)
+        .map(|i| {
+            NewRecord::new(1_700_000_000_000 + i as i64, value.clone()).with_key(format!("key-{i}"))
+        })
+        .collect();
+    let batch = build_batch(Compression::None, &recs).expect("batch");
+    let request = ProduceRequest {
+        acks: -1,
+        timeout_ms: 30_000,
+        topic_data: vec![TopicProduceData {
+            name: "bench".into(),
+            partition_data: vec![PartitionProduceData {
+                index: 0,
+                records: Some(RecordChunks::from(batch)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let header = RequestHeader {
+        api_key: 0,
+        api_version: 9,
+        correlation_id: 7,
+        client_id: Some("bench".into()),
+        ..Default::default()
+    };
+    let segments = encode_request(&header, &Request::Produce(request)).expect("encode");
+    let mut frame: Vec<u8> = segments.iter().flat_map(|s| s.iter().copied()).collect();
+    frame.drain(..4); // the size prefix is read by the connection, not the decoder
+    Bytes::from(frame)
+}
+
+/// Decodes the request and checks the CRC of every batch, as the server's produce path does.
+fn decode_and_validate(frame: Bytes) -> usize {
+    let (_, request) = decode_request(frame).expect("decode");
+    let Request::Produce(p) = request else {
+        unreachable!("a produce request")
+    };
+    let mut batches = 0;
+    for t in &p.topic_data {
+        for part in &t.partition_data {
+            let records = part.records.as_ref().expect("records").to_contiguous();
+            for b in split_batches(records) {
+                b.expect("whole batch")
+                    .validate_from_producer()
+                    .expect("valid batch");
+                batches += 1;
+            }
+        }
+    }
+    batches
+}
+
+fn bench_produce_decode(c: &mut Criterion) {
+    let frame = produce_frame(50, 1024);
+    let mut g = c.benchmark_group("produce_decode");
+    g.throughput(Throughput::Bytes(frame.len() as u64));
+    g.bench_function("50x1KiB_with_crc", |b| {
+        b.iter(|| black_box(decode_and_validate(black_box(frame.clone()))))
+    });
+    g.finish();
+}
+
+fn bench_crc32c(c: &mut Criterion) {
+    let data = vec![0xa5u8; 1 << 20];
+    let mut g = c.benchmark_group("crc32c");
+    g.throughput(Throughput::Bytes(data.len() as u64));
+    g.bench_function("1MiB", |b| {
+        b.iter(|| black_box(crc32c::crc32c(black_box(&data))))
+    });
+    g.finish();
+}
+
+fn bench_fetch_encode(c: &mut Criterion) {
+    // 32 chunks of 32 KiB, as the store hands them out (zero-copy slices).
+    let chunks: Vec<Bytes> = (0..32)
+        .map(|i| Bytes::from(vec![i as u8; 32 << 10]))
+        .collect();
+    let total: usize = chunks.iter().map(Bytes::len).sum();
+    let response = Response::Fetch(FetchResponse {
+        responses: vec![FetchableTopicResponse {
+            topic: "bench".into(),
+            partitions: vec![PartitionData {
+                partition_index: 0,
+                high_watermark: 1_000_000,
+                records: Some(RecordChunks::from_chunks(chunks)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let mut g = c.benchmark_group("fetch_encode");
+    g.throughput(Throughput::Bytes(total as u64));
+    g.bench_function("1MiB_in_32_chunks", |b| {
+        b.iter(|| black_box(encode_response(7, 12, black_box(&response)).expect("encode")))
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_produce_decode,
+    bench_crc32c,
+    bench_fetch_encode
+);
+criterion_main!(benches);

@@ -1,0 +1,34 @@
+//! Kafka record data: v2 record batches, their records, compression, and legacy message sets.
+//!
+//! Everything here decodes defensively: lengths and counts are checked against the bytes that
+//! remain before anything is sized by them, decompression is bounded by a caller-given limit,
+//! and nothing panics on any input. Record data is not copied on the server's paths: batches,
+//! keys, values and header values are zero-copy [`bytes::Bytes`] slices of the input (of the
+//! decompressed buffer for compressed batches).
+//!
+//! - [`batch`]: [`RecordBatch`], a view of one v2 batch; [`split_batches`] /
+//!   [`split_batches_lenient`]; [`set_base_offset`] and [`set_partition_leader_epoch`].
+//! - [`record`]: [`Record`], [`Header`] and [`RecordIter`].
+//! - [`builder`]: [`RecordBatchBuilder`] and [`NewRecord`].
+//! - [`compression`]: [`Compression`], [`compress`] and [`decompress`].
+//! - [`legacy`]: magic 0 and 1 message sets and conversion to and from v2 batches.
+
+pub mod batch;
+pub mod builder;
+pub mod compression;
+pub mod legacy;
+pub mod record;
+
+pub use batch::{
+    set_base_offset, set_partition_leader_epoch, split_batches, split_batches_lenient,
+    BatchAttributes, BatchSplitter, RecordBatch, TimestampType, TrailingPartial, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
+};
+pub use builder::{build_batch, NewRecord, RecordBatchBuilder};
+pub use compression::{compress, decompress, Compression};
+pub use legacy::{
+    batches_to_message_set, convert_message_set, decode_message_set, encode_message_set,
+    message_set_to_batch, ConvertError, LegacyDecodeOptions, LegacyMessage, LegacyRecord,
+    MessageSetIter,
+};
+pub use record::{Header, Record, RecordIter};

@@ -1,0 +1,90 @@
+//! Small file-system helpers: fsync with the panic policy, atomic file replace, the lock.
+//!
+//! **fsync failures panic.** After a failed fsync/fdatasync the kernel may have dropped the
+//! dirty pages and cleared the error, so a retry can "succeed" without the data being on disk
+//! (the PostgreSQL "fsyncgate" lesson). Continuing would risk acknowledging data that is lost.
+//! The only safe reaction is to stop the process and let recovery decide what is on disk.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+use crate::error::{io_err, LogStoreError, Result};
+
+/// fdatasync; panics on failure (see the module docs).
+pub(crate) fn fdatasync(file: &File, path: &Path) {
+    if let Err(e) = file.sync_data() {
+        panic!(
+            "logstore: fdatasync of {} failed: {e}; the state of the page cache is unknown, \
+             refusing to continue (restart and let recovery check the log)",
+            path.display()
+        );
+    }
+}
+
+/// fsync of a directory (makes creations, renames and deletions in it durable); panics on
+/// failure like [`fdatasync`]. Opening the directory can fail normally.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(io_err(dir))?;
+    if let Err(e) = d.sync_all() {
+        panic!(
+            "logstore: fsync of directory {} failed: {e}; refusing to continue",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Replaces `dir/name` atomically and durably: write `name.tmp`, fsync it, rename it over
+/// `name`, fsync the directory.
+pub(crate) fn atomic_write(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let dst = dir.join(name);
+    {
+        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(data).map_err(io_err(&tmp))?;
+        if let Err(e) = f.sync_all() {
+            panic!(
+                "logstore: fsync of {} failed: {e}; refusing to continue",
+                tmp.display()
+            );
+        }
+    }
+    std::fs::rename(&tmp, &dst).map_err(io_err(&dst))?;
+    fsync_dir(dir)
+}
+
+/// Removes a file; a missing file is not an error.
+pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+/// Takes an exclusive `flock` on `dir/LOCK` so that two stores never share a directory.
+/// The lock is released when the returned file is closed (or the process dies).
+pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join("LOCK");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(LogStoreError::Locked {
+                path: dir.to_path_buf(),
+            });
+        }
+        return Err(io_err(&path)(e));
+    }
+    Ok(f)
+}

@@ -1,0 +1,430 @@
+//! Opening a log directory: what is trusted, what is scanned, what is repaired.
+//!
+//! Rules:
+//! - Leftover `*.tmp` files are deleted (unfinished atomic writes), and so are index files
+//!   without a segment.
+//! - Every segment header is read (64 bytes per segment): bad magic, a header CRC mismatch, a
+//!   file shorter than the header, a newer format version or a name that does not match the
+//!   header's first index are errors. Segments of an older generation than the newest are
+//!   leftovers of an interrupted `install_snapshot` and are deleted.
+//! - Sealed segments (all but the last) were fsynced before the next one was created, so they
+//!   are trusted when their index file's header agrees with the segment (same base index and
+//!   generation, covered length = file length, and the frame at the recorded last position is
+//!   a valid frame of the recorded last index ending exactly at the end of the file). Their
+//!   index bodies are loaded lazily on first use. When the index file is missing or does not
+//!   agree, the segment is scanned completely; any bad frame in a sealed segment is corruption
+//!   and fails the open with the file and byte offset.
+//! - The active (last) segment is scanned from its checkpoint (the covered length of its
+//!   index file, written only for synced data) or from its header when there is no valid
+//!   checkpoint. The scan stops at the first frame that is incomplete, fails its CRC, or does
+//!   not continue the log (index, term, offset); the file is truncated there and fsynced.
+//! - Consecutive segments must continue each other (index, offset and term), else corruption.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::config::StoreConfig;
+use crate::entry::{check_frame, EntryKind};
+use crate::error::{corruption, io_err, Result};
+use crate::fsutil::{fdatasync, fsync_dir, remove_if_exists};
+use crate::index::{
+    read_index_file, read_index_summary, write_index_file, IndexSummary, SparseIndexes,
+};
+use crate::segment::{
+    create_segment_file, index_file_name, now_ms, open_rw, parse_file_name, Segment, SegmentHeader,
+    MAX_FRAME_LEN, SEGMENT_HEADER_LEN,
+};
+
+/// What happened while opening a store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Number of segment files after recovery.
+    pub segments: usize,
+    /// Bytes of the active segment scanned and CRC-checked (the tail after the checkpoint).
+    pub tail_bytes_scanned: u64,
+    /// Bytes cut from the end of the active segment (a torn or partially written tail).
+    pub truncated_bytes: u64,
+    /// Why the tail scan stopped before the end of the file, with the byte position.
+    pub truncation_reason: Option<(u64, String)>,
+    /// Index files that were missing or inconsistent and were rebuilt by scanning.
+    pub rebuilt_indexes: usize,
+    /// Leftover files deleted (temporary files, orphan indexes, older generations).
+    pub removed_files: usize,
+}
+
+/// Result of a scan: summary and indexes of the valid frames, and where/why it stopped early.
+pub(crate) struct Scan {
+    pub summary: IndexSummary,
+    pub indexes: SparseIndexes,
+    pub stop: Option<(u64, String)>,
+}
+
+/// Scans frames starting after `start` (or after the header). `data` holds the segment
+/// file's bytes from position `data_base` on; all positions are file positions.
+pub(crate) fn scan(
+    data: &[u8],
+    data_base: u64,
+    header: &SegmentHeader,
+    start: Option<(IndexSummary, SparseIndexes)>,
+    interval: u64,
+) -> Scan {
+    let (mut s, mut idx) = start.unwrap_or_else(|| {
+        (
+            IndexSummary {
+                base_index: header.base_index,
+                generation: header.generation,
+                covered_len: SEGMENT_HEADER_LEN,
+                last_index: header.base_index - 1,
+                last_term: header.prev_term,
+                next_offset: header.base_offset,
+                last_entry_pos: 0,
+                max_timestamp: i64::MIN,
+            },
+            SparseIndexes::new(),
+        )
+    });
+    let mut pos = s.covered_len;
+    assert!(pos >= data_base, "scan must start inside the data");
+    let end = data_base + data.len() as u64;
+    let mut stop = None;
+    while pos < end {
+        let h = match check_frame(&data[(pos - data_base) as usize..], MAX_FRAME_LEN) {
+            Ok(h) => h,
+            Err(crate::entry::FrameError::Incomplete) => {
+                stop = Some((pos, "incomplete frame at the end of the file".to_string()));
+                break;
+            }
+            Err(crate::entry::FrameError::Invalid(r)) => {
+                stop = Some((pos, r));
+                break;
+            }
+        };
+        let problem = if h.index != s.last_index + 1 {
+            Some(format!(
+                "frame has index {}, expected {}",
+                h.index,
+                s.last_index + 1
+            ))
+        } else if h.term < s.last_term {
+            Some(format!(
+                "frame term {} is below the previous term {}",
+                h.term, s.last_term
+            ))
+        } else if h.first_offset != s.next_offset {
+            Some(format!(
+                "frame first offset {}, expected {}",
+                h.first_offset, s.next_offset
+            ))
+        } else if (h.kind == EntryKind::Records) != (h.record_count > 0) {
+            Some("record count does not match the entry kind".to_string())
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            stop = Some((pos, p));
+            break;
+        }
+        let records = (h.kind == EntryKind::Records).then_some((h.first_offset, h.max_timestamp));
+        idx.on_append(h.index, pos, records, interval);
+        s.last_index = h.index;
+        s.last_term = h.term;
+        s.next_offset = h.next_offset();
+        s.last_entry_pos = pos;
+        pos += h.total_len();
+        s.covered_len = pos;
+    }
+    s.max_timestamp = idx.max_timestamp;
+    Scan {
+        summary: s,
+        indexes: idx,
+        stop,
+    }
+}
+
+/// Scans a whole sealed segment; any bad frame is corruption.
+pub(crate) fn scan_strict(
+    path: &Path,
+    data: &[u8],
+    header: &SegmentHeader,
+    interval: u64,
+) -> Result<(IndexSummary, SparseIndexes)> {
+    let sc = scan(data, 0, header, None, interval);
+    if let Some((pos, reason)) = sc.stop {
+        return Err(corruption(
+            path,
+            pos,
+            format!("in a sealed segment: {reason}"),
+        ));
+    }
+    Ok((sc.summary, sc.indexes))
+}
+
+/// Checks an index summary against its segment cheaply: identity, lengths, and the last
+/// frame (read and CRC-checked).
+fn summary_matches(
+    s: &IndexSummary,
+    header: &SegmentHeader,
+    file: &std::fs::File,
+    file_len: u64,
+    sealed: bool,
+) -> bool {
+    if s.base_index != header.base_index || s.generation != header.generation {
+        return false;
+    }
+    if (sealed && s.covered_len != file_len) || s.covered_len > file_len {
+        return false;
+    }
+    if s.last_index < header.base_index {
+        return s.last_index == header.base_index - 1
+            && s.covered_len == SEGMENT_HEADER_LEN
+            && s.next_offset == header.base_offset
+            && s.last_term == header.prev_term;
+    }
+    if s.last_entry_pos < SEGMENT_HEADER_LEN || s.last_entry_pos >= s.covered_len {
+        return false;
+    }
+    let len = (s.covered_len - s.last_entry_pos) as usize;
+    if len as u64 > MAX_FRAME_LEN + 4 {
+        return false;
+    }
+    let mut buf = vec![0u8; len];
+    if file.read_exact_at(&mut buf, s.last_entry_pos).is_err() {
+        return false;
+    }
+    match check_frame(&buf, MAX_FRAME_LEN) {
+        Ok(h) => {
+            h.total_len() as usize == len
+                && h.index == s.last_index
+                && h.term == s.last_term
+                && h.next_offset() == s.next_offset
+        }
+        Err(_) => false,
+    }
+}
+
+/// Everything `LogStore::open` needs from the directory.
+pub(crate) struct Recovered {
+    pub segments: Vec<Segment>,
+    pub generation: u64,
+    pub report: RecoveryReport,
+}
+
+struct Found {
+    path: PathBuf,
+    file: std::fs::File,
+    header: SegmentHeader,
+    len: u64,
+}
+
+/// Opens (and repairs) the segments of `dir`; creates the first segment when there is none.
+pub(crate) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
+    let mut report = RecoveryReport::default();
+    let mut seg_bases = Vec::new();
+    let mut index_bases = Vec::new();
+    for ent in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let ent = ent.map_err(io_err(dir))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            remove_if_exists(&ent.path())?;
+            report.removed_files += 1;
+            continue;
+        }
+        match parse_file_name(name) {
+            Some((b, true)) => seg_bases.push(b),
+            Some((b, false)) => index_bases.push(b),
+            None => {}
+        }
+    }
+    seg_bases.sort_unstable();
+    let mut dir_dirty = false;
+    for b in &index_bases {
+        if seg_bases.binary_search(b).is_err() {
+            remove_if_exists(&dir.join(index_file_name(*b)))?;
+            report.removed_files += 1;
+            dir_dirty = true;
+        }
+    }
+
+    let mut found = Vec::with_capacity(seg_bases.len());
+    for &b in &seg_bases {
+        let path = dir.join(crate::segment::segment_file_name(b));
+        let file = open_rw(&path)?;
+        let len = file.metadata().map_err(io_err(&path))?.len();
+        let mut buf = vec![0u8; (SEGMENT_HEADER_LEN.min(len)) as usize];
+        file.read_exact_at(&mut buf, 0).map_err(io_err(&path))?;
+        let header = SegmentHeader::decode(&buf, &path)?;
+        if header.base_index != b {
+            return Err(crate::LogStoreError::SegmentNameMismatch {
+                path,
+                name_index: b,
+                header_index: header.base_index,
+            });
+        }
+        if header.base_index == 0 {
+            return Err(corruption(
+                &path,
+                8,
+                "base index 0 (Raft indexes start at 1)",
+            ));
+        }
+        found.push(Found {
+            path,
+            file,
+            header,
+            len,
+        });
+    }
+
+    if found.is_empty() {
+        let header = SegmentHeader {
+            base_index: 1,
+            base_offset: 0,
+            prev_term: 0,
+            generation: 0,
+            created_ms: now_ms(),
+        };
+        let (path, file) = create_segment_file(dir, &header)?;
+        report.segments = 1;
+        return Ok(Recovered {
+            segments: vec![Segment::new_empty(header, path, file, dir)],
+            generation: 0,
+            report,
+        });
+    }
+
+    let generation = found.iter().map(|f| f.header.generation).max().unwrap_or(0);
+    let mut kept = Vec::with_capacity(found.len());
+    for f in found {
+        if f.header.generation < generation {
+            remove_if_exists(&dir.join(index_file_name(f.header.base_index)))?;
+            remove_if_exists(&f.path)?;
+            report.removed_files += 1;
+            dir_dirty = true;
+        } else {
+            kept.push(f);
+        }
+    }
+    if dir_dirty {
+        fsync_dir(dir)?;
+    }
+
+    let n = kept.len();
+    let mut segments: Vec<Segment> = Vec::with_capacity(n);
+    for (i, f) in kept.into_iter().enumerate() {
+        let index_path = dir.join(index_file_name(f.header.base_index));
+        let seg = if i + 1 < n {
+            open_sealed(dir, f, &index_path, cfg, &mut report)?
+        } else {
+            open_active(dir, f, &index_path, cfg, &mut report)?
+        };
+        if let Some(prev) = segments.last() {
+            let h = &seg.header;
+            if h.base_index != prev.last_index + 1
+                || h.base_offset != prev.next_offset
+                || h.prev_term != prev.last_term
+            {
+                return Err(corruption(
+                    &seg.path,
+                    0,
+                    format!(
+                        "segment does not continue {}: starts at index {} offset {} (prev term \
+                         {}), previous ends at index {} offset {} term {}",
+                        prev.path.display(),
+                        h.base_index,
+                        h.base_offset,
+                        h.prev_term,
+                        prev.last_index,
+                        prev.next_offset,
+                        prev.last_term
+                    ),
+                ));
+            }
+        }
+        segments.push(seg);
+    }
+    report.segments = segments.len();
+    Ok(Recovered {
+        segments,
+        generation,
+        report,
+    })
+}
+
+fn open_sealed(
+    dir: &Path,
+    f: Found,
+    index_path: &Path,
+    cfg: &StoreConfig,
+    report: &mut RecoveryReport,
+) -> Result<Segment> {
+    if let Some(s) = read_index_summary(index_path) {
+        if summary_matches(&s, &f.header, &f.file, f.len, true) {
+            let mut seg = Segment::from_summary(f.header, f.path, f.file, dir, &s, None);
+            seg.sealed = true;
+            return Ok(seg);
+        }
+    }
+    // Rebuild by scanning the whole segment (strict: it was synced before it was sealed).
+    report.rebuilt_indexes += 1;
+    let mut seg = Segment::new_empty(f.header, f.path, f.file, dir);
+    seg.sealed = true;
+    seg.len = f.len;
+    let data = seg.map()?;
+    let (s, idx) = scan_strict(&seg.path, &data, &f.header, cfg.index_interval_bytes)?;
+    drop(data);
+    let _ = write_index_file(index_path, &s, &idx);
+    let mut seg = Segment::from_summary(f.header, seg.path.clone(), seg.file, dir, &s, Some(idx));
+    seg.sealed = true;
+    Ok(seg)
+}
+
+fn open_active(
+    dir: &Path,
+    f: Found,
+    index_path: &Path,
+    cfg: &StoreConfig,
+    report: &mut RecoveryReport,
+) -> Result<Segment> {
+    let start = match read_index_file(index_path) {
+        Some((s, idx)) if summary_matches(&s, &f.header, &f.file, f.len, false) => Some((s, idx)),
+        Some(_) => {
+            report.rebuilt_indexes += 1;
+            None
+        }
+        None => {
+            if index_path.exists() {
+                report.rebuilt_indexes += 1;
+            }
+            None
+        }
+    };
+    let from = start
+        .as_ref()
+        .map_or(SEGMENT_HEADER_LEN, |(s, _)| s.covered_len);
+    let sc = {
+        // SAFETY: the directory lock makes this store the only writer, and the file is not
+        // written or truncated while this map exists (it is dropped at the end of the block).
+        let map = unsafe { memmap2::Mmap::map(&f.file) }.map_err(io_err(&f.path))?;
+        let data = map.get(from as usize..).unwrap_or(&[]);
+        scan(data, from, &f.header, start, cfg.index_interval_bytes)
+    };
+    report.tail_bytes_scanned = f.len - from;
+    let end = sc.summary.covered_len;
+    if end < f.len {
+        report.truncated_bytes = f.len - end;
+        report.truncation_reason = sc.stop.clone();
+        f.file.set_len(end).map_err(io_err(&f.path))?;
+    }
+    // Whatever recovery accepted may so far live only in the page cache (after a process
+    // crash): make it durable before anything built on it is acknowledged.
+    fdatasync(&f.file, &f.path);
+    let covered = sc.summary;
+    if report.tail_bytes_scanned >= cfg.checkpoint_bytes {
+        // Checkpoint now, so the next open does not scan the same tail again.
+        let _ = write_index_file(index_path, &covered, &sc.indexes);
+    }
+    let mut seg = Segment::from_summary(f.header, f.path, f.file, dir, &covered, Some(sc.indexes));
+    seg.sealed = false;
+    Ok(seg)
+}

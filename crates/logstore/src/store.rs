@@ -1,0 +1,1002 @@
+//! The public [`LogStore`].
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::batch;
+use crate::cache::EntryCache;
+use crate::config::{StoreConfig, SyncPolicy};
+use crate::entry::FRAME_HEADER_LEN;
+use crate::entry::{encode_frame, entry_from_frame, Entry, EntryKind, FrameMeta, NewEntry};
+use crate::error::{corruption, io_err, LogStoreError, Result};
+use crate::fsutil::{fdatasync, fsync_dir, lock_dir, remove_if_exists};
+use crate::hard_state::{self, ConfState, HardState};
+use crate::index::write_index_file;
+use crate::recovery::{recover, RecoveryReport};
+use crate::retention::{segments_to_delete, RetentionOutcome, SegmentInfo};
+use crate::segment::{
+    create_segment_file, now_ms, open_rw, Segment, SegmentHeader, SEGMENT_HEADER_LEN,
+};
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendResult {
+    /// Last Raft index after the append.
+    pub last_index: u64,
+    /// Next Kafka offset after the append.
+    pub next_offset: u64,
+    /// Whether everything appended so far was durable when the call returned.
+    pub durable: bool,
+}
+
+/// Whole record batches read for a consumer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordsRead {
+    /// Batches, in offset order, as zero-copy slices (of the cache, of a memory-mapped sealed
+    /// segment, or of one read buffer for the active segment). Consecutive batches of one
+    /// entry share a chunk. Concatenated, they form a valid Kafka `records` field.
+    pub chunks: Vec<Bytes>,
+    /// Base offset of the first returned batch (it may be below the requested offset: the
+    /// batch holding the requested offset is returned whole). `None` when nothing returned.
+    pub first_batch_offset: Option<u64>,
+    /// Offset after the last returned batch (the requested offset when nothing returned).
+    pub next_offset: u64,
+    /// Total bytes in `chunks`.
+    pub bytes: u64,
+}
+
+/// Sizes, for monitoring and the memory benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Number of segment files.
+    pub segments: usize,
+    /// Total bytes of segment files.
+    pub total_bytes: u64,
+    /// Bytes of entries held by the cache.
+    pub cache_bytes: u64,
+    /// Heap bytes of the indexes currently loaded.
+    pub index_bytes: u64,
+}
+
+/// One log stream's storage: a directory of segment files with their indexes, the hard
+/// state and the configuration state.
+///
+/// # Durability contract
+/// - After [`LogStore::sync`] returns, every entry appended before the call survives a crash
+///   (process or power), as do all truncations and deletions that returned before it.
+/// - [`LogStore::append`] follows the [`SyncPolicy`]: under `Always` it returns after the
+///   appended entries are durable. [`LogStore::append_unsynced`] never syncs, so many appends
+///   can share one `sync` (group commit).
+/// - `truncate_suffix`, `install_snapshot`, `delete_prefix`/`apply_retention`,
+///   `save_hard_state` and `save_conf_state` are durable when they return.
+/// - Rolling to a new segment syncs the old one first (under every policy).
+/// - An fsync failure panics (see the crate docs): the process must restart and recover.
+/// - Dropping the store does not sync; [`LogStore::close`] does.
+///
+/// Reads take `&self`; the store is `Send + Sync`, so a lock around it can share it between
+/// an appending thread and reading threads.
+pub struct LogStore {
+    dir: PathBuf,
+    config: StoreConfig,
+    _lock: File,
+    /// Sorted by base index; never empty; the last one is the active segment.
+    segments: Vec<Segment>,
+    cache: EntryCache,
+    generation: u64,
+    synced_len: u64,
+    checkpoint_len: u64,
+    durable_index: u64,
+    last_sync: Instant,
+    hard_state: HardState,
+    conf_state: ConfState,
+    report: RecoveryReport,
+}
+
+impl std::fmt::Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore")
+            .field("dir", &self.dir)
+            .field("first_index", &self.first_index())
+            .field("last_index", &self.last_index())
+            .field("next_offset", &self.next_offset())
+            .finish()
+    }
+}
+
+impl LogStore {
+    /// Opens the log in `dir` (creating the directory and an empty log when missing),
+    /// recovering from any crash as described in the crate docs. Fails on corruption of
+    /// synced data, on files of a newer format, and when another store holds the directory.
+    pub fn open(dir: &Path, config: StoreConfig) -> Result<LogStore> {
+        config.validate().map_err(LogStoreError::InvalidArgument)?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fsync_dir(parent)?;
+            }
+        }
+        let lock = lock_dir(dir)?;
+        let hard_state = hard_state::load_hard_state(dir)?;
+        let conf_state = hard_state::load_conf_state(dir)?;
+        let rec = recover(dir, &config)?;
+        let active = rec
+            .segments
+            .last()
+            .expect("recovery returns at least one segment");
+        let synced_len = active.len;
+        let checkpoint_len = if rec.report.tail_bytes_scanned >= config.checkpoint_bytes {
+            active.len
+        } else {
+            active.len - rec.report.tail_bytes_scanned.min(active.len)
+        };
+        let durable_index = active.last_index;
+        Ok(LogStore {
+            dir: dir.to_path_buf(),
+            cache: EntryCache::new(config.cache_bytes),
+            config,
+            _lock: lock,
+            segments: rec.segments,
+            generation: rec.generation,
+            synced_len,
+            checkpoint_len,
+            durable_index,
+            last_sync: Instant::now(),
+            hard_state,
+            conf_state,
+            report: rec.report,
+        })
+    }
+
+    /// Syncs, writes the active segment's checkpoint (so the next open scans nothing) and
+    /// closes the store.
+    pub fn close(mut self) -> Result<()> {
+        self.sync()?;
+        let active = self.active();
+        let idx = active.indexes(self.config.index_interval_bytes)?;
+        let _ = write_index_file(&active.index_path, &active.summary(), &idx);
+        Ok(())
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .last()
+            .expect("a store always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a store always has an active segment")
+    }
+
+    /// The directory of this log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// What recovery did when the store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// First Raft index stored (`last_index() + 1` when the log is empty).
+    pub fn first_index(&self) -> u64 {
+        self.segments[0].header.base_index
+    }
+
+    /// Last Raft index stored (`first_index() - 1` when the log is empty).
+    pub fn last_index(&self) -> u64 {
+        self.active().last_index
+    }
+
+    /// Term of the last entry (of `first_index() - 1` when the log is empty).
+    pub fn last_term(&self) -> u64 {
+        self.active().last_term
+    }
+
+    /// The offset the next record will get (the log end offset).
+    pub fn next_offset(&self) -> u64 {
+        self.active().next_offset
+    }
+
+    /// The first Kafka offset still stored.
+    pub fn log_start_offset(&self) -> u64 {
+        self.segments[0].header.base_offset
+    }
+
+    /// The highest index known durable (everything up to it survives a crash).
+    pub fn durable_index(&self) -> u64 {
+        self.durable_index
+    }
+
+    /// Sizes of the store.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            segments: self.segments.len(),
+            total_bytes: self.segments.iter().map(|s| s.len).sum(),
+            cache_bytes: self.cache.bytes(),
+            index_bytes: self
+                .segments
+                .iter()
+                .map(|s| s.index_heap_bytes() as u64)
+                .sum(),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Writing
+
+    /// Appends entries (indexes `last_index()+1, +2, ...`) in one write, then syncs if the
+    /// [`SyncPolicy`] says so: under `Always`, the entries are durable when this returns.
+    /// On error nothing was appended. Records payloads get their offsets assigned here.
+    pub fn append(&mut self, entries: &[NewEntry]) -> Result<AppendResult> {
+        self.append_unsynced(entries)?;
+        match self.config.sync_policy {
+            SyncPolicy::Always => self.sync()?,
+            SyncPolicy::Interval(_) => self.sync_if_due()?,
+            SyncPolicy::Never => {}
+        }
+        Ok(self.append_result())
+    }
+
+    /// Like [`LogStore::append`], but when the first entry's index is already in the log,
+    /// first truncates the log from there (raft-rs semantics: new entries replace the
+    /// conflicting suffix).
+    pub fn append_replacing(&mut self, entries: &[NewEntry]) -> Result<AppendResult> {
+        if let Some(first) = entries.first() {
+            if first.index <= self.last_index() {
+                self.truncate_suffix(first.index)?;
+            }
+        }
+        self.append(entries)
+    }
+
+    fn append_result(&self) -> AppendResult {
+        AppendResult {
+            last_index: self.last_index(),
+            next_offset: self.next_offset(),
+            durable: self.durable_index == self.last_index(),
+        }
+    }
+
+    /// Appends entries in one write without syncing (whatever the policy). They are
+    /// readable at once and durable after the next [`LogStore::sync`]. On error nothing was
+    /// appended.
+    pub fn append_unsynced(&mut self, entries: &[NewEntry]) -> Result<AppendResult> {
+        if entries.is_empty() {
+            return Ok(self.append_result());
+        }
+        let cfg = &self.config;
+        // Validate everything before writing anything.
+        let mut prev_term = self.last_term();
+        let mut total: u64 = 0;
+        let mut batches: Vec<Option<Vec<batch::BatchInfo>>> = Vec::with_capacity(entries.len());
+        for (expected, e) in (self.last_index() + 1..).zip(entries) {
+            if e.index != expected {
+                return Err(LogStoreError::NonContiguous {
+                    expected,
+                    got: e.index,
+                });
+            }
+            if e.term < prev_term {
+                return Err(LogStoreError::TermRegression {
+                    index: e.index,
+                    term: e.term,
+                    prev_term,
+                });
+            }
+            let size = (e.payload.len() + e.context.len()) as u64;
+            if size > cfg.max_entry_bytes {
+                return Err(LogStoreError::EntryTooLarge {
+                    index: e.index,
+                    size,
+                    limit: cfg.max_entry_bytes,
+                });
+            }
+            if e.kind == EntryKind::Records {
+                let infos = batch::walk(&e.payload).map_err(|(at, reason)| {
+                    LogStoreError::InvalidRecords {
+                        index: e.index,
+                        at,
+                        reason,
+                    }
+                })?;
+                let count: u64 = infos.iter().map(|b| u64::from(b.offset_count)).sum();
+                if count > u64::from(u32::MAX) {
+                    return Err(LogStoreError::InvalidRecords {
+                        index: e.index,
+                        at: 0,
+                        reason: format!("{count} offsets in one entry"),
+                    });
+                }
+                batches.push(Some(infos));
+            } else {
+                batches.push(None);
+            }
+            total += FRAME_HEADER_LEN as u64 + size;
+            prev_term = e.term;
+        }
+        if entries.len() > cfg.max_batch_entries || total > cfg.max_batch_bytes {
+            return Err(LogStoreError::BatchTooLarge {
+                entries: entries.len(),
+                bytes: total,
+            });
+        }
+        let active_len = self.active().len;
+        if active_len > SEGMENT_HEADER_LEN && active_len + total > self.config.segment_bytes {
+            self.roll()?;
+        }
+
+        // Encode all frames into one buffer: one write per append batch.
+        let mut buf = Vec::with_capacity(total as usize);
+        let mut next_offset = self.next_offset();
+        let mut metas = Vec::with_capacity(entries.len());
+        for (e, infos) in entries.iter().zip(&batches) {
+            let (count, max_ts) = match infos {
+                Some(infos) => (
+                    infos.iter().map(|b| b.offset_count).sum::<u32>(),
+                    infos.iter().map(|b| b.max_timestamp).max().unwrap_or(-1),
+                ),
+                None => (0, -1),
+            };
+            let m = FrameMeta {
+                index: e.index,
+                term: e.term,
+                kind: e.kind,
+                first_offset: next_offset,
+                record_count: count,
+                max_timestamp: max_ts,
+            };
+            let start = buf.len();
+            encode_frame(&mut buf, &m, &e.context, &e.payload, |p| {
+                if let Some(infos) = infos {
+                    let mut o = m.first_offset;
+                    for b in infos {
+                        batch::set_base_offset(p, b.pos, o);
+                        o += u64::from(b.offset_count);
+                    }
+                }
+            });
+            next_offset += u64::from(count);
+            metas.push((m, start, e.context.len(), e.payload.len()));
+        }
+        debug_assert_eq!(buf.len() as u64, total);
+
+        let interval = self.config.index_interval_bytes;
+        let active = self
+            .segments
+            .last_mut()
+            .expect("a store always has an active segment");
+        let pos0 = active.len;
+        if let Err(e) = active.file.write_all_at(&buf, pos0) {
+            // Best effort: remove a partial write so the next append starts clean. Recovery
+            // would cut it anyway (it cannot be a valid continuation of the log).
+            let _ = active.file.set_len(pos0);
+            return Err(io_err(&active.path)(e));
+        }
+        let bytes = Bytes::from(buf);
+        for (m, start, ctx_len, payload_len) in &metas {
+            let abs = pos0 + *start as u64;
+            let records =
+                (m.kind == EntryKind::Records).then_some((m.first_offset, m.max_timestamp));
+            active
+                .indexes_mut()
+                .on_append(m.index, abs, records, interval);
+            if records.is_some() {
+                active.max_timestamp = active.max_timestamp.max(m.max_timestamp);
+            }
+            active.last_entry_pos = abs;
+            let ctx_start = start + FRAME_HEADER_LEN;
+            let end = ctx_start + ctx_len + payload_len;
+            self.cache.push(Entry {
+                index: m.index,
+                term: m.term,
+                kind: m.kind,
+                context: bytes.slice(ctx_start..ctx_start + ctx_len),
+                payload: bytes.slice(ctx_start + ctx_len..end),
+                first_offset: m.first_offset,
+                record_count: m.record_count,
+            });
+        }
+        let last = metas
+            .last()
+            .map(|(m, ..)| *m)
+            .expect("entries is not empty");
+        assert!(last.index > active.last_index, "log indexes must ascend");
+        assert!(
+            next_offset >= active.next_offset,
+            "offsets must not go back"
+        );
+        active.len = pos0 + total;
+        active.last_index = last.index;
+        active.last_term = last.term;
+        active.next_offset = next_offset;
+        Ok(self.append_result())
+    }
+
+    /// Makes everything appended so far durable (fdatasync of the active segment; earlier
+    /// segments were synced when they were sealed). Writes a checkpoint when the active
+    /// segment grew by `checkpoint_bytes` since the last one. Panics if fdatasync fails.
+    pub fn sync(&mut self) -> Result<()> {
+        let interval = self.config.index_interval_bytes;
+        let checkpoint_bytes = self.config.checkpoint_bytes;
+        let active = self.active();
+        if self.synced_len < active.len {
+            fdatasync(&active.file, &active.path);
+        }
+        let len = active.len;
+        let last_index = active.last_index;
+        self.synced_len = len;
+        self.durable_index = last_index;
+        self.last_sync = Instant::now();
+        if len - self.checkpoint_len.min(len) >= checkpoint_bytes {
+            let active = self.active();
+            let idx = active.indexes(interval)?;
+            // Derived data: a failed write only means a longer scan at the next open.
+            if write_index_file(&active.index_path, &active.summary(), &idx).is_ok() {
+                self.checkpoint_len = len;
+            }
+        }
+        Ok(())
+    }
+
+    /// Under [`SyncPolicy::Interval`], syncs if the interval has passed since the last sync
+    /// (call it from a timer). Under the other policies it does nothing.
+    pub fn sync_if_due(&mut self) -> Result<()> {
+        if let SyncPolicy::Interval(d) = self.config.sync_policy {
+            if self.durable_index != self.last_index() && self.last_sync.elapsed() >= d {
+                self.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment (fdatasync, index file) and starts a new one.
+    fn roll(&mut self) -> Result<()> {
+        let interval = self.config.index_interval_bytes;
+        let generation = self.generation;
+        let synced_len = self.synced_len;
+        let active = self.active_mut();
+        if synced_len < active.len {
+            fdatasync(&active.file, &active.path);
+        }
+        let s = active.summary();
+        let idx = active.indexes(interval)?;
+        let _ = write_index_file(&active.index_path, &s, &idx);
+        active.sealed = true;
+        let header = SegmentHeader {
+            base_index: s.last_index + 1,
+            base_offset: s.next_offset,
+            prev_term: s.last_term,
+            generation,
+            created_ms: now_ms(),
+        };
+        let (path, file) = create_segment_file(&self.dir, &header)?;
+        self.segments
+            .push(Segment::new_empty(header, path, file, &self.dir));
+        self.synced_len = SEGMENT_HEADER_LEN;
+        self.checkpoint_len = 0;
+        self.durable_index = s.last_index;
+        Ok(())
+    }
+
+    /// Removes entries `from_index..=last_index()` (conflicting entries, raft-rs semantics).
+    /// Durable when it returns. `from_index > last_index()` does nothing; below
+    /// `first_index()` is an error.
+    pub fn truncate_suffix(&mut self, from_index: u64) -> Result<()> {
+        if from_index > self.last_index() {
+            return Ok(());
+        }
+        if from_index < self.first_index() {
+            return Err(LogStoreError::Compacted {
+                index: from_index,
+                first_index: self.first_index(),
+            });
+        }
+        let interval = self.config.index_interval_bytes;
+        let k = self.segment_for_index(from_index);
+        let seg = &self.segments[k];
+        let (pos, h) = seg.locate_index(from_index, interval)?;
+        let new_next_offset = h.first_offset;
+        let (new_last_term, new_last_pos) = if from_index == seg.header.base_index {
+            (seg.header.prev_term, 0)
+        } else {
+            let (p, hh) = seg.locate_index(from_index - 1, interval)?;
+            (hh.term, p)
+        };
+        let mut idx = (*seg.indexes(interval)?).clone();
+        idx.truncate(pos, new_next_offset);
+        // Exact max timestamp of what remains: the time index bounds everything before the
+        // last offset-index entry; scan from there.
+        let mut max_ts = idx.time.last().map_or(i64::MIN, |&(t, _)| t);
+        let mut p = idx.offset.last().map_or(SEGMENT_HEADER_LEN, |&(_, p)| p);
+        while p < pos {
+            let hh = seg.read_frame_header(p)?;
+            if hh.kind == EntryKind::Records {
+                max_ts = max_ts.max(hh.max_timestamp);
+            }
+            p += hh.total_len();
+        }
+        idx.max_timestamp = max_ts;
+
+        self.cache.truncate_from(from_index);
+        // Later segments go first, newest first, so a crash leaves a contiguous prefix.
+        while self.segments.len() > k + 1 {
+            let s = self.segments.pop().expect("len > k + 1");
+            remove_if_exists(&s.index_path)?;
+            remove_if_exists(&s.path)?;
+        }
+        // The index file of the segment being cut would claim entries that no longer exist.
+        remove_if_exists(&self.segments[k].index_path)?;
+        fsync_dir(&self.dir)?;
+        let dir = self.dir.clone();
+        let seg = &mut self.segments[k];
+        if seg.sealed {
+            // Never truncate a file that may be memory-mapped (readers may hold slices):
+            // write the kept prefix to a new file and rename it over the old one.
+            let data = seg.map()?;
+            let tmp = seg.path.with_extension("log.tmp");
+            {
+                let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+                f.write_all(&data[..pos as usize]).map_err(io_err(&tmp))?;
+                fdatasync(&f, &tmp);
+            }
+            drop(data);
+            seg.drop_map();
+            std::fs::rename(&tmp, &seg.path).map_err(io_err(&seg.path))?;
+            fsync_dir(&dir)?;
+            seg.file = open_rw(&seg.path)?;
+            seg.sealed = false;
+        } else {
+            seg.file.set_len(pos).map_err(io_err(&seg.path))?;
+            fdatasync(&seg.file, &seg.path);
+        }
+        seg.len = pos;
+        seg.last_index = from_index - 1;
+        seg.last_term = new_last_term;
+        seg.next_offset = new_next_offset;
+        seg.last_entry_pos = new_last_pos;
+        seg.max_timestamp = max_ts;
+        seg.set_indexes(idx);
+        self.synced_len = pos;
+        self.checkpoint_len = 0;
+        self.durable_index = self.durable_index.min(from_index - 1);
+        Ok(())
+    }
+
+    /// Discards the whole log and restarts it right after `index` (a Raft snapshot at
+    /// `index`/`term` was installed): afterwards `first_index() == index + 1`,
+    /// `term(index) == term`, and the next record gets offset `next_offset`. Durable when it
+    /// returns; atomic across crashes (recovery drops whichever generation is older).
+    pub fn install_snapshot(&mut self, index: u64, term: u64, next_offset: u64) -> Result<()> {
+        if index == u64::MAX {
+            return Err(LogStoreError::InvalidArgument(
+                "snapshot index u64::MAX".into(),
+            ));
+        }
+        for s in &self.segments {
+            remove_if_exists(&s.index_path)?;
+        }
+        let generation = self.generation + 1;
+        let header = SegmentHeader {
+            base_index: index + 1,
+            base_offset: next_offset,
+            prev_term: term,
+            generation,
+            created_ms: now_ms(),
+        };
+        // Commit point: the new-generation segment exists durably.
+        let (path, file) = create_segment_file(&self.dir, &header)?;
+        self.generation = generation;
+        let old = std::mem::take(&mut self.segments);
+        self.segments
+            .push(Segment::new_empty(header, path.clone(), file, &self.dir));
+        for s in old {
+            if s.path != path {
+                remove_if_exists(&s.path)?;
+            }
+        }
+        fsync_dir(&self.dir)?;
+        self.cache.clear();
+        self.synced_len = SEGMENT_HEADER_LEN;
+        self.checkpoint_len = 0;
+        self.durable_index = index;
+        Ok(())
+    }
+
+    /// Applies the configured [`crate::RetentionPolicy`]: deletes whole sealed segments from
+    /// the front, never the active one, never one holding an index >= `floor_index`.
+    /// Returns [`LogStoreError::DeletionForbidden`] when `deletion_allowed` is false.
+    pub fn apply_retention(&mut self, floor_index: u64) -> Result<RetentionOutcome> {
+        self.delete_front(floor_index, false)
+    }
+
+    /// Deletes every sealed segment that lies entirely below `floor_index` (Raft log
+    /// compaction after a snapshot). `first_index()` afterwards is at most `floor_index`.
+    /// Returns [`LogStoreError::DeletionForbidden`] when `deletion_allowed` is false.
+    pub fn delete_prefix(&mut self, floor_index: u64) -> Result<RetentionOutcome> {
+        self.delete_front(floor_index, true)
+    }
+
+    fn delete_front(&mut self, floor_index: u64, all: bool) -> Result<RetentionOutcome> {
+        if !self.config.deletion_allowed {
+            return Err(LogStoreError::DeletionForbidden);
+        }
+        let infos: Vec<SegmentInfo> = self
+            .segments
+            .iter()
+            .map(|s| SegmentInfo {
+                len: s.len,
+                last_index: s.last_index,
+                newest_ms: if s.max_timestamp != i64::MIN {
+                    s.max_timestamp.max(0) as u64
+                } else {
+                    file_mtime_ms(&s.path).unwrap_or(s.header.created_ms)
+                },
+            })
+            .collect();
+        let n = segments_to_delete(&infos, &self.config.retention, floor_index, now_ms(), all);
+        let mut bytes = 0;
+        for s in self.segments.drain(..n) {
+            assert!(
+                s.last_index < floor_index && s.sealed,
+                "retention deletes sealed segments"
+            );
+            bytes += s.len;
+            remove_if_exists(&s.index_path)?;
+            remove_if_exists(&s.path)?;
+        }
+        if n > 0 {
+            fsync_dir(&self.dir)?;
+            let first = self.first_index();
+            self.cache.drop_before(first);
+        }
+        Ok(RetentionOutcome {
+            segments_deleted: n,
+            bytes_deleted: bytes,
+            first_index: self.first_index(),
+            log_start_offset: self.log_start_offset(),
+        })
+    }
+
+    /// Durably replaces the hard state (temp file, fsync, rename, fsync dir).
+    pub fn save_hard_state(&mut self, hs: &HardState) -> Result<()> {
+        hard_state::save_hard_state(&self.dir, hs)?;
+        self.hard_state = *hs;
+        Ok(())
+    }
+
+    /// The last saved hard state (default when never saved).
+    pub fn hard_state(&self) -> HardState {
+        self.hard_state
+    }
+
+    /// Durably replaces the configuration state (temp file, fsync, rename, fsync dir).
+    pub fn save_conf_state(&mut self, cs: &ConfState) -> Result<()> {
+        hard_state::save_conf_state(&self.dir, cs)?;
+        self.conf_state = cs.clone();
+        Ok(())
+    }
+
+    /// The last saved configuration state (default when never saved).
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Reading by Raft index
+
+    fn segment_for_index(&self, index: u64) -> usize {
+        let i = self
+            .segments
+            .partition_point(|s| s.header.base_index <= index);
+        debug_assert!(i > 0, "index below the first segment");
+        i.saturating_sub(1)
+    }
+
+    fn check_index(&self, index: u64) -> Result<()> {
+        if index < self.first_index() {
+            return Err(LogStoreError::Compacted {
+                index,
+                first_index: self.first_index(),
+            });
+        }
+        if index > self.last_index() {
+            return Err(LogStoreError::Unavailable {
+                index,
+                last_index: self.last_index(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Entries `[lo, hi)`, stopping before the total size would exceed `max_bytes` but
+    /// always at least one entry when `lo < hi` (raft-rs semantics; sizes are
+    /// [`Entry::size`]). Errors when `lo < first_index()` or `hi > last_index() + 1`.
+    pub fn entries(&self, lo: u64, hi: u64, max_bytes: u64) -> Result<Vec<Entry>> {
+        if lo < self.first_index() {
+            return Err(LogStoreError::Compacted {
+                index: lo,
+                first_index: self.first_index(),
+            });
+        }
+        if hi > self.last_index() + 1 {
+            return Err(LogStoreError::Unavailable {
+                index: hi - 1,
+                last_index: self.last_index(),
+            });
+        }
+        let mut out: Vec<Entry> = Vec::new();
+        let mut size = 0u64;
+        let mut push = |e: Entry, out: &mut Vec<Entry>| -> bool {
+            let s = e.size();
+            if !out.is_empty() && size + s > max_bytes {
+                return false;
+            }
+            size += s;
+            out.push(e);
+            true
+        };
+        let interval = self.config.index_interval_bytes;
+        let cache_first = self.cache.first_index().unwrap_or(u64::MAX);
+        let mut i = lo;
+        while i < hi && i < cache_first {
+            let seg = &self.segments[self.segment_for_index(i)];
+            let (mut pos, _) = seg.locate_index(i, interval)?;
+            while i < hi && i <= seg.last_index && i < cache_first {
+                let (h, frame) = seg.read_frame(pos)?;
+                if h.index != i {
+                    return Err(corruption(
+                        &seg.path,
+                        pos,
+                        format!("expected index {i}, found {}", h.index),
+                    ));
+                }
+                if !push(entry_from_frame(&h, &frame), &mut out) {
+                    return Ok(out);
+                }
+                pos += h.total_len();
+                i += 1;
+            }
+        }
+        while i < hi {
+            let e = self
+                .cache
+                .get(i)
+                .expect("the cache holds a suffix of the log")
+                .clone();
+            if !push(e, &mut out) {
+                break;
+            }
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    /// One entry.
+    pub fn entry(&self, index: u64) -> Result<Entry> {
+        self.check_index(index)?;
+        let mut v = self.entries(index, index + 1, u64::MAX)?;
+        v.pop().ok_or(LogStoreError::Unavailable {
+            index,
+            last_index: self.last_index(),
+        })
+    }
+
+    /// Term of entry `index`, also for `first_index() - 1` (remembered across prefix
+    /// deletion and snapshots).
+    pub fn term(&self, index: u64) -> Result<u64> {
+        if index == self.last_index() {
+            return Ok(self.last_term());
+        }
+        if index + 1 == self.first_index() {
+            return Ok(self.segments[0].header.prev_term);
+        }
+        self.check_index(index)?;
+        if let Some(e) = self.cache.get(index) {
+            return Ok(e.term);
+        }
+        let seg = &self.segments[self.segment_for_index(index)];
+        if index == seg.last_index {
+            return Ok(seg.last_term);
+        }
+        Ok(seg
+            .locate_index(index, self.config.index_interval_bytes)?
+            .1
+            .term)
+    }
+
+    /// The Kafka offset after entry `index` (`first_offset + record_count`), also for
+    /// `first_index() - 1`. Turns a Raft commit index into a high watermark.
+    pub fn next_offset_after_index(&self, index: u64) -> Result<u64> {
+        if index == self.last_index() {
+            return Ok(self.next_offset());
+        }
+        if index + 1 == self.first_index() {
+            return Ok(self.log_start_offset());
+        }
+        self.check_index(index)?;
+        if let Some(e) = self.cache.get(index) {
+            return Ok(e.next_offset());
+        }
+        let seg = &self.segments[self.segment_for_index(index)];
+        if index == seg.last_index {
+            return Ok(seg.next_offset);
+        }
+        Ok(seg
+            .locate_index(index, self.config.index_interval_bytes)?
+            .1
+            .next_offset())
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Reading by Kafka offset
+
+    /// Reads whole record batches starting with the batch that holds `from_offset`, up to
+    /// `max_bytes` (at least one batch when one is visible, even a larger one), never
+    /// including a batch with an offset at or beyond `visible_end_offset` (the high
+    /// watermark). Reading at the visible end returns nothing; outside
+    /// `[log_start_offset(), next_offset()]` is [`LogStoreError::OffsetOutOfRange`].
+    pub fn read_records(
+        &self,
+        from_offset: u64,
+        max_bytes: u64,
+        visible_end_offset: u64,
+    ) -> Result<RecordsRead> {
+        let start = self.log_start_offset();
+        let next = self.next_offset();
+        if from_offset < start || from_offset > next {
+            return Err(LogStoreError::OffsetOutOfRange {
+                offset: from_offset,
+                log_start_offset: start,
+                next_offset: next,
+            });
+        }
+        let end = visible_end_offset.min(next);
+        let mut out = RecordsRead {
+            next_offset: from_offset,
+            ..Default::default()
+        };
+        if from_offset >= end {
+            return Ok(out);
+        }
+        let mut cache_pos = self.cache.position_of_offset(from_offset);
+        if cache_pos.is_none() {
+            // From disk until the entries reach the cache.
+            let interval = self.config.index_interval_bytes;
+            let cache_first = self.cache.first_index().unwrap_or(u64::MAX);
+            let k = self
+                .segments
+                .partition_point(|s| s.next_offset <= from_offset);
+            let (mut pos, _) = self.segments[k].locate_offset(from_offset, interval)?;
+            'segments: for seg in &self.segments[k..] {
+                while pos < seg.len {
+                    let h = seg.read_frame_header(pos)?;
+                    if h.index >= cache_first {
+                        cache_pos = Some((h.index - cache_first) as usize);
+                        break 'segments;
+                    }
+                    if h.record_count > 0 {
+                        let (h, frame) = seg.read_frame(pos)?;
+                        let e = entry_from_frame(&h, &frame);
+                        if !add_batches(&e, from_offset, end, max_bytes, &mut out, &seg.path)? {
+                            return Ok(out);
+                        }
+                    }
+                    pos += h.total_len();
+                }
+                pos = SEGMENT_HEADER_LEN;
+            }
+        }
+        if let Some(mut p) = cache_pos {
+            while let Some(e) = self.cache.entry_at(p) {
+                if e.record_count > 0
+                    && !add_batches(e, from_offset, end, max_bytes, &mut out, &self.dir)?
+                {
+                    break;
+                }
+                p += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The base offset of the first batch whose maxTimestamp is >= `timestamp_ms` (Kafka
+    /// ListOffsets by time, at batch granularity: records before it in that batch may be
+    /// older). `None` when no stored batch is that new. Does not apply a visible limit.
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<u64>> {
+        let interval = self.config.index_interval_bytes;
+        for seg in &self.segments {
+            if seg.is_empty() || seg.max_timestamp == i64::MIN || seg.max_timestamp < timestamp_ms {
+                continue;
+            }
+            let idx = seg.indexes(interval)?;
+            let mut pos = idx
+                .time_floor(timestamp_ms)
+                .and_then(|o| idx.offset_floor(o))
+                .unwrap_or(SEGMENT_HEADER_LEN);
+            while pos < seg.len {
+                let h = seg.read_frame_header(pos)?;
+                if h.record_count > 0 && h.max_timestamp >= timestamp_ms {
+                    let (h, frame) = seg.read_frame(pos)?;
+                    let e = entry_from_frame(&h, &frame);
+                    let infos = batch::walk(&e.payload)
+                        .map_err(|(at, r)| corruption(&seg.path, pos + at as u64, r))?;
+                    let mut o = e.first_offset;
+                    for b in infos {
+                        if b.max_timestamp >= timestamp_ms {
+                            return Ok(Some(o));
+                        }
+                        o += u64::from(b.offset_count);
+                    }
+                }
+                pos += h.total_len();
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Adds the batches of `e` that hold offsets >= `from` to `out`. Returns false when reading
+/// must stop (a batch not fully visible, or the byte limit reached).
+fn add_batches(
+    e: &Entry,
+    from: u64,
+    end: u64,
+    max_bytes: u64,
+    out: &mut RecordsRead,
+    path: &Path,
+) -> Result<bool> {
+    let infos = batch::walk(&e.payload).map_err(|(at, r)| {
+        corruption(
+            path,
+            at as u64,
+            format!("entry {}: stored record batches: {r}", e.index),
+        )
+    })?;
+    let mut o = e.first_offset;
+    let mut run: Option<(usize, usize)> = None;
+    let mut keep_going = true;
+    for b in infos {
+        let first = o;
+        let last = o + u64::from(b.offset_count) - 1;
+        o = last + 1;
+        if last < from {
+            continue;
+        }
+        if last >= end || (out.bytes > 0 && out.bytes + b.len as u64 > max_bytes) {
+            keep_going = false;
+            break;
+        }
+        if out.first_batch_offset.is_none() {
+            out.first_batch_offset = Some(first);
+        }
+        run = Some(match run {
+            Some((s, _)) => (s, b.pos + b.len),
+            None => (b.pos, b.pos + b.len),
+        });
+        out.bytes += b.len as u64;
+        out.next_offset = last + 1;
+    }
+    if let Some((s, t)) = run {
+        out.chunks.push(e.payload.slice(s..t));
+    }
+    Ok(keep_going && out.next_offset < end)
+}
+
+fn file_mtime_ms(path: &Path) -> Option<u64> {
+    let m = std::fs::metadata(path).ok()?.modified().ok()?;
+    m.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as u64)
+}
