@@ -157,6 +157,8 @@ pub struct StorageSettings {
     pub retention_bytes: Option<u64>,
     /// Delete segments whose newest entry is older than this.
     pub retention_age: Option<Duration>,
+    /// How often each stream applies the retention rules.
+    pub retention_check_interval: Duration,
 }
 
 impl Default for StorageSettings {
@@ -168,6 +170,7 @@ impl Default for StorageSettings {
             deletion_allowed: true,
             retention_bytes: None,
             retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
+            retention_check_interval: Duration::from_secs(10),
         }
     }
 }
@@ -227,6 +230,7 @@ struct FileStorage {
     deletion_allowed: Option<bool>,
     retention_bytes: Option<u64>,
     retention_hours: Option<u64>,
+    retention_check_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -375,6 +379,9 @@ impl NodeConfig {
         }
         storage.deletion_allowed = s.deletion_allowed.unwrap_or(storage.deletion_allowed);
         storage.retention_bytes = s.retention_bytes.or(storage.retention_bytes);
+        if let Some(ms) = s.retention_check_ms {
+            storage.retention_check_interval = positive_ms("storage.retention_check_ms", ms)?;
+        }
         if let Some(h) = s.retention_hours {
             storage.retention_age = Some(Duration::from_secs(h.saturating_mul(3600)));
         }
@@ -584,6 +591,15 @@ mod tests {
                 other => panic!("{from} -> {to}: expected Invalid({key}), got {other}"),
             }
         }
+    }
+
+    #[test]
+    fn the_documented_example_file_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/vdl.example.toml");
+        let c = NodeConfig::from_file(&path).unwrap();
+        assert_eq!(c.member_ids(), vec![1, 2, 3]);
+        assert_eq!(c.raft, RaftTiming::default());
+        assert_eq!(c.storage, StorageSettings::default());
     }
 
     #[test]

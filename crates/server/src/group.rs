@@ -161,6 +161,8 @@ pub struct GroupParts {
     pub pipeline: bool,
     /// Merge queued proposals into shared entries and fsyncs.
     pub group_commit: bool,
+    /// How often the retention rules are applied.
+    pub retention_interval: Duration,
     /// Applies committed metadata entries, if this group carries any.
     pub state_machine: Option<Box<dyn StateMachine>>,
 }
@@ -206,6 +208,7 @@ pub fn run_group(parts: GroupParts) {
 impl Group {
     fn run(&mut self) {
         let mut next_tick = Instant::now() + self.p.tick;
+        let mut next_retention = Instant::now() + self.p.retention_interval;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match self.p.inbox.recv_timeout(wait) {
@@ -234,8 +237,42 @@ impl Group {
                 next_tick = Instant::now() + self.p.tick;
             }
             self.handle_ready();
+            if Instant::now() >= next_retention {
+                self.apply_retention();
+                next_retention = Instant::now() + self.p.retention_interval;
+            }
         }
         self.fail_all(AppendError::Stopped);
+    }
+
+    /// Deletes old segments as the store's retention policy says, but never an entry a
+    /// follower still needs (on the leader: below every voter's matched index) nor an
+    /// uncommitted one. A follower missing deleted entries gets a snapshot instead.
+    fn apply_retention(&mut self) {
+        let applied = self.visible.applied_index;
+        let mut floor = applied + 1;
+        if self.p.node.raft.state == StateRole::Leader {
+            for (_, progress) in self.p.node.raft.prs().iter() {
+                floor = floor.min(progress.matched + 1);
+            }
+        }
+        let mut s = write(&self.p.store);
+        match s.apply_retention(floor) {
+            Ok(outcome) if outcome.segments_deleted > 0 => {
+                tracing::info!(
+                    stream = %self.p.name,
+                    segments = outcome.segments_deleted,
+                    bytes = outcome.bytes_deleted,
+                    log_start_offset = outcome.log_start_offset,
+                    "retention deleted old segments"
+                );
+                self.visible.log_start_offset = outcome.log_start_offset;
+                drop(s);
+                self.publish();
+            }
+            Ok(_) | Err(logstore::LogStoreError::DeletionForbidden) => {}
+            Err(e) => tracing::warn!(stream = %self.p.name, "retention failed: {e}"),
+        }
     }
 
     /// Takes one input; false means stop.

@@ -45,6 +45,14 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Fail-stop: a panic anywhere (a failed fsync, a Raft invariant) ends the process, so a node
+    // never keeps serving with a group thread gone or with state it can no longer trust. A
+    // restarted node recovers from its disk.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::exit(70);
+    }));
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { config } => {

@@ -396,6 +396,7 @@ impl Node {
             tick: t.tick,
             pipeline: t.pipeline,
             group_commit: t.group_commit,
+            retention_interval: self.config.storage.retention_check_interval,
             state_machine: None,
         };
         let handle = std::thread::Builder::new()

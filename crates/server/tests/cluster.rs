@@ -203,3 +203,107 @@ async fn one_node_down_still_commits_two_down_does_not() {
         n.shutdown();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_old_segments_and_a_lagging_follower_recovers_by_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[STREAM]);
+    for c in &mut configs {
+        c.storage.segment_bytes = 64 << 10;
+        c.storage.retention_bytes = Some(256 << 10);
+        c.storage.retention_check_interval = Duration::from_millis(100);
+    }
+    let mut nodes = start_all(&configs).await;
+    let leader = wait_for_leader(&nodes, Duration::from_secs(10)).await;
+    let (lagging, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let value = vec![b'r'; 4000];
+    stream(&nodes, leader)
+        .append(batch(1, b"first"), 1, APPEND_TIMEOUT)
+        .await
+        .unwrap();
+    wait_for_hw(&stream(&nodes, lagging), 1, Duration::from_secs(10)).await;
+
+    // One follower goes down; the others go on writing well past the retention limit.
+    nodes[lagging].take().unwrap().shutdown();
+    let s = stream(&nodes, leader);
+    for _ in 0..300 {
+        s.append(batch(1, &value), 1, APPEND_TIMEOUT).await.unwrap();
+    }
+    // The other follower deletes old segments; the leader keeps what the down follower needs.
+    let so = stream(&nodes, other);
+    wait_for_hw(&so, 301, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while so.visible().log_start_offset == 0 {
+        assert!(Instant::now() < deadline, "the follower never applied retention");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.visible().log_start_offset, 0, "the leader keeps the lagging follower's entries");
+
+    // The leader dies and the lagging follower returns: the new leader no longer has the entries
+    // it needs, so it sends a snapshot (where its log starts), then the rest of the log.
+    nodes[leader].take().unwrap().shutdown();
+    nodes[lagging] = Some(Node::start(configs[lagging].clone()).await.unwrap());
+    let new_leader = wait_for_leader(&nodes, Duration::from_secs(10)).await;
+    assert_eq!(new_leader, other, "only the up-to-date node can win");
+    let sl = stream(&nodes, lagging);
+    wait_for_hw(&sl, 301, Duration::from_secs(15)).await;
+    let start = sl.visible().log_start_offset;
+    assert!(start > 0, "the lagging follower restarted its log from a snapshot");
+    assert_eq!(start, so.visible().log_start_offset);
+    assert_eq!(read_all(&sl), read_all(&so), "both hold the same log from the same start");
+    // And the stream goes on.
+    let a = so.append(batch(1, b"after"), 1, APPEND_TIMEOUT).await.unwrap();
+    assert_eq!(a.base_offset, 301);
+    wait_for_hw(&sl, 302, Duration::from_secs(10)).await;
+    for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_streams_share_the_peer_connections_and_keep_their_own_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["binlog.orders", "binlog.users", "events"];
+    let configs = cluster_configs(3, dir.path(), &names);
+    let nodes = start_all(&configs).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut tasks = Vec::new();
+    for name in names {
+        // Each stream elects its own leader, not necessarily the same node.
+        let leader = loop {
+            let found = nodes.iter().flatten().find(|n| {
+                n.stream(name).unwrap().visible().leader == n.config().id
+            });
+            if let Some(n) = found {
+                break n.stream(name).unwrap();
+            }
+            assert!(Instant::now() < deadline, "no leader for {name}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut offsets = Vec::new();
+            for i in 0..30 {
+                let a = leader
+                    .append(batch(2, format!("{i}").as_bytes()), 2, APPEND_TIMEOUT)
+                    .await
+                    .unwrap();
+                offsets.push(a.base_offset);
+            }
+            offsets
+        }));
+    }
+    for t in tasks {
+        let offsets = t.await.unwrap();
+        assert_eq!(offsets, (0..30).map(|i| i * 2).collect::<Vec<u64>>());
+    }
+    for name in names {
+        for n in nodes.iter().flatten() {
+            let s = n.stream(name).unwrap();
+            wait_for_hw(&s, 60, Duration::from_secs(10)).await;
+            assert_eq!(read_all(&s).len(), 30);
+        }
+    }
+    for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+}

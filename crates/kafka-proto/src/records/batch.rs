@@ -527,20 +527,10 @@ impl Iterator for BatchSplitter {
     type Item = Result<RecordBatch, DecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        match self.next_batch() {
-            Ok(Some(b)) => Some(Ok(b)),
-            Ok(None) => {
-                self.failed = true;
-                None
-            }
-            Err(e) => {
-                self.failed = true;
-                Some(Err(e))
-            }
-        }
+        let mut done = self.failed;
+        let out = super::fused_step(&mut done, || self.next_batch());
+        self.failed = done;
+        out
     }
 }
 

@@ -211,20 +211,10 @@ impl Iterator for MessageSetIter {
     type Item = Result<LegacyMessage, DecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.next_message() {
-            Ok(Some(m)) => Some(Ok(m)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        let mut done = self.done;
+        let out = super::fused_step(&mut done, || self.next_message());
+        self.done = done;
+        out
     }
 }
 

@@ -32,3 +32,19 @@ pub use legacy::{
     MessageSetIter,
 };
 pub use record::{Header, Record, RecordIter};
+
+/// One step of an iterator over fallible items that stops for good after the end or the first
+/// error: `Ok(None)` and `Err` both set `done`.
+pub(crate) fn fused_step<T>(
+    done: &mut bool,
+    step: impl FnOnce() -> Result<Option<T>, crate::DecodeError>,
+) -> Option<Result<T, crate::DecodeError>> {
+    if *done {
+        return None;
+    }
+    let out = step().transpose();
+    if !matches!(out, Some(Ok(_))) {
+        *done = true;
+    }
+    out
+}

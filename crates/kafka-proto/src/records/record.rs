@@ -135,20 +135,10 @@ impl Iterator for RecordIter {
     type Item = Result<Record, DecodeError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.next_record() {
-            Ok(Some(r)) => Some(Ok(r)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        let mut done = self.done;
+        let out = super::fused_step(&mut done, || self.next_record());
+        self.done = done;
+        out
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
