@@ -234,10 +234,17 @@ async fn retention_deletes_old_segments_and_a_lagging_follower_recovers_by_snaps
     wait_for_hw(&so, 301, Duration::from_secs(10)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while so.visible().log_start_offset == 0 {
-        assert!(Instant::now() < deadline, "the follower never applied retention");
+        assert!(
+            Instant::now() < deadline,
+            "the follower never applied retention"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(s.visible().log_start_offset, 0, "the leader keeps the lagging follower's entries");
+    assert_eq!(
+        s.visible().log_start_offset,
+        0,
+        "the leader keeps the lagging follower's entries"
+    );
 
     // The leader dies and the lagging follower returns: the new leader no longer has the entries
     // it needs, so it sends a snapshot (where its log starts), then the rest of the log.
@@ -248,11 +255,21 @@ async fn retention_deletes_old_segments_and_a_lagging_follower_recovers_by_snaps
     let sl = stream(&nodes, lagging);
     wait_for_hw(&sl, 301, Duration::from_secs(15)).await;
     let start = sl.visible().log_start_offset;
-    assert!(start > 0, "the lagging follower restarted its log from a snapshot");
+    assert!(
+        start > 0,
+        "the lagging follower restarted its log from a snapshot"
+    );
     assert_eq!(start, so.visible().log_start_offset);
-    assert_eq!(read_all(&sl), read_all(&so), "both hold the same log from the same start");
+    assert_eq!(
+        read_all(&sl),
+        read_all(&so),
+        "both hold the same log from the same start"
+    );
     // And the stream goes on.
-    let a = so.append(batch(1, b"after"), 1, APPEND_TIMEOUT).await.unwrap();
+    let a = so
+        .append(batch(1, b"after"), 1, APPEND_TIMEOUT)
+        .await
+        .unwrap();
     assert_eq!(a.base_offset, 301);
     wait_for_hw(&sl, 302, Duration::from_secs(10)).await;
     for n in nodes.iter().flatten() {
@@ -271,9 +288,10 @@ async fn several_streams_share_the_peer_connections_and_keep_their_own_offsets()
     for name in names {
         // Each stream elects its own leader, not necessarily the same node.
         let leader = loop {
-            let found = nodes.iter().flatten().find(|n| {
-                n.stream(name).unwrap().visible().leader == n.config().id
-            });
+            let found = nodes
+                .iter()
+                .flatten()
+                .find(|n| n.stream(name).unwrap().visible().leader == n.config().id);
             if let Some(n) = found {
                 break n.stream(name).unwrap();
             }
