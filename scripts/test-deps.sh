@@ -6,3 +6,11 @@ cd "$(dirname "$0")/.."
 
 # The toolchain components the gates use.
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# kcat (librdkafka's command-line client) for the Kafka client tests.
+if ! command -v kcat >/dev/null 2>&1; then
+  echo "installing kcat (Debian package)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq kcat
+fi

@@ -67,6 +67,35 @@ pub struct NodeConfig {
     pub storage: StorageSettings,
     /// Log streams created at first start.
     pub initial_streams: Vec<String>,
+    /// Kafka listener limits.
+    pub kafka: KafkaSettings,
+}
+
+/// Limits of the Kafka listener, named after the Kafka settings they mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// Connections accepted at once (`max.connections`); further ones wait in the backlog.
+    pub max_connections: usize,
+    /// Requests read ahead and handled concurrently on one connection before reading pauses.
+    pub max_in_flight_per_connection: usize,
+    /// Largest request frame (`socket.request.max.bytes`).
+    pub request_max_bytes: usize,
+    /// Largest record batch accepted in a produce (`message.max.bytes`).
+    pub message_max_bytes: usize,
+    /// A connection with no request for this long is closed (`connections.max.idle.ms`).
+    pub connection_idle: Duration,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> KafkaSettings {
+        KafkaSettings {
+            max_connections: 10_000,
+            max_in_flight_per_connection: 64,
+            request_max_bytes: 100 << 20,
+            message_max_bytes: 1 << 20,
+            connection_idle: Duration::from_secs(600),
+        }
+    }
 }
 
 /// One member of `initial_cluster`: `name=id@peer-address`.
@@ -190,6 +219,18 @@ struct FileConfig {
     storage: FileStorage,
     #[serde(default)]
     streams: FileStreams,
+    #[serde(default)]
+    kafka: FileKafka,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKafka {
+    max_connections: Option<usize>,
+    max_in_flight_per_connection: Option<usize>,
+    request_max_bytes: Option<usize>,
+    message_max_bytes: Option<usize>,
+    connection_idle_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -268,6 +309,7 @@ impl NodeConfig {
             raft: RaftTiming::default(),
             storage: StorageSettings::default(),
             initial_streams: Vec::new(),
+            kafka: KafkaSettings::default(),
         }
     }
 
@@ -386,6 +428,41 @@ impl NodeConfig {
             storage.retention_age = Some(Duration::from_secs(h.saturating_mul(3600)));
         }
 
+        let mut kafka = KafkaSettings::default();
+        let k = file.kafka;
+        for (key, value, target) in [
+            (
+                "kafka.max_connections",
+                k.max_connections,
+                &mut kafka.max_connections,
+            ),
+            (
+                "kafka.max_in_flight_per_connection",
+                k.max_in_flight_per_connection,
+                &mut kafka.max_in_flight_per_connection,
+            ),
+            (
+                "kafka.request_max_bytes",
+                k.request_max_bytes,
+                &mut kafka.request_max_bytes,
+            ),
+            (
+                "kafka.message_max_bytes",
+                k.message_max_bytes,
+                &mut kafka.message_max_bytes,
+            ),
+        ] {
+            if let Some(v) = value {
+                if v == 0 {
+                    return invalid(key, "must be positive");
+                }
+                *target = v;
+            }
+        }
+        if let Some(ms) = k.connection_idle_ms {
+            kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
+        }
+
         let initial_streams = file.streams.initial.unwrap_or_default();
         for s in &initial_streams {
             if !valid_stream_name(s) {
@@ -408,6 +485,7 @@ impl NodeConfig {
             raft,
             storage,
             initial_streams,
+            kafka,
         })
     }
 

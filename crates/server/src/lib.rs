@@ -7,11 +7,13 @@
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
+//! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
 //! - [`admin`]: the admin HTTP API (status, append and read without Kafka).
 
 pub mod admin;
 pub mod config;
 pub mod group;
+pub mod kafka;
 pub mod node;
 pub mod raft_log;
 pub mod raft_storage;

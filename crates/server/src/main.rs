@@ -88,6 +88,10 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         streams = ?node.stream_names(),
         "vdl node started"
     );
+    let kafka = node
+        .serve_kafka()
+        .await
+        .context("starting the Kafka listener")?;
     let admin = match config.admin_listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -102,6 +106,7 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         None => None,
     };
     wait_for_shutdown_signal().await;
+    kafka.abort();
     if let Some(task) = admin {
         task.abort();
     }

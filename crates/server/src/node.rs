@@ -139,15 +139,24 @@ impl LogStream {
         data: ProposalData,
         timeout: Duration,
     ) -> Result<Appended, AppendError> {
+        self.submit(data).wait(timeout).await
+    }
+
+    /// Queues record batches for appending without waiting: proposals submitted one after
+    /// another from one task reach the Raft group in that order (so they are committed in that
+    /// order, if at all). Await the outcome with [`PendingAppend::wait`].
+    pub fn submit_records(&self, batches: Bytes, offset_span: u32) -> PendingAppend {
+        self.submit(ProposalData::Records {
+            batches,
+            offset_span,
+        })
+    }
+
+    fn submit(&self, data: ProposalData) -> PendingAppend {
         let (reply, rx) = oneshot::channel();
-        if !try_deliver(&self.inbox, GroupInput::Propose(Proposal { data, reply })) {
-            // try_deliver answered on `reply` already; fall through to read it.
-        }
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(AppendError::Stopped),
-            Err(_) => Err(AppendError::Timeout),
-        }
+        // On a full or closed inbox, try_deliver answers on `reply` itself (Busy / Stopped).
+        try_deliver(&self.inbox, GroupInput::Propose(Proposal { data, reply }));
+        PendingAppend { rx }
     }
 
     /// Reads whole record batches from `offset`, at most about `max_bytes` (at least one batch
@@ -159,6 +168,15 @@ impl LogStream {
     ) -> Result<RecordsRead, logstore::LogStoreError> {
         let hw = self.visible().high_watermark;
         read(&self.store).read_records(offset, max_bytes, hw)
+    }
+
+    /// The first offset whose batch has a max timestamp at or after `timestamp_ms` (None when
+    /// no stored batch is that recent).
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<u64>, logstore::LogStoreError> {
+        read(&self.store).offset_for_timestamp(timestamp_ms)
     }
 
     /// Waits until the high watermark moves past `known`, or `timeout` passes; returns the
@@ -176,9 +194,27 @@ impl LogStream {
     }
 }
 
+/// An append submitted to a group, not yet answered.
+pub struct PendingAppend {
+    rx: oneshot::Receiver<Result<Appended, AppendError>>,
+}
+
+impl PendingAppend {
+    /// Waits for the outcome: the offsets once committed, or why not. After `timeout` it gives
+    /// up with [`AppendError::Timeout`] (the data may still commit later).
+    pub async fn wait(self, timeout: Duration) -> Result<Appended, AppendError> {
+        match tokio::time::timeout(timeout, self.rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(AppendError::Stopped),
+            Err(_) => Err(AppendError::Timeout),
+        }
+    }
+}
+
 struct Registry {
     groups: RwLock<HashMap<u64, SyncSender<GroupInput>>>,
-    peer_addresses: Mutex<HashMap<u64, String>>,
+    /// Per peer: its advertised Kafka address and how many connections from it are open.
+    peers: Mutex<HashMap<u64, (String, usize)>>,
 }
 
 impl PeerInbox for Registry {
@@ -197,10 +233,17 @@ impl PeerInbox for Registry {
     }
 
     fn peer_hello(&self, peer: u64, advertised: String) {
-        self.peer_addresses
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(peer, advertised);
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = peers.entry(peer).or_insert_with(|| (String::new(), 0));
+        entry.0 = advertised;
+        entry.1 += 1;
+    }
+
+    fn peer_gone(&self, peer: u64) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = peers.get_mut(&peer) {
+            entry.1 = entry.1.saturating_sub(1);
+        }
     }
 }
 
@@ -234,7 +277,7 @@ impl Node {
             })?;
         let registry = Arc::new(Registry {
             groups: RwLock::new(HashMap::new()),
-            peer_addresses: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
         });
         let peer_task = tokio::spawn(transport::serve_peers(listener, registry.clone()));
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
@@ -264,6 +307,16 @@ impl Node {
         Ok(node)
     }
 
+    /// Binds the Kafka listener on the configured address and serves Kafka clients on it
+    /// until the returned task is aborted.
+    pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
+        let addr = self.config.kafka_listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| NodeError::Bind { addr, source })?;
+        Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
+    }
+
     /// This node's configuration.
     pub fn config(&self) -> &NodeConfig {
         &self.config
@@ -291,13 +344,22 @@ impl Node {
         v
     }
 
-    /// Kafka addresses peers announced when they connected to this node.
-    pub fn peer_advertised_addresses(&self) -> HashMap<u64, String> {
-        self.registry
-            .peer_addresses
+    /// Live brokers: this node and every peer connected to it now, with the Kafka address
+    /// each announced (`HOST:PORT`), by node id.
+    pub fn live_brokers(&self) -> Vec<(u64, String)> {
+        let mut out = vec![(self.config.id, self.config.kafka_advertised.clone())];
+        let peers = self
+            .registry
+            .peers
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .unwrap_or_else(|e| e.into_inner());
+        for (id, (addr, conns)) in peers.iter() {
+            if *conns > 0 && *id != self.config.id {
+                out.push((*id, addr.clone()));
+            }
+        }
+        out.sort();
+        out
     }
 
     fn store_config(&self) -> StoreConfig {

@@ -74,6 +74,10 @@ pub trait PeerInbox: Send + Sync + 'static {
     fn peer_hello(&self, peer: u64, advertised: String) {
         let _ = (peer, advertised);
     }
+    /// A connection from `peer` (announced by `peer_hello`) ended.
+    fn peer_gone(&self, peer: u64) {
+        let _ = peer;
+    }
 }
 
 /// The sending half of the transport: one queue per peer.
@@ -177,6 +181,18 @@ async fn sender_task(
             },
             () = closed(&mut conn) => {
                 conn = None;
+                continue;
+            }
+            // Keep a connection up even when Raft has nothing to send to this peer, so the peer
+            // always knows this node is alive and where its Kafka listener is.
+            () = tokio::time::sleep(backoff), if conn.is_none() => {
+                match dial(self_id, &advertised, addr).await {
+                    Ok(s) => {
+                        backoff = BACKOFF_MIN;
+                        conn = Some(s);
+                    }
+                    Err(_) => backoff = (backoff * 2).min(BACKOFF_MAX),
+                }
                 continue;
             }
         };
@@ -316,6 +332,12 @@ async fn read_peer(mut sock: TcpStream, inbox: &dyn PeerInbox) -> Result<(), Pee
     sock.read_exact(&mut adv).await?;
     let adv = String::from_utf8(adv).map_err(|_| PeerFrameError::BadHello("address not UTF-8"))?;
     inbox.peer_hello(from, adv);
+    let result = read_frames(&mut sock, inbox).await;
+    inbox.peer_gone(from);
+    result
+}
+
+async fn read_frames(sock: &mut TcpStream, inbox: &dyn PeerInbox) -> Result<(), PeerFrameError> {
     loop {
         let len = sock.read_u32().await? as usize;
         if len > MAX_FRAME_BYTES {

@@ -1,0 +1,197 @@
+//! Fetch: committed record batches, long-polling until `min_bytes` are there or `max_wait_ms`
+//! passes, woken by commits.
+//!
+//! Only committed data is returned (reads stop at the high watermark). The batch holding the
+//! fetch offset is returned whole (consumers skip the records before their offset); the first
+//! partition with data always gets at least one whole batch, even past the byte limits
+//! (KIP-74), later partitions only what the request's `max_bytes` leaves. Record data goes out
+//! as the store's zero-copy chunks. Old versions (v0-3) get the batches converted to message
+//! sets of magic 0 (v0-1) or 1 (v2-3).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::fetch_request::FetchRequest;
+use kafka_proto::messages::fetch_response::{FetchResponse, FetchableTopicResponse, PartitionData};
+use kafka_proto::records::batches_to_message_set;
+use kafka_proto::RecordChunks;
+
+use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::metadata::topic_id;
+use crate::node::{LogStream, Node};
+
+/// Longest a fetch long-polls, whatever the client asked for.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+/// Bound on what converting one partition's batches to a legacy message set may decompress.
+const MAX_DOWN_CONVERT_BYTES: usize = 64 << 20;
+
+/// Handles a Fetch request (answered later: it may wait for data).
+pub fn fetch(node: Arc<Node>, req: FetchRequest, version: i16, correlation_id: i32) -> Reply {
+    Reply::Later(Box::pin(async move {
+        let response = fetch_response(&node, &req, version).await;
+        frame(correlation_id, version, &Response::Fetch(response))
+    }))
+}
+
+struct Target {
+    stream: Option<LogStream>,
+    hw_seen: u64,
+}
+
+async fn fetch_response(node: &Arc<Node>, req: &FetchRequest, version: i16) -> FetchResponse {
+    let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
+    let deadline = Instant::now() + wait;
+    let min_bytes = u64::try_from(req.min_bytes).unwrap_or(0);
+    loop {
+        let (response, bytes, targets, any_error) = read_once(node, req, version);
+        let now = Instant::now();
+        if bytes >= min_bytes || any_error || now >= deadline {
+            return response;
+        }
+        // Wait for a commit on any of the partitions asked for, then read again.
+        let waits: Vec<_> = targets
+            .iter()
+            .filter_map(|t| t.stream.clone().map(|s| (s, t.hw_seen)))
+            .map(|(s, hw)| {
+                let remaining = deadline.saturating_duration_since(now);
+                Box::pin(async move { s.wait_for_high_watermark_above(hw, remaining).await })
+            })
+            .collect();
+        if waits.is_empty() {
+            tokio::time::sleep(deadline.saturating_duration_since(now)).await;
+        } else {
+            futures::future::select_all(waits).await;
+        }
+    }
+}
+
+/// One pass over the requested partitions: the response, the record bytes in it, what each
+/// partition's high watermark was, and whether any partition had an error.
+fn read_once(
+    node: &Arc<Node>,
+    req: &FetchRequest,
+    version: i16,
+) -> (FetchResponse, u64, Vec<Target>, bool) {
+    let mut budget = u64::try_from(req.max_bytes).unwrap_or(0);
+    let mut total: u64 = 0;
+    let mut any_error = false;
+    let mut targets = Vec::new();
+    let names = node.stream_names();
+    let mut responses = Vec::with_capacity(req.topics.len());
+    for topic in &req.topics {
+        let name = if version >= 13 {
+            names
+                .iter()
+                .find(|n| topic_id(n) == topic.topic_id)
+                .cloned()
+        } else {
+            Some(topic.topic.clone())
+        };
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for p in &topic.partitions {
+            let mut out = PartitionData {
+                partition_index: p.partition,
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                // Empty, not null: clients (librdkafka) reject a null record set.
+                records: Some(RecordChunks::default()),
+                ..Default::default()
+            };
+            let stream = name
+                .as_deref()
+                .and_then(|n| node.stream(n))
+                .filter(|_| p.partition == 0);
+            let Some(stream) = stream else {
+                out.error_code = if version >= 13 {
+                    ErrorCode::UnknownTopicId.code()
+                } else {
+                    ErrorCode::UnknownTopicOrPartition.code()
+                };
+                any_error = true;
+                partitions.push(out);
+                continue;
+            };
+            let v = stream.visible();
+            out.high_watermark = v.high_watermark as i64;
+            out.last_stable_offset = v.high_watermark as i64;
+            out.log_start_offset = v.log_start_offset as i64;
+            targets.push(Target {
+                stream: Some(stream.clone()),
+                hw_seen: v.high_watermark,
+            });
+            if v.leader != node.config().id {
+                out.error_code = ErrorCode::NotLeaderOrFollower.code();
+                any_error = true;
+                partitions.push(out);
+                continue;
+            }
+            let offset = u64::try_from(p.fetch_offset).ok();
+            let Some(offset) =
+                offset.filter(|o| *o >= v.log_start_offset && *o <= v.high_watermark)
+            else {
+                out.error_code = ErrorCode::OffsetOutOfRange.code();
+                any_error = true;
+                partitions.push(out);
+                continue;
+            };
+            let partition_max = u64::try_from(p.partition_max_bytes).unwrap_or(0);
+            // KIP-74: the first partition with data gets a whole batch even when the request's
+            // budget is smaller; after that, partitions get only what the budget leaves.
+            let limit = if total == 0 {
+                partition_max.max(1)
+            } else {
+                partition_max.min(budget)
+            };
+            if offset < v.high_watermark && limit > 0 {
+                match stream.read(offset, limit) {
+                    Ok(read) if read.bytes > 0 => {
+                        total += read.bytes;
+                        budget = budget.saturating_sub(read.bytes);
+                        out.records = Some(records_for_version(read.chunks, version));
+                    }
+                    Ok(_) => {}
+                    Err(logstore::LogStoreError::OffsetOutOfRange { .. }) => {
+                        out.error_code = ErrorCode::OffsetOutOfRange.code();
+                        any_error = true;
+                    }
+                    Err(e) => {
+                        tracing::error!(topic = %stream.name(), "fetch read failed: {e}");
+                        out.error_code = ErrorCode::KafkaStorageError.code();
+                        any_error = true;
+                    }
+                }
+            }
+            partitions.push(out);
+        }
+        responses.push(FetchableTopicResponse {
+            topic: topic.topic.clone(),
+            topic_id: topic.topic_id,
+            partitions,
+            ..Default::default()
+        });
+    }
+    let response = FetchResponse {
+        responses,
+        ..Default::default()
+    };
+    (response, total, targets, any_error)
+}
+
+/// Record data as the version expects: v2 batches for v4+, message sets before.
+fn records_for_version(chunks: Vec<bytes::Bytes>, version: i16) -> RecordChunks {
+    if version >= 4 {
+        return RecordChunks::from_chunks(chunks);
+    }
+    let magic = if version >= 2 { 1 } else { 0 };
+    let joined = RecordChunks::from_chunks(chunks).to_contiguous();
+    match batches_to_message_set(joined, magic, MAX_DOWN_CONVERT_BYTES) {
+        Ok(set) => RecordChunks::from(set),
+        Err(e) => {
+            tracing::warn!("down-converting records for fetch v{version} failed: {e}");
+            RecordChunks::default()
+        }
+    }
+}

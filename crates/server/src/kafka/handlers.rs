@@ -1,0 +1,104 @@
+//! Request dispatch: one decoded request in, its response out (now, later, or never for
+//! `acks=0` produce).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use kafka_proto::api::ApiKey;
+use kafka_proto::frame::{encode_response, Request, Response};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
+
+use crate::kafka::{fetch, metadata, produce};
+use crate::node::Node;
+
+/// What to send back for a request.
+pub enum Reply {
+    /// The response frame, ready now.
+    Now(Vec<Bytes>),
+    /// A response frame that will be ready later (awaiting commit, long-poll fetch).
+    Later(BoxFuture<'static, Option<Vec<Bytes>>>),
+    /// No response at all (produce with acks=0).
+    None,
+    /// The request cannot be served: answer what is owed for earlier requests, then close the
+    /// connection (what Kafka does with a request it cannot handle).
+    Close,
+}
+
+/// The APIs this server serves, with the versions it serves them at. ApiVersions lists exactly
+/// these, so clients never send a request the server cannot answer.
+pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 0, 11),
+    (ApiKey::Fetch, 0, 17),
+    (ApiKey::ListOffsets, 0, 9),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+];
+
+/// The ApiVersions response body listing [`SERVED_APIS`].
+pub fn api_versions() -> ApiVersionsResponse {
+    ApiVersionsResponse {
+        error_code: 0,
+        api_keys: SERVED_APIS
+            .iter()
+            .map(|(api, lo, hi)| ApiVersion {
+                api_key: api.as_i16(),
+                min_version: *lo,
+                max_version: *hi,
+                ..ApiVersion::default()
+            })
+            .collect(),
+        ..ApiVersionsResponse::default()
+    }
+}
+
+/// Encodes a response frame; an encoding failure is a bug in building the response (every
+/// value comes from this server), logged, and the connection gets no answer for it.
+pub fn frame(correlation_id: i32, version: i16, response: &Response) -> Option<Vec<Bytes>> {
+    match encode_response(correlation_id, version, response) {
+        Ok(segments) => Some(segments),
+        Err(e) => {
+            tracing::error!(
+                "cannot encode a {:?} v{version} response: {e}",
+                response.api_key()
+            );
+            None
+        }
+    }
+}
+
+fn now(correlation_id: i32, version: i16, response: Response) -> Reply {
+    match frame(correlation_id, version, &response) {
+        Some(s) => Reply::Now(s),
+        None => Reply::Close,
+    }
+}
+
+/// Handles one request. Produce requests are submitted to their streams before this returns,
+/// so a connection's produces reach each stream in the order they were sent.
+pub fn dispatch(node: &Arc<Node>, header: RequestHeader, request: Request) -> Reply {
+    let version = header.api_version;
+    let cid = header.correlation_id;
+    match request {
+        Request::ApiVersions(_) => now(cid, version, Response::ApiVersions(api_versions())),
+        Request::Metadata(req) => now(
+            cid,
+            version,
+            Response::Metadata(metadata::metadata(node, &req, version)),
+        ),
+        Request::ListOffsets(req) => now(
+            cid,
+            version,
+            Response::ListOffsets(metadata::list_offsets(node, &req, version)),
+        ),
+        Request::Produce(req) => produce::produce(node, req, version, cid),
+        Request::Fetch(req) => fetch::fetch(node.clone(), req, version, cid),
+        other => {
+            // Not advertised in ApiVersions; a client sending it anyway gets the connection
+            // closed, as Kafka does for requests it cannot parse.
+            tracing::debug!("unserved API {:?}", other.api_key());
+            Reply::Close
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Accepting Kafka connections and running them.
+//!
+//! Each connection is one task that reads requests continuously and handles up to
+//! `max_in_flight_per_connection` of them concurrently, while writing responses strictly in
+//! request order (the protocol requires it). A frame's size is checked against
+//! `request_max_bytes` before anything is allocated for it; a malformed frame closes that
+//! connection only; a connection idle for `connection_idle` is closed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, StreamExt};
+use kafka_proto::frame::{decode_request, read_frame_size};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::kafka::handlers::{dispatch, Reply};
+use crate::node::Node;
+
+/// Accepts connections on `listener` until the task is dropped; at most
+/// `max_connections` run at once (further ones wait in the accept backlog).
+pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+    let limits = node.config().kafka;
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (sock, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("kafka accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let node = node.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            if let Err(e) = run_connection(sock, peer, node).await {
+                tracing::debug!(%peer, "kafka connection closed: {e}");
+            }
+        });
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionEnd {
+    /// The socket failed or the client closed it.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The frame size was invalid or too large.
+    #[error("bad frame: {0}")]
+    BadFrame(kafka_proto::DecodeError),
+    /// A request could not be decoded and cannot be answered.
+    #[error("undecodable request: {0}")]
+    BadRequest(kafka_proto::frame::RequestError),
+    /// No request for longer than the idle limit.
+    #[error("idle for too long")]
+    Idle,
+}
+
+type ResponseFuture = BoxFuture<'static, Option<Vec<Bytes>>>;
+
+async fn run_connection(
+    sock: TcpStream,
+    peer: SocketAddr,
+    node: Arc<Node>,
+) -> Result<(), ConnectionEnd> {
+    let limits = node.config().kafka;
+    sock.set_nodelay(true)?;
+    let (mut reader, mut writer) = sock.into_split();
+    // A reader task owns the read half: a frame is never abandoned half-read when the loop
+    // below is busy writing. Its queue is small; the in-flight bound is enforced below.
+    let (frames_tx, mut frames) = tokio::sync::mpsc::channel::<Result<Bytes, ConnectionEnd>>(4);
+    let reader_task = tokio::spawn(async move {
+        loop {
+            let next = tokio::time::timeout(
+                limits.connection_idle,
+                read_frame(&mut reader, limits.request_max_bytes),
+            )
+            .await;
+            let item = match next {
+                Err(_) => Err(ConnectionEnd::Idle),
+                Ok(Ok(Some(frame))) => Ok(frame),
+                Ok(Ok(None)) => return,
+                Ok(Err(e)) => Err(e),
+            };
+            let stop = item.is_err();
+            if frames_tx.send(item).await.is_err() || stop {
+                return;
+            }
+        }
+    });
+    let result = connection_loop(
+        &node,
+        peer,
+        &mut frames,
+        &mut writer,
+        limits.max_in_flight_per_connection,
+    )
+    .await;
+    reader_task.abort();
+    result
+}
+
+async fn connection_loop(
+    node: &Arc<Node>,
+    peer: SocketAddr,
+    frames: &mut tokio::sync::mpsc::Receiver<Result<Bytes, ConnectionEnd>>,
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    max_in_flight: usize,
+) -> Result<(), ConnectionEnd> {
+    let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
+    let mut reading = true;
+    loop {
+        let can_read = reading && pending.len() < max_in_flight;
+        tokio::select! {
+            // Responses go out in request order as they complete.
+            Some(response) = pending.next(), if !pending.is_empty() => {
+                if let Some(segments) = response {
+                    write_segments(writer, &segments).await?;
+                }
+            }
+            frame = frames.recv(), if can_read => {
+                let frame = match frame {
+                    None => { reading = false; continue; }
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(frame)) => frame,
+                };
+                match decode_request(frame) {
+                    Ok((header, request)) => {
+                        match dispatch(node, header, request) {
+                            Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
+                            Reply::Later(fut) => pending.push_back(fut),
+                            Reply::None => pending.push_back(Box::pin(async { None })),
+                            Reply::Close => {
+                                flush(&mut pending, writer).await?;
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        // ApiVersions of a newer version: answer in v0 format (KIP-511).
+                        if let Some(Ok(segments)) = err.api_versions_fallback() {
+                            pending.push_back(Box::pin(async move { Some(segments) }));
+                            continue;
+                        }
+                        tracing::debug!(%peer, "closing connection: {err}");
+                        // Write what is owed for earlier requests, then close.
+                        flush(&mut pending, writer).await?;
+                        return Err(ConnectionEnd::BadRequest(err));
+                    }
+                }
+            }
+            else => {
+                // The client closed its side and every response is written.
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Writes every response still owed, in order.
+async fn flush(
+    pending: &mut FuturesOrdered<ResponseFuture>,
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+) -> std::io::Result<()> {
+    while let Some(response) = pending.next().await {
+        if let Some(segments) = response {
+            write_segments(writer, &segments).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads one frame body; `None` at a clean end of stream between frames.
+async fn read_frame(
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    max_bytes: usize,
+) -> Result<Option<Bytes>, ConnectionEnd> {
+    let mut prefix = [0u8; 4];
+    match reader.read_exact(&mut prefix).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let size = read_frame_size(prefix, max_bytes).map_err(ConnectionEnd::BadFrame)?;
+    let mut buf = BytesMut::zeroed(size);
+    reader.read_exact(&mut buf).await?;
+    Ok(Some(buf.freeze()))
+}
+
+async fn write_segments(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    segments: &[Bytes],
+) -> std::io::Result<()> {
+    // Vectored writes: record chunks go out without being copied into one buffer.
+    let mut slices: Vec<std::io::IoSlice<'_>> =
+        segments.iter().map(|s| std::io::IoSlice::new(s)).collect();
+    let mut bufs: &mut [std::io::IoSlice<'_>] = &mut slices;
+    while !bufs.is_empty() {
+        let n = writer.write_vectored(bufs).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! Metadata and ListOffsets: where each topic lives, and its offsets.
+
+use std::sync::Arc;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::messages::list_offsets_request::ListOffsetsRequest;
+use kafka_proto::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
+};
+use kafka_proto::messages::metadata_request::MetadataRequest;
+use kafka_proto::messages::metadata_response::{
+    MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_proto::Uuid;
+
+use crate::node::{LogStream, Node};
+
+/// A topic's id: derived from its name, so every node gives the same id without coordination.
+/// Never the all-zero UUID (Kafka's "no id").
+pub fn topic_id(name: &str) -> Uuid {
+    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut b: u64 = 0x8422_2325_cbf2_9ce4;
+    for byte in name.as_bytes() {
+        a = (a ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        b = (b ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x9e37_79b9);
+    }
+    // Version-4-style bits, so tools printing it see a well-formed UUID.
+    let a = (a & !0xf000) | 0x4000;
+    let b = (b & !(0xc0 << 56)) | (0x80 << 56);
+    Uuid::from_u64_pair(a, b)
+}
+
+/// The cluster id Metadata reports: stable for a given set of members.
+pub fn cluster_id(node: &Node) -> String {
+    let ids: Vec<String> = node
+        .config()
+        .member_ids()
+        .iter()
+        .map(u64::to_string)
+        .collect();
+    format!("vdl-{}", ids.join("-"))
+}
+
+fn split_host_port(addr: &str) -> (String, i32) {
+    match addr.rsplit_once(':') {
+        Some((h, p)) => (
+            h.trim_matches(['[', ']']).to_owned(),
+            p.parse().unwrap_or(9092),
+        ),
+        None => (addr.to_owned(), 9092),
+    }
+}
+
+fn as_i32(id: u64) -> i32 {
+    i32::try_from(id).unwrap_or(-1)
+}
+
+fn topic_metadata(node: &Node, name: &str, stream: Option<LogStream>) -> MetadataResponseTopic {
+    let Some(stream) = stream else {
+        return MetadataResponseTopic {
+            error_code: ErrorCode::UnknownTopicOrPartition.code(),
+            name: Some(name.to_owned()),
+            ..Default::default()
+        };
+    };
+    let v = stream.visible();
+    let replicas: Vec<i32> = node.config().member_ids().into_iter().map(as_i32).collect();
+    let live: Vec<i32> = node
+        .live_brokers()
+        .into_iter()
+        .map(|(id, _)| as_i32(id))
+        .collect();
+    let (error, leader) = if v.leader == 0 {
+        (ErrorCode::LeaderNotAvailable, -1)
+    } else {
+        (ErrorCode::None, as_i32(v.leader))
+    };
+    MetadataResponseTopic {
+        error_code: 0,
+        name: Some(name.to_owned()),
+        topic_id: topic_id(name),
+        is_internal: false,
+        partitions: vec![MetadataResponsePartition {
+            error_code: error.code(),
+            partition_index: 0,
+            leader_id: leader,
+            leader_epoch: i32::try_from(v.term).unwrap_or(i32::MAX),
+            replica_nodes: replicas.clone(),
+            isr_nodes: replicas
+                .iter()
+                .copied()
+                .filter(|r| live.contains(r))
+                .collect(),
+            offline_replicas: replicas
+                .iter()
+                .copied()
+                .filter(|r| !live.contains(r))
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Answers Metadata: every live broker with its advertised address, and the requested topics
+/// (all when the list is null) with their leader, replicas and in-sync replicas.
+pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> MetadataResponse {
+    let brokers = node
+        .live_brokers()
+        .into_iter()
+        .map(|(id, addr)| {
+            let (host, port) = split_host_port(&addr);
+            MetadataResponseBroker {
+                node_id: as_i32(id),
+                host,
+                port,
+                rack: None,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let topics = match &req.topics {
+        None => node
+            .stream_names()
+            .into_iter()
+            .map(|n| {
+                let s = node.stream(&n);
+                topic_metadata(node, &n, s)
+            })
+            .collect(),
+        Some(list) => list
+            .iter()
+            .map(|t| {
+                let name = match &t.name {
+                    Some(n) => n.clone(),
+                    None => node
+                        .stream_names()
+                        .into_iter()
+                        .find(|n| topic_id(n) == t.topic_id)
+                        .unwrap_or_default(),
+                };
+                let s = node.stream(&name);
+                let mut m = topic_metadata(node, &name, s);
+                m.topic_id = if m.error_code == 0 {
+                    topic_id(&name)
+                } else {
+                    t.topic_id
+                };
+                m
+            })
+            .collect(),
+    };
+    MetadataResponse {
+        brokers,
+        cluster_id: Some(cluster_id(node)),
+        controller_id: as_i32(node.config().member_ids().first().copied().unwrap_or(0)),
+        topics,
+        ..Default::default()
+    }
+}
+
+/// Kafka's special ListOffsets timestamps.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+
+/// Answers ListOffsets: earliest (log start), latest (high watermark), the offset of the last
+/// batch's max timestamp (-3, approximated by the last committed offset), or the first offset
+/// whose batch has a timestamp at or after the one asked for.
+pub fn list_offsets(
+    node: &Arc<Node>,
+    req: &ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| ListOffsetsTopicResponse {
+            name: t.name.clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut r = ListOffsetsPartitionResponse {
+                        partition_index: p.partition_index,
+                        ..Default::default()
+                    };
+                    let stream = node.stream(&t.name).filter(|_| p.partition_index == 0);
+                    let Some(stream) = stream else {
+                        r.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                        return r;
+                    };
+                    let v = stream.visible();
+                    if v.leader != node.config().id {
+                        r.error_code = ErrorCode::NotLeaderOrFollower.code();
+                        return r;
+                    }
+                    let offset = match p.timestamp {
+                        LATEST => Some(v.high_watermark),
+                        EARLIEST => Some(v.log_start_offset),
+                        MAX_TIMESTAMP => Some(v.high_watermark.saturating_sub(1)),
+                        ts => match stream.offset_for_timestamp(ts) {
+                            Ok(o) => o.filter(|o| *o < v.high_watermark),
+                            Err(_) => None,
+                        },
+                    };
+                    let offset = offset.map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
+                    r.leader_epoch = i32::try_from(v.term).unwrap_or(i32::MAX);
+                    if version == 0 {
+                        r.old_style_offsets = if offset >= 0 { vec![offset] } else { vec![] };
+                    } else {
+                        r.offset = offset;
+                        r.timestamp = -1;
+                    }
+                    r
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    ListOffsetsResponse {
+        topics,
+        ..Default::default()
+    }
+}

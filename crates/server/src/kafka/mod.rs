@@ -1,0 +1,16 @@
+//! The Kafka protocol listener: connections, request dispatch and the handlers of each API.
+//!
+//! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
+//!   and writes responses in request order.
+//! - [`handlers`]: turns one decoded request into its response.
+//! - [`produce`], [`fetch`], [`metadata`]: the APIs' logic over the node's log streams.
+//!
+//! A topic is a log stream with one partition (partition 0).
+
+pub mod fetch;
+pub mod handlers;
+pub mod listener;
+pub mod metadata;
+pub mod produce;
+
+pub use listener::serve;

@@ -1,0 +1,154 @@
+//! kcat (librdkafka) against an in-process 3-node cluster serving Kafka: metadata, produce and
+//! consume from the beginning, each bootstrapped at a follower. kcat comes from Debian's
+//! `kcat` package (installed by scripts/test-deps.sh).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::cluster_configs;
+use vdl_server::Node;
+
+const TOPIC: &str = "kcat-topic";
+
+fn kcat() -> Command {
+    let path = ["/usr/bin/kcat", "/usr/local/bin/kcat"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("kcat is not installed: run scripts/test-deps.sh");
+    Command::new(path)
+}
+
+/// Runs kcat with a deadline, feeding `input` on stdin; returns (success, stdout, stderr).
+fn run(mut cmd: Command, input: &[u8], timeout: Duration) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kcat");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            return (
+                status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "kcat timed out; stdout: {} stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
+    let configs = cluster_configs(3, dir, &[TOPIC]);
+    let mut nodes = Vec::new();
+    for c in configs {
+        let n = Node::start(c).await.unwrap();
+        n.serve_kafka().await.unwrap();
+        nodes.push(n);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(i) = nodes
+            .iter()
+            .position(|n| n.stream(TOPIC).unwrap().visible().leader == n.config().id)
+        {
+            // Wait until every node knows the leader and its peers' addresses.
+            let known = nodes.iter().all(|n| {
+                n.stream(TOPIC).unwrap().visible().leader != 0 && n.live_brokers().len() == 3
+            });
+            if known {
+                return (nodes, i);
+            }
+        }
+        assert!(Instant::now() < deadline, "cluster not ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_produces_and_consumes_through_a_follower() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, leader) = cluster(dir.path()).await;
+    let follower = &nodes[(leader + 1) % 3];
+    let bootstrap = follower.config().kafka_advertised.clone();
+
+    let result = tokio::task::spawn_blocking(move || {
+        // -L at a follower lists all three brokers and the leader.
+        let mut cmd = kcat();
+        cmd.args(["-b", &bootstrap, "-L", "-t", TOPIC]);
+        let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+        assert!(ok, "kcat -L failed: {err}");
+        assert!(out.contains(" 3 brokers:"), "{out}");
+        assert!(
+            out.contains(&format!("topic \"{TOPIC}\" with 1 partitions")),
+            "{out}"
+        );
+
+        // Produce with acks=all, in several batches and with each codec.
+        let mut expected = Vec::new();
+        for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+            let lines: Vec<String> = (0..20).map(|i| format!("{codec}-{i}")).collect();
+            let mut cmd = kcat();
+            cmd.args([
+                "-b", &bootstrap, "-t", TOPIC, "-P", "-z", codec, "-X", "acks=all",
+            ]);
+            let (ok, _, err) = run(
+                cmd,
+                (lines.join("\n") + "\n").as_bytes(),
+                Duration::from_secs(20),
+            );
+            assert!(ok, "kcat produce ({codec}) failed: {err}");
+            expected.extend(lines);
+        }
+
+        // Consume everything from the beginning: same records, same order, dense offsets.
+        let mut cmd = kcat();
+        cmd.args([
+            "-b",
+            &bootstrap,
+            "-t",
+            TOPIC,
+            "-C",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %s\n",
+        ]);
+        let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+        assert!(ok, "kcat consume failed: {err}");
+        let got: Vec<(u64, String)> = out
+            .lines()
+            .map(|l| {
+                let (o, v) = l.split_once(' ').unwrap();
+                (o.parse().unwrap(), v.to_owned())
+            })
+            .collect();
+        assert_eq!(got.len(), expected.len(), "{out}");
+        for (i, (offset, value)) in got.iter().enumerate() {
+            assert_eq!(*offset, i as u64, "dense offsets");
+            assert_eq!(value, &expected[i]);
+        }
+    })
+    .await;
+    for n in &nodes {
+        n.shutdown();
+    }
+    result.unwrap();
+}
