@@ -84,6 +84,9 @@ pub struct KafkaSettings {
     pub message_max_bytes: usize,
     /// A connection with no request for this long is closed (`connections.max.idle.ms`).
     pub connection_idle: Duration,
+    /// Whether a Metadata request for an unknown topic creates it, when the client allows it
+    /// (`auto.create.topics.enable`).
+    pub auto_create_topics: bool,
 }
 
 impl Default for KafkaSettings {
@@ -94,6 +97,7 @@ impl Default for KafkaSettings {
             request_max_bytes: 100 << 20,
             message_max_bytes: 1 << 20,
             connection_idle: Duration::from_secs(600),
+            auto_create_topics: true,
         }
     }
 }
@@ -231,6 +235,7 @@ struct FileKafka {
     request_max_bytes: Option<usize>,
     message_max_bytes: Option<usize>,
     connection_idle_ms: Option<u64>,
+    auto_create_topics: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -459,6 +464,7 @@ impl NodeConfig {
                 *target = v;
             }
         }
+        kafka.auto_create_topics = k.auto_create_topics.unwrap_or(kafka.auto_create_topics);
         if let Some(ms) = k.connection_idle_ms {
             kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
         }

@@ -161,6 +161,9 @@ pub struct GroupParts {
     pub pipeline: bool,
     /// Merge queued proposals into shared entries and fsyncs.
     pub group_commit: bool,
+    /// Accept proposals on a follower and let raft-rs forward them to the leader (the metadata
+    /// group); otherwise a follower answers [`AppendError::NotLeader`].
+    pub forward_proposals: bool,
     /// How often the retention rules are applied.
     pub retention_interval: Duration,
     /// Applies committed metadata entries, if this group carries any.
@@ -312,7 +315,8 @@ impl Group {
         if self.queued.is_empty() {
             return;
         }
-        if self.p.node.raft.state != StateRole::Leader {
+        let can_forward = self.p.forward_proposals && self.leader_hint().is_some();
+        if self.p.node.raft.state != StateRole::Leader && !can_forward {
             let leader = self.leader_hint();
             for p in self.queued.drain(..) {
                 let _ = p.reply.send(Err(AppendError::NotLeader { leader }));
@@ -423,6 +427,25 @@ impl Group {
         }
     }
 
+    /// Proposals made in an earlier term and never appended will not be: their leader is gone
+    /// (a forwarded proposal dies with it). They are answered `Lost`.
+    fn fail_stale_proposals(&mut self, term: u64) {
+        let stale: Vec<u64> = self
+            .proposed
+            .iter()
+            .filter(|(_, w)| w.term < term)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            if let Some(w) = self.proposed.remove(&id) {
+                self.pending_count -= w.proposals.len();
+                for (reply, _) in w.proposals {
+                    let _ = reply.send(Err(AppendError::Lost));
+                }
+            }
+        }
+    }
+
     fn send_all(&self, msgs: Vec<Message>) {
         for m in msgs {
             self.p.peers.send(self.p.id, m);
@@ -472,6 +495,7 @@ impl Group {
                 self.persisted_vote = hs.vote;
             }
             self.visible.term = hs.term;
+            self.fail_stale_proposals(hs.term);
         }
         self.send_all(early);
         self.send_all(ready.take_persisted_messages());

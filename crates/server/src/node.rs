@@ -21,6 +21,10 @@ use crate::group::{
     run_group, try_deliver, AppendError, Appended, GroupInput, GroupParts, Proposal, ProposalData,
     Visible,
 };
+use crate::metadata::{
+    ClusterMeta, CommittedOffset, MetaCommand, MetadataStateMachine, METADATA_GROUP_ID,
+    METADATA_STREAM,
+};
 use crate::raft_storage::{read, RaftStorage, SharedStore};
 use crate::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
 
@@ -253,8 +257,21 @@ pub struct Node {
     registry: Arc<Registry>,
     peers: PeerSender,
     streams: Mutex<HashMap<String, LogStream>>,
-    threads: Mutex<Vec<(SyncSender<GroupInput>, JoinHandle<()>)>>,
+    threads: Mutex<Vec<GroupThread>>,
     peer_task: tokio::task::JoinHandle<()>,
+    metadata: Arc<RwLock<ClusterMeta>>,
+    metadata_group: Mutex<Option<LogStream>>,
+}
+
+/// A running group thread: its group id, its inbox, and the handle to join it.
+type GroupThread = (u64, SyncSender<GroupInput>, JoinHandle<()>);
+
+/// What kind of Raft group to open.
+enum GroupKind {
+    /// A log stream (a topic).
+    Stream,
+    /// The cluster metadata group, with its state machine.
+    Metadata(MetadataStateMachine),
 }
 
 impl Node {
@@ -295,7 +312,11 @@ impl Node {
             streams: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             peer_task,
+            metadata: Arc::new(RwLock::new(ClusterMeta::default())),
+            metadata_group: Mutex::new(None),
         });
+        let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
+        node.open_group(METADATA_STREAM, METADATA_GROUP_ID, GroupKind::Metadata(sm))?;
         let mut seen: HashMap<u64, String> = HashMap::new();
         for name in node.config.initial_streams.clone() {
             let id = group_id_for(&name);
@@ -395,12 +416,33 @@ impl Node {
             return Ok(s);
         }
         let group = group_id_for(name);
+        self.open_group(name, group, GroupKind::Stream)
+    }
+
+    fn open_group(&self, name: &str, group: u64, kind: GroupKind) -> Result<LogStream, NodeError> {
         let store_err = |source| NodeError::Store {
             name: name.to_owned(),
             source,
         };
-        let mut store =
-            LogStore::open(&self.stream_dir(name), self.store_config()).map_err(store_err)?;
+        let mut store_config = self.store_config();
+        let (dir, forward_proposals, state_machine): (
+            _,
+            _,
+            Option<Box<dyn crate::group::StateMachine>>,
+        ) = match kind {
+            GroupKind::Stream => (self.stream_dir(name), false, None),
+            GroupKind::Metadata(sm) => {
+                // The metadata log is replayed on restart to rebuild the state: keep it whole.
+                store_config.deletion_allowed = false;
+                (
+                    self.config.data_dir.join(METADATA_STREAM),
+                    true,
+                    Some(Box::new(sm)),
+                )
+            }
+        };
+        let replay = state_machine.is_some();
+        let mut store = LogStore::open(&dir, store_config).map_err(store_err)?;
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
                 voters: self.config.member_ids(),
@@ -409,7 +451,13 @@ impl Node {
             store.save_conf_state(&cs).map_err(store_err)?;
         }
         let hs = store.hard_state();
-        let applied = hs.commit.min(store.last_index());
+        // A group with a state machine replays its committed log from the start to rebuild it;
+        // a plain stream's state is its log, already on disk.
+        let applied = if replay {
+            store.first_index().saturating_sub(1)
+        } else {
+            hs.commit.min(store.last_index())
+        };
         let visible = Visible {
             applied_index: applied,
             high_watermark: store.next_offset_after_index(applied).map_err(store_err)?,
@@ -459,7 +507,8 @@ impl Node {
             pipeline: t.pipeline,
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
-            state_machine: None,
+            forward_proposals,
+            state_machine,
         };
         let handle = std::thread::Builder::new()
             .name(format!("raft-{name}"))
@@ -476,7 +525,7 @@ impl Node {
         self.threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((tx.clone(), handle));
+            .push((group, tx.clone(), handle));
         let stream = LogStream {
             name: name.into(),
             group,
@@ -484,15 +533,145 @@ impl Node {
             store: shared,
             visible: vis_rx,
         };
-        self.streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), stream.clone());
+        if group == METADATA_GROUP_ID {
+            *self
+                .metadata_group
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(stream.clone());
+        } else {
+            self.streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(name.to_owned(), stream.clone());
+        }
         // A single-node cluster elects itself at once instead of waiting an election timeout.
         if self.config.members.len() == 1 {
             stream.campaign();
         }
         Ok(stream)
+    }
+
+    /// Stops a stream's group and deletes its data on this node (the stream's topic was
+    /// deleted). Appends waiting on it fail with `Stopped`.
+    pub fn drop_stream(&self, name: &str) {
+        let Some(stream) = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name)
+        else {
+            return;
+        };
+        self.registry
+            .groups
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&stream.group);
+        let thread = {
+            let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+            threads
+                .iter()
+                .position(|(g, _, _)| *g == stream.group)
+                .map(|i| threads.swap_remove(i))
+        };
+        if let Some((_, tx, handle)) = thread {
+            let _ = tx.send(GroupInput::Stop);
+            let _ = handle.join();
+        }
+        drop(stream);
+        if let Err(e) = std::fs::remove_dir_all(self.stream_dir(name)) {
+            tracing::warn!(stream = %name, "removing a deleted stream's data failed: {e}");
+        }
+    }
+
+    /// The cluster metadata as applied on this node.
+    pub fn metadata(&self) -> std::sync::RwLockReadGuard<'_, ClusterMeta> {
+        self.metadata.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The metadata group's handle (the Raft group every node votes in).
+    pub fn metadata_group(&self) -> Option<LogStream> {
+        self.metadata_group
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Commits a metadata command through the metadata group (from any node: followers forward
+    /// it to the leader) and returns the Raft index it was applied at; by then this node has
+    /// applied it.
+    pub async fn propose_metadata(
+        &self,
+        cmd: &MetaCommand,
+        timeout: Duration,
+    ) -> Result<u64, AppendError> {
+        let data = serde_json::to_vec(cmd).map_err(|e| AppendError::Invalid(e.to_string()))?;
+        let group = self.metadata_group().ok_or(AppendError::Stopped)?;
+        let appended = group.append_meta(Bytes::from(data), timeout).await?;
+        Ok(appended.raft_index)
+    }
+
+    /// Creates a topic on every node (a no-op when it exists). Returns once the topic's stream
+    /// is open on this node.
+    pub async fn create_topic(&self, name: &str, timeout: Duration) -> Result<(), AppendError> {
+        if !crate::config::valid_stream_name(name) || name == METADATA_STREAM {
+            return Err(AppendError::Invalid(format!("invalid topic name {name:?}")));
+        }
+        self.propose_metadata(
+            &MetaCommand::CreateTopic {
+                name: name.to_owned(),
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes a topic and its data on every node.
+    pub async fn delete_topic(&self, name: &str, timeout: Duration) -> Result<(), AppendError> {
+        self.propose_metadata(
+            &MetaCommand::DeleteTopic {
+                name: name.to_owned(),
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Allocates a producer id unique in the cluster.
+    pub async fn allocate_producer_id(&self, timeout: Duration) -> Result<i64, AppendError> {
+        let index = self
+            .propose_metadata(&MetaCommand::AllocateProducerId, timeout)
+            .await?;
+        self.metadata()
+            .allocations
+            .get(&index)
+            .copied()
+            .ok_or_else(|| AppendError::Invalid("producer id allocation not found".into()))
+    }
+
+    /// Records a consumer group's committed offsets, replicated.
+    pub async fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<CommittedOffset>,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        self.propose_metadata(
+            &MetaCommand::CommitOffsets {
+                group: group.to_owned(),
+                offsets,
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Whether `name` is a topic (created through the metadata group or configured).
+    pub fn is_topic(&self, name: &str) -> bool {
+        self.stream(name).is_some()
     }
 
     /// Stops every group thread (their pending appends fail with `Stopped`) and the peer
@@ -505,12 +684,21 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for (tx, _) in &threads {
+        for (_, tx, _) in &threads {
             let _ = tx.send(GroupInput::Stop);
         }
-        for (_, handle) in threads {
+        for (_, _, handle) in threads {
             let _ = handle.join();
         }
+        // Release this node's handles on the stores (handles held elsewhere keep theirs).
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        *self
+            .metadata_group
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

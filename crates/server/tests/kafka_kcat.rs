@@ -145,9 +145,45 @@ async fn kcat_produces_and_consumes_through_a_follower() {
             assert_eq!(*offset, i as u64, "dense offsets");
             assert_eq!(value, &expected[i]);
         }
+
+        // A topic nobody created is created on first use (auto.create.topics.enable), through
+        // the follower, replicated on every node.
+        let mut cmd = kcat();
+        cmd.args([
+            "-b",
+            &bootstrap,
+            "-t",
+            "auto-created",
+            "-P",
+            "-X",
+            "acks=all",
+        ]);
+        let (ok, _, err) = run(cmd, b"first\nsecond\n", Duration::from_secs(30));
+        assert!(ok, "kcat produce to a new topic failed: {err}");
+        let mut cmd = kcat();
+        cmd.args([
+            "-b",
+            &bootstrap,
+            "-t",
+            "auto-created",
+            "-C",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %s\n",
+        ]);
+        let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+        assert!(ok, "kcat consume of the new topic failed: {err}");
+        assert_eq!(out, "0 first\n1 second\n");
     })
     .await;
     for n in &nodes {
+        assert!(
+            n.is_topic("auto-created") || result.is_err(),
+            "topic on node {}",
+            n.config().id
+        );
         n.shutdown();
     }
     result.unwrap();

@@ -10,7 +10,7 @@ use kafka_proto::frame::{encode_response, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
-use crate::kafka::{fetch, metadata, produce};
+use crate::kafka::{fetch, metadata, produce, topics};
 use crate::node::Node;
 
 /// What to send back for a request.
@@ -34,6 +34,8 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListOffsets, 0, 9),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 0, 7),
+    (ApiKey::DeleteTopics, 0, 6),
 ];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -82,11 +84,9 @@ pub fn dispatch(node: &Arc<Node>, header: RequestHeader, request: Request) -> Re
     let cid = header.correlation_id;
     match request {
         Request::ApiVersions(_) => now(cid, version, Response::ApiVersions(api_versions())),
-        Request::Metadata(req) => now(
-            cid,
-            version,
-            Response::Metadata(metadata::metadata(node, &req, version)),
-        ),
+        Request::Metadata(req) => metadata::handle(node, req, version, cid),
+        Request::CreateTopics(req) => topics::create_topics(node, req, version, cid),
+        Request::DeleteTopics(req) => topics::delete_topics(node, req, version, cid),
         Request::ListOffsets(req) => now(
             cid,
             version,

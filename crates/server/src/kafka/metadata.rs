@@ -1,6 +1,12 @@
 //! Metadata and ListOffsets: where each topic lives, and its offsets.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_proto::frame::Response;
+
+use crate::config::valid_stream_name;
+use crate::kafka::handlers::{frame, Reply};
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::messages::list_offsets_request::ListOffsetsRequest;
@@ -101,6 +107,46 @@ fn topic_metadata(node: &Node, name: &str, stream: Option<LogStream>) -> Metadat
         ..Default::default()
     }
 }
+
+/// Handles Metadata: creates the unknown topics asked for first when both the client and the
+/// server allow it (`auto_create_topics`), then answers.
+pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_id: i32) -> Reply {
+    let to_create: Vec<String> = match &req.topics {
+        Some(list) if req.allow_auto_topic_creation && node.config().kafka.auto_create_topics => {
+            list.iter()
+                .filter_map(|t| t.name.clone())
+                .filter(|n| !node.is_topic(n) && valid_stream_name(n) && !n.starts_with("__"))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    if to_create.is_empty() {
+        return match frame(
+            correlation_id,
+            version,
+            &Response::Metadata(metadata(node, &req, version)),
+        ) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        };
+    }
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        for name in to_create {
+            if let Err(e) = node.create_topic(&name, AUTO_CREATE_TIMEOUT).await {
+                tracing::warn!(topic = %name, "auto-creating a topic failed: {e}");
+            }
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::Metadata(metadata(&node, &req, version)),
+        )
+    }))
+}
+
+/// How long a Metadata request waits for the topics it auto-creates.
+const AUTO_CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Answers Metadata: every live broker with its advertised address, and the requested topics
 /// (all when the list is null) with their leader, replicas and in-sync replicas.

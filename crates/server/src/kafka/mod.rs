@@ -3,7 +3,8 @@
 //! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
 //!   and writes responses in request order.
 //! - [`handlers`]: turns one decoded request into its response.
-//! - [`produce`], [`fetch`], [`metadata`]: the APIs' logic over the node's log streams.
+//! - [`produce`], [`fetch`], [`metadata`], [`topics`]: the APIs' logic over the node's log
+//!   streams and the replicated cluster metadata.
 //!
 //! A topic is a log stream with one partition (partition 0).
 
@@ -12,5 +13,6 @@ pub mod handlers;
 pub mod listener;
 pub mod metadata;
 pub mod produce;
+pub mod topics;
 
 pub use listener::serve;

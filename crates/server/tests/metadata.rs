@@ -1,0 +1,165 @@
+//! The replicated cluster metadata: topics created or deleted from any node exist or vanish on
+//! every node, producer ids are unique, committed offsets are on every node, and all of it
+//! survives the metadata leader's death and full restarts (the metadata log is replayed).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{batch, cluster_configs};
+use vdl_server::metadata::CommittedOffset;
+use vdl_server::Node;
+
+const T: Duration = Duration::from_secs(10);
+
+async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + T;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn metadata_leader(nodes: &[Option<Arc<Node>>]) -> Option<usize> {
+    nodes.iter().position(|n| {
+        n.as_ref()
+            .and_then(|n| n.metadata_group().map(|g| (g, n.config().id)))
+            .is_some_and(|(g, id)| g.visible().leader == id)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[]);
+    let mut nodes: Vec<Option<Arc<Node>>> = Vec::new();
+    for c in &configs {
+        nodes.push(Some(Node::start(c.clone()).await.unwrap()));
+    }
+    wait_until("a metadata leader", || metadata_leader(&nodes).is_some()).await;
+    let leader = metadata_leader(&nodes).unwrap();
+    let follower = (leader + 1) % 3;
+
+    // Created through a follower (forwarded to the leader), the topic exists everywhere.
+    let f = nodes[follower].clone().unwrap();
+    f.create_topic("orders", T).await.unwrap();
+    f.create_topic("orders", T).await.unwrap(); // creating twice is a no-op
+    for n in nodes.iter().flatten() {
+        let n = n.clone();
+        wait_until("the topic on every node", move || n.is_topic("orders")).await;
+    }
+    // ... and takes appends.
+    let deadline = Instant::now() + T;
+    let stream_leader = loop {
+        if let Some(n) = nodes
+            .iter()
+            .flatten()
+            .find(|n| n.stream("orders").unwrap().visible().leader == n.config().id)
+        {
+            break n.clone();
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let a = stream_leader
+        .stream("orders")
+        .unwrap()
+        .append(batch(1, b"o1"), 1, T)
+        .await
+        .unwrap();
+    assert_eq!(a.base_offset, 0);
+
+    // Producer ids are unique across nodes.
+    let mut ids = Vec::new();
+    for n in nodes.iter().flatten() {
+        ids.push(n.allocate_producer_id(T).await.unwrap());
+        ids.push(n.allocate_producer_id(T).await.unwrap());
+    }
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "producer ids {ids:?}");
+
+    // Offsets committed at one node are on every node.
+    let offset = |o: i64| CommittedOffset {
+        topic: "orders".into(),
+        partition: 0,
+        offset: o,
+        leader_epoch: -1,
+        metadata: Some("m".into()),
+    };
+    f.commit_offsets("g1", vec![offset(1)], T).await.unwrap();
+    for n in nodes.iter().flatten() {
+        let n = n.clone();
+        wait_until("offsets on every node", move || {
+            n.metadata()
+                .offsets
+                .get("g1")
+                .and_then(|g| g.get(&("orders".to_string(), 0)))
+                .map(|o| o.offset)
+                == Some(1)
+        })
+        .await;
+    }
+
+    // The metadata leader dies: the others elect a new one and go on.
+    nodes[leader].take().unwrap().shutdown();
+    wait_until("a new metadata leader", || {
+        metadata_leader(&nodes).is_some()
+    })
+    .await;
+    let survivor = nodes.iter().flatten().next().unwrap().clone();
+    survivor
+        .commit_offsets("g1", vec![offset(7)], T)
+        .await
+        .unwrap();
+    survivor.create_topic("payments", T).await.unwrap();
+
+    // Every node restarts: the metadata log is replayed; topics and offsets are back.
+    drop((f, stream_leader, survivor));
+    for n in nodes.iter_mut() {
+        if let Some(n) = n.take() {
+            n.shutdown();
+        }
+    }
+    for (i, c) in configs.iter().enumerate() {
+        nodes[i] = Some(Node::start(c.clone()).await.unwrap());
+    }
+    for n in nodes.iter().flatten() {
+        let n = n.clone();
+        wait_until("metadata after restart", move || {
+            n.is_topic("orders")
+                && n.is_topic("payments")
+                && n.metadata()
+                    .offsets
+                    .get("g1")
+                    .and_then(|g| g.get(&("orders".to_string(), 0)))
+                    .map(|o| o.offset)
+                    == Some(7)
+        })
+        .await;
+    }
+    // The data written before the restarts is still there.
+    let n0 = nodes[0].clone().unwrap();
+    wait_until("the orders record", move || {
+        n0.stream("orders").unwrap().visible().high_watermark == 1
+    })
+    .await;
+
+    // Deleting a topic removes it and its data on every node.
+    let any = nodes[1].clone().unwrap();
+    any.delete_topic("payments", T).await.unwrap();
+    for (i, n) in nodes.iter().flatten().enumerate() {
+        let n2 = n.clone();
+        wait_until("the topic gone", move || !n2.is_topic("payments")).await;
+        assert!(
+            !n.stream_dir("payments").exists(),
+            "node {} still has the deleted topic's data",
+            i + 1
+        );
+    }
+    for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+}
