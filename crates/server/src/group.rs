@@ -29,6 +29,7 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 use tokio::sync::{oneshot, watch};
 
+use crate::producers::{batch_infos, total_span, ProducerTable, SequenceCheck, SequenceError};
 use crate::raft_storage::{
     decode_snapshot_data, from_raft_conf, read, to_store_entry, write, RaftStorage, SharedStore,
     CTX_META, CTX_RECORDS,
@@ -67,6 +68,9 @@ pub enum AppendError {
     /// The payload is not acceptable (e.g. too large).
     #[error("invalid append: {0}")]
     Invalid(String),
+    /// An idempotent producer's batch does not fit its sequence.
+    #[error("producer sequence: {0:?}")]
+    Sequence(SequenceError),
 }
 
 /// Where an acknowledged append landed.
@@ -168,6 +172,8 @@ pub struct GroupParts {
     pub retention_interval: Duration,
     /// Applies committed metadata entries, if this group carries any.
     pub state_machine: Option<Box<dyn StateMachine>>,
+    /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
+    pub producers: Option<ProducerTable>,
 }
 
 struct Waiting {
@@ -324,6 +330,7 @@ impl Group {
             return;
         }
         let queued = std::mem::take(&mut self.queued);
+        let queued = self.check_producers(queued);
         let mut iter = queued.into_iter().peekable();
         while let Some(first) = iter.next() {
             match first.data {
@@ -377,6 +384,41 @@ impl Group {
                 return;
             }
         }
+    }
+
+    /// Checks idempotent producers' batches in arrival order (see [`crate::producers`]):
+    /// retries of committed batches are answered with their original offsets, batches out of
+    /// sequence are refused, the rest go on to be proposed.
+    fn check_producers(&mut self, queued: Vec<Proposal>) -> Vec<Proposal> {
+        let Some(table) = self.p.producers.as_mut() else {
+            return queued;
+        };
+        let mut out = Vec::with_capacity(queued.len());
+        for p in queued {
+            let ProposalData::Records {
+                batches,
+                offset_span,
+            } = &p.data
+            else {
+                out.push(p);
+                continue;
+            };
+            let infos = batch_infos(batches);
+            match table.check(&infos) {
+                SequenceCheck::Append => out.push(p),
+                SequenceCheck::Duplicate { base_offset } => {
+                    let _ = p.reply.send(Ok(Appended {
+                        raft_index: 0,
+                        base_offset,
+                        offset_count: *offset_span,
+                    }));
+                }
+                SequenceCheck::Reject(e) => {
+                    let _ = p.reply.send(Err(AppendError::Sequence(e)));
+                }
+            }
+        }
+        out
     }
 
     /// Entry context: kind tag, proposing node, proposal id (see [`proposal_id`]).
@@ -459,6 +501,9 @@ impl Group {
         let mut ready = self.p.node.ready();
         if let Some(ss) = ready.ss() {
             self.visible.leader = ss.leader_id;
+            if let Some(t) = self.p.producers.as_mut() {
+                t.clear_pending();
+            }
             self.publish();
         }
         let early = if self.p.pipeline {
@@ -569,6 +614,9 @@ impl Group {
                             sm.apply(e.index, &e.data);
                         }
                     }
+                    if e.context.first() == Some(&CTX_RECORDS) {
+                        self.apply_producers(e);
+                    }
                 }
             }
             self.answer_committed(e);
@@ -581,6 +629,21 @@ impl Group {
         self.visible.log_start_offset = s.log_start_offset();
         drop(s);
         self.publish();
+    }
+
+    /// Updates the producer table with a committed entry's batches.
+    fn apply_producers(&mut self, e: &Entry) {
+        let Some(table) = self.p.producers.as_mut() else {
+            return;
+        };
+        let infos = batch_infos(&e.data);
+        if infos.is_empty() {
+            return;
+        }
+        let end = read(&self.p.store)
+            .next_offset_after_index(e.index)
+            .unwrap_or_else(|err| panic!("committed index {} not in the log: {err}", e.index));
+        table.on_committed(&infos, end - total_span(&e.data));
     }
 
     /// Persists the configuration a conf change produced (raft-rs rejects invalid ones).

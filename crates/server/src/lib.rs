@@ -7,6 +7,7 @@
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
+//! - [`producers`]: idempotent producers' state, derived from the replicated log.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
 //! - [`admin`]: the admin HTTP API (status, append and read without Kafka).
@@ -17,6 +18,7 @@ pub mod group;
 pub mod kafka;
 pub mod metadata;
 pub mod node;
+pub mod producers;
 pub mod raft_log;
 pub mod raft_storage;
 pub mod transport;

@@ -263,6 +263,37 @@ pub struct Node {
     metadata_group: Mutex<Option<LogStream>>,
 }
 
+/// Rebuilds a stream's producer table from the newest committed entries (at most
+/// [`crate::producers::REBUILD_MAX_ENTRIES`] of them).
+fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::ProducerTable {
+    let mut table = crate::producers::ProducerTable::default();
+    let s = read(store);
+    let mut lo = s
+        .first_index()
+        .max(applied.saturating_sub(crate::producers::REBUILD_MAX_ENTRIES) + 1);
+    while lo <= applied {
+        let Ok(entries) = s.entries(lo, applied + 1, 4 << 20) else {
+            break;
+        };
+        let Some(last) = entries.last().map(|e| e.index) else {
+            break;
+        };
+        for e in entries {
+            if e.kind == logstore::EntryKind::Records {
+                let infos = crate::producers::batch_infos(&e.payload);
+                if !infos.is_empty() {
+                    table.on_committed(&infos, e.first_offset);
+                }
+            }
+        }
+        lo = last + 1;
+    }
+    table
+}
+
+/// Pause between attempts to propose a metadata command while no leader is known.
+const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 /// A running group thread: its group id, its inbox, and the handle to join it.
 type GroupThread = (u64, SyncSender<GroupInput>, JoinHandle<()>);
 
@@ -508,6 +539,7 @@ impl Node {
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
             forward_proposals,
+            producers: (!replay).then(|| rebuild_producers(&shared, applied)),
             state_machine,
         };
         let handle = std::thread::Builder::new()
@@ -605,10 +637,25 @@ impl Node {
         cmd: &MetaCommand,
         timeout: Duration,
     ) -> Result<u64, AppendError> {
-        let data = serde_json::to_vec(cmd).map_err(|e| AppendError::Invalid(e.to_string()))?;
-        let group = self.metadata_group().ok_or(AppendError::Stopped)?;
-        let appended = group.append_meta(Bytes::from(data), timeout).await?;
-        Ok(appended.raft_index)
+        let data =
+            Bytes::from(serde_json::to_vec(cmd).map_err(|e| AppendError::Invalid(e.to_string()))?);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let group = self.metadata_group().ok_or(AppendError::Stopped)?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match group.append_meta(data.clone(), left).await {
+                Ok(appended) => return Ok(appended.raft_index),
+                // No leader yet (start-up, election) or the proposal died with its leader:
+                // try again until the deadline. A lost proposal was not applied, so retrying
+                // cannot apply a command twice.
+                Err(AppendError::NotLeader { .. } | AppendError::Lost)
+                    if tokio::time::Instant::now() + METADATA_RETRY_PAUSE < deadline =>
+                {
+                    tokio::time::sleep(METADATA_RETRY_PAUSE).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Creates a topic on every node (a no-op when it exists). Returns once the topic's stream

@@ -10,7 +10,7 @@ use kafka_proto::frame::{encode_response, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
-use crate::kafka::{fetch, metadata, produce, topics};
+use crate::kafka::{cluster, fetch, metadata, produce, topics};
 use crate::node::Node;
 
 /// What to send back for a request.
@@ -36,6 +36,9 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeConfigs, 0, 4),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -87,6 +90,17 @@ pub fn dispatch(node: &Arc<Node>, header: RequestHeader, request: Request) -> Re
         Request::Metadata(req) => metadata::handle(node, req, version, cid),
         Request::CreateTopics(req) => topics::create_topics(node, req, version, cid),
         Request::DeleteTopics(req) => topics::delete_topics(node, req, version, cid),
+        Request::InitProducerId(req) => cluster::init_producer_id(node, req, version, cid),
+        Request::DescribeCluster(_) => now(
+            cid,
+            version,
+            Response::DescribeCluster(cluster::describe_cluster(node)),
+        ),
+        Request::DescribeConfigs(req) => now(
+            cid,
+            version,
+            Response::DescribeConfigs(cluster::describe_configs(node, &req, version)),
+        ),
         Request::ListOffsets(req) => now(
             cid,
             version,

@@ -47,7 +47,8 @@ pub fn cluster_id(node: &Node) -> String {
     format!("vdl-{}", ids.join("-"))
 }
 
-fn split_host_port(addr: &str) -> (String, i32) {
+/// Splits `HOST:PORT` (port 9092 when missing or bad).
+pub fn split_host_port(addr: &str) -> (String, i32) {
     match addr.rsplit_once(':') {
         Some((h, p)) => (
             h.trim_matches(['[', ']']).to_owned(),

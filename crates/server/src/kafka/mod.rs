@@ -3,11 +3,12 @@
 //! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
 //!   and writes responses in request order.
 //! - [`handlers`]: turns one decoded request into its response.
-//! - [`produce`], [`fetch`], [`metadata`], [`topics`]: the APIs' logic over the node's log
+//! - [`produce`], [`fetch`], [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log
 //!   streams and the replicated cluster metadata.
 //!
 //! A topic is a log stream with one partition (partition 0).
 
+pub mod cluster;
 pub mod fetch;
 pub mod handlers;
 pub mod listener;

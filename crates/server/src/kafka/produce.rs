@@ -30,6 +30,7 @@ use kafka_proto::DecodeError;
 use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
 use crate::node::{Node, PendingAppend};
+use crate::producers::SequenceError;
 
 /// Longest a produce waits for commit, whatever timeout the client asked for.
 const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -86,6 +87,11 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         }
         AppendError::Timeout | AppendError::Busy => ErrorCode::RequestTimedOut,
         AppendError::Invalid(_) => ErrorCode::InvalidRecord,
+        AppendError::Sequence(SequenceError::OutOfOrder) => ErrorCode::OutOfOrderSequenceNumber,
+        AppendError::Sequence(SequenceError::InvalidEpoch) => ErrorCode::InvalidProducerEpoch,
+        // The first attempt is still being replicated: a retriable error; the retry after it
+        // commits is answered with its offset.
+        AppendError::Sequence(SequenceError::DuplicateInFlight) => ErrorCode::NotEnoughReplicas,
     }
 }
 

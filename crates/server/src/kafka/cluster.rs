@@ -1,0 +1,278 @@
+//! InitProducerId, DescribeCluster and DescribeConfigs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::describe_cluster_response::{
+    DescribeClusterBroker, DescribeClusterResponse,
+};
+use kafka_proto::messages::describe_configs_request::DescribeConfigsRequest;
+use kafka_proto::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+};
+use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
+use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
+
+use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::metadata::{cluster_id, split_host_port};
+use crate::node::Node;
+
+/// How long InitProducerId waits for the replicated allocation.
+const ALLOCATE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Handles InitProducerId: a new cluster-unique producer id with epoch 0 for an idempotent
+/// producer; the same id with the next epoch when a producer asks to bump its epoch (KIP-360,
+/// v3+); transactional producers get UNSUPPORTED_VERSION (transactions are not served).
+pub fn init_producer_id(
+    node: &Arc<Node>,
+    req: InitProducerIdRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let mut r = InitProducerIdResponse {
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        };
+        if req.transactional_id.is_some() {
+            r.error_code = ErrorCode::UnsupportedVersion.code();
+        } else if req.producer_id >= 0
+            && req.producer_epoch >= 0
+            && req.producer_epoch < i16::MAX - 1
+        {
+            r.producer_id = req.producer_id;
+            r.producer_epoch = req.producer_epoch + 1;
+        } else {
+            match node.allocate_producer_id(ALLOCATE_TIMEOUT).await {
+                Ok(id) => {
+                    r.producer_id = id;
+                    r.producer_epoch = 0;
+                }
+                Err(e) => {
+                    tracing::warn!("allocating a producer id failed: {e}");
+                    r.error_code = ErrorCode::CoordinatorNotAvailable.code();
+                }
+            }
+        }
+        frame(correlation_id, version, &Response::InitProducerId(r))
+    }))
+}
+
+/// Handles DescribeCluster: the cluster id, a controller (the metadata group's leader) and every
+/// live broker.
+pub fn describe_cluster(node: &Arc<Node>) -> DescribeClusterResponse {
+    let controller = node
+        .metadata_group()
+        .map(|g| g.visible().leader)
+        .filter(|l| *l != 0)
+        .map_or(-1, |l| i32::try_from(l).unwrap_or(-1));
+    DescribeClusterResponse {
+        cluster_id: cluster_id(node),
+        controller_id: controller,
+        brokers: node
+            .live_brokers()
+            .into_iter()
+            .map(|(id, addr)| {
+                let (host, port) = split_host_port(&addr);
+                DescribeClusterBroker {
+                    broker_id: i32::try_from(id).unwrap_or(-1),
+                    host,
+                    port,
+                    rack: None,
+                    ..Default::default()
+                }
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+/// Kafka's config sources.
+const STATIC_BROKER_CONFIG: i8 = 4;
+const DEFAULT_CONFIG: i8 = 5;
+/// Kafka's config types.
+const BOOLEAN: i8 = 1;
+const STRING: i8 = 2;
+const INT: i8 = 3;
+const LONG: i8 = 5;
+
+/// (name, value, type, source) of a resource's configuration.
+type ConfigEntry = (&'static str, String, i8, i8);
+
+fn topic_configs(node: &Node) -> Vec<ConfigEntry> {
+    let c = node.config();
+    let voters = c.members.len();
+    let retention_ms = c
+        .storage
+        .retention_age
+        .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let retention_bytes = c
+        .storage
+        .retention_bytes
+        .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
+    vec![
+        ("cleanup.policy", "delete".into(), STRING, DEFAULT_CONFIG),
+        (
+            "compression.type",
+            "producer".into(),
+            STRING,
+            DEFAULT_CONFIG,
+        ),
+        (
+            "max.message.bytes",
+            c.kafka.message_max_bytes.to_string(),
+            INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "message.timestamp.type",
+            "CreateTime".into(),
+            STRING,
+            DEFAULT_CONFIG,
+        ),
+        (
+            "min.insync.replicas",
+            (voters / 2 + 1).to_string(),
+            INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "retention.bytes",
+            retention_bytes.to_string(),
+            LONG,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "retention.ms",
+            retention_ms.to_string(),
+            LONG,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "segment.bytes",
+            c.storage.segment_bytes.to_string(),
+            INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "unclean.leader.election.enable",
+            "false".into(),
+            BOOLEAN,
+            DEFAULT_CONFIG,
+        ),
+    ]
+}
+
+fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
+    let c = node.config();
+    let mut v = vec![
+        (
+            "auto.create.topics.enable",
+            c.kafka.auto_create_topics.to_string(),
+            BOOLEAN,
+            STATIC_BROKER_CONFIG,
+        ),
+        ("broker.id", c.id.to_string(), INT, STATIC_BROKER_CONFIG),
+        (
+            "connections.max.idle.ms",
+            c.kafka.connection_idle.as_millis().to_string(),
+            LONG,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "default.replication.factor",
+            c.members.len().to_string(),
+            INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        (
+            "message.max.bytes",
+            c.kafka.message_max_bytes.to_string(),
+            INT,
+            STATIC_BROKER_CONFIG,
+        ),
+        ("num.partitions", "1".into(), INT, DEFAULT_CONFIG),
+        (
+            "socket.request.max.bytes",
+            c.kafka.request_max_bytes.to_string(),
+            INT,
+            STATIC_BROKER_CONFIG,
+        ),
+    ];
+    v.extend(
+        topic_configs(node)
+            .into_iter()
+            .filter(|(n, ..)| *n == "min.insync.replicas"),
+    );
+    v
+}
+
+/// Handles DescribeConfigs for topics (their effective settings) and brokers.
+pub fn describe_configs(
+    node: &Arc<Node>,
+    req: &DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let results = req
+        .resources
+        .iter()
+        .map(|res| {
+            let mut out = DescribeConfigsResult {
+                resource_type: res.resource_type,
+                resource_name: res.resource_name.clone(),
+                ..Default::default()
+            };
+            let entries = match res.resource_type {
+                TOPIC if node.is_topic(&res.resource_name) => topic_configs(node),
+                TOPIC => {
+                    out.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                    out.error_message = Some(format!("no topic {}", res.resource_name));
+                    return out;
+                }
+                BROKER
+                    if res.resource_name.is_empty()
+                        || res.resource_name == node.config().id.to_string() =>
+                {
+                    broker_configs(node)
+                }
+                _ => {
+                    out.error_code = ErrorCode::InvalidRequest.code();
+                    out.error_message =
+                        Some("only topic and this broker's configs are described".into());
+                    return out;
+                }
+            };
+            out.configs = entries
+                .into_iter()
+                .filter(|(name, ..)| {
+                    res.configuration_keys
+                        .as_ref()
+                        .is_none_or(|keys| keys.iter().any(|k| k == name))
+                })
+                .map(
+                    |(name, value, config_type, source)| DescribeConfigsResourceResult {
+                        name: name.to_owned(),
+                        value: Some(value),
+                        read_only: true,
+                        is_default: source == DEFAULT_CONFIG,
+                        config_source: source,
+                        is_sensitive: false,
+                        config_type: if version >= 3 { config_type } else { 0 },
+                        ..Default::default()
+                    },
+                )
+                .collect();
+            out
+        })
+        .collect();
+    DescribeConfigsResponse {
+        results,
+        ..Default::default()
+    }
+}

@@ -1,0 +1,302 @@
+//! Idempotent producers: per-stream producer state, derived from the replicated log.
+//!
+//! Every replica applies the same committed record batches, so every replica derives the same
+//! table: for each producer id its epoch and its last five batches (first and last sequence,
+//! offsets), as Kafka keeps. The leader checks each new batch against that table plus the
+//! batches it has proposed but not yet seen committed:
+//! - the batch repeats one of the last five committed batches (a client retry whose first
+//!   attempt did commit): it is not written again, and the client gets the original offset;
+//! - it continues the sequence (or starts a new epoch at 0, or comes from a producer the table
+//!   does not know): it is appended;
+//! - otherwise it is refused: OUT_OF_ORDER_SEQUENCE_NUMBER, or INVALID_PRODUCER_EPOCH for an
+//!   older epoch, or a retriable error when it repeats a batch still in flight.
+//!
+//! Because the table is rebuilt from the log, it survives failover: a new leader has applied the
+//! same batches. After a restart it is rebuilt from the newest part of the log (bounded: see
+//! [`REBUILD_MAX_ENTRIES`]); producers not seen there are treated as new, as Kafka does for
+//! producers whose state expired.
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use kafka_proto::records::split_batches;
+
+/// Batches remembered per producer for duplicate detection (Kafka's number).
+const BATCHES_PER_PRODUCER: usize = 5;
+/// Producers remembered per stream; the least recently written are forgotten beyond this.
+pub const MAX_PRODUCERS: usize = 100_000;
+/// Entries read back from the end of the log to rebuild the table after a restart.
+pub const REBUILD_MAX_ENTRIES: u64 = 100_000;
+
+/// The producer fields of one record batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// Producer id (>= 0 for idempotent producers).
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub epoch: i16,
+    /// Sequence of the first record.
+    pub first_seq: i32,
+    /// Sequence of the last record.
+    pub last_seq: i32,
+    /// Offsets the batch takes (lastOffsetDelta + 1).
+    pub span: u32,
+}
+
+/// The producer batches of concatenated record batches (batches without a producer id are
+/// skipped; malformed data yields nothing, it was validated before proposing).
+pub fn batch_infos(data: &Bytes) -> Vec<BatchInfo> {
+    split_batches(data.clone())
+        .map_while(Result::ok)
+        .filter(|b| b.has_producer_id())
+        .map(|b| BatchInfo {
+            producer_id: b.producer_id(),
+            epoch: b.producer_epoch(),
+            first_seq: b.base_sequence(),
+            last_seq: b.last_sequence(),
+            span: b.last_offset_delta() as u32 + 1,
+        })
+        .collect()
+}
+
+/// Total offsets taken by concatenated record batches.
+pub fn total_span(data: &Bytes) -> u64 {
+    split_batches(data.clone())
+        .map_while(Result::ok)
+        .map(|b| u64::from(b.last_offset_delta() as u32) + 1)
+        .sum()
+}
+
+/// Why a batch was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceError {
+    /// The sequence does not continue the producer's last one.
+    OutOfOrder,
+    /// The epoch is older than the producer's current one (a zombie producer).
+    InvalidEpoch,
+    /// The same batch is still waiting for commit; retry later.
+    DuplicateInFlight,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CommittedBatch {
+    first_seq: i32,
+    last_seq: i32,
+    base_offset: u64,
+}
+
+#[derive(Debug, Default)]
+struct Producer {
+    epoch: i16,
+    batches: VecDeque<CommittedBatch>,
+    /// Write order stamp, for forgetting the least recently used.
+    stamp: u64,
+}
+
+/// What the leader should do with a proposal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// Append it.
+    Append,
+    /// Already committed: answer with this base offset, write nothing.
+    Duplicate {
+        /// Offset the batch got when it was first written.
+        base_offset: u64,
+    },
+    /// Refuse it.
+    Reject(SequenceError),
+}
+
+/// A stream's producer table (see the module docs).
+#[derive(Debug, Default)]
+pub struct ProducerTable {
+    committed: HashMap<i64, Producer>,
+    /// Per producer: epoch and last sequence of batches proposed in this term, not yet committed.
+    pending: HashMap<i64, (i16, i32, i32)>,
+    stamp: u64,
+}
+
+fn next_seq(seq: i32) -> i32 {
+    if seq == i32::MAX {
+        0
+    } else {
+        seq + 1
+    }
+}
+
+impl ProducerTable {
+    /// Checks a proposal's batches in order and, when they are to be appended, records them as
+    /// pending.
+    pub fn check(&mut self, batches: &[BatchInfo]) -> SequenceCheck {
+        if batches.is_empty() {
+            return SequenceCheck::Append;
+        }
+        // A single batch that repeats a committed one is a retry: answer it from the table.
+        if let [b] = batches {
+            if let Some(p) = self.committed.get(&b.producer_id) {
+                if p.epoch == b.epoch {
+                    if let Some(c) = p
+                        .batches
+                        .iter()
+                        .find(|c| c.first_seq == b.first_seq && c.last_seq == b.last_seq)
+                    {
+                        return SequenceCheck::Duplicate {
+                            base_offset: c.base_offset,
+                        };
+                    }
+                }
+            }
+        }
+        let mut staged: HashMap<i64, (i16, i32, i32)> = HashMap::new();
+        for b in batches {
+            let last = staged
+                .get(&b.producer_id)
+                .or_else(|| self.pending.get(&b.producer_id))
+                .copied()
+                .or_else(|| {
+                    self.committed
+                        .get(&b.producer_id)
+                        .and_then(|p| p.batches.back().map(|c| (p.epoch, c.first_seq, c.last_seq)))
+                });
+            match last {
+                None => {} // a producer we do not know (new, or its state expired): accept
+                Some((epoch, first, last_seq)) => {
+                    if b.epoch < epoch {
+                        return SequenceCheck::Reject(SequenceError::InvalidEpoch);
+                    }
+                    if b.epoch > epoch {
+                        if b.first_seq != 0 {
+                            return SequenceCheck::Reject(SequenceError::OutOfOrder);
+                        }
+                    } else if b.first_seq == first && b.last_seq == last_seq {
+                        return SequenceCheck::Reject(SequenceError::DuplicateInFlight);
+                    } else if b.first_seq != next_seq(last_seq) {
+                        return SequenceCheck::Reject(SequenceError::OutOfOrder);
+                    }
+                }
+            }
+            staged.insert(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
+        }
+        self.pending.extend(staged);
+        SequenceCheck::Append
+    }
+
+    /// Applies a committed entry's batches (on every replica), whose first offset is
+    /// `base_offset`.
+    pub fn on_committed(&mut self, batches: &[BatchInfo], mut base_offset: u64) {
+        for b in batches {
+            self.stamp += 1;
+            let p = self.committed.entry(b.producer_id).or_default();
+            if b.epoch != p.epoch {
+                p.epoch = b.epoch;
+                p.batches.clear();
+            }
+            p.batches.push_back(CommittedBatch {
+                first_seq: b.first_seq,
+                last_seq: b.last_seq,
+                base_offset,
+            });
+            while p.batches.len() > BATCHES_PER_PRODUCER {
+                p.batches.pop_front();
+            }
+            p.stamp = self.stamp;
+            if let Some(&(epoch, _, last)) = self.pending.get(&b.producer_id) {
+                if epoch == b.epoch && last == b.last_seq {
+                    self.pending.remove(&b.producer_id);
+                }
+            }
+            base_offset += u64::from(b.span);
+        }
+        if self.committed.len() > MAX_PRODUCERS {
+            self.forget_oldest();
+        }
+    }
+
+    /// Forgets what was proposed but not committed (leadership changed: those proposals are
+    /// answered or lost, and the next leader starts from the committed table).
+    pub fn clear_pending(&mut self) {
+        self.pending.clear();
+    }
+
+    fn forget_oldest(&mut self) {
+        let mut stamps: Vec<u64> = self.committed.values().map(|p| p.stamp).collect();
+        stamps.sort_unstable();
+        let cut = stamps[stamps.len() - MAX_PRODUCERS * 9 / 10];
+        self.committed.retain(|_, p| p.stamp >= cut);
+    }
+
+    /// Number of producers known.
+    pub fn len(&self) -> usize {
+        self.committed.len()
+    }
+
+    /// True when no producer is known.
+    pub fn is_empty(&self) -> bool {
+        self.committed.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(pid: i64, epoch: i16, first: i32, count: i32) -> BatchInfo {
+        BatchInfo {
+            producer_id: pid,
+            epoch,
+            first_seq: first,
+            last_seq: first.wrapping_add(count - 1),
+            span: count as u32,
+        }
+    }
+
+    #[test]
+    fn sequences_duplicates_and_epochs() {
+        let mut t = ProducerTable::default();
+        assert_eq!(t.check(&[b(7, 0, 0, 5)]), SequenceCheck::Append);
+        // Pipelined: the next batch before the first commits.
+        assert_eq!(t.check(&[b(7, 0, 5, 5)]), SequenceCheck::Append);
+        // A gap is out of order; a retry of an in-flight batch is refused as retriable.
+        assert_eq!(
+            t.check(&[b(7, 0, 20, 1)]),
+            SequenceCheck::Reject(SequenceError::OutOfOrder)
+        );
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Reject(SequenceError::DuplicateInFlight)
+        );
+        t.on_committed(&[b(7, 0, 0, 5)], 100);
+        t.on_committed(&[b(7, 0, 5, 5)], 105);
+        // A retry of a committed batch gets its original offset.
+        assert_eq!(
+            t.check(&[b(7, 0, 0, 5)]),
+            SequenceCheck::Duplicate { base_offset: 100 }
+        );
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Duplicate { base_offset: 105 }
+        );
+        assert_eq!(t.check(&[b(7, 0, 10, 1)]), SequenceCheck::Append);
+        // A new epoch restarts at 0; an old epoch is fenced.
+        t.clear_pending();
+        assert_eq!(
+            t.check(&[b(7, 1, 3, 1)]),
+            SequenceCheck::Reject(SequenceError::OutOfOrder)
+        );
+        assert_eq!(t.check(&[b(7, 1, 0, 1)]), SequenceCheck::Append);
+        t.on_committed(&[b(7, 1, 0, 1)], 111);
+        assert_eq!(
+            t.check(&[b(7, 0, 11, 1)]),
+            SequenceCheck::Reject(SequenceError::InvalidEpoch)
+        );
+        // Unknown producers are accepted (new, or expired state).
+        assert_eq!(t.check(&[b(9, 0, 42, 1)]), SequenceCheck::Append);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let mut t = ProducerTable::default();
+        t.on_committed(&[b(1, 0, i32::MAX - 1, 2)], 0);
+        assert_eq!(t.check(&[b(1, 0, 0, 1)]), SequenceCheck::Append);
+    }
+}
