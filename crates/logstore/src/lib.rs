@@ -39,7 +39,7 @@ pub use error::{LogStoreError, Result};
 pub use hard_state::{ConfState, HardState};
 pub use recovery::RecoveryReport;
 pub use retention::RetentionOutcome;
-pub use store::{AppendResult, LogStore, RecordsRead, StoreStats};
+pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, StoreStats};
 
 /// Size of the fixed part of an entry frame on disk (what [`Entry::size`] adds to payload
 /// and context).

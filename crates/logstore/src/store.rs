@@ -23,6 +23,29 @@ use crate::segment::{
     create_segment_file, now_ms, open_rw, Segment, SegmentHeader, SEGMENT_HEADER_LEN,
 };
 
+/// An fsync to run outside the store (see [`LogStore::prepare_sync`]).
+#[derive(Debug)]
+pub struct PendingSync {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    base_index: u64,
+    len: u64,
+    last_index: u64,
+}
+
+impl PendingSync {
+    /// fdatasyncs the segment. Panics when the fsync fails: after a failed fsync the page
+    /// cache's state is unknown and acknowledging anything could lose it (see the crate docs).
+    pub fn run(&self) {
+        fdatasync(&self.file, &self.path);
+    }
+
+    /// The last Raft index this sync makes durable.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+}
+
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendResult {
@@ -428,14 +451,52 @@ impl LogStore {
     /// segments were synced when they were sealed). Writes a checkpoint when the active
     /// segment grew by `checkpoint_bytes` since the last one. Panics if fdatasync fails.
     pub fn sync(&mut self) -> Result<()> {
+        match self.prepare_sync()? {
+            Some(pending) => {
+                pending.run();
+                self.complete_sync(pending)
+            }
+            None => self.complete_sync_at(self.active().len, self.active().last_index),
+        }
+    }
+
+    /// The first half of a [`LogStore::sync`] that can run without holding the store: returns
+    /// what to fdatasync (a duplicate handle on the active segment and the length and index it
+    /// covers), or `None` when everything appended is already durable. Run it with
+    /// [`PendingSync::run`] (no access to the store needed, so readers are not blocked during
+    /// the fsync), then call [`LogStore::complete_sync`]. No other write may happen in between.
+    pub fn prepare_sync(&self) -> Result<Option<PendingSync>> {
+        let active = self.active();
+        if self.synced_len >= active.len {
+            return Ok(None);
+        }
+        let file = active.file.try_clone().map_err(io_err(&active.path))?;
+        Ok(Some(PendingSync {
+            file,
+            path: active.path.clone(),
+            base_index: active.header.base_index,
+            len: active.len,
+            last_index: active.last_index,
+        }))
+    }
+
+    /// Records that `pending` ran: everything up to its length is durable.
+    pub fn complete_sync(&mut self, pending: PendingSync) -> Result<()> {
+        let active = self.active();
+        assert_eq!(
+            active.header.base_index, pending.base_index,
+            "the active segment changed between prepare_sync and complete_sync"
+        );
+        assert!(
+            pending.len <= active.len,
+            "the log shrank between prepare_sync and complete_sync"
+        );
+        self.complete_sync_at(pending.len, pending.last_index)
+    }
+
+    fn complete_sync_at(&mut self, len: u64, last_index: u64) -> Result<()> {
         let interval = self.config.index_interval_bytes;
         let checkpoint_bytes = self.config.checkpoint_bytes;
-        let active = self.active();
-        if self.synced_len < active.len {
-            fdatasync(&active.file, &active.path);
-        }
-        let len = active.len;
-        let last_index = active.last_index;
         self.synced_len = len;
         self.durable_index = last_index;
         self.last_sync = Instant::now();

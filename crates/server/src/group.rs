@@ -554,16 +554,26 @@ impl Group {
     /// fsync; then records the indexes of this node's proposals.
     fn append(&mut self, entries: &[Entry]) {
         let converted: Vec<_> = entries.iter().map(to_store_entry).collect();
-        let mut s = write(&self.p.store);
         let first = entries[0].index;
-        if first <= s.last_index() {
-            s.truncate_suffix(first)
-                .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
+        let pending = {
+            let mut s = write(&self.p.store);
+            if first <= s.last_index() {
+                s.truncate_suffix(first)
+                    .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
+            }
+            s.append(&converted)
+                .unwrap_or_else(|e| panic!("appending to the log failed: {e}"));
+            s.prepare_sync()
+                .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
+        };
+        // The fsync runs without the store's lock, so consumers keep reading committed data
+        // meanwhile; this thread is the only writer, so nothing changes the log in between.
+        if let Some(pending) = pending {
+            pending.run();
+            write(&self.p.store)
+                .complete_sync(pending)
+                .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
         }
-        s.append(&converted)
-            .unwrap_or_else(|e| panic!("appending to the log failed: {e}"));
-        s.sync()
-            .unwrap_or_else(|e| panic!("syncing the log failed: {e}"));
         for e in entries {
             let Some(id) = proposal_id(&e.context, self.p.node.raft.id) else {
                 continue;
