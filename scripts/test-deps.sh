@@ -14,3 +14,58 @@ if ! command -v kcat >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq kcat
 fi
+
+# --- Real-client tests (tests/clients/) ---
+
+# Debian packages, installed together with one apt-get update when any is missing: a JDK and
+# Maven for the Java client test.
+need_pkgs=()
+{ command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; } || need_pkgs+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
+if ((${#need_pkgs[@]})); then
+  echo "installing ${need_pkgs[*]} (Debian packages)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}"
+fi
+
+# Python venv with librdkafka's Python client and pytest, pinned (versions on PyPI when this
+# was written). Checked through importlib.metadata, so an up-to-date venv costs no pip run.
+PY_PKGS=(confluent-kafka==2.16.1 pytest==8.4.2 pytest-timeout==2.4.0)
+if [ ! -x .venv/bin/python ]; then
+  echo "creating the Python venv .venv"
+  if ! python3 -m venv .venv 2>/dev/null; then
+    # Debian's python3 needs its venv module as a separate package.
+    rm -rf .venv
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv
+    python3 -m venv .venv
+  fi
+fi
+if ! .venv/bin/python - "${PY_PKGS[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+PY
+then
+  echo "installing ${PY_PKGS[*]} into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}"
+fi
+
+# The Java test's Maven artifacts (kafka-clients 3.9.x and the dependency plugin), so the test
+# never downloads mid-run: resolving offline succeeds once they are in ~/.m2.
+# A stamp in ~/.m2 named after the pom's hash records a complete prefetch (asking Maven
+# offline would cost a JVM start, ~6 s, on every run).
+JAVA_POM=tests/clients/java/pom.xml
+JAVA_STAMP="$HOME/.m2/.vdl-java-client-test-$(sha256sum "$JAVA_POM" | cut -c1-16)"
+if [ ! -f "$JAVA_STAMP" ]; then
+  echo "prefetching the Java client test's Maven dependencies"
+  # Bounded; Maven 3.8 prints bare ANSI resets even in batch mode: strip them.
+  timeout 600 mvn -B -q -Dstyle.color=never -f "$JAVA_POM" dependency:resolve dependency:build-classpath \
+    -Dmdep.outputFile=/dev/null 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
+  # Proof that the test's own offline resolution now works.
+  mvn -B -q -o -f "$JAVA_POM" dependency:build-classpath -Dmdep.outputFile=/dev/null >/dev/null 2>&1 ||
+    { echo "the Java test's Maven dependencies do not resolve offline after prefetching" >&2; exit 1; }
+  touch "$JAVA_STAMP"
+fi

@@ -20,5 +20,17 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
+# Real Kafka clients against three real vdl processes (target/debug/vdl, which cargo test just
+# built). Both suites run even if the first fails, so one run reports on both; each is bounded.
+step "client tests: confluent-kafka / librdkafka (pytest tests/clients)"
+clients_failed=()
+if timeout 600 ./.venv/bin/pytest -q tests/clients; then echo "client tests (Python): passed"
+else echo "client tests (Python): FAILED"; clients_failed+=(python); fi
+
+step "client tests: Apache Kafka Java client 3.9 (tests/clients/run-java.sh)"
+if timeout 600 tests/clients/run-java.sh; then echo "client tests (Java): passed"
+else echo "client tests (Java): FAILED"; clients_failed+=(java); fi
+if ((${#clients_failed[@]})); then echo "client tests failed: ${clients_failed[*]}" >&2; exit 1; fi
+
 step "cargo bench -- --test (benchmarks compile and run once)"
 cargo bench --workspace -- --test

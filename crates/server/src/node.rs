@@ -261,6 +261,8 @@ pub struct Node {
     peer_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
     metadata_group: Mutex<Option<LogStream>>,
+    /// Consumer group membership, while this node coordinates groups (leads the metadata group).
+    group_coordinator: crate::kafka::group_coordinator::Coordinator,
 }
 
 /// Rebuilds a stream's producer table from the newest committed entries (at most
@@ -345,6 +347,7 @@ impl Node {
             peer_task,
             metadata: Arc::new(RwLock::new(ClusterMeta::default())),
             metadata_group: Mutex::new(None),
+            group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
         });
         let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
         node.open_group(METADATA_STREAM, METADATA_GROUP_ID, GroupKind::Metadata(sm))?;
@@ -586,12 +589,7 @@ impl Node {
     /// Stops a stream's group and deletes its data on this node (the stream's topic was
     /// deleted). Appends waiting on it fail with `Stopped`.
     pub fn drop_stream(&self, name: &str) {
-        let Some(stream) = self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name)
-        else {
+        let Some(stream) = self.stream(name) else {
             return;
         };
         self.registry
@@ -610,15 +608,24 @@ impl Node {
             let _ = tx.send(GroupInput::Stop);
             let _ = handle.join();
         }
-        drop(stream);
         if let Err(e) = std::fs::remove_dir_all(self.stream_dir(name)) {
             tracing::warn!(stream = %name, "removing a deleted stream's data failed: {e}");
         }
+        // Last: once the topic is gone from the map, its data is gone too.
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
     }
 
     /// The cluster metadata as applied on this node.
     pub fn metadata(&self) -> std::sync::RwLockReadGuard<'_, ClusterMeta> {
         self.metadata.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This node's consumer group coordinator state (see `kafka::groups`).
+    pub fn group_coordinator(&self) -> &crate::kafka::group_coordinator::Coordinator {
+        &self.group_coordinator
     }
 
     /// The metadata group's handle (the Raft group every node votes in).

@@ -10,7 +10,7 @@ use kafka_proto::frame::{encode_response, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
-use crate::kafka::{cluster, fetch, metadata, produce, topics};
+use crate::kafka::{cluster, fetch, groups, metadata, produce, topics};
 use crate::node::Node;
 
 /// What to send back for a request.
@@ -39,6 +39,15 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 0, 9),
+    (ApiKey::OffsetFetch, 0, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
 ];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -108,6 +117,17 @@ pub fn dispatch(node: &Arc<Node>, header: RequestHeader, request: Request) -> Re
         ),
         Request::Produce(req) => produce::produce(node, req, version, cid),
         Request::Fetch(req) => fetch::fetch(node.clone(), req, version, cid),
+        Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
+        Request::JoinGroup(req) => {
+            groups::join_group(node, header.client_id.clone(), req, version, cid)
+        }
+        Request::SyncGroup(req) => groups::sync_group(node, req, version, cid),
+        Request::Heartbeat(req) => groups::heartbeat(node, req, version, cid),
+        Request::LeaveGroup(req) => groups::leave_group(node, req, version, cid),
+        Request::OffsetCommit(req) => groups::offset_commit(node, req, version, cid),
+        Request::OffsetFetch(req) => groups::offset_fetch(node, req, version, cid),
+        Request::ListGroups(req) => groups::list_groups(node, req, version, cid),
+        Request::DescribeGroups(req) => groups::describe_groups(node, req, version, cid),
         other => {
             // Not advertised in ApiVersions; a client sending it anyway gets the connection
             // closed, as Kafka does for requests it cannot parse.

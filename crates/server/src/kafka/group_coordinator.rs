@@ -1,0 +1,1288 @@
+//! The classic consumer group protocol's state machine, after Kafka's `GroupCoordinator`: group
+//! membership, rebalances, generations and assignments, held in memory on the coordinator (the
+//! metadata group's leader, see [`crate::kafka::groups`]).
+//!
+//! A group moves through Kafka's states: `Empty` (no members) → `PreparingRebalance` (members
+//! (re)join; JoinGroup requests wait) → `CompletingRebalance` (JoinGroup answered: the leader
+//! computes the assignment; SyncGroup requests wait for it) → `Stable` (the leader's SyncGroup
+//! delivered every member's assignment). A join, a leave, an expired session or a changed
+//! subscription starts the next rebalance. `Dead` is only ever reported for unknown groups.
+//!
+//! Waiting requests are `oneshot` channels completed under the state lock; nothing here blocks or
+//! awaits. Deadlines (join completion, session expiry, pending sync) are enforced by
+//! [`Coordinator::tick`], which the Kafka layer calls every [`TICK`].
+//!
+//! The state belongs to one metadata Raft term: when this node stops leading, or leads again in a
+//! later term, the state is dropped and every waiting request is answered NOT_COORDINATOR, so the
+//! clients rediscover the coordinator and rejoin there (the equivalent of Kafka's coordinator
+//! failover, without persisted membership).
+//!
+//! Static membership (`group.instance.id`) is accepted but treated as dynamic: an instance id is
+//! reported back, but a restarted static member joins as a new member and its old member id
+//! expires with its session.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_proto::error_code::ErrorCode;
+use tokio::sync::oneshot;
+
+/// How often deadlines are checked.
+pub const TICK: Duration = Duration::from_millis(50);
+/// How long the first rebalance of an empty group waits for more members to join (Kafka's
+/// `group.initial.rebalance.delay.ms`, 3 s by default there; short here so a consumer starts
+/// quickly). Each further join during the delay extends it, up to the rebalance timeout.
+pub const INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(200);
+/// Shortest session timeout accepted (Kafka's `group.min.session.timeout.ms` is 6 s; lower here
+/// so tests can expire members quickly).
+pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(1_000);
+/// Longest session timeout accepted (`group.max.session.timeout.ms`).
+pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(1_800);
+/// Cap on a member's rebalance timeout (how long a rebalance waits for members to rejoin, and for
+/// SyncGroup after the join completes). Java's default, `max.poll.interval.ms`, is 5 minutes.
+pub const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Groups with members held in memory at once; joining a further group is refused
+/// (GROUP_MAX_SIZE_REACHED).
+pub const MAX_GROUPS: usize = 10_000;
+/// Members (and member ids handed out but not yet joined) per group (`group.max.size`).
+pub const MAX_MEMBERS: usize = 1_000;
+
+/// A group's state, as Kafka names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// No members.
+    Empty,
+    /// Members are (re)joining.
+    PreparingRebalance,
+    /// Joined; waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Every member has its assignment.
+    Stable,
+    /// No such group.
+    Dead,
+}
+
+impl GroupState {
+    /// The name Kafka reports (DescribeGroups, ListGroups).
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+/// A JoinGroup request, as the state machine needs it.
+#[derive(Debug, Clone)]
+pub struct JoinParams {
+    /// Group id.
+    pub group_id: String,
+    /// Member id; empty for a new member.
+    pub member_id: String,
+    /// Static instance id (treated as dynamic).
+    pub group_instance_id: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address, as reported by DescribeGroups.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout (the session timeout for v0 requests).
+    pub rebalance_timeout_ms: i32,
+    /// Protocol type ("consumer").
+    pub protocol_type: String,
+    /// (name, metadata) per supported protocol, most preferred first.
+    pub protocols: Vec<(String, Bytes)>,
+    /// v4+: a new member first gets MEMBER_ID_REQUIRED with its id.
+    pub require_known_member_id: bool,
+}
+
+/// One member in the leader's JoinGroup response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinedMember {
+    /// Member id.
+    pub member_id: String,
+    /// Static instance id, as sent.
+    pub group_instance_id: Option<String>,
+    /// The member's metadata for the chosen protocol.
+    pub metadata: Bytes,
+}
+
+/// The answer to a JoinGroup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinOutcome {
+    /// Error (NONE on success).
+    pub error: ErrorCode,
+    /// The new generation (-1 on error).
+    pub generation_id: i32,
+    /// The group's protocol type.
+    pub protocol_type: Option<String>,
+    /// The chosen protocol.
+    pub protocol_name: Option<String>,
+    /// The leader's member id.
+    pub leader: String,
+    /// The member id of the requester (also for MEMBER_ID_REQUIRED).
+    pub member_id: String,
+    /// Every member with its metadata, for the leader only.
+    pub members: Vec<JoinedMember>,
+}
+
+impl JoinOutcome {
+    /// A failed join of `member_id`.
+    pub fn error(error: ErrorCode, member_id: &str) -> JoinOutcome {
+        JoinOutcome {
+            error,
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id: member_id.to_owned(),
+            members: Vec::new(),
+        }
+    }
+}
+
+/// A SyncGroup request, as the state machine needs it.
+#[derive(Debug, Clone)]
+pub struct SyncParams {
+    /// Group id.
+    pub group_id: String,
+    /// The generation the member joined.
+    pub generation_id: i32,
+    /// Member id.
+    pub member_id: String,
+    /// v5+: the protocol type the member expects.
+    pub protocol_type: Option<String>,
+    /// v5+: the protocol the member expects.
+    pub protocol_name: Option<String>,
+    /// The leader's assignment per member (empty from followers).
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+/// The answer to a SyncGroup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyncOutcome {
+    /// Error (NONE on success).
+    pub error: ErrorCode,
+    /// The group's protocol type.
+    pub protocol_type: Option<String>,
+    /// The chosen protocol.
+    pub protocol_name: Option<String>,
+    /// The member's assignment.
+    pub assignment: Bytes,
+}
+
+impl SyncOutcome {
+    /// A failed sync.
+    pub fn error(error: ErrorCode) -> SyncOutcome {
+        SyncOutcome {
+            error,
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+/// An answer available now, or one to wait for (at most the given time).
+#[derive(Debug)]
+pub enum Pending<T> {
+    /// The answer.
+    Now(T),
+    /// The answer arrives on the channel; give up after the duration.
+    Wait(oneshot::Receiver<T>, Duration),
+}
+
+/// A group as listed by ListGroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    /// Group id.
+    pub group_id: String,
+    /// Protocol type ("" when unknown).
+    pub protocol_type: String,
+    /// State.
+    pub state: GroupState,
+}
+
+/// A member as described by DescribeGroups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberDescription {
+    /// Member id.
+    pub member_id: String,
+    /// Static instance id.
+    pub group_instance_id: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Metadata for the chosen protocol (only when Stable).
+    pub metadata: Bytes,
+    /// Assignment (only when Stable).
+    pub assignment: Bytes,
+}
+
+/// A group as described by DescribeGroups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupDescription {
+    /// State.
+    pub state: GroupState,
+    /// Protocol type.
+    pub protocol_type: String,
+    /// The chosen protocol (only when Stable).
+    pub protocol: String,
+    /// Members.
+    pub members: Vec<MemberDescription>,
+}
+
+struct Member {
+    instance_id: Option<String>,
+    client_id: String,
+    client_host: String,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    heartbeat_deadline: Instant,
+    join_waiter: Option<oneshot::Sender<JoinOutcome>>,
+    sync_waiter: Option<oneshot::Sender<SyncOutcome>>,
+    /// Join order: the first member becomes leader.
+    seq: u64,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    }
+
+    fn same_protocols(&self, protocols: &[(String, Bytes)]) -> bool {
+        self.protocols == protocols
+    }
+}
+
+struct Group {
+    state: GroupState,
+    generation: i32,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    leader: Option<String>,
+    members: HashMap<String, Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, with the time they must join by.
+    pending: HashMap<String, Instant>,
+    /// PreparingRebalance: when the join completes with whoever rejoined.
+    join_deadline: Option<Instant>,
+    /// The rebalance is the initial one of an empty group: it waits its whole delay.
+    initial_delay: bool,
+    /// Latest join_deadline an initial delay may be extended to.
+    initial_delay_limit: Option<Instant>,
+    /// Members that joined the current generation but have not sent SyncGroup yet, and when they
+    /// must have.
+    pending_sync: HashSet<String>,
+    sync_deadline: Option<Instant>,
+    next_seq: u64,
+}
+
+impl Group {
+    fn new() -> Group {
+        Group {
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: HashMap::new(),
+            pending: HashMap::new(),
+            join_deadline: None,
+            initial_delay: false,
+            initial_delay_limit: None,
+            pending_sync: HashSet::new(),
+            sync_deadline: None,
+            next_seq: 0,
+        }
+    }
+
+    fn rebalance_timeout(&self) -> Duration {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or(INITIAL_REBALANCE_DELAY)
+    }
+
+    /// Whether a member with these protocols may join (Kafka's `supportsProtocols`).
+    fn supports(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if self.members.is_empty() {
+            return !protocol_type.is_empty() && !protocols.is_empty();
+        }
+        if self.protocol_type.as_deref() != Some(protocol_type) {
+            return false;
+        }
+        protocols.iter().any(|(name, _)| {
+            self.members
+                .values()
+                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+        })
+    }
+
+    /// Chooses the protocol every member supports with the most first-preference votes (ties go
+    /// to the leader's preference order).
+    fn select_protocol(&self) -> Option<String> {
+        let mut ordered: Vec<&Member> = self.members.values().collect();
+        ordered.sort_by_key(|m| m.seq);
+        let candidates: Vec<&String> = ordered
+            .first()?
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|name| {
+                ordered
+                    .iter()
+                    .all(|m| m.protocols.iter().any(|(n, _)| n == *name))
+            })
+            .collect();
+        let mut best: Option<(&String, usize)> = None;
+        for c in &candidates {
+            let votes = ordered
+                .iter()
+                .filter(|m| {
+                    m.protocols
+                        .iter()
+                        .map(|(n, _)| n)
+                        .find(|n| candidates.contains(n))
+                        == Some(*c)
+                })
+                .count();
+            if best.is_none_or(|(_, v)| votes > v) {
+                best = Some((c, votes));
+            }
+        }
+        best.map(|(c, _)| c.clone())
+    }
+
+    fn prepare_rebalance(&mut self, now: Instant) {
+        if self.state == GroupState::CompletingRebalance {
+            for m in self.members.values_mut() {
+                if let Some(w) = m.sync_waiter.take() {
+                    let _ = w.send(SyncOutcome::error(ErrorCode::RebalanceInProgress));
+                }
+            }
+        }
+        self.pending_sync.clear();
+        self.sync_deadline = None;
+        if self.state == GroupState::Empty {
+            self.initial_delay = true;
+            let limit = now + self.rebalance_timeout().max(INITIAL_REBALANCE_DELAY);
+            self.initial_delay_limit = Some(limit);
+            self.join_deadline = Some((now + INITIAL_REBALANCE_DELAY).min(limit));
+        } else {
+            self.initial_delay = false;
+            self.initial_delay_limit = None;
+            self.join_deadline = Some(now + self.rebalance_timeout());
+        }
+        self.state = GroupState::PreparingRebalance;
+    }
+
+    /// Completes the join when every member has rejoined (outside an initial delay) or the
+    /// deadline passed.
+    fn try_complete_join(&mut self, now: Instant) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let all_joined =
+            self.pending.is_empty() && self.members.values().all(|m| m.join_waiter.is_some());
+        let expired = self.join_deadline.is_none_or(|d| now >= d);
+        if (all_joined && !self.initial_delay) || expired {
+            self.complete_join(now);
+        }
+    }
+
+    fn complete_join(&mut self, now: Instant) {
+        // Members that did not rejoin in time leave the group.
+        self.members.retain(|_, m| m.join_waiter.is_some());
+        self.join_deadline = None;
+        self.initial_delay = false;
+        self.initial_delay_limit = None;
+        self.generation = self.generation.wrapping_add(1).max(1);
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol = None;
+            self.protocol_type = None;
+            self.leader = None;
+            return;
+        }
+        let protocol = self.select_protocol();
+        self.protocol = protocol.clone();
+        let protocol = protocol.unwrap_or_default();
+        if !self
+            .leader
+            .as_ref()
+            .is_some_and(|l| self.members.contains_key(l))
+        {
+            self.leader = self
+                .members
+                .iter()
+                .min_by_key(|(_, m)| m.seq)
+                .map(|(id, _)| id.clone());
+        }
+        let leader = self.leader.clone().unwrap_or_default();
+        self.state = GroupState::CompletingRebalance;
+        let mut ordered: Vec<(&String, &Member)> = self.members.iter().collect();
+        ordered.sort_by_key(|(_, m)| m.seq);
+        let all: Vec<JoinedMember> = ordered
+            .iter()
+            .map(|(id, m)| JoinedMember {
+                member_id: (*id).clone(),
+                group_instance_id: m.instance_id.clone(),
+                metadata: m.metadata_for(&protocol),
+            })
+            .collect();
+        let mut sync_timeout = Duration::ZERO;
+        for (id, m) in self.members.iter_mut() {
+            m.assignment = Bytes::new();
+            m.heartbeat_deadline = now + m.session_timeout;
+            sync_timeout = sync_timeout.max(m.rebalance_timeout);
+            self.pending_sync.insert(id.clone());
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinOutcome {
+                    error: ErrorCode::None,
+                    generation_id: self.generation,
+                    protocol_type: self.protocol_type.clone(),
+                    protocol_name: Some(protocol.clone()),
+                    leader: leader.clone(),
+                    member_id: id.clone(),
+                    members: if *id == leader {
+                        all.clone()
+                    } else {
+                        Vec::new()
+                    },
+                });
+            }
+        }
+        self.sync_deadline = Some(now + sync_timeout);
+    }
+
+    fn remove_member(&mut self, id: &str, now: Instant) {
+        let Some(mut m) = self.members.remove(id) else {
+            return;
+        };
+        if let Some(w) = m.join_waiter.take() {
+            let _ = w.send(JoinOutcome::error(ErrorCode::UnknownMemberId, id));
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            let _ = w.send(SyncOutcome::error(ErrorCode::UnknownMemberId));
+        }
+        self.pending_sync.remove(id);
+        if self.leader.as_deref() == Some(id) {
+            self.leader = None;
+        }
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now);
+                self.try_complete_join(now);
+            }
+            GroupState::PreparingRebalance => self.try_complete_join(now),
+            GroupState::Empty | GroupState::Dead => {}
+        }
+    }
+
+    fn add_member(
+        &mut self,
+        id: String,
+        p: &JoinParams,
+        waiter: oneshot::Sender<JoinOutcome>,
+        now: Instant,
+    ) {
+        if self.members.is_empty() {
+            self.protocol_type = Some(p.protocol_type.clone());
+        }
+        let session_timeout = session_timeout(p.session_timeout_ms);
+        let m = Member {
+            instance_id: p.group_instance_id.clone(),
+            client_id: p.client_id.clone(),
+            client_host: p.client_host.clone(),
+            session_timeout,
+            rebalance_timeout: rebalance_timeout(p.rebalance_timeout_ms),
+            protocols: p.protocols.clone(),
+            assignment: Bytes::new(),
+            heartbeat_deadline: now + session_timeout,
+            join_waiter: Some(waiter),
+            sync_waiter: None,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        if self.leader.is_none() {
+            self.leader = Some(id.clone());
+        }
+        self.members.insert(id, m);
+        match self.state {
+            GroupState::PreparingRebalance if self.initial_delay => {
+                // A new member during the initial delay: wait a little longer for more.
+                if let (Some(d), Some(limit)) = (self.join_deadline, self.initial_delay_limit) {
+                    self.join_deadline = Some(d.max((now + INITIAL_REBALANCE_DELAY).min(limit)));
+                }
+            }
+            GroupState::PreparingRebalance | GroupState::Dead => {}
+            GroupState::Empty | GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now)
+            }
+        }
+        self.try_complete_join(now);
+    }
+
+    fn update_member(
+        &mut self,
+        id: &str,
+        p: &JoinParams,
+        waiter: oneshot::Sender<JoinOutcome>,
+        now: Instant,
+    ) {
+        if let Some(m) = self.members.get_mut(id) {
+            m.protocols = p.protocols.clone();
+            m.session_timeout = session_timeout(p.session_timeout_ms);
+            m.rebalance_timeout = rebalance_timeout(p.rebalance_timeout_ms);
+            m.heartbeat_deadline = now + m.session_timeout;
+            m.client_id = p.client_id.clone();
+            m.client_host = p.client_host.clone();
+            // A join superseding one still waiting (a client retry) answers the old one.
+            if let Some(old) = m.join_waiter.replace(waiter) {
+                let _ = old.send(JoinOutcome::error(ErrorCode::RebalanceInProgress, id));
+            }
+        }
+    }
+
+    /// The current generation's answer to a member's join (rejoin without changes).
+    fn current_join(&self, id: &str) -> JoinOutcome {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if id == leader {
+            let mut ordered: Vec<(&String, &Member)> = self.members.iter().collect();
+            ordered.sort_by_key(|(_, m)| m.seq);
+            ordered
+                .into_iter()
+                .map(|(mid, m)| JoinedMember {
+                    member_id: mid.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    metadata: m.metadata_for(&protocol),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinOutcome {
+            error: ErrorCode::None,
+            generation_id: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: Some(protocol),
+            leader,
+            member_id: id.to_owned(),
+            members,
+        }
+    }
+
+    fn drop_waiters(&mut self, error: ErrorCode) {
+        for (id, m) in self.members.iter_mut() {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinOutcome::error(error, id));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncOutcome::error(error));
+            }
+        }
+    }
+
+    /// Expires sessions, pending member ids and pending syncs; completes a due join.
+    fn tick(&mut self, now: Instant) {
+        let before = self.pending.len();
+        self.pending.retain(|_, deadline| *deadline > now);
+        let expired: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| {
+                m.join_waiter.is_none() && m.sync_waiter.is_none() && m.heartbeat_deadline <= now
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            tracing::debug!(member = %id, "consumer group member session expired");
+            self.remove_member(&id, now);
+        }
+        if self.sync_deadline.is_some_and(|d| d <= now) {
+            self.sync_deadline = None;
+            let late: Vec<String> = self.pending_sync.drain().collect();
+            for id in late {
+                tracing::debug!(member = %id, "consumer group member did not sync in time");
+                self.remove_member(&id, now);
+            }
+        }
+        if before != self.pending.len() || self.join_deadline.is_some_and(|d| d <= now) {
+            self.try_complete_join(now);
+        }
+    }
+
+    fn is_removable(&self) -> bool {
+        self.state == GroupState::Empty && self.members.is_empty() && self.pending.is_empty()
+    }
+}
+
+fn session_timeout(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+        .clamp(MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT)
+}
+
+fn rebalance_timeout(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+        .clamp(Duration::from_millis(1), MAX_REBALANCE_TIMEOUT)
+}
+
+struct Inner {
+    /// The metadata term this state belongs to (0: none).
+    term: u64,
+    groups: HashMap<String, Group>,
+}
+
+/// One node's group coordinator: every group's membership state, while this node leads the
+/// metadata group.
+pub struct Coordinator {
+    inner: Mutex<Inner>,
+    ticker: AtomicBool,
+    ids: AtomicU64,
+}
+
+impl Default for Coordinator {
+    fn default() -> Coordinator {
+        Coordinator::new()
+    }
+}
+
+impl Coordinator {
+    /// A coordinator without groups.
+    pub fn new() -> Coordinator {
+        Coordinator {
+            inner: Mutex::new(Inner {
+                term: 0,
+                groups: HashMap::new(),
+            }),
+            ticker: AtomicBool::new(false),
+            ids: AtomicU64::new(0),
+        }
+    }
+
+    /// True exactly once: the caller starts the tick task.
+    pub fn claim_ticker(&self) -> bool {
+        !self.ticker.swap(true, Ordering::AcqRel)
+    }
+
+    /// The state for metadata term `term`; state of another term is dropped first (its waiting
+    /// requests answered NOT_COORDINATOR).
+    fn state(&self, term: u64) -> MutexGuard<'_, Inner> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.term != term {
+            unload(&mut inner);
+            inner.term = term;
+        }
+        inner
+    }
+
+    fn new_member_id(&self, client_id: &str) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let a = splitmix(t ^ n.rotate_left(32));
+        let b = splitmix(a ^ n);
+        format!(
+            "{client_id}-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xffff,
+            b >> 48,
+            b & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Handles a JoinGroup while leading in metadata term `term`.
+    pub fn join(&self, term: u64, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
+        let err = |e: ErrorCode| Pending::Now(JoinOutcome::error(e, &p.member_id));
+        if p.group_id.is_empty() {
+            return err(ErrorCode::InvalidGroupId);
+        }
+        let session = Duration::from_millis(u64::try_from(p.session_timeout_ms).unwrap_or(0));
+        if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&session) {
+            return err(ErrorCode::InvalidSessionTimeout);
+        }
+        if p.protocol_type.is_empty() || p.protocols.is_empty() {
+            return err(ErrorCode::InconsistentGroupProtocol);
+        }
+        let mut inner = self.state(term);
+        if !inner.groups.contains_key(&p.group_id) {
+            if !p.member_id.is_empty() {
+                return err(ErrorCode::UnknownMemberId);
+            }
+            if inner.groups.len() >= MAX_GROUPS {
+                tracing::warn!(group = %p.group_id, "too many consumer groups; join refused");
+                return err(ErrorCode::GroupMaxSizeReached);
+            }
+        }
+        let group = inner
+            .groups
+            .entry(p.group_id.clone())
+            .or_insert_with(Group::new);
+        if group.state == GroupState::Dead {
+            return err(ErrorCode::CoordinatorNotAvailable);
+        }
+        if !group.supports(&p.protocol_type, &p.protocols) {
+            return err(ErrorCode::InconsistentGroupProtocol);
+        }
+        let wait = rebalance_timeout(p.rebalance_timeout_ms) + Duration::from_secs(5);
+        if p.member_id.is_empty() {
+            if group.members.len() + group.pending.len() >= MAX_MEMBERS {
+                return err(ErrorCode::GroupMaxSizeReached);
+            }
+            let id = self.new_member_id(&p.client_id);
+            if p.require_known_member_id {
+                group
+                    .pending
+                    .insert(id.clone(), now + session_timeout(p.session_timeout_ms));
+                return Pending::Now(JoinOutcome::error(ErrorCode::MemberIdRequired, &id));
+            }
+            let (tx, rx) = oneshot::channel();
+            group.add_member(id, &p, tx, now);
+            return Pending::Wait(rx, wait);
+        }
+        let id = p.member_id.clone();
+        if group.pending.remove(&id).is_some() {
+            let (tx, rx) = oneshot::channel();
+            group.add_member(id, &p, tx, now);
+            return Pending::Wait(rx, wait);
+        }
+        let Some(member) = group.members.get(&id) else {
+            return err(ErrorCode::UnknownMemberId);
+        };
+        let unchanged = member.same_protocols(&p.protocols);
+        let (tx, rx) = oneshot::channel();
+        match group.state {
+            GroupState::PreparingRebalance => {
+                group.update_member(&id, &p, tx, now);
+                group.try_complete_join(now);
+            }
+            GroupState::CompletingRebalance if unchanged => {
+                return Pending::Now(group.current_join(&id));
+            }
+            GroupState::Stable if unchanged && group.leader.as_deref() != Some(id.as_str()) => {
+                if let Some(m) = group.members.get_mut(&id) {
+                    m.heartbeat_deadline = now + m.session_timeout;
+                }
+                return Pending::Now(group.current_join(&id));
+            }
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                group.update_member(&id, &p, tx, now);
+                group.prepare_rebalance(now);
+                group.try_complete_join(now);
+            }
+            GroupState::Empty | GroupState::Dead => return err(ErrorCode::UnknownMemberId),
+        }
+        Pending::Wait(rx, wait)
+    }
+
+    /// Handles a SyncGroup while leading in metadata term `term`.
+    pub fn sync(&self, term: u64, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
+        let err = |e: ErrorCode| Pending::Now(SyncOutcome::error(e));
+        let mut inner = self.state(term);
+        let Some(group) = inner.groups.get_mut(&p.group_id) else {
+            return err(ErrorCode::UnknownMemberId);
+        };
+        if !group.members.contains_key(&p.member_id) {
+            return err(ErrorCode::UnknownMemberId);
+        }
+        if p.generation_id != group.generation {
+            return err(ErrorCode::IllegalGeneration);
+        }
+        if p.protocol_type
+            .as_ref()
+            .is_some_and(|t| Some(t) != group.protocol_type.as_ref())
+            || p.protocol_name
+                .as_ref()
+                .is_some_and(|n| Some(n) != group.protocol.as_ref())
+        {
+            return err(ErrorCode::InconsistentGroupProtocol);
+        }
+        match group.state {
+            GroupState::Empty => err(ErrorCode::UnknownMemberId),
+            GroupState::Dead => err(ErrorCode::CoordinatorNotAvailable),
+            GroupState::PreparingRebalance => err(ErrorCode::RebalanceInProgress),
+            GroupState::Stable => {
+                group.pending_sync.remove(&p.member_id);
+                let m = group.members.get_mut(&p.member_id).expect("checked above");
+                m.heartbeat_deadline = now + m.session_timeout;
+                Pending::Now(SyncOutcome {
+                    error: ErrorCode::None,
+                    protocol_type: group.protocol_type.clone(),
+                    protocol_name: group.protocol.clone(),
+                    assignment: m.assignment.clone(),
+                })
+            }
+            GroupState::CompletingRebalance => {
+                group.pending_sync.remove(&p.member_id);
+                let (tx, rx) = oneshot::channel();
+                let wait = {
+                    let m = group.members.get_mut(&p.member_id).expect("checked above");
+                    m.heartbeat_deadline = now + m.session_timeout;
+                    if let Some(old) = m.sync_waiter.replace(tx) {
+                        let _ = old.send(SyncOutcome::error(ErrorCode::RebalanceInProgress));
+                    }
+                    m.rebalance_timeout + Duration::from_secs(5)
+                };
+                if group.leader.as_deref() == Some(p.member_id.as_str()) {
+                    let mut assigned: HashMap<String, Bytes> = p.assignments.into_iter().collect();
+                    group.state = GroupState::Stable;
+                    for m in group.members.iter_mut() {
+                        let (id, m) = m;
+                        m.assignment = assigned.remove(id).unwrap_or_default();
+                        if let Some(w) = m.sync_waiter.take() {
+                            let _ = w.send(SyncOutcome {
+                                error: ErrorCode::None,
+                                protocol_type: group.protocol_type.clone(),
+                                protocol_name: group.protocol.clone(),
+                                assignment: m.assignment.clone(),
+                            });
+                        }
+                    }
+                }
+                Pending::Wait(rx, wait)
+            }
+        }
+    }
+
+    /// Handles a Heartbeat while leading in metadata term `term`.
+    pub fn heartbeat(
+        &self,
+        term: u64,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        now: Instant,
+    ) -> ErrorCode {
+        let mut inner = self.state(term);
+        let Some(group) = inner.groups.get_mut(group_id) else {
+            return ErrorCode::UnknownMemberId;
+        };
+        let state = group.state;
+        let generation = group.generation;
+        let Some(m) = group.members.get_mut(member_id) else {
+            return ErrorCode::UnknownMemberId;
+        };
+        if generation_id != generation {
+            return ErrorCode::IllegalGeneration;
+        }
+        match state {
+            GroupState::Empty => ErrorCode::UnknownMemberId,
+            GroupState::Dead => ErrorCode::CoordinatorNotAvailable,
+            GroupState::CompletingRebalance | GroupState::Stable => {
+                m.heartbeat_deadline = now + m.session_timeout;
+                ErrorCode::None
+            }
+            GroupState::PreparingRebalance => {
+                m.heartbeat_deadline = now + m.session_timeout;
+                ErrorCode::RebalanceInProgress
+            }
+        }
+    }
+
+    /// Handles a LeaveGroup of `members` while leading in metadata term `term`: one error per
+    /// member.
+    pub fn leave(
+        &self,
+        term: u64,
+        group_id: &str,
+        members: &[String],
+        now: Instant,
+    ) -> Vec<ErrorCode> {
+        let mut inner = self.state(term);
+        let Some(group) = inner.groups.get_mut(group_id) else {
+            return vec![ErrorCode::UnknownMemberId; members.len()];
+        };
+        let errors = members
+            .iter()
+            .map(|id| {
+                if group.members.contains_key(id) {
+                    group.remove_member(id, now);
+                    ErrorCode::None
+                } else if group.pending.remove(id).is_some() {
+                    group.try_complete_join(now);
+                    ErrorCode::None
+                } else {
+                    ErrorCode::UnknownMemberId
+                }
+            })
+            .collect();
+        if group.is_removable() {
+            inner.groups.remove(group_id);
+        }
+        errors
+    }
+
+    /// Checks an OffsetCommit against the group's membership (Kafka's `validateOffsetCommit`):
+    /// a commit with generation -1 and no member id is a standalone commit, allowed unless the
+    /// group has members; otherwise the member must belong to the current generation.
+    pub fn validate_commit(
+        &self,
+        term: u64,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        now: Instant,
+    ) -> ErrorCode {
+        let mut inner = self.state(term);
+        let Some(group) = inner.groups.get_mut(group_id) else {
+            return if generation_id < 0 {
+                ErrorCode::None
+            } else {
+                ErrorCode::IllegalGeneration
+            };
+        };
+        if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
+            let state = group.state;
+            let generation = group.generation;
+            let Some(m) = group.members.get_mut(member_id) else {
+                return ErrorCode::UnknownMemberId;
+            };
+            if generation_id != generation {
+                return ErrorCode::IllegalGeneration;
+            }
+            if state == GroupState::CompletingRebalance {
+                return ErrorCode::RebalanceInProgress;
+            }
+            m.heartbeat_deadline = now + m.session_timeout;
+            ErrorCode::None
+        } else if group.state != GroupState::Empty {
+            ErrorCode::UnknownMemberId
+        } else {
+            ErrorCode::None
+        }
+    }
+
+    /// Groups with members (or member ids handed out), while leading in metadata term `term`.
+    pub fn list(&self, term: u64) -> Vec<GroupListing> {
+        let inner = self.state(term);
+        let mut out: Vec<GroupListing> = inner
+            .groups
+            .iter()
+            .map(|(id, g)| GroupListing {
+                group_id: id.clone(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                state: g.state,
+            })
+            .collect();
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        out
+    }
+
+    /// A group's state and members, while leading in metadata term `term`; None when the group
+    /// has no membership state here.
+    pub fn describe(&self, term: u64, group_id: &str) -> Option<GroupDescription> {
+        let inner = self.state(term);
+        let g = inner.groups.get(group_id)?;
+        let stable = g.state == GroupState::Stable;
+        let protocol = g.protocol.clone().unwrap_or_default();
+        let mut ordered: Vec<(&String, &Member)> = g.members.iter().collect();
+        ordered.sort_by_key(|(_, m)| m.seq);
+        Some(GroupDescription {
+            state: g.state,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: if stable {
+                protocol.clone()
+            } else {
+                String::new()
+            },
+            members: ordered
+                .into_iter()
+                .map(|(id, m)| MemberDescription {
+                    member_id: id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        m.metadata_for(&protocol)
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect(),
+        })
+    }
+
+    /// Enforces deadlines. `term` is the metadata term this node leads in, None when it does not
+    /// lead (then every group is dropped and waiting requests get NOT_COORDINATOR).
+    pub fn tick(&self, term: Option<u64>, now: Instant) {
+        let Some(term) = term else {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            if inner.term != 0 || !inner.groups.is_empty() {
+                unload(&mut inner);
+                inner.term = 0;
+            }
+            return;
+        };
+        let mut inner = self.state(term);
+        for g in inner.groups.values_mut() {
+            g.tick(now);
+        }
+        inner.groups.retain(|_, g| !g.is_removable());
+    }
+}
+
+fn unload(inner: &mut Inner) {
+    if !inner.groups.is_empty() {
+        tracing::info!(
+            groups = inner.groups.len(),
+            "no longer the group coordinator of this term; dropping group membership"
+        );
+    }
+    for g in inner.groups.values_mut() {
+        g.drop_waiters(ErrorCode::NotCoordinator);
+    }
+    inner.groups.clear();
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(member: &str, protocols: &[(&str, &[u8])]) -> JoinParams {
+        JoinParams {
+            group_id: "g".into(),
+            member_id: member.into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 5_000,
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|(n, m)| (n.to_string(), Bytes::copy_from_slice(m)))
+                .collect(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn now_outcome<T>(p: Pending<T>) -> T {
+        match p {
+            Pending::Now(o) => o,
+            Pending::Wait(..) => panic!("expected an immediate answer"),
+        }
+    }
+
+    fn waiting<T>(p: Pending<T>) -> oneshot::Receiver<T> {
+        match p {
+            Pending::Wait(rx, _) => rx,
+            Pending::Now(_) => panic!("expected to wait"),
+        }
+    }
+
+    /// Joins a new member (MEMBER_ID_REQUIRED round trip); returns its id and join receiver.
+    fn join_new(
+        c: &Coordinator,
+        protocols: &[(&str, &[u8])],
+        now: Instant,
+    ) -> (String, oneshot::Receiver<JoinOutcome>) {
+        let first = now_outcome(c.join(1, params("", protocols), now));
+        assert_eq!(first.error, ErrorCode::MemberIdRequired);
+        let id = first.member_id;
+        let rx = waiting(c.join(1, params(&id, protocols), now));
+        (id, rx)
+    }
+
+    #[test]
+    fn two_members_join_sync_and_rebalance_on_leave() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let (a, mut ja) = join_new(&c, &[("range", b"a-range"), ("rr", b"a-rr")], t0);
+        let (b, mut jb) = join_new(&c, &[("rr", b"b-rr"), ("range", b"b-range")], t0);
+        // The initial delay holds the join.
+        c.tick(Some(1), t0 + Duration::from_millis(50));
+        assert!(ja.try_recv().is_err());
+        c.tick(Some(1), t0 + INITIAL_REBALANCE_DELAY + TICK);
+        let oa = ja.try_recv().unwrap();
+        let ob = jb.try_recv().unwrap();
+        assert_eq!(oa.error, ErrorCode::None);
+        assert_eq!(oa.generation_id, 1);
+        assert_eq!(oa.leader, a);
+        assert_eq!(oa.members.len(), 2);
+        // One vote each: the tie goes to the leader's first choice.
+        assert_eq!(oa.protocol_name.as_deref(), Some("range"));
+        assert_eq!(oa.members[1].metadata, Bytes::from_static(b"b-range"));
+        assert!(ob.members.is_empty());
+        assert_eq!(c.heartbeat(1, "g", 1, &b, t0), ErrorCode::None);
+        assert_eq!(c.heartbeat(1, "g", 0, &b, t0), ErrorCode::IllegalGeneration);
+        assert_eq!(
+            c.heartbeat(1, "g", 1, "nobody", t0),
+            ErrorCode::UnknownMemberId
+        );
+
+        // The follower's sync waits for the leader's.
+        let sync = |id: &str, assignments: Vec<(String, Bytes)>| SyncParams {
+            group_id: "g".into(),
+            generation_id: 1,
+            member_id: id.into(),
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some("range".into()),
+            assignments,
+        };
+        let mut sb = waiting(c.sync(1, sync(&b, vec![]), t0));
+        assert!(sb.try_recv().is_err());
+        let mut sa = waiting(c.sync(
+            1,
+            sync(
+                &a,
+                vec![
+                    (a.clone(), Bytes::from_static(b"to-a")),
+                    (b.clone(), Bytes::from_static(b"to-b")),
+                ],
+            ),
+            t0,
+        ));
+        assert_eq!(
+            sa.try_recv().unwrap().assignment,
+            Bytes::from_static(b"to-a")
+        );
+        assert_eq!(
+            sb.try_recv().unwrap().assignment,
+            Bytes::from_static(b"to-b")
+        );
+        assert_eq!(c.describe(1, "g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.validate_commit(1, "g", 1, &a, None, t0), ErrorCode::None);
+        assert_eq!(
+            c.validate_commit(1, "g", -1, "", None, t0),
+            ErrorCode::UnknownMemberId
+        );
+
+        // b leaves: a learns of the rebalance from its heartbeat and rejoins alone.
+        assert_eq!(
+            c.leave(1, "g", std::slice::from_ref(&b), t0),
+            vec![ErrorCode::None]
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a, t0),
+            ErrorCode::RebalanceInProgress
+        );
+        let mut ja = waiting(c.join(1, params(&a, &[("range", b"a-range")]), t0));
+        let oa = ja.try_recv().unwrap();
+        assert_eq!(oa.generation_id, 2);
+        assert_eq!(oa.members.len(), 1);
+    }
+
+    #[test]
+    fn sessions_expire_and_a_new_term_drops_state() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let (a, _ja) = join_new(&c, &[("range", b"")], t0);
+        let (_b, _jb) = join_new(&c, &[("range", b"")], t0);
+        c.tick(Some(1), t0 + Duration::from_secs(1));
+        assert_eq!(
+            c.describe(1, "g").unwrap().state,
+            GroupState::CompletingRebalance
+        );
+        // Neither syncs: after the rebalance timeout both are removed and the group empties.
+        c.tick(Some(1), t0 + Duration::from_secs(7));
+        assert!(c.describe(1, "g").is_none());
+        assert_eq!(c.heartbeat(1, "g", 1, &a, t0), ErrorCode::UnknownMemberId);
+
+        // A member waiting in a join is answered NOT_COORDINATOR when the term ends.
+        let (_c1, mut j) = join_new(&c, &[("range", b"")], t0);
+        c.tick(None, t0);
+        assert_eq!(j.try_recv().unwrap().error, ErrorCode::NotCoordinator);
+        assert!(c.list(2).is_empty());
+    }
+
+    #[test]
+    fn old_clients_join_without_member_id_required_and_rejoin_unchanged() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let mut p = params("", &[("range", b"m")]);
+        p.require_known_member_id = false;
+        let mut j = waiting(c.join(1, p.clone(), t0));
+        c.tick(Some(1), t0 + INITIAL_REBALANCE_DELAY);
+        let o = j.try_recv().unwrap();
+        assert_eq!((o.error, o.generation_id), (ErrorCode::None, 1));
+        let id = o.member_id.clone();
+        assert_eq!(o.leader, id);
+        let mut s = waiting(c.sync(
+            1,
+            SyncParams {
+                group_id: "g".into(),
+                generation_id: 1,
+                member_id: id.clone(),
+                protocol_type: None,
+                protocol_name: None,
+                assignments: vec![(id.clone(), Bytes::from_static(b"a"))],
+            },
+            t0,
+        ));
+        assert_eq!(s.try_recv().unwrap().assignment, Bytes::from_static(b"a"));
+        // The leader rejoining starts a new generation; a lone member completes it at once.
+        p.member_id = id.clone();
+        let mut j = waiting(c.join(1, p, t0));
+        assert_eq!(j.try_recv().unwrap().generation_id, 2);
+        assert_eq!(
+            c.list(1),
+            vec![GroupListing {
+                group_id: "g".into(),
+                protocol_type: "consumer".into(),
+                state: GroupState::CompletingRebalance,
+            }]
+        );
+    }
+
+    #[test]
+    fn inconsistent_protocols_and_bad_requests_are_refused() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let (_a, _ja) = join_new(&c, &[("range", b"")], t0);
+        let o = now_outcome(c.join(1, params("", &[("sticky", b"")]), t0));
+        assert_eq!(o.error, ErrorCode::InconsistentGroupProtocol);
+        let mut p = params("", &[("range", b"")]);
+        p.protocol_type = "connect".into();
+        assert_eq!(
+            now_outcome(c.join(1, p, t0)).error,
+            ErrorCode::InconsistentGroupProtocol
+        );
+        let mut p = params("", &[("range", b"")]);
+        p.session_timeout_ms = 10;
+        assert_eq!(
+            now_outcome(c.join(1, p, t0)).error,
+            ErrorCode::InvalidSessionTimeout
+        );
+        let o = now_outcome(c.join(1, params("made-up", &[("range", b"")]), t0));
+        assert_eq!(o.error, ErrorCode::UnknownMemberId);
+        assert_eq!(
+            c.validate_commit(1, "other", 3, "m", None, t0),
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(
+            c.validate_commit(1, "other", -1, "", None, t0),
+            ErrorCode::None
+        );
+    }
+}

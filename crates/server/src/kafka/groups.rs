@@ -1,0 +1,866 @@
+//! Consumer groups over the Kafka protocol (the classic group protocol): FindCoordinator,
+//! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and
+//! DescribeGroups.
+//!
+//! **Placement.** The coordinator of every group is the node leading the metadata Raft group.
+//! FindCoordinator on any node names it; group requests reaching another node get
+//! NOT_COORDINATOR, so clients look the coordinator up again.
+//!
+//! **State.** Membership (members, generations, assignments) lives in memory on the coordinator
+//! ([`group_coordinator`](crate::kafka::group_coordinator)) and is dropped when it stops leading:
+//! clients then rediscover the coordinator and rejoin. Committed offsets go through the metadata
+//! group ([`Node::commit_offsets`]: fsynced on a majority before the OffsetCommit is answered),
+//! so they survive the coordinator's death. OffsetFetch first commits an empty barrier entry
+//! through the metadata group, so the coordinator has applied every offset committed before
+//! (also those committed through a previous coordinator) before it reads.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::describe_groups_request::DescribeGroupsRequest;
+use kafka_proto::messages::describe_groups_response::{
+    DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
+};
+use kafka_proto::messages::find_coordinator_request::FindCoordinatorRequest;
+use kafka_proto::messages::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
+use kafka_proto::messages::heartbeat_request::HeartbeatRequest;
+use kafka_proto::messages::heartbeat_response::HeartbeatResponse;
+use kafka_proto::messages::join_group_request::JoinGroupRequest;
+use kafka_proto::messages::join_group_response::{JoinGroupResponse, JoinGroupResponseMember};
+use kafka_proto::messages::leave_group_request::LeaveGroupRequest;
+use kafka_proto::messages::leave_group_response::{LeaveGroupResponse, MemberResponse};
+use kafka_proto::messages::list_groups_request::ListGroupsRequest;
+use kafka_proto::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
+use kafka_proto::messages::offset_commit_request::OffsetCommitRequest;
+use kafka_proto::messages::offset_commit_response::{
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_proto::messages::offset_fetch_request::OffsetFetchRequest;
+use kafka_proto::messages::offset_fetch_response::{
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_proto::messages::sync_group_request::SyncGroupRequest;
+use kafka_proto::messages::sync_group_response::SyncGroupResponse;
+
+use crate::group::AppendError;
+use crate::kafka::group_coordinator::{
+    self, GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams,
+};
+use crate::kafka::handlers::{frame, Reply};
+use crate::metadata::CommittedOffset;
+use crate::node::Node;
+
+/// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest an OffsetFetch waits for its read barrier.
+pub const FETCH_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest committed metadata string accepted (Kafka's `offset.metadata.max.bytes`).
+pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+/// The group type ListGroups reports (every group here uses the classic protocol).
+pub const GROUP_TYPE: &str = "classic";
+
+/// The metadata term in which this node leads the metadata group (and so coordinates every
+/// group); None when it does not lead.
+pub fn coordinator_term(node: &Node) -> Option<u64> {
+    let v = node.metadata_group()?.visible();
+    (v.leader != 0 && v.leader == node.config().id).then_some(v.term)
+}
+
+/// This node's group coordinator; the first call starts its deadline task.
+pub fn coordinator(node: &Arc<Node>) -> &group_coordinator::Coordinator {
+    let c = node.group_coordinator();
+    if c.claim_ticker() {
+        start_ticker(Arc::downgrade(node));
+    }
+    c
+}
+
+/// Every [`group_coordinator::TICK`]: expire sessions, complete due rebalances, and drop the
+/// groups when this node no longer leads. Ends with the node (dropped or shut down).
+fn start_ticker(node: Weak<Node>) {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(group_coordinator::TICK);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            let running = node.metadata_group().is_some();
+            node.group_coordinator()
+                .tick(coordinator_term(&node), Instant::now());
+            if !running {
+                return;
+            }
+        }
+    });
+}
+
+fn now(correlation_id: i32, version: i16, response: Response) -> Reply {
+    match frame(correlation_id, version, &response) {
+        Some(s) => Reply::Now(s),
+        None => Reply::Close,
+    }
+}
+
+fn split_host_port(addr: &str) -> (String, i32) {
+    match addr.rsplit_once(':') {
+        Some((h, p)) => (
+            h.trim_matches(['[', ']']).to_owned(),
+            p.parse().unwrap_or(9092),
+        ),
+        None => (addr.to_owned(), 9092),
+    }
+}
+
+/// The coordinator's (node id, host, port), or why there is none.
+fn locate(node: &Node, key_type: i8) -> Result<(i32, String, i32), (ErrorCode, String)> {
+    match key_type {
+        0 => {}
+        1 => {
+            return Err((
+                ErrorCode::InvalidRequest,
+                "transactions are not supported by this server".into(),
+            ))
+        }
+        t => {
+            return Err((
+                ErrorCode::InvalidRequest,
+                format!("unsupported coordinator key type {t}"),
+            ))
+        }
+    }
+    let leader = node.metadata_group().map_or(0, |g| g.visible().leader);
+    if leader == 0 {
+        return Err((
+            ErrorCode::CoordinatorNotAvailable,
+            "no metadata leader is known".into(),
+        ));
+    }
+    let Some((_, addr)) = node
+        .live_brokers()
+        .into_iter()
+        .find(|(id, _)| *id == leader)
+    else {
+        return Err((
+            ErrorCode::CoordinatorNotAvailable,
+            format!("the coordinator (node {leader}) is not reachable"),
+        ));
+    };
+    let (host, port) = split_host_port(&addr);
+    Ok((i32::try_from(leader).unwrap_or(-1), host, port))
+}
+
+/// Handles FindCoordinator (v4+: several keys at once).
+pub fn find_coordinator(
+    node: &Arc<Node>,
+    req: FindCoordinatorRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let located = locate(node, req.key_type);
+    let mut resp = FindCoordinatorResponse::default();
+    if version >= 4 {
+        resp.coordinators = req
+            .coordinator_keys
+            .into_iter()
+            .map(|key| match &located {
+                Ok((id, host, port)) => Coordinator {
+                    key,
+                    node_id: *id,
+                    host: host.clone(),
+                    port: *port,
+                    ..Default::default()
+                },
+                Err((code, message)) => Coordinator {
+                    key,
+                    node_id: -1,
+                    host: String::new(),
+                    port: -1,
+                    error_code: code.code(),
+                    error_message: Some(message.clone()),
+                    ..Default::default()
+                },
+            })
+            .collect();
+    } else {
+        match located {
+            Ok((id, host, port)) => {
+                resp.node_id = id;
+                resp.host = host;
+                resp.port = port;
+            }
+            Err((code, message)) => {
+                resp.error_code = code.code();
+                resp.error_message = Some(message);
+                resp.node_id = -1;
+                resp.port = -1;
+            }
+        }
+    }
+    now(correlation_id, version, Response::FindCoordinator(resp))
+}
+
+fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
+    JoinGroupResponse {
+        error_code: o.error.code(),
+        generation_id: o.generation_id,
+        protocol_type: o.protocol_type,
+        // Nullable from v7 only.
+        protocol_name: o.protocol_name.or_else(|| (version < 7).then(String::new)),
+        leader: o.leader,
+        member_id: o.member_id,
+        members: o
+            .members
+            .into_iter()
+            .map(|m| JoinGroupResponseMember {
+                member_id: m.member_id,
+                group_instance_id: m.group_instance_id,
+                metadata: m.metadata,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Handles JoinGroup: answered when the rebalance completes (or at once for errors,
+/// MEMBER_ID_REQUIRED and rejoins that change nothing).
+pub fn join_group(
+    node: &Arc<Node>,
+    client_id: Option<String>,
+    req: JoinGroupRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let respond = move |o: JoinOutcome| {
+        frame(
+            correlation_id,
+            version,
+            &Response::JoinGroup(join_response(o, version)),
+        )
+    };
+    let Some(term) = coordinator_term(node) else {
+        return match respond(JoinOutcome::error(
+            ErrorCode::NotCoordinator,
+            &req.member_id,
+        )) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        };
+    };
+    let member_id = req.member_id.clone();
+    let params = JoinParams {
+        group_id: req.group_id,
+        member_id: req.member_id,
+        group_instance_id: req.group_instance_id,
+        client_id: client_id.unwrap_or_default(),
+        client_host: String::new(),
+        session_timeout_ms: req.session_timeout_ms,
+        rebalance_timeout_ms: if version >= 1 && req.rebalance_timeout_ms >= 0 {
+            req.rebalance_timeout_ms
+        } else {
+            req.session_timeout_ms
+        },
+        protocol_type: req.protocol_type,
+        protocols: req
+            .protocols
+            .into_iter()
+            .map(|p| (p.name, p.metadata))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    match coordinator(node).join(term, params, Instant::now()) {
+        Pending::Now(o) => match respond(o) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        },
+        Pending::Wait(rx, wait) => Reply::Later(Box::pin(async move {
+            let o = match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(o)) => o,
+                _ => JoinOutcome::error(ErrorCode::CoordinatorNotAvailable, &member_id),
+            };
+            respond(o)
+        })),
+    }
+}
+
+fn sync_response(o: SyncOutcome) -> SyncGroupResponse {
+    SyncGroupResponse {
+        error_code: o.error.code(),
+        protocol_type: o.protocol_type,
+        protocol_name: o.protocol_name,
+        assignment: o.assignment,
+        ..Default::default()
+    }
+}
+
+/// Handles SyncGroup: the leader's carries the assignment; every member's is answered with its
+/// own assignment once the leader's arrives.
+pub fn sync_group(
+    node: &Arc<Node>,
+    req: SyncGroupRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let respond = move |o: SyncOutcome| {
+        frame(
+            correlation_id,
+            version,
+            &Response::SyncGroup(sync_response(o)),
+        )
+    };
+    let pending = match coordinator_term(node) {
+        None => Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator)),
+        Some(term) => coordinator(node).sync(
+            term,
+            SyncParams {
+                group_id: req.group_id,
+                generation_id: req.generation_id,
+                member_id: req.member_id,
+                protocol_type: req.protocol_type,
+                protocol_name: req.protocol_name,
+                assignments: req
+                    .assignments
+                    .into_iter()
+                    .map(|a| (a.member_id, a.assignment))
+                    .collect(),
+            },
+            Instant::now(),
+        ),
+    };
+    match pending {
+        Pending::Now(o) => match respond(o) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        },
+        Pending::Wait(rx, wait) => Reply::Later(Box::pin(async move {
+            let o = match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(o)) => o,
+                _ => SyncOutcome::error(ErrorCode::CoordinatorNotAvailable),
+            };
+            respond(o)
+        })),
+    }
+}
+
+/// Handles Heartbeat.
+pub fn heartbeat(
+    node: &Arc<Node>,
+    req: HeartbeatRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let error = match coordinator_term(node) {
+        None => ErrorCode::NotCoordinator,
+        Some(term) => coordinator(node).heartbeat(
+            term,
+            &req.group_id,
+            req.generation_id,
+            &req.member_id,
+            Instant::now(),
+        ),
+    };
+    now(
+        correlation_id,
+        version,
+        Response::Heartbeat(HeartbeatResponse {
+            error_code: error.code(),
+            ..Default::default()
+        }),
+    )
+}
+
+/// Handles LeaveGroup (v3+: several members at once).
+pub fn leave_group(
+    node: &Arc<Node>,
+    req: LeaveGroupRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let identities: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .into_iter()
+            .map(|m| (m.member_id, m.group_instance_id))
+            .collect()
+    } else {
+        vec![(req.member_id, None)]
+    };
+    let ids: Vec<String> = identities.iter().map(|(id, _)| id.clone()).collect();
+    let mut resp = LeaveGroupResponse::default();
+    match coordinator_term(node) {
+        None => resp.error_code = ErrorCode::NotCoordinator.code(),
+        Some(term) => {
+            let errors = coordinator(node).leave(term, &req.group_id, &ids, Instant::now());
+            if version >= 3 {
+                resp.members = identities
+                    .into_iter()
+                    .zip(errors)
+                    .map(|((member_id, group_instance_id), e)| MemberResponse {
+                        member_id,
+                        group_instance_id,
+                        error_code: e.code(),
+                        ..Default::default()
+                    })
+                    .collect();
+            } else {
+                resp.error_code = errors.first().map_or(0, |e| e.code());
+            }
+        }
+    }
+    now(correlation_id, version, Response::LeaveGroup(resp))
+}
+
+/// The error an OffsetCommit partition gets when its commit through the metadata group fails.
+fn commit_error(e: &AppendError) -> ErrorCode {
+    match e {
+        AppendError::Timeout => ErrorCode::RequestTimedOut,
+        AppendError::Busy => ErrorCode::CoordinatorLoadInProgress,
+        AppendError::Invalid(_) => ErrorCode::InvalidCommitOffsetSize,
+        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped => {
+            ErrorCode::NotCoordinator
+        }
+        _ => ErrorCode::UnknownServerError,
+    }
+}
+
+/// Handles OffsetCommit: checks the member and generation, then commits the offsets through the
+/// metadata group and answers once they are committed.
+pub fn offset_commit(
+    node: &Arc<Node>,
+    req: OffsetCommitRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    // Per topic: (name, [(partition, error)]); NONE entries are in `offsets`.
+    let group_error = match coordinator_term(node) {
+        None => ErrorCode::NotCoordinator,
+        Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
+        Some(term) => coordinator(node).validate_commit(
+            term,
+            &req.group_id,
+            if version >= 1 {
+                req.generation_id_or_member_epoch
+            } else {
+                -1
+            },
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            Instant::now(),
+        ),
+    };
+    let mut offsets = Vec::new();
+    let topics: Vec<(String, Vec<(i32, ErrorCode)>)> = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let known = node.is_topic(&t.name);
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let error = if group_error != ErrorCode::None {
+                        group_error
+                    } else if !known || p.partition_index != 0 {
+                        ErrorCode::UnknownTopicOrPartition
+                    } else if p
+                        .committed_metadata
+                        .as_ref()
+                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES)
+                    {
+                        ErrorCode::OffsetMetadataTooLarge
+                    } else {
+                        offsets.push(CommittedOffset {
+                            topic: t.name.clone(),
+                            partition: p.partition_index,
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata: p.committed_metadata,
+                        });
+                        ErrorCode::None
+                    };
+                    (p.partition_index, error)
+                })
+                .collect();
+            (t.name, partitions)
+        })
+        .collect();
+    let respond = move |commit: Option<ErrorCode>| {
+        let topics = topics
+            .into_iter()
+            .map(|(name, partitions)| OffsetCommitResponseTopic {
+                name,
+                partitions: partitions
+                    .into_iter()
+                    .map(|(partition_index, e)| OffsetCommitResponsePartition {
+                        partition_index,
+                        error_code: match (e, commit) {
+                            (ErrorCode::None, Some(c)) => c.code(),
+                            (e, _) => e.code(),
+                        },
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        frame(
+            correlation_id,
+            version,
+            &Response::OffsetCommit(OffsetCommitResponse {
+                topics,
+                ..Default::default()
+            }),
+        )
+    };
+    if offsets.is_empty() {
+        return match respond(None) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        };
+    }
+    let node = node.clone();
+    let group = req.group_id;
+    Reply::Later(Box::pin(async move {
+        let result = node.commit_offsets(&group, offsets, COMMIT_TIMEOUT).await;
+        if let Err(e) = &result {
+            tracing::debug!(%group, "offset commit failed: {e}");
+        }
+        respond(result.err().map(|e| commit_error(&e)))
+    }))
+}
+
+/// One partition's committed offset as read: (partition, offset, leader epoch, metadata).
+type PartitionOffset = (i32, i64, i32, Option<String>);
+
+/// One group's offsets as read, by topic.
+type GroupOffsets = Vec<(String, Vec<PartitionOffset>)>;
+
+/// Requested topics: None for all of the group's.
+type TopicSelection = Option<Vec<(String, Vec<i32>)>>;
+
+/// Reads a group's committed offsets as applied on this node; partitions without one get -1.
+fn read_offsets(node: &Node, group: &str, topics: &TopicSelection) -> GroupOffsets {
+    let meta = node.metadata();
+    let committed = meta.offsets.get(group);
+    let entry = |topic: &str, partition: i32| {
+        committed
+            .and_then(|g| g.get(&(topic.to_owned(), partition)))
+            .map_or((partition, -1, -1, Some(String::new())), |o| {
+                (
+                    partition,
+                    o.offset,
+                    o.leader_epoch,
+                    Some(o.metadata.clone().unwrap_or_default()),
+                )
+            })
+    };
+    match topics {
+        Some(list) => list
+            .iter()
+            .map(|(t, parts)| (t.clone(), parts.iter().map(|p| entry(t, *p)).collect()))
+            .collect(),
+        None => {
+            let mut by_topic: BTreeMap<String, Vec<PartitionOffset>> = BTreeMap::new();
+            for ((t, p), _) in committed.into_iter().flatten() {
+                by_topic.entry(t.clone()).or_default().push(entry(t, *p));
+            }
+            by_topic.into_iter().collect()
+        }
+    }
+}
+
+/// The error an OffsetFetch gets when its read barrier fails (errors Java's consumer retries).
+fn barrier_error(e: &AppendError) -> ErrorCode {
+    match e {
+        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped => {
+            ErrorCode::NotCoordinator
+        }
+        _ => ErrorCode::CoordinatorLoadInProgress,
+    }
+}
+
+/// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
+pub fn offset_fetch(
+    node: &Arc<Node>,
+    req: OffsetFetchRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let groups: Vec<(String, TopicSelection)> = if version >= 8 {
+        req.groups
+            .into_iter()
+            .map(|g| {
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name, t.partition_indexes))
+                        .collect()
+                });
+                (g.group_id, topics)
+            })
+            .collect()
+    } else {
+        let topics = req.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| (t.name, t.partition_indexes))
+                .collect()
+        });
+        vec![(req.group_id, topics)]
+    };
+    let term = coordinator_term(node);
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let error = match (term, groups.first()) {
+            (None, _) => Some(ErrorCode::NotCoordinator),
+            (Some(_), None) => None,
+            // Everything committed before this barrier is applied here once it commits.
+            (Some(_), Some((first, _))) => node
+                .commit_offsets(first, Vec::new(), FETCH_BARRIER_TIMEOUT)
+                .await
+                .err()
+                .map(|e| barrier_error(&e)),
+        };
+        let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
+            .into_iter()
+            .map(|(g, topics)| {
+                let r = match error {
+                    Some(e) => Err(e),
+                    None => Ok(read_offsets(&node, &g, &topics)),
+                };
+                (g, topics, r)
+            })
+            .collect();
+        let resp = if version >= 8 {
+            OffsetFetchResponse {
+                groups: results
+                    .into_iter()
+                    .map(|(group_id, _, r)| match r {
+                        Ok(topics) => OffsetFetchResponseGroup {
+                            group_id,
+                            topics: topics
+                                .into_iter()
+                                .map(|(name, parts)| OffsetFetchResponseTopics {
+                                    name,
+                                    partitions: parts
+                                        .into_iter()
+                                        .map(|(p, o, epoch, metadata)| {
+                                            OffsetFetchResponsePartitions {
+                                                partition_index: p,
+                                                committed_offset: o,
+                                                committed_leader_epoch: epoch,
+                                                metadata,
+                                                ..Default::default()
+                                            }
+                                        })
+                                        .collect(),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                            ..Default::default()
+                        },
+                        Err(e) => OffsetFetchResponseGroup {
+                            group_id,
+                            error_code: e.code(),
+                            ..Default::default()
+                        },
+                    })
+                    .collect(),
+                ..Default::default()
+            }
+        } else {
+            let (_, requested, r) = results
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| (String::new(), None, Ok(Vec::new())));
+            let partition =
+                |(p, o, epoch, metadata): PartitionOffset, e: i16| OffsetFetchResponsePartition {
+                    partition_index: p,
+                    committed_offset: o,
+                    committed_leader_epoch: epoch,
+                    metadata,
+                    error_code: e,
+                    ..Default::default()
+                };
+            match r {
+                Ok(topics) => OffsetFetchResponse {
+                    topics: topics
+                        .into_iter()
+                        .map(|(name, parts)| OffsetFetchResponseTopic {
+                            name,
+                            partitions: parts.into_iter().map(|p| partition(p, 0)).collect(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                },
+                // v2+ carry the group's error at the top; v0-1 only per partition.
+                Err(e) => OffsetFetchResponse {
+                    error_code: e.code(),
+                    topics: if version < 2 {
+                        requested
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(name, parts)| OffsetFetchResponseTopic {
+                                name,
+                                partitions: parts
+                                    .into_iter()
+                                    .map(|p| partition((p, -1, -1, Some(String::new())), e.code()))
+                                    .collect(),
+                                ..Default::default()
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                    ..Default::default()
+                },
+            }
+        };
+        frame(correlation_id, version, &Response::OffsetFetch(resp))
+    }))
+}
+
+/// Groups that only have committed offsets (no membership state): reported as Empty.
+fn offset_only_groups(node: &Node, known: &HashSet<String>) -> Vec<String> {
+    let meta = node.metadata();
+    let mut v: Vec<String> = meta
+        .offsets
+        .iter()
+        .filter(|(g, o)| !g.is_empty() && !o.is_empty() && !known.contains(*g))
+        .map(|(g, _)| g.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Handles ListGroups: the coordinator lists every group; other nodes list none (clients ask
+/// every broker and merge).
+pub fn list_groups(
+    node: &Arc<Node>,
+    req: ListGroupsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let mut groups = Vec::new();
+    if let Some(term) = coordinator_term(node) {
+        let listed = coordinator(node).list(term);
+        let known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
+        let mut all: Vec<(String, String, GroupState)> = listed
+            .into_iter()
+            .map(|g| (g.group_id, g.protocol_type, g.state))
+            .collect();
+        all.extend(
+            offset_only_groups(node, &known)
+                .into_iter()
+                .map(|g| (g, String::new(), GroupState::Empty)),
+        );
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let type_ok = req.types_filter.is_empty()
+            || req
+                .types_filter
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(GROUP_TYPE));
+        groups = all
+            .into_iter()
+            .filter(|(_, _, state)| {
+                type_ok
+                    && (req.states_filter.is_empty()
+                        || req
+                            .states_filter
+                            .iter()
+                            .any(|s| s.eq_ignore_ascii_case(state.name())))
+            })
+            .map(|(group_id, protocol_type, state)| ListedGroup {
+                group_id,
+                protocol_type,
+                group_state: state.name().to_owned(),
+                group_type: GROUP_TYPE.to_owned(),
+                ..Default::default()
+            })
+            .collect();
+    }
+    now(
+        correlation_id,
+        version,
+        Response::ListGroups(ListGroupsResponse {
+            groups,
+            ..Default::default()
+        }),
+    )
+}
+
+/// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
+/// does); one that only has committed offsets, Empty.
+pub fn describe_groups(
+    node: &Arc<Node>,
+    req: DescribeGroupsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let term = coordinator_term(node);
+    let groups = req
+        .groups
+        .into_iter()
+        .map(|group_id| {
+            let Some(term) = term else {
+                return DescribedGroup {
+                    error_code: ErrorCode::NotCoordinator.code(),
+                    group_id,
+                    group_state: GroupState::Dead.name().to_owned(),
+                    ..Default::default()
+                };
+            };
+            match coordinator(node).describe(term, &group_id) {
+                Some(d) => DescribedGroup {
+                    group_id,
+                    group_state: d.state.name().to_owned(),
+                    protocol_type: d.protocol_type,
+                    protocol_data: d.protocol,
+                    members: d
+                        .members
+                        .into_iter()
+                        .map(|m| DescribedGroupMember {
+                            member_id: m.member_id,
+                            group_instance_id: m.group_instance_id,
+                            client_id: m.client_id,
+                            client_host: m.client_host,
+                            member_metadata: m.metadata,
+                            member_assignment: m.assignment,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                },
+                None => {
+                    let has_offsets = node
+                        .metadata()
+                        .offsets
+                        .get(&group_id)
+                        .is_some_and(|o| !o.is_empty());
+                    let state = if has_offsets {
+                        GroupState::Empty
+                    } else {
+                        GroupState::Dead
+                    };
+                    DescribedGroup {
+                        group_id,
+                        group_state: state.name().to_owned(),
+                        ..Default::default()
+                    }
+                }
+            }
+        })
+        .collect();
+    now(
+        correlation_id,
+        version,
+        Response::DescribeGroups(DescribeGroupsResponse {
+            groups,
+            ..Default::default()
+        }),
+    )
+}

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# A three-node vdl cluster on 127.0.0.1, for trying the service with real Kafka clients and for
+# the client tests (tests/clients/). Every node is a separate `vdl` process with its own TOML
+# config, data directory, log file and PID file.
+#
+# Usage: deploy/local-cluster.sh start|stop|status
+#   start   write the configs, start every node that is not already running, wait (bounded)
+#           until every stream has a leader that all nodes agree on, print the bootstrap string
+#           (last line of stdout). Starting again with nodes down restarts just those (their data
+#           is kept), which is how a test brings back a node it killed.
+#   stop    SIGTERM the PIDs this script started, SIGKILL after VDL_STOP_TIMEOUT seconds.
+#           VDL_CLEAN=1 also removes the data directory afterwards.
+#   status  which nodes run, and the leader of every stream as each node sees it.
+#           Exit status 0 only when all three nodes run.
+#
+# Environment (all optional):
+#   VDL_KAFKA_BASE_PORT  Kafka port of node 1; nodes 2 and 3 use the next two (default 9092)
+#   VDL_PEER_BASE_PORT   Raft peer port of node 1 (default: Kafka base + 100, i.e. 9192)
+#   VDL_ADMIN_BASE_PORT  admin HTTP port of node 1 (default: Kafka base + 200, i.e. 9292)
+#   VDL_DATA_DIR         where configs, data, logs and PID files go (default ./vdl-data/local-cluster)
+#   VDL_BIN              the vdl binary (default target/release/vdl, built with cargo if missing;
+#                        not rebuilt when present: start warns if the sources are newer)
+#   VDL_STREAMS          streams created on first start, space-separated (default "logstream1")
+#   VDL_ELECTION_TIMEOUT_MS  Raft election timeout (default 2000, as in deploy/vdl.example.toml)
+#   VDL_START_TIMEOUT    seconds to wait for a leader (default 30)
+#   VDL_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 10)
+#   RUST_LOG             log filter of the nodes (default info)
+#
+# Ports, binary and streams are remembered in $VDL_DATA_DIR/cluster.env on start, so `stop` and
+# `status` need only VDL_DATA_DIR (and a later `start` reuses them unless overridden).
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
+NODES=3
+
+die() { echo "local-cluster: $*" >&2; exit 1; }
+usage() { sed -n '/^# Usage:/,/^# Environment/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
+
+[[ $# -eq 1 ]] || { usage; exit 2; }
+CMD="$1"
+
+DATA_DIR="${VDL_DATA_DIR:-./vdl-data/local-cluster}"
+# Absolute: the path is written into the configs and is how we recognise our own processes.
+if [[ "$CMD" == start ]]; then mkdir -p "$DATA_DIR" || die "cannot create data directory $DATA_DIR"; fi
+[[ -d "$DATA_DIR" ]] || die "no cluster in $DATA_DIR (start one first)"
+DATA_DIR="$(cd "$DATA_DIR" && pwd)"
+ENV_FILE="$DATA_DIR/cluster.env"
+
+# Settings: environment first, then what the last start remembered, then defaults.
+SAVED_KAFKA_BASE="" SAVED_PEER_BASE="" SAVED_ADMIN_BASE="" SAVED_BIN="" SAVED_STREAMS="" SAVED_ELECTION=""
+if [[ -f "$ENV_FILE" ]]; then
+  # shellcheck disable=SC1090
+  source "$ENV_FILE"
+fi
+KAFKA_BASE="${VDL_KAFKA_BASE_PORT:-${SAVED_KAFKA_BASE:-9092}}"
+PEER_BASE="${VDL_PEER_BASE_PORT:-${SAVED_PEER_BASE:-$((KAFKA_BASE + 100))}}"
+ADMIN_BASE="${VDL_ADMIN_BASE_PORT:-${SAVED_ADMIN_BASE:-$((KAFKA_BASE + 200))}}"
+STREAMS="${VDL_STREAMS:-${SAVED_STREAMS:-logstream1}}"
+ELECTION_MS="${VDL_ELECTION_TIMEOUT_MS:-${SAVED_ELECTION:-2000}}"
+BIN="${VDL_BIN:-${SAVED_BIN:-$REPO/target/release/vdl}}"
+START_TIMEOUT="${VDL_START_TIMEOUT:-30}"
+STOP_TIMEOUT="${VDL_STOP_TIMEOUT:-10}"
+
+kafka_port() { echo $((KAFKA_BASE + $1 - 1)); }
+peer_port() { echo $((PEER_BASE + $1 - 1)); }
+admin_port() { echo $((ADMIN_BASE + $1 - 1)); }
+config_file() { echo "$DATA_DIR/vdl$1.toml"; }
+pid_file() { echo "$DATA_DIR/vdl$1.pid"; }
+
+bootstrap() {
+  local s="" i
+  for ((i = 1; i <= NODES; i++)); do s+="${s:+,}127.0.0.1:$(kafka_port "$i")"; done
+  echo "$s"
+}
+
+# PID of node i if it is alive and still the process we started: PIDs are reused, so the
+# command line must name this node's config file. Prints nothing otherwise.
+node_pid() {
+  local pid
+  pid="$(cat "$(pid_file "$1")" 2>/dev/null || true)"
+  [[ -n "$pid" ]] && alive "$pid" || return 0
+  if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$(config_file "$1")"; then
+    echo "$pid"
+  fi
+}
+
+# Alive and not a zombie (a killed node whose parent has not reaped it yet counts as dead).
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local state
+  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)"
+  [[ -n "$state" && "$state" != Z ]]
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# GET /status of node i (one line of JSON), or nothing. curl when present; otherwise plain bash,
+# so the script needs nothing beyond coreutils.
+admin_status() {
+  local port
+  port="$(admin_port "$1")"
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS --max-time 2 "http://127.0.0.1:$port/status" 2>/dev/null || true
+  else
+    # shellcheck disable=SC2016 # $1 expands in the inner shell
+    timeout 2 bash -c '
+      exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 0
+      printf "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" >&3
+      sed "1,/^\r\$/d" <&3' _ "$port" 2>/dev/null || true
+  fi
+}
+
+# "name leader" per stream from a /status document. serde writes the fields in declaration
+# order (name, leader, term, ...), which is what makes this grep enough and jq unnecessary.
+stream_leaders() {
+  grep -o '"name":"[^"]*","leader":[0-9]*' <<<"$1" | sed 's/"name":"\([^"]*\)","leader":\([0-9]*\)/\1 \2/' || true
+}
+
+write_config() {
+  local i="$1" members="" j streams_toml=""
+  for ((j = 1; j <= NODES; j++)); do members+="${members:+, }\"vdl$j=$j@127.0.0.1:$(peer_port "$j")\""; done
+  local s
+  for s in $STREAMS; do streams_toml+="${streams_toml:+, }\"$s\""; done
+  # Only what differs from the defaults of deploy/vdl.example.toml: addresses, ids, data, and
+  # the election timeout (tests lower it to make failover quicker).
+  cat >"$(config_file "$i")" <<EOF
+# Written by deploy/local-cluster.sh; rewritten on every start.
+initial_cluster = [$members]
+
+[node]
+id = $i
+name = "vdl$i"
+data_dir = "$DATA_DIR/vdl$i"
+
+[listeners]
+peer = "127.0.0.1:$(peer_port "$i")"
+kafka = "127.0.0.1:$(kafka_port "$i")"
+kafka_advertised = "127.0.0.1:$(kafka_port "$i")"
+admin = "127.0.0.1:$(admin_port "$i")"
+
+[raft]
+election_timeout_ms = $ELECTION_MS
+
+[streams]
+initial = [$streams_toml]
+EOF
+}
+
+ensure_binary() {
+  if [[ -x "$BIN" ]]; then
+    # Only built when missing (a rebuild can take minutes); say so when the sources are newer.
+    if [[ "$BIN" == "$REPO/target/"* ]] && [[ -n "$(find "$REPO/crates" -name '*.rs' -newer "$BIN" -print -quit 2>/dev/null)" ]]; then
+      echo "warning: $BIN is older than the sources under crates/; rebuild it with cargo build" >&2
+    fi
+    return 0
+  fi
+  if [[ "$BIN" == "$REPO/target/release/vdl" ]]; then
+    echo "building $BIN (cargo build --release -p vdl-server --bin vdl)" >&2
+    (cd "$REPO" && cargo build --release -q -p vdl-server --bin vdl) >&2
+  elif [[ "$BIN" == "$REPO/target/debug/vdl" ]]; then
+    echo "building $BIN (cargo build -p vdl-server --bin vdl)" >&2
+    (cd "$REPO" && cargo build -q -p vdl-server --bin vdl) >&2
+  fi
+  [[ -x "$BIN" ]] || die "no vdl binary at $BIN (set VDL_BIN)"
+}
+
+# True when every stream named in the config has, on every running node, the same non-zero
+# leader, and that leader is one of the running nodes. Prints "stream leader" lines on success.
+leaders_agreed() {
+  local i pid doc s leader seen out="" running=()
+  for ((i = 1; i <= NODES; i++)); do
+    pid="$(node_pid "$i")"; [[ -n "$pid" ]] && running+=("$i")
+  done
+  ((${#running[@]} > 0)) || return 1
+  for s in $STREAMS; do
+    seen=""
+    for i in "${running[@]}"; do
+      doc="$(admin_status "$i")"
+      leader="$(stream_leaders "$doc" | awk -v s="$s" '$1 == s { print $2 }')"
+      [[ -n "$leader" && "$leader" != 0 ]] || return 1
+      [[ -z "$seen" || "$seen" == "$leader" ]] || return 1
+      seen="$leader"
+    done
+    [[ " ${running[*]} " == *" $seen "* ]] || return 1
+    out+="$s leader=vdl$seen"$'\n'
+  done
+  printf '%s' "$out"
+}
+
+cmd_start() {
+  ensure_binary
+  BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+  cat >"$ENV_FILE" <<EOF
+SAVED_KAFKA_BASE=$KAFKA_BASE
+SAVED_PEER_BASE=$PEER_BASE
+SAVED_ADMIN_BASE=$ADMIN_BASE
+SAVED_BIN='$BIN'
+SAVED_STREAMS='$STREAMS'
+SAVED_ELECTION=$ELECTION_MS
+EOF
+  local i pid started=()
+  for ((i = 1; i <= NODES; i++)); do
+    pid="$(node_pid "$i")"
+    if [[ -n "$pid" ]]; then
+      echo "vdl$i already running (pid $pid)" >&2
+      continue
+    fi
+    local p
+    for p in "$(kafka_port "$i")" "$(peer_port "$i")" "$(admin_port "$i")"; do
+      port_open "$p" && die "port $p (for vdl$i) is already in use by another process"
+    done
+    write_config "$i"
+    "$BIN" check-config "$(config_file "$i")" >/dev/null || die "invalid config $(config_file "$i")"
+    mkdir -p "$DATA_DIR/vdl$i"
+    # setsid: the nodes must not die with the shell that started them (or get its Ctrl-C);
+    # they are stopped only through their PID files.
+    RUST_LOG="${RUST_LOG:-info}" setsid "$BIN" start --config "$(config_file "$i")" \
+      >>"$DATA_DIR/vdl$i.log" 2>&1 </dev/null &
+    echo $! >"$(pid_file "$i")"
+    started+=("$i")
+  done
+  echo "started ${#started[@]} node(s) in $DATA_DIR; waiting up to ${START_TIMEOUT}s for leaders" >&2
+
+  # Bounded wait: every node alive with its Kafka port open, and every stream with an agreed
+  # leader. A node that exits during startup (bad config, port taken) fails the start at once.
+  local deadline=$((SECONDS + START_TIMEOUT)) leaders=""
+  while ((SECONDS < deadline)); do
+    local all_up=1
+    for ((i = 1; i <= NODES; i++)); do
+      pid="$(cat "$(pid_file "$i")" 2>/dev/null || true)"
+      if [[ -z "$pid" ]] || ! alive "$pid"; then
+        tail -n 20 "$DATA_DIR/vdl$i.log" >&2 || true
+        die "vdl$i exited during startup (log: $DATA_DIR/vdl$i.log)"
+      fi
+      port_open "$(kafka_port "$i")" || all_up=0
+    done
+    if [[ "$all_up" == 1 ]] && leaders="$(leaders_agreed)"; then
+      printf '%s\n' "$leaders" >&2
+      echo "bootstrap:" >&2
+      bootstrap
+      return 0
+    fi
+    sleep 0.2
+  done
+  for ((i = 1; i <= NODES; i++)); do
+    port_open "$(kafka_port "$i")" || echo "vdl$i: Kafka port $(kafka_port "$i") not open (a vdl binary without the Kafka listener?)" >&2
+    [[ -n "$(admin_status "$i")" ]] || echo "vdl$i: admin API on $(admin_port "$i") not answering" >&2
+  done
+  die "not ready within ${START_TIMEOUT}s (every Kafka port open, one leader per stream agreed by all nodes); logs in $DATA_DIR/vdl*.log (stop with: VDL_DATA_DIR=$DATA_DIR $0 stop)"
+}
+
+cmd_stop() {
+  local i pid pids=()
+  for ((i = 1; i <= NODES; i++)); do
+    pid="$(node_pid "$i")"
+    if [[ -n "$pid" ]]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+  done
+  # vdl stops on SIGTERM within a moment; bound the wait anyway, then SIGKILL what is left.
+  local deadline=$((SECONDS + STOP_TIMEOUT)) any p
+  while ((SECONDS < deadline)); do
+    any=0
+    for p in "${pids[@]}"; do alive "$p" && any=1; done
+    [[ "$any" == 0 ]] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do
+    if alive "$p"; then
+      echo "pid $p did not stop in ${STOP_TIMEOUT}s, sending SIGKILL" >&2
+      kill -KILL "$p" 2>/dev/null || true
+    fi
+  done
+  for ((i = 1; i <= NODES; i++)); do rm -f "$(pid_file "$i")"; done
+  echo "stopped ${#pids[@]} node(s) in $DATA_DIR" >&2
+  if [[ "${VDL_CLEAN:-0}" == 1 ]]; then
+    # Only what this script creates, never anything else that may live in the directory.
+    for ((i = 1; i <= NODES; i++)); do
+      rm -rf "$DATA_DIR/vdl$i" "$(config_file "$i")" "$DATA_DIR/vdl$i.log"
+    done
+    rm -f "$ENV_FILE"
+    rmdir "$DATA_DIR" 2>/dev/null || true
+    echo "removed $DATA_DIR" >&2
+  fi
+}
+
+cmd_status() {
+  local i pid up=0 doc
+  for ((i = 1; i <= NODES; i++)); do
+    pid="$(node_pid "$i")"
+    if [[ -z "$pid" ]]; then
+      echo "vdl$i: stopped"
+      continue
+    fi
+    up=$((up + 1))
+    doc="$(admin_status "$i")"
+    if [[ -z "$doc" ]]; then
+      echo "vdl$i: running pid $pid, kafka 127.0.0.1:$(kafka_port "$i"), admin not answering"
+      continue
+    fi
+    echo "vdl$i: running pid $pid, kafka 127.0.0.1:$(kafka_port "$i"), admin 127.0.0.1:$(admin_port "$i")"
+    stream_leaders "$doc" | while read -r s l; do
+      if [[ "$l" == 0 ]]; then echo "  $s: no leader"; else echo "  $s: leader vdl$l"; fi
+    done
+  done
+  echo "bootstrap: $(bootstrap)"
+  [[ "$up" == "$NODES" ]]
+}
+
+case "$CMD" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  -h|--help|help) usage ;;
+  *) usage; exit 2 ;;
+esac

@@ -1,0 +1,222 @@
+"""Fixtures for the real-client tests: one three-node vdl cluster (the real binary, three
+processes on 127.0.0.1) per pytest session, started and stopped through deploy/local-cluster.sh
+with free ports and a temporary data directory.
+
+Environment:
+  VDL_BIN   the vdl binary (default: target/debug/vdl, which `cargo test` builds; built with
+            `cargo build -p vdl-server --bin vdl` when missing)
+  VDL_KEEP  1 = keep the data directory (configs, node logs) after the session, for debugging
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(REPO, "deploy", "local-cluster.sh")
+NODES = 3
+# Short election timeout: a killed leader is replaced within ~2 s, keeping the failover test
+# quick (the processes.rs tests use the same value).
+ELECTION_TIMEOUT_MS = 1000
+
+
+def _ports_free(ports):
+    socks = []
+    try:
+        for p in ports:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _free_base():
+    """A Kafka base port B such that B..B+2, B+100..B+102 and B+200..B+202 are all free
+    (the layout local-cluster.sh derives). Random in a range away from the default 9092 and from
+    the ephemeral range, so concurrent runs and the cargo tests rarely collide."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 30000)
+        ports = [base + off + i for off in (0, 100, 200) for i in range(NODES)]
+        if _ports_free(ports):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+class Cluster:
+    """A running three-node cluster, and the operations the tests need on it."""
+
+    def __init__(self, data_dir, base, binary):
+        self.data_dir = data_dir
+        self.base = base
+        self.binary = binary
+        self.bootstrap = ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
+        self.env = dict(
+            os.environ,
+            VDL_DATA_DIR=data_dir,
+            VDL_KAFKA_BASE_PORT=str(base),
+            VDL_PEER_BASE_PORT=str(base + 100),
+            VDL_ADMIN_BASE_PORT=str(base + 200),
+            VDL_BIN=binary,
+            VDL_ELECTION_TIMEOUT_MS=str(ELECTION_TIMEOUT_MS),
+            VDL_START_TIMEOUT="60",
+            VDL_STOP_TIMEOUT="10",
+            RUST_LOG=os.environ.get("RUST_LOG", "info"),
+        )
+
+    def _script(self, cmd, timeout):
+        return subprocess.run(
+            [SCRIPT, cmd],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self):
+        """Starts every node that is not running and waits until each stream has a leader."""
+        r = self._script("start", timeout=600 if not os.path.exists(self.binary) else 90)
+        if r.returncode != 0:
+            raise RuntimeError(f"local-cluster.sh start failed:\n{r.stdout}\n{r.stderr}")
+        assert r.stdout.strip().splitlines()[-1] == self.bootstrap, r.stdout
+
+    def stop(self):
+        self._script("stop", timeout=60)
+
+    def pid(self, node):
+        """PID of node `node` (1-based) if it runs, else None."""
+        try:
+            with open(os.path.join(self.data_dir, f"vdl{node}.pid")) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        # PIDs are reused: it must be our node, started with its config file.
+        if os.path.join(self.data_dir, f"vdl{node}.toml") not in cmdline:
+            return None
+        return pid
+
+    def kill(self, node):
+        """SIGKILL node `node` (1-based), by the PID local-cluster.sh recorded; waits until gone."""
+        pid = self.pid(node)
+        assert pid is not None, f"vdl{node} is not running"
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+            # setsid'd children of init are reaped by it; a zombie has an empty cmdline.
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(")")[-1].split()[0] == "Z":
+                        break
+            except OSError:
+                break
+            time.sleep(0.02)
+
+    def status(self, node, timeout=2.0):
+        """The /status document of node `node` (1-based), or None if it does not answer."""
+        url = f"http://127.0.0.1:{self.base + 200 + node - 1}/status"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def running(self):
+        return [n for n in range(1, NODES + 1) if self.pid(n) is not None]
+
+    def leader(self, topic, timeout=15.0):
+        """The node (1-based) leading `topic`, as that node itself and every other running node
+        report it; waits up to `timeout` seconds for one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = set()
+            for n in self.running():
+                st = self.status(n)
+                if st is None:
+                    seen.add(None)
+                    continue
+                leaders = [s["leader"] for s in st["streams"] if s["name"] == topic]
+                seen.add(leaders[0] if leaders else None)
+            if len(seen) == 1:
+                (leader,) = seen
+                if leader and leader in self.running():
+                    return leader
+            time.sleep(0.05)
+        raise AssertionError(f"no agreed leader for {topic} within {timeout}s")
+
+    def high_watermark(self, node, topic):
+        st = self.status(node)
+        for s in (st or {}).get("streams", []):
+            if s["name"] == topic:
+                return s["high_watermark"]
+        return None
+
+
+def pytest_configure(config):
+    # `timeout 600 pytest` (scripts/test.sh) ends pytest with SIGTERM: turn it into an interrupt
+    # so the session fixture's teardown still stops the cluster instead of orphaning three nodes.
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _binary():
+    b = os.environ.get("VDL_BIN") or os.path.join(REPO, "target", "debug", "vdl")
+    if not os.path.exists(b) and b == os.path.join(REPO, "target", "debug", "vdl"):
+        subprocess.run(
+            ["cargo", "build", "-q", "-p", "vdl-server", "--bin", "vdl"],
+            cwd=REPO,
+            check=True,
+            timeout=590,
+        )
+    return os.path.abspath(b)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    data_dir = tempfile.mkdtemp(prefix="vdl-clients-")
+    c = Cluster(data_dir, _free_base(), _binary())
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        if os.environ.get("VDL_KEEP") == "1":
+            print(f"\nvdl cluster data kept in {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def topic(cluster, request):
+    """A fresh topic for one test, created with CreateTopics, with a leader elected."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = "t-" + "".join(ch if ch.isalnum() else "-" for ch in request.node.name)[:80]
+    name = f"{name}-{random.randrange(1 << 30):x}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=1, replication_factor=NODES)], request_timeout=20
+    )
+    futures[name].result(timeout=30)
+    cluster.leader(name, timeout=20)
+    return name
