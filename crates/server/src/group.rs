@@ -135,7 +135,16 @@ pub struct Visible {
     pub leader: u64,
     /// Current term.
     pub term: u64,
+    /// On the leader: the voters caught up with it (ids, 0-padded; the leader included). Not
+    /// known on a follower (all zero).
+    pub in_sync: [u64; MAX_TRACKED_VOTERS],
 }
+
+/// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
+pub const MAX_TRACKED_VOTERS: usize = 7;
+
+/// A follower whose matched index is this far behind the leader's commit index is not in sync.
+const IN_SYNC_MAX_LAG_ENTRIES: u64 = 1000;
 
 /// Receives committed metadata entries in log order (used by the metadata group).
 pub trait StateMachine: Send + 'static {
@@ -548,6 +557,35 @@ impl Group {
         self.send_all(light.take_messages());
         self.apply(light.take_committed_entries());
         self.p.node.advance_apply();
+        self.update_in_sync();
+    }
+
+    /// On the leader, the voters that are in sync: recently heard from and within
+    /// [`IN_SYNC_MAX_LAG_ENTRIES`] of the commit index (Kafka's ISR, in Raft terms).
+    fn update_in_sync(&mut self) {
+        let mut in_sync = [0u64; MAX_TRACKED_VOTERS];
+        let raft = &self.p.node.raft;
+        if raft.state == StateRole::Leader {
+            let committed = raft.raft_log.committed;
+            let me = raft.id;
+            let mut ids: Vec<u64> = raft
+                .prs()
+                .iter()
+                .filter(|(id, pr)| {
+                    **id == me
+                        || (pr.recent_active && pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            ids.sort_unstable();
+            for (slot, id) in in_sync.iter_mut().zip(ids) {
+                *slot = id;
+            }
+        }
+        if in_sync != self.visible.in_sync {
+            self.visible.in_sync = in_sync;
+            self.publish();
+        }
     }
 
     /// Appends entries (truncating a conflicting suffix first) and makes them durable with one

@@ -498,6 +498,7 @@ impl Node {
             log_start_offset: store.log_start_offset(),
             leader: 0,
             term: hs.term,
+            in_sync: [0; crate::group::MAX_TRACKED_VOTERS],
         };
         let shared: SharedStore = Arc::new(RwLock::new(store));
         let t = &self.config.raft;

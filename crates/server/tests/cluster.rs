@@ -169,8 +169,29 @@ async fn one_node_down_still_commits_two_down_does_not() {
     let mut nodes = start_all(&configs).await;
     let leader = wait_for_leader(&nodes, Duration::from_secs(10)).await;
 
-    // One follower down: appends still commit.
+    // All three voters are in sync with the leader (Kafka's ISR).
+    let in_sync = |nodes: &[Option<Arc<Node>>]| -> Vec<u64> {
+        stream(nodes, leader)
+            .visible()
+            .in_sync
+            .iter()
+            .copied()
+            .filter(|id| *id != 0)
+            .collect()
+    };
+    stream(&nodes, leader)
+        .append(batch(1, b"isr"), 1, APPEND_TIMEOUT)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_sync(&nodes) != vec![1, 2, 3] {
+        assert!(Instant::now() < deadline, "in sync: {:?}", in_sync(&nodes));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // One follower down: appends still commit, and it drops out of the in-sync set.
     let f1 = (leader + 1) % 3;
+    let f1_id = nodes[f1].as_ref().unwrap().config().id;
     nodes[f1].take().unwrap().shutdown();
     let acked = concurrent_appends(&stream(&nodes, leader), 2, 10, "c").await;
     let hw = acked
@@ -178,6 +199,15 @@ async fn one_node_down_still_commits_two_down_does_not() {
         .map(|(b, c, _)| b + u64::from(*c))
         .max()
         .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while in_sync(&nodes).contains(&f1_id) {
+        assert!(
+            Instant::now() < deadline,
+            "a stopped follower stays in sync: {:?}",
+            in_sync(&nodes)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Both followers down: the append is not acknowledged and never becomes visible.
     let f2 = (leader + 2) % 3;

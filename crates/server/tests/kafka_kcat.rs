@@ -146,6 +146,50 @@ async fn kcat_produces_and_consumes_through_a_follower() {
             assert_eq!(value, &expected[i]);
         }
 
+        // Clients pinned to old brokers (no ApiVersions; Kafka 0.10 = Produce/Fetch v2 with magic 1
+        // message sets, 0.9 = v1 with magic 0) work through conversion.
+        let mut cmd = kcat();
+        cmd.args([
+            "-b",
+            &bootstrap,
+            "-t",
+            TOPIC,
+            "-P",
+            "-X",
+            "api.version.request=false",
+            "-X",
+            "broker.version.fallback=0.10.0",
+        ]);
+        let (ok, _, err) = run(cmd, b"old-0.10\n", Duration::from_secs(20));
+        assert!(ok, "kcat produce as a 0.10 client failed: {err}");
+        for fallback in ["0.10.0", "0.9.0"] {
+            let mut cmd = kcat();
+            let offset = expected.len().to_string();
+            cmd.args([
+                "-b",
+                &bootstrap,
+                "-t",
+                TOPIC,
+                "-C",
+                "-o",
+                &offset,
+                "-e",
+                "-f",
+                "%o %s\n",
+                "-X",
+                "api.version.request=false",
+                "-X",
+                &format!("broker.version.fallback={fallback}"),
+            ]);
+            let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+            assert!(ok, "kcat consume as a {fallback} client failed: {err}");
+            assert_eq!(
+                out,
+                format!("{} old-0.10\n", expected.len()),
+                "as a {fallback} client"
+            );
+        }
+
         // A topic nobody created is created on first use (auto.create.topics.enable), through
         // the follower, replicated on every node.
         let mut cmd = kcat();

@@ -91,7 +91,12 @@ fn now(correlation_id: i32, version: i16, response: Response) -> Reply {
 
 /// Handles one request. Produce requests are submitted to their streams before this returns,
 /// so a connection's produces reach each stream in the order they were sent.
-pub fn dispatch(node: &Arc<Node>, header: RequestHeader, request: Request) -> Reply {
+pub fn dispatch(
+    node: &Arc<Node>,
+    header: RequestHeader,
+    request: Request,
+    chain: &mut produce::ProduceChain,
+) -> Reply {
     let version = header.api_version;
     let cid = header.correlation_id;
     match request {
@@ -115,7 +120,7 @@ pub fn dispatch(node: &Arc<Node>, header: RequestHeader, request: Request) -> Re
             version,
             Response::ListOffsets(metadata::list_offsets(node, &req, version)),
         ),
-        Request::Produce(req) => produce::produce(node, req, version, cid),
+        Request::Produce(req) => produce::produce(node, req, version, cid, chain),
         Request::Fetch(req) => fetch::fetch(node.clone(), req, version, cid),
         Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
         Request::JoinGroup(req) => {

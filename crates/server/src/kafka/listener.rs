@@ -122,6 +122,7 @@ async fn connection_loop(
 ) -> Result<(), ConnectionEnd> {
     let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
     let mut reading = true;
+    let mut chain = crate::kafka::produce::ProduceChain::default();
     loop {
         let can_read = reading && pending.len() < max_in_flight;
         tokio::select! {
@@ -139,7 +140,7 @@ async fn connection_loop(
                 };
                 match decode_request(frame) {
                     Ok((header, request)) => {
-                        match dispatch(node, header, request) {
+                        match dispatch(node, header, request, &mut chain) {
                             Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
                             Reply::Later(fut) => pending.push_back(fut),
                             Reply::None => pending.push_back(Box::pin(async { None })),

@@ -93,11 +93,20 @@ fn topic_metadata(node: &Node, name: &str, stream: Option<LogStream>) -> Metadat
             leader_id: leader,
             leader_epoch: i32::try_from(v.term).unwrap_or(i32::MAX),
             replica_nodes: replicas.clone(),
-            isr_nodes: replicas
-                .iter()
-                .copied()
-                .filter(|r| live.contains(r))
-                .collect(),
+            // The leader knows which voters are caught up; elsewhere, the live replicas.
+            isr_nodes: if v.leader == node.config().id {
+                v.in_sync
+                    .iter()
+                    .filter(|id| **id != 0)
+                    .map(|id| as_i32(*id))
+                    .collect()
+            } else {
+                replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| live.contains(r))
+                    .collect()
+            },
             offline_replicas: replicas
                 .iter()
                 .copied()

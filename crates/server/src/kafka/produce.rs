@@ -10,10 +10,17 @@
 //!
 //! Requests are submitted to their streams before the next request on the connection is read,
 //! so one connection's produces to a topic enter the Raft log, and are committed, in the order
-//! they were sent.
+//! they were sent. And, as VDL guarantees for pipelined produce, if request N to a partition
+//! fails with a retriable error, every later request on that connection to that partition fails
+//! too, with the same error ([`ProduceChain`]): the client retries them in order. (A later
+//! request may have been committed all the same; with idempotence, the default of Java clients,
+//! the retry is answered with its original offset and nothing is written twice.)
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
@@ -95,6 +102,41 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
     }
 }
 
+/// Most partitions a connection's chain remembers; beyond it the chain starts afresh.
+const MAX_CHAINED_PARTITIONS: usize = 10_000;
+
+/// Per connection: for each partition produced to, how the newest request to it ended
+/// (`Some(error)` when it failed), so the next request can fail behind a failed one.
+#[derive(Default)]
+pub struct ProduceChain {
+    last: HashMap<(String, i32), oneshot::Receiver<Option<i16>>>,
+}
+
+impl ProduceChain {
+    /// Links a new request to a partition behind the previous one: returns how the previous
+    /// one will end and where this one's end is to be reported.
+    fn link(&mut self, topic: &str, partition: i32) -> ChainLink {
+        if self.last.len() >= MAX_CHAINED_PARTITIONS {
+            self.last.clear();
+        }
+        let (tx, rx) = oneshot::channel();
+        // Chain only behind a request still in flight: once it has ended, a request that comes
+        // after it starts afresh (this is how the client's retry of a failed request goes
+        // through, instead of failing behind it forever).
+        let previous = self
+            .last
+            .insert((topic.to_owned(), partition), rx)
+            .filter(|rx| rx.is_empty() && !rx.is_terminated());
+        (previous, tx)
+    }
+}
+
+/// How the previous request to a partition ends, and where this one's end goes.
+type ChainLink = (
+    Option<oneshot::Receiver<Option<i16>>>,
+    oneshot::Sender<Option<i16>>,
+);
+
 enum PartitionOutcome {
     Failed(ErrorCode),
     Submitted(PendingAppend, crate::node::LogStream),
@@ -102,11 +144,17 @@ enum PartitionOutcome {
 
 /// Handles a Produce request: submits now, answers (unless acks=0) once every partition's
 /// append is committed or failed.
-pub fn produce(node: &Arc<Node>, req: ProduceRequest, version: i16, correlation_id: i32) -> Reply {
+pub fn produce(
+    node: &Arc<Node>,
+    req: ProduceRequest,
+    version: i16,
+    correlation_id: i32,
+    chain: &mut ProduceChain,
+) -> Reply {
     let limits = node.config().kafka;
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(MAX_PRODUCE_TIMEOUT);
-    let mut submitted: Vec<(String, Vec<(i32, PartitionOutcome)>)> = Vec::new();
+    let mut submitted: Vec<(String, Vec<(i32, PartitionOutcome, ChainLink)>)> = Vec::new();
     for topic in req.topic_data {
         let mut partitions = Vec::new();
         for p in topic.partition_data {
@@ -118,7 +166,8 @@ pub fn produce(node: &Arc<Node>, req: ProduceRequest, version: i16, correlation_
                 limits.message_max_bytes,
                 req.transactional_id.is_some(),
             );
-            partitions.push((p.index, outcome));
+            let link = chain.link(&topic.name, p.index);
+            partitions.push((p.index, outcome, link));
         }
         submitted.push((topic.name, partitions));
     }
@@ -129,7 +178,7 @@ pub fn produce(node: &Arc<Node>, req: ProduceRequest, version: i16, correlation_
         let mut responses = Vec::with_capacity(submitted.len());
         for (name, partitions) in submitted {
             let mut out = Vec::with_capacity(partitions.len());
-            for (index, outcome) in partitions {
+            for (index, outcome, (previous, done)) in partitions {
                 let mut r = PartitionProduceResponse {
                     index,
                     base_offset: -1,
@@ -150,6 +199,22 @@ pub fn produce(node: &Arc<Node>, req: ProduceRequest, version: i16, correlation_
                         }
                     }
                 }
+                // Fail behind a failed earlier request to the same partition.
+                let previous_error = match previous {
+                    Some(rx) => rx.await.ok().flatten(),
+                    None => None,
+                };
+                if let Some(code) = previous_error {
+                    if r.error_code == 0 {
+                        r.error_code = code;
+                        r.base_offset = -1;
+                    }
+                }
+                // Only retriable failures chain: the client retries those, and a later request
+                // succeeding ahead of the retry would reorder the partition. After a fatal error
+                // (a corrupt or oversized batch) the client does not retry, so nothing chains.
+                let retriable = ErrorCode::from_code(r.error_code).is_retriable();
+                let _ = done.send((r.error_code != 0 && retriable).then_some(r.error_code));
                 out.push(r);
             }
             responses.push(TopicProduceResponse {
@@ -196,5 +261,33 @@ fn submit_partition(
             PartitionOutcome::Submitted(stream.submit_records(batches, span), stream)
         }
         Err(code) => PartitionOutcome::Failed(code),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn requests_chain_only_behind_one_still_in_flight() {
+        let mut chain = ProduceChain::default();
+        let (none, first) = chain.link("t", 0);
+        assert!(none.is_none(), "the first request has nothing before it");
+        // A second request while the first is in flight is chained behind it...
+        let (behind_first, second) = chain.link("t", 0);
+        // ... but another partition is not.
+        assert!(chain.link("t", 1).0.is_none());
+        first
+            .send(Some(ErrorCode::NotLeaderOrFollower.code()))
+            .unwrap();
+        assert_eq!(
+            behind_first.expect("chained").await.unwrap(),
+            Some(ErrorCode::NotLeaderOrFollower.code())
+        );
+        // Once the second has ended, a third (the client's retry) starts afresh.
+        second
+            .send(Some(ErrorCode::NotLeaderOrFollower.code()))
+            .unwrap();
+        assert!(chain.link("t", 0).0.is_none());
     }
 }
