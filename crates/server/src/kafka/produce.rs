@@ -137,6 +137,9 @@ type ChainLink = (
     oneshot::Sender<Option<i16>>,
 );
 
+/// A partition of a produce request: its index, what became of its records, its chain link.
+type SubmittedPartition = (i32, PartitionOutcome, ChainLink);
+
 enum PartitionOutcome {
     Failed(ErrorCode),
     Submitted(PendingAppend, crate::node::LogStream),
@@ -154,7 +157,7 @@ pub fn produce(
     let limits = node.config().kafka;
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(MAX_PRODUCE_TIMEOUT);
-    let mut submitted: Vec<(String, Vec<(i32, PartitionOutcome, ChainLink)>)> = Vec::new();
+    let mut submitted: Vec<(String, Vec<SubmittedPartition>)> = Vec::new();
     for topic in req.topic_data {
         let mut partitions = Vec::new();
         for p in topic.partition_data {
