@@ -1,4 +1,670 @@
-//! `vdl-perf`: benchmark client (not built yet).
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("vdl-perf is not built yet")
+//! `vdl-perf`: benchmark client for Kafka-compatible servers. See the crate README.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kafka_proto::records::Compression;
+use vdl_perf::consume::{self, ConsumeConfig};
+use vdl_perf::env::Env;
+use vdl_perf::mixed::{self, RatioConfig, ReadMode};
+use vdl_perf::produce::{self, ProduceConfig};
+use vdl_perf::progress::ProgressMode;
+use vdl_perf::report::{self, text, ReportMeta};
+use vdl_perf::stats::RunResult;
+use vdl_perf::suite::{self, SuiteConfig};
+use vdl_perf::units::{parse_duration, ByteSize, Ratio, StartOffset, ThreadRange};
+
+/// Benchmark client for Kafka-compatible servers (vdl, Apache Kafka): produce, consume, mixed,
+/// thread sweep, the full VDL suite, and the client's own ceiling.
+#[derive(Debug, Parser)]
+#[command(name = "vdl-perf", version)]
+struct Cli {
+    /// Print results as JSON on stdout (no progress display).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Produce records and measure throughput and latency.
+    Produce(ProduceArgs),
+    /// Consume records, checking offsets are dense and in order.
+    Consume(ConsumeArgs),
+    /// Produce and consume at the same time (VDL tables 8-11), or read/write mixes (--ratio).
+    Mixed(MixedArgs),
+    /// Synchronous produce with 1, 2, ... N threads: throughput and latency buckets.
+    Sweep(SweepArgs),
+    /// The whole VDL matrix; writes a report folder (Markdown, CSV, JSON, SVG).
+    Suite(SuiteArgs),
+    /// Rewrite a report folder from its results.json (e.g. after changing the report format).
+    Report(ReportArgs),
+    /// Side-by-side Markdown table of several reports' results.json (first one sets the rows).
+    Compare(CompareArgs),
+    /// Measure the client's ceiling against an in-process server that does no work.
+    Ceiling(CeilingArgs),
+    /// Run the trivial in-memory server on its own (for manual ceiling runs).
+    FakeServer(FakeServerArgs),
+}
+
+/// Where to connect.
+#[derive(Debug, Args)]
+struct Target {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// Topic.
+    #[arg(long, default_value = "vdl-perf")]
+    topic: String,
+    /// Partition (default: worker i uses partition i mod the partition count).
+    #[arg(long)]
+    partition: Option<i32>,
+    /// Per-request timeout.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl From<Codec> for Compression {
+    fn from(c: Codec) -> Compression {
+        match c {
+            Codec::None => Compression::None,
+            Codec::Gzip => Compression::Gzip,
+            Codec::Snappy => Compression::Snappy,
+            Codec::Lz4 => Compression::Lz4,
+            Codec::Zstd => Compression::Zstd,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct ProduceArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Records to produce in total.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// Bytes of each record's value.
+    #[arg(long, default_value = "1024")]
+    message_size: ByteSize,
+    /// Records per Produce request (one batch).
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Independent connections/workers.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Requests in flight per connection (1 = synchronous).
+    #[arg(long, default_value_t = 1)]
+    in_flight: usize,
+    /// acks: -1 (all in-sync replicas), 1 (leader), 0 (none).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    acks: i16,
+    /// Batch compression.
+    #[arg(long, value_enum, default_value = "none")]
+    compression: Codec,
+    /// Stop after this long even if not all records were produced.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Fixed total request rate (requests/s); latency is measured from the scheduled send time.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Also write a report folder here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ConsumeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Max bytes per partition per Fetch (VDL's fetch.message.max.bytes).
+    #[arg(long, default_value = "1MiB")]
+    fetch_size: ByteSize,
+    /// Where to start: earliest, latest or an offset.
+    #[arg(long, default_value = "earliest")]
+    from: StartOffset,
+    /// Records each consumer reads (default: up to the end of the log at the start).
+    #[arg(long)]
+    messages: Option<u64>,
+    /// Independent consumers (each reads the whole range on its own connection).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// max_wait_ms of each Fetch.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    max_wait: Duration,
+    /// Stop after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Check each batch's CRC-32C.
+    #[arg(long)]
+    verify_crc: bool,
+    /// Also write a report folder here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct MixedArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Bytes of each record's value.
+    #[arg(long, default_value = "1024")]
+    message_size: ByteSize,
+    /// Records per Produce request.
+    #[arg(long, default_value_t = 25)]
+    batch: usize,
+    /// Records to produce in total (concurrent mode).
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// Producer connections (concurrent mode).
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Consumer connections (concurrent mode), each reading everything produced.
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    /// Produce requests in flight per producer (concurrent mode).
+    #[arg(long, default_value_t = 1)]
+    in_flight: usize,
+    /// Max bytes per partition per Fetch.
+    #[arg(long, default_value = "32KiB")]
+    fetch_size: ByteSize,
+    /// Length of the run (per ratio with --ratio).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Read:write mixes instead of the concurrent run, e.g. `1:0,0:1,1:1,1:3,3:1,30:1`.
+    #[arg(long, value_delimiter = ',')]
+    ratio: Vec<Ratio>,
+    /// Where reads of a mix fetch: catchup (random earlier offset) or tail (newest batch).
+    #[arg(long, default_value = "catchup")]
+    read: ReadMode,
+    /// Workers of a mix.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Records written before a mix so that catch-up reads have data.
+    #[arg(long, default_value_t = 10_000)]
+    preload: u64,
+    /// Also write a report folder here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Thread counts: `1..15`, `1..15/2`, `1,2,4,8`.
+    #[arg(long, default_value = "1..15")]
+    threads: ThreadRange,
+    /// Records per request.
+    #[arg(long, default_value_t = 5)]
+    batch: usize,
+    /// Bytes of each record's value.
+    #[arg(long, default_value = "200")]
+    message_size: ByteSize,
+    /// Records each thread produces (at most; see --duration).
+    #[arg(long, default_value_t = 500_000)]
+    messages_per_thread: u64,
+    /// Length of each step at most.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Also write a report folder here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SuiteArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Report folder.
+    #[arg(long, default_value = "bench-reports/latest")]
+    out: PathBuf,
+    /// Name of the run in the report (e.g. vdl, kafka-default, kafka-fsync).
+    #[arg(long, default_value = "run")]
+    label: String,
+    /// Length of each cell at most.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    cell_duration: Duration,
+    /// Unmeasured load before the first cell.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Produce batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,25,50")]
+    batches: Vec<usize>,
+    /// Message sizes.
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1024,4096")]
+    message_sizes: Vec<ByteSize>,
+    /// Fetch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "32KiB,64KiB,256KiB,1MiB")]
+    fetch_sizes: Vec<ByteSize>,
+    /// Records per consume cell at most.
+    #[arg(long, default_value_t = 200_000)]
+    consume_messages: u64,
+    /// Bytes per consume cell at most.
+    #[arg(long, default_value = "64MiB")]
+    consume_max_bytes: ByteSize,
+    /// Read/write mixes to add, e.g. `1:0,0:1,1:1,1:3,3:1,30:1` (default: none).
+    #[arg(long, value_delimiter = ',')]
+    ratios: Vec<Ratio>,
+    /// Where reads of the mixes fetch.
+    #[arg(long, default_value = "catchup")]
+    read: ReadMode,
+    /// Add a thread sweep over these counts (batch 5 x 200 B), e.g. `1..8`.
+    #[arg(long)]
+    sweep_threads: Option<ThreadRange>,
+    /// Measure the client's ceiling (in-process fake server) first and include it.
+    #[arg(long)]
+    with_ceiling: bool,
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    /// results.json files, e.g. vdl's then Kafka's.
+    #[arg(required = true)]
+    reports: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// A results.json written by vdl-perf.
+    #[arg(long)]
+    from: PathBuf,
+    /// Folder to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct CeilingArgs {
+    /// Length of each workload.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Also write a report folder here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct FakeServerArgs {
+    /// Address to listen on (127.0.0.1 only is sensible).
+    #[arg(long, default_value = "127.0.0.1:9099")]
+    listen: String,
+    /// Partitions per topic.
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Stop after this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    duration: Duration,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(run(cli))
+}
+
+fn env_for(t: &Target, json: bool) -> Env {
+    Env::new(&t.bootstrap, t.timeout, ProgressMode::detect(json))
+}
+
+fn emit(results: &[RunResult], json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(results)?);
+    } else {
+        for r in results {
+            print!("{}", text::render(r));
+        }
+    }
+    Ok(())
+}
+
+fn meta(label: &str, bootstrap: &str) -> ReportMeta {
+    ReportMeta {
+        label: label.to_string(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started: report::now_utc(),
+        machine: report::machine_description(),
+        bootstrap: bootstrap.to_string(),
+    }
+}
+
+fn write_out(out: Option<&Path>, meta: &ReportMeta, results: &[RunResult]) -> Result<()> {
+    if let Some(dir) = out {
+        report::write_folder(dir, meta, results)
+            .with_context(|| format!("writing the report to {}", dir.display()))?;
+        eprintln!("report written to {}", dir.display());
+    }
+    Ok(())
+}
+
+fn sizes(v: &[ByteSize], what: &str) -> Result<Vec<usize>> {
+    v.iter().map(|b| size(*b, what)).collect()
+}
+
+fn size(b: ByteSize, what: &str) -> Result<usize> {
+    usize::try_from(b.bytes()).with_context(|| format!("{what} too large"))
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Produce(a) => {
+            let env = env_for(&a.target, cli.json);
+            let cfg = ProduceConfig {
+                topic: a.target.topic.clone(),
+                partition: a.target.partition,
+                messages: a.messages,
+                message_size: size(a.message_size, "--message-size")?,
+                batch: a.batch,
+                threads: a.threads,
+                in_flight: a.in_flight,
+                acks: a.acks,
+                compression: a.compression.into(),
+                duration: a.duration,
+                rate: a.rate,
+            };
+            let m = meta("produce", &a.target.bootstrap);
+            let r = produce::run(&env, &cfg)
+                .await
+                .with_context(|| format!("producing to {}", a.target.bootstrap))?;
+            write_out(a.out.as_deref(), &m, std::slice::from_ref(&r))?;
+            emit(&[r], cli.json)
+        }
+        Command::Consume(a) => {
+            let env = env_for(&a.target, cli.json);
+            let cfg = ConsumeConfig {
+                topic: a.target.topic.clone(),
+                partition: a.target.partition,
+                threads: a.threads,
+                from: a.from,
+                messages: a.messages,
+                fetch_size: size(a.fetch_size, "--fetch-size")?,
+                max_wait_ms: a.max_wait.as_millis().min(i32::MAX as u128) as i32,
+                duration: a.duration,
+                verify_crc: a.verify_crc,
+            };
+            let m = meta("consume", &a.target.bootstrap);
+            let r = consume::run(&env, &cfg)
+                .await
+                .with_context(|| format!("consuming from {}", a.target.bootstrap))?;
+            write_out(a.out.as_deref(), &m, std::slice::from_ref(&r))?;
+            emit(&[r], cli.json)
+        }
+        Command::Mixed(a) => {
+            let env = env_for(&a.target, cli.json);
+            let m = meta("mixed", &a.target.bootstrap);
+            let message_size = size(a.message_size, "--message-size")?;
+            let fetch_size = size(a.fetch_size, "--fetch-size")?;
+            let mut results = Vec::new();
+            if a.ratio.is_empty() {
+                let p = ProduceConfig {
+                    topic: a.target.topic.clone(),
+                    partition: a.target.partition,
+                    messages: a.messages,
+                    message_size,
+                    batch: a.batch,
+                    threads: a.producers,
+                    in_flight: a.in_flight,
+                    acks: -1,
+                    compression: Compression::None,
+                    duration: a.duration,
+                    rate: None,
+                };
+                let c = ConsumeConfig {
+                    topic: a.target.topic.clone(),
+                    partition: a.target.partition,
+                    threads: a.consumers,
+                    from: StartOffset::Latest,
+                    messages: None,
+                    fetch_size,
+                    max_wait_ms: 100,
+                    duration: a.duration,
+                    verify_crc: false,
+                };
+                let (w, r) = mixed::run_concurrent(&env, &p, &c)
+                    .await
+                    .with_context(|| format!("mixed run against {}", a.target.bootstrap))?;
+                results.extend([w, r]);
+            } else {
+                for ratio in &a.ratio {
+                    let cfg = RatioConfig {
+                        topic: a.target.topic.clone(),
+                        partition: a.target.partition.unwrap_or(0),
+                        threads: a.threads,
+                        ratio: *ratio,
+                        read_mode: a.read,
+                        message_size,
+                        batch: a.batch,
+                        fetch_size,
+                        duration: a.duration,
+                        preload: a.preload,
+                    };
+                    let (r, w) = mixed::run_ratio(&env.fresh(), &cfg)
+                        .await
+                        .with_context(|| format!("mix {ratio} against {}", a.target.bootstrap))?;
+                    results.extend([r, w]);
+                }
+            }
+            write_out(a.out.as_deref(), &m, &results)?;
+            emit(&results, cli.json)
+        }
+        Command::Sweep(a) => {
+            let env = env_for(&a.target, cli.json);
+            let m = meta("sweep", &a.target.bootstrap);
+            let base = ProduceConfig {
+                topic: a.target.topic.clone(),
+                partition: a.target.partition,
+                messages: 0,
+                message_size: size(a.message_size, "--message-size")?,
+                batch: a.batch,
+                threads: 1,
+                in_flight: 1,
+                acks: -1,
+                compression: Compression::None,
+                duration: a.duration,
+                rate: None,
+            };
+            let results = vdl_perf::sweep::run(&env, &base, &a.threads.0, a.messages_per_thread)
+                .await
+                .with_context(|| format!("thread sweep against {}", a.target.bootstrap))?;
+            write_out(a.out.as_deref(), &m, &results)?;
+            if cli.json {
+                emit(&results, true)
+            } else {
+                print!("{}", report::markdown::render(&m, &results));
+                Ok(())
+            }
+        }
+        Command::Suite(a) => {
+            let env = env_for(&a.target, cli.json);
+            let m = meta(&a.label, &a.target.bootstrap);
+            let cfg = SuiteConfig {
+                topic: a.target.topic.clone(),
+                batches: a.batches.clone(),
+                message_sizes: sizes(&a.message_sizes, "--message-sizes")?,
+                fetch_sizes: sizes(&a.fetch_sizes, "--fetch-sizes")?,
+                cell_duration: a.cell_duration,
+                warmup: a.warmup,
+                consume_messages: a.consume_messages,
+                consume_max_bytes: a.consume_max_bytes.bytes(),
+                ratios: a.ratios.clone(),
+                read_mode: a.read,
+                sweep_threads: a.sweep_threads.clone().map(|t| t.0).unwrap_or_default(),
+                ..SuiteConfig::default()
+            };
+            let mut results = Vec::new();
+            if a.with_ceiling {
+                let ceiling =
+                    vdl_perf::ceiling::run(a.cell_duration, ProgressMode::detect(cli.json))
+                        .await
+                        .context("measuring the ceiling")?;
+                results.extend(ceiling);
+            }
+            let json = cli.json;
+            let mut on_cell = |r: &RunResult| {
+                if !json {
+                    print!("{}", text::render(r));
+                }
+            };
+            let cells = suite::run(&env, &cfg, &mut on_cell)
+                .await
+                .with_context(|| format!("suite against {}", a.target.bootstrap))?;
+            results.extend(cells);
+            write_out(Some(&a.out), &m, &results)?;
+            if json {
+                emit(&results, true)?;
+            }
+            Ok(())
+        }
+        Command::Report(a) => {
+            let doc = report::read_json(&a.from)
+                .with_context(|| format!("reading {}", a.from.display()))?;
+            write_out(Some(&a.out), &doc.meta, &doc.results)
+        }
+        Command::Compare(a) => {
+            let docs = a
+                .reports
+                .iter()
+                .map(|p| report::read_json(p).with_context(|| format!("reading {}", p.display())))
+                .collect::<Result<Vec<_>>>()?;
+            print!("{}", report::compare::render(&docs));
+            Ok(())
+        }
+        Command::Ceiling(a) => {
+            let m = meta("ceiling", "in-process fake server");
+            let results = vdl_perf::ceiling::run(a.duration, ProgressMode::detect(cli.json))
+                .await
+                .context("measuring the ceiling against the in-process server")?;
+            write_out(a.out.as_deref(), &m, &results)?;
+            emit(&results, cli.json)
+        }
+        Command::FakeServer(a) => {
+            let server = vdl_perf::fake_server::FakeServer::start(&a.listen, a.partitions)
+                .await
+                .with_context(|| format!("listening on {}", a.listen))?;
+            eprintln!(
+                "fake server on {} for {:?} (Ctrl-C to stop)",
+                server.addr(),
+                a.duration
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(a.duration) => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("vdl-perf").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn produce_flags_of_the_issue() {
+        let cli = parse(&[
+            "produce",
+            "--bootstrap",
+            "h:1",
+            "--topic",
+            "T",
+            "--messages",
+            "10",
+            "--message-size",
+            "4KiB",
+            "--batch",
+            "50",
+            "--threads",
+            "2",
+            "--in-flight",
+            "4",
+            "--acks",
+            "-1",
+            "--compression",
+            "zstd",
+            "--duration",
+            "5s",
+            "--rate",
+            "100",
+        ]);
+        let Command::Produce(a) = cli.command else {
+            panic!("produce")
+        };
+        assert_eq!(a.target.bootstrap, "h:1");
+        assert_eq!(a.message_size, ByteSize(4096));
+        assert_eq!((a.batch, a.threads, a.in_flight, a.acks), (50, 2, 4, -1));
+        assert!(matches!(a.compression, Codec::Zstd));
+        assert_eq!(a.duration, Duration::from_secs(5));
+        assert_eq!(a.rate, Some(100.0));
+    }
+
+    #[test]
+    fn consume_sweep_mixed_suite_flags() {
+        let Command::Consume(c) = parse(&[
+            "consume",
+            "--fetch-size",
+            "32KiB",
+            "--from",
+            "latest",
+            "--messages",
+            "5",
+        ])
+        .command
+        else {
+            panic!("consume")
+        };
+        assert_eq!(c.fetch_size, ByteSize(32 << 10));
+        assert_eq!(c.from, StartOffset::Latest);
+        let Command::Sweep(s) = parse(&["sweep", "--threads", "1..15"]).command else {
+            panic!("sweep")
+        };
+        assert_eq!(s.threads.0.len(), 15);
+        let Command::Mixed(m) = parse(&[
+            "mixed",
+            "--ratio",
+            "1:0,0:1,1:1,1:3,3:1,30:1",
+            "--read",
+            "tail",
+        ])
+        .command
+        else {
+            panic!("mixed")
+        };
+        assert_eq!(m.ratio.len(), 6);
+        assert_eq!(m.read, ReadMode::Tail);
+        let Command::Suite(s) = parse(&[
+            "--json",
+            "suite",
+            "--fetch-sizes",
+            "32KiB,1MiB",
+            "--message-sizes",
+            "100,4KiB",
+        ])
+        .command
+        else {
+            panic!("suite")
+        };
+        assert_eq!(s.fetch_sizes, vec![ByteSize(32 << 10), ByteSize(1 << 20)]);
+        assert_eq!(s.message_sizes, vec![ByteSize(100), ByteSize(4096)]);
+        assert!(Cli::try_parse_from(["vdl-perf", "consume", "--fetch-size", "lots"]).is_err());
+        assert!(Cli::try_parse_from(["vdl-perf", "sweep", "--threads", "9..1"]).is_err());
+    }
 }

@@ -1,0 +1,208 @@
+//! One TCP connection to a broker: framed requests with correlation ids, responses read in
+//! order. The two halves can be driven separately, so that one task keeps several requests in
+//! flight (Kafka answers the requests of a connection in the order they were sent).
+
+use std::io::IoSlice;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_proto::frame::{decode_response, encode_request, read_frame_size, Request, Response};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::ApiKey;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::ClientError;
+
+/// The largest response frame accepted (a Fetch of many partitions can be large; ours are at
+/// most a few MiB).
+pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+/// The sending half: encodes requests with increasing correlation ids and writes them.
+#[derive(Debug)]
+pub struct FrameWriter {
+    half: OwnedWriteHalf,
+    client_id: String,
+    next_correlation_id: i32,
+    bytes_written: u64,
+}
+
+impl FrameWriter {
+    /// Encodes and writes one request at `api_version`; returns its correlation id.
+    pub async fn send(&mut self, api_version: i16, request: &Request) -> Result<i32, ClientError> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1) & i32::MAX;
+        let header = RequestHeader {
+            api_key: request.api_key().as_i16(),
+            api_version,
+            correlation_id,
+            client_id: Some(self.client_id.clone()),
+            ..RequestHeader::default()
+        };
+        let segments = encode_request(&header, request)?;
+        self.bytes_written += write_segments(&mut self.half, &segments).await? as u64;
+        Ok(correlation_id)
+    }
+
+    /// Bytes written to the socket so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+}
+
+/// Writes every segment with vectored writes, handling short writes; returns the bytes written.
+pub async fn write_segments<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    segments: &[Bytes],
+) -> std::io::Result<usize> {
+    let total: usize = segments.iter().map(Bytes::len).sum();
+    let mut seg = 0;
+    let mut off = 0;
+    while seg < segments.len() {
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(segments.len() - seg);
+        if let Some(first) = segments.get(seg).and_then(|s| s.get(off..)) {
+            slices.push(IoSlice::new(first));
+        }
+        slices.extend(segments.iter().skip(seg + 1).map(|s| IoSlice::new(s)));
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && seg < segments.len() {
+            let left = segments.get(seg).map_or(0, Bytes::len) - off;
+            if n >= left {
+                n -= left;
+                seg += 1;
+                off = 0;
+            } else {
+                off += n;
+                n = 0;
+            }
+        }
+        while seg < segments.len() && segments.get(seg).is_some_and(|s| s.len() == off) {
+            seg += 1;
+            off = 0;
+        }
+    }
+    Ok(total)
+}
+
+/// The receiving half: reads size-prefixed frames and decodes responses.
+#[derive(Debug)]
+pub struct FrameReader {
+    half: BufReader<OwnedReadHalf>,
+    bytes_read: u64,
+}
+
+impl FrameReader {
+    /// Reads the next frame (without its size prefix).
+    pub async fn recv_frame(&mut self) -> Result<Bytes, ClientError> {
+        let mut prefix = [0u8; 4];
+        self.half.read_exact(&mut prefix).await?;
+        let size = read_frame_size(prefix, MAX_RESPONSE_BYTES)?;
+        let mut buf = BytesMut::zeroed(size);
+        self.half.read_exact(&mut buf).await?;
+        self.bytes_read += 4 + size as u64;
+        Ok(buf.freeze())
+    }
+
+    /// Reads the next response, which must answer the request with `correlation_id` (an `api`
+    /// request at `api_version`).
+    pub async fn recv(
+        &mut self,
+        correlation_id: i32,
+        api: ApiKey,
+        api_version: i16,
+    ) -> Result<Response, ClientError> {
+        let frame = self.recv_frame().await?;
+        let (header, body) = decode_response(api, api_version, frame)?;
+        if header.correlation_id != correlation_id {
+            return Err(ClientError::CorrelationMismatch {
+                expected: correlation_id,
+                got: header.correlation_id,
+            });
+        }
+        Ok(body)
+    }
+
+    /// Bytes read from the socket so far (frames with their size prefixes).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+}
+
+/// A connection to one broker.
+#[derive(Debug)]
+pub struct Connection {
+    /// The address connected to.
+    pub addr: String,
+    /// The sending half.
+    pub writer: FrameWriter,
+    /// The receiving half.
+    pub reader: FrameReader,
+    /// How long one request may take in [`Connection::request`].
+    pub timeout: Duration,
+}
+
+impl Connection {
+    /// Connects to `addr` (`host:port`) with TCP_NODELAY, within `timeout`.
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+    ) -> Result<Connection, ClientError> {
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| ClientError::Timeout("connect"))??;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        Ok(Connection {
+            addr: addr.to_string(),
+            writer: FrameWriter {
+                half: w,
+                client_id: client_id.to_string(),
+                next_correlation_id: 1,
+                bytes_written: 0,
+            },
+            reader: FrameReader {
+                half: BufReader::with_capacity(64 << 10, r),
+                bytes_read: 0,
+            },
+            timeout,
+        })
+    }
+
+    /// Sends one request and waits for its response (nothing else may be in flight).
+    pub async fn request(
+        &mut self,
+        api_version: i16,
+        request: &Request,
+    ) -> Result<Response, ClientError> {
+        let api = request.api_key();
+        let fut = async {
+            let corr = self.writer.send(api_version, request).await?;
+            self.reader.recv(corr, api, api_version).await
+        };
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| ClientError::Timeout(api.name()))?
+    }
+}
+
+/// The median of `samples` ApiVersions round trips on `conn` (after two warm-up requests):
+/// the request/response round-trip time of this client and server with no work in it, used as
+/// the `rtt` of VDL's amortised per-message latency.
+pub async fn measure_rtt(conn: &mut Connection, samples: usize) -> Result<Duration, ClientError> {
+    let req = super::protocol::api_versions();
+    let mut times = Vec::with_capacity(samples);
+    for i in 0..samples + 2 {
+        let t = std::time::Instant::now();
+        conn.request(super::API_VERSIONS_VERSION, &req).await?;
+        if i >= 2 {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort();
+    Ok(times.get(times.len() / 2).copied().unwrap_or_default())
+}
