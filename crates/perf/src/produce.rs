@@ -254,6 +254,9 @@ struct Pending {
     records: u64,
     wire_bytes: u64,
     since: Instant,
+    /// Held until the response is read: the in-flight bound counts requests sent and not yet
+    /// answered (a channel slot alone would let one more out while the receiver waits).
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// The send and receive loops of one connection.
@@ -278,6 +281,7 @@ impl Pipeline<'_> {
     ) -> Result<(), ClientError> {
         let cfg = self.cfg;
         let (tx, mut rx) = mpsc::channel::<Pending>(cfg.in_flight);
+        let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(cfg.in_flight));
         let Connection {
             writer,
             reader,
@@ -294,10 +298,22 @@ impl Pipeline<'_> {
                 let Some(since) = schedule.next_slot(deadline).await else {
                     break;
                 };
+                let slot = slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| ClientError::Unexpected("in-flight slots closed".into()))?;
                 let permit = tx
                     .reserve()
                     .await
                     .map_err(|_| ClientError::Unexpected("receive loop ended".into()))?;
+                // Without a fixed rate, a request's latency starts when it can be sent (a free
+                // in-flight slot); with one, at its scheduled time, so queueing is counted.
+                let since = if cfg.rate.is_none() {
+                    Instant::now()
+                } else {
+                    since
+                };
                 let n = (cfg.batch as u64).min(target - sent);
                 let batch = source.batch(n as usize)?;
                 let req = protocol::produce(&cfg.topic, partition, cfg.acks, 30_000, batch);
@@ -308,6 +324,7 @@ impl Pipeline<'_> {
                     records: n,
                     wire_bytes: writer.bytes_written() - before,
                     since,
+                    _slot: slot,
                 });
                 sent += n;
             }
