@@ -8,12 +8,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cluster_configs;
+use common::{cluster_configs, kcat, run_with_deadline as run};
 use kafka_proto::frame::{decode_response, encode_request, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::describe_groups_request::DescribeGroupsRequest;
@@ -566,46 +565,6 @@ async fn committed_offsets_survive_the_coordinators_shutdown() {
         n.shutdown();
     }
     result.unwrap();
-}
-
-fn kcat() -> Command {
-    let path = ["/usr/bin/kcat", "/usr/local/bin/kcat"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("kcat is not installed: run scripts/test-deps.sh");
-    Command::new(path)
-}
-
-/// Runs kcat with a deadline, feeding `input` on stdin; returns (success, stdout, stderr).
-fn run(mut cmd: Command, input: &[u8], timeout: Duration) -> (bool, String, String) {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kcat");
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            return (
-                status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "kcat timed out; stdout: {} stderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn kcat_produce(bootstrap: &str, lines: &[String]) {

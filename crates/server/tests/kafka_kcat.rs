@@ -4,55 +4,13 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster_configs;
+use common::{cluster_configs, kcat, run_with_deadline as run};
 use vdl_server::Node;
 
 const TOPIC: &str = "kcat-topic";
-
-fn kcat() -> Command {
-    let path = ["/usr/bin/kcat", "/usr/local/bin/kcat"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("kcat is not installed: run scripts/test-deps.sh");
-    Command::new(path)
-}
-
-/// Runs kcat with a deadline, feeding `input` on stdin; returns (success, stdout, stderr).
-fn run(mut cmd: Command, input: &[u8], timeout: Duration) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kcat");
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            return (
-                status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "kcat timed out; stdout: {} stderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
     let configs = cluster_configs(3, dir, &[TOPIC]);

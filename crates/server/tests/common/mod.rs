@@ -4,7 +4,9 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
+use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_proto::records::{build_batch, Compression, NewRecord};
@@ -79,4 +81,51 @@ pub fn split_batches(data: &[u8]) -> Vec<(u64, u32, Vec<u8>)> {
         out.push((b.base_offset() as u64, b.record_count() as u32, value));
     }
     out
+}
+
+/// A `kcat` command (Debian's package, installed by scripts/test-deps.sh).
+pub fn kcat() -> Command {
+    let path = ["/usr/bin/kcat", "/usr/local/bin/kcat"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("kcat is not installed: run scripts/test-deps.sh");
+    Command::new(path)
+}
+
+/// Runs a command with a deadline, feeding `input` on stdin; returns (success, stdout,
+/// stderr). Kills it and panics when the deadline passes.
+pub fn run_with_deadline(
+    mut cmd: Command,
+    input: &[u8],
+    timeout: Duration,
+) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the command");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            return (
+                status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "command timed out; stdout: {} stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
