@@ -29,7 +29,7 @@ use kafka_proto::messages::produce_response::{
 use kafka_proto::messages::{FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest};
 use kafka_proto::records::{set_base_offset, split_batches};
 use kafka_proto::RecordChunks;
-use tokio::io::{AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -44,6 +44,9 @@ pub struct Faults {
     pub skip_offset: AtomicI64,
     /// Answer this many of the next Produce requests with NOT_LEADER_OR_FOLLOWER.
     pub not_leader_produces: AtomicU32,
+    /// Wait this many microseconds before answering a Produce (0: answer at once), so a
+    /// client's pipelining becomes visible in [`FakeServer::pipelined_produces`].
+    pub produce_delay_us: AtomicU64,
 }
 
 impl Default for Faults {
@@ -51,6 +54,7 @@ impl Default for Faults {
         Faults {
             skip_offset: AtomicI64::new(-1),
             not_leader_produces: AtomicU32::new(0),
+            produce_delay_us: AtomicU64::new(0),
         }
     }
 }
@@ -75,6 +79,7 @@ struct State {
     faults: Faults,
     metadata_requests: AtomicU64,
     produce_requests: AtomicU64,
+    pipelined_produces: AtomicU64,
 }
 
 /// A running fake server; stopped when dropped.
@@ -99,6 +104,7 @@ impl FakeServer {
             faults: Faults::default(),
             metadata_requests: AtomicU64::new(0),
             produce_requests: AtomicU64::new(0),
+            pipelined_produces: AtomicU64::new(0),
         });
         let st = state.clone();
         let task = tokio::spawn(async move {
@@ -129,6 +135,12 @@ impl FakeServer {
     /// Metadata requests answered so far.
     pub fn metadata_requests(&self) -> u64 {
         self.state.metadata_requests.load(Ordering::Relaxed)
+    }
+
+    /// Produce requests answered while the client had already sent another request (only
+    /// counted when `produce_delay_us` is set).
+    pub fn pipelined_produces(&self) -> u64 {
+        self.state.pipelined_produces.load(Ordering::Relaxed)
     }
 
     /// Produce requests received so far.
@@ -173,6 +185,18 @@ async fn serve(stream: TcpStream, state: Arc<State>) -> std::io::Result<()> {
             Request::Metadata(m) => Response::Metadata(metadata(&state, &m)),
             Request::Produce(p) => {
                 let acks = p.acks;
+                let delay = state.faults.produce_delay_us.load(Ordering::Relaxed);
+                if delay > 0 {
+                    tokio::time::sleep(std::time::Duration::from_micros(delay)).await;
+                    // Bytes of a next request already here while this one is unanswered: the
+                    // client had more than one request in flight.
+                    let waiting =
+                        tokio::time::timeout(std::time::Duration::from_millis(1), r.fill_buf())
+                            .await;
+                    if matches!(waiting, Ok(Ok(buf)) if !buf.is_empty()) {
+                        state.pipelined_produces.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 let resp = produce(&state, p);
                 if acks == 0 {
                     continue;

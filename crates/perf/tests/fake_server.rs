@@ -205,3 +205,26 @@ async fn an_unreachable_server_is_an_error_not_a_hang() {
     .expect("gives up in time");
     assert!(r.is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_one_means_one_unanswered_request() {
+    let (s, env) = server().await;
+    s.faults()
+        .produce_delay_us
+        .store(2000, std::sync::atomic::Ordering::Relaxed);
+    // Synchronous: the next request goes out only after the previous answer.
+    let p = produce::run(&env.fresh(), &produce_cfg("sync", 40, 1))
+        .await
+        .unwrap();
+    assert_eq!(p.records, 40);
+    assert_eq!(
+        s.pipelined_produces(),
+        0,
+        "a request was sent before the previous answer"
+    );
+    // And the detector works: with 4 in flight, requests wait behind unanswered ones.
+    let mut cfg = produce_cfg("piped", 40, 1);
+    cfg.in_flight = 4;
+    produce::run(&env.fresh(), &cfg).await.unwrap();
+    assert!(s.pipelined_produces() > 0);
+}
