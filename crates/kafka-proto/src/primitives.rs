@@ -393,6 +393,17 @@ pub struct Encoder {
     total_len: usize,
 }
 
+/// Most encoders share this shape: append one fixed-size big-endian value.
+macro_rules! write_fixed {
+    ($(#[$doc:meta] $name:ident: $t:ty;)*) => {$(
+        #[$doc]
+        #[inline]
+        pub fn $name(&mut self, v: $t) {
+            self.put_slice(&v.to_be_bytes());
+        }
+    )*};
+}
+
 /// Chunks shorter than this are copied into the running buffer: a separate iovec costs more than
 /// copying a few hundred bytes.
 const CHUNK_COPY_THRESHOLD: usize = 512;
@@ -443,41 +454,23 @@ impl Encoder {
         self.segments.push(chunk);
     }
 
-    /// INT8.
-    #[inline]
-    pub fn i8(&mut self, v: i8) {
-        self.put_slice(&v.to_be_bytes());
+    write_fixed! {
+        /// INT8.
+        i8: i8;
+        /// INT16, big-endian.
+        i16: i16;
+        /// INT32, big-endian.
+        i32: i32;
+        /// INT64, big-endian.
+        i64: i64;
+        /// UINT16, big-endian.
+        u16: u16;
+        /// UINT32, big-endian.
+        u32: u32;
+        /// FLOAT64, big-endian IEEE 754.
+        f64: f64;
     }
-    /// INT16.
-    #[inline]
-    pub fn i16(&mut self, v: i16) {
-        self.put_slice(&v.to_be_bytes());
-    }
-    /// INT32.
-    #[inline]
-    pub fn i32(&mut self, v: i32) {
-        self.put_slice(&v.to_be_bytes());
-    }
-    /// INT64.
-    #[inline]
-    pub fn i64(&mut self, v: i64) {
-        self.put_slice(&v.to_be_bytes());
-    }
-    /// UINT16.
-    #[inline]
-    pub fn u16(&mut self, v: u16) {
-        self.put_slice(&v.to_be_bytes());
-    }
-    /// UINT32.
-    #[inline]
-    pub fn u32(&mut self, v: u32) {
-        self.put_slice(&v.to_be_bytes());
-    }
-    /// FLOAT64.
-    #[inline]
-    pub fn f64(&mut self, v: f64) {
-        self.put_slice(&v.to_be_bytes());
-    }
+
     /// BOOLEAN.
     #[inline]
     pub fn bool(&mut self, v: bool) {
