@@ -57,6 +57,10 @@ pub struct StoreConfig {
     /// When false, no segment is ever deleted by retention or prefix deletion.
     /// Default true.
     pub deletion_allowed: bool,
+    /// Bytes of zeros a background thread keeps written (and synced) ahead of the active
+    /// segment's end, so that syncing an append flushes data only, not file-system metadata
+    /// (see `reserve.rs`). 0 disables it. Default 16 MiB; never past `segment_bytes`.
+    pub preallocate_bytes: u64,
 }
 
 /// Upper bound for `max_entry_bytes`.
@@ -75,6 +79,7 @@ impl Default for StoreConfig {
             max_batch_entries: 65_536,
             retention: RetentionPolicy::default(),
             deletion_allowed: true,
+            preallocate_bytes: 16 << 20,
         }
     }
 }

@@ -29,6 +29,7 @@ mod fsutil;
 mod hard_state;
 mod index;
 mod recovery;
+mod reserve;
 mod retention;
 mod segment;
 mod store;

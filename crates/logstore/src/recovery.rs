@@ -17,7 +17,9 @@
 //! - The active (last) segment is scanned from its checkpoint (the covered length of its
 //!   index file, written only for synced data) or from its header when there is no valid
 //!   checkpoint. The scan stops at the first frame that is incomplete, fails its CRC, or does
-//!   not continue the log (index, term, offset); the file is truncated there and fsynced.
+//!   not continue the log (index, term, offset); the file is truncated there and fsynced,
+//!   unless everything after that point is zeros: that is the reserve written ahead of the
+//!   data (`reserve.rs`) and is kept.
 //! - Consecutive segments must continue each other (index, offset and term), else corruption.
 
 use std::os::unix::fs::FileExt;
@@ -44,6 +46,9 @@ pub struct RecoveryReport {
     pub tail_bytes_scanned: u64,
     /// Bytes cut from the end of the active segment (a torn or partially written tail).
     pub truncated_bytes: u64,
+    /// All-zero bytes after the last frame of the active segment: space written ahead of the
+    /// data (see [`crate::StoreConfig::preallocate_bytes`]); kept, not counted as truncated.
+    pub preallocated_bytes: u64,
     /// Why the tail scan stopped before the end of the file, with the byte position.
     pub truncation_reason: Option<(u64, String)>,
     /// Index files that were missing or inconsistent and were rebuilt by scanning.
@@ -402,16 +407,23 @@ fn open_active(
     let from = start
         .as_ref()
         .map_or(SEGMENT_HEADER_LEN, |(s, _)| s.covered_len);
-    let sc = {
+    let (sc, zero_tail) = {
         // SAFETY: the directory lock makes this store the only writer, and the file is not
         // written or truncated while this map exists (it is dropped at the end of the block).
         let map = unsafe { memmap2::Mmap::map(&f.file) }.map_err(io_err(&f.path))?;
         let data = map.get(from as usize..).unwrap_or(&[]);
-        scan(data, from, &f.header, start, cfg.index_interval_bytes)
+        let sc = scan(data, from, &f.header, start, cfg.index_interval_bytes);
+        let rest = &data[(sc.summary.covered_len - from) as usize..];
+        (sc, rest.iter().all(|&b| b == 0))
     };
-    report.tail_bytes_scanned = f.len - from;
     let end = sc.summary.covered_len;
-    if end < f.len {
+    report.tail_bytes_scanned = end - from;
+    if end < f.len && zero_tail {
+        // Zeros written ahead of the data by the reserve (`reserve.rs`), or an append whose
+        // bytes never reached the disk: either way nothing to cut, and the zeros stay as
+        // reserve for the next appends.
+        report.preallocated_bytes = f.len - end;
+    } else if end < f.len {
         report.truncated_bytes = f.len - end;
         report.truncation_reason = sc.stop.clone();
         f.file.set_len(end).map_err(io_err(&f.path))?;

@@ -18,6 +18,7 @@ use crate::fsutil::{fdatasync, fsync_dir, lock_dir, remove_if_exists};
 use crate::hard_state::{self, ConfState, HardState};
 use crate::index::write_index_file;
 use crate::recovery::{recover, RecoveryReport};
+use crate::reserve::ZeroReserve;
 use crate::retention::{segments_to_delete, RetentionOutcome, SegmentInfo};
 use crate::segment::{
     create_segment_file, now_ms, open_rw, Segment, SegmentHeader, SEGMENT_HEADER_LEN,
@@ -107,6 +108,8 @@ pub struct LogStore {
     dir: PathBuf,
     config: StoreConfig,
     _lock: File,
+    /// Zeroed space ahead of the active segment (see `reserve.rs`).
+    reserve: ZeroReserve,
     /// Sorted by base index; never empty; the last one is the active segment.
     segments: Vec<Segment>,
     cache: EntryCache,
@@ -158,11 +161,16 @@ impl LogStore {
             active.len - rec.report.tail_bytes_scanned.min(active.len)
         };
         let durable_index = active.last_index;
+        let reserve = ZeroReserve::new(config.preallocate_bytes);
+        // Recovery keeps an all-zero tail (reserve left by the previous run).
+        let file_len = active.file.metadata().map_err(io_err(&active.path))?.len();
+        reserve.attach(&active.file, &active.path, file_len, config.segment_bytes);
         Ok(LogStore {
             dir: dir.to_path_buf(),
             cache: EntryCache::new(config.cache_bytes),
             config,
             _lock: lock,
+            reserve,
             segments: rec.segments,
             generation: rec.generation,
             synced_len,
@@ -179,6 +187,8 @@ impl LogStore {
     /// closes the store.
     pub fn close(mut self) -> Result<()> {
         self.sync()?;
+        self.reserve.detach();
+        self.trim_active()?;
         let active = self.active();
         let idx = active.indexes(self.config.index_interval_bytes)?;
         let _ = write_index_file(&active.index_path, &active.summary(), &idx);
@@ -401,10 +411,16 @@ impl LogStore {
             .last_mut()
             .expect("a store always has an active segment");
         let pos0 = active.len;
-        if let Err(e) = active.file.write_all_at(&buf, pos0) {
+        let written = self
+            .reserve
+            .write_below(pos0 + total, || active.file.write_all_at(&buf, pos0));
+        if let Err(e) = written {
             // Best effort: remove a partial write so the next append starts clean. Recovery
             // would cut it anyway (it cannot be a valid continuation of the log).
+            self.reserve.detach();
             let _ = active.file.set_len(pos0);
+            let limit = self.config.segment_bytes;
+            self.reserve.attach(&active.file, &active.path, pos0, limit);
             return Err(io_err(&active.path)(e));
         }
         let bytes = Bytes::from(buf);
@@ -527,8 +543,10 @@ impl LogStore {
         let interval = self.config.index_interval_bytes;
         let generation = self.generation;
         let synced_len = self.synced_len;
+        self.reserve.detach();
+        let trimmed = self.trim_active()?;
         let active = self.active_mut();
-        if synced_len < active.len {
+        if synced_len < active.len && !trimmed {
             fdatasync(&active.file, &active.path);
         }
         let s = active.summary();
@@ -543,12 +561,37 @@ impl LogStore {
             created_ms: now_ms(),
         };
         let (path, file) = create_segment_file(&self.dir, &header)?;
+        self.reserve
+            .attach(&file, &path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
         self.segments
             .push(Segment::new_empty(header, path, file, &self.dir));
         self.synced_len = SEGMENT_HEADER_LEN;
         self.checkpoint_len = 0;
         self.durable_index = s.last_index;
         Ok(())
+    }
+
+    /// Cuts the reserve's zeros off the active segment (the reserve must be detached) and
+    /// makes the cut durable; returns whether there was anything to cut. Sealed segments
+    /// end exactly at their last frame, which recovery relies on.
+    fn trim_active(&mut self) -> Result<bool> {
+        let active = self.active();
+        let file_len = active.file.metadata().map_err(io_err(&active.path))?.len();
+        assert!(file_len >= active.len, "the active segment lost data");
+        if file_len == active.len {
+            return Ok(false);
+        }
+        active
+            .file
+            .set_len(active.len)
+            .map_err(io_err(&active.path))?;
+        // fdatasync covers the new size (and any data appended before it).
+        fdatasync(&active.file, &active.path);
+        let len = active.len;
+        let last_index = active.last_index;
+        self.synced_len = self.synced_len.max(len);
+        self.durable_index = self.durable_index.max(last_index);
+        Ok(true)
     }
 
     /// Removes entries `from_index..=last_index()` (conflicting entries, raft-rs semantics).
@@ -565,6 +608,7 @@ impl LogStore {
             });
         }
         let interval = self.config.index_interval_bytes;
+        self.reserve.detach();
         let k = self.segment_for_index(from_index);
         let seg = &self.segments[k];
         let (pos, h) = seg.locate_index(from_index, interval)?;
@@ -629,6 +673,8 @@ impl LogStore {
         seg.last_entry_pos = new_last_pos;
         seg.max_timestamp = max_ts;
         seg.set_indexes(idx);
+        self.reserve
+            .attach(&seg.file, &seg.path, pos, self.config.segment_bytes);
         self.synced_len = pos;
         self.checkpoint_len = 0;
         self.durable_index = self.durable_index.min(from_index - 1);
@@ -645,6 +691,7 @@ impl LogStore {
                 "snapshot index u64::MAX".into(),
             ));
         }
+        self.reserve.detach();
         for s in &self.segments {
             remove_if_exists(&s.index_path)?;
         }
@@ -658,6 +705,8 @@ impl LogStore {
         };
         // Commit point: the new-generation segment exists durably.
         let (path, file) = create_segment_file(&self.dir, &header)?;
+        self.reserve
+            .attach(&file, &path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
         self.generation = generation;
         let old = std::mem::take(&mut self.segments);
         self.segments

@@ -192,6 +192,9 @@ pub struct StorageSettings {
     pub retention_age: Option<Duration>,
     /// How often each stream applies the retention rules.
     pub retention_check_interval: Duration,
+    /// Zeroed bytes kept written ahead of each stream's active segment so that syncing an
+    /// append flushes data only, not file-system metadata (0 disables).
+    pub preallocate_bytes: u64,
 }
 
 impl Default for StorageSettings {
@@ -204,6 +207,7 @@ impl Default for StorageSettings {
             retention_bytes: None,
             retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
             retention_check_interval: Duration::from_secs(10),
+            preallocate_bytes: 16 << 20,
         }
     }
 }
@@ -277,6 +281,7 @@ struct FileStorage {
     retention_bytes: Option<u64>,
     retention_hours: Option<u64>,
     retention_check_ms: Option<u64>,
+    preallocate_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -421,6 +426,7 @@ impl NodeConfig {
         if let Some(v) = s.cache_bytes {
             storage.cache_bytes = v;
         }
+        storage.preallocate_bytes = s.preallocate_bytes.unwrap_or(storage.preallocate_bytes);
         if let Some(v) = s.sync {
             storage.sync = parse_sync(&v)?;
         }

@@ -429,6 +429,7 @@ impl Node {
                 SyncMode::Never => SyncPolicy::Never,
             },
             deletion_allowed: s.deletion_allowed,
+            preallocate_bytes: s.preallocate_bytes,
             retention: logstore::RetentionPolicy {
                 max_segments: None,
                 max_bytes: s.retention_bytes,

@@ -1,0 +1,354 @@
+//! Zero-filled space kept ahead of the active segment's write position.
+//!
+//! Why: an fdatasync after an append that grew the file must also make the new size and
+//! the newly allocated blocks durable: on ext4 with a journal that is a journal commit
+//! (file-system wide, so it also serialises the syncs of different logs); without a
+//! journal, as on the project machine, it is extra inode and bitmap writes. An fdatasync
+//! after overwriting blocks that already exist and hold written data flushes only the
+//! data. Measured on the project machine (2 cores, virtio disk, ext4 without journal),
+//! append + fdatasync p50: 1 KiB 0.23 ms growing the file vs 0.13-0.17 ms into zeroed space;
+//! 50 KiB 0.31-0.36 ms vs 0.22 ms. `fallocate` does not help: it creates unwritten extents,
+//! and converting them on first write is again a metadata change.
+//!
+//! How: one background thread per store writes zeros after the end of the active segment
+//! file and fdatasyncs them, a fill at a time, whenever the zeroed space left ahead of the
+//! writer falls below half a fill. A fill is as large as the segment so far, at least 1 MiB
+//! and at most the configured chunk. The writer writes below `zeroed_end` without
+//! coordination; a write that reaches past it (the reserve ran out) waits for a running fill
+//! and otherwise extends the file itself, under the lock. So the writer and the filler never
+//! write the same bytes. Recovery treats an all-zero tail after the last valid frame as
+//! reserve, not damage, and sealing a segment first trims it to its data, so sealed segments
+//! keep "file length = data length".
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crate::fsutil::fdatasync;
+
+/// Bytes of zeros written per `write` call by the filler (bounds its buffer).
+const FILL_WRITE_BYTES: usize = 1 << 20;
+
+/// Smallest fill. Fills grow with the segment (up to the configured chunk), so a quiet log
+/// (the metadata stream, a test's topic) reserves a megabyte, not the whole chunk.
+const MIN_FILL_BYTES: u64 = 1 << 20;
+
+/// How many zeros to add after `zeroed_end` in one fill.
+fn fill_bytes(chunk_bytes: u64, zeroed_end: u64) -> u64 {
+    chunk_bytes.min(zeroed_end.max(MIN_FILL_BYTES))
+}
+
+/// The file being reserved for and how far it is zeroed.
+struct Target {
+    file: Arc<File>,
+    path: PathBuf,
+    /// File bytes below this are data or durable zeros; the filler extends from here.
+    zeroed_end: u64,
+    /// The filler never zeroes past this (the segment size limit).
+    limit: u64,
+}
+
+#[derive(Default)]
+struct State {
+    target: Option<Target>,
+    /// The writer asked for another chunk.
+    wanted: bool,
+    /// The filler is writing zeros after `zeroed_end` right now (outside the lock).
+    filling: bool,
+    /// A fill failed (for example the disk is full): stop filling until the next attach.
+    failed: bool,
+    stop: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Keeps zeroed space ahead of one file's writer (see the module docs). With a chunk size
+/// of 0 it is disabled: no thread, writes go straight to the file.
+pub(crate) struct ZeroReserve {
+    chunk_bytes: u64,
+    shared: Arc<Shared>,
+    filler: Option<JoinHandle<()>>,
+}
+
+impl ZeroReserve {
+    /// Starts the filler thread (unless `chunk_bytes` is 0).
+    pub fn new(chunk_bytes: u64) -> ZeroReserve {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let filler = (chunk_bytes > 0).then(|| {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("logstore-zero-fill".into())
+                .spawn(move || fill_loop(&shared, chunk_bytes))
+                .expect("spawning the zero-fill thread")
+        });
+        ZeroReserve {
+            chunk_bytes,
+            shared,
+            filler,
+        }
+    }
+
+    /// Starts reserving for `file`, whose current length is `file_len` (everything below it
+    /// is data or zeros), never past `limit`. Replaces any previous file (after
+    /// [`ZeroReserve::detach`] waited for its fill).
+    pub fn attach(&self, file: &File, path: &Path, file_len: u64, limit: u64) {
+        if self.chunk_bytes == 0 {
+            return;
+        }
+        self.detach();
+        // Without a handle of its own there is simply no reserve: writes extend the file.
+        let Ok(dup) = file.try_clone() else { return };
+        let mut st = self.shared.lock();
+        st.target = Some(Target {
+            file: Arc::new(dup),
+            path: path.to_path_buf(),
+            zeroed_end: file_len,
+            limit,
+        });
+        st.failed = false;
+        st.wanted = false;
+    }
+
+    /// Stops reserving: waits for a running fill to finish, then forgets the file. Call it
+    /// before truncating, trimming or replacing the file.
+    pub fn detach(&self) {
+        let mut st = self.shared.lock();
+        while st.filling {
+            st = self
+                .shared
+                .changed
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        st.target = None;
+        st.wanted = false;
+    }
+
+    /// Runs `write`, which writes file bytes below `end`, so that it never races the filler;
+    /// asks for the next chunk when the reserve runs low.
+    pub fn write_below<T>(&self, end: u64, write: impl FnOnce() -> T) -> T {
+        if self.chunk_bytes == 0 {
+            return write();
+        }
+        let mut st = self.shared.lock();
+        loop {
+            let Some((zeroed_end, limit)) = st.target.as_ref().map(|t| (t.zeroed_end, t.limit))
+            else {
+                drop(st);
+                return write();
+            };
+            if end <= zeroed_end {
+                let low = zeroed_end - end < fill_bytes(self.chunk_bytes, zeroed_end) / 2
+                    && zeroed_end < limit;
+                if low && !st.filling && !st.failed {
+                    st.wanted = true;
+                    self.shared.changed.notify_all();
+                }
+                drop(st);
+                return write();
+            }
+            if st.filling {
+                // The reserve ran out while the filler works right after it: its zeros
+                // must land before our data does.
+                st = self
+                    .shared
+                    .changed
+                    .wait(st)
+                    .unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            // Extend the file ourselves; holding the lock keeps the filler from starting
+            // at the old end. (If the write fails, the filler may leave a hole before its
+            // zeros: holes read as zeros, so that is only slower, never wrong.)
+            let out = write();
+            if let Some(t) = st.target.as_mut() {
+                t.zeroed_end = end;
+            }
+            if end < limit && !st.failed {
+                st.wanted = true;
+                self.shared.changed.notify_all();
+            }
+            return out;
+        }
+    }
+}
+
+impl Drop for ZeroReserve {
+    fn drop(&mut self) {
+        {
+            let mut st = self.shared.lock();
+            st.stop = true;
+            self.shared.changed.notify_all();
+        }
+        if let Some(h) = self.filler.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The filler thread: waits for a request, zeroes one chunk past `zeroed_end`, syncs it,
+/// publishes the new end.
+fn fill_loop(shared: &Shared, chunk_bytes: u64) {
+    let zeros = vec![0u8; FILL_WRITE_BYTES];
+    let mut st = shared.lock();
+    loop {
+        if st.stop {
+            return;
+        }
+        let job = match (&st.target, st.wanted && !st.failed) {
+            (Some(t), true) if t.zeroed_end < t.limit => Some((
+                Arc::clone(&t.file),
+                t.path.clone(),
+                t.zeroed_end,
+                t.limit
+                    .min(t.zeroed_end + fill_bytes(chunk_bytes, t.zeroed_end)),
+            )),
+            _ => None,
+        };
+        st.wanted = false;
+        let Some((file, path, from, to)) = job else {
+            st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            continue;
+        };
+        st.filling = true;
+        drop(st);
+        let ok = write_zeros(&file, &zeros, from, to);
+        if ok {
+            // Syncing here, off the writer's path, is the point: the writer's own syncs
+            // then find no new metadata to commit.
+            fdatasync(&file, &path);
+        }
+        st = shared.lock();
+        st.filling = false;
+        match st.target.as_mut() {
+            Some(t) if Arc::ptr_eq(&t.file, &file) && ok => {
+                assert_eq!(
+                    t.zeroed_end, from,
+                    "the writer extended the file during a fill"
+                );
+                t.zeroed_end = to;
+            }
+            _ => st.failed |= !ok,
+        }
+        shared.changed.notify_all();
+    }
+}
+
+/// Writes zeros to `file` bytes `from..to`, flushing each piece to the device before the
+/// next, so a concurrent fdatasync of the writer finds at most one piece of zeros to write
+/// with its data. False when a write fails (the reserve then stops growing; partly written
+/// zeros are harmless).
+fn write_zeros(file: &File, zeros: &[u8], from: u64, to: u64) -> bool {
+    let mut pos = from;
+    while pos < to {
+        let n = (to - pos).min(zeros.len() as u64) as usize;
+        if file.write_all_at(&zeros[..n], pos).is_err() {
+            return false;
+        }
+        flush_range(file, pos, n as u64);
+        pos += n as u64;
+    }
+    true
+}
+
+/// Starts and waits for writeback of a byte range (no cache flush, no metadata: the final
+/// fdatasync does that). Only an optimisation, so failures are ignored here; the fdatasync
+/// that follows reports (and panics on) real I/O errors.
+fn flush_range(file: &File, pos: u64, len: u64) {
+    use std::os::unix::io::AsRawFd;
+    let (Ok(pos), Ok(len)) = (i64::try_from(pos), i64::try_from(len)) else {
+        return;
+    };
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: plain syscall on a file descriptor we own for the duration of the call; no
+    // memory is passed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), pos, len, flags);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn zeroed_end(r: &ZeroReserve) -> Option<u64> {
+        r.shared.lock().target.as_ref().map(|t| t.zeroed_end)
+    }
+
+    fn wait_for(r: &ZeroReserve, want: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while zeroed_end(r) != Some(want) {
+            assert!(Instant::now() < deadline, "the filler never reached {want}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn writer_and_filler_never_overwrite_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create_new(&path).unwrap();
+        let r = ZeroReserve::new(8192);
+        r.attach(&file, &path, 0, 1 << 20);
+        let mut pos = 0u64;
+        let mut expected = Vec::new();
+        for i in 0..2000u32 {
+            let data = vec![(i % 251) as u8 + 1; 100 + (i as usize % 700)];
+            let end = pos + data.len() as u64;
+            r.write_below(end, || file.write_all_at(&data, pos).unwrap());
+            expected.extend_from_slice(&data);
+            pos = end;
+        }
+        r.detach();
+        let on_disk = std::fs::read(&path).unwrap();
+        assert!(on_disk.len() as u64 >= pos);
+        assert_eq!(&on_disk[..pos as usize], &expected[..]);
+        assert!(on_disk[pos as usize..].iter().all(|&b| b == 0));
+        assert!(on_disk.len() as u64 <= 1 << 20, "the limit holds");
+    }
+
+    #[test]
+    fn fills_ahead_of_the_writer_up_to_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create_new(&path).unwrap();
+        let r = ZeroReserve::new(4096);
+        r.attach(&file, &path, 0, 10_000);
+        r.write_below(10, || file.write_all_at(&[7; 10], 0).unwrap());
+        wait_for(&r, 4106);
+        r.write_below(4000, || file.write_all_at(&[7; 3990], 10).unwrap());
+        wait_for(&r, 8202);
+        r.write_below(8000, || file.write_all_at(&[7; 4000], 4000).unwrap());
+        wait_for(&r, 10_000);
+        assert_eq!(file.metadata().unwrap().len(), 10_000);
+    }
+
+    #[test]
+    fn disabled_reserve_writes_straight_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create_new(&path).unwrap();
+        let r = ZeroReserve::new(0);
+        r.attach(&file, &path, 0, 1 << 20);
+        r.write_below(5, || file.write_all_at(b"hello", 0).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"hello");
+        assert!(r.filler.is_none());
+    }
+}
