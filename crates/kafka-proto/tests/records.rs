@@ -97,6 +97,16 @@ fn assert_records_match(batch: &RecordBatch, input: &[NewRecord]) {
         assert_eq!(got.value, want.value);
         assert_eq!(got.headers, want.headers);
     }
+    let summaries: Vec<RecordSummary> = batch
+        .record_summaries(MAX)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(summaries.len(), out.len());
+    for (s, r) in summaries.iter().zip(&out) {
+        assert_eq!(s.offset, r.offset);
+        assert_eq!(s.value_len, r.value.as_ref().map(Bytes::len));
+    }
 }
 
 // ---- v2 batches ----
@@ -352,7 +362,12 @@ fn record_section_inconsistencies_are_errors() {
     let decode = |bytes: Vec<u8>| -> Result<Vec<Record>, DecodeError> {
         let b = RecordBatch::new(Bytes::from(bytes))?;
         b.validate()?;
-        b.records_vec(MAX)
+        // The summary iterator must reject exactly what the full decoder rejects.
+        let summaries: Result<Vec<RecordSummary>, DecodeError> =
+            b.record_summaries(MAX).and_then(|it| it.collect());
+        let full = b.records_vec(MAX);
+        assert_eq!(full.is_ok(), summaries.is_ok(), "{full:?} vs {summaries:?}");
+        full
     };
     // Count 2 but one record.
     let mut bad = raw.clone();

@@ -50,9 +50,23 @@ fn exercise_batch(b: &RecordBatch) {
         b.batch_attributes(),
     );
     if let Ok(it) = b.records(LIMIT) {
-        for r in it.take(100_000) {
-            if r.is_err() {
-                break;
+        // The summary iterator must agree with the full decoder record for record, including
+        // where (and whether) it fails.
+        let full: Vec<_> = it.take(100_000).collect();
+        let summaries: Vec<_> = b
+            .record_summaries(LIMIT)
+            .expect("records() succeeded")
+            .take(100_000)
+            .collect();
+        assert_eq!(full.len(), summaries.len());
+        for (f, s) in full.iter().zip(&summaries) {
+            match (f, s) {
+                (Ok(f), Ok(s)) => {
+                    assert_eq!(s.offset, f.offset);
+                    assert_eq!(s.value_len, f.value.as_ref().map(Bytes::len));
+                }
+                (Err(_), Err(_)) => {}
+                _ => panic!("records and record_summaries disagree: {f:?} vs {s:?}"),
             }
         }
     }

@@ -13,7 +13,9 @@
 //! How: one background thread per store writes zeros after the end of the active segment
 //! file and fdatasyncs them, a fill at a time, whenever the zeroed space left ahead of the
 //! writer falls below half a fill. A fill is as large as the segment so far, at least 1 MiB
-//! and at most the configured chunk. The writer writes below `zeroed_end` without
+//! and at most the configured chunk. It pauses while the log is appended faster than
+//! [`MAX_FILL_RATE_BYTES_PER_S`]: such a log is bound by disk bandwidth, and zeroing would
+//! double its writes. The writer writes below `zeroed_end` without
 //! coordination; a write that reaches past it (the reserve ran out) waits for a running fill
 //! and otherwise extends the file itself, under the lock. So the writer and the filler never
 //! write the same bytes. Recovery treats an all-zero tail after the last valid frame as
@@ -25,6 +27,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::fsutil::fdatasync;
 
@@ -34,6 +37,17 @@ const FILL_WRITE_BYTES: usize = 1 << 20;
 /// Smallest fill. Fills grow with the segment (up to the configured chunk), so a quiet log
 /// (the metadata stream, a test's topic) reserves a megabyte, not the whole chunk.
 const MIN_FILL_BYTES: u64 = 1 << 20;
+
+/// Above this append rate (bytes per second, measured over [`RATE_WINDOW`]) the filler
+/// pauses. A log written this fast is bound by disk bandwidth, not by sync latency, and
+/// writing every byte twice (zeros, then data) would cost it throughput and tail latency:
+/// measured on the project machine at batch 50 x 4 KiB (about 120 MB/s per node), the
+/// reserve took produce p99 from 3.4-3.9 ms to 10.1-10.8 ms. Latency-bound logs (batch 1
+/// to 10 of 1 KiB: 1-13 MB/s) stay below it and keep the reserve.
+const MAX_FILL_RATE_BYTES_PER_S: u64 = 16 << 20;
+
+/// Window of the append rate measurement.
+const RATE_WINDOW: Duration = Duration::from_millis(200);
 
 /// How many zeros to add after `zeroed_end` in one fill.
 fn fill_bytes(chunk_bytes: u64, zeroed_end: u64) -> u64 {
@@ -60,6 +74,35 @@ struct State {
     /// A fill failed (for example the disk is full): stop filling until the next attach.
     failed: bool,
     stop: bool,
+    /// End of the writer's last write in the current file.
+    last_end: u64,
+    /// Bytes written by the writer so far, across files.
+    written_bytes: u64,
+    /// Append rate measurement: start of the current window and `written_bytes` then.
+    window_start: Option<(Instant, u64)>,
+    /// Append rate over the last complete window, bytes per second. Kept across segment
+    /// rolls: it describes the writer, not the file.
+    rate_bytes_per_s: u64,
+}
+
+impl State {
+    /// Notes a write ending at `end`; true when the log is appended too fast to fill.
+    fn too_fast(&mut self, end: u64) -> bool {
+        self.written_bytes += end.saturating_sub(self.last_end);
+        self.last_end = self.last_end.max(end);
+        let now = Instant::now();
+        let written = self.written_bytes;
+        match self.window_start {
+            Some((t, w)) if now.duration_since(t) >= RATE_WINDOW => {
+                let secs = now.duration_since(t).as_secs_f64();
+                self.rate_bytes_per_s = ((written - w) as f64 / secs) as u64;
+                self.window_start = Some((now, written));
+            }
+            Some(_) => {}
+            None => self.window_start = Some((now, written)),
+        }
+        self.rate_bytes_per_s > MAX_FILL_RATE_BYTES_PER_S
+    }
 }
 
 struct Shared {
@@ -121,6 +164,7 @@ impl ZeroReserve {
         });
         st.failed = false;
         st.wanted = false;
+        st.last_end = file_len;
     }
 
     /// Stops reserving: waits for a running fill to finish, then forgets the file. Call it
@@ -151,10 +195,11 @@ impl ZeroReserve {
                 drop(st);
                 return write();
             };
+            let too_fast = st.too_fast(end);
             if end <= zeroed_end {
                 let low = zeroed_end - end < fill_bytes(self.chunk_bytes, zeroed_end) / 2
                     && zeroed_end < limit;
-                if low && !st.filling && !st.failed {
+                if low && !st.filling && !st.failed && !too_fast {
                     st.wanted = true;
                     self.shared.changed.notify_all();
                 }
@@ -178,7 +223,7 @@ impl ZeroReserve {
             if let Some(t) = st.target.as_mut() {
                 t.zeroed_end = end;
             }
-            if end < limit && !st.failed {
+            if end < limit && !st.failed && !too_fast {
                 st.wanted = true;
                 self.shared.changed.notify_all();
             }
@@ -338,6 +383,16 @@ mod tests {
         r.write_below(8000, || file.write_all_at(&[7; 4000], 4000).unwrap());
         wait_for(&r, 10_000);
         assert_eq!(file.metadata().unwrap().len(), 10_000);
+    }
+
+    #[test]
+    fn a_fast_writer_pauses_the_filler() {
+        let mut st = State::default();
+        assert!(!st.too_fast(0), "no rate known yet");
+        std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
+        assert!(st.too_fast(100 << 20), "100 MiB in about 0.2 s");
+        std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
+        assert!(!st.too_fast((100 << 20) + 4096), "4 KiB in about 0.2 s");
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl OffsetChecker {
                 self.next = batch.next_offset();
                 continue;
             }
-            for r in batch.records(MAX_DECOMPRESSED)? {
+            for r in batch.record_summaries(MAX_DECOMPRESSED)? {
                 let r = r?;
                 if r.offset < self.next {
                     if i > 0 {
@@ -88,7 +88,7 @@ impl OffsetChecker {
                 }
                 self.next = r.offset + 1;
                 acc.records += 1;
-                acc.payload_bytes += r.value.as_ref().map_or(0, |v| v.len() as u64);
+                acc.payload_bytes += r.value_len.unwrap_or(0) as u64;
             }
         }
         Ok(acc)

@@ -391,6 +391,23 @@ impl RecordBatch {
         ))
     }
 
+    /// Each record's offset and value length, with the checks of [`RecordBatch::records`]
+    /// but without slicing keys, values or headers out of the buffer (what a consumer that
+    /// only verifies and counts needs). Decompresses first like `records`.
+    pub fn record_summaries(
+        &self,
+        max_decompressed: usize,
+    ) -> Result<super::record::RecordSummaryIter, DecodeError> {
+        let count = u32::try_from(self.record_count())
+            .map_err(|_| DecodeError::MalformedRecords("negative record count"))?;
+        let data = self.decompressed_records_data(max_decompressed)?;
+        Ok(super::record::RecordSummaryIter::new(
+            data,
+            count,
+            self.base_offset(),
+        ))
+    }
+
     /// All records, collected; see [`RecordBatch::records`].
     pub fn records_vec(&self, max_decompressed: usize) -> Result<Vec<Record>, DecodeError> {
         self.records(max_decompressed)?.collect()

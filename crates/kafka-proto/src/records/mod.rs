@@ -31,7 +31,7 @@ pub use legacy::{
     message_set_to_batch, ConvertError, LegacyDecodeOptions, LegacyMessage, LegacyRecord,
     MessageSetIter,
 };
-pub use record::{Header, Record, RecordIter};
+pub use record::{Header, Record, RecordIter, RecordSummary, RecordSummaryIter};
 
 /// One step of an iterator over fallible items that stops for good after the end or the first
 /// error: `Ok(None)` and `Err` both set `done`.

@@ -147,6 +147,117 @@ impl Iterator for RecordIter {
     }
 }
 
+/// What a consumer that only counts needs of a record: its offset and value length. Yielded by
+/// [`RecordSummaryIter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSummary {
+    /// Absolute offset: base offset + offset delta (wrapping on overflow).
+    pub offset: i64,
+    /// Length of the value; `None` for a null value.
+    pub value_len: Option<usize>,
+}
+
+/// Iterates over the records section of one batch like [`RecordIter`], with the same checks
+/// (lengths, counts, no bytes left over), but yields only each record's offset and value
+/// length: nothing is sliced out of the buffer, so it is several times cheaper per record.
+/// Created by [`super::RecordBatch::record_summaries`].
+#[derive(Debug, Clone)]
+pub struct RecordSummaryIter {
+    dec: Decoder,
+    remaining: u32,
+    base_offset: i64,
+    done: bool,
+}
+
+impl RecordSummaryIter {
+    /// An iterator over `data`, which must hold exactly `count` records.
+    pub(crate) fn new(data: Bytes, count: u32, base_offset: i64) -> RecordSummaryIter {
+        RecordSummaryIter {
+            dec: Decoder::new(data),
+            remaining: count,
+            base_offset,
+            done: false,
+        }
+    }
+
+    fn next_summary(&mut self) -> Result<Option<RecordSummary>, DecodeError> {
+        if self.remaining == 0 {
+            if self.dec.remaining() != 0 {
+                return Err(DecodeError::MalformedRecords(
+                    "bytes left in the records section after the declared record count",
+                ));
+            }
+            return Ok(None);
+        }
+        self.remaining -= 1;
+        let len = self.dec.varint()?;
+        let len = usize::try_from(len)
+            .map_err(|_| DecodeError::MalformedRecords("negative record length"))?;
+        if len > self.dec.remaining() {
+            return Err(DecodeError::MalformedRecords(
+                "record length exceeds the records section (too few bytes for the record count)",
+            ));
+        }
+        // The record must end exactly `len` bytes from here.
+        let end_remaining = self.dec.remaining() - len;
+        let dec = &mut self.dec;
+        dec.i8()?;
+        dec.varlong()?;
+        let offset_delta = dec.varint()?;
+        if let Some(n) = nullable_len(dec, "negative key length other than -1")? {
+            dec.skip(n)?;
+        }
+        let value_len = nullable_len(dec, "negative value length other than -1")?;
+        if let Some(n) = value_len {
+            dec.skip(n)?;
+        }
+        let count = dec.varint()?;
+        let count = usize::try_from(count)
+            .map_err(|_| DecodeError::MalformedRecords("negative header count"))?;
+        for _ in 0..count {
+            match nullable_len(dec, "negative header key length")? {
+                Some(n) => dec.skip(n)?,
+                None => return Err(DecodeError::MalformedRecords("null header key")),
+            }
+            if let Some(n) = nullable_len(dec, "negative header value length other than -1")? {
+                dec.skip(n)?;
+            }
+            if dec.remaining() < end_remaining {
+                break;
+            }
+        }
+        if dec.remaining() != end_remaining {
+            return Err(DecodeError::MalformedRecords(
+                "record length does not match its fields",
+            ));
+        }
+        Ok(Some(RecordSummary {
+            offset: self.base_offset.wrapping_add(i64::from(offset_delta)),
+            value_len,
+        }))
+    }
+}
+
+impl Iterator for RecordSummaryIter {
+    type Item = Result<RecordSummary, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut done = self.done;
+        let out = super::fused_step(&mut done, || self.next_summary());
+        self.done = done;
+        out
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = if self.done {
+            0
+        } else {
+            self.remaining as usize
+        };
+        (0, Some(left))
+    }
+}
+
 /// Reads a varint length: -1 gives `None`, other negatives are an error.
 fn nullable_len(dec: &mut Decoder, what: &'static str) -> Result<Option<usize>, DecodeError> {
     match dec.varint()? {

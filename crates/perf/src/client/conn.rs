@@ -101,8 +101,15 @@ impl FrameReader {
         let mut prefix = [0u8; 4];
         self.half.read_exact(&mut prefix).await?;
         let size = read_frame_size(prefix, MAX_RESPONSE_BYTES)?;
-        let mut buf = BytesMut::zeroed(size);
-        self.half.read_exact(&mut buf).await?;
+        let mut buf = BytesMut::with_capacity(size);
+        // Read into the spare capacity: no zeroing pass over a frame about to be overwritten.
+        while buf.len() < size {
+            let want = (size - buf.len()) as u64;
+            let n = (&mut self.half).take(want).read_buf(&mut buf).await?;
+            if n == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+        }
         self.bytes_read += 4 + size as u64;
         Ok(buf.freeze())
     }
