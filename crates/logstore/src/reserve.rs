@@ -24,12 +24,10 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use crate::fsutil::fdatasync;
 
 /// Bytes of zeros written per `write` call by the filler (bounds its buffer).
 const FILL_WRITE_BYTES: usize = 1 << 20;
@@ -57,7 +55,6 @@ fn fill_bytes(chunk_bytes: u64, zeroed_end: u64) -> u64 {
 /// The file being reserved for and how far it is zeroed.
 struct Target {
     file: Arc<File>,
-    path: PathBuf,
     /// File bytes below this are data or durable zeros; the filler extends from here.
     zeroed_end: u64,
     /// The filler never zeroes past this (the segment size limit).
@@ -145,20 +142,24 @@ impl ZeroReserve {
         }
     }
 
-    /// Starts reserving for `file`, whose current length is `file_len` (everything below it
+    /// Starts reserving for the file at `path`, whose current length is `file_len` (everything below it
     /// is data or zeros), never past `limit`. Replaces any previous file (after
     /// [`ZeroReserve::detach`] waited for its fill).
-    pub fn attach(&self, file: &File, path: &Path, file_len: u64, limit: u64) {
+    pub fn attach(&self, path: &Path, file_len: u64, limit: u64) {
         if self.chunk_bytes == 0 {
             return;
         }
         self.detach();
-        // Without a handle of its own there is simply no reserve: writes extend the file.
-        let Ok(dup) = file.try_clone() else { return };
+        // A handle of its own, opened anew rather than duplicated: an I/O error in the
+        // filler's fsync then still reaches the writer's next fsync (error reporting is per
+        // open file description), which panics as the crate's fsync policy demands. Without
+        // a handle there is simply no reserve: writes extend the file.
+        let Ok(dup) = std::fs::OpenOptions::new().write(true).open(path) else {
+            return;
+        };
         let mut st = self.shared.lock();
         st.target = Some(Target {
             file: Arc::new(dup),
-            path: path.to_path_buf(),
             zeroed_end: file_len,
             limit,
         });
@@ -257,7 +258,6 @@ fn fill_loop(shared: &Shared, chunk_bytes: u64) {
         let job = match (&st.target, st.wanted && !st.failed) {
             (Some(t), true) if t.zeroed_end < t.limit => Some((
                 Arc::clone(&t.file),
-                t.path.clone(),
                 t.zeroed_end,
                 t.limit
                     .min(t.zeroed_end + fill_bytes(chunk_bytes, t.zeroed_end)),
@@ -265,18 +265,16 @@ fn fill_loop(shared: &Shared, chunk_bytes: u64) {
             _ => None,
         };
         st.wanted = false;
-        let Some((file, path, from, to)) = job else {
+        let Some((file, from, to)) = job else {
             st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
             continue;
         };
         st.filling = true;
         drop(st);
-        let ok = write_zeros(&file, &zeros, from, to);
-        if ok {
-            // Syncing here, off the writer's path, is the point: the writer's own syncs
-            // then find no new metadata to commit.
-            fdatasync(&file, &path);
-        }
+        // Syncing here, off the writer's path, is the point: the writer's own syncs then find
+        // no new metadata to commit. A failed sync stops the reserve; the writer's own
+        // fdatasync sees the same error and panics (see `attach`).
+        let ok = write_zeros(&file, &zeros, from, to) && file.sync_data().is_ok();
         st = shared.lock();
         st.filling = false;
         match st.target.as_mut() {
@@ -351,7 +349,7 @@ mod tests {
         let path = dir.path().join("f");
         let file = File::create_new(&path).unwrap();
         let r = ZeroReserve::new(8192);
-        r.attach(&file, &path, 0, 1 << 20);
+        r.attach(&path, 0, 1 << 20);
         let mut pos = 0u64;
         let mut expected = Vec::new();
         for i in 0..2000u32 {
@@ -375,7 +373,7 @@ mod tests {
         let path = dir.path().join("f");
         let file = File::create_new(&path).unwrap();
         let r = ZeroReserve::new(4096);
-        r.attach(&file, &path, 0, 10_000);
+        r.attach(&path, 0, 10_000);
         r.write_below(10, || file.write_all_at(&[7; 10], 0).unwrap());
         wait_for(&r, 4106);
         r.write_below(4000, || file.write_all_at(&[7; 3990], 10).unwrap());
@@ -401,7 +399,7 @@ mod tests {
         let path = dir.path().join("f");
         let file = File::create_new(&path).unwrap();
         let r = ZeroReserve::new(0);
-        r.attach(&file, &path, 0, 1 << 20);
+        r.attach(&path, 0, 1 << 20);
         r.write_below(5, || file.write_all_at(b"hello", 0).unwrap());
         assert_eq!(std::fs::read(&path).unwrap(), b"hello");
         assert!(r.filler.is_none());

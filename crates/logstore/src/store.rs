@@ -164,7 +164,7 @@ impl LogStore {
         let reserve = ZeroReserve::new(config.preallocate_bytes);
         // Recovery keeps an all-zero tail (reserve left by the previous run).
         let file_len = active.file.metadata().map_err(io_err(&active.path))?.len();
-        reserve.attach(&active.file, &active.path, file_len, config.segment_bytes);
+        reserve.attach(&active.path, file_len, config.segment_bytes);
         Ok(LogStore {
             dir: dir.to_path_buf(),
             cache: EntryCache::new(config.cache_bytes),
@@ -420,7 +420,7 @@ impl LogStore {
             self.reserve.detach();
             let _ = active.file.set_len(pos0);
             let limit = self.config.segment_bytes;
-            self.reserve.attach(&active.file, &active.path, pos0, limit);
+            self.reserve.attach(&active.path, pos0, limit);
             return Err(io_err(&active.path)(e));
         }
         let bytes = Bytes::from(buf);
@@ -562,7 +562,7 @@ impl LogStore {
         };
         let (path, file) = create_segment_file(&self.dir, &header)?;
         self.reserve
-            .attach(&file, &path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
+            .attach(&path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
         self.segments
             .push(Segment::new_empty(header, path, file, &self.dir));
         self.synced_len = SEGMENT_HEADER_LEN;
@@ -674,7 +674,7 @@ impl LogStore {
         seg.max_timestamp = max_ts;
         seg.set_indexes(idx);
         self.reserve
-            .attach(&seg.file, &seg.path, pos, self.config.segment_bytes);
+            .attach(&seg.path, pos, self.config.segment_bytes);
         self.synced_len = pos;
         self.checkpoint_len = 0;
         self.durable_index = self.durable_index.min(from_index - 1);
@@ -706,7 +706,7 @@ impl LogStore {
         // Commit point: the new-generation segment exists durably.
         let (path, file) = create_segment_file(&self.dir, &header)?;
         self.reserve
-            .attach(&file, &path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
+            .attach(&path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
         self.generation = generation;
         let old = std::mem::take(&mut self.segments);
         self.segments
