@@ -103,23 +103,9 @@ impl RecordIter {
     }
 
     fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
-        if self.remaining == 0 {
-            if self.dec.remaining() != 0 {
-                return Err(DecodeError::MalformedRecords(
-                    "bytes left in the records section after the declared record count",
-                ));
-            }
+        let Some(len) = next_record_len(&mut self.dec, &mut self.remaining)? else {
             return Ok(None);
-        }
-        self.remaining -= 1;
-        let len = self.dec.varint()?;
-        let len = usize::try_from(len)
-            .map_err(|_| DecodeError::MalformedRecords("negative record length"))?;
-        if len > self.dec.remaining() {
-            return Err(DecodeError::MalformedRecords(
-                "record length exceeds the records section (too few bytes for the record count)",
-            ));
-        }
+        };
         let body = self.dec.take(len)?;
         decode_record_body(
             body,
@@ -145,6 +131,30 @@ impl Iterator for RecordIter {
         // An error may end the iteration early; the lower bound stays 0.
         (0, Some(self.remaining()))
     }
+}
+
+/// Reads the length of the next record of a records section that still owes `remaining`
+/// records (and counts it): `None` at the declared end, which must also be the end of the
+/// bytes; otherwise a length that fits in what is left.
+fn next_record_len(dec: &mut Decoder, remaining: &mut u32) -> Result<Option<usize>, DecodeError> {
+    if *remaining == 0 {
+        if dec.remaining() != 0 {
+            return Err(DecodeError::MalformedRecords(
+                "bytes left in the records section after the declared record count",
+            ));
+        }
+        return Ok(None);
+    }
+    *remaining -= 1;
+    let len = dec.varint()?;
+    let len = usize::try_from(len)
+        .map_err(|_| DecodeError::MalformedRecords("negative record length"))?;
+    if len > dec.remaining() {
+        return Err(DecodeError::MalformedRecords(
+            "record length exceeds the records section (too few bytes for the record count)",
+        ));
+    }
+    Ok(Some(len))
 }
 
 /// What a consumer that only counts needs of a record: its offset and value length. Yielded by
@@ -181,23 +191,9 @@ impl RecordSummaryIter {
     }
 
     fn next_summary(&mut self) -> Result<Option<RecordSummary>, DecodeError> {
-        if self.remaining == 0 {
-            if self.dec.remaining() != 0 {
-                return Err(DecodeError::MalformedRecords(
-                    "bytes left in the records section after the declared record count",
-                ));
-            }
+        let Some(len) = next_record_len(&mut self.dec, &mut self.remaining)? else {
             return Ok(None);
-        }
-        self.remaining -= 1;
-        let len = self.dec.varint()?;
-        let len = usize::try_from(len)
-            .map_err(|_| DecodeError::MalformedRecords("negative record length"))?;
-        if len > self.dec.remaining() {
-            return Err(DecodeError::MalformedRecords(
-                "record length exceeds the records section (too few bytes for the record count)",
-            ));
-        }
+        };
         // The record must end exactly `len` bytes from here.
         let end_remaining = self.dec.remaining() - len;
         let dec = &mut self.dec;
