@@ -12,6 +12,22 @@ use vdl_server::Node;
 
 const TOPIC: &str = "kcat-topic";
 
+/// Runs `kcat -C` on `topic` from `offset` to the end, printing "offset value" lines, with
+/// `extra` arguments; returns (exited ok, stdout, stderr).
+fn kcat_consume(
+    bootstrap: &str,
+    topic: &str,
+    offset: &str,
+    extra: &[&str],
+) -> (bool, String, String) {
+    let mut cmd = kcat();
+    cmd.args([
+        "-b", bootstrap, "-t", topic, "-C", "-o", offset, "-e", "-f", "%o %s\n",
+    ]);
+    cmd.args(extra);
+    run(cmd, b"", Duration::from_secs(20))
+}
+
 async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
     let configs = cluster_configs(3, dir, &[TOPIC]);
     let mut nodes = Vec::new();
@@ -76,20 +92,7 @@ async fn kcat_produces_and_consumes_through_a_follower() {
         }
 
         // Consume everything from the beginning: same records, same order, dense offsets.
-        let mut cmd = kcat();
-        cmd.args([
-            "-b",
-            &bootstrap,
-            "-t",
-            TOPIC,
-            "-C",
-            "-o",
-            "beginning",
-            "-e",
-            "-f",
-            "%o %s\n",
-        ]);
-        let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+        let (ok, out, err) = kcat_consume(&bootstrap, TOPIC, "beginning", &[]);
         assert!(ok, "kcat consume failed: {err}");
         let got: Vec<(u64, String)> = out
             .lines()
@@ -121,25 +124,10 @@ async fn kcat_produces_and_consumes_through_a_follower() {
         let (ok, _, err) = run(cmd, b"old-0.10\n", Duration::from_secs(20));
         assert!(ok, "kcat produce as a 0.10 client failed: {err}");
         for fallback in ["0.10.0", "0.9.0"] {
-            let mut cmd = kcat();
             let offset = expected.len().to_string();
-            cmd.args([
-                "-b",
-                &bootstrap,
-                "-t",
-                TOPIC,
-                "-C",
-                "-o",
-                &offset,
-                "-e",
-                "-f",
-                "%o %s\n",
-                "-X",
-                "api.version.request=false",
-                "-X",
-                &format!("broker.version.fallback={fallback}"),
-            ]);
-            let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+            let fallback_arg = format!("broker.version.fallback={fallback}");
+            let extra = ["-X", "api.version.request=false", "-X", &fallback_arg];
+            let (ok, out, err) = kcat_consume(&bootstrap, TOPIC, &offset, &extra);
             assert!(ok, "kcat consume as a {fallback} client failed: {err}");
             assert_eq!(
                 out,
@@ -162,20 +150,7 @@ async fn kcat_produces_and_consumes_through_a_follower() {
         ]);
         let (ok, _, err) = run(cmd, b"first\nsecond\n", Duration::from_secs(30));
         assert!(ok, "kcat produce to a new topic failed: {err}");
-        let mut cmd = kcat();
-        cmd.args([
-            "-b",
-            &bootstrap,
-            "-t",
-            "auto-created",
-            "-C",
-            "-o",
-            "beginning",
-            "-e",
-            "-f",
-            "%o %s\n",
-        ]);
-        let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+        let (ok, out, err) = kcat_consume(&bootstrap, "auto-created", "beginning", &[]);
         assert!(ok, "kcat consume of the new topic failed: {err}");
         assert_eq!(out, "0 first\n1 second\n");
     })
