@@ -214,7 +214,10 @@ pub fn run_group(parts: GroupParts) {
         queued: Vec::new(),
         proposed: HashMap::new(),
         appended: BTreeMap::new(),
-        next_proposal_id: 1,
+        // Entry contexts name (node, proposal id); ids start from a per-start nonce (the clock
+        // in nanoseconds), so an entry proposed before a restart can never be taken for a
+        // proposal made after it.
+        next_proposal_id: crate::node::boot_nonce(),
         pending_count: 0,
         persisted_term: hs.term,
         persisted_vote: hs.vote,
@@ -497,6 +500,27 @@ impl Group {
         }
     }
 
+    /// This node stopped leading: the proposals it appended as leader are answered at once with
+    /// [`AppendError::NotLeader`] instead of waiting for the caller's deadline (an entry may
+    /// still commit under the new leader, as after a timeout: clients retry, and idempotent
+    /// producers' retries are deduplicated). A group that forwards proposals keeps its
+    /// forwarded ones waiting: the new leader may append them.
+    fn fail_deposed(&mut self, leader: u64) {
+        let err = AppendError::NotLeader {
+            leader: (leader != 0).then_some(leader),
+        };
+        let mut waits: Vec<Waiting> = std::mem::take(&mut self.appended).into_values().collect();
+        if !self.p.forward_proposals {
+            waits.extend(self.proposed.drain().map(|(_, w)| w));
+        }
+        for w in waits {
+            self.pending_count -= w.proposals.len();
+            for (reply, _) in w.proposals {
+                let _ = reply.send(Err(err.clone()));
+            }
+        }
+    }
+
     fn send_all(&self, msgs: Vec<Message>) {
         for m in msgs {
             self.p.peers.send(self.p.id, m);
@@ -512,6 +536,9 @@ impl Group {
             self.visible.leader = ss.leader_id;
             if let Some(t) = self.p.producers.as_mut() {
                 t.clear_pending();
+            }
+            if ss.raft_state != StateRole::Leader {
+                self.fail_deposed(ss.leader_id);
             }
             self.publish();
         }

@@ -7,7 +7,7 @@
 //! On restart the group replays its whole log to rebuild this state; the metadata log is never
 //! trimmed by retention.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock, Weak};
 
 use serde::{Deserialize, Serialize};
@@ -27,7 +27,9 @@ const MAX_REMEMBERED_ALLOCATIONS: usize = 4096;
 /// A change to the cluster metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaCommand {
-    /// Create a topic (a log stream with one partition) on every node.
+    /// Create a topic (a log stream with one partition) on every node. The topic's incarnation
+    /// is the Raft index of this command, so a topic deleted and created again under the same
+    /// name is a different stream (its own directory, Raft group and topic id).
     CreateTopic {
         /// Topic name.
         name: String,
@@ -36,6 +38,12 @@ pub enum MetaCommand {
     DeleteTopic {
         /// Topic name.
         name: String,
+        /// The incarnation to delete: a command that names an incarnation that is no longer
+        /// current (the topic was deleted and created again since) does nothing. None (commands
+        /// written before incarnations, and streams configured at start) deletes whatever is
+        /// there under the name.
+        #[serde(default)]
+        incarnation: Option<u64>,
     },
     /// Hand out one new producer id.
     AllocateProducerId,
@@ -46,6 +54,39 @@ pub enum MetaCommand {
         /// (topic, partition, offset, leader epoch, metadata) per partition.
         offsets: Vec<CommittedOffset>,
     },
+}
+
+/// A command as it is stored in the metadata log: with the id of the request that proposed it,
+/// so a proposal retried after its first attempt was reported lost (but committed all the same)
+/// is applied once. Entries written before request ids decode as a bare [`MetaCommand`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaEntry {
+    /// Unique per request across nodes and restarts (see [`RequestId`]).
+    pub request: RequestId,
+    /// The command.
+    pub command: MetaCommand,
+}
+
+/// A metadata request's id: the proposing node, a nonce drawn when that node started (clock and
+/// process id), and a counter. Unique across restarts without any state on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId {
+    /// The proposing node.
+    pub node: u64,
+    /// Drawn once per process start.
+    pub boot: u64,
+    /// Counts requests of this process.
+    pub seq: u64,
+}
+
+impl MetaEntry {
+    /// Decodes an entry, accepting the bare command of older logs (without a request id).
+    pub fn decode(data: &[u8]) -> Result<(Option<RequestId>, MetaCommand), serde_json::Error> {
+        match serde_json::from_slice::<MetaEntry>(data) {
+            Ok(e) => Ok((Some(e.request), e.command)),
+            Err(_) => serde_json::from_slice::<MetaCommand>(data).map(|c| (None, c)),
+        }
+    }
 }
 
 /// One partition's committed offset.
@@ -66,9 +107,13 @@ pub struct CommittedOffset {
 /// A topic known to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
-    /// Raft index of the create command.
+    /// Raft index of the create command: the topic's incarnation.
     pub created_at_index: u64,
 }
+
+/// Request ids remembered to make retried commands idempotent (a retry comes within a
+/// proposal timeout, so far fewer commands than this are applied in between).
+const MAX_REMEMBERED_REQUESTS: usize = 65_536;
 
 /// The replicated metadata, as applied on this node.
 #[derive(Debug, Default)]
@@ -77,14 +122,52 @@ pub struct ClusterMeta {
     pub topics: BTreeMap<String, TopicMeta>,
     /// The next producer id to hand out.
     pub next_producer_id: i64,
-    /// Producer ids handed out, by the Raft index of the command that allocated them.
-    pub allocations: BTreeMap<u64, i64>,
+    /// Producer ids handed out, by the request that allocated them (the newest
+    /// [`MAX_REMEMBERED_ALLOCATIONS`]).
+    pub allocations: HashMap<RequestId, i64>,
+    allocation_order: VecDeque<RequestId>,
     /// Committed offsets: group -> (topic, partition) -> offset.
     pub offsets: HashMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Recently applied requests, oldest first, and the same as a set.
+    applied_order: VecDeque<RequestId>,
+    applied: HashSet<RequestId>,
 }
 
 impl ClusterMeta {
-    fn apply(&mut self, index: u64, cmd: MetaCommand) -> Option<Effect> {
+    /// The current incarnation of topic `name`, if it exists.
+    pub fn incarnation(&self, name: &str) -> Option<u64> {
+        self.topics.get(name).map(|t| t.created_at_index)
+    }
+
+    /// Whether request `id` was applied (among the most recent [`MAX_REMEMBERED_REQUESTS`]).
+    pub fn was_applied(&self, id: &RequestId) -> bool {
+        self.applied.contains(id)
+    }
+
+    fn remember(&mut self, id: RequestId) {
+        if self.applied.insert(id) {
+            self.applied_order.push_back(id);
+        }
+        while self.applied_order.len() > MAX_REMEMBERED_REQUESTS {
+            if let Some(old) = self.applied_order.pop_front() {
+                self.applied.remove(&old);
+            }
+        }
+    }
+
+    fn apply(
+        &mut self,
+        index: u64,
+        request: Option<RequestId>,
+        cmd: MetaCommand,
+    ) -> Option<Effect> {
+        if let Some(id) = request {
+            if self.applied.contains(&id) {
+                // A retry of a request that committed already: applied once.
+                return None;
+            }
+            self.remember(id);
+        }
         match cmd {
             MetaCommand::CreateTopic { name } => {
                 if self.topics.contains_key(&name) {
@@ -96,21 +179,42 @@ impl ClusterMeta {
                         created_at_index: index,
                     },
                 );
-                Some(Effect::OpenStream(name))
+                Some(Effect::OpenTopic(name, index))
             }
-            MetaCommand::DeleteTopic { name } => {
-                // Also drops a stream configured at start (not in `topics`).
-                self.topics.remove(&name);
-                Some(Effect::DropStream(name))
+            MetaCommand::DeleteTopic { name, incarnation } => {
+                let current = self.incarnation(&name);
+                match (incarnation, current) {
+                    // An older incarnation: it is gone already (its files too, or the drop
+                    // below removes what is left); the current one stays.
+                    (Some(wanted), Some(now)) if wanted != now => {
+                        Some(Effect::DropTopic(name, Some(wanted)))
+                    }
+                    _ => {
+                        self.topics.remove(&name);
+                        // A deleted topic's committed offsets go with it, as in Kafka: a topic
+                        // created again under the name starts with none.
+                        for group in self.offsets.values_mut() {
+                            group.retain(|(topic, _), _| *topic != name);
+                        }
+                        self.offsets.retain(|_, g| !g.is_empty());
+                        // Also drops a stream configured at start (not in `topics`).
+                        Some(Effect::DropTopic(name, incarnation.or(current)))
+                    }
+                }
             }
             MetaCommand::AllocateProducerId => {
                 if self.next_producer_id < FIRST_PRODUCER_ID {
                     self.next_producer_id = FIRST_PRODUCER_ID;
                 }
-                self.allocations.insert(index, self.next_producer_id);
+                if let Some(id) = request {
+                    self.allocations.insert(id, self.next_producer_id);
+                    self.allocation_order.push_back(id);
+                }
                 self.next_producer_id += 1;
-                while self.allocations.len() > MAX_REMEMBERED_ALLOCATIONS {
-                    self.allocations.pop_first();
+                while self.allocation_order.len() > MAX_REMEMBERED_ALLOCATIONS {
+                    if let Some(old) = self.allocation_order.pop_front() {
+                        self.allocations.remove(&old);
+                    }
                 }
                 None
             }
@@ -127,8 +231,11 @@ impl ClusterMeta {
 
 /// What applying a command asks of the node.
 enum Effect {
-    OpenStream(String),
-    DropStream(String),
+    /// Open a topic's stream: (name, incarnation).
+    OpenTopic(String, u64),
+    /// Stop and delete a topic's stream: (name, incarnation; None: whatever is open under the
+    /// name, for streams configured at start).
+    DropTopic(String, Option<u64>),
 }
 
 /// Applies metadata commands on the metadata group's thread.
@@ -146,7 +253,7 @@ impl MetadataStateMachine {
 
 impl StateMachine for MetadataStateMachine {
     fn apply(&mut self, index: u64, data: &[u8]) {
-        let cmd: MetaCommand = match serde_json::from_slice(data) {
+        let (request, cmd) = match MetaEntry::decode(data) {
             Ok(c) => c,
             Err(e) => {
                 // Every node skips the same undecodable entry, so they stay in agreement.
@@ -158,17 +265,17 @@ impl StateMachine for MetadataStateMachine {
             .state
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .apply(index, cmd);
+            .apply(index, request, cmd);
         let Some(node) = self.node.upgrade() else {
             return;
         };
         match effect {
-            Some(Effect::OpenStream(name)) => {
-                if let Err(e) = node.open_stream(&name) {
-                    tracing::error!(topic = %name, "cannot open the stream of a created topic: {e}");
+            Some(Effect::OpenTopic(name, incarnation)) => {
+                if let Err(e) = node.open_topic(&name, incarnation) {
+                    tracing::error!(topic = %name, incarnation, "cannot open the stream of a created topic: {e}");
                 }
             }
-            Some(Effect::DropStream(name)) => node.drop_stream(&name),
+            Some(Effect::DropTopic(name, incarnation)) => node.drop_topic(&name, incarnation),
             None => {}
         }
     }

@@ -22,8 +22,8 @@ use crate::group::{
     Visible,
 };
 use crate::metadata::{
-    ClusterMeta, CommittedOffset, MetaCommand, MetadataStateMachine, METADATA_GROUP_ID,
-    METADATA_STREAM,
+    ClusterMeta, CommittedOffset, MetaCommand, MetaEntry, MetadataStateMachine, RequestId,
+    METADATA_GROUP_ID, METADATA_STREAM,
 };
 use crate::raft_storage::{read, RaftStorage, SharedStore};
 use crate::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
@@ -65,6 +65,36 @@ pub enum NodeError {
     /// Two stream names hash to the same group id.
     #[error("log streams {0} and {1} map to the same group id")]
     GroupIdCollision(String, String),
+    /// The stream's saved commit index is beyond its last durable entry: entries that were
+    /// fsynced and acknowledged are missing from the disk. The node refuses to start rather
+    /// than serve a log with a hole; an operator must restore the directory or replace it.
+    #[error(
+        "log stream {name}: the saved commit index {commit} is beyond the last entry on disk \
+         ({last_index}): fsynced data is missing from {dir}; restore it, or empty the node's \
+         data directory so it rejoins as a new replica"
+    )]
+    CommitBeyondLog {
+        /// The stream.
+        name: String,
+        /// The saved commit index.
+        commit: u64,
+        /// The last entry found.
+        last_index: u64,
+        /// The stream's directory.
+        dir: PathBuf,
+    },
+    /// The data directory holds topic data in the layout of an older version (one directory
+    /// per topic name under `streams/`, without incarnations), which this version cannot map
+    /// to its topics.
+    #[error(
+        "{dir} holds topic data in the layout before topic incarnations (streams/<topic>); \
+         this version keeps topics in topics/<topic>~<incarnation> and cannot open it: \
+         start it with the version that wrote it, or move the directory away"
+    )]
+    OldLayout {
+        /// The directory found.
+        dir: PathBuf,
+    },
 }
 
 /// Group id of a stream: FNV-1a 64 of its name, the same on every node without coordination.
@@ -82,11 +112,28 @@ pub fn group_id_for(name: &str) -> u64 {
     }
 }
 
+/// Group id of a topic's incarnation: FNV-1a 64 of its name, a zero byte and the incarnation
+/// (big-endian), so a topic created again under the same name is a different Raft group.
+pub fn group_id_for_topic(name: &str, incarnation: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let tail = incarnation.to_be_bytes();
+    for b in name.as_bytes().iter().chain(&[0u8]).chain(tail.iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    if h <= 1 {
+        h + 2
+    } else {
+        h
+    }
+}
+
 /// A handle on one log stream of a running node: append, read, await commits.
 #[derive(Clone)]
 pub struct LogStream {
     name: Arc<str>,
     group: u64,
+    incarnation: u64,
     inbox: SyncSender<GroupInput>,
     store: SharedStore,
     visible: watch::Receiver<Visible>,
@@ -101,6 +148,18 @@ impl LogStream {
     /// The Raft group id.
     pub fn group_id(&self) -> u64 {
         self.group
+    }
+
+    /// The topic's incarnation (the Raft index of the metadata command that created it); 0 for
+    /// a stream configured at start.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    /// The offset after the last record stored on this node (committed or not): the log end
+    /// offset. At least the high watermark.
+    pub fn log_end_offset(&self) -> u64 {
+        read(&self.store).next_offset()
     }
 
     /// What is committed and who leads, as of now.
@@ -263,6 +322,19 @@ pub struct Node {
     metadata_group: Mutex<Option<LogStream>>,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
     group_coordinator: crate::kafka::group_coordinator::Coordinator,
+    /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
+    boot_nonce: u64,
+    request_seq: std::sync::atomic::AtomicU64,
+}
+
+/// A number that differs between two starts of a process: the clock in nanoseconds mixed with
+/// the process id.
+pub fn boot_nonce() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 48)
 }
 
 /// Rebuilds a stream's producer table from the newest committed entries (at most
@@ -301,8 +373,8 @@ type GroupThread = (u64, SyncSender<GroupInput>, JoinHandle<()>);
 
 /// What kind of Raft group to open.
 enum GroupKind {
-    /// A log stream (a topic).
-    Stream,
+    /// A log stream (a topic, or a stream configured at start) in this directory.
+    Stream(PathBuf),
     /// The cluster metadata group, with its state machine.
     Metadata(MetadataStateMachine),
 }
@@ -348,9 +420,17 @@ impl Node {
             metadata: Arc::new(RwLock::new(ClusterMeta::default())),
             metadata_group: Mutex::new(None),
             group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
+            boot_nonce: boot_nonce(),
+            request_seq: std::sync::atomic::AtomicU64::new(0),
         });
+        node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
-        node.open_group(METADATA_STREAM, METADATA_GROUP_ID, GroupKind::Metadata(sm))?;
+        node.open_group(
+            METADATA_STREAM,
+            METADATA_GROUP_ID,
+            0,
+            GroupKind::Metadata(sm),
+        )?;
         let mut seen: HashMap<u64, String> = HashMap::new();
         for name in node.config.initial_streams.clone() {
             let id = group_id_for(&name);
@@ -439,22 +519,68 @@ impl Node {
         }
     }
 
-    /// Directory of a stream's store.
+    /// Directory of a stream configured at start (`[streams] initial`).
     pub fn stream_dir(&self, name: &str) -> PathBuf {
         self.config.data_dir.join("streams").join(name)
     }
 
-    /// Opens (creating on first use) a stream and starts its Raft group; returns the existing
-    /// handle when it is already open. Every member of the cluster is a voter.
+    /// Directory of one incarnation of a topic: `topics/<name>~<incarnation>` (`~` is not
+    /// allowed in topic names, so no two incarnations or topics share a directory).
+    pub fn topic_dir(&self, name: &str, incarnation: u64) -> PathBuf {
+        self.config
+            .data_dir
+            .join("topics")
+            .join(format!("{name}~{incarnation}"))
+    }
+
+    /// Refuses a data directory written before topic incarnations: `streams/` then holds topics
+    /// by bare name, which are not among the streams configured at start.
+    fn refuse_old_layout(&self) -> Result<(), NodeError> {
+        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("streams")) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !self.config.initial_streams.contains(&name) {
+                return Err(NodeError::OldLayout { dir: entry.path() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens (creating on first use) a stream configured at start and starts its Raft group;
+    /// returns the existing handle when it is already open. Every member of the cluster is a
+    /// voter.
     pub fn open_stream(&self, name: &str) -> Result<LogStream, NodeError> {
         if let Some(s) = self.stream(name) {
             return Ok(s);
         }
         let group = group_id_for(name);
-        self.open_group(name, group, GroupKind::Stream)
+        self.open_group(name, group, 0, GroupKind::Stream(self.stream_dir(name)))
     }
 
-    fn open_group(&self, name: &str, group: u64, kind: GroupKind) -> Result<LogStream, NodeError> {
+    /// Opens (creating on first use) incarnation `incarnation` of topic `name` and starts its
+    /// Raft group; returns the existing handle when that incarnation is open already. An older
+    /// incarnation still open under the name is dropped first.
+    pub fn open_topic(&self, name: &str, incarnation: u64) -> Result<LogStream, NodeError> {
+        if let Some(s) = self.stream(name) {
+            if s.incarnation == incarnation {
+                return Ok(s);
+            }
+            self.drop_topic(name, Some(s.incarnation));
+        }
+        let group = group_id_for_topic(name, incarnation);
+        let dir = self.topic_dir(name, incarnation);
+        self.open_group(name, group, incarnation, GroupKind::Stream(dir))
+    }
+
+    fn open_group(
+        &self,
+        name: &str,
+        group: u64,
+        incarnation: u64,
+        kind: GroupKind,
+    ) -> Result<LogStream, NodeError> {
         let store_err = |source| NodeError::Store {
             name: name.to_owned(),
             source,
@@ -465,7 +591,7 @@ impl Node {
             _,
             Option<Box<dyn crate::group::StateMachine>>,
         ) = match kind {
-            GroupKind::Stream => (self.stream_dir(name), false, None),
+            GroupKind::Stream(dir) => (dir, false, None),
             GroupKind::Metadata(sm) => {
                 // The metadata log is replayed on restart to rebuild the state: keep it whole.
                 store_config.deletion_allowed = false;
@@ -477,6 +603,7 @@ impl Node {
             }
         };
         let replay = state_machine.is_some();
+        let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
         let mut store = LogStore::open(&dir, store_config).map_err(store_err)?;
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
@@ -486,12 +613,37 @@ impl Node {
             store.save_conf_state(&cs).map_err(store_err)?;
         }
         let hs = store.hard_state();
+        if hs.commit > store.last_index() {
+            if sync_always {
+                return Err(NodeError::CommitBeyondLog {
+                    name: name.to_owned(),
+                    commit: hs.commit,
+                    last_index: store.last_index(),
+                    dir,
+                });
+            }
+            // Without an fsync per write, a crash may lose a tail that was committed: the
+            // configuration accepted that; the log restarts at what is on disk.
+            tracing::warn!(
+                stream = %name,
+                commit = hs.commit,
+                last_index = store.last_index(),
+                "the saved commit index is beyond the log (sync is not \"always\"): the unsynced tail was lost"
+            );
+        }
+        // Every entry below the first one kept was committed (retention and snapshots remove
+        // only committed entries), so the commit index is at least the one before it; the hard
+        // state's commit is saved only with term and vote and may be older.
+        let commit = hs
+            .commit
+            .max(store.first_index().saturating_sub(1))
+            .min(store.last_index());
         // A group with a state machine replays its committed log from the start to rebuild it;
         // a plain stream's state is its log, already on disk.
         let applied = if replay {
             store.first_index().saturating_sub(1)
         } else {
-            hs.commit.min(store.last_index())
+            commit
         };
         let visible = Visible {
             applied_index: applied,
@@ -566,6 +718,7 @@ impl Node {
         let stream = LogStream {
             name: name.into(),
             group,
+            incarnation,
             inbox: tx,
             store: shared,
             visible: vis_rx,
@@ -588,36 +741,55 @@ impl Node {
         Ok(stream)
     }
 
-    /// Stops a stream's group and deletes its data on this node (the stream's topic was
-    /// deleted). Appends waiting on it fail with `Stopped`.
-    pub fn drop_stream(&self, name: &str) {
-        let Some(stream) = self.stream(name) else {
-            return;
+    /// Stops a topic's group and deletes its data on this node (the topic was deleted). With an
+    /// incarnation, only that incarnation is touched: a newer one open under the same name
+    /// stays, and the older one's directory is removed if it is still there. Without one, the
+    /// stream open under the name (a stream configured at start) is dropped. Appends waiting on
+    /// a dropped stream fail with `Stopped`.
+    pub fn drop_topic(&self, name: &str, incarnation: Option<u64>) {
+        let open = self
+            .stream(name)
+            .filter(|s| incarnation.is_none_or(|i| i == s.incarnation));
+        if let Some(stream) = &open {
+            self.stop_group(stream.group);
+        }
+        let dir = match (incarnation, &open) {
+            (Some(i), _) => self.topic_dir(name, i),
+            (None, Some(s)) if s.incarnation > 0 => self.topic_dir(name, s.incarnation),
+            (None, _) => self.stream_dir(name),
         };
+        if dir.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(stream = %name, "removing a deleted stream's data failed: {e}");
+            }
+        }
+        // Last: once the topic is gone from the map, its data is gone too.
+        if open.is_some() {
+            self.streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(name);
+        }
+    }
+
+    /// Stops one group's thread (waiting for it) and forgets its inbox.
+    fn stop_group(&self, group: u64) {
         self.registry
             .groups
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&stream.group);
+            .remove(&group);
         let thread = {
             let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
             threads
                 .iter()
-                .position(|(g, _, _)| *g == stream.group)
+                .position(|(g, _, _)| *g == group)
                 .map(|i| threads.swap_remove(i))
         };
         if let Some((_, tx, handle)) = thread {
             let _ = tx.send(GroupInput::Stop);
             let _ = handle.join();
         }
-        if let Err(e) = std::fs::remove_dir_all(self.stream_dir(name)) {
-            tracing::warn!(stream = %name, "removing a deleted stream's data failed: {e}");
-        }
-        // Last: once the topic is gone from the map, its data is gone too.
-        self.streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
     }
 
     /// The cluster metadata as applied on this node.
@@ -646,17 +818,55 @@ impl Node {
         cmd: &MetaCommand,
         timeout: Duration,
     ) -> Result<u64, AppendError> {
-        let data =
-            Bytes::from(serde_json::to_vec(cmd).map_err(|e| AppendError::Invalid(e.to_string()))?);
+        self.propose_metadata_request(cmd, timeout)
+            .await
+            .map(|(index, _)| index)
+    }
+
+    /// A new metadata request id, unique across nodes and restarts.
+    fn next_request_id(&self) -> RequestId {
+        RequestId {
+            node: self.config.id,
+            boot: self.boot_nonce,
+            seq: self
+                .request_seq
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// [`Node::propose_metadata`], also returning the request id the command was stored with.
+    /// Every retry carries the same id, so a command is applied once even when an attempt
+    /// reported lost had committed after all.
+    async fn propose_metadata_request(
+        &self,
+        cmd: &MetaCommand,
+        timeout: Duration,
+    ) -> Result<(u64, RequestId), AppendError> {
+        let request = self.next_request_id();
+        let entry = MetaEntry {
+            request,
+            command: cmd.clone(),
+        };
+        let data = Bytes::from(
+            serde_json::to_vec(&entry).map_err(|e| AppendError::Invalid(e.to_string()))?,
+        );
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let group = self.metadata_group().ok_or(AppendError::Stopped)?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match group.append_meta(data.clone(), left).await {
-                Ok(appended) => return Ok(appended.raft_index),
+                Ok(appended) => return Ok((appended.raft_index, request)),
+                // The entry is applied already (an earlier attempt committed after it was
+                // reported lost): done.
+                Err(_) if self.metadata().was_applied(&request) => {
+                    let index = self
+                        .metadata_group()
+                        .map_or(0, |g| g.visible().applied_index);
+                    return Ok((index, request));
+                }
                 // No leader yet (start-up, election) or the proposal died with its leader:
-                // try again until the deadline. A lost proposal was not applied, so retrying
-                // cannot apply a command twice.
+                // try again until the deadline. The request id makes the retry apply once
+                // even if the lost attempt commits after all.
                 Err(AppendError::NotLeader { .. } | AppendError::Lost)
                     if tokio::time::Instant::now() + METADATA_RETRY_PAUSE < deadline =>
                 {
@@ -683,11 +893,14 @@ impl Node {
         .map(|_| ())
     }
 
-    /// Deletes a topic and its data on every node.
+    /// Deletes a topic and its data on every node: the incarnation this node knows now, so a
+    /// retried or late delete never removes a topic created again under the same name.
     pub async fn delete_topic(&self, name: &str, timeout: Duration) -> Result<(), AppendError> {
+        let incarnation = self.metadata().incarnation(name);
         self.propose_metadata(
             &MetaCommand::DeleteTopic {
                 name: name.to_owned(),
+                incarnation,
             },
             timeout,
         )
@@ -697,12 +910,12 @@ impl Node {
 
     /// Allocates a producer id unique in the cluster.
     pub async fn allocate_producer_id(&self, timeout: Duration) -> Result<i64, AppendError> {
-        let index = self
-            .propose_metadata(&MetaCommand::AllocateProducerId, timeout)
+        let (_, request) = self
+            .propose_metadata_request(&MetaCommand::AllocateProducerId, timeout)
             .await?;
         self.metadata()
             .allocations
-            .get(&index)
+            .get(&request)
             .copied()
             .ok_or_else(|| AppendError::Invalid("producer id allocation not found".into()))
     }

@@ -131,9 +131,15 @@ impl raft::Storage for RaftStorage {
         let out = HardState {
             term: hs.term,
             vote: hs.vote,
-            // A commit index beyond the log (possible only if the log lost a synced tail, which
-            // the store forbids) would make raft-rs panic; clamp defensively.
-            commit: hs.commit.min(s.last_index()),
+            // The saved commit is written with term and vote only, so it may be older than the
+            // first entry kept after retention or a snapshot; every entry before that one was
+            // committed, and raft-rs requires the commit index to be at least the one before
+            // it. A commit beyond the log (a lost synced tail) is refused by the node before
+            // raft-rs starts; clamping here keeps raft-rs from panicking on it regardless.
+            commit: hs
+                .commit
+                .max(s.first_index().saturating_sub(1))
+                .min(s.last_index()),
             ..Default::default()
         };
         Ok(RaftState::new(out, to_raft_conf(s.conf_state())))

@@ -19,7 +19,12 @@ use kafka_proto::records::batches_to_message_set;
 use kafka_proto::RecordChunks;
 
 use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::metadata::topic_id;
+use crate::kafka::metadata::topic_name_by_id;
+
+/// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
+/// Kafka's broker setting `fetch.max.bytes` and its default (55 MiB). A single batch larger than
+/// what is left is still returned whole for the first partition with data (KIP-74).
+pub const FETCH_MAX_BYTES: u64 = 55 << 20;
 use crate::node::{LogStream, Node};
 
 /// Longest a fetch long-polls, whatever the client asked for.
@@ -74,18 +79,17 @@ fn read_once(
     req: &FetchRequest,
     version: i16,
 ) -> (FetchResponse, u64, Vec<Target>, bool) {
-    let mut budget = u64::try_from(req.max_bytes).unwrap_or(0);
+    // The broker's own cap (Kafka's `fetch.max.bytes`), whatever the client asks for.
+    let mut budget = u64::try_from(req.max_bytes)
+        .unwrap_or(0)
+        .min(FETCH_MAX_BYTES);
     let mut total: u64 = 0;
     let mut any_error = false;
     let mut targets = Vec::new();
-    let names = node.stream_names();
     let mut responses = Vec::with_capacity(req.topics.len());
     for topic in &req.topics {
         let name = if version >= 13 {
-            names
-                .iter()
-                .find(|n| topic_id(n) == topic.topic_id)
-                .cloned()
+            topic_name_by_id(node, topic.topic_id)
         } else {
             Some(topic.topic.clone())
         };
@@ -128,10 +132,12 @@ fn read_once(
                 partitions.push(out);
                 continue;
             }
+            // As Kafka: an offset between the high watermark and the log end is valid (an
+            // empty answer until it commits; a new leader's high watermark lags its log end for
+            // a moment after a failover); only one outside [log start, log end] is out of range.
+            let log_end = stream.log_end_offset().max(v.high_watermark);
             let offset = u64::try_from(p.fetch_offset).ok();
-            let Some(offset) =
-                offset.filter(|o| *o >= v.log_start_offset && *o <= v.high_watermark)
-            else {
+            let Some(offset) = offset.filter(|o| *o >= v.log_start_offset && *o <= log_end) else {
                 out.error_code = ErrorCode::OffsetOutOfRange.code();
                 any_error = true;
                 partitions.push(out);

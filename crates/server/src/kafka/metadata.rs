@@ -21,12 +21,18 @@ use kafka_proto::Uuid;
 
 use crate::node::{LogStream, Node};
 
-/// A topic's id: derived from its name, so every node gives the same id without coordination.
-/// Never the all-zero UUID (Kafka's "no id").
-pub fn topic_id(name: &str) -> Uuid {
+/// A topic's id: derived from its name and incarnation (the Raft index of the command that
+/// created it), so every node gives the same id without coordination and a topic created again
+/// under the same name gets a new id, as in Kafka. Never the all-zero UUID (Kafka's "no id").
+pub fn topic_id(name: &str, incarnation: u64) -> Uuid {
     let mut a: u64 = 0xcbf2_9ce4_8422_2325;
     let mut b: u64 = 0x8422_2325_cbf2_9ce4;
-    for byte in name.as_bytes() {
+    let tail = incarnation.to_be_bytes();
+    let bytes = name
+        .as_bytes()
+        .iter()
+        .chain(if incarnation == 0 { &[][..] } else { &tail[..] });
+    for byte in bytes {
         a = (a ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
         b = (b ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x9e37_79b9);
     }
@@ -34,6 +40,25 @@ pub fn topic_id(name: &str) -> Uuid {
     let a = (a & !0xf000) | 0x4000;
     let b = (b & !(0xc0 << 56)) | (0x80 << 56);
     Uuid::from_u64_pair(a, b)
+}
+
+/// The id of the topic served as `stream`.
+pub fn stream_topic_id(stream: &LogStream) -> Uuid {
+    topic_id(stream.name(), stream.incarnation())
+}
+
+/// The id of topic `name` as this node serves it now (the zero UUID when it is not a topic).
+pub fn topic_id_of(node: &Node, name: &str) -> Uuid {
+    node.stream(name)
+        .map(|s| stream_topic_id(&s))
+        .unwrap_or(Uuid::ZERO)
+}
+
+/// The name of the topic with id `id`, if this node serves it.
+pub fn topic_name_by_id(node: &Node, id: Uuid) -> Option<String> {
+    node.stream_names()
+        .into_iter()
+        .find(|n| topic_id_of(node, n) == id)
 }
 
 /// The cluster id Metadata reports: stable for a given set of members.
@@ -85,7 +110,7 @@ fn topic_metadata(node: &Node, name: &str, stream: Option<LogStream>) -> Metadat
     MetadataResponseTopic {
         error_code: 0,
         name: Some(name.to_owned()),
-        topic_id: topic_id(name),
+        topic_id: topic_id_of(node, name),
         is_internal: false,
         partitions: vec![MetadataResponsePartition {
             error_code: error.code(),
@@ -189,16 +214,12 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
             .map(|t| {
                 let name = match &t.name {
                     Some(n) => n.clone(),
-                    None => node
-                        .stream_names()
-                        .into_iter()
-                        .find(|n| topic_id(n) == t.topic_id)
-                        .unwrap_or_default(),
+                    None => topic_name_by_id(node, t.topic_id).unwrap_or_default(),
                 };
                 let s = node.stream(&name);
                 let mut m = topic_metadata(node, &name, s);
                 m.topic_id = if m.error_code == 0 {
-                    topic_id(&name)
+                    topic_id_of(node, &name)
                 } else {
                     t.topic_id
                 };

@@ -17,7 +17,7 @@ use kafka_proto::messages::delete_topics_response::{DeletableTopicResult, Delete
 use crate::config::valid_stream_name;
 use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::metadata::topic_id;
+use crate::kafka::metadata::{topic_id_of, topic_name_by_id};
 use crate::node::Node;
 
 /// Longest a topic creation or deletion waits for the metadata commit.
@@ -115,7 +115,7 @@ pub fn create_topics(
             };
             match outcome {
                 Ok(()) => {
-                    r.topic_id = topic_id(&t.name);
+                    r.topic_id = topic_id_of(&node, &t.name);
                     r.num_partitions = 1;
                     r.replication_factor = replicas;
                     r.configs = Some(Vec::new());
@@ -148,7 +148,6 @@ pub fn delete_topics(
     let node = node.clone();
     Reply::Later(Box::pin(async move {
         let wait = timeout(req.timeout_ms);
-        let names = node.stream_names();
         let wanted: Vec<(Option<String>, kafka_proto::Uuid)> = if version >= 6 {
             req.topics
                 .iter()
@@ -156,7 +155,7 @@ pub fn delete_topics(
                     let name = t
                         .name
                         .clone()
-                        .or_else(|| names.iter().find(|n| topic_id(n) == t.topic_id).cloned());
+                        .or_else(|| topic_name_by_id(&node, t.topic_id));
                     (name, t.topic_id)
                 })
                 .collect()
@@ -182,7 +181,7 @@ pub fn delete_topics(
                     };
                 }
                 Some(n) => {
-                    r.topic_id = topic_id(&n);
+                    r.topic_id = topic_id_of(&node, &n);
                     if let Err(e) = node.delete_topic(&n, wait).await {
                         r.error_code = metadata_error(&e).code();
                         r.error_message = Some(e.to_string());

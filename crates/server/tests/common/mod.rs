@@ -9,6 +9,9 @@ use std::time::Duration;
 use std::time::Instant;
 
 use bytes::Bytes;
+pub mod kafka;
+pub mod procs;
+
 use kafka_proto::records::{build_batch, Compression, NewRecord};
 use vdl_server::config::{Member, NodeConfig, RaftTiming};
 

@@ -1,0 +1,288 @@
+//! A small blocking Kafka client on `kafka-proto` for tests that must check exact error codes
+//! and offsets: produce, fetch, list offsets, metadata, create/delete topics, standalone offset
+//! commits. Every call is bounded by socket timeouts.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_proto::api::ApiKey;
+use kafka_proto::frame::{decode_response, encode_request, Request, Response};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_proto::messages::delete_topics_request::DeleteTopicsRequest;
+use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_proto::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
+use kafka_proto::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_proto::messages::offset_commit_request::{
+    OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_proto::messages::offset_fetch_request::{OffsetFetchRequest, OffsetFetchRequestTopic};
+use kafka_proto::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_proto::RecordChunks;
+
+/// Kafka error codes the tests look for.
+pub const NONE: i16 = 0;
+/// UNKNOWN_TOPIC_OR_PARTITION.
+pub const UNKNOWN_TOPIC: i16 = 3;
+/// NOT_LEADER_OR_FOLLOWER.
+pub const NOT_LEADER: i16 = 6;
+
+/// One connection to one broker.
+pub struct KafkaConn {
+    sock: TcpStream,
+    next_cid: i32,
+}
+
+impl KafkaConn {
+    /// Connects (2 s deadline); reads and writes time out after 15 s.
+    pub fn connect(addr: SocketAddr) -> std::io::Result<KafkaConn> {
+        let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        sock.set_read_timeout(Some(Duration::from_secs(15)))?;
+        sock.set_write_timeout(Some(Duration::from_secs(15)))?;
+        sock.set_nodelay(true)?;
+        Ok(KafkaConn { sock, next_cid: 1 })
+    }
+
+    /// Sends one request and reads its response.
+    pub fn call(&mut self, api: ApiKey, version: i16, req: &Request) -> std::io::Result<Response> {
+        let cid = self.next_cid;
+        self.next_cid += 1;
+        let header = RequestHeader {
+            api_key: api as i16,
+            api_version: version,
+            correlation_id: cid,
+            client_id: Some("vdl-test".into()),
+            ..Default::default()
+        };
+        let frame = encode_request(&header, req).map_err(std::io::Error::other)?;
+        for seg in frame {
+            self.sock.write_all(&seg)?;
+        }
+        let mut len = [0u8; 4];
+        self.sock.read_exact(&mut len)?;
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        self.sock.read_exact(&mut body)?;
+        let (_, resp) = decode_response(api, version, Bytes::from(body))
+            .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        Ok(resp)
+    }
+
+    /// Produce v9 with acks=all of `records` to partition 0: (error code, base offset).
+    pub fn produce(&mut self, topic: &str, records: Bytes) -> std::io::Result<(i16, i64)> {
+        let req = Request::Produce(ProduceRequest {
+            acks: -1,
+            timeout_ms: 10_000,
+            topic_data: vec![TopicProduceData {
+                name: topic.into(),
+                partition_data: vec![PartitionProduceData {
+                    index: 0,
+                    records: Some(RecordChunks::from(records)),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match self.call(ApiKey::Produce, 9, &req)? {
+            Response::Produce(r) => {
+                let p = &r.responses[0].partition_responses[0];
+                Ok((p.error_code, p.base_offset))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// ListOffsets v7 at `timestamp` (-2 earliest, -1 latest): (error code, offset).
+    pub fn list_offset(&mut self, topic: &str, timestamp: i64) -> std::io::Result<(i16, i64)> {
+        let req = Request::ListOffsets(ListOffsetsRequest {
+            replica_id: -1,
+            topics: vec![ListOffsetsTopic {
+                name: topic.into(),
+                partitions: vec![ListOffsetsPartition {
+                    partition_index: 0,
+                    current_leader_epoch: -1,
+                    timestamp,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match self.call(ApiKey::ListOffsets, 7, &req)? {
+            Response::ListOffsets(r) => {
+                let p = &r.topics[0].partitions[0];
+                Ok((p.error_code, p.offset))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Fetch v12 of partition 0 from `offset` (no wait): (error code, high watermark, log
+    /// start offset, record bytes).
+    pub fn fetch(&mut self, topic: &str, offset: i64) -> std::io::Result<(i16, i64, i64, Bytes)> {
+        let req = Request::Fetch(FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 4 << 20,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: topic.into(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: -1,
+                    fetch_offset: offset,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match self.call(ApiKey::Fetch, 12, &req)? {
+            Response::Fetch(r) => {
+                let p = &r.responses[0].partitions[0];
+                let records = p
+                    .records
+                    .as_ref()
+                    .map(|c| c.to_contiguous())
+                    .unwrap_or_default();
+                Ok((p.error_code, p.high_watermark, p.log_start_offset, records))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Metadata v12 for `topic` (no auto-creation): (topic error, leader id, broker count).
+    pub fn metadata(&mut self, topic: &str) -> std::io::Result<(i16, i32, usize)> {
+        let req = Request::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                name: Some(topic.into()),
+                ..Default::default()
+            }]),
+            allow_auto_topic_creation: false,
+            ..Default::default()
+        });
+        match self.call(ApiKey::Metadata, 12, &req)? {
+            Response::Metadata(r) => {
+                let t = &r.topics[0];
+                let leader = t.partitions.first().map(|p| p.leader_id).unwrap_or(-1);
+                Ok((t.error_code, leader, r.brokers.len()))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// CreateTopics v7, one partition: the topic's error code.
+    pub fn create_topic(&mut self, topic: &str) -> std::io::Result<i16> {
+        let req = Request::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: topic.into(),
+                num_partitions: 1,
+                replication_factor: -1,
+                ..Default::default()
+            }],
+            timeout_ms: 15_000,
+            ..Default::default()
+        });
+        match self.call(ApiKey::CreateTopics, 7, &req)? {
+            Response::CreateTopics(r) => Ok(r.topics[0].error_code),
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// DeleteTopics v5 by name: the topic's error code.
+    pub fn delete_topic(&mut self, topic: &str) -> std::io::Result<i16> {
+        let req = Request::DeleteTopics(DeleteTopicsRequest {
+            topic_names: vec![topic.into()],
+            timeout_ms: 15_000,
+            ..Default::default()
+        });
+        match self.call(ApiKey::DeleteTopics, 5, &req)? {
+            Response::DeleteTopics(r) => Ok(r.responses[0].error_code),
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// A standalone OffsetCommit v8 (no member, generation -1) of partition 0: its error code.
+    pub fn commit_offset(&mut self, group: &str, topic: &str, offset: i64) -> std::io::Result<i16> {
+        let req = Request::OffsetCommit(OffsetCommitRequest {
+            group_id: group.into(),
+            generation_id_or_member_epoch: -1,
+            member_id: String::new(),
+            retention_time_ms: -1,
+            topics: vec![OffsetCommitRequestTopic {
+                name: topic.into(),
+                partitions: vec![OffsetCommitRequestPartition {
+                    partition_index: 0,
+                    committed_offset: offset,
+                    committed_leader_epoch: -1,
+                    commit_timestamp: -1,
+                    committed_metadata: None,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match self.call(ApiKey::OffsetCommit, 8, &req)? {
+            Response::OffsetCommit(r) => Ok(r.topics[0].partitions[0].error_code),
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// OffsetFetch v7 of partition 0: (error code, committed offset or -1).
+    pub fn fetch_offset(&mut self, group: &str, topic: &str) -> std::io::Result<(i16, i64)> {
+        let req = Request::OffsetFetch(OffsetFetchRequest {
+            group_id: group.into(),
+            topics: Some(vec![OffsetFetchRequestTopic {
+                name: topic.into(),
+                partition_indexes: vec![0],
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        match self.call(ApiKey::OffsetFetch, 7, &req)? {
+            Response::OffsetFetch(r) => {
+                if r.error_code != 0 {
+                    return Ok((r.error_code, -1));
+                }
+                let p = &r.topics[0].partitions[0];
+                Ok((p.error_code, p.committed_offset))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+/// Calls `f` on each broker in turn until one answers with error 0, for up to `timeout`;
+/// returns that answer, or panics with the last one.
+pub fn on_any<T: std::fmt::Debug>(
+    brokers: &[SocketAddr],
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut(&mut KafkaConn) -> std::io::Result<(i16, T)>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        for addr in brokers {
+            match KafkaConn::connect(*addr).and_then(|mut c| f(&mut c)) {
+                Ok((0, v)) => return v,
+                Ok((code, v)) => last = format!("{addr}: error {code} ({v:?})"),
+                Err(e) => last = format!("{addr}: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what}: no broker answered without error within {timeout:?}; last: {last}");
+}

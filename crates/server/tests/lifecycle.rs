@@ -1,0 +1,357 @@
+//! A topic's lifecycle across restarts, with three real `vdl` processes: retention, delete and
+//! re-create, committed offsets of a deleted topic, a replaced disk, and a restart matrix. After
+//! every restart each topic must have a leader, the same log start and end, and every
+//! acknowledged record; every node must still be running.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::kafka::on_any;
+use common::procs::ProcCluster;
+use common::{batch, split_batches};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// What a test acknowledged: base offset -> (record count, value tag).
+type Acked = BTreeMap<u64, (u32, Vec<u8>)>;
+
+fn tag(topic: &str, seq: usize, size: usize) -> Vec<u8> {
+    let mut v = format!("{topic}-{seq:08}-").into_bytes();
+    v.resize(size.max(v.len()), b'x');
+    v
+}
+
+/// Produces `batches` batches of `per_batch` records of `size` bytes each, every one
+/// acknowledged (acks=all), and records where they landed.
+fn produce_acked(
+    brokers: &[SocketAddr],
+    topic: &str,
+    batches: usize,
+    per_batch: u32,
+    size: usize,
+    acked: &mut Acked,
+) {
+    let start = acked.len();
+    for seq in start..start + batches {
+        let value = tag(topic, seq, size);
+        let data = batch(per_batch, &value);
+        let base = on_any(brokers, WAIT, &format!("produce to {topic}"), |c| {
+            c.produce(topic, data.clone())
+        });
+        let base = u64::try_from(base).expect("acknowledged base offset");
+        assert!(
+            acked.insert(base, (per_batch, value)).is_none(),
+            "offset {base} acknowledged twice"
+        );
+    }
+}
+
+/// (log start, log end) of partition 0, from the leader.
+fn offsets(brokers: &[SocketAddr], topic: &str) -> (i64, i64) {
+    let start = on_any(brokers, WAIT, "earliest offset", |c| {
+        c.list_offset(topic, -2)
+    });
+    let end = on_any(brokers, WAIT, "latest offset", |c| c.list_offset(topic, -1));
+    (start, end)
+}
+
+/// Reads partition 0 from the leader from `from` to the high watermark: base offset -> (count,
+/// first value).
+fn read_all(brokers: &[SocketAddr], topic: &str, from: i64) -> Acked {
+    let mut out = Acked::new();
+    let mut offset = from;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "reading {topic} took too long");
+        let (hw, records) = on_any(brokers, WAIT, "fetch", |c| {
+            c.fetch(topic, offset).map(|(e, hw, _, r)| (e, (hw, r)))
+        });
+        if offset >= hw {
+            return out;
+        }
+        let batches = split_batches(&records);
+        assert!(
+            !batches.is_empty(),
+            "fetch at {offset} below {hw} was empty"
+        );
+        for (base, count, value) in batches {
+            out.insert(base, (count, value));
+            offset = (base + u64::from(count)) as i64;
+        }
+    }
+}
+
+/// Every acknowledged batch at or after the log start is readable, unchanged, and nothing
+/// else is there; the log end is right after the last acknowledged batch.
+fn assert_acked_present(brokers: &[SocketAddr], topic: &str, acked: &Acked) {
+    let (start, end) = offsets(brokers, topic);
+    let expected: Acked = acked
+        .range(start as u64..)
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    let last_end = acked
+        .iter()
+        .next_back()
+        .map(|(b, (n, _))| b + u64::from(*n))
+        .unwrap_or(0);
+    assert_eq!(end as u64, last_end, "{topic}: log end offset");
+    let got = read_all(brokers, topic, start);
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "{topic}: batches from the log start {start}"
+    );
+    assert!(got == expected, "{topic}: batch contents differ");
+}
+
+fn wait_for_leader(brokers: &[SocketAddr], topic: &str) {
+    on_any(brokers, WAIT, &format!("a leader for {topic}"), |c| {
+        c.metadata(topic)
+            .map(|(e, leader, _)| (if leader < 0 { 5 } else { e }, leader))
+    });
+}
+
+fn create(brokers: &[SocketAddr], topic: &str) {
+    on_any(brokers, WAIT, &format!("create {topic}"), |c| {
+        c.create_topic(topic)
+            .map(|e| (if e == 36 { 0 } else { e }, ()))
+    });
+    wait_for_leader(brokers, topic);
+}
+
+fn delete(brokers: &[SocketAddr], topic: &str) {
+    on_any(brokers, WAIT, &format!("delete {topic}"), |c| {
+        c.delete_topic(topic).map(|e| (e, ()))
+    });
+}
+
+/// Item 1 of the lifecycle issue: retention moves the log start, then a restart of one node
+/// and of all nodes still serves the topic with the same log start, end and records.
+#[test]
+fn restart_after_retention_keeps_the_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::start(
+        dir.path(),
+        3,
+        "segment_bytes = 1048576\nretention_bytes = 3145728\ndeletion_allowed = true\n\
+         retention_check_ms = 200\npreallocate_bytes = 0",
+    );
+    let brokers = c.kafka.clone();
+    create(&brokers, "r1");
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "r1", 160, 16, 4000, &mut acked); // ~10 MB
+    let deadline = Instant::now() + WAIT;
+    let (start, end) = loop {
+        let (start, end) = offsets(&brokers, "r1");
+        if start > 0 {
+            break (start, end);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention never moved the log start"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_acked_present(&brokers, "r1", &acked);
+
+    c.restart(1, false);
+    wait_for_leader(&brokers, "r1");
+    assert_acked_present(&brokers, "r1", &acked);
+    c.restart_all(true);
+    wait_for_leader(&brokers, "r1");
+    let (start2, end2) = offsets(&brokers, "r1");
+    assert_eq!(end2, end, "log end after restarting every node");
+    assert!(start2 >= start, "log start went back: {start2} < {start}");
+    assert_acked_present(&brokers, "r1", &acked);
+    // The topic still takes writes, and every node is up.
+    produce_acked(&brokers, "r1", 5, 16, 4000, &mut acked);
+    assert_acked_present(&brokers, "r1", &acked);
+    std::thread::sleep(Duration::from_secs(2));
+    c.assert_all_running();
+}
+
+/// Item 2: delete a topic, create it again, produce, restart every node: the new incarnation's
+/// records are all there and no node crash-loops.
+#[test]
+fn recreated_topic_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::start(dir.path(), 3, "");
+    let brokers = c.kafka.clone();
+    create(&brokers, "dr1");
+    let mut old = Acked::new();
+    produce_acked(&brokers, "dr1", 10, 5, 100, &mut old);
+    delete(&brokers, "dr1");
+    create(&brokers, "dr1");
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "dr1", 20, 5, 100, &mut acked);
+    assert_eq!(
+        acked.keys().next(),
+        Some(&0),
+        "a new incarnation starts at 0"
+    );
+    assert_acked_present(&brokers, "dr1", &acked);
+    for hard in [false, true] {
+        c.restart_all(hard);
+        wait_for_leader(&brokers, "dr1");
+        assert_acked_present(&brokers, "dr1", &acked);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    c.assert_all_running();
+}
+
+/// Item 6: a group's committed offset for a deleted topic does not apply to the topic created
+/// again under the same name.
+#[test]
+fn recreated_topic_has_no_committed_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::start(dir.path(), 3, "");
+    let brokers = c.kafka.clone();
+    create(&brokers, "t");
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "t", 10, 10, 50, &mut acked);
+    on_any(&brokers, WAIT, "commit offset 100", |conn| {
+        conn.commit_offset("G", "t", 100).map(|e| (e, ()))
+    });
+    let committed = on_any(&brokers, WAIT, "fetch offset", |conn| {
+        conn.fetch_offset("G", "t")
+    });
+    assert_eq!(committed, 100);
+    delete(&brokers, "t");
+    create(&brokers, "t");
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "t", 15, 10, 50, &mut acked);
+    let committed = on_any(&brokers, WAIT, "fetch offset", |conn| {
+        conn.fetch_offset("G", "t")
+    });
+    assert_eq!(
+        committed, -1,
+        "the new topic inherited the deleted one's offset"
+    );
+    c.restart_all(false);
+    wait_for_leader(&brokers, "t");
+    let committed = on_any(&brokers, WAIT, "fetch offset", |conn| {
+        conn.fetch_offset("G", "t")
+    });
+    assert_eq!(committed, -1, "after a restart");
+    c.assert_all_running();
+}
+
+/// Item 8: a follower whose data directory was emptied (a replaced disk) rejoins without
+/// crashing and catches up; the cluster keeps every acknowledged record.
+#[test]
+fn node_with_a_replaced_disk_rejoins() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::start(dir.path(), 3, "");
+    let brokers = c.kafka.clone();
+    create(&brokers, "rd");
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "rd", 100, 1000, 10, &mut acked); // 100,000 records
+                                                              // A follower of the topic: any node that is not its leader.
+    let leader = on_any(&brokers, WAIT, "leader", |conn| {
+        conn.metadata("rd").map(|(e, l, _)| (e, l))
+    });
+    let follower = (0..3).find(|&i| i as i32 + 1 != leader).unwrap();
+    c.stop(follower);
+    std::fs::remove_dir_all(c.data_dir(follower)).unwrap();
+    c.spawn(follower);
+    std::thread::sleep(Duration::from_secs(3));
+    c.assert_all_running();
+    produce_acked(&brokers, "rd", 5, 1000, 10, &mut acked);
+    assert_acked_present(&brokers, "rd", &acked);
+    // The replaced node caught up: with the other follower down, the leader and it still
+    // commit, and it serves every record once it leads.
+    let other = (0..3)
+        .find(|&i| i != follower && i as i32 + 1 != leader)
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    c.stop(other);
+    produce_acked(&brokers, "rd", 5, 1000, 10, &mut acked);
+    assert_acked_present(&brokers, "rd", &acked);
+    c.stop(leader as usize - 1);
+    c.spawn(other);
+    wait_for_leader(&brokers, "rd");
+    assert_acked_present(&brokers, "rd", &acked);
+    c.assert_all_running();
+}
+
+/// The restart matrix: after each lifecycle step, restart one node (SIGTERM), then every node
+/// (SIGKILL); each time every topic has a leader, the same log start and end, and every
+/// acknowledged record. Every node is still running 30 s after the last restart.
+#[test]
+fn restart_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::start(
+        dir.path(),
+        3,
+        "segment_bytes = 1048576\nretention_bytes = 2097152\ndeletion_allowed = true\n\
+         retention_check_ms = 200\npreallocate_bytes = 0",
+    );
+    let brokers = c.kafka.clone();
+    let mut topics: BTreeMap<&str, Acked> = BTreeMap::new();
+    let check = |c: &mut ProcCluster, topics: &BTreeMap<&str, Acked>, step: &str| {
+        c.restart(0, false);
+        for (t, acked) in topics {
+            wait_for_leader(&brokers, t);
+            assert_acked_present(&brokers, t, acked);
+        }
+        c.restart_all(true);
+        for (t, acked) in topics {
+            wait_for_leader(&brokers, t);
+            assert_acked_present(&brokers, t, acked);
+        }
+        c.assert_all_running();
+        eprintln!("restart matrix: step {step:?} passed");
+    };
+    // Step: create and produce.
+    create(&brokers, "m1");
+    produce_acked(&brokers, "m1", 20, 10, 100, topics.entry("m1").or_default());
+    check(&mut c, &topics, "create + produce");
+    // Step: retention (a second topic grows past the retention limit).
+    create(&brokers, "m2");
+    produce_acked(
+        &brokers,
+        "m2",
+        100,
+        16,
+        4000,
+        topics.entry("m2").or_default(),
+    );
+    let deadline = Instant::now() + WAIT;
+    while offsets(&brokers, "m2").0 == 0 {
+        assert!(Instant::now() < deadline, "retention never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check(&mut c, &topics, "retention");
+    // Step: delete and re-create.
+    delete(&brokers, "m1");
+    create(&brokers, "m1");
+    topics.insert("m1", Acked::new());
+    produce_acked(&brokers, "m1", 10, 10, 100, topics.entry("m1").or_default());
+    check(&mut c, &topics, "delete + re-create");
+    // Step: committed offsets and a lagging follower caught up by snapshot.
+    on_any(&brokers, WAIT, "commit", |conn| {
+        conn.commit_offset("g1", "m1", 5).map(|e| (e, ()))
+    });
+    c.stop(2);
+    produce_acked(
+        &brokers,
+        "m2",
+        100,
+        16,
+        4000,
+        topics.entry("m2").or_default(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    c.spawn(2);
+    std::thread::sleep(Duration::from_secs(2));
+    check(&mut c, &topics, "offsets + snapshot to a lagging follower");
+    let committed = on_any(&brokers, WAIT, "fetch offset", |conn| {
+        conn.fetch_offset("g1", "m1")
+    });
+    assert_eq!(committed, 5);
+    std::thread::sleep(Duration::from_secs(30));
+    c.assert_all_running();
+}
