@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
+//! - [`fd_budget`]: the open-file limit, raised at start and split between clients and storage.
 //! - [`transport`]: Raft messages between nodes over TCP.
 //! - [`raft_log`]: raft-rs's log records forwarded to `tracing`.
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
@@ -14,6 +15,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod fd_budget;
 pub mod group;
 pub mod kafka;
 pub mod metadata;

@@ -75,6 +75,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: NodeConfig) -> anyhow::Result<()> {
+    match vdl_server::fd_budget::raise_nofile_limit() {
+        Ok(limit) => tracing::info!(open_files = limit, "open file limit"),
+        Err(e) => tracing::warn!("cannot raise the open file limit: {e}"),
+    }
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
     let node = Node::start(config.clone())

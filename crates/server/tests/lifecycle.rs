@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::kafka::on_any;
+use common::kafka::{on_any, KafkaConn};
 use common::procs::ProcCluster;
 use common::{batch, split_batches};
 
@@ -354,4 +354,108 @@ fn restart_matrix() {
     assert_eq!(committed, 5);
     std::thread::sleep(Duration::from_secs(30));
     c.assert_all_running();
+}
+
+/// Item 7: with an open-file limit of 1,024 (soft and hard), up to 1,100 idle client connections
+/// neither kill the node nor take the descriptors its storage needs: topics are still created
+/// and written through connections it accepted, and it answers new connections once idle ones
+/// close.
+#[test]
+fn a_thousand_idle_connections_do_not_take_the_storage_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::configure(dir.path(), 3, "");
+    c.nofile = Some(1024);
+    for i in 0..3 {
+        c.spawn(i);
+    }
+    let brokers = c.kafka.clone();
+    create(&brokers, "fd0");
+    // This test process needs its own descriptors for the clients.
+    let _ = raise_own_nofile();
+    // The first connection is accepted (the node is far from its limit then): the test writes
+    // through it while the others pile up.
+    let mut first = KafkaConn::connect(brokers[0]).unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        // A burst overflows the kernel's accept queue for a moment (the SYN is retried after
+        // 1 s); a connection that waits longer than 3 s is past the node's limit and backlog.
+        match std::net::TcpStream::connect_timeout(&brokers[0], Duration::from_secs(3)) {
+            Ok(s) => idle.push(s),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        idle.len() >= 512,
+        "only {} connections opened; node 1 log:\n{}",
+        idle.len(),
+        c.log_tail(0)
+    );
+    // Storage keeps working while clients hold every connection they may: new topics (new
+    // stores, new files on every node) and writes through the other nodes.
+    let others = &brokers[1..];
+    for t in ["fd1", "fd2", "fd3"] {
+        create(others, t);
+        for seq in 0..20 {
+            let data = batch(10, &tag(t, seq, 100));
+            let deadline = Instant::now() + WAIT;
+            loop {
+                assert!(Instant::now() < deadline, "produce to {t} not acknowledged");
+                let via_first = first.produce(t, data.clone()).unwrap();
+                if via_first.0 == 0 {
+                    break;
+                }
+                let via_others = on_any_once(others, |c| c.produce(t, data.clone()));
+                if via_others == Some(0) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    c.assert_all_running();
+    let log = c.log(0);
+    assert!(
+        log.contains("kafka.max_connections lowered"),
+        "the node did not size its connection limit from the open-file limit"
+    );
+    // Once idle clients go away, node 1 accepts and serves new connections again.
+    drop(idle);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let answered = KafkaConn::connect(brokers[0]).and_then(|mut k| k.metadata("fd0"));
+        if matches!(answered, Ok((0, _, _))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 1 never served a new connection: {answered:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "fd0", 5, 10, 100, &mut acked);
+    assert_acked_present(&brokers, "fd0", &acked);
+    c.assert_all_running();
+}
+
+/// The first error code any of `brokers` answers `f` with (None when none could be reached).
+fn on_any_once(
+    brokers: &[SocketAddr],
+    mut f: impl FnMut(&mut KafkaConn) -> std::io::Result<(i16, i64)>,
+) -> Option<i16> {
+    let mut code = None;
+    for addr in brokers {
+        if let Ok((e, _)) = KafkaConn::connect(*addr).and_then(|mut c| f(&mut c)) {
+            if e == 0 {
+                return Some(0);
+            }
+            code = Some(e);
+        }
+    }
+    code
+}
+
+/// Raises this test process's soft open-file limit to its hard limit.
+fn raise_own_nofile() -> std::io::Result<u64> {
+    vdl_server::fd_budget::raise_nofile_limit()
 }

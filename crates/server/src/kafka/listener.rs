@@ -21,22 +21,43 @@ use tokio::sync::Semaphore;
 use crate::kafka::handlers::{dispatch, Reply};
 use crate::node::Node;
 
-/// Accepts connections on `listener` until the task is dropped; at most
-/// `max_connections` run at once (further ones wait in the accept backlog).
+/// Longest pause between accept attempts after accept failed (out of descriptors, say).
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accepts connections on `listener` until the task is dropped; at most `max_connections` run
+/// at once, and never more than the open-file budget leaves after the storage reserve
+/// ([`crate::fd_budget`]); further ones wait in the accept backlog. When accept fails, it logs
+/// and backs off (up to 1 s) instead of spinning.
 pub async fn serve(listener: TcpListener, node: Arc<Node>) {
     let limits = node.config().kafka;
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let nofile = crate::fd_budget::nofile_limits().map_or(1024, |(soft, _)| soft);
+    let max_connections = crate::fd_budget::client_connection_limit(limits.max_connections, nofile);
+    if max_connections < limits.max_connections {
+        tracing::warn!(
+            configured = limits.max_connections,
+            allowed = max_connections,
+            open_file_limit = nofile,
+            "kafka.max_connections lowered to what the open file limit allows beside storage; \
+             raise the limit (e.g. LimitNOFILE) to allow more"
+        );
+    }
+    let permits = Arc::new(Semaphore::new(max_connections));
     let mut connections = tokio::task::JoinSet::new();
+    let mut backoff = Duration::from_millis(10);
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
         let (sock, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff = Duration::from_millis(10);
+                    a
+                }
                 Err(e) => {
-                    tracing::warn!("kafka accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    tracing::warn!(retry_in_ms = backoff.as_millis() as u64, "kafka accept failed: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                     continue;
                 }
             },

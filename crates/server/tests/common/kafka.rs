@@ -50,6 +50,13 @@ impl KafkaConn {
         Ok(KafkaConn { sock, next_cid: 1 })
     }
 
+    /// Wraps a connected socket.
+    pub fn from_stream(sock: TcpStream) -> std::io::Result<KafkaConn> {
+        sock.set_read_timeout(Some(Duration::from_secs(15)))?;
+        sock.set_write_timeout(Some(Duration::from_secs(15)))?;
+        Ok(KafkaConn { sock, next_cid: 1 })
+    }
+
     /// Sends one request and reads its response.
     pub fn call(&mut self, api: ApiKey, version: i16, req: &Request) -> std::io::Result<Response> {
         let cid = self.next_cid;

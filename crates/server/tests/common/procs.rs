@@ -20,6 +20,8 @@ pub struct ProcCluster {
     pub peer: Vec<SocketAddr>,
     /// Each node's admin address.
     pub admin: Vec<SocketAddr>,
+    /// When set, nodes start with this soft and hard open-file limit (`ulimit -n`).
+    pub nofile: Option<u64>,
     procs: Vec<Option<Child>>,
 }
 
@@ -27,6 +29,15 @@ impl ProcCluster {
     /// Writes the configs of `n` nodes (fast Raft timing, `extra` TOML appended to the
     /// `[storage]` table) and starts every node.
     pub fn start(dir: &Path, n: usize, storage_extra: &str) -> ProcCluster {
+        let mut c = ProcCluster::configure(dir, n, storage_extra);
+        for i in 0..n {
+            c.spawn(i);
+        }
+        c
+    }
+
+    /// Writes the configs like [`ProcCluster::start`] without starting any node.
+    pub fn configure(dir: &Path, n: usize, storage_extra: &str) -> ProcCluster {
         let ports = free_ports(3 * n);
         let members: Vec<String> = (0..n)
             .map(|i| format!("\"vdl{}={}@127.0.0.1:{}\"", i + 1, i + 1, ports[i]))
@@ -49,17 +60,14 @@ impl ProcCluster {
             );
             std::fs::write(dir.join(format!("vdl{}.toml", i + 1)), cfg).unwrap();
         }
-        let mut c = ProcCluster {
+        ProcCluster {
             dir: dir.to_owned(),
             kafka: (0..n).map(|i| addr(ports[n + i])).collect(),
             peer: (0..n).map(|i| addr(ports[i])).collect(),
             admin: (0..n).map(|i| addr(ports[2 * n + i])).collect(),
+            nofile: None,
             procs: (0..n).map(|_| None).collect(),
-        };
-        for i in 0..n {
-            c.spawn(i);
         }
-        c
     }
 
     /// Number of nodes.
@@ -80,10 +88,21 @@ impl ProcCluster {
             .append(true)
             .open(self.dir.join(format!("vdl{}.log", i + 1)))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_vdl"))
+        let config = self.dir.join(format!("vdl{}.toml", i + 1));
+        let mut cmd = match self.nofile {
+            None => Command::new(env!("CARGO_BIN_EXE_vdl")),
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_vdl"));
+                sh
+            }
+        };
+        let child = cmd
             .arg("start")
             .arg("--config")
-            .arg(self.dir.join(format!("vdl{}.toml", i + 1)))
+            .arg(config)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

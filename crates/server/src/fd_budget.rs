@@ -1,0 +1,72 @@
+//! The process's file descriptor budget: raise the soft limit to the hard one at start (as the
+//! Go runtime does), and split what there is between client connections and storage, so that
+//! clients can never take the descriptors the log stores need (a failed write of a Raft hard
+//! state stops the node on purpose; running out of descriptors must never be how it gets
+//! there).
+
+/// Descriptors kept for everything but client connections (log segments and their indexes,
+/// hard-state writes, peer connections, the admin API, logs), at least.
+pub const MIN_STORAGE_RESERVE: u64 = 512;
+
+/// The soft and hard `RLIMIT_NOFILE` of this process.
+pub fn nofile_limits() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own and reads nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+}
+
+/// Raises the soft open-file limit to the hard limit; returns the soft limit in force after.
+pub fn raise_nofile_limit() -> std::io::Result<u64> {
+    let (soft, hard) = nofile_limits()?;
+    if soft >= hard {
+        return Ok(soft);
+    }
+    let lim = libc::rlimit {
+        rlim_cur: hard as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(hard)
+}
+
+/// How many client connections may be open at once with `nofile` descriptors: the configured
+/// limit, but never more than what is left after the storage reserve (half the descriptors, at
+/// least [`MIN_STORAGE_RESERVE`]). At least one connection is always allowed.
+pub fn client_connection_limit(configured: usize, nofile: u64) -> usize {
+    let reserve = (nofile / 2).max(MIN_STORAGE_RESERVE);
+    let budget = nofile.saturating_sub(reserve).max(1);
+    configured
+        .min(usize::try_from(budget).unwrap_or(usize::MAX))
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_get_at_most_half_and_storage_keeps_a_reserve() {
+        assert_eq!(client_connection_limit(10_000, 1024), 512);
+        assert_eq!(client_connection_limit(10_000, 600), 88);
+        assert_eq!(client_connection_limit(10_000, 100), 1);
+        assert_eq!(client_connection_limit(10_000, 1 << 20), 10_000);
+        assert_eq!(client_connection_limit(300, 1024), 300);
+    }
+
+    #[test]
+    fn raising_never_lowers_the_limit() {
+        let (soft, _) = nofile_limits().unwrap();
+        let after = raise_nofile_limit().unwrap();
+        assert!(after >= soft);
+        assert_eq!(nofile_limits().unwrap().0, after);
+    }
+}
