@@ -87,6 +87,9 @@ pub struct KafkaSettings {
     /// Whether a Metadata request for an unknown topic creates it, when the client allows it
     /// (`auto.create.topics.enable`).
     pub auto_create_topics: bool,
+    /// Most topics the cluster may hold: CreateTopics beyond it gets POLICY_VIOLATION and
+    /// auto-creation stops (each topic costs every node a Raft group, threads and open files).
+    pub max_topics: usize,
 }
 
 impl Default for KafkaSettings {
@@ -98,6 +101,7 @@ impl Default for KafkaSettings {
             message_max_bytes: 1 << 20,
             connection_idle: Duration::from_secs(600),
             auto_create_topics: true,
+            max_topics: 1000,
         }
     }
 }
@@ -240,6 +244,7 @@ struct FileKafka {
     message_max_bytes: Option<usize>,
     connection_idle_ms: Option<u64>,
     auto_create_topics: Option<bool>,
+    max_topics: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -462,6 +467,7 @@ impl NodeConfig {
                 k.message_max_bytes,
                 &mut kafka.message_max_bytes,
             ),
+            ("kafka.max_topics", k.max_topics, &mut kafka.max_topics),
         ] {
             if let Some(v) = value {
                 if v == 0 {

@@ -18,7 +18,7 @@ pub fn nofile_limits() -> std::io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+    Ok((lim.rlim_cur, lim.rlim_max))
 }
 
 /// Raises the soft open-file limit to the hard limit; returns the soft limit in force after.
@@ -28,8 +28,8 @@ pub fn raise_nofile_limit() -> std::io::Result<u64> {
         return Ok(soft);
     }
     let lim = libc::rlimit {
-        rlim_cur: hard as libc::rlim_t,
-        rlim_max: hard as libc::rlim_t,
+        rlim_cur: hard,
+        rlim_max: hard,
     };
     // SAFETY: setrlimit reads the struct we own.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {

@@ -500,6 +500,32 @@ impl Group {
         }
     }
 
+    /// A new leader: the producer batches of entries it holds beyond its applied index (from
+    /// earlier terms, committed only with its first entry) are pending in its producer table,
+    /// so a retry of one of them is refused as in flight instead of being written twice.
+    fn mark_unapplied_pending(&mut self) {
+        let Some(table) = self.p.producers.as_mut() else {
+            return;
+        };
+        let s = read(&self.p.store);
+        let mut lo = self.visible.applied_index + 1;
+        let hi = s.last_index() + 1;
+        while lo < hi {
+            let Ok(entries) = s.entries(lo, hi, 4 << 20) else {
+                break;
+            };
+            let Some(last) = entries.last().map(|e| e.index) else {
+                break;
+            };
+            for e in entries {
+                if e.kind == logstore::EntryKind::Records {
+                    table.mark_pending(&batch_infos(&e.payload));
+                }
+            }
+            lo = last + 1;
+        }
+    }
+
     /// This node stopped leading: the proposals it appended as leader are answered at once with
     /// [`AppendError::NotLeader`] instead of waiting for the caller's deadline (an entry may
     /// still commit under the new leader, as after a timeout: clients retry, and idempotent
@@ -537,7 +563,9 @@ impl Group {
             if let Some(t) = self.p.producers.as_mut() {
                 t.clear_pending();
             }
-            if ss.raft_state != StateRole::Leader {
+            if ss.raft_state == StateRole::Leader {
+                self.mark_unapplied_pending();
+            } else {
                 self.fail_deposed(ss.leader_id);
             }
             self.publish();

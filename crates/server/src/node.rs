@@ -883,6 +883,17 @@ impl Node {
         if !crate::config::valid_stream_name(name) || name == METADATA_STREAM {
             return Err(AppendError::Invalid(format!("invalid topic name {name:?}")));
         }
+        // The limit is checked by the proposer against what it has applied; creates racing
+        // from several nodes may pass it by a few.
+        let max = self.config.kafka.max_topics;
+        {
+            let meta = self.metadata();
+            if !meta.topics.contains_key(name) && meta.topics.len() >= max {
+                return Err(AppendError::Invalid(format!(
+                    "the cluster holds its limit of {max} topics (kafka.max_topics)"
+                )));
+            }
+        }
         self.propose_metadata(
             &MetaCommand::CreateTopic {
                 name: name.to_owned(),

@@ -218,6 +218,18 @@ impl ProducerTable {
         self.pending.clear();
     }
 
+    /// Records batches that are in this node's log but not applied yet as pending. A new
+    /// leader calls it for the entries of earlier terms it holds beyond its applied index:
+    /// they commit with its first entry, so until then a client's retry of one of them must be
+    /// seen as in flight (a retriable refusal), not as the next batch of its sequence (which
+    /// would write it twice).
+    pub fn mark_pending(&mut self, batches: &[BatchInfo]) {
+        for b in batches {
+            self.pending
+                .insert(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
+        }
+    }
+
     fn forget_oldest(&mut self) {
         let mut stamps: Vec<u64> = self.committed.values().map(|p| p.stamp).collect();
         stamps.sort_unstable();
@@ -248,6 +260,30 @@ mod tests {
             last_seq: first.wrapping_add(count - 1),
             span: count as u32,
         }
+    }
+
+    /// Item 9 of the lifecycle issue: a new leader holds an earlier term's batch that is not
+    /// applied yet; a client's retry of it must not be taken for the next batch.
+    #[test]
+    fn a_new_leaders_unapplied_batches_are_in_flight() {
+        let mut t = ProducerTable::default();
+        t.on_committed(&[b(7, 0, 0, 5)], 0);
+        // Without marking, the retry of seq 5..9 would look like the next batch: appended twice.
+        assert_eq!(t.check(&[b(7, 0, 5, 5)]), SequenceCheck::Append);
+        t.clear_pending();
+        t.mark_pending(&[b(7, 0, 5, 5)]);
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Reject(SequenceError::DuplicateInFlight)
+        );
+        // The next batch is still accepted behind it, and once it commits the retry gets its
+        // offset.
+        assert_eq!(t.check(&[b(7, 0, 10, 5)]), SequenceCheck::Append);
+        t.on_committed(&[b(7, 0, 5, 5)], 5);
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Duplicate { base_offset: 5 }
+        );
     }
 
     #[test]

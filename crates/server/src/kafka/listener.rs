@@ -21,6 +21,11 @@ use tokio::sync::Semaphore;
 use crate::kafka::handlers::{dispatch, Reply};
 use crate::node::Node;
 
+/// Longest a response may take to be written: a client that stops reading its responses is
+/// disconnected after this (or after `connection_idle`, when shorter), so it cannot pin its
+/// connection and the responses queued for it.
+pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Longest pause between accept attempts after accept failed (out of descriptors, say).
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
@@ -141,6 +146,11 @@ async fn connection_loop(
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
     max_in_flight: usize,
 ) -> Result<(), ConnectionEnd> {
+    let write_timeout = node
+        .config()
+        .kafka
+        .connection_idle
+        .min(RESPONSE_WRITE_TIMEOUT);
     let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
     let mut reading = true;
     let mut chain = crate::kafka::produce::ProduceChain::default();
@@ -150,7 +160,7 @@ async fn connection_loop(
             // Responses go out in request order as they complete.
             Some(response) = pending.next(), if !pending.is_empty() => {
                 if let Some(segments) = response {
-                    write_segments(writer, &segments).await?;
+                    write_segments(writer, &segments, write_timeout).await?;
                 }
             }
             frame = frames.recv(), if can_read => {
@@ -166,7 +176,7 @@ async fn connection_loop(
                             Reply::Later(fut) => pending.push_back(fut),
                             Reply::None => pending.push_back(Box::pin(async { None })),
                             Reply::Close => {
-                                flush(&mut pending, writer).await?;
+                                flush(&mut pending, writer, write_timeout).await?;
                                 return Ok(());
                             }
                         }
@@ -179,7 +189,7 @@ async fn connection_loop(
                         }
                         tracing::debug!(%peer, "closing connection: {err}");
                         // Write what is owed for earlier requests, then close.
-                        flush(&mut pending, writer).await?;
+                        flush(&mut pending, writer, write_timeout).await?;
                         return Err(ConnectionEnd::BadRequest(err));
                     }
                 }
@@ -196,10 +206,11 @@ async fn connection_loop(
 async fn flush(
     pending: &mut FuturesOrdered<ResponseFuture>,
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    write_timeout: Duration,
 ) -> std::io::Result<()> {
     while let Some(response) = pending.next().await {
         if let Some(segments) = response {
-            write_segments(writer, &segments).await?;
+            write_segments(writer, &segments, write_timeout).await?;
         }
     }
     Ok(())
@@ -222,7 +233,24 @@ async fn read_frame(
     Ok(Some(buf.freeze()))
 }
 
+/// Writes one response, failing with `TimedOut` when it is not written within `timeout` (the
+/// client stopped reading).
 async fn write_segments(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    segments: &[Bytes],
+    timeout: Duration,
+) -> std::io::Result<()> {
+    tokio::time::timeout(timeout, write_all_segments(writer, segments))
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client did not read its response in time",
+            )
+        })?
+}
+
+async fn write_all_segments(
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
     segments: &[Bytes],
 ) -> std::io::Result<()> {

@@ -31,6 +31,7 @@ fn timeout(ms: i32) -> Duration {
 fn metadata_error(e: &AppendError) -> ErrorCode {
     match e {
         AppendError::Timeout => ErrorCode::RequestTimedOut,
+        AppendError::Invalid(m) if m.contains("limit of") => ErrorCode::PolicyViolation,
         AppendError::Invalid(_) => ErrorCode::InvalidRequest,
         _ => ErrorCode::NotController,
     }
@@ -55,6 +56,13 @@ fn check_creatable(
         return Err((
             ErrorCode::TopicAlreadyExists,
             format!("topic {name} already exists"),
+        ));
+    }
+    let max_topics = node.config().kafka.max_topics;
+    if node.metadata().topics.len() >= max_topics {
+        return Err((
+            ErrorCode::PolicyViolation,
+            format!("the cluster holds its limit of {max_topics} topics (kafka.max_topics)"),
         ));
     }
     if assigned {

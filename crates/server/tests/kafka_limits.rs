@@ -1,0 +1,151 @@
+//! Limits a single client cannot get past: a client that sends requests and never reads the
+//! responses is disconnected once a response has waited longer than the write deadline (here
+//! the connection idle limit, 2 s) while other clients are served; topics, created or
+//! auto-created, stop at `kafka.max_topics`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::kafka::KafkaConn;
+use common::{batch, cluster_configs};
+use kafka_proto::frame::{encode_request, Request};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use vdl_server::Node;
+
+const TOPIC: &str = "slow-reader";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(1, dir.path(), &[TOPIC]);
+    configs[0].kafka.connection_idle = Duration::from_secs(2);
+    let node: Arc<Node> = Node::start(configs.remove(0)).await.unwrap();
+    node.serve_kafka().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.stream(TOPIC).unwrap().visible().leader != node.config().id {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let addr: std::net::SocketAddr = node.config().kafka_advertised.parse().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut good = KafkaConn::connect(addr).unwrap();
+        for _ in 0..8 {
+            let (code, _) = good.produce(TOPIC, batch(100, &[b'v'; 1000])).unwrap();
+            assert_eq!(code, 0);
+        }
+        // Fetch requests whose ~800 KB responses are never read.
+        let fetch = Request::Fetch(FetchRequest {
+            replica_id: -1,
+            max_bytes: 1 << 20,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: TOPIC.into(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: -1,
+                    partition_max_bytes: 1 << 20,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut sent = 0;
+        for cid in 0..64 {
+            let header = RequestHeader {
+                api_key: 1,
+                api_version: 12,
+                correlation_id: cid,
+                client_id: Some("slow".into()),
+                ..Default::default()
+            };
+            let ok = encode_request(&header, &fetch)
+                .unwrap()
+                .iter()
+                .all(|seg| s.write_all(seg).is_ok());
+            if !ok {
+                break;
+            }
+            sent += 1;
+        }
+        assert!(sent > 4, "could not send requests");
+        // Longer than the write deadline: the server gives up on this client.
+        std::thread::sleep(Duration::from_secs(5));
+        // Other clients are served meanwhile (a new connection: the first one sat idle past
+        // the 2 s idle limit).
+        let mut good = KafkaConn::connect(addr).unwrap();
+        let (code, _) = good.produce(TOPIC, batch(1, b"still")).unwrap();
+        assert_eq!(code, 0);
+        // Reading now ends in a closed connection before all responses arrive.
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+        let all = sent as usize * 800_000;
+        assert!(
+            total < all,
+            "read {total} bytes: every response was delivered, the connection was not closed"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_creation_stops_at_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(1, dir.path(), &[]);
+    configs[0].kafka.max_topics = 3;
+    let node: Arc<Node> = Node::start(configs.remove(0)).await.unwrap();
+    node.serve_kafka().await.unwrap();
+    let addr: std::net::SocketAddr = node.config().kafka_advertised.parse().unwrap();
+    let n = node.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(addr).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut created = 0;
+        while created < 3 {
+            assert!(Instant::now() < deadline, "could not create 3 topics");
+            match c.create_topic(&format!("t{created}")).unwrap() {
+                0 => created += 1,
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        // The fourth: POLICY_VIOLATION (44), and it does not exist.
+        assert_eq!(c.create_topic("t3").unwrap(), 44);
+        // Auto-creation stops too.
+        let req = Request::Metadata(kafka_proto::messages::metadata_request::MetadataRequest {
+            topics: Some(vec![
+                kafka_proto::messages::metadata_request::MetadataRequestTopic {
+                    name: Some("auto1".into()),
+                    ..Default::default()
+                },
+            ]),
+            allow_auto_topic_creation: true,
+            ..Default::default()
+        });
+        let _ = c
+            .call(kafka_proto::api::ApiKey::Metadata, 12, &req)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut names = n.stream_names();
+        names.sort();
+        assert_eq!(names, vec!["t0", "t1", "t2"]);
+    })
+    .await
+    .unwrap();
+}
