@@ -116,6 +116,9 @@ pub enum GroupInput {
     Propose(Proposal),
     /// Sending to this peer failed.
     Unreachable(u64),
+    /// This peer came back with a new data directory (a replaced disk): on the leader, its
+    /// progress restarts from nothing, so its log is sent again instead of assumed present.
+    PeerReplaced(u64),
     /// Ask this node to start an election now (tests, leadership transfer).
     Campaign,
     /// Stop the thread.
@@ -183,6 +186,8 @@ pub struct GroupParts {
     pub state_machine: Option<Box<dyn StateMachine>>,
     /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
     pub producers: Option<ProducerTable>,
+    /// This node's rejoin mode after a replaced disk (see [`crate::replicas`]).
+    pub rejoin: std::sync::Arc<crate::replicas::Directories>,
 }
 
 struct Waiting {
@@ -203,6 +208,10 @@ struct Group {
     persisted_term: u64,
     persisted_vote: u64,
     visible: Visible,
+    /// Rejoin epoch in which this group caught up (see [`crate::replicas`]).
+    rejoin_done: u64,
+    /// In rejoin mode: (epoch, commit index the leader announced first in it).
+    rejoin_target: Option<(u64, u64)>,
 }
 
 /// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
@@ -222,6 +231,8 @@ pub fn run_group(parts: GroupParts) {
         persisted_term: hs.term,
         persisted_vote: hs.vote,
         visible,
+        rejoin_done: 0,
+        rejoin_target: None,
     };
     g.run();
 }
@@ -299,9 +310,27 @@ impl Group {
     /// Takes one input; false means stop.
     fn take(&mut self, input: GroupInput) -> bool {
         match input {
-            GroupInput::Raft(m) => {
+            GroupInput::Raft(mut m) => {
+                if !self.rejoin_allows(&m) {
+                    return true;
+                }
+                // A leader's heartbeat names min(its commit, what it believes this follower
+                // holds); after this node lost its disk that can be beyond its log, and raft-rs
+                // panics on a commit past the last index. The follower catches up instead.
+                if m.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat {
+                    m.commit = m.commit.min(self.p.node.raft.raft_log.last_index());
+                }
                 // Errors here are stale or foreign messages; raft-rs already ignores them.
                 let _ = self.p.node.step(m);
+            }
+            GroupInput::PeerReplaced(peer) => {
+                if self.p.node.raft.state == StateRole::Leader {
+                    if let Some(pr) = self.p.node.raft.mut_prs().get_mut(peer) {
+                        pr.matched = 0;
+                        pr.become_probe();
+                    }
+                    self.p.node.raft.send_append(peer);
+                }
             }
             GroupInput::Propose(p) => {
                 if self.pending_count + self.queued.len() >= MAX_PENDING_PROPOSALS {
@@ -317,6 +346,47 @@ impl Group {
             GroupInput::Stop => return false,
         }
         true
+    }
+
+    /// In rejoin mode (this node's disk was replaced), until this group has applied what its
+    /// leader had committed when it first heard from it: no vote is granted (the message is
+    /// dropped, as if this node were down), and the first append's commit index is the target.
+    fn rejoin_allows(&mut self, m: &Message) -> bool {
+        use raft::prelude::MessageType;
+        let rejoin = self.p.rejoin.rejoin();
+        if !rejoin.is_active() {
+            return true;
+        }
+        let epoch = rejoin.epoch();
+        if self.rejoin_done == epoch {
+            return true;
+        }
+        match m.get_msg_type() {
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => false,
+            MessageType::MsgAppend | MessageType::MsgSnapshot => {
+                if self.rejoin_target.is_none_or(|(e, _)| e != epoch) {
+                    let commit = if m.get_msg_type() == MessageType::MsgSnapshot {
+                        m.get_snapshot().get_metadata().index
+                    } else {
+                        m.commit
+                    };
+                    self.rejoin_target = Some((epoch, commit));
+                }
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// Reports this group caught up once it has applied its rejoin target.
+    fn check_rejoined(&mut self) {
+        if let Some((epoch, target)) = self.rejoin_target {
+            if self.visible.applied_index >= target && self.rejoin_done != epoch {
+                self.rejoin_done = epoch;
+                self.p.rejoin.rejoin().caught_up(self.p.id, epoch);
+                tracing::info!(stream = %self.p.name, applied = self.visible.applied_index, "caught up after the replaced disk");
+            }
+        }
     }
 
     fn leader_hint(&self) -> Option<u64> {
@@ -613,6 +683,7 @@ impl Group {
         self.apply(light.take_committed_entries());
         self.p.node.advance_apply();
         self.update_in_sync();
+        self.check_rejoined();
     }
 
     /// On the leader, the voters that are in sync: recently heard from and within

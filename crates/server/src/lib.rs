@@ -5,6 +5,7 @@
 //! - [`fd_budget`]: the open-file limit, raised at start and split between clients and storage.
 //! - [`transport`]: Raft messages between nodes over TCP.
 //! - [`raft_log`]: raft-rs's log records forwarded to `tracing`.
+//! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
@@ -23,6 +24,7 @@ pub mod node;
 pub mod producers;
 pub mod raft_log;
 pub mod raft_storage;
+pub mod replicas;
 pub mod transport;
 
 pub use group::{AppendError, Appended, Visible};

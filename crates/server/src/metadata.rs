@@ -280,3 +280,89 @@ impl StateMachine for MetadataStateMachine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(seq: u64) -> Option<RequestId> {
+        Some(RequestId {
+            node: 1,
+            boot: 42,
+            seq,
+        })
+    }
+
+    fn create(name: &str) -> MetaCommand {
+        MetaCommand::CreateTopic { name: name.into() }
+    }
+
+    /// Item 11 of the lifecycle issue: a retried command (same request id) applies once, and a
+    /// delete naming an older incarnation leaves the newer one alone.
+    #[test]
+    fn retries_apply_once_and_deletes_name_their_incarnation() {
+        let mut m = ClusterMeta::default();
+        assert!(m.apply(5, id(1), create("t")).is_some());
+        let delete_old = MetaCommand::DeleteTopic {
+            name: "t".into(),
+            incarnation: Some(5),
+        };
+        assert!(m.apply(6, id(2), delete_old.clone()).is_some());
+        assert!(m.apply(9, id(3), create("t")).is_some());
+        assert_eq!(m.incarnation("t"), Some(9));
+        // The delete retried with its request id: nothing happens.
+        assert!(m.apply(10, id(2), delete_old.clone()).is_none());
+        // The same delete under a new id (a client retry): the current incarnation stays.
+        m.apply(11, id(4), delete_old);
+        assert_eq!(m.incarnation("t"), Some(9));
+        // A producer id allocation retried applies once.
+        m.apply(12, id(5), MetaCommand::AllocateProducerId);
+        m.apply(13, id(5), MetaCommand::AllocateProducerId);
+        assert_eq!(m.next_producer_id, FIRST_PRODUCER_ID + 1);
+        assert_eq!(m.allocations.get(&id(5).unwrap()), Some(&FIRST_PRODUCER_ID));
+        // Old log entries without ids still decode.
+        let bare = serde_json::to_vec(&create("x")).unwrap();
+        assert_eq!(MetaEntry::decode(&bare).unwrap(), (None, create("x")));
+        let old_delete = br#"{"DeleteTopic":{"name":"x"}}"#;
+        assert_eq!(
+            MetaEntry::decode(old_delete).unwrap().1,
+            MetaCommand::DeleteTopic {
+                name: "x".into(),
+                incarnation: None
+            }
+        );
+    }
+
+    /// Item 6: deleting a topic removes every group's committed offsets for it.
+    #[test]
+    fn a_deleted_topics_offsets_are_removed() {
+        let mut m = ClusterMeta::default();
+        m.apply(1, id(1), create("t"));
+        let offset = |topic: &str| CommittedOffset {
+            topic: topic.into(),
+            partition: 0,
+            offset: 100,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        m.apply(
+            2,
+            id(2),
+            MetaCommand::CommitOffsets {
+                group: "g".into(),
+                offsets: vec![offset("t"), offset("other")],
+            },
+        );
+        m.apply(
+            3,
+            id(3),
+            MetaCommand::DeleteTopic {
+                name: "t".into(),
+                incarnation: Some(1),
+            },
+        );
+        let g = &m.offsets["g"];
+        assert!(!g.contains_key(&("t".to_string(), 0)));
+        assert!(g.contains_key(&("other".to_string(), 0)));
+    }
+}

@@ -83,6 +83,14 @@ pub enum NodeError {
         /// The stream's directory.
         dir: PathBuf,
     },
+    /// The data directory's identity files could not be read or written.
+    #[error("data directory {dir}: {message}")]
+    Directory {
+        /// The data directory.
+        dir: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
     /// The data directory holds topic data in the layout of an older version (one directory
     /// per topic name under `streams/`, without incarnations), which this version cannot map
     /// to its topics.
@@ -276,6 +284,8 @@ impl PendingAppend {
 
 struct Registry {
     groups: RwLock<HashMap<u64, SyncSender<GroupInput>>>,
+    /// This node's directory id, its peers', and its rejoin mode.
+    directories: Arc<crate::replicas::Directories>,
     /// Per peer: its advertised Kafka address and how many connections from it are open.
     peers: Mutex<HashMap<u64, (String, usize)>>,
 }
@@ -295,11 +305,23 @@ impl PeerInbox for Registry {
         }
     }
 
-    fn peer_hello(&self, peer: u64, advertised: String) {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = peers.entry(peer).or_insert_with(|| (String::new(), 0));
-        entry.0 = advertised;
-        entry.1 += 1;
+    fn peer_hello(&self, peer: u64, advertised: String, dirs: crate::replicas::HelloDirs) {
+        {
+            let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = peers.entry(peer).or_insert_with(|| (String::new(), 0));
+            entry.0 = advertised;
+            entry.1 += 1;
+        }
+        if self.directories.on_hello(peer, dirs) == crate::replicas::HelloOutcome::PeerReplaced {
+            let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
+            for inbox in groups.values() {
+                try_deliver(inbox, GroupInput::PeerReplaced(peer));
+            }
+        }
+    }
+
+    fn hello_for(&self, peer: u64) -> crate::replicas::HelloDirs {
+        self.directories.hello_for(peer)
     }
 
     fn peer_gone(&self, peer: u64) {
@@ -318,6 +340,8 @@ pub struct Node {
     streams: Mutex<HashMap<String, LogStream>>,
     threads: Mutex<Vec<GroupThread>>,
     peer_task: tokio::task::JoinHandle<()>,
+    /// Ends rejoin mode once every group caught up (see [`crate::replicas`]).
+    rejoin_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
     metadata_group: Mutex<Option<LogStream>>,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
@@ -365,6 +389,27 @@ fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::Pro
     table
 }
 
+/// While this node is rejoining after a replaced disk, checks every 200 ms whether every group
+/// has caught up; then ends rejoin mode and reconnects to the peers so their hellos say so.
+async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !registry.directories.rejoin().is_active() {
+            continue;
+        }
+        let groups: Vec<u64> = registry
+            .groups
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        if registry.directories.maybe_settle(&groups) {
+            peers.redial_all();
+        }
+    }
+}
+
 /// Pause between attempts to propose a metadata command while no leader is known.
 const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
@@ -397,7 +442,14 @@ impl Node {
                 addr: config.peer_listen,
                 source,
             })?;
+        let directories = crate::replicas::Directories::open(&config.data_dir).map_err(|e| {
+            NodeError::Directory {
+                dir: config.data_dir.clone(),
+                message: e.to_string(),
+            }
+        })?;
         let registry = Arc::new(Registry {
+            directories: Arc::new(directories),
             groups: RwLock::new(HashMap::new()),
             peers: Mutex::new(HashMap::new()),
         });
@@ -410,10 +462,12 @@ impl Node {
             registry.clone(),
             filter,
         );
+        let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
         let node = Arc::new(Node {
             config,
             registry,
             peers,
+            rejoin_task,
             streams: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             peer_task,
@@ -698,6 +752,7 @@ impl Node {
             forward_proposals,
             producers: (!replay).then(|| rebuild_producers(&shared, applied)),
             state_machine,
+            rejoin: self.registry.directories.clone(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("raft-{name}"))
@@ -958,6 +1013,7 @@ impl Node {
     /// listener. Data already synced stays; nothing more is written.
     pub fn shutdown(&self) {
         self.peer_task.abort();
+        self.rejoin_task.abort();
         self.registry
             .groups
             .write()

@@ -5,7 +5,11 @@
 //!
 //! ```text
 //! connection := hello frame*
-//! hello      := magic "VDLP" (4) | version u16 (=1) | from_node u64 | advertised_len u16 | advertised (UTF-8)
+//! hello      := magic "VDLP" (4) | version u16 (=2) | from_node u64 | advertised_len u16 | advertised (UTF-8)
+//!               | directory_id u128 | known_directory_of_receiver u128 | flags u8
+//!               -- version 1 (older nodes) ends after `advertised`
+//!               -- flags: bit 0 the receiver is rejoining in the sender's view, bit 1 the
+//!                  sender is settled (not rejoining itself); see `crate::replicas`
 //! frame      := frame_len u32 | message*            -- frame_len counts the bytes after itself
 //! message    := group_id u64 | msg_len u32 | raft Message (protobuf, msg_len bytes)
 //! ```
@@ -40,7 +44,11 @@ const MAX_MESSAGES_PER_FRAME: usize = 512;
 /// Bytes after which a frame is flushed even if more messages are waiting.
 const FRAME_FLUSH_BYTES: usize = 4 << 20;
 const MAGIC: &[u8; 4] = b"VDLP";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The hello version of nodes before directory ids, still accepted.
+const VERSION_1: u16 = 1;
+const FLAG_RECEIVER_REJOINING: u8 = 1;
+const FLAG_SENDER_SETTLED: u8 = 2;
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(1000);
 
@@ -70,9 +78,14 @@ pub trait PeerInbox: Send + Sync + 'static {
     fn deliver(&self, group: u64, msg: Message);
     /// Sending to `peer` failed; every group should `report_unreachable(peer)`.
     fn peer_unreachable(&self, peer: u64);
-    /// A peer connected and announced its advertised Kafka address.
-    fn peer_hello(&self, peer: u64, advertised: String) {
-        let _ = (peer, advertised);
+    /// A peer connected and announced its advertised Kafka address and its directories.
+    fn peer_hello(&self, peer: u64, advertised: String, dirs: crate::replicas::HelloDirs) {
+        let _ = (peer, advertised, dirs);
+    }
+    /// What this node's hello to `peer` says about directories.
+    fn hello_for(&self, peer: u64) -> crate::replicas::HelloDirs {
+        let _ = peer;
+        crate::replicas::HelloDirs::default()
     }
     /// A connection from `peer` (announced by `peer_hello`) ended.
     fn peer_gone(&self, peer: u64) {
@@ -85,6 +98,8 @@ pub trait PeerInbox: Send + Sync + 'static {
 pub struct PeerSender {
     queues: Arc<HashMap<u64, mpsc::Sender<(u64, Message)>>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// Bumped to make every sender reconnect (and so send a new hello).
+    hello_generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PeerSender {
@@ -103,6 +118,13 @@ impl PeerSender {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+
+    /// Makes every sender reconnect with a fresh hello (after what it says changed), at its
+    /// next message.
+    pub fn redial_all(&self) {
+        self.hello_generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Messages dropped so far (full queue or unknown peer).
@@ -136,6 +158,7 @@ pub fn start_senders(
     filter: Arc<dyn LinkFilter>,
 ) -> PeerSender {
     let mut queues = HashMap::new();
+    let hello_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
     for &(peer, addr) in peers {
         if peer == self_id {
             continue;
@@ -150,11 +173,13 @@ pub fn start_senders(
             rx,
             inbox.clone(),
             filter.clone(),
+            hello_generation.clone(),
         ));
     }
     PeerSender {
         queues: Arc::new(queues),
         dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        hello_generation,
     }
 }
 
@@ -166,11 +191,18 @@ async fn sender_task(
     mut rx: mpsc::Receiver<(u64, Message)>,
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
+    hello_generation: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut conn: Option<TcpStream> = None;
     let mut frame = BytesMut::with_capacity(64 << 10);
+    let mut generation = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
     loop {
+        let now = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
+        if now != generation {
+            generation = now;
+            conn = None;
+        }
         // Wait for a message, and meanwhile notice when the peer closes the connection (it
         // never writes, so any read event is its end): a restarted peer must not have our
         // next messages written into the dead socket and lost.
@@ -186,7 +218,7 @@ async fn sender_task(
             // Keep a connection up even when Raft has nothing to send to this peer, so the peer
             // always knows this node is alive and where its Kafka listener is.
             () = tokio::time::sleep(backoff), if conn.is_none() => {
-                match dial(self_id, &advertised, addr).await {
+                match dial(self_id, &advertised, addr, inbox.hello_for(peer)).await {
                     Ok(s) => {
                         backoff = BACKOFF_MIN;
                         conn = Some(s);
@@ -221,7 +253,7 @@ async fn sender_task(
         let mut sent = false;
         for _attempt in 0..2 {
             if conn.is_none() {
-                match dial(self_id, &advertised, addr).await {
+                match dial(self_id, &advertised, addr, inbox.hello_for(peer)).await {
                     Ok(s) => {
                         backoff = BACKOFF_MIN;
                         conn = Some(s);
@@ -259,7 +291,12 @@ async fn closed(conn: &mut Option<TcpStream>) {
     }
 }
 
-async fn dial(self_id: u64, advertised: &str, addr: SocketAddr) -> std::io::Result<TcpStream> {
+async fn dial(
+    self_id: u64,
+    advertised: &str,
+    addr: SocketAddr,
+    dirs: crate::replicas::HelloDirs,
+) -> std::io::Result<TcpStream> {
     let mut s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
@@ -271,6 +308,16 @@ async fn dial(self_id: u64, advertised: &str, addr: SocketAddr) -> std::io::Resu
     let adv = &advertised.as_bytes()[..advertised.len().min(1024)];
     hello.put_u16(adv.len() as u16);
     hello.put_slice(adv);
+    hello.put_u128(dirs.dir);
+    hello.put_u128(dirs.known_dir_of_receiver);
+    let mut flags = 0u8;
+    if dirs.receiver_rejoining {
+        flags |= FLAG_RECEIVER_REJOINING;
+    }
+    if dirs.sender_settled {
+        flags |= FLAG_SENDER_SETTLED;
+    }
+    hello.put_u8(flags);
     s.write_all(&hello).await?;
     Ok(s)
 }
@@ -320,7 +367,8 @@ async fn read_peer(mut sock: TcpStream, inbox: &dyn PeerInbox) -> Result<(), Pee
     if &head[..4] != MAGIC {
         return Err(PeerFrameError::BadHello("magic"));
     }
-    if u16::from_be_bytes([head[4], head[5]]) != VERSION {
+    let version = u16::from_be_bytes([head[4], head[5]]);
+    if version != VERSION && version != VERSION_1 {
         return Err(PeerFrameError::BadHello("version"));
     }
     let from = u64::from_be_bytes(head[6..14].try_into().expect("8 bytes"));
@@ -331,7 +379,18 @@ async fn read_peer(mut sock: TcpStream, inbox: &dyn PeerInbox) -> Result<(), Pee
     let mut adv = vec![0u8; adv_len];
     sock.read_exact(&mut adv).await?;
     let adv = String::from_utf8(adv).map_err(|_| PeerFrameError::BadHello("address not UTF-8"))?;
-    inbox.peer_hello(from, adv);
+    let mut dirs = crate::replicas::HelloDirs::default();
+    if version >= VERSION {
+        let mut tail = [0u8; 33];
+        sock.read_exact(&mut tail).await?;
+        let mut t = &tail[..];
+        dirs.dir = t.get_u128();
+        dirs.known_dir_of_receiver = t.get_u128();
+        let flags = t.get_u8();
+        dirs.receiver_rejoining = flags & FLAG_RECEIVER_REJOINING != 0;
+        dirs.sender_settled = flags & FLAG_SENDER_SETTLED != 0;
+    }
+    inbox.peer_hello(from, adv, dirs);
     let result = read_frames(&mut sock, inbox).await;
     inbox.peer_gone(from);
     result

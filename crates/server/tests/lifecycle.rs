@@ -266,7 +266,23 @@ fn node_with_a_replaced_disk_rejoins() {
     let other = (0..3)
         .find(|&i| i != follower && i as i32 + 1 != leader)
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    // It knew it was a new replica (no votes until caught up), and it caught up.
+    let deadline = Instant::now() + WAIT;
+    while !c
+        .log(follower)
+        .contains("every Raft group caught up after the replaced disk")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the replaced node never finished rejoining; its log:\n{}",
+            c.log_tail(follower)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(c.log(follower).contains("rejoining, no votes"));
+    assert!(c
+        .log(leader as usize - 1)
+        .contains("came back with a new data directory"));
     c.stop(other);
     produce_acked(&brokers, "rd", 5, 1000, 10, &mut acked);
     assert_acked_present(&brokers, "rd", &acked);
@@ -458,4 +474,42 @@ fn on_any_once(
 /// Raises this test process's soft open-file limit to its hard limit.
 fn raise_own_nofile() -> std::io::Result<u64> {
     vdl_server::fd_budget::raise_nofile_limit()
+}
+
+/// Item 13: a stream whose saved commit index is beyond its last entry on disk (acknowledged,
+/// fsynced data is missing) is refused at start with an error naming the stream, instead of
+/// being clamped silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_index_beyond_the_log_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_configs(1, dir.path(), &["s1"]).remove(0);
+    {
+        let node = vdl_server::Node::start(config.clone()).await.unwrap();
+        let s = node.stream("s1").unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match s.append(batch(1, b"x"), 1, Duration::from_secs(5)).await {
+                Ok(_) => break,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("append: {e}"),
+            }
+        }
+        node.shutdown();
+    }
+    // Claim a commit far beyond what the log holds.
+    let stream_dir = config.data_dir.join("streams").join("s1");
+    {
+        let mut store =
+            logstore::LogStore::open(&stream_dir, logstore::StoreConfig::default()).unwrap();
+        let mut hs = store.hard_state();
+        hs.commit = store.last_index() + 100;
+        store.save_hard_state(&hs).unwrap();
+    }
+    let err = match vdl_server::Node::start(config).await {
+        Ok(_) => panic!("a node with missing fsynced entries started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("s1") && err.contains("beyond"), "{err}");
 }

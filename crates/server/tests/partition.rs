@@ -156,3 +156,41 @@ async fn an_isolated_leader_stops_acknowledging_and_logs_converge_after_healing(
     assert_eq!(logs[0], acked, "exactly the acknowledged appends, in order");
     drop(nodes);
 }
+
+/// Item 12 of the lifecycle issue: an append waiting on a leader that is cut off and steps
+/// down is answered NotLeader as soon as it steps down, not at the caller's (long) deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_answers_its_waiting_appends_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[STREAM]);
+    let election = configs[0].raft.election_timeout;
+    let cuts = Arc::new(Cuts::default());
+    let mut nodes = Vec::new();
+    for c in &configs {
+        let filter = Arc::new(NodeLinks {
+            me: c.id,
+            cuts: cuts.clone(),
+        });
+        nodes.push(Node::start_with_filter(c.clone(), filter).await.unwrap());
+    }
+    let old = leader_among(&nodes, &[1, 2, 3], Duration::from_secs(10)).await;
+    let s = nodes[old].stream(STREAM).unwrap();
+    s.append(batch(1, b"first"), 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    cuts.isolated.lock().unwrap().insert(nodes[old].config().id);
+    let started = Instant::now();
+    let outcome = s
+        .append(batch(1, b"never"), 1, Duration::from_secs(60))
+        .await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(outcome, Err(vdl_server::AppendError::NotLeader { .. })),
+        "got {outcome:?}"
+    );
+    assert!(
+        waited < 10 * election,
+        "answered after {waited:?}, not when the leader stepped down"
+    );
+    drop(nodes);
+}
