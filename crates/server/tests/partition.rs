@@ -194,3 +194,54 @@ async fn a_deposed_leader_answers_its_waiting_appends_at_once() {
     );
     drop(nodes);
 }
+
+/// Item 10 of the lifecycle issue: a fetch at an offset between the high watermark and the log
+/// end (records appended, not yet committed) gets an empty answer, as in Kafka, not
+/// OFFSET_OUT_OF_RANGE (which makes tailing consumers reset after a failover); beyond the log
+/// end it is out of range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_between_the_high_watermark_and_the_log_end_is_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[STREAM]);
+    let cuts = Arc::new(Cuts::default());
+    let mut nodes = Vec::new();
+    for c in &configs {
+        let filter = Arc::new(NodeLinks {
+            me: c.id,
+            cuts: cuts.clone(),
+        });
+        nodes.push(Node::start_with_filter(c.clone(), filter).await.unwrap());
+    }
+    let leader = leader_among(&nodes, &[1, 2, 3], Duration::from_secs(10)).await;
+    nodes[leader].serve_kafka().await.unwrap();
+    let s = nodes[leader].stream(STREAM).unwrap();
+    s.append(batch(3, b"committed"), 3, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // Cut the leader off and give it records it cannot commit: its log end moves past its
+    // high watermark (until it steps down, one election timeout later).
+    cuts.isolated
+        .lock()
+        .unwrap()
+        .insert(nodes[leader].config().id);
+    let pending = s.submit_records(batch(2, b"uncommitted"), 2);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while s.log_end_offset() < 5 {
+        assert!(Instant::now() < deadline, "the append never reached the log");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let addr: std::net::SocketAddr = nodes[leader].config().kafka_advertised.parse().unwrap();
+    let (between, beyond) = tokio::task::spawn_blocking(move || {
+        let mut c = common::kafka::KafkaConn::connect(addr).unwrap();
+        (c.fetch(STREAM, 4).unwrap(), c.fetch(STREAM, 6).unwrap())
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.visible().high_watermark, 3);
+    let (code, hw, _, records) = between;
+    assert_eq!((code, hw), (0, 3), "between the high watermark and the log end");
+    assert!(records.is_empty(), "uncommitted records were served");
+    assert_eq!(beyond.0, 1, "beyond the log end: OFFSET_OUT_OF_RANGE");
+    drop(pending);
+    drop(nodes);
+}
