@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::kafka::{on_any, KafkaConn};
 use common::procs::ProcCluster;
 use common::{batch, split_batches};
+use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -347,6 +348,42 @@ fn restart_matrix() {
     topics.insert("m1", Acked::new());
     produce_acked(&brokers, "m1", 10, 10, 100, topics.entry("m1").or_default());
     check(&mut c, &topics, "delete + re-create");
+    // Step: idempotent produces; after the restarts a retry of the last batch is answered with
+    // its original offset and written nowhere again.
+    let pid = on_any(&brokers, WAIT, "init producer id", |conn| {
+        conn.init_producer_id()
+    });
+    let mut last = None;
+    for seq in 0..10i32 {
+        let value = tag("m1-idem", seq as usize, 100);
+        let records: Vec<NewRecord> = (0..5)
+            .map(|_| NewRecord::new(1_700_000_000_000, bytes::Bytes::from(value.clone())))
+            .collect();
+        let data = RecordBatchBuilder::new(Compression::None)
+            .producer(pid, 0, seq * 5)
+            .with_records(&records)
+            .unwrap()
+            .build()
+            .unwrap();
+        let base = on_any(&brokers, WAIT, "idempotent produce", |conn| {
+            conn.produce("m1", data.clone())
+        });
+        topics
+            .get_mut("m1")
+            .unwrap()
+            .insert(base as u64, (5, value));
+        last = Some((data, base));
+    }
+    check(&mut c, &topics, "idempotent produces");
+    let (data, base) = last.unwrap();
+    let again = on_any(&brokers, WAIT, "retry after restarts", |conn| {
+        conn.produce("m1", data.clone())
+    });
+    assert_eq!(
+        again, base,
+        "the retry was not answered with its original offset"
+    );
+    assert_acked_present(&brokers, "m1", &topics["m1"]);
     // Step: committed offsets and a lagging follower caught up by snapshot.
     on_any(&brokers, WAIT, "commit", |conn| {
         conn.commit_offset("g1", "m1", 5).map(|e| (e, ()))

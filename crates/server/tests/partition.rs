@@ -227,7 +227,10 @@ async fn a_fetch_between_the_high_watermark_and_the_log_end_is_empty() {
     let pending = s.submit_records(batch(2, b"uncommitted"), 2);
     let deadline = Instant::now() + Duration::from_secs(2);
     while s.log_end_offset() < 5 {
-        assert!(Instant::now() < deadline, "the append never reached the log");
+        assert!(
+            Instant::now() < deadline,
+            "the append never reached the log"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let addr: std::net::SocketAddr = nodes[leader].config().kafka_advertised.parse().unwrap();
@@ -239,7 +242,11 @@ async fn a_fetch_between_the_high_watermark_and_the_log_end_is_empty() {
     .unwrap();
     assert_eq!(s.visible().high_watermark, 3);
     let (code, hw, _, records) = between;
-    assert_eq!((code, hw), (0, 3), "between the high watermark and the log end");
+    assert_eq!(
+        (code, hw),
+        (0, 3),
+        "between the high watermark and the log end"
+    );
     assert!(records.is_empty(), "uncommitted records were served");
     assert_eq!(beyond.0, 1, "beyond the log end: OFFSET_OUT_OF_RANGE");
     drop(pending);

@@ -106,6 +106,23 @@ impl KafkaConn {
         }
     }
 
+    /// InitProducerId v4 without a transactional id: (error code, producer id).
+    pub fn init_producer_id(&mut self) -> std::io::Result<(i16, i64)> {
+        let req = Request::InitProducerId(
+            kafka_proto::messages::init_producer_id_request::InitProducerIdRequest {
+                transactional_id: None,
+                transaction_timeout_ms: 60_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
+            },
+        );
+        match self.call(ApiKey::InitProducerId, 4, &req)? {
+            Response::InitProducerId(r) => Ok((r.error_code, r.producer_id)),
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
     /// ListOffsets v7 at `timestamp` (-2 earliest, -1 latest): (error code, offset).
     pub fn list_offset(&mut self, topic: &str, timestamp: i64) -> std::io::Result<(i16, i64)> {
         let req = Request::ListOffsets(ListOffsetsRequest {
