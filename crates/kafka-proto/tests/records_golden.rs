@@ -228,6 +228,16 @@ fn real_client_batches_validate_and_decode() {
                     .unwrap_or_else(|err| panic!("{}: {err}", e.req.display()));
                 if !from_fetch {
                     b.validate_from_producer().unwrap();
+                    // The broker's full produce validation accepts every real client's batch
+                    // (clock: now, so the captures' timestamps are in the past).
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as i64;
+                    let limits = ProduceLimits::new(1 << 20, now);
+                    let count = validate_producer_batch(&b, e.api_version, &limits)
+                        .unwrap_or_else(|err| panic!("{}: {err}", e.req.display()));
+                    assert_eq!(count as i32, b.record_count());
                 }
                 let codec = b.compression().unwrap();
                 check_framing(codec, &b.records_data());

@@ -5,7 +5,8 @@
 //! - `GET /status` — JSON: this node and every stream's leader, term, applied index, high
 //!   watermark and log start offset.
 //! - `POST /streams/{name}/append?timeout_ms=N` — body: one or more Kafka record batches
-//!   (magic 2). Each batch is validated (CRC, counts) like a Kafka produce. Answers once the
+//!   (magic 2). Each batch is validated like a Kafka produce's batch (CRC, counts, every
+//!   record, offsets, timestamps: `records::validate_producer_batch`). Answers once the
 //!   batches are committed (fsynced on a majority): `200 {"base_offset":..,"raft_index":..}`;
 //!   `421` with `{"error":..,"leader":id}` on a follower, `504` on timeout, `400` on bad input.
 //! - `GET /streams/{name}/records?offset=N&max_bytes=M` — committed record batches from offset
@@ -20,7 +21,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kafka_proto::records::split_batches;
+use kafka_proto::records::{split_batches, validate_producer_batch};
 use serde::{Deserialize, Serialize};
 
 use crate::group::AppendError;
@@ -123,11 +124,19 @@ async fn append(
     if body.is_empty() {
         return error(StatusCode::BAD_REQUEST, "empty body".into(), None);
     }
+    // Each batch is checked as a Kafka produce's batch is (at the newest Produce version).
+    let limits = crate::kafka::produce::produce_limits(
+        &node.config().kafka,
+        crate::kafka::produce::now_ms(),
+    );
     let mut span: u64 = 0;
     for batch in split_batches(body.clone()) {
-        match batch.and_then(|b| b.validate_from_producer().map(|()| b)) {
-            Ok(b) => span += u64::from(b.last_offset_delta() as u32) + 1,
-            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string(), None),
+        let checked = batch.map_err(|e| e.to_string()).and_then(|b| {
+            validate_producer_batch(&b, i16::MAX, &limits).map_err(|e| e.to_string())
+        });
+        match checked {
+            Ok(count) => span += u64::from(count),
+            Err(e) => return error(StatusCode::BAD_REQUEST, e, None),
         }
     }
     let Ok(span) = u32::try_from(span) else {

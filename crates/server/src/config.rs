@@ -82,6 +82,10 @@ pub struct KafkaSettings {
     pub request_max_bytes: usize,
     /// Largest record batch accepted in a produce (`message.max.bytes`).
     pub message_max_bytes: usize,
+    /// How far ahead of this node's clock a produced record's create-time timestamp may be, in
+    /// milliseconds (`message.timestamp.after.max.ms`, Kafka 4.0's default of one hour);
+    /// beyond it the partition is refused with INVALID_TIMESTAMP.
+    pub message_timestamp_after_max_ms: u64,
     /// A connection with no request for this long is closed (`connections.max.idle.ms`).
     pub connection_idle: Duration,
     /// Whether a Metadata request for an unknown topic creates it, when the client allows it
@@ -99,6 +103,8 @@ impl Default for KafkaSettings {
             max_in_flight_per_connection: 64,
             request_max_bytes: 100 << 20,
             message_max_bytes: 1 << 20,
+            message_timestamp_after_max_ms:
+                kafka_proto::records::validate::DEFAULT_TIMESTAMP_AFTER_MAX_MS as u64,
             connection_idle: Duration::from_secs(600),
             auto_create_topics: true,
             max_topics: 1000,
@@ -242,6 +248,7 @@ struct FileKafka {
     max_in_flight_per_connection: Option<usize>,
     request_max_bytes: Option<usize>,
     message_max_bytes: Option<usize>,
+    message_timestamp_after_max_ms: Option<u64>,
     connection_idle_ms: Option<u64>,
     auto_create_topics: Option<bool>,
     max_topics: Option<usize>,
@@ -480,6 +487,15 @@ impl NodeConfig {
         if let Some(ms) = k.connection_idle_ms {
             kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
         }
+        if let Some(ms) = k.message_timestamp_after_max_ms {
+            if i64::try_from(ms).is_err() {
+                return invalid(
+                    "kafka.message_timestamp_after_max_ms",
+                    "must be at most 9223372036854775807",
+                );
+            }
+            kafka.message_timestamp_after_max_ms = ms;
+        }
 
         let initial_streams = file.streams.initial.unwrap_or_default();
         for s in &initial_streams {
@@ -696,6 +712,7 @@ mod tests {
         assert_eq!(c.member_ids(), vec![1, 2, 3]);
         assert_eq!(c.raft, RaftTiming::default());
         assert_eq!(c.storage, StorageSettings::default());
+        assert_eq!(c.kafka, KafkaSettings::default());
     }
 
     #[test]

@@ -12,12 +12,15 @@
 //! - [`builder`]: [`RecordBatchBuilder`] and [`NewRecord`].
 //! - [`compression`]: [`Compression`], [`compress`] and [`decompress`].
 //! - [`legacy`]: magic 0 and 1 message sets and conversion to and from v2 batches.
+//! - [`validate`]: what a broker checks of a producer's records before storing them
+//!   ([`validate_produce_records`], [`ProduceValidationError`]).
 
 pub mod batch;
 pub mod builder;
 pub mod compression;
 pub mod legacy;
 pub mod record;
+pub mod validate;
 
 pub use batch::{
     set_base_offset, set_partition_leader_epoch, split_batches, split_batches_lenient,
@@ -32,6 +35,10 @@ pub use legacy::{
     MessageSetIter,
 };
 pub use record::{Header, Record, RecordIter, RecordSummary, RecordSummaryIter};
+pub use validate::{
+    check_produce_shape, validate_produce_records, validate_producer_batch, ProduceLimits,
+    ProduceValidationError,
+};
 
 /// One step of an iterator over fallible items that stops for good after the end or the first
 /// error: `Ok(None)` and `Err` both set `done`.

@@ -157,12 +157,17 @@ fn next_record_len(dec: &mut Decoder, remaining: &mut u32) -> Result<Option<usiz
     Ok(Some(len))
 }
 
-/// What a consumer that only counts needs of a record: its offset and value length. Yielded by
+/// What a consumer that only counts, or a broker that only validates, needs of a record: its
+/// offset (absolute and as stored), its timestamp delta and its value length. Yielded by
 /// [`RecordSummaryIter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordSummary {
     /// Absolute offset: base offset + offset delta (wrapping on overflow).
     pub offset: i64,
+    /// The offset delta as stored in the record (relative to the batch's base offset).
+    pub offset_delta: i32,
+    /// The timestamp delta as stored in the record (relative to the batch's base timestamp).
+    pub timestamp_delta: i64,
     /// Length of the value; `None` for a null value.
     pub value_len: Option<usize>,
 }
@@ -198,7 +203,7 @@ impl RecordSummaryIter {
         let end_remaining = self.dec.remaining() - len;
         let dec = &mut self.dec;
         dec.i8()?;
-        dec.varlong()?;
+        let timestamp_delta = dec.varlong()?;
         let offset_delta = dec.varint()?;
         if let Some(n) = nullable_len(dec, "negative key length other than -1")? {
             dec.skip(n)?;
@@ -229,6 +234,8 @@ impl RecordSummaryIter {
         }
         Ok(Some(RecordSummary {
             offset: self.base_offset.wrapping_add(i64::from(offset_delta)),
+            offset_delta,
+            timestamp_delta,
             value_len,
         }))
     }

@@ -29,11 +29,14 @@ use kafka_proto::messages::produce_request::ProduceRequest;
 use kafka_proto::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
+use kafka_proto::records::batch::MAGIC_OFFSET;
 use kafka_proto::records::{
-    convert_message_set, split_batches, Compression, LegacyDecodeOptions, TrailingPartial,
+    check_produce_shape, decode_message_set, message_set_to_batch, validate_produce_records,
+    Compression, LegacyDecodeOptions, ProduceLimits, TrailingPartial,
 };
 use kafka_proto::DecodeError;
 
+use crate::config::KafkaSettings;
 use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
 use crate::node::{Node, PendingAppend};
@@ -41,49 +44,84 @@ use crate::producers::SequenceError;
 
 /// Longest a produce waits for commit, whatever timeout the client asked for.
 const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
-/// Byte offset of the magic byte, the same in v2 batches and legacy message sets.
-const MAGIC_OFFSET: usize = 16;
 
-/// Checks a partition's records as Kafka's broker does and returns them as v2 batches ready to
-/// append, with the number of offsets they take. Legacy message sets (magic 0/1, from clients
-/// of Produce v0-2) are converted to one v2 batch.
+/// Largest records of one partition in one produce request (before and after a legacy message
+/// set is converted), whatever `message.max.bytes` says: larger is MESSAGE_TOO_LARGE. One
+/// partition's records become one Raft entry (proposals are merged only up to 1 MiB), and the
+/// log store refuses entries over 64 MiB (`logstore::StoreConfig::max_entry_bytes`, whose
+/// refusal would stop the group) while peer frames stop at 64 MiB
+/// (`transport::MAX_FRAME_BYTES`): half of that leaves room for the entry's context and
+/// framing. A unit test keeps it there.
+pub const MAX_PARTITION_DATA_BYTES: usize = 32 << 20;
+
+// A partition's records, once an entry, always fit a peer frame with room to spare.
+const _: () = assert!(MAX_PARTITION_DATA_BYTES <= crate::transport::MAX_FRAME_BYTES / 2);
+
+/// The limits a Produce request's records are validated against: `message.max.bytes` (capped
+/// by [`MAX_PARTITION_DATA_BYTES`]), the decompression bound derived from it, this node's clock
+/// and `message.timestamp.after.max.ms`.
+pub fn produce_limits(settings: &KafkaSettings, now_ms: i64) -> ProduceLimits {
+    let message_max_bytes = settings.message_max_bytes.min(MAX_PARTITION_DATA_BYTES);
+    ProduceLimits::new(message_max_bytes, now_ms).with_timestamp_after_max_ms(
+        i64::try_from(settings.message_timestamp_after_max_ms).unwrap_or(i64::MAX),
+    )
+}
+
+/// This node's clock in milliseconds since the Unix epoch (0 if it is set before 1970).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Checks a partition's records from a Produce request of `version` as Kafka's broker does,
+/// before anything is stored, and returns them as the one v2 batch to append with the number
+/// of offsets it takes. In order:
+/// - Produce v3+ must carry exactly one magic-2 batch per partition (magic-2 data at any
+///   version too): INVALID_RECORD otherwise ([`check_produce_shape`]);
+/// - at most [`MAX_PARTITION_DATA_BYTES`]: MESSAGE_TOO_LARGE otherwise;
+/// - a legacy message set (magic 0/1, Produce v0-2 only) is decoded (CRC-32 checked) and
+///   converted to one v2 batch with offsets 0..n (the broker assigns offsets anyway);
+/// - the batch is validated in full ([`validate_produce_records`]: base offset, size, CRC,
+///   counts, every record, offset deltas, timestamps), each refusal with Kafka's error code.
 pub fn validate_records(
     records: Bytes,
-    message_max_bytes: usize,
+    version: i16,
+    limits: &ProduceLimits,
 ) -> Result<(Bytes, u32), ErrorCode> {
-    let magic = *records.get(MAGIC_OFFSET).ok_or(ErrorCode::CorruptMessage)?;
-    let batches = if magic < 2 {
-        let options = LegacyDecodeOptions {
-            max_decompressed: message_max_bytes.saturating_mul(4),
-            trailing: TrailingPartial::Reject,
-        };
-        convert_message_set(records, options, Compression::None).map_err(|e| match e {
-            kafka_proto::records::ConvertError::Decode(DecodeError::CrcMismatch { .. }) => {
-                ErrorCode::CorruptMessage
-            }
-            _ => ErrorCode::InvalidRecord,
-        })?
+    check_produce_shape(&records, version).map_err(|e| e.error_code())?;
+    if records.len() > MAX_PARTITION_DATA_BYTES {
+        return Err(ErrorCode::MessageTooLarge);
+    }
+    let magic = *records.get(MAGIC_OFFSET).ok_or(ErrorCode::CorruptMessage)? as i8;
+    let records = if magic < 2 {
+        convert_legacy(records, limits.max_batch_bytes)?
     } else {
         records
     };
-    let mut span: u64 = 0;
-    for batch in split_batches(batches.clone()) {
-        let batch = batch.map_err(|_| ErrorCode::CorruptMessage)?;
-        if batch.len() > message_max_bytes {
-            return Err(ErrorCode::MessageTooLarge);
-        }
-        batch.validate_from_producer().map_err(|e| match e {
-            DecodeError::CrcMismatch { .. } => ErrorCode::CorruptMessage,
-            DecodeError::UnsupportedMagic(_) => ErrorCode::UnsupportedForMessageFormat,
-            _ => ErrorCode::InvalidRecord,
-        })?;
-        span += u64::from(batch.last_offset_delta() as u32) + 1;
+    if records.len() > MAX_PARTITION_DATA_BYTES {
+        return Err(ErrorCode::MessageTooLarge);
     }
-    if span == 0 {
-        return Err(ErrorCode::InvalidRecord);
+    let (batch, count) =
+        validate_produce_records(records, version, limits).map_err(|e| e.error_code())?;
+    Ok((batch.into_bytes(), count))
+}
+
+/// A legacy message set as one uncompressed v2 batch whose records have offset deltas 0..n.
+fn convert_legacy(records: Bytes, message_max_bytes: usize) -> Result<Bytes, ErrorCode> {
+    let options = LegacyDecodeOptions {
+        max_decompressed: message_max_bytes.saturating_mul(4),
+        trailing: TrailingPartial::Reject,
+    };
+    let mut decoded = decode_message_set(records, options).map_err(|e| match e {
+        DecodeError::CrcMismatch { .. } => ErrorCode::CorruptMessage,
+        DecodeError::DecompressedTooLarge(_) => ErrorCode::MessageTooLarge,
+        _ => ErrorCode::InvalidRecord,
+    })?;
+    for (i, r) in decoded.iter_mut().enumerate() {
+        r.offset = i as i64;
     }
-    let span = u32::try_from(span).map_err(|_| ErrorCode::MessageTooLarge)?;
-    Ok((batches, span))
+    message_set_to_batch(&decoded, Compression::None).map_err(|_| ErrorCode::InvalidRecord)
 }
 
 /// The Kafka error for an append that was not acknowledged.
@@ -154,7 +192,7 @@ pub fn produce(
     correlation_id: i32,
     chain: &mut ProduceChain,
 ) -> Reply {
-    let limits = node.config().kafka;
+    let limits = produce_limits(&node.config().kafka, now_ms());
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(MAX_PRODUCE_TIMEOUT);
     let mut submitted: Vec<(String, Vec<SubmittedPartition>)> = Vec::new();
@@ -166,7 +204,8 @@ pub fn produce(
                 &topic.name,
                 p.index,
                 p.records,
-                limits.message_max_bytes,
+                version,
+                &limits,
                 req.transactional_id.is_some(),
             );
             let link = chain.link(&topic.name, p.index);
@@ -242,7 +281,8 @@ fn submit_partition(
     topic: &str,
     partition: i32,
     records: Option<kafka_proto::RecordChunks>,
-    message_max_bytes: usize,
+    version: i16,
+    limits: &ProduceLimits,
     transactional: bool,
 ) -> PartitionOutcome {
     let Some(stream) = node.stream(topic).filter(|_| partition == 0) else {
@@ -259,7 +299,7 @@ fn submit_partition(
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return PartitionOutcome::Failed(ErrorCode::InvalidRecord);
     };
-    match validate_records(records.to_contiguous(), message_max_bytes) {
+    match validate_records(records.to_contiguous(), version, limits) {
         Ok((batches, span)) => {
             PartitionOutcome::Submitted(stream.submit_records(batches, span), stream)
         }
@@ -270,6 +310,91 @@ fn submit_partition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_partitions_records_always_fit_a_raft_entry_and_a_peer_frame() {
+        let entry_limit = logstore::StoreConfig::default().max_entry_bytes;
+        assert!(MAX_PARTITION_DATA_BYTES as u64 <= entry_limit / 2);
+        // A configured message.max.bytes above the cap is capped.
+        let settings = KafkaSettings {
+            message_max_bytes: 1 << 30,
+            ..KafkaSettings::default()
+        };
+        assert_eq!(
+            produce_limits(&settings, 0).max_batch_bytes,
+            MAX_PARTITION_DATA_BYTES
+        );
+    }
+
+    fn batch(value_len: usize) -> Bytes {
+        let record = kafka_proto::records::NewRecord::new(now_ms(), vec![b'x'; value_len]);
+        kafka_proto::records::build_batch(Compression::None, &[record]).unwrap()
+    }
+
+    #[test]
+    fn partition_data_over_the_cap_is_message_too_large_whatever_the_settings() {
+        let settings = KafkaSettings {
+            message_max_bytes: 1 << 30,
+            ..KafkaSettings::default()
+        };
+        let limits = produce_limits(&settings, now_ms());
+        // One batch just over the cap (v9), and legacy-looking data over it (v2).
+        let big = batch(MAX_PARTITION_DATA_BYTES);
+        assert_eq!(
+            validate_records(big, 9, &limits),
+            Err(ErrorCode::MessageTooLarge)
+        );
+        let mut legacy = vec![0u8; MAX_PARTITION_DATA_BYTES + 1];
+        legacy[MAGIC_OFFSET] = 1;
+        assert_eq!(
+            validate_records(Bytes::from(legacy), 2, &limits),
+            Err(ErrorCode::MessageTooLarge)
+        );
+        // Under the cap, fine.
+        assert!(validate_records(batch(1 << 20), 9, &limits).is_ok());
+    }
+
+    #[test]
+    fn v3_and_later_carry_exactly_one_v2_batch() {
+        let limits = produce_limits(&KafkaSettings::default(), now_ms());
+        let one = batch(10);
+        assert_eq!(
+            validate_records(one.clone(), 9, &limits),
+            Ok((one.clone(), 1))
+        );
+        let two = Bytes::from([one.to_vec(), one.to_vec()].concat());
+        for version in [2, 3, 9] {
+            assert_eq!(
+                validate_records(two.clone(), version, &limits),
+                Err(ErrorCode::InvalidRecord)
+            );
+        }
+        // A legacy message set is for v0-2 only.
+        let legacy = kafka_proto::records::encode_message_set(
+            1,
+            Compression::None,
+            kafka_proto::records::TimestampType::CreateTime,
+            &[kafka_proto::records::LegacyRecord::new(
+                5,
+                now_ms(),
+                None,
+                Some(Bytes::from("v")),
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            validate_records(legacy.clone(), 3, &limits),
+            Err(ErrorCode::InvalidRecord)
+        );
+        let (converted, span) = validate_records(legacy, 2, &limits).unwrap();
+        assert_eq!(span, 1);
+        assert_eq!(
+            kafka_proto::records::RecordBatch::new(converted)
+                .unwrap()
+                .base_offset(),
+            0
+        );
+    }
 
     #[tokio::test]
     async fn requests_chain_only_behind_one_still_in_flight() {
