@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //! - [`transport`]: Raft messages between nodes over TCP.
+//! - [`peer_guard`]: which connections, hellos and Raft messages the peer port admits.
 //! - [`raft_log`]: raft-rs's log records forwarded to `tracing`.
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
@@ -18,6 +19,7 @@ pub mod group;
 pub mod kafka;
 pub mod metadata;
 pub mod node;
+pub mod peer_guard;
 pub mod producers;
 pub mod raft_log;
 pub mod raft_storage;
