@@ -378,8 +378,7 @@ pub const PEER_CONNECTIONS_PER_MEMBER: usize = 4;
 pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 /// Default [`PeerLimits::frame_deadline`]: a [`MAX_FRAME_BYTES`] frame at about 2 MB/s.
 pub const FRAME_DEADLINE: Duration = Duration::from_secs(30);
-/// Bytes read into a frame buffer at a time: memory grows with what arrived, not with what
-/// the length prefix claims.
+/// First allocation for a frame body; it doubles as bytes arrive (see `read_body`).
 const FRAME_READ_CHUNK: usize = 256 << 10;
 
 impl PeerLimits {
@@ -624,18 +623,23 @@ fn valid_advertised(a: &str) -> bool {
     !host.is_empty() && a.bytes().all(|b| b.is_ascii_graphic()) && port.parse::<u16>().is_ok()
 }
 
-/// Reads a frame body of `len` bytes, growing the buffer as bytes arrive.
+/// Reads a frame body of `len` bytes. The buffer grows with the bytes that arrived (doubling,
+/// from [`FRAME_READ_CHUNK`]) and never beyond `len`, so a length claim alone allocates little
+/// and a frame never holds more than its own size.
 async fn read_body(sock: &mut TcpStream, len: usize) -> Result<Bytes, PeerFrameError> {
-    let mut buf = BytesMut::with_capacity(len.min(FRAME_READ_CHUNK));
+    let mut buf: Vec<u8> = Vec::with_capacity(len.min(FRAME_READ_CHUNK));
     while buf.len() < len {
-        let want = (len - buf.len()).min(FRAME_READ_CHUNK);
-        buf.reserve(want);
+        if buf.len() == buf.capacity() {
+            let grow = buf.len().max(FRAME_READ_CHUNK).min(len - buf.len());
+            buf.reserve_exact(grow);
+        }
+        let want = (len - buf.len()).min(buf.capacity() - buf.len());
         let n = (&mut *sock).take(want as u64).read_buf(&mut buf).await?;
         if n == 0 {
             return Err(PeerFrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
         }
     }
-    Ok(buf.freeze())
+    Ok(Bytes::from(buf))
 }
 
 /// Splits one frame body into (group, message) pairs, checking every length.
@@ -868,6 +872,37 @@ mod tests {
         wait_until(|| stats.refused_messages() == 2).await;
         let delivered = inbox.delivered.lock().unwrap().clone();
         assert_eq!(delivered, vec![(1, good)]);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_arrives_whole_in_pieces() {
+        let (addr, inbox, _stats, task) = listen(LOCAL, short_limits()).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&hello(2, "h:1")).await.unwrap();
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        m.from = 2;
+        m.to = 1;
+        m.term = 1;
+        m.entries = vec![Entry {
+            index: 1,
+            term: 1,
+            data: Bytes::from((0..3_000_000u32).map(|i| i as u8).collect::<Vec<u8>>()),
+            ..Default::default()
+        }]
+        .into();
+        let mut frame = BytesMut::new();
+        frame.put_u32(0);
+        encode_message(&mut frame, 5, &m);
+        let len = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        for piece in frame.chunks(700_000) {
+            s.write_all(piece).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        wait_until(|| inbox.delivered.lock().unwrap().len() == 1).await;
+        assert_eq!(inbox.delivered.lock().unwrap()[0], (5, m));
         task.abort();
     }
 
