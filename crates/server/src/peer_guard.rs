@@ -34,6 +34,12 @@
 //! | no `MsgSnapshot` for the metadata group (never compacted) | its log, replayed at start, replaced |
 //! | `MsgTransferLeader` only to the leader, in its term | a follower forwarding it panics (`term should not be set`) |
 //! | vote responses only while every entry is persisted | `become_leader` asserts all entries are persisted |
+//!
+//! What the checks cannot do: a sender that passes as a member (its id, from the IP configured
+//! for it) is that member as far as this node can tell, and Raft does not tolerate Byzantine
+//! members. Such a sender cannot crash a node, but its well-formed lies (forged votes, appends,
+//! snapshots, a term pushed to [`MAX_PEER_TERM_OR_INDEX`]) can make a node's log diverge for
+//! good or stall a group. Only authenticating peers would prevent that.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -194,8 +200,7 @@ impl PeerStats {
         }
     }
 
-    /// Counts a refused connection and logs it: at warn, at most [`WARNINGS_PER_SECOND`] a
-    /// second, otherwise at debug.
+    /// Counts a refused connection and logs it: at warn, at most 5 a second, otherwise at debug.
     pub fn refuse_connection(&self, source: SocketAddr, why: &dyn std::fmt::Display) {
         self.refused_connections.fetch_add(1, Ordering::Relaxed);
         if self.may_warn() {
