@@ -42,6 +42,14 @@ pub use recovery::RecoveryReport;
 pub use retention::RetentionOutcome;
 pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, StoreStats};
 
+/// Checks `payload` as [`LogStore::append`] checks a [`EntryKind::Records`] entry's payload (a
+/// whole number, at least one, of magic-2 record batches with non-negative lastOffsetDelta)
+/// and returns the number of offsets it takes; `Err` says what is wrong. Never panics.
+pub fn records_offset_count(payload: &[u8]) -> std::result::Result<u64, String> {
+    let infos = batch::walk(payload).map_err(|(at, reason)| format!("at byte {at}: {reason}"))?;
+    Ok(infos.iter().map(|b| u64::from(b.offset_count)).sum())
+}
+
 /// Size of the fixed part of an entry frame on disk (what [`Entry::size`] adds to payload
 /// and context).
 pub const ENTRY_OVERHEAD_BYTES: usize = entry::FRAME_HEADER_LEN;

@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -29,6 +30,7 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 use tokio::sync::{oneshot, watch};
 
+use crate::peer_guard::{check_in_group, GroupLimits, PeerStats};
 use crate::producers::{batch_infos, total_span, ProducerTable, SequenceCheck, SequenceError};
 use crate::raft_storage::{
     decode_snapshot_data, from_raft_conf, read, to_store_entry, write, RaftStorage, SharedStore,
@@ -182,6 +184,8 @@ pub struct GroupParts {
     pub forward_proposals: bool,
     /// How often the retention rules are applied.
     pub retention_interval: Duration,
+    /// Where refused peer messages are counted.
+    pub peer_stats: Arc<PeerStats>,
     /// Applies committed metadata entries, if this group carries any.
     pub state_machine: Option<Box<dyn StateMachine>>,
     /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
@@ -212,11 +216,23 @@ struct Group {
     rejoin_done: u64,
     /// In rejoin mode: (epoch, commit index the leader announced first in it).
     rejoin_target: Option<(u64, u64)>,
+    /// Entries and bytes of peer appends stepped since the last Ready was handled: the next
+    /// Ready's append must fit the store's batch limits.
+    unpersisted: (usize, u64),
+    /// The store's entry and batch limits.
+    store_limits: (u64, usize, u64),
 }
 
 /// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
 pub fn run_group(parts: GroupParts) {
-    let hs = read(&parts.store).hard_state();
+    let (hs, store_limits) = {
+        let s = read(&parts.store);
+        let c = s.config();
+        (
+            s.hard_state(),
+            (c.max_entry_bytes, c.max_batch_entries, c.max_batch_bytes),
+        )
+    };
     let visible = *parts.visible.borrow();
     let mut g = Group {
         p: parts,
@@ -233,6 +249,8 @@ pub fn run_group(parts: GroupParts) {
         visible,
         rejoin_done: 0,
         rejoin_target: None,
+        unpersisted: (0, 0),
+        store_limits,
     };
     g.run();
 }
@@ -310,18 +328,10 @@ impl Group {
     /// Takes one input; false means stop.
     fn take(&mut self, input: GroupInput) -> bool {
         match input {
-            GroupInput::Raft(mut m) => {
-                if !self.rejoin_allows(&m) {
-                    return true;
+            GroupInput::Raft(m) => {
+                if self.rejoin_allows(&m) {
+                    self.step_peer_message(m);
                 }
-                // A leader's heartbeat names min(its commit, what it believes this follower
-                // holds); after this node lost its disk that can be beyond its log, and raft-rs
-                // panics on a commit past the last index. The follower catches up instead.
-                if m.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat {
-                    m.commit = m.commit.min(self.p.node.raft.raft_log.last_index());
-                }
-                // Errors here are stale or foreign messages; raft-rs already ignores them.
-                let _ = self.p.node.step(m);
             }
             GroupInput::PeerReplaced(peer) => {
                 if self.p.node.raft.state == StateRole::Leader {
@@ -387,6 +397,34 @@ impl Group {
                 tracing::info!(stream = %self.p.name, applied = self.visible.applied_index, "caught up after the replaced disk");
             }
         }
+    }
+
+    /// Steps a message from a peer into raft-rs if [`check_in_group`] admits it; otherwise
+    /// drops and counts it.
+    fn step_peer_message(&mut self, mut m: Message) {
+        let (max_entry, max_entries, max_bytes) = self.store_limits;
+        let limits = GroupLimits {
+            forward_proposals: self.p.forward_proposals,
+            // A group with a state machine replays its whole log and never compacts it.
+            snapshots: self.p.state_machine.is_none(),
+            max_entry_bytes: max_entry,
+            batch_entries_left: max_entries.saturating_sub(self.unpersisted.0),
+            batch_bytes_left: max_bytes.saturating_sub(self.unpersisted.1),
+        };
+        if let Err(why) = check_in_group(&self.p.node.raft, &limits, &mut m) {
+            self.p.peer_stats.refuse_message(self.p.id, &why);
+            return;
+        }
+        if matches!(
+            m.get_msg_type(),
+            raft::prelude::MessageType::MsgAppend | raft::prelude::MessageType::MsgPropose
+        ) {
+            let (entries, bytes) = GroupLimits::append_cost(&m);
+            self.unpersisted.0 += entries;
+            self.unpersisted.1 += bytes;
+        }
+        // Errors here are stale or foreign messages; raft-rs already ignores them.
+        let _ = self.p.node.step(m);
     }
 
     fn leader_hint(&self) -> Option<u64> {
@@ -624,6 +662,8 @@ impl Group {
     }
 
     fn handle_ready(&mut self) {
+        // Whatever peers appended is persisted below (or there is nothing unpersisted).
+        self.unpersisted = (0, 0);
         if !self.p.node.has_ready() {
             return;
         }

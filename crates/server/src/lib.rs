@@ -4,6 +4,7 @@
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //! - [`fd_budget`]: the open-file limit, raised at start and split between clients and storage.
 //! - [`transport`]: Raft messages between nodes over TCP.
+//! - [`peer_guard`]: which connections, hellos and Raft messages the peer port admits.
 //! - [`raft_log`]: raft-rs's log records forwarded to `tracing`.
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
@@ -21,6 +22,7 @@ pub mod group;
 pub mod kafka;
 pub mod metadata;
 pub mod node;
+pub mod peer_guard;
 pub mod producers;
 pub mod raft_log;
 pub mod raft_storage;

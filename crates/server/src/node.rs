@@ -25,6 +25,7 @@ use crate::metadata::{
     ClusterMeta, CommittedOffset, MetaCommand, MetaEntry, MetadataStateMachine, RequestId,
     METADATA_GROUP_ID, METADATA_STREAM,
 };
+use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
 use crate::raft_storage::{read, RaftStorage, SharedStore};
 use crate::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
 
@@ -286,15 +287,24 @@ struct Registry {
     groups: RwLock<HashMap<u64, SyncSender<GroupInput>>>,
     /// This node's directory id, its peers', and its rejoin mode.
     directories: Arc<crate::replicas::Directories>,
-    /// Per peer: its advertised Kafka address and how many connections from it are open.
-    peers: Mutex<HashMap<u64, (String, usize)>>,
+    /// What the peer port refused (messages for unknown groups are counted here).
+    stats: Arc<PeerStats>,
+    /// Per peer: its open admitted connections, oldest first, with the Kafka address each
+    /// announced. The newest one's address is the peer's: a connection's claim lasts only as
+    /// long as the connection.
+    peers: Mutex<HashMap<u64, Vec<(u64, String)>>>,
 }
 
 impl PeerInbox for Registry {
     fn deliver(&self, group: u64, msg: raft::prelude::Message) {
         let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(inbox) = groups.get(&group) {
-            try_deliver(inbox, GroupInput::Raft(msg));
+        match groups.get(&group) {
+            Some(inbox) => self
+                .stats
+                .count_delivery(try_deliver(inbox, GroupInput::Raft(msg))),
+            None => self
+                .stats
+                .refuse_message(group, &Refusal::UnknownGroup(group)),
         }
     }
 
@@ -305,12 +315,19 @@ impl PeerInbox for Registry {
         }
     }
 
-    fn peer_hello(&self, peer: u64, advertised: String, dirs: crate::replicas::HelloDirs) {
+    fn peer_hello(
+        &self,
+        peer: u64,
+        connection: u64,
+        advertised: String,
+        dirs: crate::replicas::HelloDirs,
+    ) {
         {
             let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = peers.entry(peer).or_insert_with(|| (String::new(), 0));
-            entry.0 = advertised;
-            entry.1 += 1;
+            peers
+                .entry(peer)
+                .or_default()
+                .push((connection, advertised));
         }
         if self.directories.on_hello(peer, dirs) == crate::replicas::HelloOutcome::PeerReplaced {
             let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
@@ -324,10 +341,13 @@ impl PeerInbox for Registry {
         self.directories.hello_for(peer)
     }
 
-    fn peer_gone(&self, peer: u64) {
+    fn peer_gone(&self, peer: u64, connection: u64) {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = peers.get_mut(&peer) {
-            entry.1 = entry.1.saturating_sub(1);
+        if let Some(open) = peers.get_mut(&peer) {
+            open.retain(|(c, _)| *c != connection);
+            if open.is_empty() {
+                peers.remove(&peer);
+            }
         }
     }
 }
@@ -448,13 +468,21 @@ impl Node {
                 message: e.to_string(),
             }
         })?;
+        let peer_stats = Arc::new(PeerStats::default());
         let registry = Arc::new(Registry {
             directories: Arc::new(directories),
             groups: RwLock::new(HashMap::new()),
+            stats: peer_stats.clone(),
             peers: Mutex::new(HashMap::new()),
         });
-        let peer_task = tokio::spawn(transport::serve_peers(listener, registry.clone()));
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
+        let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
+        let peer_task = tokio::spawn(transport::serve_peers(
+            listener,
+            registry.clone(),
+            guard,
+            peer_stats,
+        ));
         let peers = transport::start_senders(
             config.id,
             config.kafka_advertised.clone(),
@@ -533,6 +561,23 @@ impl Node {
         v
     }
 
+    /// What the peer port refused so far (connections and Raft messages).
+    pub fn peer_stats(&self) -> &PeerStats {
+        &self.registry.stats
+    }
+
+    /// Group ids of the streams (and the metadata group) whose Raft thread has ended although
+    /// the node was not shut down and the stream not dropped: such a thread ended by panicking
+    /// (in the binary the panic hook ends the process first). Empty on a healthy node.
+    pub fn stopped_groups(&self) -> Vec<u64> {
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads
+            .iter()
+            .filter(|(_, _, handle)| handle.is_finished())
+            .map(|(group, _, _)| *group)
+            .collect()
+    }
+
     /// Live brokers: this node and every peer connected to it now, with the Kafka address
     /// each announced (`HOST:PORT`), by node id.
     pub fn live_brokers(&self) -> Vec<(u64, String)> {
@@ -542,8 +587,8 @@ impl Node {
             .peers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        for (id, (addr, conns)) in peers.iter() {
-            if *conns > 0 && *id != self.config.id {
+        for (id, open) in peers.iter() {
+            if let Some((_, addr)) = open.last().filter(|_| *id != self.config.id) {
                 out.push((*id, addr.clone()));
             }
         }
@@ -750,6 +795,7 @@ impl Node {
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
             forward_proposals,
+            peer_stats: self.registry.stats.clone(),
             producers: (!replay).then(|| rebuild_producers(&shared, applied)),
             state_machine,
             rejoin: self.registry.directories.clone(),

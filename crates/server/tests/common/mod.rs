@@ -2,6 +2,8 @@
 //! record batches.
 #![allow(dead_code)]
 
+pub mod peer;
+
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
