@@ -802,6 +802,7 @@ mod tests {
         }
     }
 
+    /// A version 2 hello: directory id `from`, no known directory for the receiver, settled.
     fn hello(from: u64, advertised: &str) -> Vec<u8> {
         let mut b = BytesMut::new();
         b.put_slice(MAGIC);
@@ -809,6 +810,9 @@ mod tests {
         b.put_u64(from);
         b.put_u16(advertised.len() as u16);
         b.put_slice(advertised.as_bytes());
+        b.put_u128(u128::from(from));
+        b.put_u128(0);
+        b.put_u8(FLAG_SENDER_SETTLED);
         b.to_vec()
     }
 
