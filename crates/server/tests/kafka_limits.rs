@@ -149,3 +149,92 @@ async fn topic_creation_stops_at_the_limit() {
     .await
     .unwrap();
 }
+
+/// A Fetch asking for everything gets at most the broker's 55 MiB (Kafka's `fetch.max.bytes`)
+/// of records; a Produce naming one partition twice stores one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_responses_are_capped_and_a_partition_is_written_once_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(1, dir.path(), &[TOPIC]);
+    configs[0].kafka.request_max_bytes = 8 << 20;
+    let node: Arc<Node> = Node::start(configs.remove(0)).await.unwrap();
+    node.serve_kafka().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.stream(TOPIC).unwrap().visible().leader != node.config().id {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let addr: std::net::SocketAddr = node.config().kafka_advertised.parse().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(addr).unwrap();
+        // 60 batches of about 1 MB: 60 MB stored.
+        let one = batch(1, &vec![b'v'; 1_000_000]);
+        for _ in 0..60 {
+            assert_eq!(c.produce(TOPIC, one.clone()).unwrap().0, 0);
+        }
+        let fetch = Request::Fetch(FetchRequest {
+            replica_id: -1,
+            max_bytes: i32::MAX,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: TOPIC.into(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    current_leader_epoch: -1,
+                    partition_max_bytes: i32::MAX,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let kafka_proto::frame::Response::Fetch(r) =
+            c.call(kafka_proto::api::ApiKey::Fetch, 12, &fetch).unwrap()
+        else {
+            panic!("not a fetch response")
+        };
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let bytes = p.records.as_ref().map_or(0, |r| r.to_contiguous().len());
+        assert!(bytes > 50 << 20, "only {bytes} bytes");
+        assert!(
+            bytes <= (55 << 20) + one.len(),
+            "{bytes} bytes in one response, over the 55 MiB cap"
+        );
+
+        // The same partition twice in one Produce: the repeat is refused, one batch stored.
+        let (_, before) = c.list_offset(TOPIC, -1).unwrap();
+        let part = |tag: &[u8]| kafka_proto::messages::produce_request::PartitionProduceData {
+            index: 0,
+            records: Some(kafka_proto::RecordChunks::from(batch(1, tag))),
+            ..Default::default()
+        };
+        let req = Request::Produce(kafka_proto::messages::produce_request::ProduceRequest {
+            acks: -1,
+            timeout_ms: 5000,
+            topic_data: vec![kafka_proto::messages::produce_request::TopicProduceData {
+                name: TOPIC.into(),
+                partition_data: vec![part(b"one"), part(b"two")],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let kafka_proto::frame::Response::Produce(r) =
+            c.call(kafka_proto::api::ApiKey::Produce, 9, &req).unwrap()
+        else {
+            panic!("not a produce response")
+        };
+        let codes: Vec<i16> = r.responses[0]
+            .partition_responses
+            .iter()
+            .map(|p| p.error_code)
+            .collect();
+        assert_eq!(codes, vec![0, 87]);
+        let (_, after) = c.list_offset(TOPIC, -1).unwrap();
+        assert_eq!(after, before + 1);
+    })
+    .await
+    .unwrap();
+}

@@ -146,8 +146,9 @@ fn read_once(
             let partition_max = u64::try_from(p.partition_max_bytes).unwrap_or(0);
             // KIP-74: the first partition with data gets a whole batch even when the request's
             // budget is smaller; after that, partitions get only what the budget leaves.
+            // (The read returns at least one whole batch whenever its limit is positive.)
             let limit = if total == 0 {
-                partition_max.max(1)
+                partition_max.min(budget).max(1)
             } else {
                 partition_max.min(budget)
             };

@@ -196,18 +196,26 @@ pub fn produce(
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(MAX_PRODUCE_TIMEOUT);
     let mut submitted: Vec<(String, Vec<SubmittedPartition>)> = Vec::new();
+    // A partition named twice in one request (no client does that; Kafka keeps only the last
+    // occurrence) is refused the second time: one request carries at most one batch, and so at
+    // most one producer id, per partition.
+    let mut seen: std::collections::HashSet<(String, i32)> = std::collections::HashSet::new();
     for topic in req.topic_data {
         let mut partitions = Vec::new();
         for p in topic.partition_data {
-            let outcome = submit_partition(
-                node,
-                &topic.name,
-                p.index,
-                p.records,
-                version,
-                &limits,
-                req.transactional_id.is_some(),
-            );
+            let outcome = if seen.insert((topic.name.clone(), p.index)) {
+                submit_partition(
+                    node,
+                    &topic.name,
+                    p.index,
+                    p.records,
+                    version,
+                    &limits,
+                    req.transactional_id.is_some(),
+                )
+            } else {
+                PartitionOutcome::Failed(ErrorCode::InvalidRecord)
+            };
             let link = chain.link(&topic.name, p.index);
             partitions.push((p.index, outcome, link));
         }
