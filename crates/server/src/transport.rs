@@ -181,6 +181,11 @@ impl PeerSender {
 pub trait LinkFilter: Send + Sync + 'static {
     /// Whether a message from this node to `peer` may be sent now.
     fn allow(&self, peer: u64) -> bool;
+    /// Whether this message to `peer` may be sent now (by default: whether the link is open).
+    fn allow_message(&self, peer: u64, msg: &Message) -> bool {
+        let _ = msg;
+        self.allow(peer)
+    }
 }
 
 /// Lets everything through.
@@ -291,7 +296,7 @@ async fn sender_task(
         let mut count = 0;
         let mut next = Some(first);
         while let Some((group, msg)) = next.take() {
-            if filter.allow(peer) {
+            if filter.allow_message(peer, &msg) {
                 encode_message(&mut frame, group, &msg);
                 count += 1;
             }
