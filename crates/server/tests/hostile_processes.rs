@@ -14,38 +14,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::kafka::on_any;
 use common::procs::ProcCluster;
-use common::{batch, kcat, run_with_deadline};
-use kafka_proto::records::{Compression, RecordBatch};
+use common::{batch, kcat, raw_batch, run_with_deadline};
+use kafka_proto::records::Compression;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
 
 const WAIT: Duration = Duration::from_secs(30);
 const TOPIC: &str = "hostile";
-
-/// A v2 batch with these header fields around `records`, with a valid CRC.
-fn raw_batch(attributes: i16, count: i32, records: &[u8]) -> Bytes {
-    let ts = 1_700_000_000_000i64;
-    let mut b = Vec::new();
-    b.extend_from_slice(&0i64.to_be_bytes());
-    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.push(2);
-    b.extend_from_slice(&[0; 4]);
-    b.extend_from_slice(&attributes.to_be_bytes());
-    b.extend_from_slice(&count.wrapping_sub(1).to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&(-1i64).to_be_bytes());
-    b.extend_from_slice(&(-1i16).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.extend_from_slice(&count.to_be_bytes());
-    b.extend_from_slice(records);
-    let crc = RecordBatch::new(Bytes::copy_from_slice(&b))
-        .unwrap()
-        .compute_crc();
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    Bytes::from(b)
-}
 
 /// The reproduced 36-byte attack: a hello claiming `claimed` with no advertised address, then
 /// one frame holding an empty MsgPropose for the metadata group (id 1).

@@ -19,11 +19,14 @@ use vdl_server::Node;
 
 const TOPIC: &str = "slow-reader";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_never_reads_is_disconnected() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut configs = cluster_configs(1, dir.path(), &[TOPIC]);
-    configs[0].kafka.connection_idle = Duration::from_secs(2);
+/// A one-node cluster serving Kafka with `TOPIC`, its Kafka settings changed by `tweak`, once
+/// it leads `TOPIC`; returns the node and its Kafka address.
+async fn single_node(
+    dir: &std::path::Path,
+    tweak: impl FnOnce(&mut vdl_server::config::KafkaSettings),
+) -> (Arc<Node>, std::net::SocketAddr) {
+    let mut configs = cluster_configs(1, dir, &[TOPIC]);
+    tweak(&mut configs[0].kafka);
     let node: Arc<Node> = Node::start(configs.remove(0)).await.unwrap();
     node.serve_kafka().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -31,7 +34,17 @@ async fn a_client_that_never_reads_is_disconnected() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let addr: std::net::SocketAddr = node.config().kafka_advertised.parse().unwrap();
+    let addr = node.config().kafka_advertised.parse().unwrap();
+    (node, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_node, addr) = single_node(dir.path(), |k| {
+        k.connection_idle = Duration::from_secs(2);
+    })
+    .await;
     tokio::task::spawn_blocking(move || {
         let mut good = KafkaConn::connect(addr).unwrap();
         for _ in 0..8 {
@@ -155,16 +168,7 @@ async fn topic_creation_stops_at_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_responses_are_capped_and_a_partition_is_written_once_per_request() {
     let dir = tempfile::tempdir().unwrap();
-    let mut configs = cluster_configs(1, dir.path(), &[TOPIC]);
-    configs[0].kafka.request_max_bytes = 8 << 20;
-    let node: Arc<Node> = Node::start(configs.remove(0)).await.unwrap();
-    node.serve_kafka().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node.stream(TOPIC).unwrap().visible().leader != node.config().id {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let addr: std::net::SocketAddr = node.config().kafka_advertised.parse().unwrap();
+    let (_node, addr) = single_node(dir.path(), |k| k.request_max_bytes = 8 << 20).await;
     tokio::task::spawn_blocking(move || {
         let mut c = KafkaConn::connect(addr).unwrap();
         // 60 batches of about 1 MB: 60 MB stored.

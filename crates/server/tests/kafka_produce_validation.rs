@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cluster_configs;
+use common::{cluster_configs, raw_batch};
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{decode_response, encode_request, Request, Response};
 use kafka_proto::header::RequestHeader;
@@ -23,7 +23,7 @@ use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
 use kafka_proto::records::{
-    compress, encode_message_set, split_batches, Compression, LegacyRecord, NewRecord, RecordBatch,
+    compress, encode_message_set, split_batches, Compression, LegacyRecord, NewRecord,
     RecordBatchBuilder, TimestampType,
 };
 use kafka_proto::RecordChunks;
@@ -124,31 +124,6 @@ fn batch_of(codec: Compression, n: usize, value: &[u8]) -> Bytes {
             .unwrap();
     }
     b.build().unwrap()
-}
-
-/// A v2 batch with the given header fields around a records section, with a valid CRC.
-fn raw_batch(attributes: i16, count: i32, records: &[u8]) -> Bytes {
-    let ts = now_ms();
-    let mut b = Vec::new();
-    b.extend_from_slice(&0i64.to_be_bytes());
-    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.push(2);
-    b.extend_from_slice(&[0; 4]);
-    b.extend_from_slice(&attributes.to_be_bytes());
-    b.extend_from_slice(&count.wrapping_sub(1).to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&ts.to_be_bytes());
-    b.extend_from_slice(&(-1i64).to_be_bytes());
-    b.extend_from_slice(&(-1i16).to_be_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    b.extend_from_slice(&count.to_be_bytes());
-    b.extend_from_slice(records);
-    let crc = RecordBatch::new(Bytes::copy_from_slice(&b))
-        .unwrap()
-        .compute_crc();
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    Bytes::from(b)
 }
 
 async fn leader_of(nodes: &[Arc<Node>]) -> usize {

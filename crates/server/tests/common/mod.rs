@@ -134,3 +134,32 @@ pub fn run_with_deadline(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A v2 batch with these header fields (attributes, record count; lastOffsetDelta = count - 1,
+/// timestamps of now) around a records section taken as given, with a valid CRC: for tests of
+/// batches whose header lies about their records.
+pub fn raw_batch(attributes: i16, count: i32, records: &[u8]) -> Bytes {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut b = Vec::new();
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&((49 + records.len()) as i32).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&attributes.to_be_bytes());
+    b.extend_from_slice(&count.wrapping_sub(1).to_be_bytes());
+    b.extend_from_slice(&ts.to_be_bytes());
+    b.extend_from_slice(&ts.to_be_bytes());
+    b.extend_from_slice(&(-1i64).to_be_bytes());
+    b.extend_from_slice(&(-1i16).to_be_bytes());
+    b.extend_from_slice(&(-1i32).to_be_bytes());
+    b.extend_from_slice(&count.to_be_bytes());
+    b.extend_from_slice(records);
+    let crc = kafka_proto::records::RecordBatch::new(Bytes::copy_from_slice(&b))
+        .expect("a batch header")
+        .compute_crc();
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(b)
+}
