@@ -37,8 +37,8 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Replaces `dir/name` atomically and durably: write `name.tmp`, fsync it, rename it over
-/// `name`, fsync the directory.
-pub(crate) fn atomic_write(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+/// `name`, fsync the directory. A failed fsync panics (the store's policy: no silent loss).
+pub fn atomic_write(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     {

@@ -37,6 +37,7 @@ mod store;
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};
 pub use error::{LogStoreError, Result};
+pub use fsutil::atomic_write;
 pub use hard_state::{ConfState, HardState};
 pub use recovery::RecoveryReport;
 pub use retention::RetentionOutcome;

@@ -21,7 +21,6 @@
 //! - `rejoining`: present while this node is in rejoin mode (empty).
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -35,16 +34,9 @@ const PEER_DIRECTORIES_FILE: &str = "peer_directories";
 /// Marker present while this node is rejoining after a replaced disk.
 const REJOINING_FILE: &str = "rejoining";
 
-/// Writes `data` to `dir/name` atomically and durably.
+/// Writes `data` to `dir/name` atomically and durably (the log store's own file replacement).
 fn atomic_write(dir: &Path, name: &str, data: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
+    logstore::atomic_write(dir, name, data).map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// 128 random bits from the operating system.
