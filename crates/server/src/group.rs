@@ -552,7 +552,7 @@ impl Group {
 
     fn next_id(&mut self) -> u64 {
         let id = self.next_proposal_id;
-        self.next_proposal_id += 1;
+        self.next_proposal_id = self.next_proposal_id.wrapping_add(1);
         id
     }
 
