@@ -230,7 +230,7 @@ EOF
     for ((i = 1; i <= NODES; i++)); do
       pid="$(cat "$(pid_file "$i")" 2>/dev/null || true)"
       if [[ -z "$pid" ]] || ! alive "$pid"; then
-        tail -n 20 "$DATA_DIR/vdl$i.log" >&2 || true
+        grep -v -E "^ +([0-9]+: |at )" "$DATA_DIR/vdl$i.log" | tail -n 20 >&2 || true
         die "vdl$i exited during startup (log: $DATA_DIR/vdl$i.log)"
       fi
       port_open "$(kafka_port "$i")" || all_up=0
