@@ -550,3 +550,21 @@ async fn a_commit_index_beyond_the_log_refuses_to_start() {
     };
     assert!(err.contains("s1") && err.contains("beyond"), "{err}");
 }
+
+/// A data directory in the layout before topic incarnations (topics under `streams/<name>`)
+/// is refused at start with an error that says so, rather than opened with its topics hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_layout_data_directory_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_configs(1, dir.path(), &["configured"]).remove(0);
+    std::fs::create_dir_all(config.data_dir.join("streams").join("configured")).unwrap();
+    std::fs::create_dir_all(config.data_dir.join("streams").join("old-topic")).unwrap();
+    let err = match vdl_server::Node::start(config).await {
+        Ok(_) => panic!("a data directory of the old layout was opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("old-topic") && err.contains("layout before topic incarnations"),
+        "{err}"
+    );
+}
