@@ -218,6 +218,21 @@ def test_watermarks_and_offsets_for_times(cluster, topic):
         c.close()
 
 
+def test_list_topics_without_a_topic(cluster, topic):
+    """AdminClient.list_topics() and Producer.list_topics() without a topic: librdkafka's
+    all-topics Metadata v12 request carries bytes after its body, which Kafka ignores; so must we
+    (the connection was closed: "Broker transport failure")."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert topic in md.topics
+    assert len(md.brokers) == 3
+    assert md.topics[topic].partitions[0].leader in md.brokers
+    p = producer(cluster)
+    assert topic in p.list_topics(timeout=10).topics
+
+
 # (d) Failover: SIGKILL the topic's leader while an idempotent acks=all producer produces.
 def test_failover_acknowledged_records_survive_exactly_once(cluster, topic):
     group = f"fo-{topic}"

@@ -239,7 +239,10 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
     let header = RequestHeader::decode(&mut d, request_header_version(api, api_version))
         .map_err(malformed)?;
     let body = Request::decode(api, &mut d, api_version).map_err(malformed)?;
-    d.finish().map_err(malformed)?;
+    // Bytes after a complete body are ignored, as Apache Kafka's request parser does (it never
+    // checks that the frame was consumed). Real clients send them: librdkafka 2.16's
+    // all-topics Metadata v12 request carries 3 bytes past its tagged fields. A truncated body
+    // is still an error.
     Ok((header, body))
 }
 
@@ -528,20 +531,36 @@ mod tests {
     }
 
     #[test]
-    fn trailing_bytes_are_an_error() {
+    fn trailing_bytes_after_a_request_body_are_ignored_as_kafka_does() {
         // ApiVersions v0, header v1 with null client id, empty body, one extra byte.
         let frame = Bytes::from_static(&[0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 7]);
-        assert!(matches!(
-            decode_request(frame).unwrap_err(),
-            RequestError::Malformed {
-                error: DecodeError::TrailingBytes(1),
-                ..
-            }
-        ));
-        let frame = Bytes::from_static(&[0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff]);
         let (h, r) = decode_request(frame).unwrap();
         assert_eq!(h.client_id, None);
         assert_eq!(r, Request::ApiVersions(ApiVersionsRequest::default()));
+        let frame = Bytes::from_static(&[0, 18, 0, 0, 0, 0, 0, 1, 0xff, 0xff]);
+        let (_, r2) = decode_request(frame).unwrap();
+        assert_eq!(r2, r);
+        // Captured from confluent-kafka 2.16.1 (librdkafka 2.16): AdminClient.list_topics()
+        // without a topic. Metadata v12, header v2 (client id "rdkafka", no tagged fields), then
+        // a 4-byte body (null topics, no auto-creation, no authorized operations, no tagged
+        // fields) and 3 more bytes.
+        let mut frame = vec![0, 3, 0, 12, 0, 0, 0, 3, 0, 7];
+        frame.extend_from_slice(b"rdkafka");
+        frame.push(0);
+        frame.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0]);
+        let (h, r) = decode_request(Bytes::from(frame)).unwrap();
+        assert_eq!((h.api_key, h.api_version, h.correlation_id), (3, 12, 3));
+        let Request::Metadata(m) = r else {
+            panic!("not a Metadata request")
+        };
+        assert_eq!(m.topics, None, "all topics");
+        assert!(!m.allow_auto_topic_creation);
+        // A body cut short is still malformed.
+        let frame = Bytes::from_static(&[0, 3, 0, 12, 0, 0, 0, 3, 0xff, 0xff, 0, 0]);
+        assert!(matches!(
+            decode_request(frame).unwrap_err(),
+            RequestError::Malformed { .. }
+        ));
     }
 
     #[test]
