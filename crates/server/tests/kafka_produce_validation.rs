@@ -8,16 +8,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{cluster_configs, raw_batch};
 use kafka_proto::api::ApiKey;
-use kafka_proto::frame::{decode_response, encode_request, Request, Response};
-use kafka_proto::header::RequestHeader;
+use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
@@ -40,23 +37,10 @@ fn now_ms() -> i64 {
 
 /// Sends one request on a new connection and reads its response.
 fn call(addr: &str, api: ApiKey, version: i16, request: &Request) -> Response {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let header = RequestHeader {
-        api_key: api.as_i16(),
-        api_version: version,
-        correlation_id: 1,
-        client_id: Some("validation-test".into()),
-        ..Default::default()
-    };
-    for seg in encode_request(&header, request).unwrap() {
-        s.write_all(&seg).unwrap();
-    }
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).unwrap();
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut body).unwrap();
-    decode_response(api, version, Bytes::from(body)).unwrap().1
+    let addr = addr.parse().expect("HOST:PORT");
+    common::kafka::KafkaConn::connect(addr)
+        .and_then(|mut c| c.call(api, version, request))
+        .expect("a response")
 }
 
 /// Produces `chunks` (concatenated on the wire) to partition 0 at `version`; returns (error

@@ -64,20 +64,26 @@ async fn leader_among(nodes: &[Arc<Node>], ids: &[u64], timeout: Duration) -> us
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_isolated_leader_stops_acknowledging_and_logs_converge_after_healing() {
-    let dir = tempfile::tempdir().unwrap();
-    let configs = cluster_configs(3, dir.path(), &[STREAM]);
-    let election = configs[0].raft.election_timeout;
+/// Starts a node per config, all sharing one set of cuts.
+async fn start_filtered(configs: &[vdl_server::config::NodeConfig]) -> (Vec<Arc<Node>>, Arc<Cuts>) {
     let cuts = Arc::new(Cuts::default());
     let mut nodes = Vec::new();
-    for c in &configs {
+    for c in configs {
         let filter = Arc::new(NodeLinks {
             me: c.id,
             cuts: cuts.clone(),
         });
         nodes.push(Node::start_with_filter(c.clone(), filter).await.unwrap());
     }
+    (nodes, cuts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_stops_acknowledging_and_logs_converge_after_healing() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[STREAM]);
+    let election = configs[0].raft.election_timeout;
+    let (nodes, cuts) = start_filtered(&configs).await;
     let all_ids = [1, 2, 3];
     let old = leader_among(&nodes, &all_ids, Duration::from_secs(10)).await;
     let mut acked: Vec<Vec<u8>> = Vec::new();
@@ -164,15 +170,7 @@ async fn a_deposed_leader_answers_its_waiting_appends_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let configs = cluster_configs(3, dir.path(), &[STREAM]);
     let election = configs[0].raft.election_timeout;
-    let cuts = Arc::new(Cuts::default());
-    let mut nodes = Vec::new();
-    for c in &configs {
-        let filter = Arc::new(NodeLinks {
-            me: c.id,
-            cuts: cuts.clone(),
-        });
-        nodes.push(Node::start_with_filter(c.clone(), filter).await.unwrap());
-    }
+    let (nodes, cuts) = start_filtered(&configs).await;
     let old = leader_among(&nodes, &[1, 2, 3], Duration::from_secs(10)).await;
     let s = nodes[old].stream(STREAM).unwrap();
     s.append(batch(1, b"first"), 1, Duration::from_secs(5))
@@ -203,15 +201,7 @@ async fn a_deposed_leader_answers_its_waiting_appends_at_once() {
 async fn a_fetch_between_the_high_watermark_and_the_log_end_is_empty() {
     let dir = tempfile::tempdir().unwrap();
     let configs = cluster_configs(3, dir.path(), &[STREAM]);
-    let cuts = Arc::new(Cuts::default());
-    let mut nodes = Vec::new();
-    for c in &configs {
-        let filter = Arc::new(NodeLinks {
-            me: c.id,
-            cuts: cuts.clone(),
-        });
-        nodes.push(Node::start_with_filter(c.clone(), filter).await.unwrap());
-    }
+    let (nodes, cuts) = start_filtered(&configs).await;
     let leader = leader_among(&nodes, &[1, 2, 3], Duration::from_secs(10)).await;
     nodes[leader].serve_kafka().await.unwrap();
     let s = nodes[leader].stream(STREAM).unwrap();
