@@ -548,6 +548,17 @@ impl Node {
             .cloned()
     }
 
+    /// The first stream this node serves for which `pred` holds (one pass, nothing copied but
+    /// the handle found).
+    pub fn find_stream(&self, pred: impl Fn(&LogStream) -> bool) -> Option<LogStream> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .find(|s| pred(s))
+            .cloned()
+    }
+
     /// Names of every stream this node serves.
     pub fn stream_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self

@@ -56,9 +56,8 @@ pub fn topic_id_of(node: &Node, name: &str) -> Uuid {
 
 /// The name of the topic with id `id`, if this node serves it.
 pub fn topic_name_by_id(node: &Node, id: Uuid) -> Option<String> {
-    node.stream_names()
-        .into_iter()
-        .find(|n| topic_id_of(node, n) == id)
+    node.find_stream(|s| stream_topic_id(s) == id)
+        .map(|s| s.name().to_owned())
 }
 
 /// The cluster id Metadata reports: stable for a given set of members.
