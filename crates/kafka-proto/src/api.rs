@@ -33,6 +33,7 @@ macro_rules! for_each_api {
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
             DescribeConfigs = 32, "DescribeConfigs", 0..=4, DescribeConfigsRequest, DescribeConfigsResponse;
             SaslAuthenticate = 36, "SaslAuthenticate", 0..=2, SaslAuthenticateRequest, SaslAuthenticateResponse;
+            CreatePartitions = 37, "CreatePartitions", 0..=3, CreatePartitionsRequest, CreatePartitionsResponse;
             DescribeCluster = 60, "DescribeCluster", 0..=1, DescribeClusterRequest, DescribeClusterResponse;
         }
     };
@@ -173,7 +174,7 @@ mod tests {
     #[test]
     fn table_matches_the_schemas() {
         for_each_api!(check_table);
-        assert_eq!(ApiKey::ALL.len(), 21);
+        assert_eq!(ApiKey::ALL.len(), 22);
         assert_eq!(ApiKey::from_i16(4), None);
         assert_eq!(ApiKey::from_i16(-1), None);
     }

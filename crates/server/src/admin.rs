@@ -2,14 +2,14 @@
 //! protocol (for operators, scripts and the multi-process tests).
 //!
 //! Endpoints:
-//! - `GET /status` — JSON: this node and every stream's leader, term, applied index, high
-//!   watermark and log start offset.
-//! - `POST /streams/{name}/append?timeout_ms=N` — body: one or more Kafka record batches
+//! - `GET /status` — JSON: this node and every stream's (every partition's) leader, term,
+//!   applied index, high watermark and log start offset.
+//! - `POST /streams/{name}/append?timeout_ms=N&partition=P` — body: one or more Kafka record batches
 //!   (magic 2). Each batch is validated like a Kafka produce's batch (CRC, counts, every
 //!   record, offsets, timestamps: `records::validate_producer_batch`). Answers once the
 //!   batches are committed (fsynced on a majority): `200 {"base_offset":..,"raft_index":..}`;
 //!   `421` with `{"error":..,"leader":id}` on a follower, `504` on timeout, `400` on bad input.
-//! - `GET /streams/{name}/records?offset=N&max_bytes=M` — committed record batches from offset
+//! - `GET /streams/{name}/records?offset=N&max_bytes=M&partition=P` — committed record batches from offset
 //!   N, whole batches, as `application/octet-stream`; header `x-high-watermark`.
 
 use std::sync::Arc;
@@ -35,7 +35,7 @@ const MAX_APPEND_TIMEOUT_MS: u64 = 60_000;
 /// One stream's state in `/status`.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct StreamStatus {
-    /// Stream name.
+    /// Stream (topic) name.
     pub name: String,
     /// Leader node id (0: none known).
     pub leader: u64,
@@ -47,6 +47,11 @@ pub struct StreamStatus {
     pub high_watermark: u64,
     /// First offset still stored.
     pub log_start_offset: u64,
+    /// Partition of the topic (0 for a stream configured at start; absent in documents from
+    /// versions before partitions). Last, so scripts reading the fields in order (name,
+    /// leader, ...) keep working.
+    #[serde(default)]
+    pub partition: u32,
 }
 
 /// The `/status` document.
@@ -56,7 +61,8 @@ pub struct NodeStatus {
     pub id: u64,
     /// This node's name.
     pub name: String,
-    /// Every stream this node serves.
+    /// Every stream this node serves: each partition of each topic, partitions of a topic in
+    /// order.
     pub streams: Vec<StreamStatus>,
 }
 
@@ -79,11 +85,12 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
     let streams = node
         .stream_names()
         .into_iter()
-        .filter_map(|n| node.stream(&n))
+        .flat_map(|n| node.partitions(&n))
         .map(|s| {
             let v = s.visible();
             StreamStatus {
                 name: s.name().to_owned(),
+                partition: s.partition(),
                 leader: v.leader,
                 term: v.term,
                 applied_index: v.applied_index,
@@ -102,6 +109,8 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
 #[derive(Deserialize)]
 struct AppendParams {
     timeout_ms: Option<u64>,
+    /// Partition of the topic (default 0).
+    partition: Option<u32>,
 }
 
 fn error(status: StatusCode, message: String, leader: Option<u64>) -> Response {
@@ -118,8 +127,13 @@ async fn append(
     Query(params): Query<AppendParams>,
     body: Bytes,
 ) -> Response {
-    let Some(stream) = node.stream(&name) else {
-        return error(StatusCode::NOT_FOUND, format!("no stream {name}"), None);
+    let partition = params.partition.unwrap_or(0);
+    let Some(stream) = node.partition(&name, partition) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no stream {name} partition {partition}"),
+            None,
+        );
     };
     if body.is_empty() {
         return error(StatusCode::BAD_REQUEST, "empty body".into(), None);
@@ -173,6 +187,8 @@ async fn append(
 struct ReadParams {
     offset: u64,
     max_bytes: Option<u64>,
+    /// Partition of the topic (default 0).
+    partition: Option<u32>,
 }
 
 async fn records(
@@ -180,8 +196,13 @@ async fn records(
     Path(name): Path<String>,
     Query(params): Query<ReadParams>,
 ) -> Response {
-    let Some(stream) = node.stream(&name) else {
-        return error(StatusCode::NOT_FOUND, format!("no stream {name}"), None);
+    let partition = params.partition.unwrap_or(0);
+    let Some(stream) = node.partition(&name, partition) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no stream {name} partition {partition}"),
+            None,
+        );
     };
     let hw = stream.visible().high_watermark;
     match stream.read(

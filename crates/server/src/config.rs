@@ -94,6 +94,13 @@ pub struct KafkaSettings {
     /// Most topics the cluster may hold: CreateTopics beyond it gets POLICY_VIOLATION and
     /// auto-creation stops (each topic costs every node a Raft group, threads and open files).
     pub max_topics: usize,
+    /// Partitions of an auto-created topic, and of a CreateTopics request that leaves the count
+    /// to the broker (-1) (`num.partitions`).
+    pub num_partitions: u32,
+    /// Most partitions the cluster may hold, over all topics: CreateTopics and CreatePartitions
+    /// beyond it get POLICY_VIOLATION (each partition costs every node a Raft group today: two
+    /// threads, a store and open files).
+    pub max_partitions: u32,
 }
 
 impl Default for KafkaSettings {
@@ -108,6 +115,8 @@ impl Default for KafkaSettings {
             connection_idle: Duration::from_secs(600),
             auto_create_topics: true,
             max_topics: 1000,
+            num_partitions: 1,
+            max_partitions: 1000,
         }
     }
 }
@@ -252,6 +261,8 @@ struct FileKafka {
     connection_idle_ms: Option<u64>,
     auto_create_topics: Option<bool>,
     max_topics: Option<usize>,
+    num_partitions: Option<u32>,
+    max_partitions: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -308,6 +319,9 @@ pub const DEFAULT_KAFKA_ADDR: &str = "127.0.0.1:9092";
 pub const DEFAULT_PEER_ADDR: &str = "127.0.0.1:9192";
 /// Default data directory of the embedded single-node setup.
 pub const DEFAULT_DATA_DIR: &str = "./vdl-data";
+/// Highest value `kafka.max_partitions` and `kafka.num_partitions` accept (Kafka's partition
+/// index is an int32; this bound keeps a typo from promising what no node can hold).
+pub const MAX_PARTITIONS_LIMIT: u32 = 100_000;
 
 impl NodeConfig {
     /// The embedded default: one node (id 1, "vdl1") with data in `./vdl-data`, Kafka on
@@ -484,6 +498,31 @@ impl NodeConfig {
             }
         }
         kafka.auto_create_topics = k.auto_create_topics.unwrap_or(kafka.auto_create_topics);
+        for (key, value, target) in [
+            (
+                "kafka.num_partitions",
+                k.num_partitions,
+                &mut kafka.num_partitions,
+            ),
+            (
+                "kafka.max_partitions",
+                k.max_partitions,
+                &mut kafka.max_partitions,
+            ),
+        ] {
+            if let Some(v) = value {
+                if v == 0 || v > MAX_PARTITIONS_LIMIT {
+                    return invalid(key, &format!("must be in 1..={MAX_PARTITIONS_LIMIT}"));
+                }
+                *target = v;
+            }
+        }
+        if kafka.num_partitions > kafka.max_partitions {
+            return invalid(
+                "kafka.num_partitions",
+                "must be at most kafka.max_partitions",
+            );
+        }
         if let Some(ms) = k.connection_idle_ms {
             kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
         }

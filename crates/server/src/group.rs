@@ -143,6 +143,11 @@ pub struct Visible {
     /// On the leader: the voters caught up with it (ids, 0-padded; the leader included). Not
     /// known on a follower (all zero).
     pub in_sync: [u64; MAX_TRACKED_VOTERS],
+    /// On the leader: it has committed and applied an entry of its own term, so the high
+    /// watermark is the cluster's, not the older one this node restarted or was elected with
+    /// (Kafka's leader-epoch start offset, KIP-207). False on a follower and on a leader just
+    /// elected, which answers offset queries OFFSET_NOT_AVAILABLE until then.
+    pub leader_ready: bool,
 }
 
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
@@ -221,6 +226,9 @@ struct Group {
     unpersisted: (usize, u64),
     /// The store's entry and batch limits.
     store_limits: (u64, usize, u64),
+    /// The term in which this node, as leader, committed and applied an entry of its own term
+    /// (0: none); see [`Visible::leader_ready`].
+    ready_term: u64,
 }
 
 /// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
@@ -251,6 +259,7 @@ pub fn run_group(parts: GroupParts) {
         rejoin_target: None,
         unpersisted: (0, 0),
         store_limits,
+        ready_term: 0,
     };
     g.run();
 }
@@ -748,8 +757,18 @@ impl Group {
                 *slot = id;
             }
         }
-        if in_sync != self.visible.in_sync {
+        // Committed in its own term and applied up to the commit index: from then on the
+        // high watermark this leader publishes is at least every one published before.
+        let leader_ready = raft.state == StateRole::Leader
+            && (self.ready_term == raft.term
+                || (raft.commit_to_current_term()
+                    && self.visible.applied_index >= raft.raft_log.committed));
+        if leader_ready {
+            self.ready_term = raft.term;
+        }
+        if in_sync != self.visible.in_sync || leader_ready != self.visible.leader_ready {
             self.visible.in_sync = in_sync;
+            self.visible.leader_ready = leader_ready;
             self.publish();
         }
     }

@@ -27,12 +27,26 @@ const MAX_REMEMBERED_ALLOCATIONS: usize = 4096;
 /// A change to the cluster metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaCommand {
-    /// Create a topic (a log stream with one partition) on every node. The topic's incarnation
-    /// is the Raft index of this command, so a topic deleted and created again under the same
-    /// name is a different stream (its own directory, Raft group and topic id).
+    /// Create a topic on every node: `partitions` log streams, each its own Raft group. The
+    /// topic's incarnation is the Raft index of this command, so a topic deleted and created
+    /// again under the same name is a different set of streams (own directories, Raft groups
+    /// and topic id).
     CreateTopic {
         /// Topic name.
         name: String,
+        /// Number of partitions (commands written before partitions: 1).
+        #[serde(default = "one_partition")]
+        partitions: u32,
+    },
+    /// Grow a topic to `count` partitions (CreatePartitions). Does nothing when the named
+    /// incarnation is no longer current or the topic has `count` partitions or more already.
+    CreatePartitions {
+        /// Topic name.
+        name: String,
+        /// The incarnation the request was made against.
+        incarnation: u64,
+        /// The new total number of partitions.
+        count: u32,
     },
     /// Delete a topic and its data on every node.
     DeleteTopic {
@@ -89,6 +103,10 @@ impl MetaEntry {
     }
 }
 
+fn one_partition() -> u32 {
+    1
+}
+
 /// One partition's committed offset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommittedOffset {
@@ -109,6 +127,8 @@ pub struct CommittedOffset {
 pub struct TopicMeta {
     /// Raft index of the create command: the topic's incarnation.
     pub created_at_index: u64,
+    /// Number of partitions (indexes 0..partitions); only grows.
+    pub partitions: u32,
 }
 
 /// Request ids remembered to make retried commands idempotent (a retry comes within a
@@ -137,6 +157,11 @@ impl ClusterMeta {
     /// The current incarnation of topic `name`, if it exists.
     pub fn incarnation(&self, name: &str) -> Option<u64> {
         self.topics.get(name).map(|t| t.created_at_index)
+    }
+
+    /// Partitions of every topic together.
+    pub fn total_partitions(&self) -> u64 {
+        self.topics.values().map(|t| u64::from(t.partitions)).sum()
     }
 
     /// Whether request `id` was applied (among the most recent [`MAX_REMEMBERED_REQUESTS`]).
@@ -169,17 +194,30 @@ impl ClusterMeta {
             self.remember(id);
         }
         match cmd {
-            MetaCommand::CreateTopic { name } => {
-                if self.topics.contains_key(&name) {
+            MetaCommand::CreateTopic { name, partitions } => {
+                if self.topics.contains_key(&name) || partitions == 0 {
                     return None;
                 }
                 self.topics.insert(
                     name.clone(),
                     TopicMeta {
                         created_at_index: index,
+                        partitions,
                     },
                 );
-                Some(Effect::OpenTopic(name, index))
+                Some(Effect::OpenTopic(name, index, partitions))
+            }
+            MetaCommand::CreatePartitions {
+                name,
+                incarnation,
+                count,
+            } => {
+                let topic = self.topics.get_mut(&name)?;
+                if topic.created_at_index != incarnation || topic.partitions >= count {
+                    return None;
+                }
+                topic.partitions = count;
+                Some(Effect::OpenTopic(name, incarnation, count))
             }
             MetaCommand::DeleteTopic { name, incarnation } => {
                 let current = self.incarnation(&name);
@@ -231,8 +269,8 @@ impl ClusterMeta {
 
 /// What applying a command asks of the node.
 enum Effect {
-    /// Open a topic's stream: (name, incarnation).
-    OpenTopic(String, u64),
+    /// Open a topic's streams: (name, incarnation, partitions); partitions open already stay.
+    OpenTopic(String, u64, u32),
     /// Stop and delete a topic's stream: (name, incarnation; None: whatever is open under the
     /// name, for streams configured at start).
     DropTopic(String, Option<u64>),
@@ -270,8 +308,8 @@ impl StateMachine for MetadataStateMachine {
             return;
         };
         match effect {
-            Some(Effect::OpenTopic(name, incarnation)) => {
-                if let Err(e) = node.open_topic(&name, incarnation) {
+            Some(Effect::OpenTopic(name, incarnation, partitions)) => {
+                if let Err(e) = node.open_topic(&name, incarnation, partitions) {
                     tracing::error!(topic = %name, incarnation, "cannot open the stream of a created topic: {e}");
                 }
             }
@@ -294,7 +332,10 @@ mod tests {
     }
 
     fn create(name: &str) -> MetaCommand {
-        MetaCommand::CreateTopic { name: name.into() }
+        MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: 1,
+        }
     }
 
     /// Item 11 of the lifecycle issue: a retried command (same request id) applies once, and a
@@ -329,6 +370,40 @@ mod tests {
             MetaCommand::DeleteTopic {
                 name: "x".into(),
                 incarnation: None
+            }
+        );
+    }
+
+    /// Partitions only grow, and only for the incarnation the request named; old create
+    /// commands (before partitions) mean one partition.
+    #[test]
+    fn partitions_grow_for_the_named_incarnation_only() {
+        let mut m = ClusterMeta::default();
+        let created = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 3,
+        };
+        assert!(m.apply(4, id(1), created).is_some());
+        let grow = |incarnation, count| MetaCommand::CreatePartitions {
+            name: "t".into(),
+            incarnation,
+            count,
+        };
+        assert!(m.apply(5, id(2), grow(4, 2)).is_none(), "shrinking");
+        assert!(
+            m.apply(6, id(3), grow(3, 8)).is_none(),
+            "another incarnation"
+        );
+        assert_eq!(m.topics["t"].partitions, 3);
+        assert!(m.apply(7, id(4), grow(4, 5)).is_some());
+        assert_eq!(m.topics["t"].partitions, 5);
+        assert_eq!(m.total_partitions(), 5);
+        let old_create = br#"{"CreateTopic":{"name":"x"}}"#;
+        assert_eq!(
+            MetaEntry::decode(old_create).unwrap().1,
+            MetaCommand::CreateTopic {
+                name: "x".into(),
+                partitions: 1
             }
         );
     }

@@ -121,12 +121,22 @@ pub fn group_id_for(name: &str) -> u64 {
     }
 }
 
-/// Group id of a topic's incarnation: FNV-1a 64 of its name, a zero byte and the incarnation
-/// (big-endian), so a topic created again under the same name is a different Raft group.
-pub fn group_id_for_topic(name: &str, incarnation: u64) -> u64 {
+/// Group id of one partition of a topic's incarnation: FNV-1a 64 of its name, a zero byte, the
+/// incarnation (big-endian) and, for partitions above 0, the partition index (big-endian), so a
+/// topic created again under the same name is a different set of Raft groups. Partition 0 keeps
+/// the id single-partition topics had before partitions existed.
+pub fn group_id_for_topic(name: &str, incarnation: u64, partition: u32) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let tail = incarnation.to_be_bytes();
-    for b in name.as_bytes().iter().chain(&[0u8]).chain(tail.iter()) {
+    let part = partition.to_be_bytes();
+    let part: &[u8] = if partition == 0 { &[] } else { &part };
+    for b in name
+        .as_bytes()
+        .iter()
+        .chain(&[0u8])
+        .chain(tail.iter())
+        .chain(part.iter())
+    {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -141,6 +151,7 @@ pub fn group_id_for_topic(name: &str, incarnation: u64) -> u64 {
 #[derive(Clone)]
 pub struct LogStream {
     name: Arc<str>,
+    partition: u32,
     group: u64,
     incarnation: u64,
     inbox: SyncSender<GroupInput>,
@@ -152,6 +163,11 @@ impl LogStream {
     /// The stream's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The partition of the topic this stream holds (0 for a stream configured at start).
+    pub fn partition(&self) -> u32 {
+        self.partition
     }
 
     /// The Raft group id.
@@ -357,7 +373,8 @@ pub struct Node {
     config: NodeConfig,
     registry: Arc<Registry>,
     peers: PeerSender,
-    streams: Mutex<HashMap<String, LogStream>>,
+    /// Open topics (and streams configured at start) by name: partition `i` at index `i`.
+    streams: Mutex<HashMap<String, Vec<LogStream>>>,
     threads: Mutex<Vec<GroupThread>>,
     peer_task: tokio::task::JoinHandle<()>,
     /// Ends rejoin mode once every group caught up (see [`crate::replicas`]).
@@ -509,6 +526,7 @@ impl Node {
         let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
         node.open_group(
             METADATA_STREAM,
+            0,
             METADATA_GROUP_ID,
             0,
             GroupKind::Metadata(sm),
@@ -539,22 +557,39 @@ impl Node {
         &self.config
     }
 
-    /// A handle on a stream this node serves.
+    /// A handle on partition 0 of topic (or configured stream) `name`.
     pub fn stream(&self, name: &str) -> Option<LogStream> {
+        self.partition(name, 0)
+    }
+
+    /// A handle on partition `partition` of topic `name`, if this node serves it.
+    pub fn partition(&self, name: &str, partition: u32) -> Option<LogStream> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .and_then(|p| p.get(usize::try_from(partition).ok()?))
+            .cloned()
+    }
+
+    /// Handles on every partition of topic `name`, in partition order (empty when unknown).
+    pub fn partitions(&self, name: &str) -> Vec<LogStream> {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
             .cloned()
+            .unwrap_or_default()
     }
 
-    /// The first stream this node serves for which `pred` holds (one pass, nothing copied but
-    /// the handle found).
+    /// The partition 0 of the first topic for which `pred` holds on it (one pass, nothing
+    /// copied but the handle found).
     pub fn find_stream(&self, pred: impl Fn(&LogStream) -> bool) -> Option<LogStream> {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
+            .filter_map(|p| p.first())
             .find(|s| pred(s))
             .cloned()
     }
@@ -634,13 +669,70 @@ impl Node {
         self.config.data_dir.join("streams").join(name)
     }
 
-    /// Directory of one incarnation of a topic: `topics/<name>~<incarnation>` (`~` is not
-    /// allowed in topic names, so no two incarnations or topics share a directory).
-    pub fn topic_dir(&self, name: &str, incarnation: u64) -> PathBuf {
+    /// Directory of one partition of one incarnation of a topic:
+    /// `topics/<name>~<incarnation>-<partition>` (`~` is not allowed in topic names, so no two
+    /// incarnations or topics share a directory).
+    pub fn topic_dir(&self, name: &str, incarnation: u64, partition: u32) -> PathBuf {
+        self.config
+            .data_dir
+            .join("topics")
+            .join(format!("{name}~{incarnation}-{partition}"))
+    }
+
+    /// Directory a single-partition topic had before partitions existed:
+    /// `topics/<name>~<incarnation>`. Renamed to partition 0's directory when found.
+    fn topic_dir_before_partitions(&self, name: &str, incarnation: u64) -> PathBuf {
         self.config
             .data_dir
             .join("topics")
             .join(format!("{name}~{incarnation}"))
+    }
+
+    /// Every directory of incarnation `incarnation` of topic `name` on disk: its partitions'
+    /// (whatever their count) and the one from before partitions.
+    fn topic_dirs_on_disk(&self, name: &str, incarnation: u64) -> Vec<PathBuf> {
+        let prefix = format!("{name}~{incarnation}-");
+        let mut dirs = Vec::new();
+        let legacy = self.topic_dir_before_partitions(name, incarnation);
+        if legacy.exists() {
+            dirs.push(legacy);
+        }
+        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("topics")) else {
+            return dirs;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            let is_partition = file
+                .strip_prefix(&prefix)
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            if is_partition {
+                dirs.push(entry.path());
+            }
+        }
+        dirs
+    }
+
+    /// Moves a single-partition topic's directory from the layout before partitions to
+    /// partition 0's (one rename, then the parent directory synced).
+    fn migrate_topic_dir(&self, name: &str, incarnation: u64) -> Result<(), NodeError> {
+        let old = self.topic_dir_before_partitions(name, incarnation);
+        let new = self.topic_dir(name, incarnation, 0);
+        if !old.exists() || new.exists() {
+            return Ok(());
+        }
+        let fail = |e: std::io::Error| NodeError::Directory {
+            dir: old.clone(),
+            message: format!("cannot rename to {}: {e}", new.display()),
+        };
+        std::fs::rename(&old, &new).map_err(fail)?;
+        if let Some(parent) = new.parent() {
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(fail)?;
+        }
+        tracing::info!(topic = %name, from = %old.display(), to = %new.display(), "moved a topic to the partitioned layout");
+        Ok(())
     }
 
     /// Refuses a data directory written before topic incarnations: `streams/` then holds topics
@@ -666,31 +758,56 @@ impl Node {
             return Ok(s);
         }
         let group = group_id_for(name);
-        self.open_group(name, group, 0, GroupKind::Stream(self.stream_dir(name)))
+        self.open_group(name, 0, group, 0, GroupKind::Stream(self.stream_dir(name)))
     }
 
-    /// Opens (creating on first use) incarnation `incarnation` of topic `name` and starts its
-    /// Raft group; returns the existing handle when that incarnation is open already. An older
+    /// Opens (creating on first use) partitions `0..partitions` of incarnation `incarnation`
+    /// of topic `name`, starting a Raft group for each that is not open yet. An older
     /// incarnation still open under the name is dropped first.
-    pub fn open_topic(&self, name: &str, incarnation: u64) -> Result<LogStream, NodeError> {
-        if let Some(s) = self.stream(name) {
-            if s.incarnation == incarnation {
-                return Ok(s);
+    pub fn open_topic(
+        &self,
+        name: &str,
+        incarnation: u64,
+        partitions: u32,
+    ) -> Result<(), NodeError> {
+        let open = self.partitions(name);
+        if let Some(s) = open.first() {
+            if s.incarnation != incarnation {
+                self.drop_topic(name, Some(s.incarnation));
             }
-            self.drop_topic(name, Some(s.incarnation));
         }
-        let group = group_id_for_topic(name, incarnation);
-        let dir = self.topic_dir(name, incarnation);
-        self.open_group(name, group, incarnation, GroupKind::Stream(dir))
+        self.migrate_topic_dir(name, incarnation)?;
+        let already = u32::try_from(self.partitions(name).len()).unwrap_or(u32::MAX);
+        for partition in already..partitions {
+            let group = group_id_for_topic(name, incarnation, partition);
+            let dir = self.topic_dir(name, incarnation, partition);
+            self.open_group(name, partition, group, incarnation, GroupKind::Stream(dir))?;
+        }
+        Ok(())
     }
 
     fn open_group(
         &self,
         name: &str,
+        partition: u32,
         group: u64,
         incarnation: u64,
         kind: GroupKind,
     ) -> Result<LogStream, NodeError> {
+        if let Some(other) = self.group_owner(group) {
+            return Err(NodeError::GroupIdCollision(
+                other,
+                format!("{name}-{partition}"),
+            ));
+        }
+        let topic = name;
+        // Names in logs, thread names and errors: the stream, with the partition above 0.
+        let label = if partition == 0 {
+            name.to_owned()
+        } else {
+            format!("{name}-{partition}")
+        };
+        let name = label.as_str();
         let store_err = |source| NodeError::Store {
             name: name.to_owned(),
             source,
@@ -762,6 +879,7 @@ impl Node {
             leader: 0,
             term: hs.term,
             in_sync: [0; crate::group::MAX_TRACKED_VOTERS],
+            leader_ready: false,
         };
         let shared: SharedStore = Arc::new(RwLock::new(store));
         let t = &self.config.raft;
@@ -828,7 +946,8 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner())
             .push((group, tx.clone(), handle));
         let stream = LogStream {
-            name: name.into(),
+            name: topic.into(),
+            partition,
             group,
             incarnation,
             inbox: tx,
@@ -841,10 +960,15 @@ impl Node {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(stream.clone());
         } else {
-            self.streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(name.to_owned(), stream.clone());
+            let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            let partitions = streams.entry(topic.to_owned()).or_default();
+            // Partitions open in order, each once (open_topic opens only the missing ones).
+            assert_eq!(
+                partitions.len(),
+                partition as usize,
+                "partition {partition} of {topic} opened out of order"
+            );
+            partitions.push(stream.clone());
         }
         // A single-node cluster elects itself at once instead of waiting an election timeout.
         if self.config.members.len() == 1 {
@@ -853,30 +977,46 @@ impl Node {
         Ok(stream)
     }
 
-    /// Stops a topic's group and deletes its data on this node (the topic was deleted). With an
-    /// incarnation, only that incarnation is touched: a newer one open under the same name
-    /// stays, and the older one's directory is removed if it is still there. Without one, the
-    /// stream open under the name (a stream configured at start) is dropped. Appends waiting on
-    /// a dropped stream fail with `Stopped`.
+    /// The stream (`name-partition`) that Raft group `group` belongs to, if one is open.
+    fn group_owner(&self, group: u64) -> Option<String> {
+        if group == METADATA_GROUP_ID && self.metadata_group().is_some() {
+            return Some(METADATA_STREAM.to_owned());
+        }
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .flatten()
+            .find(|s| s.group == group)
+            .map(|s| format!("{}-{}", s.name, s.partition))
+    }
+
+    /// Stops a topic's groups (every partition) and deletes its data on this node (the topic
+    /// was deleted). With an incarnation, only that incarnation is touched: a newer one open
+    /// under the same name stays, and the older one's directories are removed if they are
+    /// still there. Without one, the stream open under the name (a stream configured at start)
+    /// is dropped. Appends waiting on a dropped stream fail with `Stopped`.
     pub fn drop_topic(&self, name: &str, incarnation: Option<u64>) {
-        let open = self
-            .stream(name)
-            .filter(|s| incarnation.is_none_or(|i| i == s.incarnation));
-        if let Some(stream) = &open {
+        let open: Vec<LogStream> = self
+            .partitions(name)
+            .into_iter()
+            .filter(|s| incarnation.is_none_or(|i| i == s.incarnation))
+            .collect();
+        for stream in &open {
             self.stop_group(stream.group);
         }
-        let dir = match (incarnation, &open) {
-            (Some(i), _) => self.topic_dir(name, i),
-            (None, Some(s)) if s.incarnation > 0 => self.topic_dir(name, s.incarnation),
-            (None, _) => self.stream_dir(name),
+        let dirs = match (incarnation, open.first()) {
+            (Some(i), _) => self.topic_dirs_on_disk(name, i),
+            (None, Some(s)) if s.incarnation > 0 => self.topic_dirs_on_disk(name, s.incarnation),
+            (None, _) => vec![self.stream_dir(name)],
         };
-        if dir.exists() {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(stream = %name, "removing a deleted stream's data failed: {e}");
+        for dir in dirs.iter().filter(|d| d.exists()) {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                tracing::warn!(stream = %name, dir = %dir.display(), "removing a deleted stream's data failed: {e}");
             }
         }
         // Last: once the topic is gone from the map, its data is gone too.
-        if open.is_some() {
+        if !open.is_empty() {
             self.streams
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -989,26 +1129,96 @@ impl Node {
         }
     }
 
-    /// Creates a topic on every node (a no-op when it exists). Returns once the topic's stream
-    /// is open on this node.
-    pub async fn create_topic(&self, name: &str, timeout: Duration) -> Result<(), AppendError> {
+    /// Creates a topic with `partitions` partitions on every node (a no-op when it exists).
+    /// Returns once the topic's streams are open on this node.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
         if !crate::config::valid_stream_name(name) || name == METADATA_STREAM {
             return Err(AppendError::Invalid(format!("invalid topic name {name:?}")));
         }
-        // The limit is checked by the proposer against what it has applied; creates racing
-        // from several nodes may pass it by a few.
-        let max = self.config.kafka.max_topics;
+        if partitions == 0 {
+            return Err(AppendError::Invalid(
+                "a topic needs at least one partition".into(),
+            ));
+        }
+        // The limits are checked by the proposer against what it has applied; creates racing
+        // from several nodes may pass them by a few.
         {
             let meta = self.metadata();
-            if !meta.topics.contains_key(name) && meta.topics.len() >= max {
-                return Err(AppendError::Invalid(format!(
-                    "the cluster holds its limit of {max} topics (kafka.max_topics)"
-                )));
+            if !meta.topics.contains_key(name) {
+                self.check_limits(&meta, 1, partitions)?;
             }
         }
         self.propose_metadata(
             &MetaCommand::CreateTopic {
                 name: name.to_owned(),
+                partitions,
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Refuses `new_topics` more topics with `new_partitions` more partitions when the cluster
+    /// would pass `kafka.max_topics` or `kafka.max_partitions`; the message starts with "the
+    /// cluster holds its limit of".
+    pub fn check_limits(
+        &self,
+        meta: &ClusterMeta,
+        new_topics: usize,
+        new_partitions: u32,
+    ) -> Result<(), AppendError> {
+        let k = &self.config.kafka;
+        if new_topics > 0 && meta.topics.len() + new_topics > k.max_topics {
+            return Err(AppendError::Invalid(format!(
+                "the cluster holds its limit of {} topics (kafka.max_topics)",
+                k.max_topics
+            )));
+        }
+        let total = meta.total_partitions() + u64::from(new_partitions);
+        if total > u64::from(k.max_partitions) {
+            return Err(AppendError::Invalid(format!(
+                "the cluster holds its limit of {} partitions (kafka.max_partitions): {} exist, {new_partitions} more asked",
+                k.max_partitions,
+                meta.total_partitions()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Grows topic `name` to `count` partitions on every node. Returns once the new partitions
+    /// are open on this node. Fails when the topic does not exist or has `count` partitions or
+    /// more already (Kafka's INVALID_PARTITIONS), or a limit would be passed.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        let incarnation = {
+            let meta = self.metadata();
+            let Some(topic) = meta.topics.get(name) else {
+                return Err(AppendError::Invalid(format!("unknown topic {name}")));
+            };
+            if count <= topic.partitions {
+                return Err(AppendError::Invalid(format!(
+                    "topic {name} has {} partitions; the new count must be higher, not {count}",
+                    topic.partitions
+                )));
+            }
+            self.check_limits(&meta, 0, count - topic.partitions)?;
+            topic.created_at_index
+        };
+        self.propose_metadata(
+            &MetaCommand::CreatePartitions {
+                name: name.to_owned(),
+                incarnation,
+                count,
             },
             timeout,
         )

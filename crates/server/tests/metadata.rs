@@ -43,8 +43,8 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
 
     // Created through a follower (forwarded to the leader), the topic exists everywhere.
     let f = nodes[follower].clone().unwrap();
-    f.create_topic("orders", T).await.unwrap();
-    f.create_topic("orders", T).await.unwrap(); // creating twice is a no-op
+    f.create_topic("orders", 1, T).await.unwrap();
+    f.create_topic("orders", 1, T).await.unwrap(); // creating twice is a no-op
     for n in nodes.iter().flatten() {
         let n = n.clone();
         wait_until("the topic on every node", move || n.is_topic("orders")).await;
@@ -114,7 +114,7 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
         .commit_offsets("g1", vec![offset(7)], T)
         .await
         .unwrap();
-    survivor.create_topic("payments", T).await.unwrap();
+    survivor.create_topic("payments", 1, T).await.unwrap();
 
     // Every node restarts: the metadata log is replayed; topics and offsets are back.
     drop((f, stream_leader, survivor));

@@ -197,7 +197,16 @@ fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
             INT,
             STATIC_BROKER_CONFIG,
         ),
-        ("num.partitions", "1".into(), INT, DEFAULT_CONFIG),
+        (
+            "num.partitions",
+            c.kafka.num_partitions.to_string(),
+            INT,
+            if c.kafka.num_partitions == 1 {
+                DEFAULT_CONFIG
+            } else {
+                STATIC_BROKER_CONFIG
+            },
+        ),
         (
             "socket.request.max.bytes",
             c.kafka.request_max_bytes.to_string(),

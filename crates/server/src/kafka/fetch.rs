@@ -19,7 +19,7 @@ use kafka_proto::records::batches_to_message_set;
 use kafka_proto::RecordChunks;
 
 use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::metadata::topic_name_by_id;
+use crate::kafka::metadata::{partition_stream, topic_name_by_id};
 
 /// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
 /// Kafka's broker setting `fetch.max.bytes` and its default (55 MiB). A single batch larger than
@@ -106,8 +106,7 @@ fn read_once(
             };
             let stream = name
                 .as_deref()
-                .and_then(|n| node.stream(n))
-                .filter(|_| p.partition == 0);
+                .and_then(|n| partition_stream(node, n, p.partition));
             let Some(stream) = stream else {
                 out.error_code = if version >= 13 {
                     ErrorCode::UnknownTopicId.code()

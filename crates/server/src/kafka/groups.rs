@@ -458,14 +458,16 @@ pub fn offset_commit(
         .topics
         .into_iter()
         .map(|t| {
-            let known = node.is_topic(&t.name);
+            let partition_count = node.partitions(&t.name).len();
             let partitions = t
                 .partitions
                 .into_iter()
                 .map(|p| {
                     let error = if group_error != ErrorCode::None {
                         group_error
-                    } else if !known || p.partition_index != 0 {
+                    } else if usize::try_from(p.partition_index)
+                        .map_or(true, |i| i >= partition_count)
+                    {
                         ErrorCode::UnknownTopicOrPartition
                     } else if p
                         .committed_metadata

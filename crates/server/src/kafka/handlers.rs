@@ -36,6 +36,7 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
+    (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
@@ -104,6 +105,7 @@ pub fn dispatch(
         Request::Metadata(req) => metadata::handle(node, req, version, cid),
         Request::CreateTopics(req) => topics::create_topics(node, req, version, cid),
         Request::DeleteTopics(req) => topics::delete_topics(node, req, version, cid),
+        Request::CreatePartitions(req) => topics::create_partitions(node, req, version, cid),
         Request::InitProducerId(req) => cluster::init_producer_id(node, req, version, cid),
         Request::DescribeCluster(_) => now(
             cid,

@@ -54,6 +54,11 @@ pub fn topic_id_of(node: &Node, name: &str) -> Uuid {
         .unwrap_or(Uuid::ZERO)
 }
 
+/// Partition `index` (as a Kafka request names it) of topic `name`, if this node serves it.
+pub fn partition_stream(node: &Node, name: &str, index: i32) -> Option<LogStream> {
+    node.partition(name, u32::try_from(index).ok()?)
+}
+
 /// The name of the topic with id `id`, if this node serves it.
 pub fn topic_name_by_id(node: &Node, id: Uuid) -> Option<String> {
     node.find_stream(|s| stream_topic_id(s) == id)
@@ -86,58 +91,71 @@ fn as_i32(id: u64) -> i32 {
     i32::try_from(id).unwrap_or(-1)
 }
 
-fn topic_metadata(node: &Node, name: &str, stream: Option<LogStream>) -> MetadataResponseTopic {
-    let Some(stream) = stream else {
+fn topic_metadata(node: &Node, name: &str, partitions: &[LogStream]) -> MetadataResponseTopic {
+    let Some(first) = partitions.first() else {
         return MetadataResponseTopic {
             error_code: ErrorCode::UnknownTopicOrPartition.code(),
             name: Some(name.to_owned()),
             ..Default::default()
         };
     };
-    let v = stream.visible();
     let replicas: Vec<i32> = node.config().member_ids().into_iter().map(as_i32).collect();
     let live: Vec<i32> = node
         .live_brokers()
         .into_iter()
         .map(|(id, _)| as_i32(id))
         .collect();
+    MetadataResponseTopic {
+        error_code: 0,
+        name: Some(name.to_owned()),
+        topic_id: stream_topic_id(first),
+        is_internal: false,
+        partitions: partitions
+            .iter()
+            .map(|p| partition_metadata(node, p, &replicas, &live))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// One partition's leader, replicas and in-sync replicas as this node sees them.
+fn partition_metadata(
+    node: &Node,
+    stream: &LogStream,
+    replicas: &[i32],
+    live: &[i32],
+) -> MetadataResponsePartition {
+    let v = stream.visible();
     let (error, leader) = if v.leader == 0 {
         (ErrorCode::LeaderNotAvailable, -1)
     } else {
         (ErrorCode::None, as_i32(v.leader))
     };
-    MetadataResponseTopic {
-        error_code: 0,
-        name: Some(name.to_owned()),
-        topic_id: topic_id_of(node, name),
-        is_internal: false,
-        partitions: vec![MetadataResponsePartition {
-            error_code: error.code(),
-            partition_index: 0,
-            leader_id: leader,
-            leader_epoch: i32::try_from(v.term).unwrap_or(i32::MAX),
-            replica_nodes: replicas.clone(),
-            // The leader knows which voters are caught up; elsewhere, the live replicas.
-            isr_nodes: if v.leader == node.config().id {
-                v.in_sync
-                    .iter()
-                    .filter(|id| **id != 0)
-                    .map(|id| as_i32(*id))
-                    .collect()
-            } else {
-                replicas
-                    .iter()
-                    .copied()
-                    .filter(|r| live.contains(r))
-                    .collect()
-            },
-            offline_replicas: replicas
+    MetadataResponsePartition {
+        error_code: error.code(),
+        partition_index: i32::try_from(stream.partition()).unwrap_or(i32::MAX),
+        leader_id: leader,
+        leader_epoch: i32::try_from(v.term).unwrap_or(i32::MAX),
+        replica_nodes: replicas.to_vec(),
+        // The leader knows which voters are caught up; elsewhere, the live replicas.
+        isr_nodes: if v.leader == node.config().id {
+            v.in_sync
+                .iter()
+                .filter(|id| **id != 0)
+                .map(|id| as_i32(*id))
+                .collect()
+        } else {
+            replicas
                 .iter()
                 .copied()
-                .filter(|r| !live.contains(r))
-                .collect(),
-            ..Default::default()
-        }],
+                .filter(|r| live.contains(r))
+                .collect()
+        },
+        offline_replicas: replicas
+            .iter()
+            .copied()
+            .filter(|r| !live.contains(r))
+            .collect(),
         ..Default::default()
     }
 }
@@ -167,7 +185,11 @@ pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_
     let node = node.clone();
     Reply::Later(Box::pin(async move {
         for name in to_create {
-            if let Err(e) = node.create_topic(&name, AUTO_CREATE_TIMEOUT).await {
+            let partitions = node.config().kafka.num_partitions;
+            if let Err(e) = node
+                .create_topic(&name, partitions, AUTO_CREATE_TIMEOUT)
+                .await
+            {
                 tracing::warn!(topic = %name, "auto-creating a topic failed: {e}");
             }
         }
@@ -203,10 +225,7 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
         None => node
             .stream_names()
             .into_iter()
-            .map(|n| {
-                let s = node.stream(&n);
-                topic_metadata(node, &n, s)
-            })
+            .map(|n| topic_metadata(node, &n, &node.partitions(&n)))
             .collect(),
         Some(list) => list
             .iter()
@@ -215,8 +234,7 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
                     Some(n) => n.clone(),
                     None => topic_name_by_id(node, t.topic_id).unwrap_or_default(),
                 };
-                let s = node.stream(&name);
-                let mut m = topic_metadata(node, &name, s);
+                let mut m = topic_metadata(node, &name, &node.partitions(&name));
                 m.topic_id = if m.error_code == 0 {
                     topic_id_of(node, &name)
                 } else {
@@ -261,7 +279,7 @@ pub fn list_offsets(
                         partition_index: p.partition_index,
                         ..Default::default()
                     };
-                    let stream = node.stream(&t.name).filter(|_| p.partition_index == 0);
+                    let stream = partition_stream(node, &t.name, p.partition_index);
                     let Some(stream) = stream else {
                         r.error_code = ErrorCode::UnknownTopicOrPartition.code();
                         return r;
@@ -269,6 +287,12 @@ pub fn list_offsets(
                     let v = stream.visible();
                     if v.leader != node.config().id {
                         r.error_code = ErrorCode::NotLeaderOrFollower.code();
+                        return r;
+                    }
+                    if !v.leader_ready {
+                        // Just elected: its high watermark may still be older than the one the
+                        // previous leader answered with (KIP-207); the client retries.
+                        r.error_code = ErrorCode::OffsetNotAvailable.code();
                         return r;
                     }
                     let offset = match p.timestamp {

@@ -39,6 +39,7 @@ use kafka_proto::DecodeError;
 use crate::config::KafkaSettings;
 use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::metadata::partition_stream;
 use crate::node::{Node, PendingAppend};
 use crate::producers::SequenceError;
 
@@ -293,7 +294,7 @@ fn submit_partition(
     limits: &ProduceLimits,
     transactional: bool,
 ) -> PartitionOutcome {
-    let Some(stream) = node.stream(topic).filter(|_| partition == 0) else {
+    let Some(stream) = partition_stream(node, topic, partition) else {
         return PartitionOutcome::Failed(ErrorCode::UnknownTopicOrPartition);
     };
     if transactional {

@@ -1,14 +1,22 @@
-//! CreateTopics and DeleteTopics, through the replicated cluster metadata.
+//! CreateTopics, CreatePartitions and DeleteTopics, through the replicated cluster metadata.
 //!
-//! A topic is one log stream: one partition, replicated to every node of the cluster. A request
-//! for more than one partition gets INVALID_PARTITIONS; a replication factor above the number of
-//! nodes gets INVALID_REPLICATION_FACTOR (below it is accepted: every topic lives on all nodes).
+//! A topic has one or more partitions; each is its own log stream and Raft group, replicated to
+//! every node of the cluster. A partition count of -1 takes `kafka.num_partitions`; 0 or below
+//! -1 gets INVALID_PARTITIONS, as in Kafka. A replication factor above the number of nodes gets
+//! INVALID_REPLICATION_FACTOR; below it is accepted (every partition lives on all nodes, and the
+//! answer says so). Explicit replica assignments get INVALID_REPLICA_ASSIGNMENT: placement is
+//! not chosen per partition yet. Passing `kafka.max_topics` or `kafka.max_partitions` gets
+//! POLICY_VIOLATION.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
+use kafka_proto::messages::create_partitions_request::CreatePartitionsRequest;
+use kafka_proto::messages::create_partitions_response::{
+    CreatePartitionsResponse, CreatePartitionsTopicResult,
+};
 use kafka_proto::messages::create_topics_request::CreateTopicsRequest;
 use kafka_proto::messages::create_topics_response::{CreatableTopicResult, CreateTopicsResponse};
 use kafka_proto::messages::delete_topics_request::DeleteTopicsRequest;
@@ -37,14 +45,15 @@ fn metadata_error(e: &AppendError) -> ErrorCode {
     }
 }
 
-/// Checks one topic of a CreateTopics request; `Err` carries the error and its message.
+/// Checks one topic of a CreateTopics request; `Ok` carries the partition count to create,
+/// `Err` the error and its message.
 fn check_creatable(
     node: &Node,
     name: &str,
     partitions: i32,
     replication: i16,
     assigned: bool,
-) -> Result<(), (ErrorCode, String)> {
+) -> Result<u32, (ErrorCode, String)> {
     let nodes = node.config().members.len();
     if !valid_stream_name(name) || name.starts_with("__") {
         return Err((
@@ -58,25 +67,23 @@ fn check_creatable(
             format!("topic {name} already exists"),
         ));
     }
-    let max_topics = node.config().kafka.max_topics;
-    if node.metadata().topics.len() >= max_topics {
-        return Err((
-            ErrorCode::PolicyViolation,
-            format!("the cluster holds its limit of {max_topics} topics (kafka.max_topics)"),
-        ));
-    }
     if assigned {
         return Err((
             ErrorCode::InvalidReplicaAssignment,
-            "replica assignments are not supported: every topic lives on every node".into(),
+            "replica assignments are not supported: every partition lives on every node".into(),
         ));
     }
-    if partitions != -1 && partitions != 1 {
-        return Err((
-            ErrorCode::InvalidPartitions,
-            format!("topics have exactly one partition here, not {partitions}"),
-        ));
-    }
+    let partitions = match partitions {
+        -1 => node.config().kafka.num_partitions,
+        n => u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+            (
+                ErrorCode::InvalidPartitions,
+                "Number of partitions must be larger than 0.".to_owned(),
+            )
+        })?,
+    };
+    node.check_limits(&node.metadata(), 1, partitions)
+        .map_err(|e| (ErrorCode::PolicyViolation, e.to_string()))?;
     if replication == 0 || replication < -1 || usize::try_from(replication).is_ok_and(|r| r > nodes)
     {
         return Err((
@@ -84,7 +91,7 @@ fn check_creatable(
             format!("replication factor {replication} with {nodes} nodes"),
         ));
     }
-    Ok(())
+    Ok(partitions)
 }
 
 /// Handles CreateTopics.
@@ -115,16 +122,17 @@ pub fn create_topics(
             );
             let outcome = match checked {
                 Err(e) => Err(e),
-                Ok(()) if req.validate_only => Ok(()),
-                Ok(()) => node
-                    .create_topic(&t.name, wait)
+                Ok(partitions) if req.validate_only => Ok(partitions),
+                Ok(partitions) => node
+                    .create_topic(&t.name, partitions, wait)
                     .await
+                    .map(|()| partitions)
                     .map_err(|e| (metadata_error(&e), e.to_string())),
             };
             match outcome {
-                Ok(()) => {
+                Ok(partitions) => {
                     r.topic_id = topic_id_of(&node, &t.name);
-                    r.num_partitions = 1;
+                    r.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                     r.replication_factor = replicas;
                     r.configs = Some(Vec::new());
                 }
@@ -203,6 +211,98 @@ pub fn delete_topics(
             version,
             &Response::DeleteTopics(DeleteTopicsResponse {
                 responses: results,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+/// Checks one topic of a CreatePartitions request against what this node has applied; `Ok`
+/// carries the new partition count.
+fn check_growable(
+    node: &Node,
+    name: &str,
+    count: i32,
+    assigned: bool,
+) -> Result<u32, (ErrorCode, String)> {
+    let current = {
+        let meta = node.metadata();
+        let Some(topic) = meta.topics.get(name) else {
+            return Err((
+                ErrorCode::UnknownTopicOrPartition,
+                format!("topic {name} does not exist"),
+            ));
+        };
+        topic.partitions
+    };
+    let count = u32::try_from(count).unwrap_or(0);
+    if count < current {
+        return Err((
+            ErrorCode::InvalidPartitions,
+            format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+        ));
+    }
+    if count == current {
+        return Err((
+            ErrorCode::InvalidPartitions,
+            format!("Topic already has {current} partitions."),
+        ));
+    }
+    if assigned {
+        return Err((
+            ErrorCode::InvalidReplicaAssignment,
+            "replica assignments are not supported: every partition lives on every node".into(),
+        ));
+    }
+    node.check_limits(&node.metadata(), 0, count - current)
+        .map_err(|e| (ErrorCode::PolicyViolation, e.to_string()))?;
+    Ok(count)
+}
+
+/// Handles CreatePartitions: grows each topic to its new count (partitions are only added, as
+/// in Kafka). A topic named twice in one request gets INVALID_REQUEST each time.
+pub fn create_partitions(
+    node: &Arc<Node>,
+    req: CreatePartitionsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let wait = timeout(req.timeout_ms);
+        let mut results = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let duplicate = req.topics.iter().filter(|o| o.name == t.name).count() > 1;
+            let outcome = if duplicate {
+                Err((
+                    ErrorCode::InvalidRequest,
+                    "Duplicate topic in request.".to_owned(),
+                ))
+            } else {
+                match check_growable(&node, &t.name, t.count, t.assignments.is_some()) {
+                    Err(e) => Err(e),
+                    Ok(_) if req.validate_only => Ok(()),
+                    Ok(count) => node
+                        .create_partitions(&t.name, count, wait)
+                        .await
+                        .map_err(|e| (metadata_error(&e), e.to_string())),
+                }
+            };
+            let mut r = CreatePartitionsTopicResult {
+                name: t.name.clone(),
+                ..Default::default()
+            };
+            if let Err((code, message)) = outcome {
+                r.error_code = code.code();
+                r.error_message = Some(message);
+            }
+            results.push(r);
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::CreatePartitions(CreatePartitionsResponse {
+                results,
                 ..Default::default()
             }),
         )

@@ -34,6 +34,9 @@ pub const UNKNOWN_TOPIC: i16 = 3;
 /// NOT_LEADER_OR_FOLLOWER.
 pub const NOT_LEADER: i16 = 6;
 
+/// A partition as Metadata reports it: (partition index, leader id, error code).
+pub type PartitionLeader = (i32, i32, i16);
+
 /// One connection to one broker.
 pub struct KafkaConn {
     sock: TcpStream,
@@ -83,13 +86,23 @@ impl KafkaConn {
 
     /// Produce v9 with acks=all of `records` to partition 0: (error code, base offset).
     pub fn produce(&mut self, topic: &str, records: Bytes) -> std::io::Result<(i16, i64)> {
+        self.produce_to(topic, 0, records)
+    }
+
+    /// Produce v9 with acks=all of `records` to `partition`: (error code, base offset).
+    pub fn produce_to(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> std::io::Result<(i16, i64)> {
         let req = Request::Produce(ProduceRequest {
             acks: -1,
             timeout_ms: 10_000,
             topic_data: vec![TopicProduceData {
                 name: topic.into(),
                 partition_data: vec![PartitionProduceData {
-                    index: 0,
+                    index: partition,
                     records: Some(RecordChunks::from(records)),
                     ..Default::default()
                 }],
@@ -123,14 +136,25 @@ impl KafkaConn {
         }
     }
 
-    /// ListOffsets v7 at `timestamp` (-2 earliest, -1 latest): (error code, offset).
+    /// ListOffsets v7 of partition 0 at `timestamp` (-2 earliest, -1 latest): (error code,
+    /// offset).
     pub fn list_offset(&mut self, topic: &str, timestamp: i64) -> std::io::Result<(i16, i64)> {
+        self.list_offset_of(topic, 0, timestamp)
+    }
+
+    /// ListOffsets v7 of `partition` at `timestamp`: (error code, offset).
+    pub fn list_offset_of(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> std::io::Result<(i16, i64)> {
         let req = Request::ListOffsets(ListOffsetsRequest {
             replica_id: -1,
             topics: vec![ListOffsetsTopic {
                 name: topic.into(),
                 partitions: vec![ListOffsetsPartition {
-                    partition_index: 0,
+                    partition_index: partition,
                     current_leader_epoch: -1,
                     timestamp,
                     ..Default::default()
@@ -181,6 +205,86 @@ impl KafkaConn {
                     .map(|c| c.to_contiguous())
                     .unwrap_or_default();
                 Ok((p.error_code, p.high_watermark, p.log_start_offset, records))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Metadata v12 for `topic` (no auto-creation): the topic's error and (partition index,
+    /// leader id, partition error) per partition, in the order answered.
+    pub fn partition_leaders(
+        &mut self,
+        topic: &str,
+    ) -> std::io::Result<(i16, Vec<PartitionLeader>)> {
+        let req = Request::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                name: Some(topic.into()),
+                ..Default::default()
+            }]),
+            allow_auto_topic_creation: false,
+            ..Default::default()
+        });
+        match self.call(ApiKey::Metadata, 12, &req)? {
+            Response::Metadata(r) => {
+                let t = &r.topics[0];
+                let parts = t
+                    .partitions
+                    .iter()
+                    .map(|p| (p.partition_index, p.leader_id, p.error_code))
+                    .collect();
+                Ok((t.error_code, parts))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// CreateTopics v7 with `partitions` partitions (-1: the broker's default): the topic's
+    /// error code and the partition count answered.
+    pub fn create_topic_with(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+    ) -> std::io::Result<(i16, i32)> {
+        let req = Request::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: topic.into(),
+                num_partitions: partitions,
+                replication_factor: -1,
+                ..Default::default()
+            }],
+            timeout_ms: 15_000,
+            ..Default::default()
+        });
+        match self.call(ApiKey::CreateTopics, 7, &req)? {
+            Response::CreateTopics(r) => Ok((r.topics[0].error_code, r.topics[0].num_partitions)),
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// CreatePartitions v3 growing `topic` to `count`: (error code, error message).
+    pub fn create_partitions(
+        &mut self,
+        topic: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> std::io::Result<(i16, Option<String>)> {
+        use kafka_proto::messages::create_partitions_request::{
+            CreatePartitionsRequest, CreatePartitionsTopic,
+        };
+        let req = Request::CreatePartitions(CreatePartitionsRequest {
+            topics: vec![CreatePartitionsTopic {
+                name: topic.into(),
+                count,
+                assignments: None,
+                ..Default::default()
+            }],
+            timeout_ms: 15_000,
+            validate_only,
+            ..Default::default()
+        });
+        match self.call(ApiKey::CreatePartitions, 3, &req)? {
+            Response::CreatePartitions(r) => {
+                Ok((r.results[0].error_code, r.results[0].error_message.clone()))
             }
             other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
         }
@@ -239,6 +343,17 @@ impl KafkaConn {
 
     /// A standalone OffsetCommit v8 (no member, generation -1) of partition 0: its error code.
     pub fn commit_offset(&mut self, group: &str, topic: &str, offset: i64) -> std::io::Result<i16> {
+        self.commit_offset_of(group, topic, 0, offset)
+    }
+
+    /// A standalone OffsetCommit v8 of `partition`: its error code.
+    pub fn commit_offset_of(
+        &mut self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> std::io::Result<i16> {
         let req = Request::OffsetCommit(OffsetCommitRequest {
             group_id: group.into(),
             generation_id_or_member_epoch: -1,
@@ -247,7 +362,7 @@ impl KafkaConn {
             topics: vec![OffsetCommitRequestTopic {
                 name: topic.into(),
                 partitions: vec![OffsetCommitRequestPartition {
-                    partition_index: 0,
+                    partition_index: partition,
                     committed_offset: offset,
                     committed_leader_epoch: -1,
                     commit_timestamp: -1,

@@ -128,9 +128,15 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
     if all {
         for (i, n) in nodes.iter().enumerate() {
             let topic = format!("{tag}-{i}");
-            n.propose_metadata(&MetaCommand::CreateTopic { name: topic }, TIMEOUT)
-                .await
-                .unwrap_or_else(|e| panic!("metadata command through node {}: {e}", i + 1));
+            n.propose_metadata(
+                &MetaCommand::CreateTopic {
+                    name: topic,
+                    partitions: 1,
+                },
+                TIMEOUT,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("metadata command through node {}: {e}", i + 1));
         }
     } else {
         // A node the hostile input made diverge may never see its own command commit; the
@@ -140,6 +146,7 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
             let leader = wait_for_leader(nodes, true).await;
             let cmd = MetaCommand::CreateTopic {
                 name: tag.to_owned(),
+                partitions: 1,
             };
             match nodes[leader].propose_metadata(&cmd, TIMEOUT).await {
                 Ok(_) => break,

@@ -1,0 +1,388 @@
+//! Partitioned topics through the Kafka protocol: every partition is its own Raft group and log,
+//! has a leader every node reports, takes produces and serves fetches on its own; a topic grows
+//! with CreatePartitions; everything survives a restart of every node; DeleteTopics removes
+//! every partition's data; auto-created topics get `kafka.num_partitions`; the cluster stops at
+//! `kafka.max_partitions`; a directory from before partitions is moved to partition 0's.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::kafka::{on_any, KafkaConn};
+use common::{batch, cluster_configs, split_batches};
+use kafka_proto::api::ApiKey;
+use kafka_proto::frame::{Request, Response};
+use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_proto::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use vdl_server::config::NodeConfig;
+use vdl_server::Node;
+
+const T: Duration = Duration::from_secs(20);
+const INVALID_PARTITIONS: i16 = 37;
+const POLICY_VIOLATION: i16 = 44;
+const UNKNOWN_TOPIC: i16 = 3;
+
+/// Running nodes, each serving Kafka; dropped, they stop and free their ports.
+struct Nodes(Vec<(Arc<Node>, tokio::task::JoinHandle<()>)>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for (node, kafka) in &self.0 {
+            kafka.abort();
+            node.shutdown();
+        }
+    }
+}
+
+async fn start(configs: &[NodeConfig]) -> Nodes {
+    let mut nodes = Vec::new();
+    for c in configs {
+        let n = Node::start(c.clone()).await.unwrap();
+        let kafka = n.serve_kafka().await.unwrap();
+        nodes.push((n, kafka));
+    }
+    Nodes(nodes)
+}
+
+fn kafka_addrs(configs: &[NodeConfig]) -> Vec<SocketAddr> {
+    configs.iter().map(|c| c.kafka_listen).collect()
+}
+
+/// Waits until every broker reports `count` partitions of `topic`, each with a leader, all
+/// brokers agreeing; returns the leader's Kafka address per partition.
+fn wait_for_leaders(brokers: &[SocketAddr], topic: &str, count: usize) -> Vec<SocketAddr> {
+    let deadline = Instant::now() + T;
+    loop {
+        let mut seen: Vec<Option<Vec<i32>>> = Vec::new();
+        for b in brokers {
+            let leaders = KafkaConn::connect(*b)
+                .and_then(|mut c| c.partition_leaders(topic))
+                .ok()
+                .filter(|(err, parts)| *err == 0 && parts.len() == count)
+                .map(|(_, parts)| {
+                    let mut parts = parts;
+                    parts.sort();
+                    assert!(parts.iter().enumerate().all(|(i, p)| p.0 == i as i32));
+                    parts.iter().map(|p| p.1).collect::<Vec<_>>()
+                })
+                .filter(|l: &Vec<i32>| l.iter().all(|id| *id > 0));
+            seen.push(leaders);
+        }
+        if let Some(Some(first)) = seen.first() {
+            if seen.iter().all(|s| s.as_ref() == Some(first)) {
+                // Node ids are 1..=n, in the order of `brokers`.
+                return first.iter().map(|id| brokers[*id as usize - 1]).collect();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agreed leaders for {count} partitions of {topic}: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Produces through the partition's leader, retrying while leadership settles.
+fn produce(leaders: &[SocketAddr], topic: &str, partition: usize, records: Bytes) -> i64 {
+    let deadline = Instant::now() + T;
+    loop {
+        let r = KafkaConn::connect(leaders[partition])
+            .and_then(|mut c| c.produce_to(topic, partition as i32, records.clone()));
+        match r {
+            Ok((0, offset)) => return offset,
+            other => assert!(
+                Instant::now() < deadline,
+                "produce to {topic}-{partition}: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One Fetch request for every partition of `topic` (from offset 0) sent to `broker`:
+/// (error code, high watermark, record bytes) per partition index.
+fn fetch_all(broker: SocketAddr, topic: &str, count: i32) -> HashMap<i32, (i16, i64, Bytes)> {
+    let req = Request::Fetch(FetchRequest {
+        replica_id: -1,
+        max_wait_ms: 0,
+        min_bytes: 0,
+        max_bytes: 16 << 20,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            topic: topic.into(),
+            partitions: (0..count)
+                .map(|p| FetchPartition {
+                    partition: p,
+                    current_leader_epoch: -1,
+                    fetch_offset: 0,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let mut c = KafkaConn::connect(broker).unwrap();
+    let Response::Fetch(r) = c.call(ApiKey::Fetch, 12, &req).unwrap() else {
+        panic!("not a fetch response");
+    };
+    r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            let records = p
+                .records
+                .as_ref()
+                .map(|c| c.to_contiguous())
+                .unwrap_or_default();
+            (p.partition_index, (p.error_code, p.high_watermark, records))
+        })
+        .collect()
+}
+
+/// Asserts that each partition `p` of `topic` holds exactly the batches `expected[p]` (record
+/// counts, each batch's values tagged with its partition), read through its leader.
+fn assert_partitions_hold(brokers: &[SocketAddr], topic: &str, expected: &[Vec<u32>]) {
+    let count = expected.len() as i32;
+    let leaders = wait_for_leaders(brokers, topic, expected.len());
+    let mut answered = HashMap::new();
+    for b in brokers {
+        for (p, (err, hw, records)) in fetch_all(*b, topic, count) {
+            if leaders[p as usize] == *b {
+                assert_eq!(err, 0, "fetch of {topic}-{p} from its leader");
+                answered.insert(p, (hw, records));
+            } else {
+                assert_eq!(
+                    err, 6,
+                    "{topic}-{p} from a follower: NOT_LEADER_OR_FOLLOWER"
+                );
+            }
+        }
+    }
+    for (p, batches) in expected.iter().enumerate() {
+        let (hw, records) = &answered[&(p as i32)];
+        let total: u32 = batches.iter().sum();
+        assert_eq!(*hw, i64::from(total), "high watermark of {topic}-{p}");
+        let got = split_batches(records);
+        assert_eq!(got.len(), batches.len(), "batches of {topic}-{p}");
+        let tag = format!("partition-{p}").into_bytes();
+        let mut offset = 0u64;
+        for ((base, n, value), want) in got.iter().zip(batches) {
+            assert_eq!((*base, *n, value), (offset, *want, &tag), "{topic}-{p}");
+            offset += u64::from(*want);
+        }
+    }
+}
+
+fn topic_dirs(data_dir: &Path, topic: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(data_dir.join("topics"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("{topic}~")))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_are_served_grown_restarted_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[]);
+    let brokers = kafka_addrs(&configs);
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    let expected = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        // Kafka's answer to a bad count.
+        assert_eq!(
+            c.create_topic_with("zero", 0).unwrap().0,
+            INVALID_PARTITIONS
+        );
+        assert_eq!(c.create_topic_with("p6", 6).unwrap(), (0, 6));
+        let leaders = wait_for_leaders(&b, "p6", 6);
+        // Three batches per partition, each through the partition's leader; offsets count per
+        // partition from 0.
+        let mut expected: Vec<Vec<u32>> = vec![Vec::new(); 6];
+        for round in 0..3u32 {
+            for (p, batches) in expected.iter_mut().enumerate() {
+                let n = 5 + round + p as u32;
+                let offset = produce(
+                    &leaders,
+                    "p6",
+                    p,
+                    batch(n, format!("partition-{p}").as_bytes()),
+                );
+                assert_eq!(offset, i64::from(batches.iter().sum::<u32>()));
+                batches.push(n);
+            }
+        }
+        for (p, batches) in expected.iter().enumerate() {
+            let mut c = KafkaConn::connect(leaders[p]).unwrap();
+            let latest = c.list_offset_of("p6", p as i32, -1).unwrap();
+            assert_eq!(latest, (0, i64::from(batches.iter().sum::<u32>())));
+            assert_eq!(c.list_offset_of("p6", p as i32, -2).unwrap(), (0, 0));
+        }
+        assert_partitions_hold(&b, "p6", &expected);
+        // A partition that does not exist.
+        assert_eq!(
+            c.produce_to("p6", 6, batch(1, b"x")).unwrap().0,
+            UNKNOWN_TOPIC
+        );
+        // CreatePartitions: only growth, as in Kafka.
+        for (count, code) in [(4, INVALID_PARTITIONS), (6, INVALID_PARTITIONS)] {
+            assert_eq!(c.create_partitions("p6", count, false).unwrap().0, code);
+        }
+        assert_eq!(
+            c.create_partitions("nope", 8, false).unwrap().0,
+            UNKNOWN_TOPIC
+        );
+        assert_eq!(c.create_partitions("p6", 8, true).unwrap().0, 0);
+        assert_eq!(
+            c.partition_leaders("p6").unwrap().1.len(),
+            6,
+            "validate only"
+        );
+        assert_eq!(c.create_partitions("p6", 8, false).unwrap(), (0, None));
+        let leaders = wait_for_leaders(&b, "p6", 8);
+        for p in 6..8 {
+            let n = 3 + p as u32;
+            assert_eq!(
+                produce(
+                    &leaders,
+                    "p6",
+                    p,
+                    batch(n, format!("partition-{p}").as_bytes())
+                ),
+                0
+            );
+            expected.push(vec![n]);
+        }
+        assert_partitions_hold(&b, "p6", &expected);
+        expected
+    })
+    .await
+    .unwrap();
+
+    // Every node restarted: 8 partitions, each with its data.
+    drop(nodes);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        assert_partitions_hold(&b, "p6", &expected);
+        let code = on_any(&b, T, "delete", |c| c.delete_topic("p6").map(|e| (e, e)));
+        assert_eq!(code, 0);
+    })
+    .await
+    .unwrap();
+    // Every partition's directory is gone from every node.
+    let deadline = Instant::now() + T;
+    for c in &configs {
+        while !topic_dirs(&c.data_dir, "p6").is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "left on {}: {:?}",
+                c.name,
+                topic_dirs(&c.data_dir, "p6")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for (n, _) in &nodes.0 {
+        assert!(n.partitions("p6").is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_created_topics_get_num_partitions_and_the_cluster_stops_at_max_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(1, dir.path(), &[]);
+    configs[0].kafka.num_partitions = 3;
+    configs[0].kafka.max_partitions = 10;
+    let brokers = kafka_addrs(&configs);
+    let nodes = start(&configs).await;
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(brokers[0]).unwrap();
+        // Auto-creation through Metadata: num_partitions partitions.
+        let req = Request::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                name: Some("auto".into()),
+                ..Default::default()
+            }]),
+            allow_auto_topic_creation: true,
+            ..Default::default()
+        });
+        c.call(ApiKey::Metadata, 12, &req).unwrap();
+        wait_for_leaders(&brokers, "auto", 3);
+        // CreateTopics with -1 partitions: the same default.
+        assert_eq!(c.create_topic_with("dflt", -1).unwrap(), (0, 3));
+        // 6 of 10 used: 5 more do not fit, 4 do.
+        assert_eq!(c.create_topic_with("big", 5).unwrap().0, POLICY_VIOLATION);
+        let (code, message) = c.create_partitions("dflt", 8, false).unwrap();
+        assert_eq!(code, POLICY_VIOLATION, "{message:?}");
+        assert_eq!(c.create_partitions("dflt", 7, false).unwrap().0, 0);
+        assert_eq!(c.create_topic_with("one", 1).unwrap().0, POLICY_VIOLATION);
+        wait_for_leaders(&brokers, "dflt", 7);
+        // Offsets commit per partition that exists.
+        assert_eq!(c.commit_offset_of("g", "dflt", 6, 5).unwrap(), 0);
+        assert_eq!(
+            c.commit_offset_of("g", "dflt", 7, 5).unwrap(),
+            UNKNOWN_TOPIC
+        );
+    })
+    .await
+    .unwrap();
+    drop(nodes);
+}
+
+/// A topic directory written before partitions (`topics/<name>~<incarnation>`) is moved to
+/// partition 0's directory at start, with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_directory_from_before_partitions_becomes_partition_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(1, dir.path(), &[]);
+    let brokers = kafka_addrs(&configs);
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(c.create_topic_with("old", 1).unwrap(), (0, 1));
+        let leaders = wait_for_leaders(&b, "old", 1);
+        produce(&leaders, "old", 0, batch(7, b"partition-0"));
+    })
+    .await
+    .unwrap();
+    drop(nodes);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let data = &configs[0].data_dir;
+    let dirs = topic_dirs(data, "old");
+    assert_eq!(dirs.len(), 1);
+    let partition0 = dirs[0].clone();
+    let legacy = partition0
+        .strip_suffix("-0")
+        .expect("partition 0's directory");
+    std::fs::rename(
+        data.join("topics").join(&partition0),
+        data.join("topics").join(legacy),
+    )
+    .unwrap();
+
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || assert_partitions_hold(&b, "old", &[vec![7]]))
+        .await
+        .unwrap();
+    assert_eq!(topic_dirs(data, "old"), vec![partition0]);
+    drop(nodes);
+}
