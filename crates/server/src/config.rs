@@ -149,6 +149,10 @@ pub struct RaftTiming {
     pub pipeline: bool,
     /// Whether many proposals are merged into one Raft entry and one fsync (group commit).
     pub group_commit: bool,
+    /// How often the leader of a topic partition checks whether its preferred replica is back
+    /// and caught up, and hands leadership to it (Kafka's `auto.leader.rebalance.enable` and
+    /// `leader.imbalance.check.interval.seconds`). `None` turns the rebalance off.
+    pub leader_rebalance_interval: Option<Duration>,
 }
 
 impl Default for RaftTiming {
@@ -161,6 +165,7 @@ impl Default for RaftTiming {
             max_inflight_appends: 256,
             pipeline: true,
             group_commit: true,
+            leader_rebalance_interval: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -292,6 +297,7 @@ struct FileRaft {
     max_inflight_appends: Option<usize>,
     pipeline: Option<bool>,
     group_commit: Option<bool>,
+    leader_rebalance_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -440,6 +446,9 @@ impl NodeConfig {
         }
         raft.pipeline = r.pipeline.unwrap_or(raft.pipeline);
         raft.group_commit = r.group_commit.unwrap_or(raft.group_commit);
+        if let Some(ms) = r.leader_rebalance_interval_ms {
+            raft.leader_rebalance_interval = (ms > 0).then(|| Duration::from_millis(ms));
+        }
 
         let mut storage = StorageSettings::default();
         let s = file.storage;

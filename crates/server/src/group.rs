@@ -197,6 +197,9 @@ pub struct GroupParts {
     pub producers: Option<ProducerTable>,
     /// This node's rejoin mode after a replaced disk (see [`crate::replicas`]).
     pub rejoin: std::sync::Arc<crate::replicas::Directories>,
+    /// The replica that should lead this group when it is live and caught up (topic
+    /// partitions), and how often the leader checks; `None`: whoever is elected stays.
+    pub preferred_leader: Option<(u64, Duration)>,
 }
 
 struct Waiting {
@@ -268,6 +271,10 @@ impl Group {
     fn run(&mut self) {
         let mut next_tick = Instant::now() + self.p.tick;
         let mut next_retention = Instant::now() + self.p.retention_interval;
+        let mut next_rebalance = self
+            .p
+            .preferred_leader
+            .map(|(_, every)| Instant::now() + every);
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match self.p.inbox.recv_timeout(wait) {
@@ -300,8 +307,38 @@ impl Group {
                 self.apply_retention();
                 next_retention = Instant::now() + self.p.retention_interval;
             }
+            if let (Some(at), Some((_, every))) = (next_rebalance, self.p.preferred_leader) {
+                if Instant::now() >= at {
+                    self.hand_over_to_preferred();
+                    next_rebalance = Some(Instant::now() + every);
+                }
+            }
         }
         self.fail_all(AppendError::Stopped);
+    }
+
+    /// On the leader: hands leadership to the preferred replica when it is not this node, is
+    /// in the configuration, was heard from recently and has every committed entry (raft-rs
+    /// then sends it TimeoutNow once it matches the whole log; proposals arriving meanwhile are
+    /// refused as on any leader change, and clients retry).
+    fn hand_over_to_preferred(&mut self) {
+        let Some((preferred, _)) = self.p.preferred_leader else {
+            return;
+        };
+        let raft = &self.p.node.raft;
+        if raft.state != StateRole::Leader || raft.id == preferred || raft.lead_transferee.is_some()
+        {
+            return;
+        }
+        let committed = raft.raft_log.committed;
+        let ready = raft
+            .prs()
+            .get(preferred)
+            .is_some_and(|pr| pr.recent_active && pr.matched >= committed);
+        if ready {
+            tracing::info!(stream = %self.p.name, to = preferred, "handing leadership to the preferred replica");
+            self.p.node.transfer_leader(preferred);
+        }
     }
 
     /// Deletes old segments as the store's retention policy says, but never an entry a

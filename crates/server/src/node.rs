@@ -147,6 +147,18 @@ pub fn group_id_for_topic(name: &str, incarnation: u64, partition: u32) -> u64 {
     }
 }
 
+/// The preferred leader of partition `partition` of a topic's incarnation among `members`
+/// (sorted node ids): the nodes take turns partition after partition, starting at a node drawn
+/// from the topic's name and incarnation, so partitions' leaders spread evenly over the nodes and
+/// topics do not all start on the same node (Kafka's rack-unaware placement with a random start,
+/// made deterministic so every node derives the same answer without coordination).
+pub fn preferred_leader(members: &[u64], name: &str, incarnation: u64, partition: u32) -> u64 {
+    assert!(!members.is_empty(), "a cluster has at least one member");
+    let start = group_id_for_topic(name, incarnation, 0) % members.len() as u64;
+    let index = (start + u64::from(partition)) % members.len() as u64;
+    members[index as usize]
+}
+
 /// A handle on one log stream of a running node: append, read, await commits.
 #[derive(Clone)]
 pub struct LogStream {
@@ -530,6 +542,7 @@ impl Node {
             METADATA_GROUP_ID,
             0,
             GroupKind::Metadata(sm),
+            None,
         )?;
         let mut seen: HashMap<u64, String> = HashMap::new();
         for name in node.config.initial_streams.clone() {
@@ -758,7 +771,14 @@ impl Node {
             return Ok(s);
         }
         let group = group_id_for(name);
-        self.open_group(name, 0, group, 0, GroupKind::Stream(self.stream_dir(name)))
+        self.open_group(
+            name,
+            0,
+            group,
+            0,
+            GroupKind::Stream(self.stream_dir(name)),
+            None,
+        )
     }
 
     /// Opens (creating on first use) partitions `0..partitions` of incarnation `incarnation`
@@ -781,9 +801,43 @@ impl Node {
         for partition in already..partitions {
             let group = group_id_for_topic(name, incarnation, partition);
             let dir = self.topic_dir(name, incarnation, partition);
-            self.open_group(name, partition, group, incarnation, GroupKind::Stream(dir))?;
+            let preferred = self.preferred_leader_of(name, incarnation, partition);
+            let stream = self.open_group(
+                name,
+                partition,
+                group,
+                incarnation,
+                GroupKind::Stream(dir),
+                Some(preferred),
+            )?;
+            // The preferred replica stands for election at once: a new partition gets a leader
+            // without waiting an election timeout, and leaders start spread over the nodes.
+            if preferred == self.config.id && self.config.members.len() > 1 {
+                stream.campaign();
+            }
         }
         Ok(())
+    }
+
+    /// The preferred leader of a topic partition (see [`preferred_leader`]).
+    pub fn preferred_leader_of(&self, name: &str, incarnation: u64, partition: u32) -> u64 {
+        let mut members = self.config.member_ids();
+        members.sort_unstable();
+        preferred_leader(&members, name, incarnation, partition)
+    }
+
+    /// The replicas of `stream` in Kafka's order: the preferred leader first, then the other
+    /// members in turn (a stream configured at start: the members in id order).
+    pub fn replicas_of(&self, stream: &LogStream) -> Vec<u64> {
+        let mut members = self.config.member_ids();
+        members.sort_unstable();
+        if stream.incarnation == 0 {
+            return members;
+        }
+        let first = preferred_leader(&members, &stream.name, stream.incarnation, stream.partition);
+        let at = members.iter().position(|m| *m == first).unwrap_or(0);
+        members.rotate_left(at);
+        members
     }
 
     fn open_group(
@@ -793,6 +847,7 @@ impl Node {
         group: u64,
         incarnation: u64,
         kind: GroupKind,
+        preferred_leader: Option<u64>,
     ) -> Result<LogStream, NodeError> {
         if let Some(other) = self.group_owner(group) {
             return Err(NodeError::GroupIdCollision(
@@ -928,6 +983,7 @@ impl Node {
             producers: (!replay).then(|| rebuild_producers(&shared, applied)),
             state_machine,
             rejoin: self.registry.directories.clone(),
+            preferred_leader: preferred_leader.zip(self.config.raft.leader_rebalance_interval),
         };
         let handle = std::thread::Builder::new()
             .name(format!("raft-{name}"))

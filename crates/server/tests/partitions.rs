@@ -386,3 +386,108 @@ async fn a_topic_directory_from_before_partitions_becomes_partition_0() {
     assert_eq!(topic_dirs(data, "old"), vec![partition0]);
     drop(nodes);
 }
+
+/// Leaders of `topic`'s partitions as `node` sees them, and each partition's preferred leader
+/// (the first replica Metadata lists).
+fn leaders_and_preferred(node: &Node, topic: &str) -> Vec<(u64, u64)> {
+    node.partitions(topic)
+        .iter()
+        .map(|s| (s.visible().leader, node.replicas_of(s)[0]))
+        .collect()
+}
+
+/// Waits until every running node sees each of the `count` partitions led by its preferred
+/// replica; returns how many partitions each node id leads.
+async fn wait_for_preferred_leaders(
+    nodes: &[Option<(Arc<Node>, tokio::task::JoinHandle<()>)>],
+    topic: &str,
+    count: usize,
+) -> HashMap<u64, usize> {
+    let deadline = Instant::now() + T;
+    loop {
+        let views: Vec<Vec<(u64, u64)>> = nodes
+            .iter()
+            .flatten()
+            .map(|(n, _)| leaders_and_preferred(n, topic))
+            .collect();
+        let settled = views
+            .iter()
+            .all(|v| v.len() == count && v.iter().all(|(l, p)| l == p) && *v == views[0]);
+        if settled {
+            let mut led = HashMap::new();
+            for (leader, _) in &views[0] {
+                *led.entry(*leader).or_insert(0) += 1;
+            }
+            return led;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leaders never settled on the preferred replicas: {views:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Partitions' leaders are spread evenly over the nodes (each partition led by its preferred
+/// replica), and a node that was down leads its share again soon after it comes back (Kafka's
+/// auto leader rebalance), instead of staying idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_spread_over_the_nodes_and_return_to_a_restarted_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.raft.leader_rebalance_interval = Some(Duration::from_millis(300));
+    }
+    let mut nodes = Vec::new();
+    for c in &configs {
+        let n = Node::start(c.clone()).await.unwrap();
+        let kafka = n.serve_kafka().await.unwrap();
+        nodes.push(Some((n, kafka)));
+    }
+    let b = kafka_addrs(&configs);
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(c.create_topic_with("spread", 6).unwrap(), (0, 6));
+    })
+    .await
+    .unwrap();
+    let led = wait_for_preferred_leaders(&nodes, "spread", 6).await;
+    assert_eq!(
+        led.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2],
+        "{led:?}"
+    );
+
+    // Node 1 goes down: the others lead everything; back, it leads its two again.
+    let (n1, k1) = nodes[0].take().unwrap();
+    k1.abort();
+    n1.shutdown();
+    drop(n1);
+    let deadline = Instant::now() + T;
+    loop {
+        let (n2, _) = nodes[1].as_ref().unwrap();
+        let leaders: Vec<u64> = n2
+            .partitions("spread")
+            .iter()
+            .map(|s| s.visible().leader)
+            .collect();
+        if leaders.iter().all(|l| *l == 2 || *l == 3) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partitions still led by the stopped node: {leaders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let n1 = Node::start(configs[0].clone()).await.unwrap();
+    let k1 = n1.serve_kafka().await.unwrap();
+    nodes[0] = Some((n1, k1));
+    let led = wait_for_preferred_leaders(&nodes, "spread", 6).await;
+    assert_eq!(led.get(&1), Some(&2), "{led:?}");
+    for (n, k) in nodes.into_iter().flatten() {
+        k.abort();
+        n.shutdown();
+    }
+}

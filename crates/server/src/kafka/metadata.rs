@@ -99,7 +99,6 @@ fn topic_metadata(node: &Node, name: &str, partitions: &[LogStream]) -> Metadata
             ..Default::default()
         };
     };
-    let replicas: Vec<i32> = node.config().member_ids().into_iter().map(as_i32).collect();
     let live: Vec<i32> = node
         .live_brokers()
         .into_iter()
@@ -112,7 +111,10 @@ fn topic_metadata(node: &Node, name: &str, partitions: &[LogStream]) -> Metadata
         is_internal: false,
         partitions: partitions
             .iter()
-            .map(|p| partition_metadata(node, p, &replicas, &live))
+            .map(|p| {
+                let replicas: Vec<i32> = node.replicas_of(p).into_iter().map(as_i32).collect();
+                partition_metadata(node, p, &replicas, &live)
+            })
             .collect(),
         ..Default::default()
     }
