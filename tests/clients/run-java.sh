@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Java client test: starts a three-node vdl cluster (deploy/local-cluster.sh, free ports, a
 # temporary data directory), runs tests/clients/java's ClientTest against it (Apache Kafka's
-# Java client 3.9: default idempotent producer, consumer group with commitSync), stops the
+# Java client 3.9: default idempotent producer, consumer group with commitSync; then a 6-partition
+# topic with keyed records, a two-member group and a rebalance, and CreatePartitions), stops the
 # cluster by its PIDs. Exit status: the test's.
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
@@ -33,7 +34,7 @@ fi
 echo "$POM_SHA" >"$BUILD/classpath.pom"
 CP="$(cat "$BUILD/classpath.txt")"
 rm -rf "$BUILD/classes"
-javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ/src/main/java/vdl/clients/ClientTest.java"
+javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
 # 2. A cluster on free ports: a random Kafka base B with B..B+2, B+100.., B+200.. all closed.
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -52,6 +52,10 @@ pub struct StreamStatus {
     /// leader, ...) keep working.
     #[serde(default)]
     pub partition: u32,
+    /// Whether the partition's Raft group is quiesced on this node (idle: no ticks, no
+    /// heartbeats).
+    #[serde(default)]
+    pub quiesced: bool,
 }
 
 /// The `/status` document.
@@ -91,6 +95,7 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
             StreamStatus {
                 name: s.name().to_owned(),
                 partition: s.partition(),
+                quiesced: v.quiesced,
                 leader: v.leader,
                 term: v.term,
                 applied_index: v.applied_index,

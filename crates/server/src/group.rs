@@ -123,6 +123,9 @@ pub enum GroupInput {
     PeerReplaced(u64),
     /// Ask this node to start an election now (tests, leadership transfer).
     Campaign,
+    /// This peer has not been heard from for an election timeout (node liveness, see
+    /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
+    PeerDown(u64),
     /// Stop the thread.
     Stop,
 }
@@ -148,6 +151,8 @@ pub struct Visible {
     /// (Kafka's leader-epoch start offset, KIP-207). False on a follower and on a leader just
     /// elected, which answers offset queries OFFSET_NOT_AVAILABLE until then.
     pub leader_ready: bool,
+    /// The group is quiesced: idle, not ticking, no heartbeats (see [`crate::quiesce`]).
+    pub quiesced: bool,
 }
 
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
@@ -232,6 +237,10 @@ struct Group {
     /// The term in which this node, as leader, committed and applied an entry of its own term
     /// (0: none); see [`Visible::leader_ready`].
     ready_term: u64,
+    /// On the leader: consecutive ticks its log was idle (see [`crate::quiesce`]).
+    idle_ticks: usize,
+    /// The heartbeats of the Ready being handled tell followers to quiesce.
+    mark_quiesce_heartbeats: bool,
 }
 
 /// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
@@ -263,6 +272,8 @@ pub fn run_group(parts: GroupParts) {
         unpersisted: (0, 0),
         store_limits,
         ready_term: 0,
+        idle_ticks: 0,
+        mark_quiesce_heartbeats: false,
     };
     g.run();
 }
@@ -276,7 +287,13 @@ impl Group {
             .preferred_leader
             .map(|(_, every)| Instant::now() + every);
         loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
+            // A quiesced group wakes only for input and its slow timers.
+            let wake_at = if self.visible.quiesced {
+                next_rebalance.map_or(next_retention, |r| r.min(next_retention))
+            } else {
+                next_tick
+            };
+            let wait = wake_at.saturating_duration_since(Instant::now());
             match self.p.inbox.recv_timeout(wait) {
                 Ok(input) => {
                     if !self.take(input) {
@@ -298,8 +315,9 @@ impl Group {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             self.propose_queued();
-            if Instant::now() >= next_tick {
+            if !self.visible.quiesced && Instant::now() >= next_tick {
                 self.p.node.tick();
+                self.maybe_quiesce();
                 next_tick = Instant::now() + self.p.tick;
             }
             self.handle_ready();
@@ -315,6 +333,46 @@ impl Group {
             }
         }
         self.fail_all(AppendError::Stopped);
+    }
+
+    /// On the leader, once per tick: counts idle ticks and, after an election timeout of them,
+    /// broadcasts the quiesce heartbeat and stops ticking (see [`crate::quiesce`]). The
+    /// metadata group never quiesces.
+    fn maybe_quiesce(&mut self) {
+        let idle = !self.p.forward_proposals
+            && self.queued.is_empty()
+            && self.proposed.is_empty()
+            && self.appended.is_empty()
+            && self.pending_count == 0
+            && crate::quiesce::leader_may_quiesce(&self.p.node.raft);
+        if !idle {
+            self.idle_ticks = 0;
+            return;
+        }
+        self.idle_ticks += 1;
+        let needed =
+            self.p.node.raft.election_timeout() * crate::quiesce::QUIESCE_AFTER_IDLE_ELECTIONS;
+        if self.idle_ticks >= needed {
+            self.p.node.raft.ping();
+            self.mark_quiesce_heartbeats = true;
+            self.set_quiesced(true);
+        }
+    }
+
+    /// Enters or leaves quiescence, publishing the change.
+    fn set_quiesced(&mut self, quiesced: bool) {
+        if self.visible.quiesced != quiesced {
+            self.idle_ticks = 0;
+            self.visible.quiesced = quiesced;
+            self.publish();
+        }
+    }
+
+    /// Whether a peer's failure concerns this group: it leads it, or this node leads (and must
+    /// check its quorum).
+    fn concerns(&self, peer: u64) -> bool {
+        let raft = &self.p.node.raft;
+        raft.leader_id == peer || raft.state == StateRole::Leader
     }
 
     /// On the leader: hands leadership to the preferred replica when it is not this node, is
@@ -337,6 +395,7 @@ impl Group {
             .is_some_and(|pr| pr.recent_active && pr.matched >= committed);
         if ready {
             tracing::info!(stream = %self.p.name, to = preferred, "handing leadership to the preferred replica");
+            self.set_quiesced(false);
             self.p.node.transfer_leader(preferred);
         }
     }
@@ -374,12 +433,38 @@ impl Group {
     /// Takes one input; false means stop.
     fn take(&mut self, input: GroupInput) -> bool {
         match input {
-            GroupInput::Raft(m) => {
+            GroupInput::Raft(mut m) => {
+                let quiesce = crate::quiesce::is_quiesce_heartbeat(&m);
+                // Followers answer the quiesce heartbeat: a quiesced leader stays quiesced
+                // unless the answer shows the group is not idle after all.
+                let answer = self.visible.quiesced
+                    && m.get_msg_type() == raft::prelude::MessageType::MsgHeartbeatResponse;
+                if quiesce {
+                    // Stepped as a plain heartbeat; the mark is for this layer only.
+                    m.context = Default::default();
+                } else if !answer {
+                    self.set_quiesced(false);
+                }
                 if self.rejoin_allows(&m) {
+                    let heartbeat = quiesce.then(|| m.clone());
                     self.step_peer_message(m);
+                    if let Some(hb) = heartbeat {
+                        let agree = !self.p.forward_proposals
+                            && crate::quiesce::follower_may_quiesce(&self.p.node.raft, &hb);
+                        self.set_quiesced(agree);
+                    }
+                    if answer && !crate::quiesce::leader_may_quiesce(&self.p.node.raft) {
+                        self.set_quiesced(false);
+                    }
+                }
+            }
+            GroupInput::PeerDown(peer) => {
+                if self.concerns(peer) {
+                    self.set_quiesced(false);
                 }
             }
             GroupInput::PeerReplaced(peer) => {
+                self.set_quiesced(false);
                 if self.p.node.raft.state == StateRole::Leader {
                     if let Some(pr) = self.p.node.raft.mut_prs().get_mut(peer) {
                         pr.matched = 0;
@@ -389,14 +474,21 @@ impl Group {
                 }
             }
             GroupInput::Propose(p) => {
+                self.set_quiesced(false);
                 if self.pending_count + self.queued.len() >= MAX_PENDING_PROPOSALS {
                     let _ = p.reply.send(Err(AppendError::Busy));
                 } else {
                     self.queued.push(p);
                 }
             }
-            GroupInput::Unreachable(peer) => self.p.node.report_unreachable(peer),
+            GroupInput::Unreachable(peer) => {
+                if self.concerns(peer) {
+                    self.set_quiesced(false);
+                }
+                self.p.node.report_unreachable(peer);
+            }
             GroupInput::Campaign => {
+                self.set_quiesced(false);
                 let _ = self.p.node.campaign();
             }
             GroupInput::Stop => return false,
@@ -702,7 +794,12 @@ impl Group {
     }
 
     fn send_all(&self, msgs: Vec<Message>) {
-        for m in msgs {
+        for mut m in msgs {
+            if self.mark_quiesce_heartbeats
+                && m.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat
+            {
+                m.context = crate::quiesce::QUIESCE_CONTEXT.to_vec().into();
+            }
             self.p.peers.send(self.p.id, m);
         }
     }
@@ -770,6 +867,7 @@ impl Group {
         self.p.node.advance_apply();
         self.update_in_sync();
         self.check_rejoined();
+        self.mark_quiesce_heartbeats = false;
     }
 
     /// On the leader, the voters that are in sync: recently heard from and within

@@ -321,10 +321,26 @@ struct Registry {
     /// announced. The newest one's address is the peer's: a connection's claim lasts only as
     /// long as the connection.
     peers: Mutex<HashMap<u64, Vec<(u64, String)>>>,
+    /// When each peer last pinged (see [`crate::liveness`]).
+    liveness: crate::liveness::Liveness,
+}
+
+impl Registry {
+    /// Sends `input(peer-independent)` to every group.
+    fn tell_all_groups(&self, input: impl Fn() -> GroupInput) {
+        let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        for inbox in groups.values() {
+            try_deliver(inbox, input());
+        }
+    }
 }
 
 impl PeerInbox for Registry {
     fn deliver(&self, group: u64, msg: raft::prelude::Message) {
+        if group == crate::liveness::LIVENESS_GROUP {
+            self.liveness.heard(msg.from);
+            return;
+        }
         let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
         match groups.get(&group) {
             Some(inbox) => self
@@ -391,6 +407,8 @@ pub struct Node {
     peer_task: tokio::task::JoinHandle<()>,
     /// Ends rejoin mode once every group caught up (see [`crate::replicas`]).
     rejoin_task: tokio::task::JoinHandle<()>,
+    /// Pings peers and reports silent ones (see [`crate::liveness`]).
+    liveness_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
     metadata_group: Mutex<Option<LogStream>>,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
@@ -440,6 +458,39 @@ fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::Pro
 
 /// While this node is rejoining after a replaced disk, checks every 200 ms whether every group
 /// has caught up; then ends rejoin mode and reconnects to the peers so their hellos say so.
+/// Pings every peer once per heartbeat interval and reports to every group each peer not heard
+/// from for an election timeout (see [`crate::liveness`]).
+async fn watch_liveness(
+    registry: Arc<Registry>,
+    peers: PeerSender,
+    me: u64,
+    others: Vec<u64>,
+    every: Duration,
+    timeout: Duration,
+) {
+    let mut interval = tokio::time::interval(every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        for peer in &others {
+            peers.send(
+                crate::liveness::LIVENESS_GROUP,
+                crate::liveness::ping(me, *peer),
+            );
+        }
+        for peer in registry
+            .liveness
+            .newly_down(std::time::Instant::now(), timeout)
+        {
+            tracing::info!(
+                peer,
+                "peer not heard from for an election timeout: waking its groups"
+            );
+            registry.tell_all_groups(|| GroupInput::PeerDown(peer));
+        }
+    }
+}
+
 async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -503,6 +554,13 @@ impl Node {
             groups: RwLock::new(HashMap::new()),
             stats: peer_stats.clone(),
             peers: Mutex::new(HashMap::new()),
+            liveness: crate::liveness::Liveness::new(
+                &config
+                    .member_ids()
+                    .into_iter()
+                    .filter(|m| *m != config.id)
+                    .collect::<Vec<_>>(),
+            ),
         });
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
@@ -520,11 +578,24 @@ impl Node {
             filter,
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
+        let liveness_task = tokio::spawn(watch_liveness(
+            registry.clone(),
+            peers.clone(),
+            config.id,
+            config
+                .member_ids()
+                .into_iter()
+                .filter(|m| *m != config.id)
+                .collect(),
+            config.raft.heartbeat,
+            config.raft.election_timeout,
+        ));
         let node = Arc::new(Node {
             config,
             registry,
             peers,
             rejoin_task,
+            liveness_task,
             streams: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             peer_task,
@@ -935,6 +1006,7 @@ impl Node {
             term: hs.term,
             in_sync: [0; crate::group::MAX_TRACKED_VOTERS],
             leader_ready: false,
+            quiesced: false,
         };
         let shared: SharedStore = Arc::new(RwLock::new(store));
         let t = &self.config.raft;
@@ -1337,6 +1409,7 @@ impl Node {
     pub fn shutdown(&self) {
         self.peer_task.abort();
         self.rejoin_task.abort();
+        self.liveness_task.abort();
         self.registry
             .groups
             .write()

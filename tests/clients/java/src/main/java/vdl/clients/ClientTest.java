@@ -34,16 +34,19 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *       acknowledged at offset i.
  *   <li>A consumer group (subscribe, poll, commitSync) reads all N back in order.
  *   <li>A second member of the same group finds the committed offset N and nothing left to read.
+ *   <li>Then {@link MultiPartition}: a 6-partition topic (keyed produce, a group of two members,
+ *       a rebalance when one leaves) and CreatePartitions growing a topic from 2 to 4.
  * </ol>
  *
- * Usage: ClientTest BOOTSTRAP TOPIC N. Exits 0 on success, 1 with a message on any failure.
+ * Usage: ClientTest BOOTSTRAP TOPIC N (the multi-partition part also creates TOPIC-p6 and
+ * TOPIC-grow). Exits 0 on success, 1 with a message on any failure.
  * Every step is bounded by a timeout.
  */
 public final class ClientTest {
     private static final Duration STEP_TIMEOUT = Duration.ofSeconds(60);
-    private static final long START = System.nanoTime();
+    static final long START = System.nanoTime();
 
-    private static void check(boolean ok, String what) {
+    static void check(boolean ok, String what) {
         if (!ok) {
             throw new AssertionError(what);
         }
@@ -61,6 +64,10 @@ public final class ClientTest {
             run(bootstrap, topic, n);
             System.out.println("java client test: OK (" + n + " records produced with default"
                     + " (idempotent) settings, consumed and committed by a group)");
+            MultiPartition.run(bootstrap, topic);
+            System.out.println("java client multi-partition test: OK (" + MultiPartition.PARTITIONS
+                    + "-partition topic: keyed produce, a two-member group, rebalance on leave;"
+                    + " CreatePartitions 2 -> 4)");
             System.exit(0);
         } catch (Throwable t) {
             System.err.println("java client test: FAILED: " + t);
@@ -140,7 +147,7 @@ public final class ClientTest {
         }
     }
 
-    private static Properties consumerProps(String bootstrap, String group) {
+    static Properties consumerProps(String bootstrap, String group) {
         Properties cp = new Properties();
         cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
@@ -152,7 +159,7 @@ public final class ClientTest {
         return cp;
     }
 
-    private static void step(String what) {
+    static void step(String what) {
         System.out.printf("  [%5.1fs] %s%n", (System.nanoTime() - START) / 1e9, what);
     }
 }

@@ -1,0 +1,96 @@
+//! Node liveness: one ping per peer per heartbeat interval, whatever the number of Raft groups,
+//! so quiesced groups (see [`crate::quiesce`]) still learn when a peer fails.
+//!
+//! A ping is a heartbeat-typed Raft message (term 1, so the peer port's checks admit it) sent on
+//! the peer transport under group id [`LIVENESS_GROUP`], which no Raft group has; it goes
+//! through the same queues, link filters and connections as the groups' messages, so a peer cut
+//! off from this node stops being heard exactly when its groups' messages stop arriving. A peer
+//! not heard from for an election timeout is reported down once (until heard again); a node
+//! that does not know the liveness group (an older version) counts the pings as refused
+//! messages for an unknown group and ignores them.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use raft::prelude::{Message, MessageType};
+
+/// The transport group id of liveness pings (no Raft group has id 0).
+pub const LIVENESS_GROUP: u64 = 0;
+
+/// When each peer was last heard from, and which are reported down.
+#[derive(Debug)]
+pub struct Liveness {
+    /// Per peer: last ping (or the tracker's start), and whether it is reported down.
+    peers: Mutex<HashMap<u64, (Instant, bool)>>,
+}
+
+impl Liveness {
+    /// A tracker for `peers`, each counted as heard from now (so no peer is reported down
+    /// before it had an election timeout to show up).
+    pub fn new(peers: &[u64]) -> Liveness {
+        let now = Instant::now();
+        Liveness {
+            peers: Mutex::new(peers.iter().map(|p| (*p, (now, false))).collect()),
+        }
+    }
+
+    /// Records a ping from `peer` (unknown ids are ignored).
+    pub fn heard(&self, peer: u64) {
+        self.heard_at(peer, Instant::now());
+    }
+
+    fn heard_at(&self, peer: u64, at: Instant) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = peers.get_mut(&peer) {
+            *entry = (at, false);
+        }
+    }
+
+    /// The peers silent for longer than `timeout` as of `now` that were not reported down yet;
+    /// they are reported down from now on (until heard again).
+    pub fn newly_down(&self, now: Instant, timeout: Duration) -> Vec<u64> {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut down = Vec::new();
+        for (peer, (last, reported)) in peers.iter_mut() {
+            if !*reported && now.saturating_duration_since(*last) > timeout {
+                *reported = true;
+                down.push(*peer);
+            }
+        }
+        down.sort_unstable();
+        down
+    }
+}
+
+/// The ping `from` sends `to`.
+pub fn ping(from: u64, to: u64) -> Message {
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgHeartbeat);
+    m.from = from;
+    m.to = to;
+    m.term = 1;
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_peer_is_reported_down_once_until_heard_again() {
+        let start = Instant::now();
+        let l = Liveness::new(&[2, 3]);
+        let t = Duration::from_millis(100);
+        assert!(l.newly_down(start, t).is_empty());
+        l.heard_at(3, start + Duration::from_millis(450));
+        let later = start + Duration::from_millis(500);
+        assert_eq!(l.newly_down(later, t), vec![2]);
+        assert!(l.newly_down(later, t).is_empty(), "reported once");
+        l.heard_at(2, later);
+        l.heard_at(9, later); // not a peer: ignored
+        assert!(l
+            .newly_down(later + Duration::from_millis(50), t)
+            .is_empty());
+    }
+}
