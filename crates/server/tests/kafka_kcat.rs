@@ -165,3 +165,111 @@ async fn kcat_produces_and_consumes_through_a_follower() {
     }
     result.unwrap();
 }
+
+/// kcat on a 3-partition topic: `-L` lists three partitions with leaders, `-P -p N` writes to
+/// partition N, `-C -p N` reads exactly that partition back, and a keyed produce with `-K`
+/// (librdkafka's default partitioner) keeps each key on one partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_produces_and_consumes_per_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, _) = cluster(dir.path()).await;
+    nodes[0]
+        .create_topic("kcat-parts", 3, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| {
+        let p = n.partitions("kcat-parts");
+        p.len() == 3 && p.iter().all(|s| s.visible().leader != 0)
+    }) {
+        assert!(Instant::now() < deadline, "no leaders for kcat-parts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bootstrap = nodes[1].config().kafka_advertised.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut cmd = kcat();
+        cmd.args(["-b", &bootstrap, "-L", "-t", "kcat-parts"]);
+        let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+        assert!(ok, "kcat -L failed: {err}");
+        assert!(
+            out.contains("topic \"kcat-parts\" with 3 partitions"),
+            "{out}"
+        );
+        for p in 0..3 {
+            assert!(out.contains(&format!("partition {p}, leader ")), "{out}");
+        }
+        for p in 0..3 {
+            let lines: String = (0..10).map(|i| format!("p{p}-{i}\n")).collect();
+            let mut cmd = kcat();
+            let part = p.to_string();
+            cmd.args([
+                "-b",
+                &bootstrap,
+                "-t",
+                "kcat-parts",
+                "-P",
+                "-p",
+                &part,
+                "-X",
+                "acks=all",
+            ]);
+            let (ok, _, err) = run(cmd, lines.as_bytes(), Duration::from_secs(20));
+            assert!(ok, "kcat produce to partition {p} failed: {err}");
+        }
+        for p in 0..3 {
+            let part = p.to_string();
+            let (ok, out, err) =
+                kcat_consume(&bootstrap, "kcat-parts", "beginning", &["-p", &part]);
+            assert!(ok, "kcat consume of partition {p} failed: {err}");
+            let want: Vec<String> = (0..10).map(|i| format!("{i} p{p}-{i}")).collect();
+            assert_eq!(out.lines().collect::<Vec<_>>(), want, "partition {p}");
+        }
+        // Keyed: each key's records land on one partition.
+        let keyed: String = (0..60).map(|i| format!("key{}:v{i}\n", i % 12)).collect();
+        let mut cmd = kcat();
+        cmd.args([
+            "-b",
+            &bootstrap,
+            "-t",
+            "kcat-parts",
+            "-P",
+            "-K",
+            ":",
+            "-X",
+            "acks=all",
+        ]);
+        let (ok, _, err) = run(cmd, keyed.as_bytes(), Duration::from_secs(20));
+        assert!(ok, "keyed kcat produce failed: {err}");
+        let mut partition_of = std::collections::HashMap::new();
+        for p in 0..3 {
+            let part = p.to_string();
+            let mut cmd = kcat();
+            cmd.args([
+                "-b",
+                &bootstrap,
+                "-t",
+                "kcat-parts",
+                "-C",
+                "-p",
+                &part,
+                "-o",
+                "10",
+                "-e",
+                "-f",
+                "%k\n",
+            ]);
+            let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+            assert!(ok, "kcat consume failed: {err}");
+            for key in out.lines() {
+                let first = *partition_of.entry(key.to_owned()).or_insert(p);
+                assert_eq!(first, p, "key {key} on two partitions");
+            }
+        }
+        assert_eq!(partition_of.len(), 12, "{partition_of:?}");
+    })
+    .await
+    .unwrap();
+    for n in &nodes {
+        n.shutdown();
+    }
+}
