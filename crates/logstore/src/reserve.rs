@@ -10,9 +10,11 @@
 //! 50 KiB 0.31-0.36 ms vs 0.22 ms. `fallocate` does not help: it creates unwritten extents,
 //! and converting them on first write is again a metadata change.
 //!
-//! How: one background thread per store writes zeros after the end of the active segment
-//! file and fdatasyncs them, a fill at a time, whenever the zeroed space left ahead of the
-//! writer falls below half a fill. A fill is as large as the segment so far, at least 1 MiB
+//! How: a small pool of filler threads shared by every store of the process
+//! ([`FILLER_THREADS`]; a thread per store cost a node one thread per partition) writes zeros
+//! after the end of an active segment file and fdatasyncs them, a fill at a time, whenever
+//! the zeroed space left ahead of that file's writer falls below half a fill: the writer queues
+//! its reserve (once) and a filler takes it. A fill is as large as the segment so far, at least 1 MiB
 //! and at most the configured chunk. It pauses while the log is appended faster than
 //! [`MAX_FILL_RATE_BYTES_PER_S`]: such a log is bound by disk bandwidth, and zeroing would
 //! double its writes. The writer writes below `zeroed_end` without
@@ -22,12 +24,16 @@
 //! reserve, not damage, and sealing a segment first trims it to its data, so sealed segments
 //! keep "file length = data length".
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+/// Filler threads shared by every reserve of the process. Fills are rare (one per megabytes
+/// of appends, paused for fast writers) and short, so two keep up with many logs.
+pub const FILLER_THREADS: usize = 2;
 
 /// Bytes of zeros written per `write` call by the filler (bounds its buffer).
 const FILL_WRITE_BYTES: usize = 1 << 20;
@@ -71,6 +77,8 @@ struct State {
     /// A fill failed (for example the disk is full): stop filling until the next attach.
     failed: bool,
     stop: bool,
+    /// This reserve is in the filler pool's queue.
+    queued: bool,
     /// End of the writer's last write in the current file.
     last_end: u64,
     /// Bytes written by the writer so far, across files.
@@ -105,6 +113,8 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// Fill size limit of this reserve.
+    chunk_bytes: u64,
 }
 
 impl Shared {
@@ -114,31 +124,83 @@ impl Shared {
 }
 
 /// Keeps zeroed space ahead of one file's writer (see the module docs). With a chunk size
-/// of 0 it is disabled: no thread, writes go straight to the file.
+/// of 0 it is disabled: writes go straight to the file.
 pub(crate) struct ZeroReserve {
     chunk_bytes: u64,
     shared: Arc<Shared>,
-    filler: Option<JoinHandle<()>>,
+}
+
+/// The process-wide queue of reserves that want a fill, and its filler threads.
+struct FillerPool {
+    queue: Mutex<VecDeque<Arc<Shared>>>,
+    ready: Condvar,
+}
+
+/// The filler pool, started on first use.
+fn filler_pool() -> &'static FillerPool {
+    static POOL: OnceLock<&'static FillerPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let pool: &'static FillerPool = Box::leak(Box::new(FillerPool {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+        }));
+        for i in 0..FILLER_THREADS {
+            std::thread::Builder::new()
+                .name(format!("logstore-zero-fill-{i}"))
+                .spawn(move || pool.run())
+                .expect("spawning a zero-fill thread");
+        }
+        pool
+    })
+}
+
+impl FillerPool {
+    fn submit(&self, shared: Arc<Shared>) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(shared);
+        self.ready.notify_one();
+    }
+
+    /// A filler thread: takes queued reserves one at a time and runs one fill for each.
+    fn run(&self) {
+        let zeros = vec![0u8; FILL_WRITE_BYTES];
+        loop {
+            let shared = {
+                let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if let Some(s) = q.pop_front() {
+                        break s;
+                    }
+                    q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            fill_once(&shared, &zeros);
+        }
+    }
 }
 
 impl ZeroReserve {
-    /// Starts the filler thread (unless `chunk_bytes` is 0).
+    /// A reserve filling chunks of up to `chunk_bytes` (0: disabled).
     pub fn new(chunk_bytes: u64) -> ZeroReserve {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-        });
-        let filler = (chunk_bytes > 0).then(|| {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("logstore-zero-fill".into())
-                .spawn(move || fill_loop(&shared, chunk_bytes))
-                .expect("spawning the zero-fill thread")
+            chunk_bytes,
         });
         ZeroReserve {
             chunk_bytes,
             shared,
-            filler,
+        }
+    }
+
+    /// Asks the filler pool for a fill (holding the state lock; queues this reserve once).
+    fn want_fill(&self, st: &mut State) {
+        st.wanted = true;
+        if !st.queued {
+            st.queued = true;
+            filler_pool().submit(Arc::clone(&self.shared));
         }
     }
 
@@ -201,8 +263,7 @@ impl ZeroReserve {
                 let low = zeroed_end - end < fill_bytes(self.chunk_bytes, zeroed_end) / 2
                     && zeroed_end < limit;
                 if low && !st.filling && !st.failed && !too_fast {
-                    st.wanted = true;
-                    self.shared.changed.notify_all();
+                    self.want_fill(&mut st);
                 }
                 drop(st);
                 return write();
@@ -225,8 +286,7 @@ impl ZeroReserve {
                 t.zeroed_end = end;
             }
             if end < limit && !st.failed && !too_fast {
-                st.wanted = true;
-                self.shared.changed.notify_all();
+                self.want_fill(&mut st);
             }
             return out;
         }
@@ -234,48 +294,50 @@ impl ZeroReserve {
 }
 
 impl Drop for ZeroReserve {
+    /// Stops filling: waits for a running fill, after which no filler touches the file.
     fn drop(&mut self) {
-        {
-            let mut st = self.shared.lock();
-            st.stop = true;
-            self.shared.changed.notify_all();
+        let mut st = self.shared.lock();
+        st.stop = true;
+        while st.filling {
+            st = self
+                .shared
+                .changed
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
         }
-        if let Some(h) = self.filler.take() {
-            let _ = h.join();
-        }
+        st.target = None;
     }
 }
 
-/// The filler thread: waits for a request, zeroes one chunk past `zeroed_end`, syncs it,
-/// publishes the new end.
-fn fill_loop(shared: &Shared, chunk_bytes: u64) {
-    let zeros = vec![0u8; FILL_WRITE_BYTES];
+/// One fill of a queued reserve: zeroes one chunk past `zeroed_end`, syncs it, publishes the
+/// new end. Nothing when the reserve stopped, lost its file or no longer wants a fill.
+fn fill_once(shared: &Shared, zeros: &[u8]) {
     let mut st = shared.lock();
-    loop {
-        if st.stop {
-            return;
-        }
-        let job = match (&st.target, st.wanted && !st.failed) {
-            (Some(t), true) if t.zeroed_end < t.limit => Some((
-                Arc::clone(&t.file),
-                t.zeroed_end,
-                t.limit
-                    .min(t.zeroed_end + fill_bytes(chunk_bytes, t.zeroed_end)),
-            )),
-            _ => None,
-        };
-        st.wanted = false;
-        let Some((file, from, to)) = job else {
-            st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
-            continue;
-        };
+    st.queued = false;
+    if st.stop {
+        return;
+    }
+    let job = match (&st.target, st.wanted && !st.failed) {
+        (Some(t), true) if t.zeroed_end < t.limit => Some((
+            Arc::clone(&t.file),
+            t.zeroed_end,
+            t.limit
+                .min(t.zeroed_end + fill_bytes(shared.chunk_bytes, t.zeroed_end)),
+        )),
+        _ => None,
+    };
+    st.wanted = false;
+    let Some((file, from, to)) = job else {
+        return;
+    };
+    {
         st.filling = true;
         drop(st);
         // Syncing here, off the writer's path, is the point: the writer's own syncs then find
         // no new metadata to commit. A failed sync stops the reserve; the writer's own
         // fdatasync sees the same error and panics (see `attach`).
-        let ok = write_zeros(&file, &zeros, from, to) && file.sync_data().is_ok();
-        st = shared.lock();
+        let ok = write_zeros(&file, zeros, from, to) && file.sync_data().is_ok();
+        let mut st = shared.lock();
         st.filling = false;
         match st.target.as_mut() {
             Some(t) if Arc::ptr_eq(&t.file, &file) && ok => {
@@ -402,6 +464,10 @@ mod tests {
         r.attach(&path, 0, 1 << 20);
         r.write_below(5, || file.write_all_at(b"hello", 0).unwrap());
         assert_eq!(std::fs::read(&path).unwrap(), b"hello");
-        assert!(r.filler.is_none());
+        let st = r.shared.lock();
+        assert!(
+            st.target.is_none() && !st.queued,
+            "nothing attached, nothing queued"
+        );
     }
 }

@@ -20,7 +20,9 @@
 //! [`AppendError::Lost`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{RecvTimeoutError, TrySendError};
+
+use crate::inbox::{InboxReceiver, InboxSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -178,7 +180,7 @@ pub struct GroupParts {
     /// The store, shared with readers.
     pub store: SharedStore,
     /// Inputs.
-    pub inbox: Receiver<GroupInput>,
+    pub inbox: InboxReceiver<GroupInput>,
     /// Outgoing messages.
     pub peers: PeerSender,
     /// Where visibility changes are published.
@@ -1099,7 +1101,7 @@ fn proposal_id(ctx: &[u8], node: u64) -> Option<u64> {
 
 /// Sends `input` to a group without blocking; a full inbox drops the input and returns false
 /// (for Raft messages that is a lost message, which Raft tolerates).
-pub fn try_deliver(inbox: &SyncSender<GroupInput>, input: GroupInput) -> bool {
+pub fn try_deliver(inbox: &InboxSender<GroupInput>, input: GroupInput) -> bool {
     match inbox.try_send(input) {
         Ok(()) => true,
         Err(TrySendError::Full(GroupInput::Propose(p))) => {

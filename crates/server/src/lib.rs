@@ -19,6 +19,7 @@ pub mod admin;
 pub mod config;
 pub mod fd_budget;
 pub mod group;
+pub mod inbox;
 pub mod kafka;
 pub mod liveness;
 pub mod metadata;

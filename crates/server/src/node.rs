@@ -2,9 +2,9 @@
 //! handles for reading and appending. Can run inside any tokio program (tests start three in one
 //! process).
 
+use crate::inbox::{inbox, InboxSender};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -166,7 +166,7 @@ pub struct LogStream {
     partition: u32,
     group: u64,
     incarnation: u64,
-    inbox: SyncSender<GroupInput>,
+    inbox: InboxSender<GroupInput>,
     store: SharedStore,
     visible: watch::Receiver<Visible>,
 }
@@ -312,7 +312,7 @@ impl PendingAppend {
 }
 
 struct Registry {
-    groups: RwLock<HashMap<u64, SyncSender<GroupInput>>>,
+    groups: RwLock<HashMap<u64, InboxSender<GroupInput>>>,
     /// This node's directory id, its peers', and its rejoin mode.
     directories: Arc<crate::replicas::Directories>,
     /// What the peer port refused (messages for unknown groups are counted here).
@@ -514,7 +514,7 @@ async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
 const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// A running group thread: its group id, its inbox, and the handle to join it.
-type GroupThread = (u64, SyncSender<GroupInput>, JoinHandle<()>);
+type GroupThread = (u64, InboxSender<GroupInput>, JoinHandle<()>);
 
 /// What kind of Raft group to open.
 enum GroupKind {
@@ -1036,7 +1036,7 @@ impl Node {
                 message: e.to_string(),
             }
         })?;
-        let (tx, rx) = sync_channel(GROUP_INBOX_CAPACITY);
+        let (tx, rx) = inbox(GROUP_INBOX_CAPACITY);
         let (vis_tx, vis_rx) = watch::channel(visible);
         let parts = GroupParts {
             id: group,

@@ -17,11 +17,32 @@ pub mod procs;
 use kafka_proto::records::{build_batch, Compression, NewRecord};
 use vdl_server::config::{Member, NodeConfig, RaftTiming};
 
-/// Reserves `n` distinct free TCP ports on 127.0.0.1 (bound and released at once).
+/// Reserves `n` distinct free TCP ports on 127.0.0.1 (bound and released at once), below the
+/// kernel's ephemeral range (32768+): a port taken from that range can be handed to an outgoing
+/// connection (of this test or another) before the node binds it ("address in use"). Ports go
+/// round 20000-31999 from a start drawn from the clock and process id, so tests running at once
+/// in one binary never get the same port, and each is checked free by binding it.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
-        .collect();
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    let _ = NEXT.compare_exchange(u32::MAX, seed % COUNT, Ordering::SeqCst, Ordering::SeqCst);
+    let mut listeners = Vec::with_capacity(n);
+    for _ in 0..COUNT {
+        if listeners.len() == n {
+            break;
+        }
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % COUNT) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
+    assert_eq!(listeners.len(), n, "no {n} free ports in 20000-31999");
     listeners
         .iter()
         .map(|l| l.local_addr().expect("local addr").port())
