@@ -5,8 +5,11 @@
 # every node for SAMPLE_S seconds of idleness: CPU (utime+stime from /proc, as % of one core),
 # threads, RSS and disk used. Prints one line per node and a JSON summary; stops the cluster.
 #
+# With FAILOVER=1 it then SIGKILLs node 1 and prints how long until every partition has a
+# leader again, as node 2's Metadata says.
+#
 # Usage: scripts/bench/idle-cost.sh            (env: VDL_BIN, default target/release/vdl;
-#        TOPICS=100 PARTITIONS=10 SETTLE_S=20 SAMPLE_S=60 VDL_KAFKA_BASE_PORT=24092)
+#        TOPICS=100 PARTITIONS=10 SETTLE_S=20 SAMPLE_S=60 FAILOVER=0 VDL_KAFKA_BASE_PORT=24092)
 # A benchmark, not a test: it measures, it does not pass or fail.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -72,3 +75,25 @@ for ((i = 1; i <= nodes; i++)); do
   json+="${i:+}{\"node\":$i,\"cpu_pct\":$cpu_pct,\"threads\":$threads,\"rss_mb\":$rss_mb,\"disk_mb\":$disk_mb},"
 done
 echo "${json%,}]"
+
+if [[ "${FAILOVER:-0}" == 1 ]]; then
+  kill -9 "$(cat "$VDL_DATA_DIR/vdl1.pid")"
+  "$PY" - "127.0.0.1:$((VDL_KAFKA_BASE_PORT + 1))" "$TOPICS" "$PARTITIONS" <<'PYEOF'
+import sys, time
+from confluent_kafka.admin import AdminClient
+bootstrap, topics, partitions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+start = time.monotonic()
+a = AdminClient({"bootstrap.servers": bootstrap})
+names = [f"idle-{i}" for i in range(topics)]
+led = 0
+while time.monotonic() - start < 120:
+    md = a.list_topics(timeout=30)
+    led = sum(1 for n in names if n in md.topics
+              for p in md.topics[n].partitions.values() if p.leader not in (-1, 1))
+    if led == topics * partitions:
+        break
+    time.sleep(0.05)
+print(f"after SIGKILL of vdl1: {led} of {topics * partitions} partitions led by vdl2/vdl3 "
+      f"{time.monotonic() - start:.2f} s later", file=sys.stderr)
+PYEOF
+fi
