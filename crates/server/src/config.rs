@@ -153,6 +153,9 @@ pub struct RaftTiming {
     /// and caught up, and hands leadership to it (Kafka's `auto.leader.rebalance.enable` and
     /// `leader.imbalance.check.interval.seconds`). `None` turns the rebalance off.
     pub leader_rebalance_interval: Option<Duration>,
+    /// Worker threads that drive every Raft group of the node (0: twice the cores, 2 to 16;
+    /// see [`crate::runtime::worker_count`]).
+    pub worker_threads: usize,
 }
 
 impl Default for RaftTiming {
@@ -166,6 +169,7 @@ impl Default for RaftTiming {
             pipeline: true,
             group_commit: true,
             leader_rebalance_interval: Some(Duration::from_secs(10)),
+            worker_threads: 0,
         }
     }
 }
@@ -298,6 +302,7 @@ struct FileRaft {
     pipeline: Option<bool>,
     group_commit: Option<bool>,
     leader_rebalance_interval_ms: Option<u64>,
+    worker_threads: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -446,6 +451,12 @@ impl NodeConfig {
         }
         raft.pipeline = r.pipeline.unwrap_or(raft.pipeline);
         raft.group_commit = r.group_commit.unwrap_or(raft.group_commit);
+        if let Some(n) = r.worker_threads {
+            if n > 256 {
+                return invalid("raft.worker_threads", "must be at most 256 (0: automatic)");
+            }
+            raft.worker_threads = n;
+        }
         if let Some(ms) = r.leader_rebalance_interval_ms {
             raft.leader_rebalance_interval = (ms > 0).then(|| Duration::from_millis(ms));
         }

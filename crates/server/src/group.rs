@@ -1,8 +1,10 @@
-//! One Raft group (one log stream) and the thread that drives it.
+//! One Raft group (one log stream): a state machine that the node's runtime (a fixed pool of
+//! worker threads, [`crate::runtime`]) drives in turns.
 //!
-//! The thread owns the raft-rs `RawNode` and is the only writer of the stream's log store. It
-//! loops: take input (peer messages, proposals, link events) until the next tick is due, batch
-//! the proposals into entries, tick, then handle the `Ready` in raft-rs's required order:
+//! The group owns the raft-rs `RawNode` and is the only writer of the stream's log store (one
+//! turn at a time, on whichever worker runs it). A turn takes the queued input (peer messages,
+//! proposals, link events), batches the proposals into entries, ticks when the runtime's timer
+//! says a tick is due, then handles the `Ready` in raft-rs's required order:
 //!
 //! 1. send `messages()` — for a leader these are the appends to followers, sent *before* its own
 //!    fsync so followers write in parallel with the leader (the pipeline; off when
@@ -20,7 +22,7 @@
 //! [`AppendError::Lost`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::{RecvTimeoutError, TrySendError};
+use std::sync::mpsc::TrySendError;
 
 use crate::inbox::{InboxReceiver, InboxSender};
 use std::sync::Arc;
@@ -38,6 +40,7 @@ use crate::raft_storage::{
     decode_snapshot_data, from_raft_conf, read, to_store_entry, write, RaftStorage, SharedStore,
     CTX_META, CTX_RECORDS,
 };
+use crate::runtime::{Next, Task};
 use crate::transport::PeerSender;
 
 /// Proposals waiting for commit on one group before new ones are refused with
@@ -111,7 +114,7 @@ pub struct Proposal {
     pub reply: oneshot::Sender<Result<Appended, AppendError>>,
 }
 
-/// Input to a group's thread.
+/// Input to a group (queued in its inbox; each input schedules a turn).
 #[derive(Debug)]
 pub enum GroupInput {
     /// A Raft message from a peer.
@@ -128,11 +131,11 @@ pub enum GroupInput {
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
-    /// Stop the thread.
+    /// Stop the group (its pending appends fail with `Stopped`).
     Stop,
 }
 
-/// What readers can see of a group: advanced only by the group's thread.
+/// What readers can see of a group: advanced only by the group's turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Visible {
     /// Highest Raft index applied (committed and durable on a majority).
@@ -169,7 +172,7 @@ pub trait StateMachine: Send + 'static {
     fn apply(&mut self, index: u64, data: &[u8]);
 }
 
-/// The parts a group thread needs, built by the node.
+/// The parts a group needs, built by the node.
 pub struct GroupParts {
     /// Group id (the same on every node).
     pub id: u64,
@@ -185,8 +188,6 @@ pub struct GroupParts {
     pub peers: PeerSender,
     /// Where visibility changes are published.
     pub visible: watch::Sender<Visible>,
-    /// Raft tick interval.
-    pub tick: Duration,
     /// Send appends before the local fsync.
     pub pipeline: bool,
     /// Merge queued proposals into shared entries and fsyncs.
@@ -214,7 +215,7 @@ struct Waiting {
     proposals: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
 }
 
-/// The state of a running group thread.
+/// The state of a running group.
 struct Group {
     p: GroupParts,
     queued: Vec<Proposal>,
@@ -243,10 +244,15 @@ struct Group {
     idle_ticks: usize,
     /// The heartbeats of the Ready being handled tell followers to quiesce.
     mark_quiesce_heartbeats: bool,
+    /// When the retention rules are applied next.
+    next_retention: Instant,
+    /// When the leader checks next whether to hand leadership to the preferred replica.
+    next_rebalance: Option<Instant>,
 }
 
-/// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
-pub fn run_group(parts: GroupParts) {
+/// Builds a group's state machine, to run on the node's [`crate::runtime::Runtime`] until it
+/// receives [`GroupInput::Stop`] or its slot is stopped.
+pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
     let (hs, store_limits) = {
         let s = read(&parts.store);
         let c = s.config();
@@ -256,7 +262,10 @@ pub fn run_group(parts: GroupParts) {
         )
     };
     let visible = *parts.visible.borrow();
-    let mut g = Group {
+    let now = Instant::now();
+    let next_retention = now + parts.retention_interval;
+    let next_rebalance = parts.preferred_leader.map(|(_, every)| now + every);
+    Box::new(Group {
         p: parts,
         queued: Vec::new(),
         proposed: HashMap::new(),
@@ -276,67 +285,63 @@ pub fn run_group(parts: GroupParts) {
         ready_term: 0,
         idle_ticks: 0,
         mark_quiesce_heartbeats: false,
-    };
-    g.run();
+        next_retention,
+        next_rebalance,
+    })
+}
+
+impl Task for Group {
+    /// One turn: take the queued inputs (at most [`MAX_INPUTS_PER_TURN`]; the rest make the
+    /// runtime schedule another turn), turn proposals into entries, tick when due and not
+    /// quiesced, handle the Ready, then the slow timers (retention, leader rebalance).
+    fn turn(&mut self, tick: bool) -> Next {
+        for _ in 0..MAX_INPUTS_PER_TURN {
+            match self.p.inbox.try_recv() {
+                Ok(input) => {
+                    if !self.take(input) {
+                        return Next::Done;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.propose_queued();
+        if tick && !self.visible.quiesced {
+            self.p.node.tick();
+            self.maybe_quiesce();
+        }
+        self.handle_ready();
+        let now = Instant::now();
+        if now >= self.next_retention {
+            self.apply_retention();
+            self.next_retention = Instant::now() + self.p.retention_interval;
+        }
+        if let (Some(at), Some((_, every))) = (self.next_rebalance, self.p.preferred_leader) {
+            if now >= at {
+                self.hand_over_to_preferred();
+                self.next_rebalance = Some(Instant::now() + every);
+            }
+        }
+        // A quiesced group wakes only for input and its slow timers.
+        let slow = self
+            .next_rebalance
+            .map_or(self.next_retention, |r| r.min(self.next_retention));
+        Next::Continue {
+            ticking: !self.visible.quiesced,
+            wake_at: Some(slow),
+        }
+    }
+
+    fn has_input(&self) -> bool {
+        self.p.inbox.has_items()
+    }
+
+    fn finish(&mut self) {
+        self.fail_all(AppendError::Stopped);
+    }
 }
 
 impl Group {
-    fn run(&mut self) {
-        let mut next_tick = Instant::now() + self.p.tick;
-        let mut next_retention = Instant::now() + self.p.retention_interval;
-        let mut next_rebalance = self
-            .p
-            .preferred_leader
-            .map(|(_, every)| Instant::now() + every);
-        loop {
-            // A quiesced group wakes only for input and its slow timers.
-            let wake_at = if self.visible.quiesced {
-                next_rebalance.map_or(next_retention, |r| r.min(next_retention))
-            } else {
-                next_tick
-            };
-            let wait = wake_at.saturating_duration_since(Instant::now());
-            match self.p.inbox.recv_timeout(wait) {
-                Ok(input) => {
-                    if !self.take(input) {
-                        break;
-                    }
-                    for _ in 0..MAX_INPUTS_PER_TURN {
-                        match self.p.inbox.try_recv() {
-                            Ok(input) => {
-                                if !self.take(input) {
-                                    self.fail_all(AppendError::Stopped);
-                                    return;
-                                }
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-            self.propose_queued();
-            if !self.visible.quiesced && Instant::now() >= next_tick {
-                self.p.node.tick();
-                self.maybe_quiesce();
-                next_tick = Instant::now() + self.p.tick;
-            }
-            self.handle_ready();
-            if Instant::now() >= next_retention {
-                self.apply_retention();
-                next_retention = Instant::now() + self.p.retention_interval;
-            }
-            if let (Some(at), Some((_, every))) = (next_rebalance, self.p.preferred_leader) {
-                if Instant::now() >= at {
-                    self.hand_over_to_preferred();
-                    next_rebalance = Some(Instant::now() + every);
-                }
-            }
-        }
-        self.fail_all(AppendError::Stopped);
-    }
-
     /// On the leader, once per tick: counts idle ticks and, after an election timeout of them,
     /// broadcasts the quiesce heartbeat and stops ticking (see [`crate::quiesce`]). The
     /// metadata group never quiesces.

@@ -30,6 +30,7 @@ pub mod quiesce;
 pub mod raft_log;
 pub mod raft_storage;
 pub mod replicas;
+pub mod runtime;
 pub mod transport;
 
 pub use group::{AppendError, Appended, Visible};

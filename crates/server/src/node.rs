@@ -2,11 +2,11 @@
 //! handles for reading and appending. Can run inside any tokio program (tests start three in one
 //! process).
 
-use crate::inbox::{inbox, InboxSender};
-use std::collections::HashMap;
+use crate::inbox::{inbox_with_waker, InboxSender};
+use crate::runtime::{Runtime, Slot};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +18,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::{NodeConfig, SyncMode};
 use crate::group::{
-    run_group, try_deliver, AppendError, Appended, GroupInput, GroupParts, Proposal, ProposalData,
+    new_group, try_deliver, AppendError, Appended, GroupInput, GroupParts, Proposal, ProposalData,
     Visible,
 };
 use crate::metadata::{
@@ -403,7 +403,10 @@ pub struct Node {
     peers: PeerSender,
     /// Open topics (and streams configured at start) by name: partition `i` at index `i`.
     streams: Mutex<HashMap<String, Vec<LogStream>>>,
-    threads: Mutex<Vec<GroupThread>>,
+    /// Every open group (the metadata group and every stream's).
+    groups: Mutex<Vec<RunningGroup>>,
+    /// The worker pool and timer that drive the groups.
+    runtime: Runtime,
     peer_task: tokio::task::JoinHandle<()>,
     /// Ends rejoin mode once every group caught up (see [`crate::replicas`]).
     rejoin_task: tokio::task::JoinHandle<()>,
@@ -415,6 +418,9 @@ pub struct Node {
     group_coordinator: crate::kafka::group_coordinator::Coordinator,
     /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
     boot_nonce: u64,
+    /// Topic incarnations whose `DeleteTopic` was in this node's metadata log when it started
+    /// (see [`Node::open_topic`]).
+    deleted_before_start: Mutex<HashSet<(String, u64)>>,
     request_seq: std::sync::atomic::AtomicU64,
 }
 
@@ -513,8 +519,8 @@ async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
 /// Pause between attempts to propose a metadata command while no leader is known.
 const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// A running group thread: its group id, its inbox, and the handle to join it.
-type GroupThread = (u64, InboxSender<GroupInput>, JoinHandle<()>);
+/// A running group: its group id, its inbox, and its slot in the node's runtime.
+type RunningGroup = (u64, InboxSender<GroupInput>, Arc<Slot>);
 
 /// What kind of Raft group to open.
 enum GroupKind {
@@ -590,6 +596,12 @@ impl Node {
             config.raft.heartbeat,
             config.raft.election_timeout,
         ));
+        let workers = crate::runtime::worker_count(config.raft.worker_threads);
+        let runtime = Runtime::start(&format!("vdl{}", config.id), workers, config.raft.tick)
+            .map_err(|e| NodeError::Raft {
+                name: "runtime".to_owned(),
+                message: format!("cannot start the group runtime's threads: {e}"),
+            })?;
         let node = Arc::new(Node {
             config,
             registry,
@@ -597,12 +609,14 @@ impl Node {
             rejoin_task,
             liveness_task,
             streams: Mutex::new(HashMap::new()),
-            threads: Mutex::new(Vec::new()),
+            groups: Mutex::new(Vec::new()),
+            runtime,
             peer_task,
             metadata: Arc::new(RwLock::new(ClusterMeta::default())),
             metadata_group: Mutex::new(None),
             group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
             boot_nonce: boot_nonce(),
+            deleted_before_start: Mutex::new(HashSet::new()),
             request_seq: std::sync::atomic::AtomicU64::new(0),
         });
         node.refuse_old_layout()?;
@@ -696,14 +710,14 @@ impl Node {
         &self.registry.stats
     }
 
-    /// Group ids of the streams (and the metadata group) whose Raft thread has ended although
-    /// the node was not shut down and the stream not dropped: such a thread ended by panicking
+    /// Group ids of the streams (and the metadata group) whose Raft group has ended although
+    /// the node was not shut down and the stream not dropped: such a group ended by panicking
     /// (in the binary the panic hook ends the process first). Empty on a healthy node.
     pub fn stopped_groups(&self) -> Vec<u64> {
-        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        threads
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        groups
             .iter()
-            .filter(|(_, _, handle)| handle.is_finished())
+            .filter(|(_, _, slot)| slot.is_ended())
             .map(|(group, _, _)| *group)
             .collect()
     }
@@ -868,6 +882,21 @@ impl Node {
             }
         }
         self.migrate_topic_dir(name, incarnation)?;
+        // Replaying the metadata log at start re-runs every CreateTopic, also those of
+        // incarnations deleted since. Such an incarnation's data is gone (its delete was applied
+        // here before, so it was committed and is in the local log); opening it again would
+        // show clients an empty topic under the name until the replay reaches its delete (a
+        // produce accepted then would be lost with it). So it is not opened at all.
+        let gone = !self.topic_dir(name, incarnation, 0).exists()
+            && self
+                .deleted_before_start
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(name.to_owned(), incarnation));
+        if gone {
+            tracing::debug!(topic = %name, incarnation, "a deleted incarnation is not reopened on replay");
+            return Ok(());
+        }
         let already = u32::try_from(self.partitions(name).len()).unwrap_or(u32::MAX);
         for partition in already..partitions {
             let group = group_id_for_topic(name, incarnation, partition);
@@ -888,6 +917,43 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// Records the topic incarnations deleted by a `DeleteTopic` in the metadata log `store`
+    /// (read once at start, before the replay).
+    fn note_deleted_incarnations(&self, store: &LogStore) {
+        let mut deleted = self
+            .deleted_before_start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut lo = store.first_index();
+        let hi = store.last_index() + 1;
+        while lo < hi {
+            let entries = match store.entries(lo, hi, 4 << 20) {
+                Ok(entries) if !entries.is_empty() => entries,
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!("reading the metadata log for deleted topics failed: {e}");
+                    break;
+                }
+            };
+            lo = entries.last().map_or(hi, |e| e.index + 1);
+            for e in entries
+                .iter()
+                .filter(|e| e.kind == logstore::EntryKind::Meta)
+            {
+                if let Ok((
+                    _,
+                    MetaCommand::DeleteTopic {
+                        name,
+                        incarnation: Some(incarnation),
+                    },
+                )) = crate::metadata::MetaEntry::decode(&e.payload)
+                {
+                    deleted.insert((name, incarnation));
+                }
+            }
+        }
     }
 
     /// The preferred leader of a topic partition (see [`preferred_leader`]).
@@ -958,6 +1024,9 @@ impl Node {
         let replay = state_machine.is_some();
         let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
         let mut store = LogStore::open(&dir, store_config).map_err(store_err)?;
+        if replay {
+            self.note_deleted_incarnations(&store);
+        }
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
                 voters: self.config.member_ids(),
@@ -1036,7 +1105,12 @@ impl Node {
                 message: e.to_string(),
             }
         })?;
-        let (tx, rx) = inbox(GROUP_INBOX_CAPACITY);
+        let slot = self.runtime.slot();
+        let waker_slot = slot.clone();
+        let (tx, rx) = inbox_with_waker(
+            GROUP_INBOX_CAPACITY,
+            Arc::new(move || waker_slot.schedule()),
+        );
         let (vis_tx, vis_rx) = watch::channel(visible);
         let parts = GroupParts {
             id: group,
@@ -1046,7 +1120,6 @@ impl Node {
             inbox: rx,
             peers: self.peers.clone(),
             visible: vis_tx,
-            tick: t.tick,
             pipeline: t.pipeline,
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
@@ -1057,22 +1130,16 @@ impl Node {
             rejoin: self.registry.directories.clone(),
             preferred_leader: preferred_leader.zip(self.config.raft.leader_rebalance_interval),
         };
-        let handle = std::thread::Builder::new()
-            .name(format!("raft-{name}"))
-            .spawn(move || run_group(parts))
-            .map_err(|e| NodeError::Raft {
-                name: name.to_owned(),
-                message: format!("cannot spawn thread: {e}"),
-            })?;
+        self.runtime.run(&slot, new_group(parts));
         self.registry
             .groups
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(group, tx.clone());
-        self.threads
+        self.groups
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((group, tx.clone(), handle));
+            .push((group, tx.clone(), slot));
         let stream = LogStream {
             name: topic.into(),
             partition,
@@ -1152,23 +1219,22 @@ impl Node {
         }
     }
 
-    /// Stops one group's thread (waiting for it) and forgets its inbox.
+    /// Stops one group (waiting for a turn that is running) and forgets its inbox.
     fn stop_group(&self, group: u64) {
         self.registry
             .groups
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&group);
-        let thread = {
-            let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-            threads
+        let running = {
+            let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            groups
                 .iter()
                 .position(|(g, _, _)| *g == group)
-                .map(|i| threads.swap_remove(i))
+                .map(|i| groups.swap_remove(i))
         };
-        if let Some((_, tx, handle)) = thread {
-            let _ = tx.send(GroupInput::Stop);
-            let _ = handle.join();
+        if let Some((_, _, slot)) = running {
+            slot.stop();
         }
     }
 
@@ -1415,13 +1481,11 @@ impl Node {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for (_, tx, _) in &threads {
-            let _ = tx.send(GroupInput::Stop);
+        let groups = std::mem::take(&mut *self.groups.lock().unwrap_or_else(|e| e.into_inner()));
+        for (_, _, slot) in &groups {
+            slot.stop();
         }
-        for (_, _, handle) in threads {
-            let _ = handle.join();
-        }
+        self.runtime.shutdown();
         // Release this node's handles on the stores (handles held elsewhere keep theirs).
         self.streams
             .lock()

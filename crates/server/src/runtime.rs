@@ -1,0 +1,626 @@
+//! The runtime that drives every Raft group of a node: a fixed pool of worker threads and one
+//! timer thread, shared by all groups, so a node's thread count does not grow with the number
+//! of partitions it hosts (the idea of TiKV's batch system, in small).
+//!
+//! A group is a [`Task`]: a state machine that runs in *turns*. A task lives in a [`Slot`];
+//! whoever gives it work (a message in its inbox, a due tick) *schedules* the slot, which puts
+//! it on the run queue unless it is there already. A worker takes a slot from the queue, runs
+//! one turn of its task under the slot's lock, and puts the slot back when more work arrived
+//! meanwhile. So:
+//!
+//! - a slot is queued at most once (the run queue is bounded by the number of slots), and a task
+//!   never runs on two workers at once;
+//! - the timer thread, once per tick period, marks a tick due for every task that wants ticks
+//!   (a quiesced group does not: it costs the timer one atomic load per tick) and schedules the
+//!   tasks whose slow deadline ([`Next::Continue::wake_at`]) has passed;
+//! - a turn that blocks on the disk (append + fsync) holds one worker; the other workers go on
+//!   with other groups, so an unrelated group waits at most for a worker to finish one turn.
+//!
+//! A task that panics is dropped and its slot ended (the binary's panic hook ends the process
+//! first; in tests the other groups go on); [`Slot::panicked`] says so.
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Largest worker pool [`worker_count`] chooses on its own.
+const MAX_AUTO_WORKERS: usize = 16;
+
+/// What a task wants after a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Run again when work arrives.
+    Continue {
+        /// Whether the task wants a turn with a tick every tick period.
+        ticking: bool,
+        /// A turn no later than this, even without ticks or input (slow timers).
+        wake_at: Option<Instant>,
+    },
+    /// The task is finished (it was told to stop); it is dropped and never run again.
+    Done,
+}
+
+/// A state machine the runtime drives (a Raft group).
+pub trait Task: Send + 'static {
+    /// Runs one turn: takes queued input, ticks when `tick` is true, does the work that is
+    /// ready. Must not wait for another task.
+    fn turn(&mut self, tick: bool) -> Next;
+    /// Whether input is waiting (asked after a turn, to schedule the task again).
+    fn has_input(&self) -> bool;
+    /// Called once when the task ends without [`Next::Done`] (its slot is stopped, or the
+    /// runtime shuts down), and after a turn that returned [`Next::Done`]; never turned again.
+    fn finish(&mut self);
+}
+
+/// The number of workers for `configured` (0: twice the cores, between 2 and 16). Turns block on
+/// fsync, so more workers than cores keep the disk busy with several groups' syncs at once.
+pub fn worker_count(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (2 * cores).clamp(2, MAX_AUTO_WORKERS)
+}
+
+/// No deadline, in [`Slot::wake_at_ms`].
+const NO_DEADLINE: u64 = u64::MAX;
+
+/// The state the workers and the timer share.
+struct Shared {
+    /// Slots waiting for a worker; each at most once.
+    queue: Mutex<VecDeque<Arc<Slot>>>,
+    /// Signalled when the queue gets a slot or the runtime stops.
+    queued: Condvar,
+    /// Every live slot, by slot id (for the timer).
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    next_slot_id: AtomicU64,
+    stopping: AtomicBool,
+    /// Wakes the timer early (at shutdown).
+    timer_wake: Condvar,
+    timer_lock: Mutex<()>,
+    tick: Duration,
+    epoch: Instant,
+}
+
+impl Shared {
+    fn push(&self, slot: Arc<Slot>) {
+        lock(&self.queue).push_back(slot);
+        self.queued.notify_one();
+    }
+
+    /// The next slot to run; `None` once the runtime stops.
+    fn pop(&self) -> Option<Arc<Slot>> {
+        let mut queue = lock(&self.queue);
+        loop {
+            if self.stopping.load(Ordering::SeqCst) {
+                return None;
+            }
+            if let Some(slot) = queue.pop_front() {
+                return Some(slot);
+            }
+            queue = self.queued.wait(queue).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn millis_since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(NO_DEADLINE)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// The slot whose turn this thread is running (0: none), so a task that stops another
+    /// slot can never wait for itself.
+    static RUNNING_SLOT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// One task's place in the runtime: cheap to share; [`Slot::schedule`] is its waker.
+pub struct Slot {
+    id: u64,
+    task: Mutex<Option<Box<dyn Task>>>,
+    /// On the run queue or running a turn that will look for more work before it ends.
+    scheduled: AtomicBool,
+    tick_due: AtomicBool,
+    ticking: AtomicBool,
+    /// Milliseconds since the runtime's epoch of the task's slow deadline.
+    wake_at_ms: AtomicU64,
+    ended: AtomicBool,
+    panicked: AtomicBool,
+    /// Set when a stop was asked from inside this slot's own turn: the worker ends it after.
+    stop_requested: AtomicBool,
+    done: Condvar,
+    done_lock: Mutex<()>,
+    shared: Weak<Shared>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("id", &self.id)
+            .field("ended", &self.ended.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Slot {
+    /// Asks for a turn: queues the slot unless it is queued or running already (then the
+    /// running turn's end looks for work again). Does nothing once the slot has ended.
+    pub fn schedule(self: &Arc<Self>) {
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        if !self.scheduled.swap(true, Ordering::SeqCst) {
+            match self.shared.upgrade() {
+                Some(shared) => shared.push(self.clone()),
+                None => self.scheduled.store(false, Ordering::SeqCst),
+            }
+        }
+    }
+
+    /// Whether the task has ended (stopped, finished or panicked).
+    pub fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Whether the task ended by panicking.
+    pub fn panicked(&self) -> bool {
+        self.panicked.load(Ordering::SeqCst)
+    }
+
+    /// Installs the task and schedules its first turn.
+    fn start(self: &Arc<Self>, task: Box<dyn Task>) {
+        let previous = lock(&self.task).replace(task);
+        assert!(previous.is_none(), "a slot runs one task");
+        self.schedule();
+    }
+
+    /// Runs one turn (on a worker).
+    fn run_turn(self: &Arc<Self>) {
+        let mut guard = lock(&self.task);
+        let Some(task) = guard.as_mut() else {
+            self.scheduled.store(false, Ordering::SeqCst);
+            return;
+        };
+        RUNNING_SLOT.with(|c| c.set(self.id));
+        let tick = self.tick_due.swap(false, Ordering::SeqCst);
+        let outcome = catch_unwind(AssertUnwindSafe(|| task.turn(tick)));
+        RUNNING_SLOT.with(|c| c.set(0));
+        match outcome {
+            Ok(Next::Continue { ticking, wake_at })
+                if !self.stop_requested.load(Ordering::SeqCst) =>
+            {
+                self.ticking.store(ticking, Ordering::SeqCst);
+                let shared = self.shared.upgrade();
+                let deadline = match (wake_at, &shared) {
+                    (Some(at), Some(s)) => s.millis_since_epoch(at),
+                    _ => NO_DEADLINE,
+                };
+                self.wake_at_ms.store(deadline, Ordering::SeqCst);
+                // Clear first, then look: a sender that queued input after the look finds the
+                // flag clear and schedules the slot itself.
+                self.scheduled.store(false, Ordering::SeqCst);
+                let more = task.has_input() || self.tick_due.load(Ordering::SeqCst);
+                drop(guard);
+                if more {
+                    self.schedule();
+                }
+            }
+            Ok(_) => {
+                let mut task = guard.take().expect("checked above");
+                let finished = catch_unwind(AssertUnwindSafe(move || task.finish()));
+                drop(guard);
+                self.end(finished.is_err());
+            }
+            Err(_) => {
+                let task = guard.take();
+                // The task's state cannot be trusted; dropping it closes its inbox and drops
+                // its waiting replies (callers see the group stopped).
+                let _ = catch_unwind(AssertUnwindSafe(move || drop(task)));
+                drop(guard);
+                self.end(true);
+            }
+        }
+    }
+
+    /// Ends the task now: waits for a turn that is running, then calls [`Task::finish`]. From
+    /// inside this slot's own turn it only asks, and the worker ends the task after the turn.
+    pub fn stop(self: &Arc<Self>) {
+        if RUNNING_SLOT.with(|c| c.get()) == self.id {
+            self.stop_requested.store(true, Ordering::SeqCst);
+            return;
+        }
+        let task = lock(&self.task).take();
+        let mut panicked = false;
+        if let Some(mut task) = task {
+            panicked = catch_unwind(AssertUnwindSafe(move || task.finish())).is_err();
+        }
+        self.end(panicked);
+    }
+
+    /// Waits until the task has ended, at most `timeout`; true if it has.
+    pub fn wait_ended(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut guard = lock(&self.done_lock);
+        while !self.is_ended() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            guard = self
+                .done
+                .wait_timeout(guard, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
+    fn end(&self, panicked: bool) {
+        if panicked {
+            self.panicked.store(true, Ordering::SeqCst);
+        }
+        if self.ended.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(shared) = self.shared.upgrade() {
+            lock(&shared.slots).remove(&self.id);
+        }
+        let _guard = lock(&self.done_lock);
+        self.done.notify_all();
+    }
+}
+
+/// A node's group runtime: [`worker_count`] workers and one timer thread.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("slots", &lock(&self.shared.slots).len())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Starts `workers` worker threads (named `NAME-worker-i`) and a timer ticking every `tick`.
+    pub fn start(name: &str, workers: usize, tick: Duration) -> std::io::Result<Runtime> {
+        assert!(workers > 0, "a runtime has at least one worker");
+        assert!(!tick.is_zero(), "the tick period is positive");
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(VecDeque::new()),
+            queued: Condvar::new(),
+            slots: Mutex::new(HashMap::new()),
+            next_slot_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            timer_wake: Condvar::new(),
+            timer_lock: Mutex::new(()),
+            tick,
+            epoch: Instant::now(),
+        });
+        let runtime = Runtime {
+            shared: shared.clone(),
+            threads: Mutex::new(Vec::new()),
+        };
+        for i in 0..workers {
+            let s = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("{name}-worker-{i}"))
+                .spawn(move || {
+                    while let Some(slot) = s.pop() {
+                        slot.run_turn();
+                    }
+                })?;
+            lock(&runtime.threads).push(handle);
+        }
+        let s = shared.clone();
+        let timer = std::thread::Builder::new()
+            .name(format!("{name}-timer"))
+            .spawn(move || run_timer(&s))?;
+        lock(&runtime.threads).push(timer);
+        Ok(runtime)
+    }
+
+    /// A new slot for a task that is not built yet (its inbox needs the slot as waker); start
+    /// it with [`Runtime::run`].
+    pub fn slot(&self) -> Arc<Slot> {
+        let id = self.shared.next_slot_id.fetch_add(1, Ordering::SeqCst);
+        let slot = Arc::new(Slot {
+            id,
+            task: Mutex::new(None),
+            scheduled: AtomicBool::new(false),
+            tick_due: AtomicBool::new(false),
+            ticking: AtomicBool::new(true),
+            wake_at_ms: AtomicU64::new(NO_DEADLINE),
+            ended: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+            stop_requested: AtomicBool::new(false),
+            done: Condvar::new(),
+            done_lock: Mutex::new(()),
+            shared: Arc::downgrade(&self.shared),
+        });
+        lock(&self.shared.slots).insert(id, slot.clone());
+        slot
+    }
+
+    /// Runs `task` in `slot` (from [`Runtime::slot`]) until it finishes or is stopped.
+    pub fn run(&self, slot: &Arc<Slot>, task: Box<dyn Task>) {
+        slot.start(task);
+    }
+
+    /// Tasks running now.
+    pub fn task_count(&self) -> usize {
+        lock(&self.shared.slots).len()
+    }
+
+    /// Stops every task ([`Task::finish`]), then the workers and the timer. Idempotent.
+    pub fn shutdown(&self) {
+        let slots: Vec<Arc<Slot>> = lock(&self.shared.slots).values().cloned().collect();
+        for slot in slots {
+            slot.stop();
+        }
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        {
+            let _q = lock(&self.shared.queue);
+            self.shared.queued.notify_all();
+        }
+        {
+            let _t = lock(&self.shared.timer_lock);
+            self.shared.timer_wake.notify_all();
+        }
+        let me = std::thread::current().id();
+        for handle in std::mem::take(&mut *lock(&self.threads)) {
+            // Shutdown may run on a worker (a task dropping the last handle on its node): that
+            // worker ends when its turn returns.
+            if handle.thread().id() != me {
+                let _ = handle.join();
+            }
+        }
+        lock(&self.shared.queue).clear();
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The timer: every tick period, a tick for every ticking task and a turn for every task whose
+/// slow deadline passed.
+fn run_timer(shared: &Shared) {
+    let mut next = Instant::now() + shared.tick;
+    let mut due: Vec<Arc<Slot>> = Vec::new();
+    loop {
+        {
+            let mut guard = lock(&shared.timer_lock);
+            loop {
+                if shared.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                let left = next.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                guard = shared
+                    .timer_wake
+                    .wait_timeout(guard, left)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        }
+        let now = Instant::now();
+        // The next period starts from the schedule, not from now, unless the timer fell a
+        // whole period behind (a stalled machine): then ticks are skipped, not bunched.
+        next += shared.tick;
+        if next <= now {
+            next = now + shared.tick;
+        }
+        let now_ms = shared.millis_since_epoch(now);
+        due.clear();
+        for slot in lock(&shared.slots).values() {
+            if slot.ticking.load(Ordering::SeqCst) {
+                slot.tick_due.store(true, Ordering::SeqCst);
+                due.push(slot.clone());
+            } else if slot.wake_at_ms.load(Ordering::SeqCst) <= now_ms {
+                due.push(slot.clone());
+            }
+        }
+        // Scheduled outside the slots lock (schedule takes the queue lock).
+        for slot in &due {
+            slot.schedule();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc;
+
+    /// Counts its turns and ticks; stops after `stop_after` inputs.
+    struct Counter {
+        input: mpsc::Receiver<u32>,
+        pending: Arc<AtomicUsize>,
+        turns: Arc<AtomicUsize>,
+        ticks: Arc<AtomicUsize>,
+        seen: Arc<AtomicUsize>,
+        ticking: bool,
+        finished: Arc<AtomicBool>,
+    }
+
+    impl Task for Counter {
+        fn turn(&mut self, tick: bool) -> Next {
+            self.turns.fetch_add(1, Ordering::SeqCst);
+            if tick {
+                self.ticks.fetch_add(1, Ordering::SeqCst);
+            }
+            while let Ok(v) = self.input.try_recv() {
+                self.pending.fetch_sub(1, Ordering::SeqCst);
+                if v == u32::MAX {
+                    return Next::Done;
+                }
+                if v == u32::MAX - 1 {
+                    panic!("asked to panic");
+                }
+                self.seen.fetch_add(1, Ordering::SeqCst);
+            }
+            Next::Continue {
+                ticking: self.ticking,
+                wake_at: None,
+            }
+        }
+        fn has_input(&self) -> bool {
+            self.pending.load(Ordering::SeqCst) > 0
+        }
+        fn finish(&mut self) {
+            self.finished.store(true, Ordering::SeqCst);
+        }
+    }
+
+    struct Probe {
+        tx: mpsc::Sender<u32>,
+        pending: Arc<AtomicUsize>,
+        slot: Arc<Slot>,
+        ticks: Arc<AtomicUsize>,
+        seen: Arc<AtomicUsize>,
+        finished: Arc<AtomicBool>,
+    }
+
+    impl Probe {
+        fn send(&self, v: u32) {
+            self.pending.fetch_add(1, Ordering::SeqCst);
+            self.tx.send(v).unwrap();
+            self.slot.schedule();
+        }
+    }
+
+    fn spawn(rt: &Runtime, ticking: bool) -> Probe {
+        let (tx, rx) = mpsc::channel();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(AtomicBool::new(false));
+        let slot = rt.slot();
+        rt.run(
+            &slot,
+            Box::new(Counter {
+                input: rx,
+                pending: pending.clone(),
+                turns: Arc::new(AtomicUsize::new(0)),
+                ticks: ticks.clone(),
+                seen: seen.clone(),
+                ticking,
+                finished: finished.clone(),
+            }),
+        );
+        Probe {
+            tx,
+            pending,
+            slot,
+            ticks,
+            seen,
+            finished,
+        }
+    }
+
+    fn wait_until(what: &str, f: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn every_input_is_taken_with_few_workers_and_many_tasks() {
+        let rt = Runtime::start("t", 2, Duration::from_millis(10)).unwrap();
+        let probes: Vec<Probe> = (0..200).map(|i| spawn(&rt, i % 2 == 0)).collect();
+        let senders: Vec<_> = (0..4)
+            .map(|t| {
+                let probes: Vec<_> = probes
+                    .iter()
+                    .map(|p| (p.tx.clone(), p.pending.clone(), p.slot.clone()))
+                    .collect();
+                std::thread::spawn(move || {
+                    for round in 0..100u32 {
+                        for (i, (tx, pending, slot)) in probes.iter().enumerate() {
+                            if (i + t + round as usize) % 3 == 0 {
+                                continue;
+                            }
+                            pending.fetch_add(1, Ordering::SeqCst);
+                            tx.send(round).unwrap();
+                            slot.schedule();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.join().unwrap();
+        }
+        let expected: usize = (0..200usize)
+            .map(|i| {
+                (0..4usize)
+                    .map(|t| (0..100usize).filter(|r| (i + t + r) % 3 != 0).count())
+                    .sum::<usize>()
+            })
+            .sum();
+        wait_until("every input taken", || {
+            probes
+                .iter()
+                .map(|p| p.seen.load(Ordering::SeqCst))
+                .sum::<usize>()
+                == expected
+        });
+        // Ticking tasks get ticks; the others none.
+        wait_until("ticks", || probes[0].ticks.load(Ordering::SeqCst) >= 3);
+        assert_eq!(probes[1].ticks.load(Ordering::SeqCst), 0);
+        assert_eq!(rt.task_count(), 200);
+        rt.shutdown();
+        assert!(probes.iter().all(|p| p.finished.load(Ordering::SeqCst)));
+        assert_eq!(rt.task_count(), 0);
+    }
+
+    #[test]
+    fn a_task_ends_on_done_on_stop_and_on_panic_and_the_others_go_on() {
+        let rt = Runtime::start("t", 1, Duration::from_millis(10)).unwrap();
+        let done = spawn(&rt, false);
+        let stopped = spawn(&rt, false);
+        let panics = spawn(&rt, false);
+        let healthy = spawn(&rt, false);
+        done.send(u32::MAX);
+        assert!(done.slot.wait_ended(Duration::from_secs(10)));
+        assert!(done.finished.load(Ordering::SeqCst) && !done.slot.panicked());
+        stopped.slot.stop();
+        assert!(stopped.slot.is_ended() && stopped.finished.load(Ordering::SeqCst));
+        // (The default hook prints the panic's message.)
+        panics.send(u32::MAX - 1);
+        assert!(panics.slot.wait_ended(Duration::from_secs(10)));
+        assert!(panics.slot.panicked());
+        // The one worker survived the panic.
+        healthy.send(7);
+        wait_until("the healthy task's input", || {
+            healthy.seen.load(Ordering::SeqCst) == 1
+        });
+        // Scheduling an ended slot does nothing.
+        stopped.slot.schedule();
+        assert_eq!(rt.task_count(), 1);
+    }
+
+    #[test]
+    fn the_worker_count_follows_the_cores_unless_configured() {
+        assert_eq!(worker_count(3), 3);
+        let auto = worker_count(0);
+        assert!((2..=MAX_AUTO_WORKERS).contains(&auto));
+    }
+}
