@@ -197,6 +197,28 @@ impl LinkFilter for OpenLinks {
     }
 }
 
+/// A sender whose per-peer queues are handed back instead of being drained by sender tasks
+/// (no sockets, no tokio runtime needed): for simulators and tests that carry the messages
+/// themselves. Each queue holds at most [`PEER_QUEUE_MESSAGES`] messages, as a real one.
+pub fn detached_sender(
+    self_id: u64,
+    peers: &[u64],
+) -> (PeerSender, HashMap<u64, mpsc::Receiver<(u64, Message)>>) {
+    let mut queues = HashMap::new();
+    let mut receivers = HashMap::new();
+    for &peer in peers.iter().filter(|p| **p != self_id) {
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
+        queues.insert(peer, tx);
+        receivers.insert(peer, rx);
+    }
+    let sender = PeerSender {
+        queues: Arc::new(queues),
+        dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        hello_generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    };
+    (sender, receivers)
+}
+
 /// Starts one sender task per peer (dialing `addr`, reconnecting with backoff) and returns the
 /// handle used by Raft groups to send. Must be called inside a tokio runtime.
 pub fn start_senders(
