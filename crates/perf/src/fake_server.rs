@@ -205,6 +205,7 @@ async fn serve(stream: TcpStream, state: Arc<State>) -> std::io::Result<()> {
             }
             Request::Fetch(f) => Response::Fetch(fetch(&state, &f).await),
             Request::ListOffsets(l) => Response::ListOffsets(list_offsets(&state, &l)),
+            Request::CreateTopics(c) => Response::CreateTopics(create_topics(&state, &c)),
             other => {
                 return Err(invalid(format!(
                     "fake server does not serve {}",
@@ -445,6 +446,35 @@ fn list_offsets(state: &State, l: &ListOffsetsRequest) -> ListOffsetsResponse {
                         }
                     })
                     .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Every topic exists already with the server's partition count: a request for that count is
+/// answered as created, any other count TOPIC_ALREADY_EXISTS (as Kafka answers for a topic
+/// that exists).
+fn create_topics(
+    state: &State,
+    c: &kafka_proto::messages::create_topics_request::CreateTopicsRequest,
+) -> kafka_proto::messages::create_topics_response::CreateTopicsResponse {
+    use kafka_proto::messages::create_topics_response::{
+        CreatableTopicResult, CreateTopicsResponse,
+    };
+    CreateTopicsResponse {
+        topics: c
+            .topics
+            .iter()
+            .map(|t| CreatableTopicResult {
+                name: t.name.clone(),
+                error_code: if t.num_partitions == state.partitions {
+                    0
+                } else {
+                    ErrorCode::TopicAlreadyExists.code()
+                },
+                num_partitions: state.partitions,
                 ..Default::default()
             })
             .collect(),

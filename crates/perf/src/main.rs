@@ -62,6 +62,12 @@ struct Target {
     /// Partition (default: worker i uses partition i mod the partition count).
     #[arg(long)]
     partition: Option<i32>,
+    /// Create the topic with this many partitions (CreateTopics, the server's default
+    /// replication factor) if it does not exist, and wait until each has a leader; a topic that
+    /// exists with another count is an error. Without it the topic is auto-created as the
+    /// server's defaults say.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=100_000))]
+    partitions: Option<i32>,
     /// Per-request timeout.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     timeout: Duration,
@@ -321,6 +327,18 @@ fn env_for(t: &Target, json: bool) -> Env {
     Env::new(&t.bootstrap, t.timeout, ProgressMode::detect(json))
 }
 
+/// Creates the topic with `--partitions` partitions when that flag is given (see [`Target`]).
+async fn prepare_topic(env: &Env, t: &Target) -> Result<()> {
+    if let Some(n) = t.partitions {
+        let deadline = std::time::Instant::now() + t.timeout.max(Duration::from_secs(60));
+        env.cluster
+            .ensure_partitions(&t.topic, n, deadline)
+            .await
+            .with_context(|| format!("preparing {} with {n} partitions", t.topic))?;
+    }
+    Ok(())
+}
+
 fn emit(results: &[RunResult], json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(results)?);
@@ -363,6 +381,7 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Produce(a) => {
             let env = env_for(&a.target, cli.json);
+            prepare_topic(&env, &a.target).await?;
             let cfg = ProduceConfig {
                 topic: a.target.topic.clone(),
                 partition: a.target.partition,
@@ -385,6 +404,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Consume(a) => {
             let env = env_for(&a.target, cli.json);
+            prepare_topic(&env, &a.target).await?;
             let cfg = ConsumeConfig {
                 topic: a.target.topic.clone(),
                 partition: a.target.partition,
@@ -405,6 +425,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Mixed(a) => {
             let env = env_for(&a.target, cli.json);
+            prepare_topic(&env, &a.target).await?;
             let m = meta("mixed", &a.target.bootstrap);
             let message_size = size(a.message_size, "--message-size")?;
             let fetch_size = size(a.fetch_size, "--fetch-size")?;

@@ -228,3 +228,29 @@ async fn in_flight_one_means_one_unanswered_request() {
     produce::run(&env.fresh(), &cfg).await.unwrap();
     assert!(s.pipelined_produces() > 0);
 }
+
+/// `--partitions`: a topic with the asked-for count is ready once every partition has a
+/// leader; one that exists with another count is refused, naming both counts.
+#[tokio::test]
+async fn ensure_partitions_accepts_the_count_and_refuses_another() {
+    let s = FakeServer::start("127.0.0.1:0", 8).await.unwrap();
+    let env = Env::new(
+        &s.addr().to_string(),
+        Duration::from_secs(5),
+        ProgressMode::Quiet,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    env.cluster
+        .ensure_partitions("p8", 8, deadline)
+        .await
+        .expect("8 partitions");
+    let err = env
+        .cluster
+        .ensure_partitions("p8", 4, deadline)
+        .await
+        .expect_err("4 is not 8");
+    assert!(
+        err.to_string().contains("exists with 8 partitions"),
+        "{err}"
+    );
+}

@@ -85,6 +85,75 @@ impl Cluster {
         Err(last.unwrap_or_else(|| ClientError::Unexpected("no bootstrap servers".into())))
     }
 
+    /// Makes sure `topic` exists with `partitions` partitions, each with a leader: creates it
+    /// (CreateTopics through the first bootstrap server that answers, the server's default
+    /// replication factor) when it does not exist, then waits for every leader until
+    /// `deadline`. A topic that exists with another partition count is an error (nothing is
+    /// changed).
+    pub async fn ensure_partitions(
+        &self,
+        topic: &str,
+        partitions: i32,
+        deadline: Instant,
+    ) -> Result<(), ClientError> {
+        let mut answered = None;
+        let mut last = None;
+        for addr in &self.bootstrap {
+            let timeout_ms = i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX);
+            let attempt = async {
+                let mut conn = self.connect(addr).await?;
+                let resp = conn
+                    .request(
+                        super::CREATE_TOPICS_VERSION,
+                        &protocol::create_topic(topic, partitions, timeout_ms),
+                    )
+                    .await?;
+                protocol::created(resp, topic)
+            };
+            match attempt.await {
+                Ok(created) => {
+                    answered = Some(created);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if answered.is_none() {
+            return Err(
+                last.unwrap_or_else(|| ClientError::Unexpected("no bootstrap servers".into()))
+            );
+        }
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let layout = self.topic(topic).await;
+            if let Ok(l) = &layout {
+                let count = i32::try_from(l.leaders.len()).unwrap_or(i32::MAX);
+                if count > partitions
+                    || (answered == Some(false) && count != partitions && count > 0)
+                {
+                    return Err(ClientError::Unexpected(format!(
+                        "{topic} exists with {count} partitions, not the {partitions} asked for"
+                    )));
+                }
+                if count == partitions && l.leaders.iter().all(Option::is_some) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() + backoff >= deadline {
+                return Err(match layout {
+                    Err(e) => e,
+                    Ok(_) => ClientError::NoLeader {
+                        topic: topic.to_string(),
+                        partition: -1,
+                        why: format!("not every one of {partitions} partitions has a leader yet"),
+                    },
+                });
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
     /// The current leader of a partition.
     pub async fn leader(
         &self,

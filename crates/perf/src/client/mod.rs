@@ -25,6 +25,8 @@ pub const FETCH_VERSION: i16 = 12;
 pub const LIST_OFFSETS_VERSION: i16 = 7;
 /// Metadata request version.
 pub const METADATA_VERSION: i16 = 12;
+/// CreateTopics request version.
+pub const CREATE_TOPICS_VERSION: i16 = 5;
 /// ApiVersions request version (used to measure the round-trip time).
 pub const API_VERSIONS_VERSION: i16 = 3;
 

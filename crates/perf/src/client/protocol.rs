@@ -1,10 +1,11 @@
-//! Request builders and response readers for Produce, Fetch, ListOffsets, Metadata and
-//! ApiVersions, for one topic-partition at a time.
+//! Request builders and response readers for Produce, Fetch, ListOffsets, Metadata,
+//! CreateTopics and ApiVersions, for one topic-partition (or one topic) at a time.
 
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::api_versions_request::ApiVersionsRequest;
+use kafka_proto::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -201,6 +202,41 @@ pub fn metadata(topic: &str) -> Request {
         allow_auto_topic_creation: true,
         ..Default::default()
     })
+}
+
+/// A CreateTopics request for one topic of `partitions` partitions with the server's default
+/// replication factor (-1, KIP-464).
+pub fn create_topic(topic: &str, partitions: i32, timeout_ms: i32) -> Request {
+    Request::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: topic.to_string(),
+            num_partitions: partitions,
+            replication_factor: -1,
+            ..Default::default()
+        }],
+        timeout_ms,
+        ..Default::default()
+    })
+}
+
+/// The outcome of [`create_topic`]: `Ok(true)` created, `Ok(false)` it existed already.
+pub fn created(response: Response, topic: &str) -> Result<bool, ClientError> {
+    let Response::CreateTopics(r) = response else {
+        return Err(ClientError::Unexpected(
+            "not a CreateTopics response".into(),
+        ));
+    };
+    let t = r.topics.iter().find(|t| t.name == topic).ok_or_else(|| {
+        ClientError::Unexpected(format!("CreateTopics did not answer for {topic}"))
+    })?;
+    match ErrorCode::from_code(t.error_code) {
+        ErrorCode::None => Ok(true),
+        ErrorCode::TopicAlreadyExists => Ok(false),
+        code => Err(ClientError::Broker {
+            code,
+            what: "CreateTopics",
+        }),
+    }
 }
 
 /// An ApiVersions request (the cheapest request there is; used to measure the round trip).

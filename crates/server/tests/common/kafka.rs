@@ -404,7 +404,7 @@ impl KafkaConn {
 }
 
 /// Calls `f` on each broker in turn until one answers with error 0, for up to `timeout`;
-/// returns that answer, or panics with the last one.
+/// returns that answer, or panics with each broker's last answer.
 pub fn on_any<T: std::fmt::Debug>(
     brokers: &[SocketAddr],
     timeout: Duration,
@@ -412,16 +412,17 @@ pub fn on_any<T: std::fmt::Debug>(
     mut f: impl FnMut(&mut KafkaConn) -> std::io::Result<(i16, T)>,
 ) -> T {
     let deadline = Instant::now() + timeout;
-    let mut last = String::new();
+    let mut last = std::collections::BTreeMap::new();
     while Instant::now() < deadline {
         for addr in brokers {
-            match KafkaConn::connect(*addr).and_then(|mut c| f(&mut c)) {
+            let answer = match KafkaConn::connect(*addr).and_then(|mut c| f(&mut c)) {
                 Ok((0, v)) => return v,
-                Ok((code, v)) => last = format!("{addr}: error {code} ({v:?})"),
-                Err(e) => last = format!("{addr}: {e}"),
-            }
+                Ok((code, v)) => format!("error {code} ({v:?})"),
+                Err(e) => e.to_string(),
+            };
+            last.insert(*addr, answer);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("{what}: no broker answered without error within {timeout:?}; last: {last}");
+    panic!("{what}: no broker answered without error within {timeout:?}; last answers: {last:?}");
 }
