@@ -564,11 +564,13 @@ impl Node {
         });
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
+        let versions = Arc::new(crate::peer_wire::PeerVersions::default());
         let peer_task = tokio::spawn(transport::serve_peers(
             listener,
             registry.clone(),
             guard,
             peer_stats,
+            versions.clone(),
         ));
         let peers = transport::start_senders(
             config.id,
@@ -576,6 +578,7 @@ impl Node {
             &peer_list,
             registry.clone(),
             filter,
+            versions,
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
         let liveness_task = tokio::spawn(watch_liveness(
@@ -1227,9 +1230,7 @@ impl Node {
             request,
             command: cmd.clone(),
         };
-        let data = Bytes::from(
-            serde_json::to_vec(&entry).map_err(|e| AppendError::Invalid(e.to_string()))?,
-        );
+        let data = Bytes::from(entry.encode());
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let group = self.metadata_group().ok_or(AppendError::Stopped)?;
