@@ -372,14 +372,19 @@ impl FrameWriter {
                 self.buf.put_u32(size as u32);
             }
             FrameFormat::Prost => {
-                // PeerFrame field 1 holding GroupMessage { 1: group (omitted when 0, as prost
-                // does), 2: raft message }.
+                // PeerFrame field 1 holding GroupMessage { 1: group, 2: raft message }, each
+                // omitted when it is the default (0, empty), as prost does.
                 let group_len = if group == 0 {
                     0
                 } else {
                     1 + encoded_len_varint(group)
                 };
-                let inner = group_len + 1 + encoded_len_varint(size as u64) + size;
+                let message_len = if size == 0 {
+                    0
+                } else {
+                    1 + encoded_len_varint(size as u64) + size
+                };
+                let inner = group_len + message_len;
                 self.buf.reserve(1 + encoded_len_varint(inner as u64) + inner);
                 encode_key(1, WireType::LengthDelimited, &mut self.buf);
                 encode_varint(inner as u64, &mut self.buf);
@@ -387,8 +392,10 @@ impl FrameWriter {
                     encode_key(1, WireType::Varint, &mut self.buf);
                     encode_varint(group, &mut self.buf);
                 }
-                encode_key(2, WireType::LengthDelimited, &mut self.buf);
-                encode_varint(size as u64, &mut self.buf);
+                if size != 0 {
+                    encode_key(2, WireType::LengthDelimited, &mut self.buf);
+                    encode_varint(size as u64, &mut self.buf);
+                }
             }
         }
         let before = self.buf.len();
