@@ -86,7 +86,10 @@ pub fn decode_entry(data: &[u8]) -> Result<(Option<RequestId>, MetaCommand), Met
         Some(&FORMAT_PROST_V1) => {
             let wire = MetaEntryWire::decode(&data[1..])?;
             let command = wire.command.ok_or(MetaDecodeError::UnknownCommand)?;
-            Ok((wire.request.map(RequestId::from), MetaCommand::from(command)))
+            Ok((
+                wire.request.map(RequestId::from),
+                MetaCommand::from(command),
+            ))
         }
         Some(b'{' | b'"') => decode_json(data),
         Some(&other) => Err(MetaDecodeError::UnknownFormat(other)),

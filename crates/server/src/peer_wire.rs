@@ -385,7 +385,8 @@ impl FrameWriter {
                     1 + encoded_len_varint(size as u64) + size
                 };
                 let inner = group_len + message_len;
-                self.buf.reserve(1 + encoded_len_varint(inner as u64) + inner);
+                self.buf
+                    .reserve(1 + encoded_len_varint(inner as u64) + inner);
                 encode_key(1, WireType::LengthDelimited, &mut self.buf);
                 encode_varint(inner as u64, &mut self.buf);
                 if group != 0 {
@@ -566,7 +567,12 @@ mod tests {
         let version = check_hello_start(&start)?;
         let rest = &b[6..];
         if version == VERSION_3 {
-            let len = parse_v3_length(rest.get(..4).ok_or(WireError::Truncated)?.try_into().unwrap())?;
+            let len = parse_v3_length(
+                rest.get(..4)
+                    .ok_or(WireError::Truncated)?
+                    .try_into()
+                    .unwrap(),
+            )?;
             return decode_v3_hello(rest.get(4..4 + len).ok_or(WireError::Truncated)?);
         }
         let head = rest.get(..LEGACY_HEAD_BYTES).ok_or(WireError::Truncated)?;
@@ -617,7 +623,11 @@ mod tests {
         assert_eq!((hello.from, hello.advertised.as_str()), (5, "h:1"));
         assert!(hello.dirs.sender_settled && !hello.dirs.receiver_rejoining);
         // A directory id of another length than 16 is refused; an empty one is none.
-        for (dir, ok) in [(vec![], true), (vec![1u8; 5], false), (vec![1u8; 17], false)] {
+        for (dir, ok) in [
+            (vec![], true),
+            (vec![1u8; 5], false),
+            (vec![1u8; 17], false),
+        ] {
             let wire = PeerHelloWire {
                 from_node: 5,
                 advertised: "h:1".into(),

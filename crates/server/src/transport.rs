@@ -646,8 +646,7 @@ impl Connection {
             let body = tokio::time::timeout(self.limits.frame_deadline, read_body(sock, len))
                 .await
                 .map_err(|_| PeerFrameError::FrameTimeout)??;
-            let messages =
-                peer_wire::decode_frame(format, body).map_err(PeerFrameError::Frame)?;
+            let messages = peer_wire::decode_frame(format, body).map_err(PeerFrameError::Frame)?;
             for (group, msg) in messages {
                 match self.guard.check_message(from, &msg) {
                     Ok(()) => self.inbox.deliver(group, msg),
@@ -1027,7 +1026,11 @@ mod tests {
             } else {
                 peer_wire::VERSION_3
             };
-            assert_eq!(versions.dial_version(from), expected, "after version {version}");
+            assert_eq!(
+                versions.dial_version(from),
+                expected,
+                "after version {version}"
+            );
             conns.push(s);
         }
         assert_eq!(versions.dial_version(2), peer_wire::VERSION_2);
