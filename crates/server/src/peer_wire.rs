@@ -38,8 +38,8 @@
 //! **Talking to the previous version.** A node accepts hellos of versions 1, 2 and 3 and reads
 //! each connection's frames in its hello's version. It dials with version 3, except a peer whose
 //! last hello to this node was version 1 or 2 (a node of an earlier release, which refuses a
-//! version 3 hello): that peer is dialed with a version 2 hello and version 2 frames
-//! ([`PeerVersions`]). Every node keeps a connection open to every peer, so an old node's hello
+//! version 3 hello): that peer is dialed with a hello of its version and frames of versions 1
+//! and 2 ([`PeerVersions`]). Every node keeps a connection open to every peer, so an old node's hello
 //! arrives within its reconnect backoff and the two then talk in its format; when it is upgraded,
 //! its next hello says 3 and this node switches back. A hello of a version above 3 (a later
 //! incompatible release) is refused with a log line naming the version.
@@ -205,8 +205,9 @@ fn dir_from_bytes(b: &[u8]) -> Result<u128, WireError> {
     }
 }
 
-/// Encodes this node's hello in `version` (3, or 2 for a peer of an earlier release). An
-/// advertised address longer than [`MAX_ADVERTISED_BYTES`] is cut.
+/// Encodes this node's hello in `version` (3, or the 2 or 1 of a peer of an earlier release;
+/// version 1 carries no directory ids). An advertised address longer than
+/// [`MAX_ADVERTISED_BYTES`] is cut.
 pub fn encode_hello(version: u16, from: u64, advertised: &str, dirs: HelloDirs) -> Vec<u8> {
     let mut cut = advertised.len().min(MAX_ADVERTISED_BYTES);
     while !advertised.is_char_boundary(cut) {
@@ -230,10 +231,14 @@ pub fn encode_hello(version: u16, from: u64, advertised: &str, dirs: HelloDirs) 
         out.put_u32(body.len() as u32);
         out.put_slice(&body);
     } else {
-        out.put_u16(VERSION_2);
+        let version = version.max(VERSION_1);
+        out.put_u16(version);
         out.put_u64(from);
         out.put_u16(advertised.len() as u16);
         out.put_slice(advertised.as_bytes());
+        if version == VERSION_1 {
+            return out.to_vec();
+        }
         out.put_u128(dirs.dir);
         out.put_u128(dirs.known_dir_of_receiver);
         let mut flags = 0u8;
@@ -513,7 +518,7 @@ fn decode_prost_frame(mut body: Bytes) -> Result<Vec<(u64, Message)>, WireError>
 }
 
 /// The hello version each peer last dialed this node with: a peer of an earlier release
-/// (version 1 or 2) is dialed back in version 2, everyone else in [`CURRENT_VERSION`].
+/// (version 1 or 2) is dialed back in its version, everyone else in [`CURRENT_VERSION`].
 #[derive(Debug, Default)]
 pub struct PeerVersions {
     heard: Mutex<HashMap<u64, u16>>,
@@ -529,7 +534,7 @@ impl PeerVersions {
                 tracing::info!(
                     peer,
                     version,
-                    "peer speaks peer protocol version {version} (an earlier release): it is sent version {VERSION_2} hellos and frames"
+                    "peer speaks peer protocol version {version} (an earlier release): it is sent version {version} hellos and frames"
                 );
             } else if before.is_some() {
                 tracing::info!(peer, version, %software_version, "peer now speaks peer protocol version {version}");
@@ -541,7 +546,7 @@ impl PeerVersions {
     pub fn dial_version(&self, peer: u64) -> u16 {
         let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
         match heard.get(&peer) {
-            Some(&v) if v < VERSION_3 => VERSION_2,
+            Some(&v) if v < VERSION_3 => v,
             _ => CURRENT_VERSION,
         }
     }
@@ -595,14 +600,25 @@ mod tests {
 
     #[test]
     fn hellos_round_trip_in_both_versions() {
-        for version in [VERSION_2, VERSION_3] {
+        for version in [VERSION_1, VERSION_2, VERSION_3] {
             let bytes = encode_hello(version, 7, "kafka-7.example:9092", dirs());
             let hello = parse_hello(&bytes).unwrap();
             assert_eq!(hello.version, version);
             assert_eq!(hello.from, 7);
             assert_eq!(hello.advertised, "kafka-7.example:9092");
-            assert_eq!(hello.dirs, dirs());
+            let sent = if version == VERSION_1 {
+                HelloDirs::default()
+            } else {
+                dirs()
+            };
+            assert_eq!(hello.dirs, sent);
         }
+        // Version 1 is exactly the earlier release's layout.
+        let mut v1 = b"VDLP\x00\x01".to_vec();
+        v1.extend_from_slice(&7u64.to_be_bytes());
+        v1.extend_from_slice(&3u16.to_be_bytes());
+        v1.extend_from_slice(b"h:1");
+        assert_eq!(encode_hello(VERSION_1, 7, "h:1", dirs()), v1);
         let v3 = parse_hello(&encode_hello(VERSION_3, 7, "h:1", HelloDirs::default())).unwrap();
         assert_eq!(v3.software_version, env!("CARGO_PKG_VERSION"));
         assert_eq!(v3.dirs, HelloDirs::default());
@@ -755,11 +771,11 @@ mod tests {
     }
 
     #[test]
-    fn peers_heard_in_an_old_version_are_dialed_in_version_2() {
+    fn peers_heard_in_an_old_version_are_dialed_in_it() {
         let v = PeerVersions::default();
         assert_eq!(v.dial_version(2), VERSION_3);
         v.heard(2, VERSION_1, "");
-        assert_eq!(v.dial_version(2), VERSION_2);
+        assert_eq!(v.dial_version(2), VERSION_1);
         v.heard(2, VERSION_2, "");
         assert_eq!(v.dial_version(2), VERSION_2);
         v.heard(2, VERSION_3, "0.2.0");

@@ -3,7 +3,7 @@
 //!
 //! Wire format: see [`crate::peer_wire`] (a hello, then length-prefixed frames; version 3 is
 //! protobuf, versions 1 and 2 of earlier releases are still read, and a peer that speaks one
-//! of them is dialed in version 2).
+//! of them is dialed in its version).
 //!
 //! The dialer sends `hello` once, then frames; the acceptor never writes (each direction of a pair
 //! has its own connection). The dialer connects from its own configured peer IP.
@@ -999,7 +999,7 @@ mod tests {
 
     /// A node of an earlier release (hello version 1 or 2, fixed-layout frames) is still
     /// admitted, its frames are read in its format, and its version is recorded so this node
-    /// dials it back in version 2; a hello of a later version is refused.
+    /// dials it back in its version; a hello of a later version is refused.
     #[tokio::test]
     async fn older_versions_are_read_and_recorded_newer_refused() {
         let (addr, inbox, stats, versions, task) = listen(LOCAL, short_limits()).await;
@@ -1021,19 +1021,10 @@ mod tests {
             let n = inbox.delivered.lock().unwrap().len();
             wait_until(|| inbox.delivered.lock().unwrap().len() == n + 1).await;
             assert_eq!(inbox.delivered.lock().unwrap()[n], (7, m));
-            let expected = if version < peer_wire::VERSION_3 {
-                peer_wire::VERSION_2
-            } else {
-                peer_wire::VERSION_3
-            };
-            assert_eq!(
-                versions.dial_version(from),
-                expected,
-                "after version {version}"
-            );
+            assert_eq!(versions.dial_version(from), version);
             conns.push(s);
         }
-        assert_eq!(versions.dial_version(2), peer_wire::VERSION_2);
+        assert_eq!(versions.dial_version(2), peer_wire::VERSION_1);
         assert_eq!(stats.refused_connections(), 0);
         let mut newer = TcpStream::connect(addr).await.unwrap();
         newer.write_all(b"VDLP\x00\x04\x00\x00").await.unwrap();
@@ -1065,14 +1056,14 @@ mod tests {
         m.term = 3;
         sender.send(9, m.clone());
         wait_until(|| !inbox.delivered.lock().unwrap().is_empty()).await;
-        // Node 1 was heard speaking version 1: node 2 dials it again in version 2.
+        // Node 1 was heard speaking version 1: node 2 dials it again in version 1.
         sender_versions.heard(1, peer_wire::VERSION_1, "");
         for _ in 0..50 {
             sender.send(9, m.clone());
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         wait_until(|| inbox.hellos.lock().unwrap().len() >= 2).await;
-        wait_until(|| listener_versions.dial_version(2) == peer_wire::VERSION_2).await;
+        wait_until(|| listener_versions.dial_version(2) == peer_wire::VERSION_1).await;
         let delivered = inbox.delivered.lock().unwrap().clone();
         assert!(delivered.iter().all(|d| *d == (9, m.clone())));
         assert_eq!(stats.refused_connections(), 0);
