@@ -4,7 +4,8 @@
 //! a committed change survives the death of any minority of nodes.
 //!
 //! Commands are stored in `Meta` entries as protobuf with a leading format byte
-//! ([`crate::metadata_codec`], which also reads the JSON entries of older versions). On restart the group replays its whole log to rebuild this state; the metadata log is never
+//! ([`crate::metadata_codec`], which also reads the JSON entries of older versions). On
+//! restart the group replays its whole log to rebuild this state; the metadata log is never
 //! trimmed by retention.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};

@@ -36,13 +36,13 @@
 //! crate: raft-proto's `prost-codec` feature would run `protoc` at build time).
 //!
 //! **Talking to the previous version.** A node accepts hellos of versions 1, 2 and 3 and reads
-//! each connection's frames in its hello's version. It dials with version 3, except a peer whose
-//! last hello to this node was version 1 or 2 (a node of an earlier release, which refuses a
-//! version 3 hello): that peer is dialed with a hello of its version and frames of versions 1
-//! and 2 ([`PeerVersions`]). Every node keeps a connection open to every peer, so an old node's hello
-//! arrives within its reconnect backoff and the two then talk in its format; when it is upgraded,
-//! its next hello says 3 and this node switches back. A hello of a version above 3 (a later
-//! incompatible release) is refused with a log line naming the version.
+//! each connection's frames in its hello's version. It dials with version 3, except a peer
+//! whose last hello to this node was version 1 or 2 (a node of an earlier release, which
+//! refuses a version 3 hello): that peer is dialed with a hello of its version and frames of
+//! versions 1 and 2 ([`PeerVersions`]). Every node keeps a connection open to every peer, so an
+//! old node's hello arrives within its reconnect backoff and the two then talk in its format;
+//! when it is upgraded, its next hello says 3 and this node switches back. A hello of a version
+//! above 3 (a later incompatible release) is refused with a log line naming the version.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -527,18 +527,28 @@ pub struct PeerVersions {
 impl PeerVersions {
     /// Records that `peer`'s admitted hello had `version`; logs when a peer's version changes.
     pub fn heard(&self, peer: u64, version: u16, software_version: &str) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        let before = heard.insert(peer, version);
-        if before != Some(version) {
-            if version < VERSION_3 {
-                tracing::info!(
-                    peer,
-                    version,
-                    "peer speaks peer protocol version {version} (an earlier release): it is sent version {version} hellos and frames"
-                );
-            } else if before.is_some() {
-                tracing::info!(peer, version, %software_version, "peer now speaks peer protocol version {version}");
-            }
+        let before = self
+            .heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, version);
+        if before == Some(version) {
+            return;
+        }
+        if version < VERSION_3 {
+            tracing::info!(
+                peer,
+                version,
+                "peer speaks peer protocol version {version} (an earlier release): \
+                 it is sent version {version} hellos and frames"
+            );
+        } else if before.is_some() {
+            tracing::info!(
+                peer,
+                version,
+                %software_version,
+                "peer now speaks peer protocol version {version}"
+            );
         }
     }
 
