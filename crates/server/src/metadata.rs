@@ -101,6 +101,12 @@ impl MetaEntry {
         crate::metadata_codec::encode_entry(self)
     }
 
+    /// The entry's bytes in the JSON of earlier releases, which they can read (written only
+    /// while a node of such a release is in the cluster).
+    pub fn encode_json(&self) -> Vec<u8> {
+        crate::metadata_codec::encode_entry_json(self)
+    }
+
     /// Decodes an entry of any version: protobuf, or the JSON of older logs, with or without a
     /// request id.
     pub fn decode(

@@ -34,6 +34,12 @@
 //! an entry without a command: [`MetaDecodeError::UnknownCommand`], which every node of this
 //! version skips alike. An unknown format byte is [`MetaDecodeError::UnknownFormat`].
 //!
+//! **Mixed clusters.** A node of an earlier release reads only JSON and skips anything else,
+//! so its metadata would diverge (topics not opened, producer ids handed out twice). While any
+//! peer's last hello was of an earlier release ([`crate::peer_wire::PeerVersions`]), a node
+//! writes its commands in that JSON ([`encode_entry_json`]); once every node is upgraded, only
+//! protobuf is written.
+//!
 //! [`MetaCommand`] stays the in-memory type; this module only converts it to and from the wire
 //! structs (`From` impls), so adding a field to a command means one wire field here and one
 //! line in each conversion.
@@ -76,6 +82,13 @@ pub fn encode_entry(entry: &MetaEntry) -> Vec<u8> {
     wire.encode(&mut out)
         .expect("a Vec grows to fit the protobuf encoding");
     out
+}
+
+/// Encodes `entry` in the JSON of earlier releases (serde's encoding of [`MetaEntry`]), for a
+/// cluster where a node of such a release still runs: it skips entries it cannot decode, and
+/// its metadata would diverge from the others'.
+pub fn encode_entry_json(entry: &MetaEntry) -> Vec<u8> {
+    serde_json::to_vec(entry).expect("metadata entries serialize to JSON (strings and integers)")
 }
 
 /// Decodes an entry of any version: the protobuf format, JSON with a request id, or JSON of a
@@ -412,6 +425,25 @@ mod tests {
             assert_eq!(bytes[0], FORMAT_PROST_V1);
             assert_eq!(
                 decode_entry(&bytes).unwrap(),
+                (Some(request(seq as u64)), command)
+            );
+        }
+    }
+
+    /// What a node writes while an earlier release runs in the cluster is exactly that
+    /// release's JSON, and decodes to the same entry.
+    #[test]
+    fn json_written_for_earlier_releases_round_trips() {
+        for (seq, command) in every_command().into_iter().enumerate() {
+            let entry = MetaEntry {
+                request: request(seq as u64),
+                command: command.clone(),
+            };
+            let json = encode_entry_json(&entry);
+            assert_eq!(json, serde_json::to_vec(&entry).unwrap());
+            assert!(json.starts_with(b"{"));
+            assert_eq!(
+                decode_entry(&json).unwrap(),
                 (Some(request(seq as u64)), command)
             );
         }

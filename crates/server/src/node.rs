@@ -416,6 +416,9 @@ pub struct Node {
     /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
     boot_nonce: u64,
     request_seq: std::sync::atomic::AtomicU64,
+    /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
+    /// metadata commands are written in JSON, which that release reads.
+    peer_versions: Arc<crate::peer_wire::PeerVersions>,
 }
 
 /// A number that differs between two starts of a process: the clock in nanoseconds mixed with
@@ -578,7 +581,7 @@ impl Node {
             &peer_list,
             registry.clone(),
             filter,
-            versions,
+            versions.clone(),
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
         let liveness_task = tokio::spawn(watch_liveness(
@@ -607,6 +610,7 @@ impl Node {
             group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
             boot_nonce: boot_nonce(),
             request_seq: std::sync::atomic::AtomicU64::new(0),
+            peer_versions: versions,
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
@@ -1230,7 +1234,14 @@ impl Node {
             request,
             command: cmd.clone(),
         };
-        let data = Bytes::from(entry.encode());
+        // A node of an earlier release cannot read protobuf entries (it would skip them and its
+        // metadata would diverge): while one is in the cluster, commands are written in JSON.
+        let data = if self.peer_versions.any_earlier_release() {
+            entry.encode_json()
+        } else {
+            entry.encode()
+        };
+        let data = Bytes::from(data);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let group = self.metadata_group().ok_or(AppendError::Stopped)?;

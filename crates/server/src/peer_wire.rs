@@ -552,6 +552,15 @@ impl PeerVersions {
         }
     }
 
+    /// Whether some peer's last hello was of an earlier release (version 1 or 2).
+    pub fn any_earlier_release(&self) -> bool {
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|v| *v < VERSION_3)
+    }
+
     /// The hello version to dial `peer` with.
     pub fn dial_version(&self, peer: u64) -> u16 {
         let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
@@ -784,12 +793,15 @@ mod tests {
     fn peers_heard_in_an_old_version_are_dialed_in_it() {
         let v = PeerVersions::default();
         assert_eq!(v.dial_version(2), VERSION_3);
+        assert!(!v.any_earlier_release());
         v.heard(2, VERSION_1, "");
+        assert!(v.any_earlier_release());
         assert_eq!(v.dial_version(2), VERSION_1);
         v.heard(2, VERSION_2, "");
         assert_eq!(v.dial_version(2), VERSION_2);
         v.heard(2, VERSION_3, "0.2.0");
         assert_eq!(v.dial_version(2), VERSION_3);
+        assert!(!v.any_earlier_release());
         assert_eq!(v.dial_version(3), VERSION_3);
     }
 }
