@@ -47,8 +47,11 @@ def msg(kind, frm, to, term, log_term=0, index=0, commit=0, entries=(), reject=0
     m += fv(8, commit) + fv(10, reject)
     return m + (fb(9, snap) if snap else b'')
 
-def frame(msgs):  # a frame body: (group u64, length u32, message)*
+def frame(msgs):  # a frame body of versions 1 and 2: (group u64, length u32, message)*
     return b''.join(struct.pack('>QI', g, len(m)) + m for g, m in msgs)
+
+def frame_v3(msgs):  # a version 3 frame body: PeerFrame { repeated GroupMessage messages = 1 }
+    return b''.join(fb(1, fv(1, g) + (fb(2, m) if m else b'')) for g, m in msgs)
 
 voters = fv(1, 1) + fv(1, 2) + fv(1, 3)
 snap = fb(1, struct.pack('>Q', 7)) + fb(2, fb(1, voters) + fv(2, 5) + fv(3, 1))
@@ -66,10 +69,13 @@ seeds = {
                 (1, msg(15, 2, 1, 0, entries=[entry(0, 0, b'r')])),
                 (1, msg(16, 2, 1, 1, index=1, entries=[entry(0, 0, b'r')]))],
 }
+# The first byte picks the decoder: odd, version 3 (protobuf); even, versions 1 and 2.
 for name, msgs in seeds.items():
     with open('corpus/peer_message/' + name, 'wb') as f:
-        f.write(frame(msgs))
-print(f'seeded {len(seeds)} peer frames into fuzz/corpus/peer_message')
+        f.write(b'\x00' + frame(msgs))
+    with open('corpus/peer_message/' + name + '-v3', 'wb') as f:
+        f.write(b'\x01' + frame_v3(msgs))
+print(f'seeded {2 * len(seeds)} peer frames into fuzz/corpus/peer_message')
 PY
 else
   echo "python3 not found: fuzz/corpus/peer_message starts empty" >&2

@@ -1,4 +1,6 @@
-//! Feeds arbitrary bytes, as the body of a Raft peer frame, to the transport's decoder, then
+//! Feeds arbitrary bytes, as the body of a Raft peer frame, to the frame decoder (the first byte
+//! picks the format: its low bit set, version 3's protobuf frames; clear, the frames of earlier
+//! releases), then
 //! every decoded message through both peer checks (`check_message` with the message's own
 //! sender as the hello's, `check_in_group`) into a raft-rs node (node 1 of voters 1, 2, 3),
 //! ticking it and handling its Readies as a group thread does. Nothing may panic: whatever the
@@ -10,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use raft::storage::MemStorage;
 use raft::RawNode;
 use vdl_server::peer_guard::{check_in_group, check_message, GroupLimits};
-use vdl_server::transport::decode_frame;
+use vdl_server::peer_wire::{decode_frame, FrameFormat};
 
 fn node() -> RawNode<MemStorage> {
     let storage = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));
@@ -53,7 +55,15 @@ fn handle_ready(n: &mut RawNode<MemStorage>) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(messages) = decode_frame(Bytes::copy_from_slice(data)) else {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let format = if selector & 1 == 1 {
+        FrameFormat::Prost
+    } else {
+        FrameFormat::Legacy
+    };
+    let Ok(messages) = decode_frame(format, Bytes::copy_from_slice(body)) else {
         return;
     };
     let mut n = node();

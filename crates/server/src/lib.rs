@@ -4,12 +4,14 @@
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //! - [`fd_budget`]: the open-file limit, raised at start and split between clients and storage.
 //! - [`transport`]: Raft messages between nodes over TCP.
+//! - [`peer_wire`]: the bytes of the peer protocol (hellos, frames; current and earlier versions).
 //! - [`peer_guard`]: which connections, hellos and Raft messages the peer port admits.
 //! - [`raft_log`]: raft-rs's log records forwarded to `tracing`.
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
+//! - [`metadata_codec`]: how metadata commands are stored in the Raft log (protobuf; old JSON).
 //! - [`producers`]: idempotent producers' state, derived from the replicated log.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
@@ -23,8 +25,10 @@ pub mod inbox;
 pub mod kafka;
 pub mod liveness;
 pub mod metadata;
+pub mod metadata_codec;
 pub mod node;
 pub mod peer_guard;
+pub mod peer_wire;
 pub mod producers;
 pub mod quiesce;
 pub mod raft_log;

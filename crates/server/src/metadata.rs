@@ -3,8 +3,9 @@
 //! node applies the same commands in the same order, so every node holds the same metadata, and
 //! a committed change survives the death of any minority of nodes.
 //!
-//! Commands are JSON documents in `Meta` entries (small, rare, and readable when debugging).
-//! On restart the group replays its whole log to rebuild this state; the metadata log is never
+//! Commands are stored in `Meta` entries as protobuf with a leading format byte
+//! ([`crate::metadata_codec`], which also reads the JSON entries of older versions). On
+//! restart the group replays its whole log to rebuild this state; the metadata log is never
 //! trimmed by retention.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -94,12 +95,24 @@ pub struct RequestId {
 }
 
 impl MetaEntry {
-    /// Decodes an entry, accepting the bare command of older logs (without a request id).
-    pub fn decode(data: &[u8]) -> Result<(Option<RequestId>, MetaCommand), serde_json::Error> {
-        match serde_json::from_slice::<MetaEntry>(data) {
-            Ok(e) => Ok((Some(e.request), e.command)),
-            Err(_) => serde_json::from_slice::<MetaCommand>(data).map(|c| (None, c)),
-        }
+    /// The entry's bytes in the metadata log (the current format, see
+    /// [`crate::metadata_codec`]).
+    pub fn encode(&self) -> Vec<u8> {
+        crate::metadata_codec::encode_entry(self)
+    }
+
+    /// The entry's bytes in the JSON of earlier releases, which they can read (written only
+    /// while a node of such a release is in the cluster).
+    pub fn encode_json(&self) -> Vec<u8> {
+        crate::metadata_codec::encode_entry_json(self)
+    }
+
+    /// Decodes an entry of any version: protobuf, or the JSON of older logs, with or without a
+    /// request id.
+    pub fn decode(
+        data: &[u8],
+    ) -> Result<(Option<RequestId>, MetaCommand), crate::metadata_codec::MetaDecodeError> {
+        crate::metadata_codec::decode_entry(data)
     }
 }
 

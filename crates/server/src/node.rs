@@ -422,6 +422,9 @@ pub struct Node {
     /// (see [`Node::open_topic`]).
     deleted_before_start: Mutex<HashSet<(String, u64)>>,
     request_seq: std::sync::atomic::AtomicU64,
+    /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
+    /// metadata commands are written in JSON, which that release reads.
+    peer_versions: Arc<crate::peer_wire::PeerVersions>,
 }
 
 /// A number that differs between two starts of a process: the clock in nanoseconds mixed with
@@ -570,11 +573,13 @@ impl Node {
         });
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
+        let versions = Arc::new(crate::peer_wire::PeerVersions::default());
         let peer_task = tokio::spawn(transport::serve_peers(
             listener,
             registry.clone(),
             guard,
             peer_stats,
+            versions.clone(),
         ));
         let peers = transport::start_senders(
             config.id,
@@ -582,6 +587,7 @@ impl Node {
             &peer_list,
             registry.clone(),
             filter,
+            versions.clone(),
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
         let liveness_task = tokio::spawn(watch_liveness(
@@ -618,6 +624,7 @@ impl Node {
             boot_nonce: boot_nonce(),
             deleted_before_start: Mutex::new(HashSet::new()),
             request_seq: std::sync::atomic::AtomicU64::new(0),
+            peer_versions: versions,
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
@@ -1293,9 +1300,14 @@ impl Node {
             request,
             command: cmd.clone(),
         };
-        let data = Bytes::from(
-            serde_json::to_vec(&entry).map_err(|e| AppendError::Invalid(e.to_string()))?,
-        );
+        // A node of an earlier release cannot read protobuf entries (it would skip them and its
+        // metadata would diverge): while one is in the cluster, commands are written in JSON.
+        let data = if self.peer_versions.any_earlier_release() {
+            entry.encode_json()
+        } else {
+            entry.encode()
+        };
+        let data = Bytes::from(data);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let group = self.metadata_group().ok_or(AppendError::Stopped)?;

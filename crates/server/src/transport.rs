@@ -1,18 +1,9 @@
 //! Raft peer transport: TCP between nodes, one outgoing connection per peer carrying the
 //! messages of every Raft group, batched, with bounded queues and reconnect with backoff.
 //!
-//! Wire format (all integers big-endian):
-//!
-//! ```text
-//! connection := hello frame*
-//! hello      := magic "VDLP" (4) | version u16 (=2) | from_node u64 | advertised_len u16 | advertised (UTF-8)
-//!               | directory_id u128 | known_directory_of_receiver u128 | flags u8
-//!               -- version 1 (older nodes) ends after `advertised`
-//!               -- flags: bit 0 the receiver is rejoining in the sender's view, bit 1 the
-//!                  sender is settled (not rejoining itself); see `crate::replicas`
-//! frame      := frame_len u32 | message*            -- frame_len counts the bytes after itself
-//! message    := group_id u64 | msg_len u32 | raft Message (protobuf, msg_len bytes)
-//! ```
+//! Wire format: see [`crate::peer_wire`] (a hello, then length-prefixed frames; version 3 is
+//! protobuf, versions 1 and 2 of earlier releases are still read, and a peer that speaks one
+//! of them is dialed in its version).
 //!
 //! The dialer sends `hello` once, then frames; the acceptor never writes (each direction of a pair
 //! has its own connection). The dialer connects from its own configured peer IP.
@@ -22,7 +13,8 @@
 //! - **Connections**: only from an IP some other member is configured at; at most
 //!   [`PeerLimits::max_pending`] ([`PEER_CONNECTIONS_PER_MEMBER`] x peers) still in their hello;
 //!   others are closed at once.
-//! - **Hello**: within [`HELLO_DEADLINE`]; magic, version 1, `from_node` a configured member
+//! - **Hello**: within [`HELLO_DEADLINE`]; magic, version 1 to 3 (at most
+//!   [`peer_wire::MAX_HELLO_BYTES`] of protobuf in version 3), `from_node` a configured member
 //!   other than this node whose configured peer IP is the connection's source IP, `advertised`
 //!   at most 1024 bytes of `HOST:PORT`. Otherwise the connection is closed (logged at warn, at
 //!   most 5 a second) and nothing it said is recorded. An admitted connection's advertised
@@ -30,8 +22,9 @@
 //!   [`PEER_CONNECTIONS_PER_MEMBER`] are open per peer, a newer one closing the oldest.
 //! - **Frames**: at most [`MAX_FRAME_BYTES`]; once its length is read a frame must arrive
 //!   whole within [`FRAME_DEADLINE`], and its buffer grows with the bytes that arrived (not
-//!   with the length claimed). A longer frame, a late one, a message running past its frame or
-//!   an undecodable protobuf closes the connection; Raft retransmits.
+//!   with the length claimed). A longer frame, a late one, a message running past its frame,
+//!   more than [`peer_wire::MAX_MESSAGES_PER_FRAME_RECEIVED`] messages or an undecodable
+//!   protobuf closes the connection; Raft retransmits.
 //! - **Messages**: each one is checked ([`PeerGuard::check_message`]: sender is the hello's
 //!   node, recipient is this node, type and fields fit) before it is queued for its group,
 //!   which checks it again against its Raft state (`peer_guard::check_in_group`) before
@@ -48,8 +41,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use protobuf::Message as _;
+use bytes::Bytes;
 use raft::prelude::Message;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -57,6 +49,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
+use crate::peer_wire::{self, FrameFormat, FrameWriter, Hello, PeerVersions, WireError};
 
 /// Largest frame accepted from a peer (a batch of append messages).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
@@ -66,14 +59,6 @@ pub const PEER_QUEUE_MESSAGES: usize = 8192;
 const MAX_MESSAGES_PER_FRAME: usize = 512;
 /// Bytes after which a frame is flushed even if more messages are waiting.
 const FRAME_FLUSH_BYTES: usize = 4 << 20;
-const MAGIC: &[u8; 4] = b"VDLP";
-/// Longest advertised Kafka address a hello may carry.
-const MAX_ADVERTISED_BYTES: usize = 1024;
-const VERSION: u16 = 2;
-/// The hello version of nodes before directory ids, still accepted.
-const VERSION_1: u16 = 1;
-const FLAG_RECEIVER_REJOINING: u8 = 1;
-const FLAG_SENDER_SETTLED: u8 = 2;
 const BACKOFF_MIN: Duration = Duration::from_millis(20);
 const BACKOFF_MAX: Duration = Duration::from_millis(1000);
 
@@ -83,6 +68,9 @@ pub enum PeerFrameError {
     /// The connection does not start with a valid hello.
     #[error("bad hello: {0}")]
     BadHello(&'static str),
+    /// The hello is of a peer protocol version this node does not speak.
+    #[error("{0}")]
+    UnsupportedVersion(WireError),
     /// The hello did not arrive whole within [`PeerLimits::hello_deadline`].
     #[error("no hello within the deadline")]
     HelloTimeout,
@@ -98,12 +86,9 @@ pub enum PeerFrameError {
     /// A frame claims more than [`MAX_FRAME_BYTES`].
     #[error("frame of {0} bytes exceeds the limit")]
     FrameTooLarge(usize),
-    /// A message runs past the end of its frame.
-    #[error("truncated message in frame")]
-    Truncated,
-    /// The protobuf payload did not decode.
-    #[error("undecodable raft message: {0}")]
-    Protobuf(String),
+    /// A frame's contents did not decode (truncated, too many messages, bad protobuf).
+    #[error("bad frame: {0}")]
+    Frame(WireError),
     /// Socket error.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -220,13 +205,15 @@ pub fn detached_sender(
 }
 
 /// Starts one sender task per peer (dialing `addr`, reconnecting with backoff) and returns the
-/// handle used by Raft groups to send. Must be called inside a tokio runtime.
+/// handle used by Raft groups to send. Each peer is dialed in the hello version `versions`
+/// says it speaks (the listener records it). Must be called inside a tokio runtime.
 pub fn start_senders(
     self_id: u64,
     advertised: String,
     peers: &[(u64, SocketAddr)],
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
+    versions: Arc<PeerVersions>,
 ) -> PeerSender {
     // Dial from this node's own configured peer IP, so peers see the source address they
     // admit (see `PeerGuard::admit_hello`) even on a host with several addresses.
@@ -243,12 +230,16 @@ pub fn start_senders(
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
         queues.insert(peer, tx);
-        tokio::spawn(sender_task(
+        let link = Link {
             self_id,
             local_ip,
-            advertised.clone(),
+            advertised: advertised.clone(),
             peer,
             addr,
+            versions: versions.clone(),
+        };
+        tokio::spawn(sender_task(
+            link,
             rx,
             inbox.clone(),
             filter.clone(),
@@ -262,26 +253,62 @@ pub fn start_senders(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn sender_task(
+/// Where and how a sender task dials its peer.
+struct Link {
     self_id: u64,
     local_ip: Option<IpAddr>,
     advertised: String,
     peer: u64,
     addr: SocketAddr,
+    versions: Arc<PeerVersions>,
+}
+
+/// An open outgoing connection and the hello version it was opened with (which fixes its frame
+/// format).
+struct Outgoing {
+    stream: TcpStream,
+    version: u16,
+}
+
+impl Link {
+    /// Dials the peer and sends this node's hello in the version the peer speaks.
+    async fn dial(&self, inbox: &dyn PeerInbox) -> std::io::Result<Outgoing> {
+        let version = self.versions.dial_version(self.peer);
+        let hello = peer_wire::encode_hello(
+            version,
+            self.self_id,
+            &self.advertised,
+            inbox.hello_for(self.peer),
+        );
+        let stream = dial(self.local_ip, self.addr, &hello).await?;
+        Ok(Outgoing { stream, version })
+    }
+}
+
+async fn sender_task(
+    link: Link,
     mut rx: mpsc::Receiver<(u64, Message)>,
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
     hello_generation: Arc<std::sync::atomic::AtomicU64>,
 ) {
+    let peer = link.peer;
     let mut backoff = BACKOFF_MIN;
-    let mut conn: Option<TcpStream> = None;
-    let mut frame = BytesMut::with_capacity(64 << 10);
+    let mut conn: Option<Outgoing> = None;
+    let mut frame = FrameWriter::new(FrameFormat::of_version(peer_wire::CURRENT_VERSION));
     let mut generation = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
     loop {
         let now = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
         if now != generation {
             generation = now;
+            conn = None;
+        }
+        // The peer was heard in another version since this connection was dialed (an old node
+        // spoke up, or was upgraded): dial again in its version.
+        if conn
+            .as_ref()
+            .is_some_and(|c| c.version != link.versions.dial_version(peer))
+        {
             conn = None;
         }
         // Wait for a message, and meanwhile notice when the peer closes the connection (it
@@ -302,51 +329,53 @@ async fn sender_task(
             // Keep a connection up even when Raft has nothing to send to this peer, so the peer
             // always knows this node is alive and where its Kafka listener is.
             () = tokio::time::sleep(backoff), if conn.is_none() => {
-                match dial(self_id, local_ip, &advertised, addr, inbox.hello_for(peer)).await {
-                    Ok(s) => {
+                match link.dial(&*inbox).await {
+                    Ok(c) => {
                         backoff = BACKOFF_MIN;
-                        conn = Some(s);
+                        conn = Some(c);
                     }
                     Err(_) => backoff = (backoff * 2).min(BACKOFF_MAX),
                 }
                 continue;
             }
         };
-        // Gather what is already queued into one frame.
-        frame.clear();
-        frame.put_u32(0);
-        let mut count = 0;
+        // Gather what is already queued into one frame, in the current connection's format
+        // (or the one the next dial will use).
+        let version = conn
+            .as_ref()
+            .map_or_else(|| link.versions.dial_version(peer), |c| c.version);
+        frame.clear(FrameFormat::of_version(version));
         let mut next = Some(first);
         while let Some((group, msg)) = next.take() {
             if filter.allow_message(peer, &msg) {
-                encode_message(&mut frame, group, &msg);
-                count += 1;
+                frame.push(group, &msg);
             }
-            if count >= MAX_MESSAGES_PER_FRAME || frame.len() >= FRAME_FLUSH_BYTES {
+            if frame.messages() >= MAX_MESSAGES_PER_FRAME || frame.len() >= FRAME_FLUSH_BYTES {
                 break;
             }
             next = rx.try_recv().ok();
         }
-        if count == 0 {
+        if frame.is_empty() {
             continue;
         }
-        let body_len = (frame.len() - 4) as u32;
-        frame[..4].copy_from_slice(&body_len.to_be_bytes());
 
         // Write on the current connection; on failure, dial once more and retry the frame.
         let mut sent = false;
         for _attempt in 0..2 {
             if conn.is_none() {
-                match dial(self_id, local_ip, &advertised, addr, inbox.hello_for(peer)).await {
-                    Ok(s) => {
+                match link.dial(&*inbox).await {
+                    Ok(c) => {
                         backoff = BACKOFF_MIN;
-                        conn = Some(s);
+                        conn = Some(c);
                     }
                     Err(_) => break,
                 }
             }
-            if let Some(s) = conn.as_mut() {
-                if s.write_all(&frame).await.is_ok() {
+            if let Some(c) = conn.as_mut() {
+                // A new connection may speak another version than the one the frame was
+                // built for.
+                frame.convert(FrameFormat::of_version(c.version));
+                if c.stream.write_all(frame.finish()).await.is_ok() {
                     sent = true;
                     break;
                 }
@@ -365,22 +394,21 @@ async fn sender_task(
 
 /// Resolves when the peer closed `conn` (or sent bytes, which it must not); never resolves when
 /// there is no connection.
-async fn closed(conn: &mut Option<TcpStream>) {
+async fn closed(conn: &mut Option<Outgoing>) {
     match conn.as_mut() {
-        Some(s) => {
+        Some(c) => {
             let mut buf = [0u8; 64];
-            let _ = s.read(&mut buf).await;
+            let _ = c.stream.read(&mut buf).await;
         }
         None => std::future::pending().await,
     }
 }
 
+/// Connects to `addr` from `local_ip` (when it is of the same family) and writes `hello`.
 async fn dial(
-    self_id: u64,
     local_ip: Option<IpAddr>,
-    advertised: &str,
     addr: SocketAddr,
-    dirs: crate::replicas::HelloDirs,
+    hello: &[u8],
 ) -> std::io::Result<TcpStream> {
     let connect = async {
         let socket = if addr.is_ipv4() {
@@ -399,38 +427,8 @@ async fn dial(
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     s.set_nodelay(true)?;
-    let mut hello = BytesMut::with_capacity(32 + advertised.len());
-    hello.put_slice(MAGIC);
-    hello.put_u16(VERSION);
-    hello.put_u64(self_id);
-    let adv = &advertised.as_bytes()[..advertised.len().min(MAX_ADVERTISED_BYTES)];
-    hello.put_u16(adv.len() as u16);
-    hello.put_slice(adv);
-    hello.put_u128(dirs.dir);
-    hello.put_u128(dirs.known_dir_of_receiver);
-    let mut flags = 0u8;
-    if dirs.receiver_rejoining {
-        flags |= FLAG_RECEIVER_REJOINING;
-    }
-    if dirs.sender_settled {
-        flags |= FLAG_SENDER_SETTLED;
-    }
-    hello.put_u8(flags);
-    s.write_all(&hello).await?;
+    s.write_all(hello).await?;
     Ok(s)
-}
-
-fn encode_message(frame: &mut BytesMut, group: u64, msg: &Message) {
-    frame.put_u64(group);
-    let len_at = frame.len();
-    frame.put_u32(0);
-    let mut w = frame.writer();
-    // Writing into memory cannot fail; an error here would be a protobuf bug.
-    msg.write_to_writer(&mut w)
-        .expect("encoding a raft message into memory");
-    let frame = w.into_inner();
-    let len = (frame.len() - len_at - 4) as u32;
-    frame[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
 /// Limits of the peer listener (see [`PeerLimits::for_peers`] for the defaults).
@@ -476,14 +474,17 @@ impl PeerLimits {
 /// peers see their connections fail and reconnect to its successor). Each connection is read by
 /// its own task; a bad frame closes only that one. Connections, hellos and messages are
 /// admitted by `guard` (refusals are counted in `stats`), within the default [`PeerLimits`].
+/// Each admitted hello's version is recorded in `versions`, so the senders answer an older
+/// peer in its version.
 pub async fn serve_peers(
     listener: TcpListener,
     inbox: Arc<dyn PeerInbox>,
     guard: Arc<PeerGuard>,
     stats: Arc<PeerStats>,
+    versions: Arc<PeerVersions>,
 ) {
     let limits = PeerLimits::for_peers(guard.peer_count());
-    serve_peers_with(listener, inbox, guard, stats, limits).await
+    serve_peers_with(listener, inbox, guard, stats, versions, limits).await
 }
 
 /// [`serve_peers`] with explicit limits.
@@ -492,6 +493,7 @@ pub async fn serve_peers_with(
     inbox: Arc<dyn PeerInbox>,
     guard: Arc<PeerGuard>,
     stats: Arc<PeerStats>,
+    versions: Arc<PeerVersions>,
     limits: PeerLimits,
 ) {
     let mut connections = tokio::task::JoinSet::new();
@@ -518,6 +520,7 @@ pub async fn serve_peers_with(
                     guard: guard.clone(),
                     stats: stats.clone(),
                     slots: slots.clone(),
+                    versions: versions.clone(),
                     limits,
                     source,
                 };
@@ -525,6 +528,7 @@ pub async fn serve_peers_with(
                     match conn.run(sock, hello_slot).await {
                         Ok(()) => {}
                         Err(e @ (PeerFrameError::BadHello(_)
+                        | PeerFrameError::UnsupportedVersion(_)
                         | PeerFrameError::HelloTimeout
                         | PeerFrameError::Refused(_))) => conn.stats.refuse_connection(source, &e),
                         Err(e) => tracing::debug!(%source, "peer connection closed: {e}"),
@@ -614,6 +618,7 @@ struct Connection {
     guard: Arc<PeerGuard>,
     stats: Arc<PeerStats>,
     slots: Arc<MemberSlots>,
+    versions: Arc<PeerVersions>,
     limits: PeerLimits,
     source: SocketAddr,
 }
@@ -627,25 +632,34 @@ impl Connection {
         mut sock: TcpStream,
         hello_slot: PendingSlot,
     ) -> Result<(), PeerFrameError> {
-        let (from, advertised, dirs) =
-            tokio::time::timeout(self.limits.hello_deadline, read_hello(&mut sock))
-                .await
-                .map_err(|_| PeerFrameError::HelloTimeout)??;
+        let hello = tokio::time::timeout(self.limits.hello_deadline, read_hello(&mut sock))
+            .await
+            .map_err(|_| PeerFrameError::HelloTimeout)??;
+        let from = hello.from;
         self.guard
             .admit_hello(from, self.source.ip())
             .map_err(PeerFrameError::Refused)?;
         drop(hello_slot);
+        self.versions
+            .heard(from, hello.version, &hello.software_version);
         let (slot, replaced) = self.slots.take(from, self.limits.per_member);
-        self.inbox.peer_hello(from, slot.id, advertised, dirs);
+        self.inbox
+            .peer_hello(from, slot.id, hello.advertised, hello.dirs);
+        let format = FrameFormat::of_version(hello.version);
         let result = tokio::select! {
-            r = self.read_frames(&mut sock, from) => r,
+            r = self.read_frames(&mut sock, from, format) => r,
             _ = replaced => Err(PeerFrameError::Replaced),
         };
         self.inbox.peer_gone(from, slot.id);
         result
     }
 
-    async fn read_frames(&self, sock: &mut TcpStream, from: u64) -> Result<(), PeerFrameError> {
+    async fn read_frames(
+        &self,
+        sock: &mut TcpStream,
+        from: u64,
+        format: FrameFormat,
+    ) -> Result<(), PeerFrameError> {
         loop {
             let len = sock.read_u32().await? as usize;
             if len > MAX_FRAME_BYTES {
@@ -654,7 +668,8 @@ impl Connection {
             let body = tokio::time::timeout(self.limits.frame_deadline, read_body(sock, len))
                 .await
                 .map_err(|_| PeerFrameError::FrameTimeout)??;
-            for (group, msg) in decode_frame(body)? {
+            let messages = peer_wire::decode_frame(format, body).map_err(PeerFrameError::Frame)?;
+            for (group, msg) in messages {
                 match self.guard.check_message(from, &msg) {
                     Ok(()) => self.inbox.deliver(group, msg),
                     Err(why) => self.stats.refuse_message(group, &why),
@@ -664,53 +679,46 @@ impl Connection {
     }
 }
 
-/// Reads a hello: (the node id it claims, its advertised Kafka address).
-async fn read_hello(
-    sock: &mut TcpStream,
-) -> Result<(u64, String, crate::replicas::HelloDirs), PeerFrameError> {
-    let mut head = [0u8; 16];
+/// Reads a hello of any version this node speaks (see [`crate::peer_wire`]), reading no byte
+/// past it.
+async fn read_hello(sock: &mut TcpStream) -> Result<Hello, PeerFrameError> {
+    let hello_error = |e| match e {
+        WireError::BadHello(why) => PeerFrameError::BadHello(why),
+        e @ WireError::UnsupportedVersion(_) => PeerFrameError::UnsupportedVersion(e),
+        _ => PeerFrameError::BadHello("malformed"),
+    };
+    let mut start = [0u8; 6];
+    sock.read_exact(&mut start).await?;
+    let version = peer_wire::check_hello_start(&start).map_err(hello_error)?;
+    if version >= peer_wire::VERSION_3 {
+        let mut len = [0u8; 4];
+        sock.read_exact(&mut len).await?;
+        let len = peer_wire::parse_v3_length(len).map_err(hello_error)?;
+        let mut body = vec![0u8; len];
+        sock.read_exact(&mut body).await?;
+        return peer_wire::decode_v3_hello(&body).map_err(hello_error);
+    }
+    let mut head = [0u8; peer_wire::LEGACY_HEAD_BYTES];
     sock.read_exact(&mut head).await?;
-    if &head[..4] != MAGIC {
-        return Err(PeerFrameError::BadHello("magic"));
-    }
-    let version = u16::from_be_bytes([head[4], head[5]]);
-    if version != VERSION && version != VERSION_1 {
-        return Err(PeerFrameError::BadHello("version"));
-    }
-    let from = u64::from_be_bytes(head[6..14].try_into().expect("8 bytes"));
-    let adv_len = u16::from_be_bytes([head[14], head[15]]) as usize;
-    if adv_len > MAX_ADVERTISED_BYTES {
-        return Err(PeerFrameError::BadHello("advertised address too long"));
-    }
+    let (from, adv_len) = peer_wire::parse_legacy_head(&head).map_err(hello_error)?;
     let mut adv = vec![0u8; adv_len];
     sock.read_exact(&mut adv).await?;
-    let adv = String::from_utf8(adv).map_err(|_| PeerFrameError::BadHello("address not UTF-8"))?;
-    if !valid_advertised(&adv) {
-        return Err(PeerFrameError::BadHello(
-            "advertised address is not HOST:PORT",
-        ));
-    }
+    let advertised =
+        String::from_utf8(adv).map_err(|_| PeerFrameError::BadHello("address not UTF-8"))?;
+    peer_wire::check_advertised(&advertised).map_err(hello_error)?;
     let mut dirs = crate::replicas::HelloDirs::default();
-    if version >= VERSION {
-        let mut tail = [0u8; 33];
+    if version >= peer_wire::VERSION_2 {
+        let mut tail = [0u8; peer_wire::LEGACY_V2_TAIL_BYTES];
         sock.read_exact(&mut tail).await?;
-        let mut t = &tail[..];
-        dirs.dir = t.get_u128();
-        dirs.known_dir_of_receiver = t.get_u128();
-        let flags = t.get_u8();
-        dirs.receiver_rejoining = flags & FLAG_RECEIVER_REJOINING != 0;
-        dirs.sender_settled = flags & FLAG_SENDER_SETTLED != 0;
+        dirs = peer_wire::parse_legacy_v2_tail(&tail);
     }
-    Ok((from, adv, dirs))
-}
-
-/// Whether `a` looks like the `HOST:PORT` a node advertises: printable ASCII without spaces,
-/// a non-empty host, a port number.
-fn valid_advertised(a: &str) -> bool {
-    let Some((host, port)) = a.rsplit_once(':') else {
-        return false;
-    };
-    !host.is_empty() && a.bytes().all(|b| b.is_ascii_graphic()) && port.parse::<u16>().is_ok()
+    Ok(Hello {
+        version,
+        from,
+        advertised,
+        dirs,
+        software_version: String::new(),
+    })
 }
 
 /// Reads a frame body of `len` bytes. The buffer grows with the bytes that arrived (doubling,
@@ -732,29 +740,10 @@ async fn read_body(sock: &mut TcpStream, len: usize) -> Result<Bytes, PeerFrameE
     Ok(Bytes::from(buf))
 }
 
-/// Splits one frame body into (group, message) pairs, checking every length.
-pub fn decode_frame(mut body: Bytes) -> Result<Vec<(u64, Message)>, PeerFrameError> {
-    let mut out = Vec::new();
-    while body.has_remaining() {
-        if body.remaining() < 12 {
-            return Err(PeerFrameError::Truncated);
-        }
-        let group = body.get_u64();
-        let len = body.get_u32() as usize;
-        if len > body.remaining() {
-            return Err(PeerFrameError::Truncated);
-        }
-        let raw = body.split_to(len);
-        let msg = Message::parse_from_carllerche_bytes(&raw)
-            .map_err(|e| PeerFrameError::Protobuf(e.to_string()))?;
-        out.push((group, msg));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replicas::HelloDirs;
     use raft::prelude::{Entry, MessageType};
     use std::net::{IpAddr, Ipv4Addr};
 
@@ -798,6 +787,7 @@ mod tests {
         SocketAddr,
         Arc<Recorder>,
         Arc<PeerStats>,
+        Arc<PeerVersions>,
         tokio::task::JoinHandle<()>,
     ) {
         let listener = TcpListener::bind((LOCAL, 0)).await.unwrap();
@@ -810,14 +800,16 @@ mod tests {
         let guard = Arc::new(PeerGuard::new(1, &members));
         let inbox = Arc::new(Recorder::default());
         let stats = Arc::new(PeerStats::default());
+        let versions = Arc::new(PeerVersions::default());
         let task = tokio::spawn(serve_peers_with(
             listener,
             inbox.clone(),
             guard,
             stats.clone(),
+            versions.clone(),
             limits,
         ));
-        (addr, inbox, stats, task)
+        (addr, inbox, stats, versions, task)
     }
 
     fn short_limits() -> PeerLimits {
@@ -829,18 +821,28 @@ mod tests {
         }
     }
 
-    /// A version 2 hello: directory id `from`, no known directory for the receiver, settled.
+    /// A hello of `version`: directory id `from`, no known directory for the receiver, settled.
+    fn hello_in(version: u16, from: u64, advertised: &str) -> Vec<u8> {
+        let dirs = HelloDirs {
+            dir: u128::from(from),
+            sender_settled: true,
+            ..HelloDirs::default()
+        };
+        peer_wire::encode_hello(version, from, advertised, dirs)
+    }
+
+    /// A hello of the current version.
     fn hello(from: u64, advertised: &str) -> Vec<u8> {
-        let mut b = BytesMut::new();
-        b.put_slice(MAGIC);
-        b.put_u16(VERSION);
-        b.put_u64(from);
-        b.put_u16(advertised.len() as u16);
-        b.put_slice(advertised.as_bytes());
-        b.put_u128(u128::from(from));
-        b.put_u128(0);
-        b.put_u8(FLAG_SENDER_SETTLED);
-        b.to_vec()
+        hello_in(peer_wire::CURRENT_VERSION, from, advertised)
+    }
+
+    /// One frame (length prefix included) of `msgs` in `format`.
+    fn frame_of(format: FrameFormat, msgs: &[(u64, &Message)]) -> Vec<u8> {
+        let mut w = FrameWriter::new(format);
+        for (group, m) in msgs {
+            w.push(*group, m);
+        }
+        w.finish().to_vec()
     }
 
     /// Whether the listener closes `s` within `within`.
@@ -864,7 +866,7 @@ mod tests {
 
     #[tokio::test]
     async fn deadlines_close_silent_and_stalled_connections() {
-        let (addr, inbox, stats, task) = listen(LOCAL, short_limits()).await;
+        let (addr, inbox, stats, _versions, task) = listen(LOCAL, short_limits()).await;
         // No hello at all.
         let mut silent = TcpStream::connect(addr).await.unwrap();
         assert!(closed_within(&mut silent, Duration::from_secs(2)).await);
@@ -889,7 +891,7 @@ mod tests {
             hello_deadline: Duration::from_secs(5),
             ..short_limits()
         };
-        let (addr, inbox, stats, task) = listen(LOCAL, limits).await;
+        let (addr, inbox, stats, _versions, task) = listen(LOCAL, limits).await;
         // Two may wait for their hello; the third is closed at once.
         let mut a = TcpStream::connect(addr).await.unwrap();
         let mut b = TcpStream::connect(addr).await.unwrap();
@@ -912,7 +914,7 @@ mod tests {
     #[tokio::test]
     async fn foreign_and_forged_hellos_are_closed_unrecorded() {
         // Peers configured at 127.0.0.2: a connection from 127.0.0.1 is no peer's.
-        let (addr, inbox, stats, task) =
+        let (addr, inbox, stats, _versions, task) =
             listen(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), short_limits()).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         // Closed at accept: the write may already fail.
@@ -921,7 +923,7 @@ mod tests {
         task.abort();
         assert_eq!(stats.refused_connections(), 1);
         // Peers at 127.0.0.1: this node's own id, an unknown id, a bad address, a bad magic.
-        let (addr, inbox2, stats, task) = listen(LOCAL, short_limits()).await;
+        let (addr, inbox2, stats, _versions, task) = listen(LOCAL, short_limits()).await;
         for bytes in [
             hello(1, "h:1"),
             hello(9, "h:1"),
@@ -944,7 +946,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_checked_messages_are_delivered() {
-        let (addr, inbox, stats, task) = listen(LOCAL, short_limits()).await;
+        let (addr, inbox, stats, _versions, task) = listen(LOCAL, short_limits()).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(&hello(2, "h:1")).await.unwrap();
         let good = {
@@ -961,13 +963,10 @@ mod tests {
         empty_proposal.set_msg_type(MessageType::MsgPropose);
         empty_proposal.from = 2;
         empty_proposal.to = 1;
-        let mut frame = BytesMut::new();
-        frame.put_u32(0);
-        for m in [&good, &forged, &empty_proposal] {
-            encode_message(&mut frame, 1, m);
-        }
-        let len = (frame.len() - 4) as u32;
-        frame[..4].copy_from_slice(&len.to_be_bytes());
+        let frame = frame_of(
+            FrameFormat::Prost,
+            &[(1, &good), (1, &forged), (1, &empty_proposal)],
+        );
         s.write_all(&frame).await.unwrap();
         wait_until(|| stats.refused_messages() == 2).await;
         let delivered = inbox.delivered.lock().unwrap().clone();
@@ -977,7 +976,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_large_frame_arrives_whole_in_pieces() {
-        let (addr, inbox, _stats, task) = listen(LOCAL, short_limits()).await;
+        let (addr, inbox, _stats, _versions, task) = listen(LOCAL, short_limits()).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(&hello(2, "h:1")).await.unwrap();
         let mut m = Message::default();
@@ -992,11 +991,7 @@ mod tests {
             ..Default::default()
         }]
         .into();
-        let mut frame = BytesMut::new();
-        frame.put_u32(0);
-        encode_message(&mut frame, 5, &m);
-        let len = (frame.len() - 4) as u32;
-        frame[..4].copy_from_slice(&len.to_be_bytes());
+        let frame = frame_of(FrameFormat::Prost, &[(5, &m)]);
         for piece in frame.chunks(700_000) {
             s.write_all(piece).await.unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1009,7 +1004,7 @@ mod tests {
     #[test]
     fn advertised_addresses_are_host_and_port() {
         for ok in ["127.0.0.1:9092", "kafka-1.example:9092", "[::1]:9092"] {
-            assert!(valid_advertised(ok), "{ok}");
+            assert!(peer_wire::valid_advertised(ok), "{ok}");
         }
         for bad in [
             "",
@@ -1020,32 +1015,81 @@ mod tests {
             "ho st:1",
             "h\u{e9}:1",
         ] {
-            assert!(!valid_advertised(bad), "{bad}");
+            assert!(!peer_wire::valid_advertised(bad), "{bad}");
         }
     }
 
-    #[test]
-    fn frames_round_trip_and_reject_truncation() {
-        let mut m = Message::default();
-        m.set_msg_type(MessageType::MsgAppend);
-        m.to = 2;
-        m.from = 1;
-        m.term = 7;
-        let e = Entry {
-            data: Bytes::from(vec![9u8; 3000]),
-            ..Default::default()
-        };
-        m.entries = vec![e].into();
-        let mut frame = BytesMut::new();
-        encode_message(&mut frame, 42, &m);
-        encode_message(&mut frame, 43, &m);
-        let body = frame.freeze();
-        let msgs = decode_frame(body.clone()).unwrap();
-        assert_eq!(msgs.len(), 2);
-        assert_eq!(msgs[0].0, 42);
-        assert_eq!(msgs[1].1, m);
-        for cut in [1, 11, 12, 100, body.len() - 1] {
-            assert!(decode_frame(body.slice(..cut)).is_err(), "cut at {cut}");
+    /// A node of an earlier release (hello version 1 or 2, fixed-layout frames) is still
+    /// admitted, its frames are read in its format, and its version is recorded so this node
+    /// dials it back in its version; a hello of a later version is refused.
+    #[tokio::test]
+    async fn older_versions_are_read_and_recorded_newer_refused() {
+        let (addr, inbox, stats, versions, task) = listen(LOCAL, short_limits()).await;
+        let mut heartbeat = Message::default();
+        heartbeat.set_msg_type(MessageType::MsgHeartbeat);
+        heartbeat.to = 1;
+        heartbeat.term = 3;
+        let mut conns = Vec::new();
+        for (from, version, format) in [
+            (2, peer_wire::VERSION_1, FrameFormat::Legacy),
+            (3, peer_wire::VERSION_2, FrameFormat::Legacy),
+            (3, peer_wire::VERSION_3, FrameFormat::Prost),
+        ] {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(&hello_in(version, from, "h:1")).await.unwrap();
+            let mut m = heartbeat.clone();
+            m.from = from;
+            s.write_all(&frame_of(format, &[(7, &m)])).await.unwrap();
+            let n = inbox.delivered.lock().unwrap().len();
+            wait_until(|| inbox.delivered.lock().unwrap().len() == n + 1).await;
+            assert_eq!(inbox.delivered.lock().unwrap()[n], (7, m));
+            assert_eq!(versions.dial_version(from), version);
+            conns.push(s);
         }
+        assert_eq!(versions.dial_version(2), peer_wire::VERSION_1);
+        assert_eq!(stats.refused_connections(), 0);
+        let mut newer = TcpStream::connect(addr).await.unwrap();
+        newer.write_all(b"VDLP\x00\x04\x00\x00").await.unwrap();
+        assert!(closed_within(&mut newer, Duration::from_secs(2)).await);
+        wait_until(|| stats.refused_connections() == 1).await;
+        task.abort();
+    }
+
+    /// A sender dials a peer in the version it last heard from it, and re-dials when that
+    /// changes: frames reach a listener in the format of the hello they follow.
+    #[tokio::test]
+    async fn senders_dial_old_peers_in_their_version() {
+        // Node 1 listens; node 2 sends to it.
+        let (addr, inbox, stats, listener_versions, task) = listen(LOCAL, short_limits()).await;
+        let sender_versions = Arc::new(PeerVersions::default());
+        let peers = [(1, addr), (2, SocketAddr::new(LOCAL, 1))];
+        let sender = start_senders(
+            2,
+            "h:2".into(),
+            &peers,
+            Arc::new(Recorder::default()),
+            Arc::new(OpenLinks),
+            sender_versions.clone(),
+        );
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgHeartbeat);
+        m.from = 2;
+        m.to = 1;
+        m.term = 3;
+        sender.send(9, m.clone());
+        wait_until(|| !inbox.delivered.lock().unwrap().is_empty()).await;
+        // Node 1 was heard speaking version 1: node 2 dials it again in version 1.
+        sender_versions.heard(1, peer_wire::VERSION_1, "");
+        for _ in 0..50 {
+            sender.send(9, m.clone());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        wait_until(|| inbox.hellos.lock().unwrap().len() >= 2).await;
+        wait_until(|| listener_versions.dial_version(2) == peer_wire::VERSION_1).await;
+        let delivered = inbox.delivered.lock().unwrap().clone();
+        assert!(delivered.iter().all(|d| *d == (9, m.clone())));
+        assert_eq!(stats.refused_connections(), 0);
+        assert_eq!(stats.refused_messages(), 0);
+        task.abort();
     }
 }

@@ -1,6 +1,7 @@
 //! The replicated cluster metadata: topics created or deleted from any node exist or vanish on
 //! every node, producer ids are unique, committed offsets are on every node, and all of it
-//! survives the metadata leader's death and full restarts (the metadata log is replayed).
+//! survives the metadata leader's death and full restarts (the metadata log is replayed); a
+//! log an earlier release wrote in JSON replays the same after an upgrade.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{batch, cluster_configs};
-use vdl_server::metadata::CommittedOffset;
+use vdl_server::metadata::{CommittedOffset, MetaCommand, MetaEntry, RequestId};
 use vdl_server::Node;
 
 const T: Duration = Duration::from_secs(10);
@@ -160,6 +161,156 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
         );
     }
     for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+}
+
+/// A metadata log written by an earlier release (JSON entries, some from before request ids)
+/// and then extended by this one (protobuf entries) replays on every node after a restart of
+/// all of them to exactly the state it had before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_log_written_in_json_replays_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[]);
+    let mut nodes: Vec<Option<Arc<Node>>> = Vec::new();
+    for c in &configs {
+        nodes.push(Some(Node::start(c.clone()).await.unwrap()));
+    }
+    wait_until("a metadata leader", || metadata_leader(&nodes).is_some()).await;
+    let n0 = nodes[0].clone().unwrap();
+
+    // What an earlier release wrote: serde's JSON of the entry (with a request id) or of the
+    // bare command (before request ids).
+    let request = |seq| RequestId {
+        node: 1,
+        boot: 77,
+        seq,
+    };
+    let json_entries: Vec<Vec<u8>> = vec![
+        serde_json::to_vec(&MetaEntry {
+            request: request(1),
+            command: MetaCommand::CreateTopic {
+                name: "old-a".into(),
+                partitions: 3,
+            },
+        })
+        .unwrap(),
+        br#"{"CreateTopic":{"name":"old-b"}}"#.to_vec(),
+        br#""AllocateProducerId""#.to_vec(),
+        serde_json::to_vec(&MetaEntry {
+            request: request(2),
+            command: MetaCommand::AllocateProducerId,
+        })
+        .unwrap(),
+        serde_json::to_vec(&MetaEntry {
+            request: request(3),
+            command: MetaCommand::CommitOffsets {
+                group: "g".into(),
+                offsets: vec![CommittedOffset {
+                    topic: "old-a".into(),
+                    partition: 2,
+                    offset: 41,
+                    leader_epoch: 3,
+                    metadata: None,
+                }],
+            },
+        })
+        .unwrap(),
+        br#"{"CreateTopic":{"name":"old-c"}}"#.to_vec(),
+        br#"{"DeleteTopic":{"name":"old-c"}}"#.to_vec(),
+        // Retried with the same request id: applied once.
+        serde_json::to_vec(&MetaEntry {
+            request: request(2),
+            command: MetaCommand::AllocateProducerId,
+        })
+        .unwrap(),
+    ];
+    let group = n0.metadata_group().unwrap();
+    for e in json_entries {
+        group.append_meta(e.into(), T).await.unwrap();
+    }
+    // Then this release's entries, through the node's API (protobuf).
+    n0.create_topic("new-d", 2, T).await.unwrap();
+    let producer_id = n0.allocate_producer_id(T).await.unwrap();
+    n0.commit_offsets(
+        "g",
+        vec![CommittedOffset {
+            topic: "new-d".into(),
+            partition: 1,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: Some("m".into()),
+        }],
+        T,
+    )
+    .await
+    .unwrap();
+
+    type Snapshot = (
+        std::collections::BTreeMap<String, vdl_server::metadata::TopicMeta>,
+        i64,
+        Vec<(String, String, i32, i64)>,
+    );
+    let snapshot = |n: &Node| -> Snapshot {
+        let m = n.metadata();
+        let mut offsets: Vec<_> = m
+            .offsets
+            .iter()
+            .flat_map(|(g, o)| {
+                o.values()
+                    .map(|o| (g.clone(), o.topic.clone(), o.partition, o.offset))
+            })
+            .collect();
+        offsets.sort();
+        (m.topics.clone(), m.next_producer_id, offsets)
+    };
+    for n in nodes.iter().flatten() {
+        let n = n.clone();
+        wait_until("every entry applied on every node", move || {
+            n.metadata().offsets.get("g").map(|g| g.len()) == Some(2)
+        })
+        .await;
+    }
+    let before = snapshot(&n0);
+    assert_eq!(
+        before.0.keys().cloned().collect::<Vec<_>>(),
+        ["new-d", "old-a", "old-b"]
+    );
+    assert_eq!(before.0["old-a"].partitions, 3);
+    assert_eq!(before.0["old-b"].partitions, 1);
+    // Two JSON allocations (the retry applied once), then ours.
+    assert_eq!(before.1, producer_id + 1);
+    assert_eq!(
+        before.2,
+        vec![
+            ("g".to_string(), "new-d".to_string(), 1, 5),
+            ("g".to_string(), "old-a".to_string(), 2, 41)
+        ]
+    );
+    for n in nodes.iter().flatten() {
+        assert_eq!(snapshot(n), before, "node {}", n.config().id);
+    }
+
+    // Every node restarts and replays the mixed log to the same state.
+    drop((n0, group));
+    for n in nodes.iter_mut() {
+        if let Some(n) = n.take() {
+            n.shutdown();
+        }
+    }
+    for (i, c) in configs.iter().enumerate() {
+        nodes[i] = Some(Node::start(c.clone()).await.unwrap());
+    }
+    for n in nodes.iter().flatten() {
+        let n = n.clone();
+        let before = before.clone();
+        wait_until("the same metadata after restart", move || {
+            snapshot(&n) == before
+        })
+        .await;
+    }
+    for n in nodes.iter().flatten() {
+        assert!(n.is_topic("old-a") && n.is_topic("new-d") && !n.is_topic("old-c"));
         n.shutdown();
     }
 }

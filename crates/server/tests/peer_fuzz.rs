@@ -1,8 +1,9 @@
 //! Fuzzing the Raft peer port of a running in-process 3-node cluster through real sockets:
 //! well-formed but hostile Raft messages (random types, terms, indexes, commits, entries,
 //! snapshots; many near the node's real terms and indexes so they reach raft-rs's deeper paths)
-//! on admitted connections that claim to be the other two members, plus garbage frames and
-//! hellos, all sent to one node (the victim). Afterwards nothing has panicked and every group
+//! on admitted connections that claim to be the other two members, in the current peer
+//! protocol (version 3, protobuf frames) and in an earlier release's (version 1), plus garbage
+//! frames and hellos, all sent to one node (the victim). Afterwards nothing has panicked and every group
 //! thread runs; the victim is stopped and the other two still commit.
 //!
 //! Why one victim, stopped at the end: a sender that passes as a member (its id, from its
@@ -29,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::peer::STREAM;
-use common::peer::{assert_cluster_commits, connect, frame, hello, start_all, wait_for_leader};
+use common::peer::{
+    assert_cluster_commits, connect, frame, frame_v3, hello, hello_v3, start_all, wait_for_leader,
+};
 use common::{batch, cluster_configs};
 use protobuf::ProtobufEnum;
 use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType, Snapshot};
@@ -255,7 +258,11 @@ fn hostile_message(rng: &mut StdRng, hint: Hint, me: u64, from: u64) -> Message 
 
 /// Garbage for a fresh connection: bad hellos, frames of random bytes, truncated messages.
 fn garbage(rng: &mut StdRng, claimed: u64, advertised: &str) -> Vec<u8> {
-    let good = hello(claimed, advertised);
+    let good = if rng.gen() {
+        hello_v3(claimed, advertised)
+    } else {
+        hello(claimed, advertised)
+    };
     match rng.gen_range(0..5) {
         0 => random_bytes(rng, 64).to_vec(),
         1 => {
@@ -350,7 +357,9 @@ async fn hostile_messages_through_real_sockets_crash_nothing() {
     // All hostile input goes to the victim, on one admitted connection per claimed member
     // (reopened when closed).
     let target = 0;
-    let mut conns: HashMap<usize, TcpStream> = HashMap::new();
+    // Keyed by (claimed member, current protocol version): both the frames of version 3 and
+    // those of earlier releases are fuzzed.
+    let mut conns: HashMap<(usize, bool), TcpStream> = HashMap::new();
     let mut state = hints(&nodes);
     let started = Instant::now();
     let mut sent: u64 = 0;
@@ -387,17 +396,19 @@ async fn hostile_messages_through_real_sockets_crash_nothing() {
             let m = hostile_message(&mut rng, hint, configs[target].id, configs[claimed].id);
             msgs.push((group, m));
         }
-        let bytes = frame(&msgs);
-        let key = claimed;
+        let v3 = rng.gen();
+        let bytes = if v3 { frame_v3(&msgs) } else { frame(&msgs) };
+        let key = (claimed, v3);
         for _attempt in 0..2 {
             if let std::collections::hash_map::Entry::Vacant(slot) = conns.entry(key) {
                 let mut s = connect(configs[target].peer_listen).await;
-                s.write_all(&hello(
-                    configs[claimed].id,
-                    &configs[claimed].kafka_advertised,
-                ))
-                .await
-                .expect("hello");
+                let (id, advertised) = (configs[claimed].id, &configs[claimed].kafka_advertised);
+                let greeting = if v3 {
+                    hello_v3(id, advertised)
+                } else {
+                    hello(id, advertised)
+                };
+                s.write_all(&greeting).await.expect("hello");
                 slot.insert(s);
             }
             let s = conns.get_mut(&key).expect("connection");

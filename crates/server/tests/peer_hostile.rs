@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use common::peer::{
-    assert_cluster_commits, closed_within, connect, connect_from, entry, frame, hello, msg,
-    start_all, wait_for_leader, STREAM, TIMEOUT,
+    assert_cluster_commits, closed_within, connect, connect_from, entry, frame, frame_v3, hello,
+    hello_v3, msg, start_all, wait_for_leader, STREAM, TIMEOUT,
 };
 use common::{batch, cluster_configs};
 use raft::prelude::MessageType;
@@ -49,6 +49,15 @@ async fn hostile_peer_input_crashes_no_node() {
             msg(MessageType::MsgPropose, 0, id(i), 0),
         )]));
         assert_eq!(bytes.len(), 36);
+        let mut s = connect(addr(i)).await;
+        s.write_all(&bytes).await.expect("write");
+        assert!(closed_within(&mut s, TIMEOUT).await);
+        // The same in the current protocol version.
+        let mut bytes = hello_v3(id(other(i)), "");
+        bytes.extend(frame_v3(&[(
+            METADATA_GROUP_ID,
+            msg(MessageType::MsgPropose, 0, id(i), 0),
+        )]));
         let mut s = connect(addr(i)).await;
         s.write_all(&bytes).await.expect("write");
         assert!(closed_within(&mut s, TIMEOUT).await);
@@ -95,6 +104,25 @@ async fn hostile_peer_input_crashes_no_node() {
             vec![0; 4],
         ]
         .concat(),
+        // The same in version 3: a 2 GiB claim, a message running past its frame, a hello
+        // longer than allowed, a version from the future.
+        [
+            hello_v3(id(1), &configs[1].kafka_advertised),
+            (2u32 << 30).to_be_bytes().to_vec(),
+        ]
+        .concat(),
+        [
+            hello_v3(id(1), &configs[1].kafka_advertised),
+            4u32.to_be_bytes().to_vec(),
+            vec![0x0a, 0x64, 0x08, 0x01],
+        ]
+        .concat(),
+        [
+            b"VDLP\x00\x03".to_vec(),
+            (1u32 << 20).to_be_bytes().to_vec(),
+        ]
+        .concat(),
+        b"VDLP\x00\x04\x00\x00\x00\x00".to_vec(),
     ];
     for g in garbage {
         let mut s = connect(addr(0)).await;
@@ -114,10 +142,6 @@ async fn hostile_peer_input_crashes_no_node() {
     let mut held = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         let j = other(i);
-        let mut s = connect(addr(i)).await;
-        s.write_all(&hello(id(j), &configs[j].kafka_advertised))
-            .await
-            .expect("hello");
         let mut msgs = Vec::new();
         for group in [METADATA_GROUP_ID, stream_group] {
             let v = if group == METADATA_GROUP_ID {
@@ -179,8 +203,17 @@ async fn hostile_peer_input_crashes_no_node() {
             msgs.push((group, msg(MessageType::MsgHeartbeat, from, 42, term)));
             msgs.push((7, msg(MessageType::MsgHeartbeat, from, me, term)));
         }
-        s.write_all(&frame(&msgs)).await.expect("hostile frame");
-        held.push(s);
+        // On a connection of an earlier release's version and on one of the current version.
+        let (advertised, claimed) = (&configs[j].kafka_advertised, id(j));
+        for (greeting, hostile) in [
+            (hello(claimed, advertised), frame(&msgs)),
+            (hello_v3(claimed, advertised), frame_v3(&msgs)),
+        ] {
+            let mut s = connect(addr(i)).await;
+            s.write_all(&greeting).await.expect("hello");
+            s.write_all(&hostile).await.expect("hostile frame");
+            held.push(s);
+        }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let refused_after: u64 = nodes
@@ -188,7 +221,7 @@ async fn hostile_peer_input_crashes_no_node() {
         .map(|n| n.peer_stats().refused_messages())
         .sum();
     assert!(
-        refused_after >= refused_before + 3 * 2 * 20,
+        refused_after >= refused_before + 2 * 3 * 2 * 20,
         "refused messages: {refused_before} -> {refused_after}"
     );
     drop(held);

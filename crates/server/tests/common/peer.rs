@@ -12,6 +12,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
 use vdl_server::config::NodeConfig;
 use vdl_server::metadata::MetaCommand;
+use vdl_server::peer_wire;
 use vdl_server::Node;
 
 use super::batch;
@@ -21,7 +22,8 @@ pub const STREAM: &str = "logstream1";
 /// Bound on every wait in these tests.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The peer hello: magic, version 1, claimed node id, advertised Kafka address.
+/// The peer hello of an earlier release: magic, version 1, claimed node id, advertised Kafka
+/// address (still accepted; frames after it are [`frame`]s).
 pub fn hello(from: u64, advertised: &str) -> Vec<u8> {
     let mut b = b"VDLP".to_vec();
     b.extend_from_slice(&1u16.to_be_bytes());
@@ -31,7 +33,26 @@ pub fn hello(from: u64, advertised: &str) -> Vec<u8> {
     b
 }
 
-/// One frame carrying `msgs` as (group, message).
+/// The current peer hello (version 3, protobuf), claiming `from`, settled, without directory
+/// ids; frames after it are [`frame_v3`]s.
+pub fn hello_v3(from: u64, advertised: &str) -> Vec<u8> {
+    let dirs = vdl_server::replicas::HelloDirs {
+        sender_settled: true,
+        ..Default::default()
+    };
+    peer_wire::encode_hello(peer_wire::VERSION_3, from, advertised, dirs)
+}
+
+/// One version 3 frame (a protobuf `PeerFrame`) carrying `msgs` as (group, message).
+pub fn frame_v3(msgs: &[(u64, Message)]) -> Vec<u8> {
+    let mut w = peer_wire::FrameWriter::new(peer_wire::FrameFormat::Prost);
+    for (group, m) in msgs {
+        w.push(*group, m);
+    }
+    w.finish().to_vec()
+}
+
+/// One frame of versions 1 and 2 carrying `msgs` as (group, message).
 pub fn frame(msgs: &[(u64, Message)]) -> Vec<u8> {
     let mut body = Vec::new();
     for (group, m) in msgs {

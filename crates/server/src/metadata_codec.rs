@@ -1,0 +1,577 @@
+//! How metadata commands are stored in the metadata group's Raft log.
+//!
+//! An entry written by this version is one format byte, [`FORMAT_PROST_V1`], followed by a
+//! protobuf [`MetaEntryWire`] (prost, hand-written message structs, no code generation). Entries
+//! written by earlier versions are JSON (serde's encoding of [`MetaEntry`], or of a bare
+//! [`MetaCommand`] before request ids): they start with `{` or `"`, never with the format byte,
+//! and still decode, so an old data directory replays exactly as before.
+//!
+//! The protobuf schema (field numbers are part of the on-disk format: never reuse or renumber
+//! one; a new field takes a new number and older nodes ignore it):
+//!
+//! ```text
+//! message MetaEntry {
+//!   RequestId request = 1;
+//!   oneof command {
+//!     CreateTopic        create_topic         = 2;
+//!     CreatePartitions   create_partitions    = 3;
+//!     DeleteTopic        delete_topic         = 4;
+//!     AllocateProducerId allocate_producer_id = 5;
+//!     CommitOffsets      commit_offsets       = 6;
+//!   }
+//! }
+//! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
+//! message CreateTopic        { string name = 1; uint32 partitions = 2; }
+//! message CreatePartitions   { string name = 1; uint64 incarnation = 2; uint32 count = 3; }
+//! message DeleteTopic        { string name = 1; optional uint64 incarnation = 2; }
+//! message AllocateProducerId { }
+//! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2; }
+//! message CommittedOffset    { string topic = 1; int32 partition = 2; int64 offset = 3;
+//!                              int32 leader_epoch = 4; optional string metadata = 5; }
+//! ```
+//!
+//! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
+//! an entry without a command: [`MetaDecodeError::UnknownCommand`], which every node of this
+//! version skips alike. An unknown format byte is [`MetaDecodeError::UnknownFormat`].
+//!
+//! **Mixed clusters.** A node of an earlier release reads only JSON and skips anything else,
+//! so its metadata would diverge (topics not opened, producer ids handed out twice). While any
+//! peer's last hello was of an earlier release ([`crate::peer_wire::PeerVersions`]), a node
+//! writes its commands in that JSON ([`encode_entry_json`]); once every node is upgraded, only
+//! protobuf is written.
+//!
+//! [`MetaCommand`] stays the in-memory type; this module only converts it to and from the wire
+//! structs (`From` impls), so adding a field to a command means one wire field here and one
+//! line in each conversion.
+
+use prost::Message as _;
+use thiserror::Error;
+
+use crate::metadata::{CommittedOffset, MetaCommand, MetaEntry, RequestId};
+
+/// First byte of a metadata entry in the protobuf format, version 1. JSON entries of older
+/// versions start with `{` or `"`.
+pub const FORMAT_PROST_V1: u8 = 0x01;
+
+/// Why a metadata entry did not decode. Every node decodes the same bytes the same way, so
+/// every node skips the same entries.
+#[derive(Debug, Error)]
+pub enum MetaDecodeError {
+    /// The entry is empty.
+    #[error("empty metadata entry")]
+    Empty,
+    /// The first byte is neither a known format byte nor the start of a JSON entry.
+    #[error("unknown metadata entry format byte {0:#04x} (this version reads JSON and format 1)")]
+    UnknownFormat(u8),
+    /// The protobuf body did not decode (truncated, bad UTF-8, wrong wire types).
+    #[error("undecodable protobuf metadata entry: {0}")]
+    Protobuf(#[from] prost::DecodeError),
+    /// The entry names no command this version knows (a newer version's command kind).
+    #[error("metadata entry with an unknown command kind")]
+    UnknownCommand,
+    /// A JSON entry of an older version did not decode.
+    #[error("undecodable JSON metadata entry: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Encodes `entry` in the current format: [`FORMAT_PROST_V1`] then the protobuf body.
+pub fn encode_entry(entry: &MetaEntry) -> Vec<u8> {
+    let wire = MetaEntryWire::from(entry);
+    let mut out = Vec::with_capacity(1 + wire.encoded_len());
+    out.push(FORMAT_PROST_V1);
+    wire.encode(&mut out)
+        .expect("a Vec grows to fit the protobuf encoding");
+    out
+}
+
+/// Encodes `entry` in the JSON of earlier releases (serde's encoding of [`MetaEntry`]), for a
+/// cluster where a node of such a release still runs: it skips entries it cannot decode, and
+/// its metadata would diverge from the others'.
+pub fn encode_entry_json(entry: &MetaEntry) -> Vec<u8> {
+    serde_json::to_vec(entry).expect("metadata entries serialize to JSON (strings and integers)")
+}
+
+/// Decodes an entry of any version: the protobuf format, JSON with a request id, or JSON of a
+/// bare command (before request ids; no request id then).
+pub fn decode_entry(data: &[u8]) -> Result<(Option<RequestId>, MetaCommand), MetaDecodeError> {
+    match data.first() {
+        None => Err(MetaDecodeError::Empty),
+        Some(&FORMAT_PROST_V1) => {
+            let wire = MetaEntryWire::decode(&data[1..])?;
+            let command = wire.command.ok_or(MetaDecodeError::UnknownCommand)?;
+            Ok((
+                wire.request.map(RequestId::from),
+                MetaCommand::from(command),
+            ))
+        }
+        Some(b'{' | b'"') => decode_json(data),
+        Some(&other) => Err(MetaDecodeError::UnknownFormat(other)),
+    }
+}
+
+/// The JSON entries of versions before the protobuf format.
+fn decode_json(data: &[u8]) -> Result<(Option<RequestId>, MetaCommand), MetaDecodeError> {
+    match serde_json::from_slice::<MetaEntry>(data) {
+        Ok(e) => Ok((Some(e.request), e.command)),
+        Err(_) => Ok((None, serde_json::from_slice::<MetaCommand>(data)?)),
+    }
+}
+
+/// `MetaEntry` on the wire (see the module documentation for the schema).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MetaEntryWire {
+    /// The request id; absent only in entries that never had one.
+    #[prost(message, optional, tag = "1")]
+    pub request: Option<RequestIdWire>,
+    /// The command; `None` when it is a kind this version does not know.
+    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6")]
+    pub command: Option<CommandWire>,
+}
+
+/// `RequestId` on the wire.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct RequestIdWire {
+    /// The proposing node.
+    #[prost(uint64, tag = "1")]
+    pub node: u64,
+    /// Drawn once per process start.
+    #[prost(uint64, tag = "2")]
+    pub boot: u64,
+    /// Counts requests of this process.
+    #[prost(uint64, tag = "3")]
+    pub seq: u64,
+}
+
+/// The command kinds, fields 2..=6 of `MetaEntry`.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum CommandWire {
+    /// [`MetaCommand::CreateTopic`].
+    #[prost(message, tag = "2")]
+    CreateTopic(CreateTopicWire),
+    /// [`MetaCommand::CreatePartitions`].
+    #[prost(message, tag = "3")]
+    CreatePartitions(CreatePartitionsWire),
+    /// [`MetaCommand::DeleteTopic`].
+    #[prost(message, tag = "4")]
+    DeleteTopic(DeleteTopicWire),
+    /// [`MetaCommand::AllocateProducerId`].
+    #[prost(message, tag = "5")]
+    AllocateProducerId(AllocateProducerIdWire),
+    /// [`MetaCommand::CommitOffsets`].
+    #[prost(message, tag = "6")]
+    CommitOffsets(CommitOffsetsWire),
+}
+
+/// `CreateTopic` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CreateTopicWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Number of partitions.
+    #[prost(uint32, tag = "2")]
+    pub partitions: u32,
+}
+
+/// `CreatePartitions` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CreatePartitionsWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation the request was made against.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// The new total number of partitions.
+    #[prost(uint32, tag = "3")]
+    pub count: u32,
+}
+
+/// `DeleteTopic` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DeleteTopicWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation to delete; absent: whatever is there under the name.
+    #[prost(uint64, optional, tag = "2")]
+    pub incarnation: Option<u64>,
+}
+
+/// `AllocateProducerId` on the wire (no fields).
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct AllocateProducerIdWire {}
+
+/// `CommitOffsets` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CommitOffsetsWire {
+    /// Consumer group id.
+    #[prost(string, tag = "1")]
+    pub group: String,
+    /// One entry per partition.
+    #[prost(message, repeated, tag = "2")]
+    pub offsets: Vec<CommittedOffsetWire>,
+}
+
+/// `CommittedOffset` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CommittedOffsetWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub topic: String,
+    /// Partition index.
+    #[prost(int32, tag = "2")]
+    pub partition: i32,
+    /// The next offset the group will consume.
+    #[prost(int64, tag = "3")]
+    pub offset: i64,
+    /// Leader epoch the client saw, -1 when unknown.
+    #[prost(int32, tag = "4")]
+    pub leader_epoch: i32,
+    /// Client metadata string.
+    #[prost(string, optional, tag = "5")]
+    pub metadata: Option<String>,
+}
+
+impl From<&MetaEntry> for MetaEntryWire {
+    fn from(e: &MetaEntry) -> Self {
+        MetaEntryWire {
+            request: Some(RequestIdWire::from(e.request)),
+            command: Some(CommandWire::from(&e.command)),
+        }
+    }
+}
+
+impl From<RequestId> for RequestIdWire {
+    fn from(r: RequestId) -> Self {
+        RequestIdWire {
+            node: r.node,
+            boot: r.boot,
+            seq: r.seq,
+        }
+    }
+}
+
+impl From<RequestIdWire> for RequestId {
+    fn from(r: RequestIdWire) -> Self {
+        RequestId {
+            node: r.node,
+            boot: r.boot,
+            seq: r.seq,
+        }
+    }
+}
+
+impl From<&MetaCommand> for CommandWire {
+    fn from(c: &MetaCommand) -> Self {
+        match c {
+            MetaCommand::CreateTopic { name, partitions } => {
+                CommandWire::CreateTopic(CreateTopicWire {
+                    name: name.clone(),
+                    partitions: *partitions,
+                })
+            }
+            MetaCommand::CreatePartitions {
+                name,
+                incarnation,
+                count,
+            } => CommandWire::CreatePartitions(CreatePartitionsWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                count: *count,
+            }),
+            MetaCommand::DeleteTopic { name, incarnation } => {
+                CommandWire::DeleteTopic(DeleteTopicWire {
+                    name: name.clone(),
+                    incarnation: *incarnation,
+                })
+            }
+            MetaCommand::AllocateProducerId => {
+                CommandWire::AllocateProducerId(AllocateProducerIdWire {})
+            }
+            MetaCommand::CommitOffsets { group, offsets } => {
+                CommandWire::CommitOffsets(CommitOffsetsWire {
+                    group: group.clone(),
+                    offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
+                })
+            }
+        }
+    }
+}
+
+impl From<CommandWire> for MetaCommand {
+    fn from(c: CommandWire) -> Self {
+        match c {
+            CommandWire::CreateTopic(c) => MetaCommand::CreateTopic {
+                name: c.name,
+                partitions: c.partitions,
+            },
+            CommandWire::CreatePartitions(c) => MetaCommand::CreatePartitions {
+                name: c.name,
+                incarnation: c.incarnation,
+                count: c.count,
+            },
+            CommandWire::DeleteTopic(c) => MetaCommand::DeleteTopic {
+                name: c.name,
+                incarnation: c.incarnation,
+            },
+            CommandWire::AllocateProducerId(AllocateProducerIdWire {}) => {
+                MetaCommand::AllocateProducerId
+            }
+            CommandWire::CommitOffsets(c) => MetaCommand::CommitOffsets {
+                group: c.group,
+                offsets: c.offsets.into_iter().map(CommittedOffset::from).collect(),
+            },
+        }
+    }
+}
+
+impl From<&CommittedOffset> for CommittedOffsetWire {
+    fn from(o: &CommittedOffset) -> Self {
+        CommittedOffsetWire {
+            topic: o.topic.clone(),
+            partition: o.partition,
+            offset: o.offset,
+            leader_epoch: o.leader_epoch,
+            metadata: o.metadata.clone(),
+        }
+    }
+}
+
+impl From<CommittedOffsetWire> for CommittedOffset {
+    fn from(o: CommittedOffsetWire) -> Self {
+        CommittedOffset {
+            topic: o.topic,
+            partition: o.partition,
+            offset: o.offset,
+            leader_epoch: o.leader_epoch,
+            metadata: o.metadata,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(seq: u64) -> RequestId {
+        RequestId {
+            node: 3,
+            boot: 0xdead_beef_0042,
+            seq,
+        }
+    }
+
+    /// One command of every kind, with values that differ from the protobuf defaults and some
+    /// that equal them (0, empty, None), so both encodings are exercised.
+    fn every_command() -> Vec<MetaCommand> {
+        vec![
+            MetaCommand::CreateTopic {
+                name: "orders".into(),
+                partitions: 12,
+            },
+            MetaCommand::CreateTopic {
+                name: String::new(),
+                partitions: 0,
+            },
+            MetaCommand::CreatePartitions {
+                name: "orders".into(),
+                incarnation: u64::MAX,
+                count: 40,
+            },
+            MetaCommand::DeleteTopic {
+                name: "orders".into(),
+                incarnation: Some(0),
+            },
+            MetaCommand::DeleteTopic {
+                name: "gone".into(),
+                incarnation: None,
+            },
+            MetaCommand::AllocateProducerId,
+            MetaCommand::CommitOffsets {
+                group: "g".into(),
+                offsets: vec![
+                    CommittedOffset {
+                        topic: "orders".into(),
+                        partition: 7,
+                        offset: i64::MAX,
+                        leader_epoch: -1,
+                        metadata: Some(String::new()),
+                    },
+                    CommittedOffset {
+                        topic: "\u{e9}t\u{e9}".into(),
+                        partition: -1,
+                        offset: 0,
+                        leader_epoch: 5,
+                        metadata: None,
+                    },
+                ],
+            },
+            MetaCommand::CommitOffsets {
+                group: String::new(),
+                offsets: Vec::new(),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_command_round_trips_with_its_request_id() {
+        for (seq, command) in every_command().into_iter().enumerate() {
+            let entry = MetaEntry {
+                request: request(seq as u64),
+                command: command.clone(),
+            };
+            let bytes = encode_entry(&entry);
+            assert_eq!(bytes[0], FORMAT_PROST_V1);
+            assert_eq!(
+                decode_entry(&bytes).unwrap(),
+                (Some(request(seq as u64)), command)
+            );
+        }
+    }
+
+    /// What a node writes while an earlier release runs in the cluster is exactly that
+    /// release's JSON, and decodes to the same entry.
+    #[test]
+    fn json_written_for_earlier_releases_round_trips() {
+        for (seq, command) in every_command().into_iter().enumerate() {
+            let entry = MetaEntry {
+                request: request(seq as u64),
+                command: command.clone(),
+            };
+            let json = encode_entry_json(&entry);
+            assert_eq!(json, serde_json::to_vec(&entry).unwrap());
+            assert!(json.starts_with(b"{"));
+            assert_eq!(
+                decode_entry(&json).unwrap(),
+                (Some(request(seq as u64)), command)
+            );
+        }
+    }
+
+    /// Entries as earlier versions wrote them (JSON with a request id, and bare commands from
+    /// before request ids) decode to what they decoded to before.
+    #[test]
+    fn json_entries_of_older_versions_still_decode() {
+        for (seq, command) in every_command().into_iter().enumerate() {
+            let entry = MetaEntry {
+                request: request(seq as u64),
+                command: command.clone(),
+            };
+            let json = serde_json::to_vec(&entry).unwrap();
+            assert_eq!(
+                decode_entry(&json).unwrap(),
+                (Some(request(seq as u64)), command.clone())
+            );
+            let bare = serde_json::to_vec(&command).unwrap();
+            assert_eq!(decode_entry(&bare).unwrap(), (None, command));
+        }
+        // Literal bytes as versions before partitions and incarnations wrote them.
+        let cases: [(&[u8], MetaCommand); 4] = [
+            (
+                br#"{"CreateTopic":{"name":"x"}}"#,
+                MetaCommand::CreateTopic {
+                    name: "x".into(),
+                    partitions: 1,
+                },
+            ),
+            (
+                br#"{"DeleteTopic":{"name":"x"}}"#,
+                MetaCommand::DeleteTopic {
+                    name: "x".into(),
+                    incarnation: None,
+                },
+            ),
+            (br#""AllocateProducerId""#, MetaCommand::AllocateProducerId),
+            (
+                br#"{"request":{"node":2,"boot":9,"seq":4},"command":{"CreateTopic":{"name":"y","partitions":3}}}"#,
+                MetaCommand::CreateTopic {
+                    name: "y".into(),
+                    partitions: 3,
+                },
+            ),
+        ];
+        for (bytes, command) in cases {
+            assert_eq!(decode_entry(bytes).unwrap().1, command);
+        }
+    }
+
+    /// The field numbers are the on-disk format: these bytes must decode the same forever.
+    #[test]
+    fn field_numbers_are_fixed() {
+        let entry = MetaEntry {
+            request: RequestId {
+                node: 1,
+                boot: 2,
+                seq: 3,
+            },
+            command: MetaCommand::CreateTopic {
+                name: "t".into(),
+                partitions: 4,
+            },
+        };
+        // 0x01 | field 1 (request) {1: 1, 2: 2, 3: 3} | field 2 (create_topic) {1: "t", 2: 4}
+        let expected = [
+            0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0x12, 0x05, 0x0a, 0x01, b't',
+            0x10, 0x04,
+        ];
+        assert_eq!(encode_entry(&entry), expected);
+        assert_eq!(
+            decode_entry(&expected).unwrap(),
+            (Some(entry.request), entry.command)
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_formats_and_damaged_entries_are_errors() {
+        // A newer version's command kind (field 9) with a request id: no command we know.
+        let newer = [FORMAT_PROST_V1, 0x0a, 0x02, 0x08, 0x01, 0x4a, 0x00];
+        assert!(matches!(
+            decode_entry(&newer),
+            Err(MetaDecodeError::UnknownCommand)
+        ));
+        // Unknown fields inside a known command are ignored.
+        let extra = [
+            FORMAT_PROST_V1,
+            0x12,
+            0x07,
+            0x0a,
+            0x01,
+            b't',
+            0x10,
+            0x02,
+            0x78,
+            0x05, // field 15, varint 5: unknown to this version
+        ];
+        assert_eq!(
+            decode_entry(&extra).unwrap(),
+            (
+                None,
+                MetaCommand::CreateTopic {
+                    name: "t".into(),
+                    partitions: 2
+                }
+            )
+        );
+        assert!(matches!(decode_entry(&[]), Err(MetaDecodeError::Empty)));
+        assert!(matches!(
+            decode_entry(&[0x02, 0x00]),
+            Err(MetaDecodeError::UnknownFormat(0x02))
+        ));
+        assert!(matches!(
+            decode_entry(b"{not json"),
+            Err(MetaDecodeError::Json(_))
+        ));
+        // Every truncation of a valid entry is an error or a shorter valid entry, never a panic.
+        let full = encode_entry(&MetaEntry {
+            request: request(1),
+            command: every_command().remove(6),
+        });
+        for cut in 1..full.len() {
+            let _ = decode_entry(&full[..cut]);
+        }
+        // A length claim past the end, and a name that is not UTF-8.
+        assert!(decode_entry(&[FORMAT_PROST_V1, 0x12, 0x7f]).is_err());
+        assert!(decode_entry(&[FORMAT_PROST_V1, 0x12, 0x03, 0x0a, 0x01, 0xff]).is_err());
+    }
+}
