@@ -185,7 +185,11 @@ fn main() {
     report("after the appends", &root, a.stores);
 
     std::thread::sleep(a.idle);
-    report(&format!("after {} ms idle", a.idle.as_millis()), &root, a.stores);
+    report(
+        &format!("after {} ms idle", a.idle.as_millis()),
+        &root,
+        a.stores,
+    );
 
     drop(stores);
     let t1 = Instant::now();
@@ -196,9 +200,7 @@ fn main() {
     for s in &stores {
         let mut lo = s.first_index();
         while lo <= s.last_index() {
-            let es = s
-                .entries(lo, s.last_index() + 1, 1 << 20)
-                .expect("entries");
+            let es = s.entries(lo, s.last_index() + 1, 1 << 20).expect("entries");
             read_bytes += es.iter().map(|e| e.size()).sum::<u64>();
             lo += es.len() as u64;
         }

@@ -99,7 +99,8 @@ impl CacheBudget {
     pub(crate) fn try_charge(&self, bytes: u64) -> bool {
         self.used_bytes
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&u| u <= self.capacity_bytes)
+                used.checked_add(bytes)
+                    .filter(|&u| u <= self.capacity_bytes)
             })
             .is_ok()
     }
@@ -108,7 +109,10 @@ impl CacheBudget {
     pub(crate) fn release(&self, bytes: u64) {
         if bytes > 0 {
             let before = self.used_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            assert!(before >= bytes, "the cache budget released more than it charged");
+            assert!(
+                before >= bytes,
+                "the cache budget released more than it charged"
+            );
         }
     }
 

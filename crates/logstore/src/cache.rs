@@ -294,7 +294,11 @@ mod tests {
         assert_eq!(c.lock().first_index(), Some(60));
         assert_eq!(budget.used_bytes(), c.bytes());
         drop(c);
-        assert_eq!(budget.used_bytes(), 0, "a dropped cache gives its bytes back");
+        assert_eq!(
+            budget.used_bytes(),
+            0,
+            "a dropped cache gives its bytes back"
+        );
     }
 
     #[test]
@@ -316,13 +320,25 @@ mod tests {
         for i in 1..=10 {
             big.push(entry(i, 100));
         }
-        assert_eq!(big.bytes(), 10 * one_entry, "alone, one store may fill the budget");
+        assert_eq!(
+            big.bytes(),
+            10 * one_entry,
+            "alone, one store may fill the budget"
+        );
         for i in 1..=5 {
             small.push(entry(i, 100));
             assert!(budget.used_bytes() <= budget.capacity_bytes());
         }
-        assert_eq!(small.bytes(), 5 * one_entry, "the small store kept all it pushed");
-        assert_eq!(big.bytes(), 5 * one_entry, "the big one gave back down to its share");
+        assert_eq!(
+            small.bytes(),
+            5 * one_entry,
+            "the small store kept all it pushed"
+        );
+        assert_eq!(
+            big.bytes(),
+            5 * one_entry,
+            "the big one gave back down to its share"
+        );
         // Both at their share now: a store over it drops its own oldest entries.
         small.push(entry(6, 100));
         assert_eq!(small.bytes(), 5 * one_entry);

@@ -205,7 +205,10 @@ mod tests {
         // Touch 9 so that it survives the next insert.
         assert!(hs[9].get().is_some());
         hs[0].insert(Bytes::from_static(b"zero"));
-        assert!(hs[9].get().is_some(), "a referenced map is not the first evicted");
+        assert!(
+            hs[9].get().is_some(),
+            "a referenced map is not the first evicted"
+        );
         assert_eq!(set.open_now(), 3);
         drop(hs);
         assert_eq!(set.open_now(), 0, "dropped handles close their segments");

@@ -238,7 +238,10 @@ impl FillerPool {
         let listed = std::mem::take(&mut *self.holding.lock().unwrap_or_else(|p| p.into_inner()));
         let mut keep = Vec::new();
         for weak in listed {
-            if weak.upgrade().is_some_and(|shared| !release_if_idle(&shared)) {
+            if weak
+                .upgrade()
+                .is_some_and(|shared| !release_if_idle(&shared))
+            {
                 keep.push(weak);
             }
         }
@@ -629,7 +632,10 @@ mod tests {
         assert!(holds_a_handle(&r));
         let deadline = Instant::now() + idle + SWEEP_INTERVAL * 3;
         while file.metadata().unwrap().len() != 200 || holds_a_handle(&r) {
-            assert!(Instant::now() < deadline, "the idle reserve was not released");
+            assert!(
+                Instant::now() < deadline,
+                "the idle reserve was not released"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         // Writing again works, and a second write soon after brings the zeros back.
