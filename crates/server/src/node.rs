@@ -411,6 +411,8 @@ pub struct Node {
     liveness_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
     metadata_group: Mutex<Option<LogStream>>,
+    /// Shared by every store of the node: the tail-cache budget and the open sealed segments.
+    store_resources: logstore::StoreResources,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
     group_coordinator: crate::kafka::group_coordinator::Coordinator,
     /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
@@ -590,6 +592,10 @@ impl Node {
             config.raft.heartbeat,
             config.raft.election_timeout,
         ));
+        let store_resources = logstore::StoreResources::new(
+            config.storage.cache_bytes,
+            config.storage.max_open_segment_files,
+        );
         let node = Arc::new(Node {
             config,
             registry,
@@ -601,6 +607,7 @@ impl Node {
             peer_task,
             metadata: Arc::new(RwLock::new(ClusterMeta::default())),
             metadata_group: Mutex::new(None),
+            store_resources,
             group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
             boot_nonce: boot_nonce(),
             request_seq: std::sync::atomic::AtomicU64::new(0),
@@ -730,7 +737,9 @@ impl Node {
         let s = &self.config.storage;
         StoreConfig {
             segment_bytes: s.segment_bytes,
-            cache_bytes: s.cache_bytes as usize,
+            // No cap per stream beyond the node's budget (`store_resources`): one busy
+            // partition may use it all while the others are idle.
+            cache_bytes: usize::try_from(s.cache_bytes).unwrap_or(usize::MAX),
             sync_policy: match s.sync {
                 // The group thread calls sync() itself once per Ready (group commit).
                 SyncMode::Always => SyncPolicy::Never,
@@ -957,7 +966,8 @@ impl Node {
         };
         let replay = state_machine.is_some();
         let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
-        let mut store = LogStore::open(&dir, store_config).map_err(store_err)?;
+        let mut store =
+            LogStore::open_shared(&dir, store_config, &self.store_resources).map_err(store_err)?;
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
                 voters: self.config.member_ids(),
