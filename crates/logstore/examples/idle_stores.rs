@@ -4,6 +4,9 @@
 //! used, at three points: right after the appends, after the stores sat idle, and after all
 //! of them were dropped, reopened (a restart) and read back whole.
 //!
+//! The stores share one [`StoreResources`] as the server's do (a 128 MiB cache budget, at most
+//! 1,024 open sealed segments, no cap per store below the budget).
+//!
 //! A measurement, not a test: it prints and asserts nothing about time.
 //!
 //! ```text
@@ -22,7 +25,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use logstore::{EntryKind, LogStore, NewEntry, StoreConfig, SyncPolicy};
+use logstore::{
+    EntryKind, LogStore, NewEntry, StoreConfig, StoreResources, SyncPolicy,
+    DEFAULT_MAX_OPEN_SEGMENT_FILES,
+};
+
+/// The server's default node-wide cache budget (`storage.cache_bytes`).
+const CACHE_BUDGET_BYTES: u64 = 128 << 20;
 
 struct Args {
     stores: usize,
@@ -114,17 +123,18 @@ fn disk_used(dir: &Path) -> (u64, u64) {
     out
 }
 
-fn report(what: &str, dir: &Path, stores: usize) {
+fn report(what: &str, dir: &Path, stores: usize, res: &StoreResources) {
     let rss_kib = util::proc_status_kib("VmRSS");
     let (du, apparent) = disk_used(dir);
     println!(
-        "{what:<34} RSS {:>7.1} MiB | fds {:>6} | mapped segment files {:>6} | disk used {:>8.1} MiB ({:>6.1} KiB per store; apparent {:.1} MiB)",
+        "{what:<34} RSS {:>7.1} MiB | fds {:>6} | mapped segment files {:>6} | disk used {:>8.1} MiB ({:>6.1} KiB per store; apparent {:.1} MiB) | cached {:.1} MiB",
         rss_kib as f64 / 1024.0,
         open_fds(),
         mapped_files(dir),
         du as f64 / (1 << 20) as f64,
         du as f64 / 1024.0 / stores as f64,
         apparent as f64 / (1 << 20) as f64,
+        res.cache_budget.used_bytes() as f64 / (1 << 20) as f64,
     );
 }
 
@@ -133,13 +143,14 @@ fn config(a: &Args) -> StoreConfig {
         segment_bytes: a.segment_bytes,
         // The server appends unsynced and syncs once per Raft Ready.
         sync_policy: SyncPolicy::Never,
+        cache_bytes: CACHE_BUDGET_BYTES as usize,
         ..StoreConfig::default()
     }
 }
 
-fn open_all(a: &Args, root: &Path) -> Vec<LogStore> {
+fn open_all(a: &Args, root: &Path, res: &StoreResources) -> Vec<LogStore> {
     (0..a.stores)
-        .map(|i| LogStore::open(&root.join(format!("p{i}")), config(a)).expect("open"))
+        .map(|i| LogStore::open_shared(&root.join(format!("p{i}")), config(a), res).expect("open"))
         .collect()
 }
 
@@ -160,11 +171,12 @@ fn main() {
         a.segment_bytes,
         root.display()
     );
-    report("process start", &root, a.stores);
+    let res = StoreResources::new(CACHE_BUDGET_BYTES, DEFAULT_MAX_OPEN_SEGMENT_FILES);
+    report("process start", &root, a.stores, &res);
 
     let t0 = Instant::now();
-    let mut stores = open_all(&a, &root);
-    report("opened (empty)", &root, a.stores);
+    let mut stores = open_all(&a, &root, &res);
+    report("opened (empty)", &root, a.stores, &res);
     let payload = Bytes::from(util::batch(a.record_bytes, 1, 0));
     for s in &mut stores {
         for _ in 0..a.records {
@@ -182,20 +194,21 @@ fn main() {
     println!("appends took {:.1} s", t0.elapsed().as_secs_f64());
     // Let the background zero-fill catch up before measuring.
     std::thread::sleep(Duration::from_millis(500));
-    report("after the appends", &root, a.stores);
+    report("after the appends", &root, a.stores, &res);
 
     std::thread::sleep(a.idle);
     report(
         &format!("after {} ms idle", a.idle.as_millis()),
         &root,
         a.stores,
+        &res,
     );
 
     drop(stores);
     let t1 = Instant::now();
-    let stores = open_all(&a, &root);
+    let stores = open_all(&a, &root, &res);
     let open_ms = t1.elapsed().as_secs_f64() * 1e3;
-    report("reopened (a restart)", &root, a.stores);
+    report("reopened (a restart)", &root, a.stores, &res);
     let mut read_bytes = 0u64;
     for s in &stores {
         let mut lo = s.first_index();
@@ -205,7 +218,7 @@ fn main() {
             lo += es.len() as u64;
         }
     }
-    report("reopened and read back whole", &root, a.stores);
+    report("reopened and read back whole", &root, a.stores, &res);
     println!(
         "reopen of {} stores took {open_ms:.0} ms; read back {:.1} MiB",
         a.stores,
