@@ -1,10 +1,11 @@
 //! A bounded set of open sealed segments, shared by every store of a node.
 //!
-//! Sealed segments are read through memory maps. Keeping every sealed segment of every store
-//! open would make a node's descriptors and memory maps grow with the data it keeps (and
-//! Linux caps maps per process: `vm.max_map_count`, 65 530 by default). So a sealed segment
-//! holds no file descriptor at all: a read opens the file, maps it and closes the descriptor
-//! at once, and the map is kept in this set, which holds at most `capacity` of them. The set
+//! Sealed segments are read through memory maps and their sparse indexes. Keeping every sealed
+//! segment of every store open would make a node's descriptors, memory maps and index memory
+//! grow with the data it keeps (and Linux caps maps per process: `vm.max_map_count`, 65 530 by
+//! default). So a sealed segment holds no file descriptor at all: a read opens the file, maps
+//! it and closes the descriptor at once, and the map (and the indexes, once loaded) is kept in
+//! this set, which holds at most `capacity` open segments. The set
 //! evicts in CLOCK order (an approximation of least recently used: one "referenced" bit per
 //! map, cleared as the hand passes, a map is evicted when the hand finds its bit clear). An
 //! evicted map is unmapped once the last `Bytes` slice a reader still holds is dropped, so
@@ -16,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+
+use crate::index::SparseIndexes;
 
 /// Default for [`OpenSegments::new`] in a standalone store and in the server
 /// (`storage.max_open_segment_files`).
@@ -39,10 +42,12 @@ struct Clock {
     hand: usize,
 }
 
+/// One open segment: its map and its indexes, either loaded on demand.
 #[derive(Debug)]
 struct Slot {
     id: u64,
-    map: Bytes,
+    map: Option<Bytes>,
+    indexes: Option<Arc<SparseIndexes>>,
     referenced: bool,
 }
 
@@ -85,30 +90,34 @@ impl OpenSegments {
         }
     }
 
-    fn get(&self, id: u64) -> Option<Bytes> {
+    /// Reads from the open segment `id` (marking it used); `None` when it is not open.
+    fn get<R>(&self, id: u64, read: impl FnOnce(&Slot) -> Option<R>) -> Option<R> {
         let mut c = self.lock();
         let i = *c.slots.get(&id)?;
         let slot = &mut c.ring[i];
         slot.referenced = true;
-        Some(slot.map.clone())
+        read(slot)
     }
 
-    /// Adds `map` for `id` (or returns the map another reader added first), evicting
-    /// another segment when the set is full.
-    fn insert(&self, id: u64, map: Bytes) -> Bytes {
+    /// Runs `fill` on the slot of `id`, opening it first when needed (evicting another
+    /// segment when the set is full).
+    fn fill<R>(&self, id: u64, fill: impl FnOnce(&mut Slot) -> R) -> R {
         let evicted;
         let out = {
             let mut c = self.lock();
             if let Some(&i) = c.slots.get(&id) {
-                c.ring[i].referenced = true;
-                return c.ring[i].map.clone();
+                let slot = &mut c.ring[i];
+                slot.referenced = true;
+                return fill(slot);
             }
             self.opened_total.fetch_add(1, Ordering::Relaxed);
-            let slot = Slot {
+            let mut slot = Slot {
                 id,
-                map: map.clone(),
+                map: None,
+                indexes: None,
                 referenced: true,
             };
+            let out = fill(&mut slot);
             if c.ring.len() < self.capacity {
                 let i = c.ring.len();
                 c.ring.push(slot);
@@ -130,7 +139,7 @@ impl OpenSegments {
                 }
             }
             assert!(c.ring.len() <= self.capacity, "open segments over capacity");
-            map
+            out
         };
         // Unmapping (when no reader holds a slice) happens here, outside the lock.
         drop(evicted);
@@ -165,14 +174,25 @@ pub(crate) struct SegmentHandle {
 }
 
 impl SegmentHandle {
-    /// The segment's map when it is open.
-    pub fn get(&self) -> Option<Bytes> {
-        self.set.get(self.id)
+    /// The segment's map when it is open and mapped.
+    pub fn map(&self) -> Option<Bytes> {
+        self.set.get(self.id, |s| s.map.clone())
     }
 
-    /// Keeps `map` open (or returns the one already open).
-    pub fn insert(&self, map: Bytes) -> Bytes {
-        self.set.insert(self.id, map)
+    /// Keeps `map` open (or returns the one another reader put there first).
+    pub fn insert_map(&self, map: Bytes) -> Bytes {
+        self.set.fill(self.id, |s| s.map.get_or_insert(map).clone())
+    }
+
+    /// The segment's indexes when it is open and they are loaded.
+    pub fn indexes(&self) -> Option<Arc<SparseIndexes>> {
+        self.set.get(self.id, |s| s.indexes.clone())
+    }
+
+    /// Keeps `indexes` loaded (or returns the ones another reader put there first).
+    pub fn insert_indexes(&self, indexes: Arc<SparseIndexes>) -> Arc<SparseIndexes> {
+        self.set
+            .fill(self.id, |s| s.indexes.get_or_insert(indexes).clone())
     }
 
     /// Closes the segment (before its file is replaced or deleted).
@@ -196,19 +216,29 @@ mod tests {
         let set = OpenSegments::new(3);
         let hs: Vec<SegmentHandle> = (0..10).map(|_| set.handle()).collect();
         for (i, h) in hs.iter().enumerate() {
-            let m = h.insert(Bytes::from(vec![i as u8; 4]));
+            let m = h.insert_map(Bytes::from(vec![i as u8; 4]));
             assert_eq!(m[0], i as u8);
             assert!(set.open_now() <= 3);
         }
         assert_eq!(set.open_now(), 3);
         assert_eq!(set.opened_total(), 10);
+        // Indexes join their segment's slot.
+        let idx = hs[9].insert_indexes(Arc::new(SparseIndexes::new()));
+        assert!(Arc::ptr_eq(&idx, &hs[9].indexes().unwrap()));
+        assert_eq!(set.open_now(), 3);
         // Touch 9 so that it survives the next insert.
-        assert!(hs[9].get().is_some());
-        hs[0].insert(Bytes::from_static(b"zero"));
+        assert!(hs[9].map().is_some());
+        hs[0].insert_map(Bytes::from_static(b"zero"));
         assert!(
-            hs[9].get().is_some(),
+            hs[9].map().is_some(),
             "a referenced map is not the first evicted"
         );
+        assert_eq!(set.open_now(), 3);
+        // An evicted segment loses its map and its indexes together.
+        for h in &hs[1..9] {
+            h.insert_map(Bytes::from_static(b"x"));
+        }
+        assert!(hs[9].map().is_none() && hs[9].indexes().is_none());
         assert_eq!(set.open_now(), 3);
         drop(hs);
         assert_eq!(set.open_now(), 0, "dropped handles close their segments");
@@ -219,16 +249,16 @@ mod tests {
         let set = OpenSegments::new(4);
         let hs: Vec<SegmentHandle> = (0..4).map(|_| set.handle()).collect();
         for (i, h) in hs.iter().enumerate() {
-            h.insert(Bytes::from(vec![i as u8]));
+            h.insert_map(Bytes::from(vec![i as u8]));
         }
         hs[1].close();
         hs[1].close();
         for (i, h) in hs.iter().enumerate() {
-            assert_eq!(h.get().map(|m| m[0]), (i != 1).then_some(i as u8));
+            assert_eq!(h.map().map(|m| m[0]), (i != 1).then_some(i as u8));
         }
         let extra = set.handle();
-        extra.insert(Bytes::from_static(&[9]));
+        extra.insert_map(Bytes::from_static(&[9]));
         assert_eq!(set.open_now(), 4);
-        assert_eq!(extra.get().map(|m| m[0]), Some(9));
+        assert_eq!(extra.map().map(|m| m[0]), Some(9));
     }
 }

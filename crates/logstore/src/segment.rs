@@ -187,8 +187,9 @@ impl AsRef<[u8]> for MapOwner {
 /// The active segment (the last of a store) holds its file open for reading and writing. A
 /// sealed segment holds no descriptor: it is immutable (never written or truncated in place
 /// again; a truncation into it rewrites it through a new file), which is what makes
-/// memory-mapping it safe, and it is read through a map opened on demand and kept in the
-/// node's bounded [`OpenSegments`] set (see `open_segments.rs`).
+/// memory-mapping it safe, and it is read through a map opened on demand and kept, with its
+/// sparse indexes once loaded, in the node's bounded [`OpenSegments`] set (see
+/// `open_segments.rs`).
 pub(crate) struct Segment {
     pub header: SegmentHeader,
     pub path: PathBuf,
@@ -209,7 +210,7 @@ pub(crate) struct Segment {
     pub last_entry_pos: u64,
     /// Max record timestamp (i64::MIN when no records).
     pub max_timestamp: i64,
-    /// The sparse indexes, when loaded.
+    /// The active segment's sparse indexes (a sealed segment's live in `open`).
     indexes: Mutex<Option<Arc<SparseIndexes>>>,
 }
 
@@ -250,19 +251,27 @@ impl Segment {
         s: &IndexSummary,
         indexes: Option<SparseIndexes>,
     ) -> Segment {
+        let sealed = file.is_none();
+        let mut indexes = indexes.map(Arc::new);
+        let open = open.handle();
+        if sealed {
+            if let Some(idx) = indexes.take() {
+                open.insert_indexes(idx);
+            }
+        }
         Segment {
             header,
             index_path: dir.join(index_file_name(header.base_index)),
             path,
             file,
-            open: open.handle(),
+            open,
             len: s.covered_len,
             last_index: s.last_index,
             last_term: s.last_term,
             next_offset: s.next_offset,
             last_entry_pos: s.last_entry_pos,
             max_timestamp: s.max_timestamp,
-            indexes: Mutex::new(indexes.map(Arc::new)),
+            indexes: Mutex::new(indexes),
         }
     }
 
@@ -278,9 +287,18 @@ impl Segment {
             .expect("only the active segment is written")
     }
 
-    /// Seals the segment: closes its file (the caller synced it).
+    /// Seals the segment: closes its file (the caller synced it) and hands its indexes to
+    /// the open set.
     pub fn seal(&mut self) {
         self.file = None;
+        if let Some(idx) = self
+            .indexes
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            self.open.insert_indexes(idx);
+        }
     }
 
     /// Makes a sealed segment active again with `file` (its rewritten file), closing its map.
@@ -323,16 +341,25 @@ impl Segment {
         *self.indexes.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(idx));
     }
 
+    /// The indexes when loaded (a sealed segment's only while it is in the open set).
+    fn indexes_if_loaded(&self) -> Option<Arc<SparseIndexes>> {
+        if self.sealed() {
+            self.open.indexes()
+        } else {
+            self.loaded_indexes().clone()
+        }
+    }
+
     /// Heap bytes used by loaded indexes.
     pub fn index_heap_bytes(&self) -> usize {
-        self.loaded_indexes().as_ref().map_or(0, |i| i.heap_bytes())
+        self.indexes_if_loaded().map_or(0, |i| i.heap_bytes())
     }
 
     /// The indexes, loading them from the index file or rebuilding them by scanning the
     /// (sealed) segment when needed. A scan that finds a bad frame fails with corruption.
     pub fn indexes(&self, interval: u64) -> Result<Arc<SparseIndexes>> {
-        if let Some(i) = &*self.loaded_indexes() {
-            return Ok(i.clone());
+        if let Some(i) = self.indexes_if_loaded() {
+            return Ok(i);
         }
         let loaded = match read_index_file(&self.index_path) {
             Some((s, idx)) if s == self.summary() => idx,
@@ -353,6 +380,9 @@ impl Segment {
             }
         };
         let arc = Arc::new(loaded);
+        if self.sealed() {
+            return Ok(self.open.insert_indexes(arc));
+        }
         *self.loaded_indexes() = Some(arc.clone());
         Ok(arc)
     }
@@ -361,7 +391,7 @@ impl Segment {
     /// file (and closes its descriptor at once) when the map is not in the open set.
     pub fn map(&self) -> Result<Bytes> {
         debug_assert!(self.sealed(), "only sealed segments are memory-mapped");
-        if let Some(m) = self.open.get() {
+        if let Some(m) = self.open.map() {
             return Ok(m);
         }
         let file = File::open(&self.path).map_err(io_err(&self.path))?;
@@ -379,7 +409,7 @@ impl Segment {
             ));
         }
         let bytes = Bytes::from_owner(MapOwner(mmap)).slice(..self.len as usize);
-        Ok(self.open.insert(bytes))
+        Ok(self.open.insert_map(bytes))
     }
 
     /// Reads `len` bytes at `pos` (must lie inside `self.len`).

@@ -226,6 +226,18 @@ fn twenty_sealed_segments_are_read_through_four_open_ones() {
         res.open_segments.opened_total() >= 20,
         "every sealed segment was opened"
     );
+    // Sealed segments' indexes are loaded only while they are open.
+    let index_bytes_bounded = s.stats().index_bytes;
+    let all_open = StoreResources::new(0, 64);
+    drop(s);
+    let s = LogStore::open_shared(&dir, cfg(), &all_open).unwrap();
+    check_store(&s);
+    assert_eq!(all_open.open_segments.open_now(), 20);
+    let index_bytes_all = s.stats().index_bytes;
+    assert!(
+        index_bytes_bounded * 2 < index_bytes_all,
+        "indexes of closed segments are dropped: {index_bytes_bounded} vs {index_bytes_all}"
+    );
 
     // Recovery with the index files gone scans every sealed segment; still only the active
     // segment stays open.
