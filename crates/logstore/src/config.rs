@@ -36,7 +36,10 @@ pub struct StoreConfig {
     /// Roll to a new segment when an append would make the active one larger than this
     /// (a segment always takes at least one append batch). Default 256 MiB.
     pub segment_bytes: u64,
-    /// Bytes of newest entries kept in memory (0 disables the cache). Default 64 MiB.
+    /// Most bytes of newest entries this store keeps in memory (0 disables its cache). The
+    /// store's cache is also charged to the [`crate::CacheBudget`] of the
+    /// [`crate::StoreResources`] it was opened with, shared with the other stores of a node;
+    /// [`crate::LogStore::open`] gives it a budget of its own of this size. Default 64 MiB.
     pub cache_bytes: usize,
     /// Distance in bytes between entries of the sparse indexes. Default 4096.
     pub index_interval_bytes: u64,
@@ -59,8 +62,14 @@ pub struct StoreConfig {
     pub deletion_allowed: bool,
     /// Bytes of zeros a background thread keeps written (and synced) ahead of the active
     /// segment's end, so that syncing an append flushes data only, not file-system metadata
-    /// (see `reserve.rs`). 0 disables it. Default 16 MiB; never past `segment_bytes`.
+    /// (see `reserve.rs`). 0 disables it. Default 16 MiB; never past `segment_bytes`. Only
+    /// for a store being written: one idle for `preallocate_idle_release` gives the zeros
+    /// back and holds no handle for them.
     pub preallocate_bytes: u64,
+    /// A store not appended to for this long has its zeros cut off and the filler's file
+    /// handle closed (within about a second more); a second append within this time of the
+    /// previous one starts filling again. Default 10 s.
+    pub preallocate_idle_release: Duration,
 }
 
 /// Upper bound for `max_entry_bytes`.
@@ -80,6 +89,7 @@ impl Default for StoreConfig {
             retention: RetentionPolicy::default(),
             deletion_allowed: true,
             preallocate_bytes: 16 << 20,
+            preallocate_idle_release: Duration::from_secs(10),
         }
     }
 }

@@ -11,8 +11,13 @@
 //!   missing or inconsistent.
 //! - **Offsets**: only [`EntryKind::Records`] entries take Kafka offsets; the store assigns
 //!   them on append (so all replicas agree) and writes them into the batches' baseOffset.
-//! - **Cache**: the newest entries stay in memory (bounded by `cache_bytes`) and serve both
-//!   Raft reads and consumer reads without touching the disk.
+//! - **Cache**: the newest entries stay in memory and serve both Raft reads and consumer
+//!   reads without touching the disk. Bounded per store (`cache_bytes`) and by a
+//!   [`CacheBudget`] shared by the stores of a node ([`StoreResources`]); a read that misses
+//!   it reads the disk.
+//! - **Open files**: the active segment keeps its file open; sealed segments are memory-mapped
+//!   on demand and at most [`OpenSegments::capacity`] of them stay mapped per node (no file
+//!   descriptor is kept for them).
 //! - **Durability**: see [`LogStore`] and [`SyncPolicy`]. An fsync failure panics: after a
 //!   failed fsync the kernel may have dropped the dirty pages and cleared the error, so
 //!   continuing could acknowledge lost data (PostgreSQL "fsyncgate"). Restart and recover.
@@ -21,6 +26,7 @@
 //!   data. See `README.md` of the crate for the on-disk format.
 
 mod batch;
+mod budget;
 mod cache;
 mod config;
 mod entry;
@@ -28,18 +34,23 @@ mod error;
 mod fsutil;
 mod hard_state;
 mod index;
+mod open_segments;
 mod recovery;
 mod reserve;
+mod resources;
 mod retention;
 mod segment;
 mod store;
 
+pub use budget::CacheBudget;
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};
 pub use error::{LogStoreError, Result};
 pub use fsutil::atomic_write;
 pub use hard_state::{ConfState, HardState};
+pub use open_segments::{OpenSegments, DEFAULT_MAX_OPEN_SEGMENT_FILES};
 pub use recovery::RecoveryReport;
+pub use resources::StoreResources;
 pub use retention::RetentionOutcome;
 pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, StoreStats};
 

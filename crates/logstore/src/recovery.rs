@@ -22,8 +22,10 @@
 //!   data (`reserve.rs`) and is kept.
 //! - Consecutive segments must continue each other (index, offset and term), else corruption.
 
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::config::StoreConfig;
 use crate::entry::{check_frame, EntryKind};
@@ -32,6 +34,7 @@ use crate::fsutil::{fdatasync, fsync_dir, remove_if_exists};
 use crate::index::{
     read_index_file, read_index_summary, write_index_file, IndexSummary, SparseIndexes,
 };
+use crate::open_segments::OpenSegments;
 use crate::segment::{
     create_segment_file, index_file_name, now_ms, open_rw, parse_file_name, Segment, SegmentHeader,
     MAX_FRAME_LEN, SEGMENT_HEADER_LEN,
@@ -214,15 +217,21 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
 }
 
+/// A segment file found in the directory (its descriptor is not kept: a directory may hold
+/// more segments than a process may have open files).
 struct Found {
     path: PathBuf,
-    file: std::fs::File,
     header: SegmentHeader,
     len: u64,
 }
 
 /// Opens (and repairs) the segments of `dir`; creates the first segment when there is none.
-pub(crate) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
+/// Only the active segment's file stays open; sealed ones join `open` when read.
+pub(crate) fn recover(
+    dir: &Path,
+    cfg: &StoreConfig,
+    open: &Arc<OpenSegments>,
+) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let mut seg_bases = Vec::new();
     let mut index_bases = Vec::new();
@@ -254,7 +263,7 @@ pub(crate) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
     let mut found = Vec::with_capacity(seg_bases.len());
     for &b in &seg_bases {
         let path = dir.join(crate::segment::segment_file_name(b));
-        let file = open_rw(&path)?;
+        let file = File::open(&path).map_err(io_err(&path))?;
         let len = file.metadata().map_err(io_err(&path))?.len();
         let mut buf = vec![0u8; (SEGMENT_HEADER_LEN.min(len)) as usize];
         file.read_exact_at(&mut buf, 0).map_err(io_err(&path))?;
@@ -273,12 +282,7 @@ pub(crate) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
                 "base index 0 (Raft indexes start at 1)",
             ));
         }
-        found.push(Found {
-            path,
-            file,
-            header,
-            len,
-        });
+        found.push(Found { path, header, len });
     }
 
     if found.is_empty() {
@@ -292,7 +296,7 @@ pub(crate) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
         let (path, file) = create_segment_file(dir, &header)?;
         report.segments = 1;
         return Ok(Recovered {
-            segments: vec![Segment::new_empty(header, path, file, dir)],
+            segments: vec![Segment::new_empty(header, path, file, dir, open)],
             generation: 0,
             report,
         });
@@ -319,9 +323,9 @@ pub(crate) fn recover(dir: &Path, cfg: &StoreConfig) -> Result<Recovered> {
     for (i, f) in kept.into_iter().enumerate() {
         let index_path = dir.join(index_file_name(f.header.base_index));
         let seg = if i + 1 < n {
-            open_sealed(dir, f, &index_path, cfg, &mut report)?
+            open_sealed(dir, f, &index_path, cfg, open, &mut report)?
         } else {
-            open_active(dir, f, &index_path, cfg, &mut report)?
+            open_active(dir, f, &index_path, cfg, open, &mut report)?
         };
         if let Some(prev) = segments.last() {
             let h = &seg.header;
@@ -361,27 +365,37 @@ fn open_sealed(
     f: Found,
     index_path: &Path,
     cfg: &StoreConfig,
+    open: &Arc<OpenSegments>,
     report: &mut RecoveryReport,
 ) -> Result<Segment> {
+    let file = File::open(&f.path).map_err(io_err(&f.path))?;
     if let Some(s) = read_index_summary(index_path) {
-        if summary_matches(&s, &f.header, &f.file, f.len, true) {
-            let mut seg = Segment::from_summary(f.header, f.path, f.file, dir, &s, None);
-            seg.sealed = true;
-            return Ok(seg);
+        if summary_matches(&s, &f.header, &file, f.len, true) {
+            return Ok(Segment::from_summary(
+                f.header, f.path, None, dir, open, &s, None,
+            ));
         }
     }
     // Rebuild by scanning the whole segment (strict: it was synced before it was sealed).
     report.rebuilt_indexes += 1;
-    let mut seg = Segment::new_empty(f.header, f.path, f.file, dir);
-    seg.sealed = true;
-    seg.len = f.len;
-    let data = seg.map()?;
-    let (s, idx) = scan_strict(&seg.path, &data, &f.header, cfg.index_interval_bytes)?;
-    drop(data);
+    let (s, idx) = {
+        // SAFETY: a sealed segment is never written or truncated while the store is open
+        // (the directory lock keeps other stores out); the map is dropped at the end of the
+        // block.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
+        let data = map.get(..f.len as usize).unwrap_or(&map[..]);
+        scan_strict(&f.path, data, &f.header, cfg.index_interval_bytes)?
+    };
     let _ = write_index_file(index_path, &s, &idx);
-    let mut seg = Segment::from_summary(f.header, seg.path.clone(), seg.file, dir, &s, Some(idx));
-    seg.sealed = true;
-    Ok(seg)
+    Ok(Segment::from_summary(
+        f.header,
+        f.path,
+        None,
+        dir,
+        open,
+        &s,
+        Some(idx),
+    ))
 }
 
 fn open_active(
@@ -389,10 +403,12 @@ fn open_active(
     f: Found,
     index_path: &Path,
     cfg: &StoreConfig,
+    open: &Arc<OpenSegments>,
     report: &mut RecoveryReport,
 ) -> Result<Segment> {
+    let file = open_rw(&f.path)?;
     let start = match read_index_file(index_path) {
-        Some((s, idx)) if summary_matches(&s, &f.header, &f.file, f.len, false) => Some((s, idx)),
+        Some((s, idx)) if summary_matches(&s, &f.header, &file, f.len, false) => Some((s, idx)),
         Some(_) => {
             report.rebuilt_indexes += 1;
             None
@@ -410,7 +426,7 @@ fn open_active(
     let (sc, zero_tail) = {
         // SAFETY: the directory lock makes this store the only writer, and the file is not
         // written or truncated while this map exists (it is dropped at the end of the block).
-        let map = unsafe { memmap2::Mmap::map(&f.file) }.map_err(io_err(&f.path))?;
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
         let data = map.get(from as usize..).unwrap_or(&[]);
         let sc = scan(data, from, &f.header, start, cfg.index_interval_bytes);
         let rest = &data[(sc.summary.covered_len - from) as usize..];
@@ -426,17 +442,23 @@ fn open_active(
     } else if end < f.len {
         report.truncated_bytes = f.len - end;
         report.truncation_reason = sc.stop.clone();
-        f.file.set_len(end).map_err(io_err(&f.path))?;
+        file.set_len(end).map_err(io_err(&f.path))?;
     }
     // Whatever recovery accepted may so far live only in the page cache (after a process
     // crash): make it durable before anything built on it is acknowledged.
-    fdatasync(&f.file, &f.path);
+    fdatasync(&file, &f.path);
     let covered = sc.summary;
     if report.tail_bytes_scanned >= cfg.checkpoint_bytes {
         // Checkpoint now, so the next open does not scan the same tail again.
         let _ = write_index_file(index_path, &covered, &sc.indexes);
     }
-    let mut seg = Segment::from_summary(f.header, f.path, f.file, dir, &covered, Some(sc.indexes));
-    seg.sealed = false;
-    Ok(seg)
+    Ok(Segment::from_summary(
+        f.header,
+        f.path,
+        Some(file),
+        dir,
+        open,
+        &covered,
+        Some(sc.indexes),
+    ))
 }

@@ -23,12 +23,22 @@
 //! write the same bytes. Recovery treats an all-zero tail after the last valid frame as
 //! reserve, not damage, and sealing a segment first trims it to its data, so sealed segments
 //! keep "file length = data length".
+//!
+//! Only for writers that are writing: a node hosts thousands of partitions and most are idle,
+//! so a reserve costs nothing until its store is written to twice within
+//! `preallocate_idle_release` (a single append after a long pause does not start a fill: it
+//! would buy little and leave a megabyte of zeros behind). The filler's write handle is opened
+//! for the first fill. A reserve not written to for `preallocate_idle_release` (including one
+//! that found zeros left by a previous run when its store was opened) is released by a sweep
+//! that one filler thread runs every [`SWEEP_INTERVAL`]: the zeros past the data are cut off
+//! (`ftruncate`; not synced, since zeros at the end of the active segment are valid either
+//! way) and the handle is closed. So idle stores hold no reserve descriptor and no zeros.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Filler threads shared by every reserve of the process. Fills are rare (one per megabytes
@@ -53,6 +63,9 @@ const MAX_FILL_RATE_BYTES_PER_S: u64 = 16 << 20;
 /// Window of the append rate measurement.
 const RATE_WINDOW: Duration = Duration::from_millis(200);
 
+/// How often idle reserves are looked for and released.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How many zeros to add after `zeroed_end` in one fill.
 fn fill_bytes(chunk_bytes: u64, zeroed_end: u64) -> u64 {
     chunk_bytes.min(zeroed_end.max(MIN_FILL_BYTES))
@@ -60,7 +73,10 @@ fn fill_bytes(chunk_bytes: u64, zeroed_end: u64) -> u64 {
 
 /// The file being reserved for and how far it is zeroed.
 struct Target {
-    file: Arc<File>,
+    path: PathBuf,
+    /// The filler's own write handle: opened for the first fill, closed when the reserve is
+    /// released for idleness.
+    file: Option<Arc<File>>,
     /// File bytes below this are data or durable zeros; the filler extends from here.
     zeroed_end: u64,
     /// The filler never zeroes past this (the segment size limit).
@@ -79,6 +95,12 @@ struct State {
     stop: bool,
     /// This reserve is in the filler pool's queue.
     queued: bool,
+    /// This reserve is in the sweeper's list (it holds a handle or zeros past its data).
+    holding: bool,
+    /// Last write, kept across files (it describes the writer). `None`: none since `new`.
+    last_write: Option<Instant>,
+    /// Last attach or write: the reserve is idle `idle_release` after it.
+    last_activity: Option<Instant>,
     /// End of the writer's last write in the current file.
     last_end: u64,
     /// Bytes written by the writer so far, across files.
@@ -115,6 +137,8 @@ struct Shared {
     changed: Condvar,
     /// Fill size limit of this reserve.
     chunk_bytes: u64,
+    /// Idle time after which the sweeper releases the reserve.
+    idle_release: Duration,
 }
 
 impl Shared {
@@ -134,6 +158,8 @@ pub(crate) struct ZeroReserve {
 struct FillerPool {
     queue: Mutex<VecDeque<Arc<Shared>>>,
     ready: Condvar,
+    /// Reserves holding a handle or zeros past their data, for the sweeper (filler 0).
+    holding: Mutex<Vec<Weak<Shared>>>,
 }
 
 /// The filler pool, started on first use.
@@ -143,11 +169,12 @@ fn filler_pool() -> &'static FillerPool {
         let pool: &'static FillerPool = Box::leak(Box::new(FillerPool {
             queue: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
+            holding: Mutex::new(Vec::new()),
         }));
         for i in 0..FILLER_THREADS {
             std::thread::Builder::new()
                 .name(format!("logstore-zero-fill-{i}"))
-                .spawn(move || pool.run())
+                .spawn(move || pool.run(i == 0))
                 .expect("spawning a zero-fill thread");
         }
         pool
@@ -163,31 +190,116 @@ impl FillerPool {
         self.ready.notify_one();
     }
 
-    /// A filler thread: takes queued reserves one at a time and runs one fill for each.
-    fn run(&self) {
+    /// Adds a reserve to the sweeper's list.
+    fn hold(&self, shared: &Arc<Shared>) {
+        self.holding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::downgrade(shared));
+    }
+
+    /// A filler thread: takes queued reserves one at a time and runs one fill for each. The
+    /// sweeper (one of them) also releases idle reserves every [`SWEEP_INTERVAL`].
+    fn run(&self, sweeper: bool) {
         let zeros = vec![0u8; FILL_WRITE_BYTES];
+        let mut last_sweep = Instant::now();
         loop {
             let shared = {
                 let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
                     if let Some(s) = q.pop_front() {
-                        break s;
+                        break Some(s);
                     }
-                    q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
+                    if sweeper && last_sweep.elapsed() >= SWEEP_INTERVAL {
+                        break None;
+                    }
+                    q = if sweeper {
+                        self.ready
+                            .wait_timeout(q, SWEEP_INTERVAL)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    } else {
+                        self.ready.wait(q).unwrap_or_else(|p| p.into_inner())
+                    };
                 }
             };
-            fill_once(&shared, &zeros);
+            if let Some(shared) = shared {
+                fill_once(&shared, &zeros);
+            }
+            if sweeper && last_sweep.elapsed() >= SWEEP_INTERVAL {
+                self.sweep();
+                last_sweep = Instant::now();
+            }
         }
+    }
+
+    /// Releases every reserve idle for its `idle_release`; keeps the others listed.
+    fn sweep(&self) {
+        let listed = std::mem::take(&mut *self.holding.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut keep = Vec::new();
+        for weak in listed {
+            if weak
+                .upgrade()
+                .is_some_and(|shared| !release_if_idle(&shared))
+            {
+                keep.push(weak);
+            }
+        }
+        self.holding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keep);
     }
 }
 
+/// Releases the reserve when it is idle: cuts the zeros after the writer's data and closes
+/// the filler's handle. True when it holds nothing any more (it leaves the sweeper's list).
+fn release_if_idle(shared: &Shared) -> bool {
+    let mut st = shared.lock();
+    if st.stop || st.target.is_none() {
+        st.holding = false;
+        return true;
+    }
+    let idle = st
+        .last_activity
+        .is_none_or(|t| t.elapsed() >= shared.idle_release);
+    if st.filling || st.queued || !idle {
+        return false;
+    }
+    let data_end = st.last_end;
+    let Some(t) = st.target.as_mut() else {
+        unreachable!("checked above")
+    };
+    if t.zeroed_end > data_end {
+        // Everything past `data_end` is zeros the writer never wrote to (it writes at its end
+        // only, and it has not written for `idle_release`; a write would have to take the
+        // lock held here to reach past `zeroed_end`).
+        let handle = match &t.file {
+            Some(f) => Some(Arc::clone(f)),
+            None => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&t.path)
+                .ok()
+                .map(Arc::new),
+        };
+        if handle.is_some_and(|f| f.set_len(data_end).is_ok()) {
+            t.zeroed_end = data_end;
+        }
+    }
+    t.file = None;
+    st.holding = false;
+    true
+}
+
 impl ZeroReserve {
-    /// A reserve filling chunks of up to `chunk_bytes` (0: disabled).
-    pub fn new(chunk_bytes: u64) -> ZeroReserve {
+    /// A reserve filling chunks of up to `chunk_bytes` (0: disabled), released after
+    /// `idle_release` without writes.
+    pub fn new(chunk_bytes: u64, idle_release: Duration) -> ZeroReserve {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             chunk_bytes,
+            idle_release,
         });
         ZeroReserve {
             chunk_bytes,
@@ -195,8 +307,34 @@ impl ZeroReserve {
         }
     }
 
-    /// Asks the filler pool for a fill (holding the state lock; queues this reserve once).
+    /// Puts the reserve on the sweeper's list (once).
+    fn hold(&self, st: &mut State) {
+        if !st.holding {
+            st.holding = true;
+            filler_pool().hold(&self.shared);
+        }
+    }
+
+    /// Asks the filler pool for a fill (holding the state lock; queues this reserve once),
+    /// opening the filler's handle first when it is closed.
     fn want_fill(&self, st: &mut State) {
+        let Some(t) = st.target.as_mut() else {
+            return;
+        };
+        if t.file.is_none() {
+            // A handle of its own, opened anew rather than duplicated: an I/O error in the
+            // filler's fsync then still reaches the writer's next fsync (error reporting is
+            // per open file description), which panics as the crate's fsync policy demands.
+            // Without a handle there is simply no reserve: writes extend the file.
+            match std::fs::OpenOptions::new().write(true).open(&t.path) {
+                Ok(f) => t.file = Some(Arc::new(f)),
+                Err(_) => {
+                    st.failed = true;
+                    return;
+                }
+            }
+        }
+        self.hold(st);
         st.wanted = true;
         if !st.queued {
             st.queued = true;
@@ -204,30 +342,31 @@ impl ZeroReserve {
         }
     }
 
-    /// Starts reserving for the file at `path`, whose current length is `file_len` (everything below it
-    /// is data or zeros), never past `limit`. Replaces any previous file (after
-    /// [`ZeroReserve::detach`] waited for its fill).
-    pub fn attach(&self, path: &Path, file_len: u64, limit: u64) {
+    /// Starts reserving for the file at `path`, whose writer's data ends at `data_end` and
+    /// whose current length is `file_len` (everything in between is zeros), never past
+    /// `limit`. Replaces any previous file (after [`ZeroReserve::detach`] waited for its
+    /// fill). Opens nothing: the filler's handle is opened for the first fill.
+    pub fn attach(&self, path: &Path, data_end: u64, file_len: u64, limit: u64) {
         if self.chunk_bytes == 0 {
             return;
         }
+        assert!(file_len >= data_end, "the file holds the data");
         self.detach();
-        // A handle of its own, opened anew rather than duplicated: an I/O error in the
-        // filler's fsync then still reaches the writer's next fsync (error reporting is per
-        // open file description), which panics as the crate's fsync policy demands. Without
-        // a handle there is simply no reserve: writes extend the file.
-        let Ok(dup) = std::fs::OpenOptions::new().write(true).open(path) else {
-            return;
-        };
         let mut st = self.shared.lock();
         st.target = Some(Target {
-            file: Arc::new(dup),
+            path: path.to_path_buf(),
+            file: None,
             zeroed_end: file_len,
             limit,
         });
         st.failed = false;
         st.wanted = false;
-        st.last_end = file_len;
+        st.last_end = data_end;
+        st.last_activity = Some(Instant::now());
+        if file_len > data_end {
+            // Zeros left by a previous run: released with the rest when idle.
+            self.hold(&mut st);
+        }
     }
 
     /// Stops reserving: waits for a running fill to finish, then forgets the file. Call it
@@ -252,17 +391,26 @@ impl ZeroReserve {
             return write();
         }
         let mut st = self.shared.lock();
+        let now = Instant::now();
+        // Only a writer that is writing gets zeros ahead: one that wrote within
+        // `idle_release` before this write (see the module docs).
+        let warm = st
+            .last_write
+            .is_some_and(|t| now.duration_since(t) < self.shared.idle_release);
+        st.last_write = Some(now);
+        st.last_activity = Some(now);
+        let too_fast = st.too_fast(end);
+        let may_fill = warm && !too_fast;
         loop {
             let Some((zeroed_end, limit)) = st.target.as_ref().map(|t| (t.zeroed_end, t.limit))
             else {
                 drop(st);
                 return write();
             };
-            let too_fast = st.too_fast(end);
             if end <= zeroed_end {
                 let low = zeroed_end - end < fill_bytes(self.chunk_bytes, zeroed_end) / 2
                     && zeroed_end < limit;
-                if low && !st.filling && !st.failed && !too_fast {
+                if low && !st.filling && !st.failed && may_fill {
                     self.want_fill(&mut st);
                 }
                 drop(st);
@@ -285,7 +433,7 @@ impl ZeroReserve {
             if let Some(t) = st.target.as_mut() {
                 t.zeroed_end = end;
             }
-            if end < limit && !st.failed && !too_fast {
+            if end < limit && !st.failed && may_fill {
                 self.want_fill(&mut st);
             }
             return out;
@@ -318,12 +466,14 @@ fn fill_once(shared: &Shared, zeros: &[u8]) {
         return;
     }
     let job = match (&st.target, st.wanted && !st.failed) {
-        (Some(t), true) if t.zeroed_end < t.limit => Some((
-            Arc::clone(&t.file),
-            t.zeroed_end,
-            t.limit
-                .min(t.zeroed_end + fill_bytes(shared.chunk_bytes, t.zeroed_end)),
-        )),
+        (Some(t), true) if t.zeroed_end < t.limit => t.file.as_ref().map(|f| {
+            (
+                Arc::clone(f),
+                t.zeroed_end,
+                t.limit
+                    .min(t.zeroed_end + fill_bytes(shared.chunk_bytes, t.zeroed_end)),
+            )
+        }),
         _ => None,
     };
     st.wanted = false;
@@ -340,7 +490,7 @@ fn fill_once(shared: &Shared, zeros: &[u8]) {
         let mut st = shared.lock();
         st.filling = false;
         match st.target.as_mut() {
-            Some(t) if Arc::ptr_eq(&t.file, &file) && ok => {
+            Some(t) if t.file.as_ref().is_some_and(|f| Arc::ptr_eq(f, &file)) && ok => {
                 assert_eq!(
                     t.zeroed_end, from,
                     "the writer extended the file during a fill"
@@ -393,6 +543,8 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
+    const IDLE: Duration = Duration::from_secs(600);
+
     fn zeroed_end(r: &ZeroReserve) -> Option<u64> {
         r.shared.lock().target.as_ref().map(|t| t.zeroed_end)
     }
@@ -410,8 +562,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let file = File::create_new(&path).unwrap();
-        let r = ZeroReserve::new(8192);
-        r.attach(&path, 0, 1 << 20);
+        let r = ZeroReserve::new(8192, IDLE);
+        r.attach(&path, 0, 0, 1 << 20);
         let mut pos = 0u64;
         let mut expected = Vec::new();
         for i in 0..2000u32 {
@@ -434,9 +586,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let file = File::create_new(&path).unwrap();
-        let r = ZeroReserve::new(4096);
-        r.attach(&path, 0, 10_000);
-        r.write_below(10, || file.write_all_at(&[7; 10], 0).unwrap());
+        let r = ZeroReserve::new(4096, IDLE);
+        r.attach(&path, 0, 0, 10_000);
+        r.write_below(5, || file.write_all_at(&[7; 5], 0).unwrap());
+        assert_eq!(zeroed_end(&r), Some(5), "the first write asks for no zeros");
+        r.write_below(10, || file.write_all_at(&[7; 5], 5).unwrap());
         wait_for(&r, 4106);
         r.write_below(4000, || file.write_all_at(&[7; 3990], 10).unwrap());
         wait_for(&r, 8202);
@@ -455,13 +609,71 @@ mod tests {
         assert!(!st.too_fast((100 << 20) + 4096), "4 KiB in about 0.2 s");
     }
 
+    fn holds_a_handle(r: &ZeroReserve) -> bool {
+        r.shared
+            .lock()
+            .target
+            .as_ref()
+            .is_some_and(|t| t.file.is_some())
+    }
+
+    #[test]
+    fn an_idle_reserve_gives_its_zeros_and_its_handle_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create_new(&path).unwrap();
+        let idle = Duration::from_millis(200);
+        let r = ZeroReserve::new(4096, idle);
+        r.attach(&path, 0, 0, 1 << 20);
+        assert!(!holds_a_handle(&r), "attaching opens nothing");
+        r.write_below(100, || file.write_all_at(&[1; 100], 0).unwrap());
+        r.write_below(200, || file.write_all_at(&[2; 100], 100).unwrap());
+        wait_for(&r, 200 + MIN_FILL_BYTES.min(4096));
+        assert!(holds_a_handle(&r));
+        let deadline = Instant::now() + idle + SWEEP_INTERVAL * 3;
+        while file.metadata().unwrap().len() != 200 || holds_a_handle(&r) {
+            assert!(
+                Instant::now() < deadline,
+                "the idle reserve was not released"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Writing again works, and a second write soon after brings the zeros back.
+        r.write_below(300, || file.write_all_at(&[3; 100], 200).unwrap());
+        r.write_below(400, || file.write_all_at(&[4; 100], 300).unwrap());
+        wait_for(&r, 400 + 4096);
+        let data = std::fs::read(&path).unwrap();
+        for (i, chunk) in data[..400].chunks(100).enumerate() {
+            assert!(chunk.iter().all(|&b| b == i as u8 + 1));
+        }
+        assert!(data[400..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn zeros_left_by_a_previous_run_are_cut_when_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create_new(&path).unwrap();
+        file.write_all_at(&[5; 100], 0).unwrap();
+        file.set_len(100 + 8192).unwrap();
+        let r = ZeroReserve::new(4096, Duration::from_millis(100));
+        r.attach(&path, 100, 100 + 8192, 1 << 20);
+        let deadline = Instant::now() + Duration::from_millis(100) + SWEEP_INTERVAL * 3;
+        while file.metadata().unwrap().len() != 100 {
+            assert!(Instant::now() < deadline, "the zeros were not cut");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(zeroed_end(&r), Some(100));
+        assert!(!holds_a_handle(&r));
+    }
+
     #[test]
     fn disabled_reserve_writes_straight_through() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let file = File::create_new(&path).unwrap();
-        let r = ZeroReserve::new(0);
-        r.attach(&path, 0, 1 << 20);
+        let r = ZeroReserve::new(0, IDLE);
+        r.attach(&path, 0, 0, 1 << 20);
         r.write_below(5, || file.write_all_at(b"hello", 0).unwrap());
         assert_eq!(std::fs::read(&path).unwrap(), b"hello");
         let st = r.shared.lock();

@@ -13,6 +13,7 @@ use crate::entry::{check_frame, parse_header, FrameError, FrameHeader, FRAME_HEA
 use crate::error::{corruption, io_err, LogStoreError, Result};
 use crate::fsutil::{fdatasync, fsync_dir};
 use crate::index::{read_index_file, write_index_file, IndexSummary, SparseIndexes};
+use crate::open_segments::{OpenSegments, SegmentHandle};
 
 /// Segment header, the first 64 bytes of every segment file, little-endian:
 ///
@@ -181,22 +182,22 @@ impl AsRef<[u8]> for MapOwner {
     }
 }
 
-#[derive(Default)]
-struct Lazy {
-    indexes: Option<Arc<SparseIndexes>>,
-    map: Option<Bytes>,
-}
-
 /// One segment file and what the store knows about it.
 ///
-/// A sealed segment is immutable: it is never written or truncated in place again (a
-/// truncation into it rewrites it through a new file), which is what makes memory-mapping it
-/// safe. Only the last segment of a store is active (not sealed).
+/// The active segment (the last of a store) holds its file open for reading and writing. A
+/// sealed segment holds no descriptor: it is immutable (never written or truncated in place
+/// again; a truncation into it rewrites it through a new file), which is what makes
+/// memory-mapping it safe, and it is read through a map opened on demand and kept, with its
+/// sparse indexes once loaded, in the node's bounded [`OpenSegments`] set (see
+/// `open_segments.rs`).
 pub(crate) struct Segment {
     pub header: SegmentHeader,
     pub path: PathBuf,
     pub index_path: PathBuf,
-    pub file: File,
+    /// The open file while the segment is active; `None` once sealed.
+    file: Option<File>,
+    /// This segment's key in the set of open sealed segments.
+    open: SegmentHandle,
     /// File length = write position.
     pub len: u64,
     /// Last Raft index held (base_index - 1 when empty).
@@ -209,54 +210,101 @@ pub(crate) struct Segment {
     pub last_entry_pos: u64,
     /// Max record timestamp (i64::MIN when no records).
     pub max_timestamp: i64,
-    pub sealed: bool,
-    lazy: Mutex<Lazy>,
+    /// The active segment's sparse indexes (a sealed segment's live in `open`).
+    indexes: Mutex<Option<Arc<SparseIndexes>>>,
 }
 
 impl Segment {
-    /// A segment with nothing but its header.
-    pub fn new_empty(header: SegmentHeader, path: PathBuf, file: File, dir: &Path) -> Segment {
+    /// An active segment with nothing but its header.
+    pub fn new_empty(
+        header: SegmentHeader,
+        path: PathBuf,
+        file: File,
+        dir: &Path,
+        open: &Arc<OpenSegments>,
+    ) -> Segment {
         let index_path = dir.join(index_file_name(header.base_index));
         Segment {
             header,
             path,
             index_path,
-            file,
+            file: Some(file),
+            open: open.handle(),
             len: SEGMENT_HEADER_LEN,
             last_index: header.base_index - 1,
             last_term: header.prev_term,
             next_offset: header.base_offset,
             last_entry_pos: 0,
             max_timestamp: i64::MIN,
-            sealed: false,
-            lazy: Mutex::new(Lazy {
-                indexes: Some(Arc::new(SparseIndexes::new())),
-                map: None,
-            }),
+            indexes: Mutex::new(Some(Arc::new(SparseIndexes::new()))),
         }
     }
 
-    /// A segment whose stats come from an index summary (or a scan).
+    /// A segment whose stats come from an index summary (or a scan): active with its open
+    /// `file`, sealed without one.
     pub fn from_summary(
         header: SegmentHeader,
         path: PathBuf,
-        file: File,
+        file: Option<File>,
         dir: &Path,
+        open: &Arc<OpenSegments>,
         s: &IndexSummary,
         indexes: Option<SparseIndexes>,
     ) -> Segment {
-        let mut seg = Segment::new_empty(header, path, file, dir);
-        seg.len = s.covered_len;
-        seg.last_index = s.last_index;
-        seg.last_term = s.last_term;
-        seg.next_offset = s.next_offset;
-        seg.last_entry_pos = s.last_entry_pos;
-        seg.max_timestamp = s.max_timestamp;
-        seg.lazy = Mutex::new(Lazy {
-            indexes: indexes.map(Arc::new),
-            map: None,
-        });
-        seg
+        let sealed = file.is_none();
+        let mut indexes = indexes.map(Arc::new);
+        let open = open.handle();
+        if sealed {
+            if let Some(idx) = indexes.take() {
+                open.insert_indexes(idx);
+            }
+        }
+        Segment {
+            header,
+            index_path: dir.join(index_file_name(header.base_index)),
+            path,
+            file,
+            open,
+            len: s.covered_len,
+            last_index: s.last_index,
+            last_term: s.last_term,
+            next_offset: s.next_offset,
+            last_entry_pos: s.last_entry_pos,
+            max_timestamp: s.max_timestamp,
+            indexes: Mutex::new(indexes),
+        }
+    }
+
+    /// Whether the segment is sealed (immutable, read through maps).
+    pub fn sealed(&self) -> bool {
+        self.file.is_none()
+    }
+
+    /// The open file of the active segment.
+    pub fn active_file(&self) -> &File {
+        self.file
+            .as_ref()
+            .expect("only the active segment is written")
+    }
+
+    /// Seals the segment: closes its file (the caller synced it) and hands its indexes to
+    /// the open set.
+    pub fn seal(&mut self) {
+        self.file = None;
+        if let Some(idx) = self
+            .indexes
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            self.open.insert_indexes(idx);
+        }
+    }
+
+    /// Makes a sealed segment active again with `file` (its rewritten file), closing its map.
+    pub fn reactivate(&mut self, file: File) {
+        self.open.close();
+        self.file = Some(file);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -276,43 +324,42 @@ impl Segment {
         }
     }
 
-    fn lazy(&self) -> MutexGuard<'_, Lazy> {
+    fn loaded_indexes(&self) -> MutexGuard<'_, Option<Arc<SparseIndexes>>> {
         // A poisoned lock only means another reader panicked; the data is still consistent
         // (it is only ever replaced whole).
-        self.lazy.lock().unwrap_or_else(|p| p.into_inner())
+        self.indexes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Mutable access to the in-memory indexes of the active segment.
     pub fn indexes_mut(&mut self) -> &mut SparseIndexes {
-        let lazy = self.lazy.get_mut().unwrap_or_else(|p| p.into_inner());
-        Arc::make_mut(
-            lazy.indexes
-                .get_or_insert_with(|| Arc::new(SparseIndexes::new())),
-        )
+        let idx = self.indexes.get_mut().unwrap_or_else(|p| p.into_inner());
+        Arc::make_mut(idx.get_or_insert_with(|| Arc::new(SparseIndexes::new())))
     }
 
     /// Replaces the in-memory indexes.
     pub fn set_indexes(&mut self, idx: SparseIndexes) {
-        let lazy = self.lazy.get_mut().unwrap_or_else(|p| p.into_inner());
-        lazy.indexes = Some(Arc::new(idx));
+        *self.indexes.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(idx));
     }
 
-    /// Forgets the memory map (before the file is replaced).
-    pub fn drop_map(&mut self) {
-        let lazy = self.lazy.get_mut().unwrap_or_else(|p| p.into_inner());
-        lazy.map = None;
+    /// The indexes when loaded (a sealed segment's only while it is in the open set).
+    fn indexes_if_loaded(&self) -> Option<Arc<SparseIndexes>> {
+        if self.sealed() {
+            self.open.indexes()
+        } else {
+            self.loaded_indexes().clone()
+        }
     }
 
     /// Heap bytes used by loaded indexes.
     pub fn index_heap_bytes(&self) -> usize {
-        self.lazy().indexes.as_ref().map_or(0, |i| i.heap_bytes())
+        self.indexes_if_loaded().map_or(0, |i| i.heap_bytes())
     }
 
     /// The indexes, loading them from the index file or rebuilding them by scanning the
     /// (sealed) segment when needed. A scan that finds a bad frame fails with corruption.
     pub fn indexes(&self, interval: u64) -> Result<Arc<SparseIndexes>> {
-        if let Some(i) = &self.lazy().indexes {
-            return Ok(i.clone());
+        if let Some(i) = self.indexes_if_loaded() {
+            return Ok(i);
         }
         let loaded = match read_index_file(&self.index_path) {
             Some((s, idx)) if s == self.summary() => idx,
@@ -333,22 +380,27 @@ impl Segment {
             }
         };
         let arc = Arc::new(loaded);
-        self.lazy().indexes = Some(arc.clone());
+        if self.sealed() {
+            return Ok(self.open.insert_indexes(arc));
+        }
+        *self.loaded_indexes() = Some(arc.clone());
         Ok(arc)
     }
 
-    /// The whole (sealed) file, memory-mapped. `Bytes` slices of it are zero-copy.
+    /// The whole (sealed) file, memory-mapped. `Bytes` slices of it are zero-copy. Opens the
+    /// file (and closes its descriptor at once) when the map is not in the open set.
     pub fn map(&self) -> Result<Bytes> {
-        debug_assert!(self.sealed, "only sealed segments are memory-mapped");
-        let mut lazy = self.lazy();
-        if let Some(m) = &lazy.map {
-            return Ok(m.clone());
+        debug_assert!(self.sealed(), "only sealed segments are memory-mapped");
+        if let Some(m) = self.open.map() {
+            return Ok(m);
         }
+        let file = File::open(&self.path).map_err(io_err(&self.path))?;
         // SAFETY: sealed segment files are never written or truncated while the store has
         // them open (truncation into a sealed segment writes a new file and renames it over
         // the old one, so existing maps keep the old inode). Modification by other processes
         // is outside the contract (it would be corruption anyway).
-        let mmap = unsafe { memmap2::Mmap::map(&self.file) }.map_err(io_err(&self.path))?;
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&self.path))?;
+        drop(file);
         if (mmap.len() as u64) < self.len {
             return Err(corruption(
                 &self.path,
@@ -357,20 +409,18 @@ impl Segment {
             ));
         }
         let bytes = Bytes::from_owner(MapOwner(mmap)).slice(..self.len as usize);
-        lazy.map = Some(bytes.clone());
-        Ok(bytes)
+        Ok(self.open.insert_map(bytes))
     }
 
     /// Reads `len` bytes at `pos` (must lie inside `self.len`).
     fn read_bytes(&self, pos: u64, len: usize) -> Result<Bytes> {
         debug_assert!(pos + len as u64 <= self.len);
-        if self.sealed {
+        let Some(file) = &self.file else {
             let m = self.map()?;
             return Ok(m.slice(pos as usize..pos as usize + len));
-        }
+        };
         let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, pos)
+        file.read_exact_at(&mut buf, pos)
             .map_err(io_err(&self.path))?;
         Ok(Bytes::from(buf))
     }
@@ -391,15 +441,17 @@ impl Segment {
                 "frame header past the end of the data",
             ));
         }
-        let h = if self.sealed {
-            let m = self.map()?;
-            parse_header(&m[pos as usize..], MAX_FRAME_LEN)
-        } else {
-            let mut buf = [0u8; FRAME_HEADER_LEN];
-            self.file
-                .read_exact_at(&mut buf, pos)
-                .map_err(io_err(&self.path))?;
-            parse_header(&buf, MAX_FRAME_LEN)
+        let h = match &self.file {
+            None => {
+                let m = self.map()?;
+                parse_header(&m[pos as usize..], MAX_FRAME_LEN)
+            }
+            Some(file) => {
+                let mut buf = [0u8; FRAME_HEADER_LEN];
+                file.read_exact_at(&mut buf, pos)
+                    .map_err(io_err(&self.path))?;
+                parse_header(&buf, MAX_FRAME_LEN)
+            }
         }
         .map_err(|e| self.frame_error(pos, e))?;
         if pos + h.total_len() > self.len {

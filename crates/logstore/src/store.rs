@@ -4,12 +4,13 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use crate::batch;
-use crate::cache::EntryCache;
+use crate::cache::StoreCache;
 use crate::config::{StoreConfig, SyncPolicy};
 use crate::entry::FRAME_HEADER_LEN;
 use crate::entry::{encode_frame, entry_from_frame, Entry, EntryKind, FrameMeta, NewEntry};
@@ -17,8 +18,10 @@ use crate::error::{corruption, io_err, LogStoreError, Result};
 use crate::fsutil::{fdatasync, fsync_dir, lock_dir, remove_if_exists};
 use crate::hard_state::{self, ConfState, HardState};
 use crate::index::write_index_file;
+use crate::open_segments::{OpenSegments, DEFAULT_MAX_OPEN_SEGMENT_FILES};
 use crate::recovery::{recover, RecoveryReport};
 use crate::reserve::ZeroReserve;
+use crate::resources::StoreResources;
 use crate::retention::{segments_to_delete, RetentionOutcome, SegmentInfo};
 use crate::segment::{
     create_segment_file, now_ms, open_rw, Segment, SegmentHeader, SEGMENT_HEADER_LEN,
@@ -81,7 +84,7 @@ pub struct StoreStats {
     pub segments: usize,
     /// Total bytes of segment files.
     pub total_bytes: u64,
-    /// Bytes of entries held by the cache.
+    /// Bytes of entries held by this store's cache.
     pub cache_bytes: u64,
     /// Heap bytes of the indexes currently loaded.
     pub index_bytes: u64,
@@ -104,6 +107,12 @@ pub struct StoreStats {
 ///
 /// Reads take `&self`; the store is `Send + Sync`, so a lock around it can share it between
 /// an appending thread and reading threads.
+///
+/// # Resources
+/// An open store holds two file descriptors (the directory lock and the active segment),
+/// plus one for its zero reserve while it is being written. Sealed segments hold none; they
+/// are mapped on demand into the [`OpenSegments`] set of its [`StoreResources`]. Its cache is
+/// charged to their [`crate::CacheBudget`].
 pub struct LogStore {
     dir: PathBuf,
     config: StoreConfig,
@@ -112,7 +121,10 @@ pub struct LogStore {
     reserve: ZeroReserve,
     /// Sorted by base index; never empty; the last one is the active segment.
     segments: Vec<Segment>,
-    cache: EntryCache,
+    /// Where sealed segments are kept open (shared with the node's other stores).
+    open_segments: Arc<OpenSegments>,
+    /// The newest entries (charged to the node's budget; other stores may shrink it).
+    cache: Arc<StoreCache>,
     generation: u64,
     synced_len: u64,
     checkpoint_len: u64,
@@ -138,7 +150,23 @@ impl LogStore {
     /// Opens the log in `dir` (creating the directory and an empty log when missing),
     /// recovering from any crash as described in the crate docs. Fails on corruption of
     /// synced data, on files of a newer format, and when another store holds the directory.
+    /// The store gets resources of its own: a cache budget of `config.cache_bytes` and at
+    /// most [`DEFAULT_MAX_OPEN_SEGMENT_FILES`] open sealed segments. A process opening many
+    /// stores should share one [`StoreResources`] with [`LogStore::open_shared`].
     pub fn open(dir: &Path, config: StoreConfig) -> Result<LogStore> {
+        let resources =
+            StoreResources::new(config.cache_bytes as u64, DEFAULT_MAX_OPEN_SEGMENT_FILES);
+        LogStore::open_shared(dir, config, &resources)
+    }
+
+    /// Like [`LogStore::open`], with the tail cache charged to `resources.cache_budget` and
+    /// sealed segments kept open in `resources.open_segments`, both shared with every other
+    /// store opened with the same resources.
+    pub fn open_shared(
+        dir: &Path,
+        config: StoreConfig,
+        resources: &StoreResources,
+    ) -> Result<LogStore> {
         config.validate().map_err(LogStoreError::InvalidArgument)?;
         if !dir.exists() {
             std::fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -149,7 +177,7 @@ impl LogStore {
         let lock = lock_dir(dir)?;
         let hard_state = hard_state::load_hard_state(dir)?;
         let conf_state = hard_state::load_conf_state(dir)?;
-        let rec = recover(dir, &config)?;
+        let rec = recover(dir, &config, &resources.open_segments)?;
         let active = rec
             .segments
             .last()
@@ -161,13 +189,18 @@ impl LogStore {
             active.len - rec.report.tail_bytes_scanned.min(active.len)
         };
         let durable_index = active.last_index;
-        let reserve = ZeroReserve::new(config.preallocate_bytes);
+        let reserve = ZeroReserve::new(config.preallocate_bytes, config.preallocate_idle_release);
         // Recovery keeps an all-zero tail (reserve left by the previous run).
-        let file_len = active.file.metadata().map_err(io_err(&active.path))?.len();
-        reserve.attach(&active.path, file_len, config.segment_bytes);
+        let file_len = active
+            .active_file()
+            .metadata()
+            .map_err(io_err(&active.path))?
+            .len();
+        reserve.attach(&active.path, active.len, file_len, config.segment_bytes);
         Ok(LogStore {
             dir: dir.to_path_buf(),
-            cache: EntryCache::new(config.cache_bytes),
+            cache: StoreCache::new(&resources.cache_budget, config.cache_bytes as u64),
+            open_segments: Arc::clone(&resources.open_segments),
             config,
             _lock: lock,
             reserve,
@@ -411,16 +444,16 @@ impl LogStore {
             .last_mut()
             .expect("a store always has an active segment");
         let pos0 = active.len;
-        let written = self
-            .reserve
-            .write_below(pos0 + total, || active.file.write_all_at(&buf, pos0));
+        let written = self.reserve.write_below(pos0 + total, || {
+            active.active_file().write_all_at(&buf, pos0)
+        });
         if let Err(e) = written {
             // Best effort: remove a partial write so the next append starts clean. Recovery
             // would cut it anyway (it cannot be a valid continuation of the log).
             self.reserve.detach();
-            let _ = active.file.set_len(pos0);
+            let _ = active.active_file().set_len(pos0);
             let limit = self.config.segment_bytes;
-            self.reserve.attach(&active.path, pos0, limit);
+            self.reserve.attach(&active.path, pos0, pos0, limit);
             return Err(io_err(&active.path)(e));
         }
         let bytes = Bytes::from(buf);
@@ -486,7 +519,10 @@ impl LogStore {
         if self.synced_len >= active.len {
             return Ok(None);
         }
-        let file = active.file.try_clone().map_err(io_err(&active.path))?;
+        let file = active
+            .active_file()
+            .try_clone()
+            .map_err(io_err(&active.path))?;
         Ok(Some(PendingSync {
             file,
             path: active.path.clone(),
@@ -547,12 +583,12 @@ impl LogStore {
         let trimmed = self.trim_active()?;
         let active = self.active_mut();
         if synced_len < active.len && !trimmed {
-            fdatasync(&active.file, &active.path);
+            fdatasync(active.active_file(), &active.path);
         }
         let s = active.summary();
         let idx = active.indexes(interval)?;
         let _ = write_index_file(&active.index_path, &s, &idx);
-        active.sealed = true;
+        active.seal();
         let header = SegmentHeader {
             base_index: s.last_index + 1,
             base_offset: s.next_offset,
@@ -561,10 +597,19 @@ impl LogStore {
             created_ms: now_ms(),
         };
         let (path, file) = create_segment_file(&self.dir, &header)?;
-        self.reserve
-            .attach(&path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
-        self.segments
-            .push(Segment::new_empty(header, path, file, &self.dir));
+        self.reserve.attach(
+            &path,
+            SEGMENT_HEADER_LEN,
+            SEGMENT_HEADER_LEN,
+            self.config.segment_bytes,
+        );
+        self.segments.push(Segment::new_empty(
+            header,
+            path,
+            file,
+            &self.dir,
+            &self.open_segments,
+        ));
         self.synced_len = SEGMENT_HEADER_LEN;
         self.checkpoint_len = 0;
         self.durable_index = s.last_index;
@@ -576,17 +621,15 @@ impl LogStore {
     /// end exactly at their last frame, which recovery relies on.
     fn trim_active(&mut self) -> Result<bool> {
         let active = self.active();
-        let file_len = active.file.metadata().map_err(io_err(&active.path))?.len();
+        let file = active.active_file();
+        let file_len = file.metadata().map_err(io_err(&active.path))?.len();
         assert!(file_len >= active.len, "the active segment lost data");
         if file_len == active.len {
             return Ok(false);
         }
-        active
-            .file
-            .set_len(active.len)
-            .map_err(io_err(&active.path))?;
+        file.set_len(active.len).map_err(io_err(&active.path))?;
         // fdatasync covers the new size (and any data appended before it).
-        fdatasync(&active.file, &active.path);
+        fdatasync(file, &active.path);
         let len = active.len;
         let last_index = active.last_index;
         self.synced_len = self.synced_len.max(len);
@@ -646,7 +689,7 @@ impl LogStore {
         fsync_dir(&self.dir)?;
         let dir = self.dir.clone();
         let seg = &mut self.segments[k];
-        if seg.sealed {
+        if seg.sealed() {
             // Never truncate a file that may be memory-mapped (readers may hold slices):
             // write the kept prefix to a new file and rename it over the old one.
             let data = seg.map()?;
@@ -657,14 +700,13 @@ impl LogStore {
                 fdatasync(&f, &tmp);
             }
             drop(data);
-            seg.drop_map();
             std::fs::rename(&tmp, &seg.path).map_err(io_err(&seg.path))?;
             fsync_dir(&dir)?;
-            seg.file = open_rw(&seg.path)?;
-            seg.sealed = false;
+            seg.reactivate(open_rw(&seg.path)?);
         } else {
-            seg.file.set_len(pos).map_err(io_err(&seg.path))?;
-            fdatasync(&seg.file, &seg.path);
+            let file = seg.active_file();
+            file.set_len(pos).map_err(io_err(&seg.path))?;
+            fdatasync(file, &seg.path);
         }
         seg.len = pos;
         seg.last_index = from_index - 1;
@@ -674,7 +716,7 @@ impl LogStore {
         seg.max_timestamp = max_ts;
         seg.set_indexes(idx);
         self.reserve
-            .attach(&seg.path, pos, self.config.segment_bytes);
+            .attach(&seg.path, pos, pos, self.config.segment_bytes);
         self.synced_len = pos;
         self.checkpoint_len = 0;
         self.durable_index = self.durable_index.min(from_index - 1);
@@ -705,12 +747,21 @@ impl LogStore {
         };
         // Commit point: the new-generation segment exists durably.
         let (path, file) = create_segment_file(&self.dir, &header)?;
-        self.reserve
-            .attach(&path, SEGMENT_HEADER_LEN, self.config.segment_bytes);
+        self.reserve.attach(
+            &path,
+            SEGMENT_HEADER_LEN,
+            SEGMENT_HEADER_LEN,
+            self.config.segment_bytes,
+        );
         self.generation = generation;
         let old = std::mem::take(&mut self.segments);
-        self.segments
-            .push(Segment::new_empty(header, path.clone(), file, &self.dir));
+        self.segments.push(Segment::new_empty(
+            header,
+            path.clone(),
+            file,
+            &self.dir,
+            &self.open_segments,
+        ));
         for s in old {
             if s.path != path {
                 remove_if_exists(&s.path)?;
@@ -759,7 +810,7 @@ impl LogStore {
         let mut bytes = 0;
         for s in self.segments.drain(..n) {
             assert!(
-                s.last_index < floor_index && s.sealed,
+                s.last_index < floor_index && s.sealed(),
                 "retention deletes sealed segments"
             );
             bytes += s.len;
@@ -858,9 +909,29 @@ impl LogStore {
             true
         };
         let interval = self.config.index_interval_bytes;
-        let cache_first = self.cache.first_index().unwrap_or(u64::MAX);
         let mut i = lo;
-        while i < hi && i < cache_first {
+        while i < hi {
+            // From the cache when it holds `i` (asked again each round: other stores' appends
+            // may take its oldest entries at any time), else from the disk up to where the
+            // cache began when asked.
+            let cache_first = {
+                let cache = self.cache.lock();
+                if let Some(mut p) = cache.position_of_index(i) {
+                    while i < hi {
+                        let e = cache
+                            .entry_at(p)
+                            .expect("the cache holds a suffix of the log")
+                            .clone();
+                        if !push(e, &mut out) {
+                            break;
+                        }
+                        i += 1;
+                        p += 1;
+                    }
+                    return Ok(out);
+                }
+                cache.first_index().unwrap_or(u64::MAX)
+            };
             let seg = &self.segments[self.segment_for_index(i)];
             let (mut pos, _) = seg.locate_index(i, interval)?;
             while i < hi && i <= seg.last_index && i < cache_first {
@@ -878,17 +949,6 @@ impl LogStore {
                 pos += h.total_len();
                 i += 1;
             }
-        }
-        while i < hi {
-            let e = self
-                .cache
-                .get(i)
-                .expect("the cache holds a suffix of the log")
-                .clone();
-            if !push(e, &mut out) {
-                break;
-            }
-            i += 1;
         }
         Ok(out)
     }
@@ -913,8 +973,8 @@ impl LogStore {
             return Ok(self.segments[0].header.prev_term);
         }
         self.check_index(index)?;
-        if let Some(e) = self.cache.get(index) {
-            return Ok(e.term);
+        if let Some(term) = self.cache.lock().get(index).map(|e| e.term) {
+            return Ok(term);
         }
         let seg = &self.segments[self.segment_for_index(index)];
         if index == seg.last_index {
@@ -936,8 +996,8 @@ impl LogStore {
             return Ok(self.log_start_offset());
         }
         self.check_index(index)?;
-        if let Some(e) = self.cache.get(index) {
-            return Ok(e.next_offset());
+        if let Some(next) = self.cache.lock().get(index).map(|e| e.next_offset()) {
+            return Ok(next);
         }
         let seg = &self.segments[self.segment_for_index(index)];
         if index == seg.last_index {
@@ -980,20 +1040,48 @@ impl LogStore {
         if from_offset >= end {
             return Ok(out);
         }
-        let mut cache_pos = self.cache.position_of_offset(from_offset);
-        if cache_pos.is_none() {
-            // From disk until the entries reach the cache.
-            let interval = self.config.index_interval_bytes;
-            let cache_first = self.cache.first_index().unwrap_or(u64::MAX);
-            let k = self
-                .segments
-                .partition_point(|s| s.next_offset <= from_offset);
-            let (mut pos, _) = self.segments[k].locate_offset(from_offset, interval)?;
+        let interval = self.config.index_interval_bytes;
+        // Where a disk walk starts: at `from_offset` first; at a Raft index when the walk
+        // reached the cache but other stores' appends took those entries before they were read.
+        let mut resume_index: Option<u64> = None;
+        loop {
+            let cache_first = {
+                let cache = self.cache.lock();
+                let start = match resume_index {
+                    None => cache.position_of_offset(from_offset),
+                    Some(i) => cache.position_of_index(i),
+                };
+                if let Some(mut p) = start {
+                    while let Some(e) = cache.entry_at(p) {
+                        if e.record_count > 0
+                            && !add_batches(e, from_offset, end, max_bytes, &mut out, &self.dir)?
+                        {
+                            break;
+                        }
+                        p += 1;
+                    }
+                    return Ok(out);
+                }
+                cache.first_index().unwrap_or(u64::MAX)
+            };
+            // From disk until the entries reach the cache (as it was just now).
+            let (k, mut pos) = match resume_index.take() {
+                None => {
+                    let k = self
+                        .segments
+                        .partition_point(|s| s.next_offset <= from_offset);
+                    (k, self.segments[k].locate_offset(from_offset, interval)?.0)
+                }
+                Some(i) => {
+                    let k = self.segment_for_index(i);
+                    (k, self.segments[k].locate_index(i, interval)?.0)
+                }
+            };
             'segments: for seg in &self.segments[k..] {
                 while pos < seg.len {
                     let h = seg.read_frame_header(pos)?;
                     if h.index >= cache_first {
-                        cache_pos = Some((h.index - cache_first) as usize);
+                        resume_index = Some(h.index);
                         break 'segments;
                     }
                     if h.record_count > 0 {
@@ -1007,18 +1095,10 @@ impl LogStore {
                 }
                 pos = SEGMENT_HEADER_LEN;
             }
-        }
-        if let Some(mut p) = cache_pos {
-            while let Some(e) = self.cache.entry_at(p) {
-                if e.record_count > 0
-                    && !add_batches(e, from_offset, end, max_bytes, &mut out, &self.dir)?
-                {
-                    break;
-                }
-                p += 1;
+            if resume_index.is_none() {
+                return Ok(out);
             }
         }
-        Ok(out)
     }
 
     /// The base offset of the first batch whose maxTimestamp is >= `timestamp_ms` (Kafka

@@ -414,6 +414,8 @@ pub struct Node {
     liveness_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
     metadata_group: Mutex<Option<LogStream>>,
+    /// Shared by every store of the node: the tail-cache budget and the open sealed segments.
+    store_resources: logstore::StoreResources,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
     group_coordinator: crate::kafka::group_coordinator::Coordinator,
     /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
@@ -608,6 +610,10 @@ impl Node {
                 name: "runtime".to_owned(),
                 message: format!("cannot start the group runtime's threads: {e}"),
             })?;
+        let store_resources = logstore::StoreResources::new(
+            config.storage.cache_bytes,
+            config.storage.max_open_segment_files,
+        );
         let node = Arc::new(Node {
             config,
             registry,
@@ -620,6 +626,7 @@ impl Node {
             peer_task,
             metadata: Arc::new(RwLock::new(ClusterMeta::default())),
             metadata_group: Mutex::new(None),
+            store_resources,
             group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
             boot_nonce: boot_nonce(),
             deleted_before_start: Mutex::new(HashSet::new()),
@@ -751,7 +758,9 @@ impl Node {
         let s = &self.config.storage;
         StoreConfig {
             segment_bytes: s.segment_bytes,
-            cache_bytes: s.cache_bytes as usize,
+            // No cap per stream beyond the node's budget (`store_resources`): one busy
+            // partition may use it all while the others are idle.
+            cache_bytes: usize::try_from(s.cache_bytes).unwrap_or(usize::MAX),
             sync_policy: match s.sync {
                 // The group thread calls sync() itself once per Ready (group commit).
                 SyncMode::Always => SyncPolicy::Never,
@@ -1030,7 +1039,8 @@ impl Node {
         };
         let replay = state_machine.is_some();
         let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
-        let mut store = LogStore::open(&dir, store_config).map_err(store_err)?;
+        let mut store =
+            LogStore::open_shared(&dir, store_config, &self.store_resources).map_err(store_err)?;
         if replay {
             self.note_deleted_incarnations(&store);
         }
