@@ -98,9 +98,13 @@ pub struct KafkaSettings {
     /// to the broker (-1) (`num.partitions`).
     pub num_partitions: u32,
     /// Most partitions the cluster may hold, over all topics: CreateTopics and CreatePartitions
-    /// beyond it get POLICY_VIOLATION (each partition costs every node a Raft group today: two
-    /// threads, a store and open files).
+    /// beyond it get POLICY_VIOLATION (each partition costs each of its replicas a Raft group
+    /// today: two threads, a store and open files).
     pub max_partitions: u32,
+    /// Replicas of each partition of a topic created without a replication factor (auto-created,
+    /// or CreateTopics with -1): Kafka's `default.replication.factor`. `None`: the smaller of 3
+    /// and the number of members (see [`NodeConfig::default_replication_factor`]).
+    pub default_replication_factor: Option<usize>,
 }
 
 impl Default for KafkaSettings {
@@ -117,6 +121,7 @@ impl Default for KafkaSettings {
             max_topics: 1000,
             num_partitions: 1,
             max_partitions: 1000,
+            default_replication_factor: None,
         }
     }
 }
@@ -268,6 +273,7 @@ struct FileKafka {
     max_topics: Option<usize>,
     num_partitions: Option<u32>,
     max_partitions: Option<u32>,
+    default_replication_factor: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -532,6 +538,18 @@ impl NodeConfig {
                 "must be at most kafka.max_partitions",
             );
         }
+        if let Some(r) = k.default_replication_factor {
+            if r == 0 || r > members.len() {
+                return invalid(
+                    "kafka.default_replication_factor",
+                    &format!(
+                        "must be in 1..={} (the number of members in initial_cluster)",
+                        members.len()
+                    ),
+                );
+            }
+            kafka.default_replication_factor = Some(r);
+        }
         if let Some(ms) = k.connection_idle_ms {
             kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
         }
@@ -581,6 +599,17 @@ impl NodeConfig {
         let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// Replicas per partition of a topic created without a replication factor:
+    /// `kafka.default_replication_factor` when set, else the smaller of 3 (Kafka's usual
+    /// production setting) and the number of members. Always in `1..=members`.
+    pub fn default_replication_factor(&self) -> usize {
+        let members = self.members.len().max(1);
+        self.kafka
+            .default_replication_factor
+            .unwrap_or(3)
+            .clamp(1, members)
     }
 }
 

@@ -467,12 +467,14 @@ impl Group {
             }
             GroupInput::PeerReplaced(peer) => {
                 self.set_quiesced(false);
+                // Only a voter of this group has progress (raft-rs's send_append panics for
+                // others); with replica placement most peers are not voters of most groups.
                 if self.p.node.raft.state == StateRole::Leader {
                     if let Some(pr) = self.p.node.raft.mut_prs().get_mut(peer) {
                         pr.matched = 0;
                         pr.become_probe();
+                        self.p.node.raft.send_append(peer);
                     }
-                    self.p.node.raft.send_append(peer);
                 }
             }
             GroupInput::Propose(p) => {

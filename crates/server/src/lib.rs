@@ -10,6 +10,8 @@
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store.
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
+//! - [`placement`]: which nodes hold each partition's replicas, and which should lead.
+//! - [`leaders`]: who leads the partitions a node does not host (reports in liveness pings).
 //! - [`producers`]: idempotent producers' state, derived from the replicated log.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
@@ -21,10 +23,12 @@ pub mod fd_budget;
 pub mod group;
 pub mod inbox;
 pub mod kafka;
+pub mod leaders;
 pub mod liveness;
 pub mod metadata;
 pub mod node;
 pub mod peer_guard;
+pub mod placement;
 pub mod producers;
 pub mod quiesce;
 pub mod raft_log;
