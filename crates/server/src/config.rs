@@ -789,7 +789,51 @@ mod tests {
         assert_eq!(c.member_ids(), vec![1, 2, 3]);
         assert_eq!(c.raft, RaftTiming::default());
         assert_eq!(c.storage, StorageSettings::default());
-        assert_eq!(c.kafka, KafkaSettings::default());
+        // The file spells the replication factor out; with three members it is the default's.
+        assert_eq!(c.default_replication_factor(), 3);
+        let spelled_out = KafkaSettings {
+            default_replication_factor: None,
+            ..c.kafka
+        };
+        assert_eq!(spelled_out, KafkaSettings::default());
+    }
+
+    /// The default replication factor: min(3, members) unless set, and never above the
+    /// number of members.
+    #[test]
+    fn the_replication_factor_fits_the_cluster() {
+        let c = NodeConfig::from_toml(THREE).unwrap();
+        assert_eq!(c.default_replication_factor(), 3);
+        assert_eq!(
+            NodeConfig::single_node_default().default_replication_factor(),
+            1
+        );
+        let five = THREE.replace(
+            r#""c=3@127.0.0.1:7003"]"#,
+            r#""c=3@127.0.0.1:7003", "d=4@127.0.0.1:7004", "e=5@127.0.0.1:7005"]"#,
+        );
+        assert_eq!(
+            NodeConfig::from_toml(&five)
+                .unwrap()
+                .default_replication_factor(),
+            3
+        );
+        let two = format!("{five}\n[kafka]\ndefault_replication_factor = 2\n");
+        assert_eq!(
+            NodeConfig::from_toml(&two)
+                .unwrap()
+                .default_replication_factor(),
+            2
+        );
+        for bad in [0, 4] {
+            let text = format!("{THREE}\n[kafka]\ndefault_replication_factor = {bad}\n");
+            match NodeConfig::from_toml(&text).unwrap_err() {
+                ConfigError::Invalid { key, .. } => {
+                    assert_eq!(key, "kafka.default_replication_factor")
+                }
+                other => panic!("{bad}: {other}"),
+            }
+        }
     }
 
     #[test]

@@ -371,10 +371,12 @@ impl Group {
     }
 
     /// Whether a peer's failure concerns this group: it leads it, or this node leads (and must
-    /// check its quorum).
+    /// check its quorum) and the peer is one of its voters (with replica placement, most
+    /// peers are not).
     fn concerns(&self, peer: u64) -> bool {
         let raft = &self.p.node.raft;
-        raft.leader_id == peer || raft.state == StateRole::Leader
+        raft.leader_id == peer
+            || (raft.state == StateRole::Leader && raft.prs().get(peer).is_some())
     }
 
     /// On the leader: hands leadership to the preferred replica when it is not this node, is

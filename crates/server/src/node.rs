@@ -716,6 +716,17 @@ impl Node {
             })
     }
 
+    /// The incarnation of topic `name` (0 for a stream configured at start), without copying
+    /// its replica lists; `None` when there is no such topic.
+    pub fn topic_incarnation(&self, name: &str) -> Option<u64> {
+        if let Some(i) = self.metadata().incarnation(name) {
+            return Some(i);
+        }
+        self.partition(name, 0)
+            .filter(|s| s.incarnation == 0)
+            .map(|_| 0)
+    }
+
     /// Names of every topic of the cluster (hosted here or not) and of the streams configured
     /// at start, sorted.
     pub fn topic_names(&self) -> Vec<String> {

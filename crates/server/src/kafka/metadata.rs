@@ -49,8 +49,8 @@ pub fn stream_topic_id(stream: &LogStream) -> Uuid {
 
 /// The id of topic `name` as the cluster knows it now (the zero UUID when it is not a topic).
 pub fn topic_id_of(node: &Node, name: &str) -> Uuid {
-    node.topic_layout(name)
-        .map(|l| topic_id(name, l.incarnation))
+    node.topic_incarnation(name)
+        .map(|i| topic_id(name, i))
         .unwrap_or(Uuid::ZERO)
 }
 
