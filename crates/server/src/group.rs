@@ -243,6 +243,9 @@ struct Group {
     idle_ticks: usize,
     /// The heartbeats of the Ready being handled tell followers to quiesce.
     mark_quiesce_heartbeats: bool,
+    /// When each peer last sent this group a message that was stepped (see
+    /// [`Group::update_in_sync`]).
+    heard_from: HashMap<u64, Instant>,
 }
 
 /// Runs a group until it receives [`GroupInput::Stop`] or its inbox closes.
@@ -276,6 +279,7 @@ pub fn run_group(parts: GroupParts) {
         ready_term: 0,
         idle_ticks: 0,
         mark_quiesce_heartbeats: false,
+        heard_from: HashMap::new(),
     };
     g.run();
 }
@@ -567,8 +571,14 @@ impl Group {
             self.unpersisted.0 += entries;
             self.unpersisted.1 += bytes;
         }
+        let from = m.from;
         // Errors here are stale or foreign messages; raft-rs already ignores them.
         let _ = self.p.node.step(m);
+        if self.p.node.raft.state == StateRole::Leader {
+            self.heard_from.insert(from, Instant::now());
+            // An answer may put a follower back in sync without producing a Ready.
+            self.update_in_sync();
+        }
     }
 
     fn leader_hint(&self) -> Option<u64> {
@@ -876,20 +886,33 @@ impl Group {
         self.mark_quiesce_heartbeats = false;
     }
 
-    /// On the leader, the voters that are in sync: recently heard from and within
-    /// [`IN_SYNC_MAX_LAG_ENTRIES`] of the commit index (Kafka's ISR, in Raft terms).
+    /// On the leader, the voters that are in sync (Kafka's ISR, in Raft terms): within
+    /// [`IN_SYNC_MAX_LAG_ENTRIES`] of the commit index, and heard from recently: since raft-rs's
+    /// last quorum check, or within two election timeouts (the quorum check clears raft-rs's
+    /// flag every election timeout, before the followers' next answers), or at all while the
+    /// group is quiesced (it quiesced with every voter holding the whole log; a voter reported
+    /// down wakes it, and it then drops out once silent for two election timeouts).
     fn update_in_sync(&mut self) {
         let mut in_sync = [0u64; MAX_TRACKED_VOTERS];
         let raft = &self.p.node.raft;
         if raft.state == StateRole::Leader {
             let committed = raft.raft_log.committed;
             let me = raft.id;
+            let recent =
+                self.p.tick * 2 * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
+            let quiesced = self.visible.quiesced;
+            let heard = |id: &u64| {
+                self.heard_from
+                    .get(id)
+                    .is_some_and(|at| at.elapsed() <= recent)
+            };
             let mut ids: Vec<u64> = raft
                 .prs()
                 .iter()
                 .filter(|(id, pr)| {
                     **id == me
-                        || (pr.recent_active && pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed)
+                        || (pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
+                            && (pr.recent_active || quiesced || heard(id)))
                 })
                 .map(|(id, _)| *id)
                 .collect();
