@@ -200,7 +200,8 @@ fn remote_partition_metadata(
     }
 }
 
-/// One partition's leader, replicas and in-sync replicas as this node sees them.
+/// One partition's leader, replicas and in-sync replicas as this node, one of its replicas,
+/// sees them.
 fn partition_metadata(
     node: &Node,
     stream: &LogStream,
@@ -208,7 +209,9 @@ fn partition_metadata(
     live: &[i32],
 ) -> MetadataResponsePartition {
     let v = stream.visible();
-    let (error, leader) = if v.leader == 0 {
+    // A leader this node is not connected to (killed, until the election notices) is not
+    // named: clients retry instead of connecting to a dead node.
+    let (error, leader) = if v.leader == 0 || !live.contains(&as_i32(v.leader)) {
         (ErrorCode::LeaderNotAvailable, -1)
     } else {
         (ErrorCode::None, as_i32(v.leader))
