@@ -1016,7 +1016,6 @@ impl Group {
                     }
                 }
             }
-            self.answer_committed(e);
         }
         let s = read(&self.p.store);
         self.visible.applied_index = last_index;
@@ -1026,6 +1025,11 @@ impl Group {
         self.visible.log_start_offset = s.log_start_offset();
         drop(s);
         self.publish();
+        // Answered only once readers can see the entries: a client that reads (ListOffsets,
+        // Fetch) right after its acknowledged write finds it.
+        for e in &committed {
+            self.answer_committed(e);
+        }
     }
 
     /// Updates the producer table with a committed entry's batches.
