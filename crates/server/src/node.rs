@@ -465,11 +465,9 @@ fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::Pro
     table
 }
 
-/// While this node is rejoining after a replaced disk, checks every 200 ms whether every group
-/// has caught up; then ends rejoin mode and reconnects to the peers so their hellos say so.
 /// Pings every peer once per heartbeat interval and reports to every group each peer not heard
-/// from for an election timeout (see [`crate::liveness`]).
-/// Each ping carries this node's leader report when it is due (see [`crate::leaders`]).
+/// from for an election timeout (see [`crate::liveness`]). Each ping carries this node's leader
+/// report when it is due (see [`crate::leaders`]).
 async fn watch_liveness(
     registry: Arc<Registry>,
     peers: PeerSender,
@@ -518,6 +516,8 @@ fn led_here(streams: &Mutex<StreamMap>, me: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// While this node is rejoining after a replaced disk, checks every 200 ms whether every group
+/// has caught up; then ends rejoin mode and reconnects to the peers so their hellos say so.
 async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -968,7 +968,16 @@ impl Node {
             )?;
             // The preferred replica stands for election at once: a new partition gets a leader
             // without waiting an election timeout, and leaders start spread over the nodes.
-            if preferred == self.config.id && voters.len() > 1 {
+            // Not while the metadata log is replayed from disk at start (no metadata leader
+            // known yet): every replica may be replaying at once after a restart of every node,
+            // and a campaign would elect a leader for a topic incarnation that the rest of the
+            // log deletes (an empty log, answering ListOffsets with 0 until the delete
+            // replays). Elections then wait for a timeout, and leader rebalance moves
+            // leadership to the preferred replica.
+            let live = self
+                .metadata_group()
+                .is_some_and(|g| g.visible().leader != 0);
+            if preferred == self.config.id && voters.len() > 1 && live {
                 stream.campaign();
             }
         }
