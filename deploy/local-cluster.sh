@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A three-node vdl cluster on 127.0.0.1, for trying the service with real Kafka clients and for
-# the client tests (tests/clients/). Every node is a separate `vdl` process with its own TOML
-# config, data directory, log file and PID file.
+# A vdl cluster of VDL_NODES nodes (default 3) on 127.0.0.1, for trying the service with real
+# Kafka clients and for the client tests (tests/clients/). Every node is a separate `vdl`
+# process with its own TOML config, data directory, log file and PID file. Topic partitions are
+# placed on kafka.default_replication_factor nodes each (default: min(3, VDL_NODES)).
 #
 # Usage: deploy/local-cluster.sh start|stop|status
 #   start   write the configs, start every node that is not already running, wait (bounded)
@@ -11,10 +12,12 @@
 #   stop    SIGTERM the PIDs this script started, SIGKILL after VDL_STOP_TIMEOUT seconds.
 #           VDL_CLEAN=1 also removes the data directory afterwards.
 #   status  which nodes run, and the leader of every stream as each node sees it.
-#           Exit status 0 only when all three nodes run.
+#           Exit status 0 only when every node runs.
 #
 # Environment (all optional):
-#   VDL_KAFKA_BASE_PORT  Kafka port of node 1; nodes 2 and 3 use the next two (default 9092)
+#   VDL_NODES            number of nodes, 1-50 (default 3); node i uses each base port + i - 1.
+#                        Fixed once the cluster has data: `VDL_CLEAN=1 ... stop` to change it
+#   VDL_KAFKA_BASE_PORT  Kafka port of node 1; node i uses base + i - 1 (default 9092)
 #   VDL_PEER_BASE_PORT   Raft peer port of node 1 (default: Kafka base + 100, i.e. 9192)
 #   VDL_ADMIN_BASE_PORT  admin HTTP port of node 1 (default: Kafka base + 200, i.e. 9292)
 #   VDL_DATA_DIR         where configs, data, logs and PID files go (default ./vdl-data/local-cluster)
@@ -26,13 +29,12 @@
 #   VDL_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 10)
 #   RUST_LOG             log filter of the nodes (default info)
 #
-# Ports, binary and streams are remembered in $VDL_DATA_DIR/cluster.env on start, so `stop` and
-# `status` need only VDL_DATA_DIR (and a later `start` reuses them unless overridden).
+# Node count, ports, binary and streams are remembered in $VDL_DATA_DIR/cluster.env on start, so
+# `stop` and `status` need only VDL_DATA_DIR (and a later `start` reuses them unless overridden).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
-NODES=3
 
 die() { echo "local-cluster: $*" >&2; exit 1; }
 usage() { sed -n '/^# Usage:/,/^# Environment/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
@@ -48,10 +50,16 @@ DATA_DIR="$(cd "$DATA_DIR" && pwd)"
 ENV_FILE="$DATA_DIR/cluster.env"
 
 # Settings: environment first, then what the last start remembered, then defaults.
-SAVED_KAFKA_BASE="" SAVED_PEER_BASE="" SAVED_ADMIN_BASE="" SAVED_BIN="" SAVED_STREAMS="" SAVED_ELECTION=""
+SAVED_NODES="" SAVED_KAFKA_BASE="" SAVED_PEER_BASE="" SAVED_ADMIN_BASE="" SAVED_BIN="" SAVED_STREAMS="" SAVED_ELECTION=""
 if [[ -f "$ENV_FILE" ]]; then
   # shellcheck disable=SC1090
   source "$ENV_FILE"
+fi
+NODES="${VDL_NODES:-${SAVED_NODES:-3}}"
+[[ "$NODES" =~ ^[0-9]+$ ]] && ((NODES >= 1 && NODES <= 50)) || die "VDL_NODES must be a number of nodes in 1-50, not '$NODES'"
+# The member list is in every node's data; a cluster cannot change its size by a restart.
+if [[ "$CMD" == start && -n "$SAVED_NODES" && "$NODES" != "$SAVED_NODES" && -d "$DATA_DIR/vdl1" ]]; then
+  die "the cluster in $DATA_DIR has $SAVED_NODES nodes, not $NODES; stop and remove it first (VDL_CLEAN=1 VDL_DATA_DIR=$DATA_DIR $0 stop)"
 fi
 KAFKA_BASE="${VDL_KAFKA_BASE_PORT:-${SAVED_KAFKA_BASE:-9092}}"
 PEER_BASE="${VDL_PEER_BASE_PORT:-${SAVED_PEER_BASE:-$((KAFKA_BASE + 100))}}"
@@ -192,6 +200,7 @@ cmd_start() {
   ensure_binary
   BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
   cat >"$ENV_FILE" <<EOF
+SAVED_NODES=$NODES
 SAVED_KAFKA_BASE=$KAFKA_BASE
 SAVED_PEER_BASE=$PEER_BASE
 SAVED_ADMIN_BASE=$ADMIN_BASE

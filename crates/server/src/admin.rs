@@ -111,6 +111,24 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
     })
 }
 
+/// A stream partition this node has no replica of: 421 with the leader the leaders report
+/// (see [`crate::leaders`]) when the partition exists, 404 when it does not.
+fn not_here(node: &Node, name: &str, partition: u32) -> Response {
+    match node.topic_layout(name) {
+        Some(l) if (partition as usize) < l.replicas.len() => error(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!("no replica of {name} partition {partition} on this node"),
+            node.reported_leader(name, l.incarnation, partition)
+                .map(|(leader, _)| leader),
+        ),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("no stream {name} partition {partition}"),
+            None,
+        ),
+    }
+}
+
 #[derive(Deserialize)]
 struct AppendParams {
     timeout_ms: Option<u64>,
@@ -134,11 +152,7 @@ async fn append(
 ) -> Response {
     let partition = params.partition.unwrap_or(0);
     let Some(stream) = node.partition(&name, partition) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no stream {name} partition {partition}"),
-            None,
-        );
+        return not_here(&node, &name, partition);
     };
     if body.is_empty() {
         return error(StatusCode::BAD_REQUEST, "empty body".into(), None);
@@ -203,11 +217,7 @@ async fn records(
 ) -> Response {
     let partition = params.partition.unwrap_or(0);
     let Some(stream) = node.partition(&name, partition) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no stream {name} partition {partition}"),
-            None,
-        );
+        return not_here(&node, &name, partition);
     };
     let hw = stream.visible().high_watermark;
     match stream.read(

@@ -98,9 +98,13 @@ pub struct KafkaSettings {
     /// to the broker (-1) (`num.partitions`).
     pub num_partitions: u32,
     /// Most partitions the cluster may hold, over all topics: CreateTopics and CreatePartitions
-    /// beyond it get POLICY_VIOLATION (each partition costs every node a Raft group today: two
-    /// threads, a store and open files).
+    /// beyond it get POLICY_VIOLATION (each partition costs each of its replicas a Raft group
+    /// today: two threads, a store and open files).
     pub max_partitions: u32,
+    /// Replicas of each partition of a topic created without a replication factor (auto-created,
+    /// or CreateTopics with -1): Kafka's `default.replication.factor`. `None`: the smaller of 3
+    /// and the number of members (see [`NodeConfig::default_replication_factor`]).
+    pub default_replication_factor: Option<usize>,
 }
 
 impl Default for KafkaSettings {
@@ -117,6 +121,7 @@ impl Default for KafkaSettings {
             max_topics: 1000,
             num_partitions: 1,
             max_partitions: 1000,
+            default_replication_factor: None,
         }
     }
 }
@@ -278,6 +283,7 @@ struct FileKafka {
     max_topics: Option<usize>,
     num_partitions: Option<u32>,
     max_partitions: Option<u32>,
+    default_replication_factor: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -562,6 +568,18 @@ impl NodeConfig {
                 "must be at most kafka.max_partitions",
             );
         }
+        if let Some(r) = k.default_replication_factor {
+            if r == 0 || r > members.len() {
+                return invalid(
+                    "kafka.default_replication_factor",
+                    &format!(
+                        "must be in 1..={} (the number of members in initial_cluster)",
+                        members.len()
+                    ),
+                );
+            }
+            kafka.default_replication_factor = Some(r);
+        }
         if let Some(ms) = k.connection_idle_ms {
             kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
         }
@@ -611,6 +629,17 @@ impl NodeConfig {
         let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
         ids.sort_unstable();
         ids
+    }
+
+    /// Replicas per partition of a topic created without a replication factor:
+    /// `kafka.default_replication_factor` when set, else the smaller of 3 (Kafka's usual
+    /// production setting) and the number of members. Always in `1..=members`.
+    pub fn default_replication_factor(&self) -> usize {
+        let members = self.members.len().max(1);
+        self.kafka
+            .default_replication_factor
+            .unwrap_or(3)
+            .clamp(1, members)
     }
 }
 
@@ -797,7 +826,51 @@ mod tests {
         assert_eq!(c.member_ids(), vec![1, 2, 3]);
         assert_eq!(c.raft, RaftTiming::default());
         assert_eq!(c.storage, StorageSettings::default());
-        assert_eq!(c.kafka, KafkaSettings::default());
+        // The file spells the replication factor out; with three members it is the default's.
+        assert_eq!(c.default_replication_factor(), 3);
+        let spelled_out = KafkaSettings {
+            default_replication_factor: None,
+            ..c.kafka
+        };
+        assert_eq!(spelled_out, KafkaSettings::default());
+    }
+
+    /// The default replication factor: min(3, members) unless set, and never above the
+    /// number of members.
+    #[test]
+    fn the_replication_factor_fits_the_cluster() {
+        let c = NodeConfig::from_toml(THREE).unwrap();
+        assert_eq!(c.default_replication_factor(), 3);
+        assert_eq!(
+            NodeConfig::single_node_default().default_replication_factor(),
+            1
+        );
+        let five = THREE.replace(
+            r#""c=3@127.0.0.1:7003"]"#,
+            r#""c=3@127.0.0.1:7003", "d=4@127.0.0.1:7004", "e=5@127.0.0.1:7005"]"#,
+        );
+        assert_eq!(
+            NodeConfig::from_toml(&five)
+                .unwrap()
+                .default_replication_factor(),
+            3
+        );
+        let two = format!("{five}\n[kafka]\ndefault_replication_factor = 2\n");
+        assert_eq!(
+            NodeConfig::from_toml(&two)
+                .unwrap()
+                .default_replication_factor(),
+            2
+        );
+        for bad in [0, 4] {
+            let text = format!("{THREE}\n[kafka]\ndefault_replication_factor = {bad}\n");
+            match NodeConfig::from_toml(&text).unwrap_err() {
+                ConfigError::Invalid { key, .. } => {
+                    assert_eq!(key, "kafka.default_replication_factor")
+                }
+                other => panic!("{bad}: {other}"),
+            }
+        }
     }
 
     #[test]

@@ -186,6 +186,9 @@ pub struct GroupParts {
     pub inbox: InboxReceiver<GroupInput>,
     /// Outgoing messages.
     pub peers: PeerSender,
+    /// The Raft tick period (the runtime's timer drives the ticks; this turns tick counts into
+    /// time, e.g. for the in-sync window).
+    pub tick: Duration,
     /// Where visibility changes are published.
     pub visible: watch::Sender<Visible>,
     /// Send appends before the local fsync.
@@ -248,6 +251,9 @@ struct Group {
     next_retention: Instant,
     /// When the leader checks next whether to hand leadership to the preferred replica.
     next_rebalance: Option<Instant>,
+    /// When each peer last sent this group a message that was stepped (see
+    /// [`Group::update_in_sync`]).
+    heard_from: HashMap<u64, Instant>,
 }
 
 /// Builds a group's state machine, to run on the node's [`crate::runtime::Runtime`] until it
@@ -285,6 +291,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         ready_term: 0,
         idle_ticks: 0,
         mark_quiesce_heartbeats: false,
+        heard_from: HashMap::new(),
         next_retention,
         next_rebalance,
     })
@@ -376,10 +383,12 @@ impl Group {
     }
 
     /// Whether a peer's failure concerns this group: it leads it, or this node leads (and must
-    /// check its quorum).
+    /// check its quorum) and the peer is one of its voters (with replica placement, most
+    /// peers are not).
     fn concerns(&self, peer: u64) -> bool {
         let raft = &self.p.node.raft;
-        raft.leader_id == peer || raft.state == StateRole::Leader
+        raft.leader_id == peer
+            || (raft.state == StateRole::Leader && raft.prs().get(peer).is_some())
     }
 
     /// On the leader: hands leadership to the preferred replica when it is not this node, is
@@ -472,12 +481,14 @@ impl Group {
             }
             GroupInput::PeerReplaced(peer) => {
                 self.set_quiesced(false);
+                // Only a voter of this group has progress (raft-rs's send_append panics for
+                // others); with replica placement most peers are not voters of most groups.
                 if self.p.node.raft.state == StateRole::Leader {
                     if let Some(pr) = self.p.node.raft.mut_prs().get_mut(peer) {
                         pr.matched = 0;
                         pr.become_probe();
+                        self.p.node.raft.send_append(peer);
                     }
-                    self.p.node.raft.send_append(peer);
                 }
             }
             GroupInput::Propose(p) => {
@@ -568,8 +579,14 @@ impl Group {
             self.unpersisted.0 += entries;
             self.unpersisted.1 += bytes;
         }
+        let from = m.from;
         // Errors here are stale or foreign messages; raft-rs already ignores them.
         let _ = self.p.node.step(m);
+        if self.p.node.raft.state == StateRole::Leader {
+            self.heard_from.insert(from, Instant::now());
+            // An answer may put a follower back in sync without producing a Ready.
+            self.update_in_sync();
+        }
     }
 
     fn leader_hint(&self) -> Option<u64> {
@@ -877,20 +894,33 @@ impl Group {
         self.mark_quiesce_heartbeats = false;
     }
 
-    /// On the leader, the voters that are in sync: recently heard from and within
-    /// [`IN_SYNC_MAX_LAG_ENTRIES`] of the commit index (Kafka's ISR, in Raft terms).
+    /// On the leader, the voters that are in sync (Kafka's ISR, in Raft terms): within
+    /// [`IN_SYNC_MAX_LAG_ENTRIES`] of the commit index, and heard from recently: since raft-rs's
+    /// last quorum check, or within two election timeouts (the quorum check clears raft-rs's
+    /// flag every election timeout, before the followers' next answers), or at all while the
+    /// group is quiesced (it quiesced with every voter holding the whole log; a voter reported
+    /// down wakes it, and it then drops out once silent for two election timeouts).
     fn update_in_sync(&mut self) {
         let mut in_sync = [0u64; MAX_TRACKED_VOTERS];
         let raft = &self.p.node.raft;
         if raft.state == StateRole::Leader {
             let committed = raft.raft_log.committed;
             let me = raft.id;
+            let recent =
+                self.p.tick * 2 * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
+            let quiesced = self.visible.quiesced;
+            let heard = |id: &u64| {
+                self.heard_from
+                    .get(id)
+                    .is_some_and(|at| at.elapsed() <= recent)
+            };
             let mut ids: Vec<u64> = raft
                 .prs()
                 .iter()
                 .filter(|(id, pr)| {
                     **id == me
-                        || (pr.recent_active && pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed)
+                        || (pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
+                            && (pr.recent_active || quiesced || heard(id)))
                 })
                 .map(|(id, _)| *id)
                 .collect();
@@ -994,7 +1024,6 @@ impl Group {
                     }
                 }
             }
-            self.answer_committed(e);
         }
         let s = read(&self.p.store);
         self.visible.applied_index = last_index;
@@ -1004,6 +1033,11 @@ impl Group {
         self.visible.log_start_offset = s.log_start_offset();
         drop(s);
         self.publish();
+        // Answered only once readers can see the entries: a client that reads (ListOffsets,
+        // Fetch) right after its acknowledged write finds it.
+        for e in &committed {
+            self.answer_committed(e);
+        }
     }
 
     /// Updates the producer table with a committed entry's batches.

@@ -12,6 +12,8 @@
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
 //! - [`metadata_codec`]: how metadata commands are stored in the Raft log (protobuf; old JSON).
+//! - [`placement`]: which nodes hold each partition's replicas, and which should lead.
+//! - [`leaders`]: who leads the partitions a node does not host (reports in liveness pings).
 //! - [`producers`]: idempotent producers' state, derived from the replicated log.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
@@ -23,12 +25,14 @@ pub mod fd_budget;
 pub mod group;
 pub mod inbox;
 pub mod kafka;
+pub mod leaders;
 pub mod liveness;
 pub mod metadata;
 pub mod metadata_codec;
 pub mod node;
 pub mod peer_guard;
 pub mod peer_wire;
+pub mod placement;
 pub mod producers;
 pub mod quiesce;
 pub mod raft_log;

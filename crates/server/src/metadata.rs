@@ -38,6 +38,10 @@ pub enum MetaCommand {
         /// Number of partitions (commands written before partitions: 1).
         #[serde(default = "one_partition")]
         partitions: u32,
+        /// The replicas of each partition, preferred leader first, chosen by the proposer (see
+        /// [`crate::placement`]). Empty (commands written before placement): every member.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        replicas: Vec<Vec<u64>>,
     },
     /// Grow a topic to `count` partitions (CreatePartitions). Does nothing when the named
     /// incarnation is no longer current or the topic has `count` partitions or more already.
@@ -48,6 +52,12 @@ pub enum MetaCommand {
         incarnation: u64,
         /// The new total number of partitions.
         count: u32,
+        /// The replicas of every partition `0..count`, preferred leader first; only the lists of
+        /// partitions that do not exist yet are used (indexing by partition keeps two racing
+        /// requests consistent). Empty (commands written before placement): the new partitions
+        /// live on every member.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        replicas: Vec<Vec<u64>>,
     },
     /// Delete a topic and its data on every node.
     DeleteTopic {
@@ -142,6 +152,8 @@ pub struct TopicMeta {
     pub created_at_index: u64,
     /// Number of partitions (indexes 0..partitions); only grows.
     pub partitions: u32,
+    /// Replicas of each partition (`partitions` lists), preferred leader first.
+    pub replicas: Vec<Vec<u64>>,
 }
 
 /// Request ids remembered to make retried commands idempotent (a retry comes within a
@@ -151,6 +163,9 @@ const MAX_REMEMBERED_REQUESTS: usize = 65_536;
 /// The replicated metadata, as applied on this node.
 #[derive(Debug, Default)]
 pub struct ClusterMeta {
+    /// The cluster's members (ascending ids): the replicas of partitions created by commands
+    /// from before placement, and what replica lists may name.
+    members: Vec<u64>,
     /// Topics by name.
     pub topics: BTreeMap<String, TopicMeta>,
     /// The next producer id to hand out.
@@ -167,6 +182,41 @@ pub struct ClusterMeta {
 }
 
 impl ClusterMeta {
+    /// Empty metadata of a cluster of `members`.
+    pub fn new(mut members: Vec<u64>) -> ClusterMeta {
+        members.sort_unstable();
+        ClusterMeta {
+            members,
+            ..ClusterMeta::default()
+        }
+    }
+
+    /// The replica lists of partitions `first..count` of incarnation `incarnation` of topic
+    /// `name`, from a command's `lists` (indexed by partition), or every member when it has none
+    /// (commands from before placement). `None` when the lists are malformed (see
+    /// [`crate::placement::check`]): the command is then not applied, on every node alike.
+    fn resolve_replicas(
+        &self,
+        name: &str,
+        incarnation: u64,
+        first: u32,
+        count: u32,
+        lists: Vec<Vec<u64>>,
+    ) -> Option<Vec<Vec<u64>>> {
+        if lists.is_empty() {
+            return Some(
+                (first..count)
+                    .map(|p| crate::placement::every_member(&self.members, name, incarnation, p))
+                    .collect(),
+            );
+        }
+        if let Err(e) = crate::placement::check(&lists, count as usize, &self.members) {
+            tracing::error!(topic = %name, "metadata command with bad replica lists not applied: {e}");
+            return None;
+        }
+        Some(lists.into_iter().skip(first as usize).collect())
+    }
+
     /// The current incarnation of topic `name`, if it exists.
     pub fn incarnation(&self, name: &str) -> Option<u64> {
         self.topics.get(name).map(|t| t.created_at_index)
@@ -207,30 +257,41 @@ impl ClusterMeta {
             self.remember(id);
         }
         match cmd {
-            MetaCommand::CreateTopic { name, partitions } => {
+            MetaCommand::CreateTopic {
+                name,
+                partitions,
+                replicas,
+            } => {
                 if self.topics.contains_key(&name) || partitions == 0 {
                     return None;
                 }
+                let replicas = self.resolve_replicas(&name, index, 0, partitions, replicas)?;
                 self.topics.insert(
                     name.clone(),
                     TopicMeta {
                         created_at_index: index,
                         partitions,
+                        replicas: replicas.clone(),
                     },
                 );
-                Some(Effect::OpenTopic(name, index, partitions))
+                Some(Effect::OpenTopic(name, index, replicas))
             }
             MetaCommand::CreatePartitions {
                 name,
                 incarnation,
                 count,
+                replicas,
             } => {
-                let topic = self.topics.get_mut(&name)?;
-                if topic.created_at_index != incarnation || topic.partitions >= count {
+                let current = self.topics.get(&name)?;
+                if current.created_at_index != incarnation || current.partitions >= count {
                     return None;
                 }
+                let first = current.partitions;
+                let added = self.resolve_replicas(&name, incarnation, first, count, replicas)?;
+                let topic = self.topics.get_mut(&name)?;
                 topic.partitions = count;
-                Some(Effect::OpenTopic(name, incarnation, count))
+                topic.replicas.extend(added);
+                Some(Effect::OpenTopic(name, incarnation, topic.replicas.clone()))
             }
             MetaCommand::DeleteTopic { name, incarnation } => {
                 let current = self.incarnation(&name);
@@ -282,8 +343,9 @@ impl ClusterMeta {
 
 /// What applying a command asks of the node.
 enum Effect {
-    /// Open a topic's streams: (name, incarnation, partitions); partitions open already stay.
-    OpenTopic(String, u64, u32),
+    /// Open the streams of a topic's partitions this node is a replica of: (name, incarnation,
+    /// replicas of every partition); partitions open already stay.
+    OpenTopic(String, u64, Vec<Vec<u64>>),
     /// Stop and delete a topic's stream: (name, incarnation; None: whatever is open under the
     /// name, for streams configured at start).
     DropTopic(String, Option<u64>),
@@ -321,8 +383,8 @@ impl StateMachine for MetadataStateMachine {
             return;
         };
         match effect {
-            Some(Effect::OpenTopic(name, incarnation, partitions)) => {
-                if let Err(e) = node.open_topic(&name, incarnation, partitions) {
+            Some(Effect::OpenTopic(name, incarnation, replicas)) => {
+                if let Err(e) = node.open_topic(&name, incarnation, &replicas) {
                     tracing::error!(topic = %name, incarnation, "cannot open the stream of a created topic: {e}");
                 }
             }
@@ -348,6 +410,7 @@ mod tests {
         MetaCommand::CreateTopic {
             name: name.into(),
             partitions: 1,
+            replicas: Vec::new(),
         }
     }
 
@@ -395,12 +458,14 @@ mod tests {
         let created = MetaCommand::CreateTopic {
             name: "t".into(),
             partitions: 3,
+            replicas: Vec::new(),
         };
         assert!(m.apply(4, id(1), created).is_some());
         let grow = |incarnation, count| MetaCommand::CreatePartitions {
             name: "t".into(),
             incarnation,
             count,
+            replicas: Vec::new(),
         };
         assert!(m.apply(5, id(2), grow(4, 2)).is_none(), "shrinking");
         assert!(
@@ -416,9 +481,52 @@ mod tests {
             MetaEntry::decode(old_create).unwrap().1,
             MetaCommand::CreateTopic {
                 name: "x".into(),
-                partitions: 1
+                partitions: 1,
+                replicas: Vec::new(),
             }
         );
+    }
+
+    /// Replica lists travel in the commands: stored as given, refused when malformed, every
+    /// member for commands from before placement; growth takes the lists of the new partitions
+    /// only, by partition index, so two racing grow requests agree.
+    #[test]
+    fn replica_lists_come_from_the_commands() {
+        let mut m = ClusterMeta::new(vec![3, 1, 2, 4, 5]);
+        let lists = crate::placement::assign(&[1, 2, 3, 4, 5], 3, 0, 4, 2, 1);
+        let create = |name: &str, replicas: Vec<Vec<u64>>| MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: replicas.len().max(1) as u32,
+            replicas,
+        };
+        assert!(m.apply(1, id(1), create("t", lists.clone())).is_some());
+        assert_eq!(m.topics["t"].replicas, lists);
+        // Malformed: a node that is not a member; a partition without replicas.
+        assert!(m.apply(2, id(2), create("bad", vec![vec![1, 9]])).is_none());
+        assert!(m.apply(3, id(3), create("bad", vec![vec![]])).is_none());
+        assert!(!m.topics.contains_key("bad"));
+        // Before placement: every member, rotated.
+        assert!(m.apply(4, id(4), create("old", Vec::new())).is_some());
+        assert_eq!(m.topics["old"].replicas[0].len(), 5);
+        let all = crate::placement::assign(&[1, 2, 3, 4, 5], 3, 0, 8, 2, 1);
+        let grow = |count: u32, replicas: Vec<Vec<u64>>| MetaCommand::CreatePartitions {
+            name: "t".into(),
+            incarnation: 1,
+            count,
+            replicas,
+        };
+        assert!(m.apply(5, id(5), grow(6, all[..6].to_vec())).is_some());
+        // A request made when the topic had 4 partitions, applied after it grew to 6.
+        assert!(m.apply(6, id(6), grow(8, all.clone())).is_some());
+        assert_eq!(m.topics["t"].replicas, all);
+        assert!(
+            m.apply(7, id(7), grow(9, all.clone())).is_none(),
+            "8 lists for 9"
+        );
+        assert_eq!(m.topics["t"].partitions, 8);
+        // Encoded without the field when empty, so older nodes read new commands of old shape.
+        let json = serde_json::to_string(&create("x", Vec::new())).unwrap();
+        assert!(!json.contains("replicas"), "{json}");
     }
 
     /// Item 6: deleting a topic removes every group's committed offsets for it.

@@ -21,8 +21,11 @@
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
-//! message CreateTopic        { string name = 1; uint32 partitions = 2; }
-//! message CreatePartitions   { string name = 1; uint64 incarnation = 2; uint32 count = 3; }
+//! message CreateTopic        { string name = 1; uint32 partitions = 2;
+//!                              repeated ReplicaList replicas = 3; }
+//! message CreatePartitions   { string name = 1; uint64 incarnation = 2; uint32 count = 3;
+//!                              repeated ReplicaList replicas = 4; }
+//! message ReplicaList        { repeated uint64 nodes = 1; }  // one partition, leader first
 //! message DeleteTopic        { string name = 1; optional uint64 incarnation = 2; }
 //! message AllocateProducerId { }
 //! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2; }
@@ -171,6 +174,31 @@ pub struct CreateTopicWire {
     /// Number of partitions.
     #[prost(uint32, tag = "2")]
     pub partitions: u32,
+    /// Each partition's replicas, preferred leader first (empty: every member, as commands
+    /// written before replica placement).
+    #[prost(message, repeated, tag = "3")]
+    pub replicas: Vec<ReplicaListWire>,
+}
+
+/// One partition's replicas on the wire, preferred leader first.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReplicaListWire {
+    /// Node ids.
+    #[prost(uint64, repeated, tag = "1")]
+    pub nodes: Vec<u64>,
+}
+
+fn replicas_to_wire(replicas: &[Vec<u64>]) -> Vec<ReplicaListWire> {
+    replicas
+        .iter()
+        .map(|nodes| ReplicaListWire {
+            nodes: nodes.clone(),
+        })
+        .collect()
+}
+
+fn replicas_from_wire(replicas: Vec<ReplicaListWire>) -> Vec<Vec<u64>> {
+    replicas.into_iter().map(|r| r.nodes).collect()
 }
 
 /// `CreatePartitions` on the wire.
@@ -185,6 +213,10 @@ pub struct CreatePartitionsWire {
     /// The new total number of partitions.
     #[prost(uint32, tag = "3")]
     pub count: u32,
+    /// The replicas of every partition `0..count`, preferred leader first (see
+    /// [`MetaCommand::CreatePartitions`]).
+    #[prost(message, repeated, tag = "4")]
+    pub replicas: Vec<ReplicaListWire>,
 }
 
 /// `DeleteTopic` on the wire.
@@ -265,20 +297,25 @@ impl From<RequestIdWire> for RequestId {
 impl From<&MetaCommand> for CommandWire {
     fn from(c: &MetaCommand) -> Self {
         match c {
-            MetaCommand::CreateTopic { name, partitions } => {
-                CommandWire::CreateTopic(CreateTopicWire {
-                    name: name.clone(),
-                    partitions: *partitions,
-                })
-            }
+            MetaCommand::CreateTopic {
+                name,
+                partitions,
+                replicas,
+            } => CommandWire::CreateTopic(CreateTopicWire {
+                name: name.clone(),
+                partitions: *partitions,
+                replicas: replicas_to_wire(replicas),
+            }),
             MetaCommand::CreatePartitions {
                 name,
                 incarnation,
                 count,
+                replicas,
             } => CommandWire::CreatePartitions(CreatePartitionsWire {
                 name: name.clone(),
                 incarnation: *incarnation,
                 count: *count,
+                replicas: replicas_to_wire(replicas),
             }),
             MetaCommand::DeleteTopic { name, incarnation } => {
                 CommandWire::DeleteTopic(DeleteTopicWire {
@@ -305,11 +342,13 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::CreateTopic(c) => MetaCommand::CreateTopic {
                 name: c.name,
                 partitions: c.partitions,
+                replicas: replicas_from_wire(c.replicas),
             },
             CommandWire::CreatePartitions(c) => MetaCommand::CreatePartitions {
                 name: c.name,
                 incarnation: c.incarnation,
                 count: c.count,
+                replicas: replicas_from_wire(c.replicas),
             },
             CommandWire::DeleteTopic(c) => MetaCommand::DeleteTopic {
                 name: c.name,
@@ -369,15 +408,18 @@ mod tests {
             MetaCommand::CreateTopic {
                 name: "orders".into(),
                 partitions: 12,
+                replicas: vec![vec![1, 2, 3], vec![3, 1, 2], vec![2, 3, 1]],
             },
             MetaCommand::CreateTopic {
                 name: String::new(),
                 partitions: 0,
+                replicas: vec![],
             },
             MetaCommand::CreatePartitions {
                 name: "orders".into(),
                 incarnation: u64::MAX,
                 count: 40,
+                replicas: vec![vec![5, 1, 2], vec![u64::MAX]],
             },
             MetaCommand::DeleteTopic {
                 name: "orders".into(),
@@ -473,6 +515,7 @@ mod tests {
                 MetaCommand::CreateTopic {
                     name: "x".into(),
                     partitions: 1,
+                    replicas: vec![],
                 },
             ),
             (
@@ -488,6 +531,7 @@ mod tests {
                 MetaCommand::CreateTopic {
                     name: "y".into(),
                     partitions: 3,
+                    replicas: vec![],
                 },
             ),
         ];
@@ -508,6 +552,7 @@ mod tests {
             command: MetaCommand::CreateTopic {
                 name: "t".into(),
                 partitions: 4,
+                replicas: vec![],
             },
         };
         // 0x01 | field 1 (request) {1: 1, 2: 2, 3: 3} | field 2 (create_topic) {1: "t", 2: 4}
@@ -549,7 +594,8 @@ mod tests {
                 None,
                 MetaCommand::CreateTopic {
                     name: "t".into(),
-                    partitions: 2
+                    partitions: 2,
+                    replicas: vec![],
                 }
             )
         );

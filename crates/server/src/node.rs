@@ -4,7 +4,7 @@
 
 use crate::inbox::{inbox_with_waker, InboxSender};
 use crate::runtime::{Runtime, Slot};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -145,18 +145,6 @@ pub fn group_id_for_topic(name: &str, incarnation: u64, partition: u32) -> u64 {
     } else {
         h
     }
-}
-
-/// The preferred leader of partition `partition` of a topic's incarnation among `members`
-/// (sorted node ids): the nodes take turns partition after partition, starting at a node drawn
-/// from the topic's name and incarnation, so partitions' leaders spread evenly over the nodes and
-/// topics do not all start on the same node (Kafka's rack-unaware placement with a random start,
-/// made deterministic so every node derives the same answer without coordination).
-pub fn preferred_leader(members: &[u64], name: &str, incarnation: u64, partition: u32) -> u64 {
-    assert!(!members.is_empty(), "a cluster has at least one member");
-    let start = group_id_for_topic(name, incarnation, 0) % members.len() as u64;
-    let index = (start + u64::from(partition)) % members.len() as u64;
-    members[index as usize]
 }
 
 /// A handle on one log stream of a running node: append, read, await commits.
@@ -323,6 +311,8 @@ struct Registry {
     peers: Mutex<HashMap<u64, Vec<(u64, String)>>>,
     /// When each peer last pinged (see [`crate::liveness`]).
     liveness: crate::liveness::Liveness,
+    /// Which groups each peer reports leading (see [`crate::leaders`]).
+    leaders: crate::leaders::LeaderBook,
 }
 
 impl Registry {
@@ -339,6 +329,10 @@ impl PeerInbox for Registry {
     fn deliver(&self, group: u64, msg: raft::prelude::Message) {
         if group == crate::liveness::LIVENESS_GROUP {
             self.liveness.heard(msg.from);
+            if let Err(e) = self.leaders.record(msg.from, &msg.context) {
+                self.stats
+                    .refuse_message(group, &Refusal::BadLeaderReport(e));
+            }
             return;
         }
         let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
@@ -401,8 +395,9 @@ pub struct Node {
     config: NodeConfig,
     registry: Arc<Registry>,
     peers: PeerSender,
-    /// Open topics (and streams configured at start) by name: partition `i` at index `i`.
-    streams: Mutex<HashMap<String, Vec<LogStream>>>,
+    /// The partitions of topics (and streams configured at start) this node is a replica of, by
+    /// name and partition index. Shared with the liveness task, which reports the ones led here.
+    streams: Arc<Mutex<StreamMap>>,
     /// Every open group (the metadata group and every stream's).
     groups: Mutex<Vec<RunningGroup>>,
     /// The worker pool and timer that drive the groups.
@@ -427,6 +422,20 @@ pub struct Node {
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
+}
+
+/// Open streams by topic name, then partition index (only the partitions hosted here).
+type StreamMap = HashMap<String, BTreeMap<u32, LogStream>>;
+
+/// Where a topic's partitions live: its incarnation and each partition's replicas (preferred
+/// leader first), as the replicated metadata says (or, for a stream configured at start, one
+/// partition on every member).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// The topic's incarnation (0 for a stream configured at start).
+    pub incarnation: u64,
+    /// Replicas of partition `p` at index `p`.
+    pub replicas: Vec<Vec<u64>>,
 }
 
 /// A number that differs between two starts of a process: the clock in nanoseconds mixed with
@@ -467,13 +476,13 @@ fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::Pro
     table
 }
 
-/// While this node is rejoining after a replaced disk, checks every 200 ms whether every group
-/// has caught up; then ends rejoin mode and reconnects to the peers so their hellos say so.
 /// Pings every peer once per heartbeat interval and reports to every group each peer not heard
-/// from for an election timeout (see [`crate::liveness`]).
+/// from for an election timeout (see [`crate::liveness`]). Each ping carries this node's leader
+/// report when it is due (see [`crate::leaders`]).
 async fn watch_liveness(
     registry: Arc<Registry>,
     peers: PeerSender,
+    streams: Arc<Mutex<StreamMap>>,
     me: u64,
     others: Vec<u64>,
     every: Duration,
@@ -481,13 +490,16 @@ async fn watch_liveness(
 ) {
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut schedule = crate::leaders::ReportSchedule::default();
     loop {
         interval.tick().await;
+        let report = schedule.due(led_here(&streams, me), std::time::Instant::now());
         for peer in &others {
-            peers.send(
-                crate::liveness::LIVENESS_GROUP,
-                crate::liveness::ping(me, *peer),
-            );
+            let mut ping = crate::liveness::ping(me, *peer);
+            if let Some(report) = &report {
+                ping.context = report.clone();
+            }
+            peers.send(crate::liveness::LIVENESS_GROUP, ping);
         }
         for peer in registry
             .liveness
@@ -502,6 +514,21 @@ async fn watch_liveness(
     }
 }
 
+/// The groups among `streams` that node `me` leads now, with their terms.
+fn led_here(streams: &Mutex<StreamMap>, me: u64) -> Vec<(u64, u64)> {
+    let streams = streams.lock().unwrap_or_else(|e| e.into_inner());
+    streams
+        .values()
+        .flat_map(BTreeMap::values)
+        .filter_map(|s| {
+            let v = s.visible();
+            (v.leader == me).then_some((s.group, v.term))
+        })
+        .collect()
+}
+
+/// While this node is rejoining after a replaced disk, checks every 200 ms whether every group
+/// has caught up; then ends rejoin mode and reconnects to the peers so their hellos say so.
 async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -560,18 +587,23 @@ impl Node {
             }
         })?;
         let peer_stats = Arc::new(PeerStats::default());
+        let others: Vec<u64> = config
+            .member_ids()
+            .into_iter()
+            .filter(|m| *m != config.id)
+            .collect();
+        // A peer leads at most every partition (and the configured streams); the limit is
+        // generous since creates racing from several nodes may pass max_partitions by a few.
+        let max_reported = (config.kafka.max_partitions as usize)
+            .saturating_mul(2)
+            .saturating_add(config.initial_streams.len());
         let registry = Arc::new(Registry {
             directories: Arc::new(directories),
             groups: RwLock::new(HashMap::new()),
             stats: peer_stats.clone(),
             peers: Mutex::new(HashMap::new()),
-            liveness: crate::liveness::Liveness::new(
-                &config
-                    .member_ids()
-                    .into_iter()
-                    .filter(|m| *m != config.id)
-                    .collect::<Vec<_>>(),
-            ),
+            liveness: crate::liveness::Liveness::new(&others),
+            leaders: crate::leaders::LeaderBook::new(&others, max_reported),
         });
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
@@ -592,15 +624,13 @@ impl Node {
             versions.clone(),
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
+        let streams = Arc::new(Mutex::new(StreamMap::new()));
         let liveness_task = tokio::spawn(watch_liveness(
             registry.clone(),
             peers.clone(),
+            streams.clone(),
             config.id,
-            config
-                .member_ids()
-                .into_iter()
-                .filter(|m| *m != config.id)
-                .collect(),
+            others,
             config.raft.heartbeat,
             config.raft.election_timeout,
         ));
@@ -614,17 +644,18 @@ impl Node {
             config.storage.cache_bytes,
             config.storage.max_open_segment_files,
         );
+        let metadata = ClusterMeta::new(config.member_ids());
         let node = Arc::new(Node {
             config,
             registry,
             peers,
             rejoin_task,
             liveness_task,
-            streams: Mutex::new(HashMap::new()),
+            streams,
             groups: Mutex::new(Vec::new()),
             runtime,
             peer_task,
-            metadata: Arc::new(RwLock::new(ClusterMeta::default())),
+            metadata: Arc::new(RwLock::new(metadata)),
             metadata_group: Mutex::new(None),
             store_resources,
             group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
@@ -641,6 +672,7 @@ impl Node {
             METADATA_GROUP_ID,
             0,
             GroupKind::Metadata(sm),
+            node.config.member_ids(),
             None,
         )?;
         let mut seen: HashMap<u64, String> = HashMap::new();
@@ -674,39 +706,87 @@ impl Node {
         self.partition(name, 0)
     }
 
-    /// A handle on partition `partition` of topic `name`, if this node serves it.
+    /// A handle on partition `partition` of topic `name`, if this node is one of its replicas.
     pub fn partition(&self, name: &str, partition: u32) -> Option<LogStream> {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
-            .and_then(|p| p.get(usize::try_from(partition).ok()?))
+            .and_then(|p| p.get(&partition))
             .cloned()
     }
 
-    /// Handles on every partition of topic `name`, in partition order (empty when unknown).
+    /// Handles on the partitions of topic `name` this node is a replica of, in partition order
+    /// (empty when it hosts none, or the topic is unknown).
     pub fn partitions(&self, name: &str) -> Vec<LogStream> {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(name)
-            .cloned()
+            .map(|p| p.values().cloned().collect())
             .unwrap_or_default()
     }
 
-    /// The partition 0 of the first topic for which `pred` holds on it (one pass, nothing
-    /// copied but the handle found).
-    pub fn find_stream(&self, pred: impl Fn(&LogStream) -> bool) -> Option<LogStream> {
-        self.streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter_map(|p| p.first())
-            .find(|s| pred(s))
-            .cloned()
+    /// Where topic `name` lives: from the replicated metadata, or a stream configured at start
+    /// (one partition, every member). `None` when there is no such topic.
+    pub fn topic_layout(&self, name: &str) -> Option<TopicLayout> {
+        if let Some(t) = self.metadata().topics.get(name) {
+            return Some(TopicLayout {
+                incarnation: t.created_at_index,
+                replicas: t.replicas.clone(),
+            });
+        }
+        self.partition(name, 0)
+            .filter(|s| s.incarnation == 0)
+            .map(|_| TopicLayout {
+                incarnation: 0,
+                replicas: vec![self.config.member_ids()],
+            })
     }
 
-    /// Names of every stream this node serves.
+    /// The incarnation of topic `name` (0 for a stream configured at start), without copying
+    /// its replica lists; `None` when there is no such topic.
+    pub fn topic_incarnation(&self, name: &str) -> Option<u64> {
+        if let Some(i) = self.metadata().incarnation(name) {
+            return Some(i);
+        }
+        self.partition(name, 0)
+            .filter(|s| s.incarnation == 0)
+            .map(|_| 0)
+    }
+
+    /// Names of every topic of the cluster (hosted here or not) and of the streams configured
+    /// at start, sorted.
+    pub fn topic_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.metadata().topics.keys().cloned().collect();
+        for name in self.stream_names() {
+            if self.partition(&name, 0).is_some_and(|s| s.incarnation == 0) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The leader of partition `partition` of incarnation `incarnation` of topic `name`, and
+    /// its term, as a node that does not host it knows it: from the leaders' reports (see
+    /// [`crate::leaders`]). The leader may have died since; callers check it is connected.
+    pub fn reported_leader(
+        &self,
+        name: &str,
+        incarnation: u64,
+        partition: u32,
+    ) -> Option<(u64, u64)> {
+        let group = if incarnation == 0 {
+            group_id_for(name)
+        } else {
+            group_id_for_topic(name, incarnation, partition)
+        };
+        self.registry.leaders.leader_of(group)
+    }
+
+    /// Names of every stream this node hosts a partition of.
     pub fn stream_names(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .streams
@@ -878,18 +958,20 @@ impl Node {
             group,
             0,
             GroupKind::Stream(self.stream_dir(name)),
+            self.config.member_ids(),
             None,
         )
     }
 
-    /// Opens (creating on first use) partitions `0..partitions` of incarnation `incarnation`
-    /// of topic `name`, starting a Raft group for each that is not open yet. An older
-    /// incarnation still open under the name is dropped first.
+    /// Opens (creating on first use) the partitions of incarnation `incarnation` of topic
+    /// `name` this node is a replica of (`replicas[p]` lists partition `p`'s, preferred leader
+    /// first), starting a Raft group whose voters are those replicas for each that is not open
+    /// yet. An older incarnation still open under the name is dropped first.
     pub fn open_topic(
         &self,
         name: &str,
         incarnation: u64,
-        partitions: u32,
+        replicas: &[Vec<u64>],
     ) -> Result<(), NodeError> {
         let open = self.partitions(name);
         if let Some(s) = open.first() {
@@ -903,7 +985,7 @@ impl Node {
         // here before, so it was committed and is in the local log); opening it again would
         // show clients an empty topic under the name until the replay reaches its delete (a
         // produce accepted then would be lost with it). So it is not opened at all.
-        let gone = !self.topic_dir(name, incarnation, 0).exists()
+        let gone = self.topic_dirs_on_disk(name, incarnation).is_empty()
             && self
                 .deleted_before_start
                 .lock()
@@ -913,22 +995,34 @@ impl Node {
             tracing::debug!(topic = %name, incarnation, "a deleted incarnation is not reopened on replay");
             return Ok(());
         }
-        let already = u32::try_from(self.partitions(name).len()).unwrap_or(u32::MAX);
-        for partition in already..partitions {
+        for (partition, voters) in (0u32..).zip(replicas) {
+            if !voters.contains(&self.config.id) || self.partition(name, partition).is_some() {
+                continue;
+            }
             let group = group_id_for_topic(name, incarnation, partition);
             let dir = self.topic_dir(name, incarnation, partition);
-            let preferred = self.preferred_leader_of(name, incarnation, partition);
+            let preferred = voters[0];
             let stream = self.open_group(
                 name,
                 partition,
                 group,
                 incarnation,
                 GroupKind::Stream(dir),
+                voters.clone(),
                 Some(preferred),
             )?;
             // The preferred replica stands for election at once: a new partition gets a leader
             // without waiting an election timeout, and leaders start spread over the nodes.
-            if preferred == self.config.id && self.config.members.len() > 1 {
+            // Not while the metadata log is replayed from disk at start (no metadata leader
+            // known yet): every replica may be replaying at once after a restart of every node,
+            // and a campaign would elect a leader for a topic incarnation that the rest of the
+            // log deletes (an empty log, answering ListOffsets with 0 until the delete
+            // replays). Elections then wait for a timeout, and leader rebalance moves
+            // leadership to the preferred replica.
+            let live = self
+                .metadata_group()
+                .is_some_and(|g| g.visible().leader != 0);
+            if preferred == self.config.id && voters.len() > 1 && live {
                 stream.campaign();
             }
         }
@@ -972,27 +1066,18 @@ impl Node {
         }
     }
 
-    /// The preferred leader of a topic partition (see [`preferred_leader`]).
-    pub fn preferred_leader_of(&self, name: &str, incarnation: u64, partition: u32) -> u64 {
-        let mut members = self.config.member_ids();
-        members.sort_unstable();
-        preferred_leader(&members, name, incarnation, partition)
-    }
-
-    /// The replicas of `stream` in Kafka's order: the preferred leader first, then the other
-    /// members in turn (a stream configured at start: the members in id order).
+    /// The replicas of `stream` in Kafka's order: the preferred leader first (a stream
+    /// configured at start: every member in id order).
     pub fn replicas_of(&self, stream: &LogStream) -> Vec<u64> {
-        let mut members = self.config.member_ids();
-        members.sort_unstable();
-        if stream.incarnation == 0 {
-            return members;
-        }
-        let first = preferred_leader(&members, &stream.name, stream.incarnation, stream.partition);
-        let at = members.iter().position(|m| *m == first).unwrap_or(0);
-        members.rotate_left(at);
-        members
+        self.topic_layout(&stream.name)
+            .filter(|l| l.incarnation == stream.incarnation)
+            .and_then(|l| l.replicas.get(stream.partition as usize).cloned())
+            .unwrap_or_else(|| self.config.member_ids())
     }
 
+    /// Starts the Raft group of one stream; `voters` are its replicas (used when its store is
+    /// new; an existing store keeps the configuration it saved).
+    #[allow(clippy::too_many_arguments)]
     fn open_group(
         &self,
         name: &str,
@@ -1000,8 +1085,14 @@ impl Node {
         group: u64,
         incarnation: u64,
         kind: GroupKind,
+        voters: Vec<u64>,
         preferred_leader: Option<u64>,
     ) -> Result<LogStream, NodeError> {
+        assert!(
+            voters.contains(&self.config.id),
+            "{name}-{partition}: this node is not among the voters {voters:?}"
+        );
+        let single_voter = voters.len() == 1;
         if let Some(other) = self.group_owner(group) {
             return Err(NodeError::GroupIdCollision(
                 other,
@@ -1046,7 +1137,7 @@ impl Node {
         }
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
-                voters: self.config.member_ids(),
+                voters,
                 ..Default::default()
             };
             store.save_conf_state(&cs).map_err(store_err)?;
@@ -1136,6 +1227,7 @@ impl Node {
             store: shared.clone(),
             inbox: rx,
             peers: self.peers.clone(),
+            tick: t.tick,
             visible: vis_tx,
             pipeline: t.pipeline,
             group_commit: t.group_commit,
@@ -1174,16 +1266,15 @@ impl Node {
         } else {
             let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
             let partitions = streams.entry(topic.to_owned()).or_default();
-            // Partitions open in order, each once (open_topic opens only the missing ones).
-            assert_eq!(
-                partitions.len(),
-                partition as usize,
-                "partition {partition} of {topic} opened out of order"
+            // Each partition opens once (open_topic opens only the missing ones).
+            let earlier = partitions.insert(partition, stream.clone());
+            assert!(
+                earlier.is_none(),
+                "partition {partition} of {topic} opened twice"
             );
-            partitions.push(stream.clone());
         }
-        // A single-node cluster elects itself at once instead of waiting an election timeout.
-        if self.config.members.len() == 1 {
+        // A group of one voter elects itself at once instead of waiting an election timeout.
+        if single_voter {
             stream.campaign();
         }
         Ok(stream)
@@ -1198,7 +1289,7 @@ impl Node {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .flatten()
+            .flat_map(BTreeMap::values)
             .find(|s| s.group == group)
             .map(|s| format!("{}-{}", s.name, s.partition))
     }
@@ -1345,14 +1436,37 @@ impl Node {
         }
     }
 
-    /// Creates a topic with `partitions` partitions on every node (a no-op when it exists).
-    /// Returns once the topic's streams are open on this node.
+    /// Creates a topic with `partitions` partitions, each on
+    /// [`NodeConfig::default_replication_factor`] nodes (a no-op when it exists). Returns once
+    /// this node has applied it (its replicas here are open).
     pub async fn create_topic(
         &self,
         name: &str,
         partitions: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
+        let replication_factor = self.config.default_replication_factor();
+        self.create_topic_replicated(name, partitions, replication_factor, timeout)
+            .await
+    }
+
+    /// Creates a topic with `partitions` partitions of `replication_factor` replicas each
+    /// (1..=members), placed as [`crate::placement`] says (a no-op when it exists). Returns once
+    /// this node has applied it.
+    pub async fn create_topic_replicated(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: usize,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        let members = self.config.member_ids();
+        if !(1..=members.len()).contains(&replication_factor) {
+            return Err(AppendError::Invalid(format!(
+                "replication factor {replication_factor} with {} nodes",
+                members.len()
+            )));
+        }
         if !crate::config::valid_stream_name(name) || name == METADATA_STREAM {
             return Err(AppendError::Invalid(format!("invalid topic name {name:?}")));
         }
@@ -1369,10 +1483,14 @@ impl Node {
                 self.check_limits(&meta, 1, partitions)?;
             }
         }
+        let (start, shift) = crate::placement::random_pattern(members.len());
+        let replicas =
+            crate::placement::assign(&members, replication_factor, 0, partitions, start, shift);
         self.propose_metadata(
             &MetaCommand::CreateTopic {
                 name: name.to_owned(),
                 partitions,
+                replicas,
             },
             timeout,
         )
@@ -1407,16 +1525,18 @@ impl Node {
         Ok(())
     }
 
-    /// Grows topic `name` to `count` partitions on every node. Returns once the new partitions
-    /// are open on this node. Fails when the topic does not exist or has `count` partitions or
-    /// more already (Kafka's INVALID_PARTITIONS), or a limit would be passed.
+    /// Grows topic `name` to `count` partitions, the new ones with as many replicas as its
+    /// partition 0 and placed to continue its pattern (see [`crate::placement`]). Returns once
+    /// this node has applied it. Fails when the topic does not exist or has `count` partitions
+    /// or more already (Kafka's INVALID_PARTITIONS), or a limit would be passed.
     pub async fn create_partitions(
         &self,
         name: &str,
         count: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let incarnation = {
+        let members = self.config.member_ids();
+        let (incarnation, replicas) = {
             let meta = self.metadata();
             let Some(topic) = meta.topics.get(name) else {
                 return Err(AppendError::Invalid(format!("unknown topic {name}")));
@@ -1428,13 +1548,27 @@ impl Node {
                 )));
             }
             self.check_limits(&meta, 0, count - topic.partitions)?;
-            topic.created_at_index
+            let first = topic.replicas.first().cloned().unwrap_or_default();
+            let replication_factor = first.len().clamp(1, members.len());
+            let (start, shift) = crate::placement::pattern_of(&members, &first)
+                .unwrap_or_else(|| crate::placement::random_pattern(members.len()));
+            let mut replicas = topic.replicas.clone();
+            replicas.extend(crate::placement::assign(
+                &members,
+                replication_factor,
+                topic.partitions,
+                count,
+                start,
+                shift,
+            ));
+            (topic.created_at_index, replicas)
         };
         self.propose_metadata(
             &MetaCommand::CreatePartitions {
                 name: name.to_owned(),
                 incarnation,
                 count,
+                replicas,
             },
             timeout,
         )
@@ -1487,9 +1621,10 @@ impl Node {
         .map(|_| ())
     }
 
-    /// Whether `name` is a topic (created through the metadata group or configured).
+    /// Whether `name` is a topic (created through the metadata group, hosted here or not, or
+    /// a stream configured at start).
     pub fn is_topic(&self, name: &str) -> bool {
-        self.stream(name).is_some()
+        self.topic_layout(name).is_some()
     }
 
     /// Stops every group thread (their pending appends fail with `Stopped`) and the peer

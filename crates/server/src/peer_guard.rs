@@ -100,6 +100,10 @@ pub enum Refusal {
     /// The message names a group this node does not run.
     #[error("no group {0} on this node")]
     UnknownGroup(u64),
+    /// A liveness ping's leader report does not decode or is too long (see
+    /// [`crate::leaders`]); the ping still counts as a sign of life.
+    #[error("leader report refused: {0}")]
+    BadLeaderReport(crate::leaders::ReportError),
     /// The sender is neither voter nor learner of the group's configuration.
     #[error("node {0} is not in the group's configuration")]
     NotInGroup(u64),

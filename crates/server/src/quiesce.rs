@@ -18,8 +18,9 @@
 //!    once per heartbeat interval on the peer transport (group id [`crate::liveness`]'s
 //!    `LIVENESS_GROUP`); a peer not heard from for an election timeout, or whose connection
 //!    failed, is reported down to every group. A quiesced follower whose leader is down, and
-//!    a quiesced leader (to check its quorum), wake; the followers then elect a new leader
-//!    as after any leader failure.
+//!    a quiesced leader of which it is a voter (to check its quorum), wake; the followers then
+//!    elect a new leader as after any leader failure. The same pings carry each node's list of
+//!    the groups it leads (see [`crate::leaders`]).
 
 use raft::prelude::{Message, MessageType};
 use raft::{Raft, StateRole, Storage};

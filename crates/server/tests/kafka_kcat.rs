@@ -1,5 +1,6 @@
 //! kcat (librdkafka) against an in-process 3-node cluster serving Kafka: metadata, produce and
-//! consume from the beginning, each bootstrapped at a follower. kcat comes from Debian's
+//! consume from the beginning, each bootstrapped at a follower; and against five nodes, where
+//! each node lacks replicas of some partitions. kcat comes from Debian's
 //! `kcat` package (installed by scripts/test-deps.sh).
 
 mod common;
@@ -266,6 +267,113 @@ async fn kcat_produces_and_consumes_per_partition() {
             }
         }
         assert_eq!(partition_of.len(), 12, "{partition_of:?}");
+    })
+    .await
+    .unwrap();
+    for n in &nodes {
+        n.shutdown();
+    }
+}
+
+/// kcat against five nodes with a topic of 10 partitions x 3 replicas, so every node lacks
+/// replicas of some partitions: `-L` at any node lists all 10 with a leader and 3 replicas, and
+/// kcat bootstrapped at one node writes every partition and kcat bootstrapped at another reads
+/// each back (librdkafka goes to the leaders Metadata names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_finds_every_leader_from_any_of_five_nodes() {
+    const TOPIC5: &str = "kcat-five";
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for c in cluster_configs(5, dir.path(), &[]) {
+        let n = Node::start(c).await.unwrap();
+        n.serve_kafka().await.unwrap();
+        nodes.push(n);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match nodes[0]
+            .create_topic(TOPIC5, 10, Duration::from_secs(5))
+            .await
+        {
+            Ok(()) => break,
+            Err(e) => assert!(Instant::now() < deadline, "create {TOPIC5}: {e}"),
+        }
+    }
+    // Every node knows every partition's leader: its own groups', or the reported one.
+    let incarnation = nodes[0].topic_incarnation(TOPIC5).unwrap();
+    while !nodes.iter().all(|n| {
+        n.live_brokers().len() == 5
+            && (0..10).all(|p| match n.partition(TOPIC5, p) {
+                Some(s) => s.visible().leader != 0,
+                None => n.reported_leader(TOPIC5, incarnation, p).is_some(),
+            })
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "leaders of {TOPIC5} not known everywhere"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hosted: usize = nodes.iter().map(|n| n.partitions(TOPIC5).len()).sum();
+    assert_eq!(hosted, 30, "10 partitions x 3 replicas");
+    let brokers: Vec<String> = nodes
+        .iter()
+        .map(|n| n.config().kafka_advertised.clone())
+        .collect();
+    tokio::task::spawn_blocking(move || {
+        for b in &brokers {
+            let mut cmd = kcat();
+            cmd.args(["-b", b, "-L", "-t", TOPIC5]);
+            let (ok, out, err) = run(cmd, b"", Duration::from_secs(20));
+            assert!(ok, "kcat -L at {b} failed: {err}");
+            assert!(out.contains(" 5 brokers:"), "{out}");
+            assert!(
+                out.contains(&format!("topic \"{TOPIC5}\" with 10 partitions")),
+                "{out}"
+            );
+            for p in 0..10 {
+                let line = out
+                    .lines()
+                    .find(|l| {
+                        l.trim_start()
+                            .starts_with(&format!("partition {p}, leader "))
+                    })
+                    .unwrap_or_else(|| panic!("no partition {p} at {b}: {out}"));
+                // "partition P, leader L, replicas: A,B,C, isrs: ..."
+                let replicas = line
+                    .split("replicas: ")
+                    .nth(1)
+                    .and_then(|r| r.split(", isrs").next())
+                    .map_or(0, |r| r.split(',').count());
+                assert!(!line.contains("leader -1"), "{line}");
+                assert_eq!(replicas, 3, "{line}");
+            }
+        }
+        for p in 0..10 {
+            let lines: String = (0..5).map(|i| format!("p{p}-{i}\n")).collect();
+            let part = p.to_string();
+            let mut cmd = kcat();
+            cmd.args([
+                "-b",
+                &brokers[4],
+                "-t",
+                TOPIC5,
+                "-P",
+                "-p",
+                &part,
+                "-X",
+                "acks=all",
+            ]);
+            let (ok, _, err) = run(cmd, lines.as_bytes(), Duration::from_secs(20));
+            assert!(ok, "kcat produce to partition {p} failed: {err}");
+        }
+        for p in 0..10 {
+            let part = p.to_string();
+            let (ok, out, err) = kcat_consume(&brokers[0], TOPIC5, "beginning", &["-p", &part]);
+            assert!(ok, "kcat consume of partition {p} failed: {err}");
+            let want: Vec<String> = (0..5).map(|i| format!("{i} p{p}-{i}")).collect();
+            assert_eq!(out.lines().collect::<Vec<_>>(), want, "partition {p}");
+        }
     })
     .await
     .unwrap();

@@ -60,18 +60,24 @@ fn offsets(brokers: &[SocketAddr], topic: &str) -> (i64, i64) {
 }
 
 /// Reads partition 0 from the leader from `from` to the high watermark: base offset -> (count,
-/// first value).
-fn read_all(brokers: &[SocketAddr], topic: &str, from: i64) -> Acked {
+/// first value). `None` when the leader's log start passed `from` meanwhile (retention runs at
+/// any time, and goes on once followers' progress is known again after a restart).
+fn read_all(brokers: &[SocketAddr], topic: &str, from: i64) -> Option<Acked> {
     let mut out = Acked::new();
     let mut offset = from;
     let deadline = Instant::now() + WAIT;
     loop {
         assert!(Instant::now() < deadline, "reading {topic} took too long");
-        let (hw, records) = on_any(brokers, WAIT, "fetch", |c| {
-            c.fetch(topic, offset).map(|(e, hw, _, r)| (e, (hw, r)))
+        // OFFSET_OUT_OF_RANGE (1) comes only from the leader: an answer, not a retry.
+        let read = on_any(brokers, WAIT, "fetch", |c| {
+            c.fetch(topic, offset).map(|(e, hw, _, r)| match e {
+                1 => (0, None),
+                e => (e, Some((hw, r))),
+            })
         });
+        let (hw, records) = read?;
         if offset >= hw {
-            return out;
+            return Some(out);
         }
         let batches = split_batches(&records);
         assert!(
@@ -86,26 +92,33 @@ fn read_all(brokers: &[SocketAddr], topic: &str, from: i64) -> Acked {
 }
 
 /// Every acknowledged batch at or after the log start is readable, unchanged, and nothing
-/// else is there; the log end is right after the last acknowledged batch.
+/// else is there; the log end is right after the last acknowledged batch. The log start is read
+/// again when retention moved it while reading.
 fn assert_acked_present(brokers: &[SocketAddr], topic: &str, acked: &Acked) {
-    let (start, end) = offsets(brokers, topic);
-    let expected: Acked = acked
-        .range(start as u64..)
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
-    let last_end = acked
-        .iter()
-        .next_back()
-        .map(|(b, (n, _))| b + u64::from(*n))
-        .unwrap_or(0);
-    assert_eq!(end as u64, last_end, "{topic}: log end offset");
-    let got = read_all(brokers, topic, start);
-    assert_eq!(
-        got.keys().collect::<Vec<_>>(),
-        expected.keys().collect::<Vec<_>>(),
-        "{topic}: batches from the log start {start}"
-    );
-    assert!(got == expected, "{topic}: batch contents differ");
+    for _ in 0..10 {
+        let (start, end) = offsets(brokers, topic);
+        let expected: Acked = acked
+            .range(start as u64..)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let last_end = acked
+            .iter()
+            .next_back()
+            .map(|(b, (n, _))| b + u64::from(*n))
+            .unwrap_or(0);
+        assert_eq!(end as u64, last_end, "{topic}: log end offset");
+        let Some(got) = read_all(brokers, topic, start) else {
+            continue;
+        };
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            expected.keys().collect::<Vec<_>>(),
+            "{topic}: batches from the log start {start}"
+        );
+        assert!(got == expected, "{topic}: batch contents differ");
+        return;
+    }
+    panic!("{topic}: the log start kept moving past every read");
 }
 
 fn wait_for_leader(brokers: &[SocketAddr], topic: &str) {

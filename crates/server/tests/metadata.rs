@@ -192,6 +192,8 @@ async fn a_metadata_log_written_in_json_replays_as_before() {
             command: MetaCommand::CreateTopic {
                 name: "old-a".into(),
                 partitions: 3,
+                // Written before replica placement: every member holds every partition.
+                replicas: vec![],
             },
         })
         .unwrap(),

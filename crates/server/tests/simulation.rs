@@ -173,6 +173,7 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         store: shared.clone(),
         inbox: rx,
         peers,
+        tick: Duration::from_millis(50),
         visible: vis_tx,
         pipeline: true,
         group_commit: true,

@@ -105,9 +105,9 @@ const LONG: i8 = 5;
 /// (name, value, type, source) of a resource's configuration.
 type ConfigEntry = (&'static str, String, i8, i8);
 
-fn topic_configs(node: &Node) -> Vec<ConfigEntry> {
+/// The settings of a topic whose partitions have `voters` replicas each.
+fn topic_configs(node: &Node, voters: usize) -> Vec<ConfigEntry> {
     let c = node.config();
-    let voters = c.members.len();
     let retention_ms = c
         .storage
         .retention_age
@@ -187,7 +187,7 @@ fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
         ),
         (
             "default.replication.factor",
-            c.members.len().to_string(),
+            c.default_replication_factor().to_string(),
             INT,
             STATIC_BROKER_CONFIG,
         ),
@@ -215,7 +215,7 @@ fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
         ),
     ];
     v.extend(
-        topic_configs(node)
+        topic_configs(node, c.default_replication_factor())
             .into_iter()
             .filter(|(n, ..)| *n == "min.insync.replicas"),
     );
@@ -238,7 +238,13 @@ pub fn describe_configs(
                 ..Default::default()
             };
             let entries = match res.resource_type {
-                TOPIC if node.is_topic(&res.resource_name) => topic_configs(node),
+                TOPIC if node.is_topic(&res.resource_name) => {
+                    let replicas = node
+                        .topic_layout(&res.resource_name)
+                        .and_then(|l| l.replicas.first().map(Vec::len))
+                        .unwrap_or(1);
+                    topic_configs(node, replicas)
+                }
                 TOPIC => {
                     out.error_code = ErrorCode::UnknownTopicOrPartition.code();
                     out.error_message = Some(format!("no topic {}", res.resource_name));

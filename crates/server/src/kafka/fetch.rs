@@ -19,7 +19,7 @@ use kafka_proto::records::batches_to_message_set;
 use kafka_proto::RecordChunks;
 
 use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::metadata::{partition_stream, topic_name_by_id};
+use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 
 /// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
 /// Kafka's broker setting `fetch.max.bytes` and its default (55 MiB). A single batch larger than
@@ -104,18 +104,28 @@ fn read_once(
                 records: Some(RecordChunks::default()),
                 ..Default::default()
             };
-            let stream = name
-                .as_deref()
-                .and_then(|n| partition_stream(node, n, p.partition));
-            let Some(stream) = stream else {
-                out.error_code = if version >= 13 {
-                    ErrorCode::UnknownTopicId.code()
-                } else {
-                    ErrorCode::UnknownTopicOrPartition.code()
-                };
-                any_error = true;
-                partitions.push(out);
-                continue;
+            let home = name.as_deref().map_or(PartitionHome::Unknown, |n| {
+                locate_partition(node, n, p.partition)
+            });
+            let stream = match home {
+                PartitionHome::Here(stream) => stream,
+                // No replica here, so not the leader: the client looks the leader up again.
+                PartitionHome::Elsewhere => {
+                    out.error_code = ErrorCode::NotLeaderOrFollower.code();
+                    any_error = true;
+                    partitions.push(out);
+                    continue;
+                }
+                PartitionHome::Unknown => {
+                    out.error_code = if version >= 13 {
+                        ErrorCode::UnknownTopicId.code()
+                    } else {
+                        ErrorCode::UnknownTopicOrPartition.code()
+                    };
+                    any_error = true;
+                    partitions.push(out);
+                    continue;
+                }
             };
             let v = stream.visible();
             out.high_watermark = v.high_watermark as i64;

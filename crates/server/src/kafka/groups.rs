@@ -458,7 +458,7 @@ pub fn offset_commit(
         .topics
         .into_iter()
         .map(|t| {
-            let partition_count = node.partitions(&t.name).len();
+            let partition_count = node.topic_layout(&t.name).map_or(0, |l| l.replicas.len());
             let partitions = t
                 .partitions
                 .into_iter()

@@ -47,22 +47,46 @@ pub fn stream_topic_id(stream: &LogStream) -> Uuid {
     topic_id(stream.name(), stream.incarnation())
 }
 
-/// The id of topic `name` as this node serves it now (the zero UUID when it is not a topic).
+/// The id of topic `name` as the cluster knows it now (the zero UUID when it is not a topic).
 pub fn topic_id_of(node: &Node, name: &str) -> Uuid {
-    node.stream(name)
-        .map(|s| stream_topic_id(&s))
+    node.topic_incarnation(name)
+        .map(|i| topic_id(name, i))
         .unwrap_or(Uuid::ZERO)
 }
 
-/// Partition `index` (as a Kafka request names it) of topic `name`, if this node serves it.
-pub fn partition_stream(node: &Node, name: &str, index: i32) -> Option<LogStream> {
-    node.partition(name, u32::try_from(index).ok()?)
+/// Where a partition a Kafka request names lives, as this node sees it.
+pub enum PartitionHome {
+    /// This node is one of its replicas: its stream.
+    Here(LogStream),
+    /// The partition exists but this node holds no replica of it: requests that need the
+    /// leader get NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata).
+    Elsewhere,
+    /// No such topic or partition.
+    Unknown,
 }
 
-/// The name of the topic with id `id`, if this node serves it.
+/// Partition `index` (as a Kafka request names it) of topic `name`.
+pub fn locate_partition(node: &Node, name: &str, index: i32) -> PartitionHome {
+    let Ok(partition) = u32::try_from(index) else {
+        return PartitionHome::Unknown;
+    };
+    if let Some(stream) = node.partition(name, partition) {
+        return PartitionHome::Here(stream);
+    }
+    match node.topic_layout(name) {
+        Some(l) if (partition as usize) < l.replicas.len() => PartitionHome::Elsewhere,
+        _ => PartitionHome::Unknown,
+    }
+}
+
+/// The name of the topic with id `id`, if it exists.
 pub fn topic_name_by_id(node: &Node, id: Uuid) -> Option<String> {
-    node.find_stream(|s| stream_topic_id(s) == id)
-        .map(|s| s.name().to_owned())
+    if id.is_zero() {
+        return None;
+    }
+    node.topic_names()
+        .into_iter()
+        .find(|n| topic_id_of(node, n) == id)
 }
 
 /// The cluster id Metadata reports: stable for a given set of members.
@@ -91,8 +115,10 @@ fn as_i32(id: u64) -> i32 {
     i32::try_from(id).unwrap_or(-1)
 }
 
-fn topic_metadata(node: &Node, name: &str, partitions: &[LogStream]) -> MetadataResponseTopic {
-    let Some(first) = partitions.first() else {
+/// A topic's partitions with their leader, replicas and in-sync replicas: every partition,
+/// whether this node hosts it or not.
+fn topic_metadata(node: &Node, name: &str) -> MetadataResponseTopic {
+    let Some(layout) = node.topic_layout(name) else {
         return MetadataResponseTopic {
             error_code: ErrorCode::UnknownTopicOrPartition.code(),
             name: Some(name.to_owned()),
@@ -107,20 +133,75 @@ fn topic_metadata(node: &Node, name: &str, partitions: &[LogStream]) -> Metadata
     MetadataResponseTopic {
         error_code: 0,
         name: Some(name.to_owned()),
-        topic_id: stream_topic_id(first),
+        topic_id: topic_id(name, layout.incarnation),
         is_internal: false,
-        partitions: partitions
-            .iter()
-            .map(|p| {
-                let replicas: Vec<i32> = node.replicas_of(p).into_iter().map(as_i32).collect();
-                partition_metadata(node, p, &replicas, &live)
+        partitions: (0u32..)
+            .zip(&layout.replicas)
+            .map(|(p, replicas)| {
+                let replicas: Vec<i32> = replicas.iter().copied().map(as_i32).collect();
+                match node
+                    .partition(name, p)
+                    .filter(|s| s.incarnation() == layout.incarnation)
+                {
+                    Some(stream) => partition_metadata(node, &stream, &replicas, &live),
+                    None => remote_partition_metadata(
+                        node,
+                        name,
+                        layout.incarnation,
+                        p,
+                        &replicas,
+                        &live,
+                    ),
+                }
             })
             .collect(),
         ..Default::default()
     }
 }
 
-/// One partition's leader, replicas and in-sync replicas as this node sees them.
+/// A partition this node holds no replica of: its leader as the leaders report it (see
+/// [`crate::leaders`]), if that node is connected now; the live replicas as in-sync replicas.
+fn remote_partition_metadata(
+    node: &Node,
+    name: &str,
+    incarnation: u64,
+    partition: u32,
+    replicas: &[i32],
+    live: &[i32],
+) -> MetadataResponsePartition {
+    let reported = node
+        .reported_leader(name, incarnation, partition)
+        .filter(|(leader, _)| live.contains(&as_i32(*leader)));
+    let (error, leader, epoch) = match reported {
+        Some((leader, term)) => (
+            ErrorCode::None,
+            as_i32(leader),
+            i32::try_from(term).unwrap_or(i32::MAX),
+        ),
+        None => (ErrorCode::LeaderNotAvailable, -1, -1),
+    };
+    MetadataResponsePartition {
+        error_code: error.code(),
+        partition_index: i32::try_from(partition).unwrap_or(i32::MAX),
+        leader_id: leader,
+        leader_epoch: epoch,
+        replica_nodes: replicas.to_vec(),
+        isr_nodes: replicas
+            .iter()
+            .copied()
+            .filter(|r| live.contains(r))
+            .collect(),
+        offline_replicas: replicas
+            .iter()
+            .copied()
+            .filter(|r| !live.contains(r))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// One partition's leader, replicas and in-sync replicas as this node, one of its replicas,
+/// sees them.
 fn partition_metadata(
     node: &Node,
     stream: &LogStream,
@@ -128,7 +209,9 @@ fn partition_metadata(
     live: &[i32],
 ) -> MetadataResponsePartition {
     let v = stream.visible();
-    let (error, leader) = if v.leader == 0 {
+    // A leader this node is not connected to (killed, until the election notices) is not
+    // named: clients retry instead of connecting to a dead node.
+    let (error, leader) = if v.leader == 0 || !live.contains(&as_i32(v.leader)) {
         (ErrorCode::LeaderNotAvailable, -1)
     } else {
         (ErrorCode::None, as_i32(v.leader))
@@ -225,9 +308,9 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
         .collect();
     let topics = match &req.topics {
         None => node
-            .stream_names()
+            .topic_names()
             .into_iter()
-            .map(|n| topic_metadata(node, &n, &node.partitions(&n)))
+            .map(|n| topic_metadata(node, &n))
             .collect(),
         Some(list) => list
             .iter()
@@ -236,7 +319,7 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
                     Some(n) => n.clone(),
                     None => topic_name_by_id(node, t.topic_id).unwrap_or_default(),
                 };
-                let mut m = topic_metadata(node, &name, &node.partitions(&name));
+                let mut m = topic_metadata(node, &name);
                 m.topic_id = if m.error_code == 0 {
                     topic_id_of(node, &name)
                 } else {
@@ -281,10 +364,16 @@ pub fn list_offsets(
                         partition_index: p.partition_index,
                         ..Default::default()
                     };
-                    let stream = partition_stream(node, &t.name, p.partition_index);
-                    let Some(stream) = stream else {
-                        r.error_code = ErrorCode::UnknownTopicOrPartition.code();
-                        return r;
+                    let stream = match locate_partition(node, &t.name, p.partition_index) {
+                        PartitionHome::Here(stream) => stream,
+                        PartitionHome::Elsewhere => {
+                            r.error_code = ErrorCode::NotLeaderOrFollower.code();
+                            return r;
+                        }
+                        PartitionHome::Unknown => {
+                            r.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                            return r;
+                        }
                     };
                     let v = stream.visible();
                     if v.leader != node.config().id {

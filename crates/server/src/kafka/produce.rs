@@ -39,7 +39,7 @@ use kafka_proto::DecodeError;
 use crate::config::KafkaSettings;
 use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::metadata::partition_stream;
+use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::node::{Node, PendingAppend};
 use crate::producers::SequenceError;
 
@@ -294,8 +294,15 @@ fn submit_partition(
     limits: &ProduceLimits,
     transactional: bool,
 ) -> PartitionOutcome {
-    let Some(stream) = partition_stream(node, topic, partition) else {
-        return PartitionOutcome::Failed(ErrorCode::UnknownTopicOrPartition);
+    let stream = match locate_partition(node, topic, partition) {
+        PartitionHome::Here(stream) => stream,
+        // No replica here, so not the leader: the client looks the leader up again.
+        PartitionHome::Elsewhere => {
+            return PartitionOutcome::Failed(ErrorCode::NotLeaderOrFollower)
+        }
+        PartitionHome::Unknown => {
+            return PartitionOutcome::Failed(ErrorCode::UnknownTopicOrPartition)
+        }
     };
     if transactional {
         // Transactions are not served yet; say so clearly instead of storing half a protocol.

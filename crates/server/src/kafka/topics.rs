@@ -1,12 +1,12 @@
 //! CreateTopics, CreatePartitions and DeleteTopics, through the replicated cluster metadata.
 //!
 //! A topic has one or more partitions; each is its own log stream and Raft group, replicated to
-//! every node of the cluster. A partition count of -1 takes `kafka.num_partitions`; 0 or below
-//! -1 gets INVALID_PARTITIONS, as in Kafka. A replication factor above the number of nodes gets
-//! INVALID_REPLICATION_FACTOR; below it is accepted (every partition lives on all nodes, and the
-//! answer says so). Explicit replica assignments get INVALID_REPLICA_ASSIGNMENT: placement is
-//! not chosen per partition yet. Passing `kafka.max_topics` or `kafka.max_partitions` gets
-//! POLICY_VIOLATION.
+//! `replication_factor` nodes placed by [`crate::placement`]. A partition count of -1 takes
+//! `kafka.num_partitions`; 0 or below -1 gets INVALID_PARTITIONS, as in Kafka. A replication
+//! factor of -1 takes `kafka.default_replication_factor` (default: the smaller of 3 and the number
+//! of nodes); 0, below -1 or above the number of nodes gets INVALID_REPLICATION_FACTOR. Explicit
+//! replica assignments get INVALID_REPLICA_ASSIGNMENT: vdl places replicas itself. Passing
+//! `kafka.max_topics` or `kafka.max_partitions` gets POLICY_VIOLATION.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,15 +45,15 @@ fn metadata_error(e: &AppendError) -> ErrorCode {
     }
 }
 
-/// Checks one topic of a CreateTopics request; `Ok` carries the partition count to create,
-/// `Err` the error and its message.
+/// Checks one topic of a CreateTopics request; `Ok` carries the partition count and the
+/// replication factor to create it with, `Err` the error and its message.
 fn check_creatable(
     node: &Node,
     name: &str,
     partitions: i32,
     replication: i16,
     assigned: bool,
-) -> Result<u32, (ErrorCode, String)> {
+) -> Result<(u32, usize), (ErrorCode, String)> {
     let nodes = node.config().members.len();
     if !valid_stream_name(name) || name.starts_with("__") {
         return Err((
@@ -70,7 +70,7 @@ fn check_creatable(
     if assigned {
         return Err((
             ErrorCode::InvalidReplicaAssignment,
-            "replica assignments are not supported: every partition lives on every node".into(),
+            "explicit replica assignments are not supported: vdl places replicas itself".into(),
         ));
     }
     let partitions = match partitions {
@@ -84,14 +84,21 @@ fn check_creatable(
     };
     node.check_limits(&node.metadata(), 1, partitions)
         .map_err(|e| (ErrorCode::PolicyViolation, e.to_string()))?;
-    if replication == 0 || replication < -1 || usize::try_from(replication).is_ok_and(|r| r > nodes)
-    {
-        return Err((
-            ErrorCode::InvalidReplicationFactor,
-            format!("replication factor {replication} with {nodes} nodes"),
-        ));
-    }
-    Ok(partitions)
+    let replication = match replication {
+        -1 => node.config().default_replication_factor(),
+        r => usize::try_from(r)
+            .ok()
+            .filter(|r| (1..=nodes).contains(r))
+            .ok_or_else(|| {
+                (
+                    ErrorCode::InvalidReplicationFactor,
+                    format!(
+                        "Replication factor: {r} larger than available brokers: {nodes}, or not positive."
+                    ),
+                )
+            })?,
+    };
+    Ok((partitions, replication))
 }
 
 /// Handles CreateTopics.
@@ -104,7 +111,6 @@ pub fn create_topics(
     let node = node.clone();
     Reply::Later(Box::pin(async move {
         let wait = timeout(req.timeout_ms);
-        let replicas = i16::try_from(node.config().members.len()).unwrap_or(i16::MAX);
         let mut results = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let mut r = CreatableTopicResult {
@@ -122,18 +128,18 @@ pub fn create_topics(
             );
             let outcome = match checked {
                 Err(e) => Err(e),
-                Ok(partitions) if req.validate_only => Ok(partitions),
-                Ok(partitions) => node
-                    .create_topic(&t.name, partitions, wait)
+                Ok(created) if req.validate_only => Ok(created),
+                Ok((partitions, replication)) => node
+                    .create_topic_replicated(&t.name, partitions, replication, wait)
                     .await
-                    .map(|()| partitions)
+                    .map(|()| (partitions, replication))
                     .map_err(|e| (metadata_error(&e), e.to_string())),
             };
             match outcome {
-                Ok(partitions) => {
+                Ok((partitions, replication)) => {
                     r.topic_id = topic_id_of(&node, &t.name);
                     r.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
-                    r.replication_factor = replicas;
+                    r.replication_factor = i16::try_from(replication).unwrap_or(i16::MAX);
                     r.configs = Some(Vec::new());
                 }
                 Err((code, message)) => {
@@ -251,7 +257,7 @@ fn check_growable(
     if assigned {
         return Err((
             ErrorCode::InvalidReplicaAssignment,
-            "replica assignments are not supported: every partition lives on every node".into(),
+            "explicit replica assignments are not supported: vdl places replicas itself".into(),
         ));
     }
     node.check_limits(&node.metadata(), 0, count - current)

@@ -37,6 +37,21 @@ pub const NOT_LEADER: i16 = 6;
 /// A partition as Metadata reports it: (partition index, leader id, error code).
 pub type PartitionLeader = (i32, i32, i16);
 
+/// A partition as Metadata v12 reports it, in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition index.
+    pub index: i32,
+    /// Leader id (-1: none).
+    pub leader: i32,
+    /// The partition's error code.
+    pub error: i16,
+    /// Replica ids, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// In-sync replica ids.
+    pub isr: Vec<i32>,
+}
+
 /// One connection to one broker.
 pub struct KafkaConn {
     sock: TcpStream,
@@ -233,6 +248,108 @@ impl KafkaConn {
                     .map(|p| (p.partition_index, p.leader_id, p.error_code))
                     .collect();
                 Ok((t.error_code, parts))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Metadata v12 for `topic` (no auto-creation): the topic's error code and every partition
+    /// in full, sorted by index.
+    pub fn partition_infos(&mut self, topic: &str) -> std::io::Result<(i16, Vec<PartitionInfo>)> {
+        let req = Request::Metadata(MetadataRequest {
+            topics: Some(vec![MetadataRequestTopic {
+                name: Some(topic.into()),
+                ..Default::default()
+            }]),
+            allow_auto_topic_creation: false,
+            ..Default::default()
+        });
+        match self.call(ApiKey::Metadata, 12, &req)? {
+            Response::Metadata(r) => {
+                let t = &r.topics[0];
+                let mut parts: Vec<PartitionInfo> = t
+                    .partitions
+                    .iter()
+                    .map(|p| PartitionInfo {
+                        index: p.partition_index,
+                        leader: p.leader_id,
+                        error: p.error_code,
+                        replicas: p.replica_nodes.clone(),
+                        isr: p.isr_nodes.clone(),
+                    })
+                    .collect();
+                parts.sort_by_key(|p| p.index);
+                Ok((t.error_code, parts))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// CreateTopics v7 with `partitions` partitions and `replication_factor` replicas each (-1:
+    /// the broker's defaults): (error code, partitions answered, replication factor answered).
+    pub fn create_topic_replicated(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> std::io::Result<(i16, i32, i16)> {
+        let req = Request::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: topic.into(),
+                num_partitions: partitions,
+                replication_factor,
+                ..Default::default()
+            }],
+            timeout_ms: 15_000,
+            ..Default::default()
+        });
+        match self.call(ApiKey::CreateTopics, 7, &req)? {
+            Response::CreateTopics(r) => {
+                let t = &r.topics[0];
+                Ok((t.error_code, t.num_partitions, t.replication_factor))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
+    }
+
+    /// Fetch v12 of `partition` from `offset` (no wait): (error code, high watermark, record
+    /// bytes).
+    pub fn fetch_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> std::io::Result<(i16, i64, Bytes)> {
+        let req = Request::Fetch(FetchRequest {
+            replica_id: -1,
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 16 << 20,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: topic.into(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    current_leader_epoch: -1,
+                    fetch_offset: offset,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 8 << 20,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match self.call(ApiKey::Fetch, 12, &req)? {
+            Response::Fetch(r) => {
+                let p = &r.responses[0].partitions[0];
+                let records = p
+                    .records
+                    .as_ref()
+                    .map(|c| c.to_contiguous())
+                    .unwrap_or_default();
+                Ok((p.error_code, p.high_watermark, records))
             }
             other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
         }

@@ -153,6 +153,7 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
                 &MetaCommand::CreateTopic {
                     name: topic,
                     partitions: 1,
+                    replicas: Vec::new(),
                 },
                 TIMEOUT,
             )
@@ -168,6 +169,7 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
             let cmd = MetaCommand::CreateTopic {
                 name: tag.to_owned(),
                 partitions: 1,
+                replicas: Vec::new(),
             };
             match nodes[leader].propose_metadata(&cmd, TIMEOUT).await {
                 Ok(_) => break,
