@@ -548,6 +548,28 @@ async fn settle_rejoin(registry: Arc<Registry>, peers: PeerSender) {
     }
 }
 
+/// How long a listener's address may stay in use before binding it fails: the listener of a
+/// node that was just shut down in the same process (its task is cancelled, not yet dropped),
+/// or of a previous process of this node that is still exiting, lets go of it within this.
+const BIND_RETRY_FOR: Duration = Duration::from_secs(5);
+
+/// Binds `addr`, retrying while it is in use for at most [`BIND_RETRY_FOR`].
+async fn bind_listener(addr: std::net::SocketAddr) -> Result<TcpListener, NodeError> {
+    let deadline = tokio::time::Instant::now() + BIND_RETRY_FOR;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(source) => return Err(NodeError::Bind { addr, source }),
+        }
+    }
+}
+
 /// Pause between attempts to propose a metadata command while no leader is known.
 const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
@@ -574,12 +596,7 @@ impl Node {
         config: NodeConfig,
         filter: Arc<dyn LinkFilter>,
     ) -> Result<Arc<Node>, NodeError> {
-        let listener = TcpListener::bind(config.peer_listen)
-            .await
-            .map_err(|source| NodeError::Bind {
-                addr: config.peer_listen,
-                source,
-            })?;
+        let listener = bind_listener(config.peer_listen).await?;
         let directories = crate::replicas::Directories::open(&config.data_dir).map_err(|e| {
             NodeError::Directory {
                 dir: config.data_dir.clone(),
@@ -689,10 +706,7 @@ impl Node {
     /// Binds the Kafka listener on the configured address and serves Kafka clients on it
     /// until the returned task is aborted.
     pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
-        let addr = self.config.kafka_listen;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| NodeError::Bind { addr, source })?;
+        let listener = bind_listener(self.config.kafka_listen).await?;
         Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
     }
 
