@@ -92,14 +92,15 @@ pub struct KafkaSettings {
     /// (`auto.create.topics.enable`).
     pub auto_create_topics: bool,
     /// Most topics the cluster may hold: CreateTopics beyond it gets POLICY_VIOLATION and
-    /// auto-creation stops (each topic costs every node a Raft group, threads and open files).
+    /// auto-creation stops (each topic costs its replicas at least one Raft group and open file).
     pub max_topics: usize,
     /// Partitions of an auto-created topic, and of a CreateTopics request that leaves the count
     /// to the broker (-1) (`num.partitions`).
     pub num_partitions: u32,
     /// Most partitions the cluster may hold, over all topics: CreateTopics and CreatePartitions
-    /// beyond it get POLICY_VIOLATION (each partition costs each of its replicas a Raft group
-    /// today: two threads, a store and open files).
+    /// beyond it get POLICY_VIOLATION. Each partition costs each of its replicas a Raft group
+    /// on the shared worker pool, a store and one open file (the active segment), so a node
+    /// hosting P partitions needs an open-file limit above 2P (see `fd_budget.rs`).
     pub max_partitions: u32,
     /// Replicas of each partition of a topic created without a replication factor (auto-created,
     /// or CreateTopics with -1): Kafka's `default.replication.factor`. `None`: the smaller of 3
@@ -120,7 +121,7 @@ impl Default for KafkaSettings {
             auto_create_topics: true,
             max_topics: 1000,
             num_partitions: 1,
-            max_partitions: 1000,
+            max_partitions: 10_000,
             default_replication_factor: None,
         }
     }
