@@ -38,6 +38,25 @@ pub fn raise_nofile_limit() -> std::io::Result<u64> {
     Ok(hard)
 }
 
+/// Descriptors one hosted partition may hold at once: its active segment, a hard-state or
+/// configuration write, and its zero reserve while it is written.
+pub const DESCRIPTORS_PER_PARTITION: u64 = 3;
+
+/// Descriptors kept for what is neither a client connection nor a partition: peer
+/// connections, the admin API, the metadata log, standard streams.
+pub const OTHER_DESCRIPTORS: u64 = 64;
+
+/// How many partitions a node can host with `nofile` descriptors: what is left after the
+/// client connections' share ([`client_connection_limit`] of `max_connections`) and
+/// [`OTHER_DESCRIPTORS`], [`DESCRIPTORS_PER_PARTITION`] each.
+pub fn partition_capacity(nofile: u64, max_connections: usize) -> u64 {
+    let clients = client_connection_limit(max_connections, nofile) as u64;
+    nofile
+        .saturating_sub(clients)
+        .saturating_sub(OTHER_DESCRIPTORS)
+        / DESCRIPTORS_PER_PARTITION
+}
+
 /// How many client connections may be open at once with `nofile` descriptors: the configured
 /// limit, but never more than what is left after the storage reserve (half the descriptors, at
 /// least [`MIN_STORAGE_RESERVE`]). At least one connection is always allowed.
@@ -52,6 +71,17 @@ pub fn client_connection_limit(configured: usize, nofile: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partitions_get_what_clients_and_the_reserve_leave() {
+        // 20,000 descriptors: clients may take 10,000, 64 are kept, 3 per partition.
+        assert_eq!(partition_capacity(20_000, 10_000), 3_312);
+        assert_eq!(partition_capacity(20_000, 1_000), 6_312);
+        assert_eq!(partition_capacity(1_048_576, 10_000), 346_170);
+        // A 1,024 limit: clients get half.
+        assert_eq!(partition_capacity(1_024, 10_000), 149);
+        assert_eq!(partition_capacity(64, 10), 0);
+    }
 
     #[test]
     fn clients_get_at_most_half_and_storage_keeps_a_reserve() {

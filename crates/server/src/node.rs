@@ -1513,8 +1513,9 @@ impl Node {
     }
 
     /// Refuses `new_topics` more topics with `new_partitions` more partitions when the cluster
-    /// would pass `kafka.max_topics` or `kafka.max_partitions`; the message starts with "the
-    /// cluster holds its limit of".
+    /// would pass `kafka.max_topics` or `kafka.max_partitions`, or this node could host more
+    /// partitions than its open-file limit allows ([`crate::fd_budget::partition_capacity`]);
+    /// the message says "holds its limit of" (answered POLICY_VIOLATION).
     pub fn check_limits(
         &self,
         meta: &ClusterMeta,
@@ -1535,6 +1536,30 @@ impl Node {
                 k.max_partitions,
                 meta.total_partitions()
             )));
+        }
+        // This node's open files: running out of them would stop the node (a failed log write
+        // is fail-stop), so a create that could make it host more partitions than its
+        // descriptors allow is refused instead (counting every new partition as hosted here).
+        if new_partitions > 0 {
+            if let Ok((nofile, _)) = crate::fd_budget::nofile_limits() {
+                let capacity = crate::fd_budget::partition_capacity(nofile, k.max_connections);
+                let hosted = self
+                    .streams
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .map(|p| p.len() as u64)
+                    .sum::<u64>();
+                if hosted + u64::from(new_partitions) > capacity {
+                    return Err(AppendError::Invalid(format!(
+                        "node {} holds its limit of {capacity} partitions for its open-file limit of {nofile} \
+                         ({} descriptors each, client connections and a reserve kept): it hosts {hosted}, \
+                         {new_partitions} more asked; raise LimitNOFILE or lower kafka.max_connections",
+                        self.config.id,
+                        crate::fd_budget::DESCRIPTORS_PER_PARTITION
+                    )));
+                }
+            }
         }
         Ok(())
     }

@@ -581,3 +581,38 @@ async fn an_old_layout_data_directory_is_refused_clearly() {
         "{err}"
     );
 }
+
+/// A node's open-file limit bounds the partitions it hosts: with 1,024 descriptors (half kept
+/// for client connections) a create that could take a node past 149 partitions is refused with
+/// POLICY_VIOLATION, naming the limit, instead of the node dying of EMFILE in a log write
+/// later; what fits is created and written, and every node is still running.
+#[test]
+fn partitions_beyond_the_open_file_limit_are_refused_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ProcCluster::configure(dir.path(), 3, "");
+    c.nofile = Some(1024);
+    for i in 0..3 {
+        c.spawn(i);
+    }
+    let brokers = c.kafka.clone();
+    create(&brokers, "first");
+    // Through node 1, which hosts every partition (replication factor 3 on 3 nodes).
+    let code = |name: &str, partitions: i32| -> i16 {
+        let mut conn = KafkaConn::connect(brokers[0]).unwrap();
+        conn.create_topic_with(name, partitions).unwrap().0
+    };
+    assert_eq!(
+        code("too-many", 200),
+        44,
+        "200 partitions on 1,024 descriptors"
+    );
+    assert_eq!(code("fits", 100), 0);
+    assert_eq!(code("then-too-many", 60), 44, "1 + 100 + 60 > 149");
+    assert_eq!(code("still-fits", 40), 0);
+    wait_for_leader(&brokers, "fits");
+    on_any(&brokers, WAIT, "produce", |conn| {
+        conn.produce("fits", batch(3, b"fd"))
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    c.assert_all_running();
+}
