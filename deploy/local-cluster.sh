@@ -25,6 +25,8 @@
 #                        not rebuilt when present: start warns if the sources are newer)
 #   VDL_STREAMS          streams created on first start, space-separated (default "logstream1")
 #   VDL_ELECTION_TIMEOUT_MS  Raft election timeout (default 2000, as in deploy/vdl.example.toml)
+#   VDL_EXTRA_CONFIG     TOML appended to every node's config (whole tables, e.g.
+#                        $'[kafka]\nmax_connections = 1000'); not remembered between runs
 #   VDL_START_TIMEOUT    seconds to wait for a leader (default 30)
 #   VDL_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 10)
 #   RUST_LOG             log filter of the nodes (default info)
@@ -152,6 +154,9 @@ election_timeout_ms = $ELECTION_MS
 
 [streams]
 initial = [$streams_toml]
+${VDL_EXTRA_CONFIG:+
+# From VDL_EXTRA_CONFIG:
+$VDL_EXTRA_CONFIG}
 EOF
 }
 
