@@ -422,6 +422,16 @@ fn restart_matrix() {
     c.assert_all_running();
 }
 
+/// Three nodes started with `nofile` as their soft and hard open-file limit.
+fn cluster_with_open_file_limit(dir: &std::path::Path, nofile: u64) -> ProcCluster {
+    let mut c = ProcCluster::configure(dir, 3, "");
+    c.nofile = Some(nofile);
+    for i in 0..3 {
+        c.spawn(i);
+    }
+    c
+}
+
 /// Item 7: with an open-file limit of 1,024 (soft and hard), up to 1,100 idle client connections
 /// neither kill the node nor take the descriptors its storage needs: topics are still created
 /// and written through connections it accepted, and it answers new connections once idle ones
@@ -429,11 +439,7 @@ fn restart_matrix() {
 #[test]
 fn a_thousand_idle_connections_do_not_take_the_storage_descriptors() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = ProcCluster::configure(dir.path(), 3, "");
-    c.nofile = Some(1024);
-    for i in 0..3 {
-        c.spawn(i);
-    }
+    let mut c = cluster_with_open_file_limit(dir.path(), 1024);
     let brokers = c.kafka.clone();
     create(&brokers, "fd0");
     // This test process needs its own descriptors for the clients.
@@ -589,11 +595,7 @@ async fn an_old_layout_data_directory_is_refused_clearly() {
 #[test]
 fn partitions_beyond_the_open_file_limit_are_refused_not_fatal() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = ProcCluster::configure(dir.path(), 3, "");
-    c.nofile = Some(1024);
-    for i in 0..3 {
-        c.spawn(i);
-    }
+    let mut c = cluster_with_open_file_limit(dir.path(), 1024);
     let brokers = c.kafka.clone();
     create(&brokers, "first");
     // Through node 1, which hosts every partition (replication factor 3 on 3 nodes).
