@@ -186,18 +186,19 @@ fn remote_partition_metadata(
         leader_id: leader,
         leader_epoch: epoch,
         replica_nodes: replicas.to_vec(),
-        isr_nodes: replicas
-            .iter()
-            .copied()
-            .filter(|r| live.contains(r))
-            .collect(),
-        offline_replicas: replicas
-            .iter()
-            .copied()
-            .filter(|r| !live.contains(r))
-            .collect(),
+        isr_nodes: live_replicas(replicas, live, true),
+        offline_replicas: live_replicas(replicas, live, false),
         ..Default::default()
     }
+}
+
+/// The replicas that are (`live` true) or are not (false) among the `live` brokers, in order.
+fn live_replicas(replicas: &[i32], live: &[i32], is_live: bool) -> Vec<i32> {
+    replicas
+        .iter()
+        .copied()
+        .filter(|r| live.contains(r) == is_live)
+        .collect()
 }
 
 /// One partition's leader, replicas and in-sync replicas as this node, one of its replicas,
@@ -230,17 +231,9 @@ fn partition_metadata(
                 .map(|id| as_i32(*id))
                 .collect()
         } else {
-            replicas
-                .iter()
-                .copied()
-                .filter(|r| live.contains(r))
-                .collect()
+            live_replicas(replicas, live, true)
         },
-        offline_replicas: replicas
-            .iter()
-            .copied()
-            .filter(|r| !live.contains(r))
-            .collect(),
+        offline_replicas: live_replicas(replicas, live, false),
         ..Default::default()
     }
 }

@@ -190,21 +190,35 @@ impl KafkaConn {
     /// Fetch v12 of partition 0 from `offset` (no wait): (error code, high watermark, log
     /// start offset, record bytes).
     pub fn fetch(&mut self, topic: &str, offset: i64) -> std::io::Result<(i16, i64, i64, Bytes)> {
+        self.fetch_v12(topic, 0, offset, 4 << 20, 1 << 20)
+    }
+
+    /// One Fetch v12 of one partition (no wait, at most `max_bytes` in all and
+    /// `partition_max_bytes` of the partition): (error code, high watermark, log start offset,
+    /// record bytes).
+    fn fetch_v12(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+        partition_max_bytes: i32,
+    ) -> std::io::Result<(i16, i64, i64, Bytes)> {
         let req = Request::Fetch(FetchRequest {
             replica_id: -1,
             max_wait_ms: 0,
             min_bytes: 0,
-            max_bytes: 4 << 20,
+            max_bytes,
             session_epoch: -1,
             topics: vec![FetchTopic {
                 topic: topic.into(),
                 partitions: vec![FetchPartition {
-                    partition: 0,
+                    partition,
                     current_leader_epoch: -1,
                     fetch_offset: offset,
                     last_fetched_epoch: -1,
                     log_start_offset: -1,
-                    partition_max_bytes: 1 << 20,
+                    partition_max_bytes,
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -320,39 +334,8 @@ impl KafkaConn {
         partition: i32,
         offset: i64,
     ) -> std::io::Result<(i16, i64, Bytes)> {
-        let req = Request::Fetch(FetchRequest {
-            replica_id: -1,
-            max_wait_ms: 0,
-            min_bytes: 0,
-            max_bytes: 16 << 20,
-            session_epoch: -1,
-            topics: vec![FetchTopic {
-                topic: topic.into(),
-                partitions: vec![FetchPartition {
-                    partition,
-                    current_leader_epoch: -1,
-                    fetch_offset: offset,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    partition_max_bytes: 8 << 20,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        match self.call(ApiKey::Fetch, 12, &req)? {
-            Response::Fetch(r) => {
-                let p = &r.responses[0].partitions[0];
-                let records = p
-                    .records
-                    .as_ref()
-                    .map(|c| c.to_contiguous())
-                    .unwrap_or_default();
-                Ok((p.error_code, p.high_watermark, records))
-            }
-            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
-        }
+        self.fetch_v12(topic, partition, offset, 16 << 20, 8 << 20)
+            .map(|(error, hw, _, records)| (error, hw, records))
     }
 
     /// CreateTopics v7 with `partitions` partitions (-1: the broker's default): the topic's
