@@ -24,6 +24,8 @@ pub(crate) struct SegmentInfo {
     pub last_index: u64,
     /// Time of the newest data, ms since the Unix epoch.
     pub newest_ms: u64,
+    /// Every record of the segment lies below the records floor (DeleteRecords).
+    pub below_records_floor: bool,
 }
 
 /// How many segments to delete from the front. Only sealed segments (never the last one) that
@@ -47,7 +49,8 @@ pub(crate) fn segments_to_delete(
         let by_age = policy
             .max_age
             .is_some_and(|a| now_ms.saturating_sub(segs[k].newest_ms) > a.as_millis() as u64);
-        if !(all || by_count || by_bytes || by_age) {
+        let by_floor = segs[k].below_records_floor;
+        if !(all || by_count || by_bytes || by_age || by_floor) {
             break;
         }
         deleted_bytes += segs[k].len;
@@ -67,6 +70,7 @@ mod tests {
                 len: 100,
                 last_index: (i + 1) * 10,
                 newest_ms: i * 1000,
+                below_records_floor: false,
             })
             .collect()
     }
@@ -98,5 +102,12 @@ mod tests {
             ..none
         };
         assert_eq!(segments_to_delete(&s, &zero, u64::MAX, 0, false), 4);
+        // Segments wholly below the records floor go whatever the policy says, but only from
+        // the front and only below the index floor.
+        let mut floored = segs();
+        floored[0].below_records_floor = true;
+        floored[1].below_records_floor = true;
+        assert_eq!(segments_to_delete(&floored, &none, u64::MAX, 0, false), 2);
+        assert_eq!(segments_to_delete(&floored, &none, 15, 0, false), 1);
     }
 }

@@ -133,6 +133,11 @@ pub struct LogStore {
     hard_state: HardState,
     conf_state: ConfState,
     report: RecoveryReport,
+    /// Records below this Kafka offset are deleted (DeleteRecords) even where their segment
+    /// still exists: not readable, and their segments go at the next retention pass. Kept in
+    /// memory only: the caller sets it again after a restart (vdl keeps it in its replicated
+    /// metadata).
+    records_floor: u64,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -213,6 +218,7 @@ impl LogStore {
             hard_state,
             conf_state,
             report: rec.report,
+            records_floor: 0,
         })
     }
 
@@ -278,6 +284,32 @@ impl LogStore {
     /// The first Kafka offset still stored.
     pub fn log_start_offset(&self) -> u64 {
         self.segments[0].header.base_offset
+    }
+
+    /// The first Kafka offset readers may see: the log start offset, or the records floor set
+    /// by [`LogStore::raise_records_floor`] when that is higher (Kafka's log start offset).
+    pub fn first_readable_offset(&self) -> u64 {
+        self.log_start_offset().max(self.records_floor)
+    }
+
+    /// Deletes the records below `offset` as far as readers are concerned (Kafka's
+    /// DeleteRecords): reads below it fail with [`LogStoreError::OffsetOutOfRange`] and
+    /// [`LogStore::apply_retention`] removes the segments lying wholly below it. Never lowers
+    /// the floor. Not persisted (see the field).
+    pub fn raise_records_floor(&mut self, offset: u64) {
+        self.records_floor = self.records_floor.max(offset);
+    }
+
+    /// Changes the retention policy (a topic's retention configs changed); the next
+    /// [`LogStore::apply_retention`] follows it.
+    pub fn set_retention(&mut self, policy: crate::RetentionPolicy) {
+        self.config.retention = policy;
+    }
+
+    /// Changes the size at which the active segment rolls (a topic's `segment.bytes` changed);
+    /// the current active segment rolls by the new size too. At least 1024 bytes.
+    pub fn set_segment_bytes(&mut self, segment_bytes: u64) {
+        self.config.segment_bytes = segment_bytes.max(1024);
     }
 
     /// The highest index known durable (everything up to it survives a crash).
@@ -793,10 +825,16 @@ impl LogStore {
         if !self.config.deletion_allowed {
             return Err(LogStoreError::DeletionForbidden);
         }
+        let floor = self.records_floor;
         let infos: Vec<SegmentInfo> = self
             .segments
             .iter()
-            .map(|s| SegmentInfo {
+            .enumerate()
+            .map(|(i, s)| SegmentInfo {
+                below_records_floor: self
+                    .segments
+                    .get(i + 1)
+                    .is_some_and(|next| next.header.base_offset <= floor),
                 len: s.len,
                 last_index: s.last_index,
                 newest_ms: if s.max_timestamp != i64::MIN {
@@ -1023,7 +1061,7 @@ impl LogStore {
         max_bytes: u64,
         visible_end_offset: u64,
     ) -> Result<RecordsRead> {
-        let start = self.log_start_offset();
+        let start = self.first_readable_offset();
         let next = self.next_offset();
         if from_offset < start || from_offset > next {
             return Err(LogStoreError::OffsetOutOfRange {

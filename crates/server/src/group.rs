@@ -128,6 +128,12 @@ pub enum GroupInput {
     PeerReplaced(u64),
     /// Ask this node to start an election now (tests, leadership transfer).
     Campaign,
+    /// Hand leadership to this replica (ElectLeaders): on the leader it transfers at once,
+    /// on a follower raft-rs forwards the request to the leader.
+    TransferLeader(u64),
+    /// The store's records floor was raised (DeleteRecords): publish the new log start offset
+    /// and delete the segments below it now.
+    RecordsFloorRaised,
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
@@ -200,6 +206,10 @@ pub struct GroupParts {
     pub forward_proposals: bool,
     /// How often the retention rules are applied.
     pub retention_interval: Duration,
+    /// Retention runs only while this is true: a node sets it once its metadata replay has
+    /// reached the commit index it had at start, so a topic's retention overrides (replayed
+    /// from the metadata log) are known before anything is deleted by the node's defaults.
+    pub retention_allowed: Arc<std::sync::atomic::AtomicBool>,
     /// Where refused peer messages are counted.
     pub peer_stats: Arc<PeerStats>,
     /// Applies committed metadata entries, if this group carries any.
@@ -420,6 +430,13 @@ impl Group {
     /// follower still needs (on the leader: below every voter's matched index) nor an
     /// uncommitted one. A follower missing deleted entries gets a snapshot instead.
     fn apply_retention(&mut self) {
+        if !self
+            .p
+            .retention_allowed
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
         let applied = self.visible.applied_index;
         let mut floor = applied + 1;
         if self.p.node.raft.state == StateRole::Leader {
@@ -437,7 +454,7 @@ impl Group {
                     log_start_offset = outcome.log_start_offset,
                     "retention deleted old segments"
                 );
-                self.visible.log_start_offset = outcome.log_start_offset;
+                self.visible.log_start_offset = s.first_readable_offset();
                 drop(s);
                 self.publish();
             }
@@ -508,6 +525,18 @@ impl Group {
             GroupInput::Campaign => {
                 self.set_quiesced(false);
                 let _ = self.p.node.campaign();
+            }
+            GroupInput::TransferLeader(to) => {
+                self.set_quiesced(false);
+                self.p.node.transfer_leader(to);
+            }
+            GroupInput::RecordsFloorRaised => {
+                let start = read(&self.p.store).first_readable_offset();
+                if start != self.visible.log_start_offset {
+                    self.visible.log_start_offset = start;
+                    self.publish();
+                }
+                self.apply_retention();
             }
             GroupInput::Stop => return false,
         }
@@ -1030,7 +1059,7 @@ impl Group {
         self.visible.high_watermark = s
             .next_offset_after_index(last_index)
             .unwrap_or_else(|e| panic!("committed index {last_index} not in the log: {e}"));
-        self.visible.log_start_offset = s.log_start_offset();
+        self.visible.log_start_offset = s.first_readable_offset();
         drop(s);
         self.publish();
         // Answered only once readers can see the entries: a client that reads (ListOffsets,

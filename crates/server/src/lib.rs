@@ -12,6 +12,7 @@
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
 //! - [`metadata_codec`]: how metadata commands are stored in the Raft log (protobuf; old JSON).
+//! - [`topic_config`]: topic-level configs (overrides, validation, effective settings).
 //! - [`placement`]: which nodes hold each partition's replicas, and which should lead.
 //! - [`leaders`]: who leads the partitions a node does not host (reports in liveness pings).
 //! - [`producers`]: idempotent producers' state, derived from the replicated log.
@@ -39,6 +40,7 @@ pub mod raft_log;
 pub mod raft_storage;
 pub mod replicas;
 pub mod runtime;
+pub mod topic_config;
 pub mod transport;
 
 pub use group::{AppendError, Appended, Visible};

@@ -42,6 +42,10 @@ pub enum MetaCommand {
         /// [`crate::placement`]). Empty (commands written before placement): every member.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         replicas: Vec<Vec<u64>>,
+        /// The topic's config overrides (Kafka names, validated values; see
+        /// [`crate::topic_config`]).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        configs: BTreeMap<String, String>,
     },
     /// Grow a topic to `count` partitions (CreatePartitions). Does nothing when the named
     /// incarnation is no longer current or the topic has `count` partitions or more already.
@@ -69,6 +73,43 @@ pub enum MetaCommand {
         /// there under the name.
         #[serde(default)]
         incarnation: Option<u64>,
+    },
+    /// Change a topic's config overrides (AlterConfigs, IncrementalAlterConfigs): with
+    /// `replace_all` the overrides become exactly `set` (AlterConfigs' semantics); otherwise the
+    /// names in `remove` go back to their defaults, then `set` is applied. Does nothing when the
+    /// named incarnation is no longer current.
+    AlterTopicConfigs {
+        /// Topic name.
+        name: String,
+        /// The incarnation the request was made against.
+        incarnation: u64,
+        /// Overrides to set (validated by the proposer).
+        set: BTreeMap<String, String>,
+        /// Overrides to remove.
+        remove: Vec<String>,
+        /// Replace every override (AlterConfigs) instead of changing the named ones.
+        replace_all: bool,
+    },
+    /// Delete a partition's records below `offset` (DeleteRecords): its log start offset
+    /// becomes at least `offset` on every replica, whole segments below it are removed. Does
+    /// nothing when the named incarnation is no longer current.
+    DeleteRecords {
+        /// Topic name.
+        name: String,
+        /// The incarnation the request was made against.
+        incarnation: u64,
+        /// Partition index.
+        partition: u32,
+        /// The new log start offset (at most the high watermark when proposed).
+        offset: u64,
+    },
+    /// Remove a consumer group's committed offsets: every one (DeleteGroups) when `partitions`
+    /// is `None`, else those of the listed (topic, partition)s (OffsetDelete).
+    DeleteGroupOffsets {
+        /// Consumer group id.
+        group: String,
+        /// The partitions whose offsets go; `None`: the whole group.
+        partitions: Option<Vec<(String, i32)>>,
     },
     /// Hand out one new producer id.
     AllocateProducerId,
@@ -154,6 +195,21 @@ pub struct TopicMeta {
     pub partitions: u32,
     /// Replicas of each partition (`partitions` lists), preferred leader first.
     pub replicas: Vec<Vec<u64>>,
+    /// Config overrides (see [`crate::topic_config`]).
+    pub configs: BTreeMap<String, String>,
+    /// Per partition (by index; shorter when none was set), the offset below which records
+    /// were deleted by DeleteRecords (0: none).
+    pub deleted_before: Vec<u64>,
+}
+
+impl TopicMeta {
+    /// The offset below which DeleteRecords removed partition `partition`'s records (0: none).
+    pub fn deleted_before(&self, partition: u32) -> u64 {
+        self.deleted_before
+            .get(partition as usize)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 /// Request ids remembered to make retried commands idempotent (a retry comes within a
@@ -261,6 +317,7 @@ impl ClusterMeta {
                 name,
                 partitions,
                 replicas,
+                configs,
             } => {
                 if self.topics.contains_key(&name) || partitions == 0 {
                     return None;
@@ -272,6 +329,8 @@ impl ClusterMeta {
                         created_at_index: index,
                         partitions,
                         replicas: replicas.clone(),
+                        configs: valid_overrides(configs),
+                        deleted_before: Vec::new(),
                     },
                 );
                 Some(Effect::OpenTopic(name, index, replicas))
@@ -314,6 +373,64 @@ impl ClusterMeta {
                     }
                 }
             }
+            MetaCommand::AlterTopicConfigs {
+                name,
+                incarnation,
+                set,
+                remove,
+                replace_all,
+            } => {
+                let topic = self
+                    .topics
+                    .get_mut(&name)
+                    .filter(|t| t.created_at_index == incarnation)?;
+                if replace_all {
+                    topic.configs.clear();
+                }
+                for key in remove {
+                    topic.configs.remove(&key);
+                }
+                topic.configs.extend(valid_overrides(set));
+                Some(Effect::TopicConfigChanged(name, incarnation))
+            }
+            MetaCommand::DeleteRecords {
+                name,
+                incarnation,
+                partition,
+                offset,
+            } => {
+                let topic = self
+                    .topics
+                    .get_mut(&name)
+                    .filter(|t| t.created_at_index == incarnation && partition < t.partitions)?;
+                let slot = partition as usize;
+                if topic.deleted_before.len() <= slot {
+                    topic.deleted_before.resize(slot + 1, 0);
+                }
+                if offset <= topic.deleted_before[slot] {
+                    return None;
+                }
+                topic.deleted_before[slot] = offset;
+                Some(Effect::RecordsDeleted(name, incarnation, partition, offset))
+            }
+            MetaCommand::DeleteGroupOffsets { group, partitions } => {
+                match partitions {
+                    None => {
+                        self.offsets.remove(&group);
+                    }
+                    Some(list) => {
+                        if let Some(g) = self.offsets.get_mut(&group) {
+                            for key in list {
+                                g.remove(&key);
+                            }
+                            if g.is_empty() {
+                                self.offsets.remove(&group);
+                            }
+                        }
+                    }
+                }
+                None
+            }
             MetaCommand::AllocateProducerId => {
                 if self.next_producer_id < FIRST_PRODUCER_ID {
                     self.next_producer_id = FIRST_PRODUCER_ID;
@@ -349,6 +466,27 @@ enum Effect {
     /// Stop and delete a topic's stream: (name, incarnation; None: whatever is open under the
     /// name, for streams configured at start).
     DropTopic(String, Option<u64>),
+    /// A topic's config overrides changed: (name, incarnation).
+    TopicConfigChanged(String, u64),
+    /// DeleteRecords raised a partition's log start offset: (name, incarnation, partition,
+    /// offset).
+    RecordsDeleted(String, u64, u32, u64),
+}
+
+/// The overrides of a command that pass validation (every node keeps the same ones: the check
+/// depends on the names and values only). The proposer validated them; anything else is from
+/// a different version's validator and is dropped with a log line.
+fn valid_overrides(configs: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    configs
+        .into_iter()
+        .filter_map(|(k, v)| match crate::topic_config::validate(&k, Some(&v)) {
+            Ok(stored) => Some((k, stored)),
+            Err(e) => {
+                tracing::warn!("topic config override not applied: {e}");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Applies metadata commands on the metadata group's thread.
@@ -371,6 +509,9 @@ impl StateMachine for MetadataStateMachine {
             Err(e) => {
                 // Every node skips the same undecodable entry, so they stay in agreement.
                 tracing::error!(index, "undecodable metadata command skipped: {e}");
+                if let Some(node) = self.node.upgrade() {
+                    node.note_metadata_applied(index);
+                }
                 return;
             }
         };
@@ -389,8 +530,15 @@ impl StateMachine for MetadataStateMachine {
                 }
             }
             Some(Effect::DropTopic(name, incarnation)) => node.drop_topic(&name, incarnation),
+            Some(Effect::TopicConfigChanged(name, incarnation)) => {
+                node.apply_topic_settings(&name, incarnation)
+            }
+            Some(Effect::RecordsDeleted(name, incarnation, partition, offset)) => {
+                node.delete_records_before(&name, incarnation, partition, offset)
+            }
             None => {}
         }
+        node.note_metadata_applied(index);
     }
 }
 
@@ -411,6 +559,7 @@ mod tests {
             name: name.into(),
             partitions: 1,
             replicas: Vec::new(),
+            configs: BTreeMap::new(),
         }
     }
 
@@ -459,6 +608,7 @@ mod tests {
             name: "t".into(),
             partitions: 3,
             replicas: Vec::new(),
+            configs: BTreeMap::new(),
         };
         assert!(m.apply(4, id(1), created).is_some());
         let grow = |incarnation, count| MetaCommand::CreatePartitions {
@@ -483,6 +633,7 @@ mod tests {
                 name: "x".into(),
                 partitions: 1,
                 replicas: Vec::new(),
+                configs: BTreeMap::new(),
             }
         );
     }
@@ -498,6 +649,7 @@ mod tests {
             name: name.into(),
             partitions: replicas.len().max(1) as u32,
             replicas,
+            configs: BTreeMap::new(),
         };
         assert!(m.apply(1, id(1), create("t", lists.clone())).is_some());
         assert_eq!(m.topics["t"].replicas, lists);
@@ -560,5 +712,110 @@ mod tests {
         let g = &m.offsets["g"];
         assert!(!g.contains_key(&("t".to_string(), 0)));
         assert!(g.contains_key(&("other".to_string(), 0)));
+    }
+
+    /// Topic configs: set at creation, changed incrementally or replaced, only for the named
+    /// incarnation; invalid values never stored. DeleteRecords only raises a partition's floor.
+    /// Group offsets go per partition or all at once.
+    #[test]
+    fn configs_records_floors_and_group_offsets_follow_their_commands() {
+        let mut m = ClusterMeta::default();
+        let configs: BTreeMap<String, String> = [
+            ("retention.ms".to_string(), "1000".to_string()),
+            ("no.such".to_string(), "1".to_string()),
+        ]
+        .into();
+        m.apply(
+            1,
+            id(1),
+            MetaCommand::CreateTopic {
+                name: "t".into(),
+                partitions: 2,
+                replicas: Vec::new(),
+                configs,
+            },
+        );
+        assert_eq!(
+            m.topics["t"].configs.len(),
+            1,
+            "the unknown name is dropped"
+        );
+        let alter = |incarnation, set: &[(&str, &str)], remove: &[&str], replace_all| {
+            MetaCommand::AlterTopicConfigs {
+                name: "t".into(),
+                incarnation,
+                set: set
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                remove: remove.iter().map(|k| k.to_string()).collect(),
+                replace_all,
+            }
+        };
+        assert!(m
+            .apply(
+                2,
+                id(2),
+                alter(1, &[("segment.bytes", "2097152")], &[], false)
+            )
+            .is_some());
+        assert_eq!(m.topics["t"].configs.len(), 2);
+        assert!(m
+            .apply(3, id(3), alter(7, &[("retention.ms", "5")], &[], false))
+            .is_none());
+        m.apply(4, id(4), alter(1, &[], &["retention.ms"], false));
+        assert_eq!(
+            m.topics["t"].configs.keys().collect::<Vec<_>>(),
+            ["segment.bytes"]
+        );
+        m.apply(5, id(5), alter(1, &[("retention.ms", "9")], &[], true));
+        assert_eq!(
+            m.topics["t"].configs.keys().collect::<Vec<_>>(),
+            ["retention.ms"]
+        );
+        let delete = |partition, offset| MetaCommand::DeleteRecords {
+            name: "t".into(),
+            incarnation: 1,
+            partition,
+            offset,
+        };
+        assert!(m.apply(6, id(6), delete(1, 50)).is_some());
+        assert!(m.apply(7, id(7), delete(1, 40)).is_none(), "never lowered");
+        assert!(m.apply(8, id(8), delete(2, 40)).is_none(), "no partition 2");
+        assert_eq!(m.topics["t"].deleted_before(1), 50);
+        assert_eq!(m.topics["t"].deleted_before(0), 0);
+        let offset = |partition| CommittedOffset {
+            topic: "t".into(),
+            partition,
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        m.apply(
+            9,
+            id(9),
+            MetaCommand::CommitOffsets {
+                group: "g".into(),
+                offsets: vec![offset(0), offset(1)],
+            },
+        );
+        m.apply(
+            10,
+            id(10),
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: Some(vec![("t".into(), 0)]),
+            },
+        );
+        assert_eq!(m.offsets["g"].len(), 1);
+        m.apply(
+            11,
+            id(11),
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: None,
+            },
+        );
+        assert!(!m.offsets.contains_key("g"));
     }
 }

@@ -18,11 +18,16 @@
 //!     DeleteTopic        delete_topic         = 4;
 //!     AllocateProducerId allocate_producer_id = 5;
 //!     CommitOffsets      commit_offsets       = 6;
+//!     AlterTopicConfigs  alter_topic_configs  = 7;
+//!     DeleteRecords      delete_records       = 8;
+//!     DeleteGroupOffsets delete_group_offsets = 9;
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
 //! message CreateTopic        { string name = 1; uint32 partitions = 2;
-//!                              repeated ReplicaList replicas = 3; }
+//!                              repeated ReplicaList replicas = 3;
+//!                              repeated ConfigEntry configs = 4; }
+//! message ConfigEntry        { string name = 1; string value = 2; }
 //! message CreatePartitions   { string name = 1; uint64 incarnation = 2; uint32 count = 3;
 //!                              repeated ReplicaList replicas = 4; }
 //! message ReplicaList        { repeated uint64 nodes = 1; }  // one partition, leader first
@@ -31,6 +36,14 @@
 //! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2; }
 //! message CommittedOffset    { string topic = 1; int32 partition = 2; int64 offset = 3;
 //!                              int32 leader_epoch = 4; optional string metadata = 5; }
+//! message AlterTopicConfigs  { string name = 1; uint64 incarnation = 2;
+//!                              repeated ConfigEntry set = 3; repeated string remove = 4;
+//!                              bool replace_all = 5; }
+//! message DeleteRecords      { string name = 1; uint64 incarnation = 2; uint32 partition = 3;
+//!                              uint64 offset = 4; }
+//! message DeleteGroupOffsets { string group = 1; bool whole_group = 2;
+//!                              repeated TopicPartition partitions = 3; }
+//! message TopicPartition     { string topic = 1; int32 partition = 2; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -46,6 +59,8 @@
 //! [`MetaCommand`] stays the in-memory type; this module only converts it to and from the wire
 //! structs (`From` impls), so adding a field to a command means one wire field here and one
 //! line in each conversion.
+
+use std::collections::BTreeMap;
 
 use prost::Message as _;
 use thiserror::Error;
@@ -127,7 +142,7 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6")]
+    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9")]
     pub command: Option<CommandWire>,
 }
 
@@ -145,7 +160,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=6 of `MetaEntry`.
+/// The command kinds, fields 2..=9 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -163,6 +178,102 @@ pub enum CommandWire {
     /// [`MetaCommand::CommitOffsets`].
     #[prost(message, tag = "6")]
     CommitOffsets(CommitOffsetsWire),
+    /// [`MetaCommand::AlterTopicConfigs`].
+    #[prost(message, tag = "7")]
+    AlterTopicConfigs(AlterTopicConfigsWire),
+    /// [`MetaCommand::DeleteRecords`].
+    #[prost(message, tag = "8")]
+    DeleteRecords(DeleteRecordsWire),
+    /// [`MetaCommand::DeleteGroupOffsets`].
+    #[prost(message, tag = "9")]
+    DeleteGroupOffsets(DeleteGroupOffsetsWire),
+}
+
+/// One config override on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ConfigEntryWire {
+    /// Kafka's config name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The value.
+    #[prost(string, tag = "2")]
+    pub value: String,
+}
+
+fn configs_to_wire(configs: &BTreeMap<String, String>) -> Vec<ConfigEntryWire> {
+    configs
+        .iter()
+        .map(|(name, value)| ConfigEntryWire {
+            name: name.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+fn configs_from_wire(configs: Vec<ConfigEntryWire>) -> BTreeMap<String, String> {
+    configs.into_iter().map(|c| (c.name, c.value)).collect()
+}
+
+/// `AlterTopicConfigs` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AlterTopicConfigsWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation the request was made against.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Overrides to set.
+    #[prost(message, repeated, tag = "3")]
+    pub set: Vec<ConfigEntryWire>,
+    /// Overrides to remove.
+    #[prost(string, repeated, tag = "4")]
+    pub remove: Vec<String>,
+    /// Replace every override.
+    #[prost(bool, tag = "5")]
+    pub replace_all: bool,
+}
+
+/// `DeleteRecords` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DeleteRecordsWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation the request was made against.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Partition index.
+    #[prost(uint32, tag = "3")]
+    pub partition: u32,
+    /// The new log start offset.
+    #[prost(uint64, tag = "4")]
+    pub offset: u64,
+}
+
+/// `DeleteGroupOffsets` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DeleteGroupOffsetsWire {
+    /// Consumer group id.
+    #[prost(string, tag = "1")]
+    pub group: String,
+    /// Every offset of the group (`partitions` is then empty).
+    #[prost(bool, tag = "2")]
+    pub whole_group: bool,
+    /// The partitions whose offsets go.
+    #[prost(message, repeated, tag = "3")]
+    pub partitions: Vec<TopicPartitionWire>,
+}
+
+/// A (topic, partition) on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TopicPartitionWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub topic: String,
+    /// Partition index.
+    #[prost(int32, tag = "2")]
+    pub partition: i32,
 }
 
 /// `CreateTopic` on the wire.
@@ -178,6 +289,9 @@ pub struct CreateTopicWire {
     /// written before replica placement).
     #[prost(message, repeated, tag = "3")]
     pub replicas: Vec<ReplicaListWire>,
+    /// The topic's config overrides.
+    #[prost(message, repeated, tag = "4")]
+    pub configs: Vec<ConfigEntryWire>,
 }
 
 /// One partition's replicas on the wire, preferred leader first.
@@ -301,10 +415,12 @@ impl From<&MetaCommand> for CommandWire {
                 name,
                 partitions,
                 replicas,
+                configs,
             } => CommandWire::CreateTopic(CreateTopicWire {
                 name: name.clone(),
                 partitions: *partitions,
                 replicas: replicas_to_wire(replicas),
+                configs: configs_to_wire(configs),
             }),
             MetaCommand::CreatePartitions {
                 name,
@@ -332,6 +448,44 @@ impl From<&MetaCommand> for CommandWire {
                     offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
                 })
             }
+            MetaCommand::AlterTopicConfigs {
+                name,
+                incarnation,
+                set,
+                remove,
+                replace_all,
+            } => CommandWire::AlterTopicConfigs(AlterTopicConfigsWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                set: configs_to_wire(set),
+                remove: remove.clone(),
+                replace_all: *replace_all,
+            }),
+            MetaCommand::DeleteRecords {
+                name,
+                incarnation,
+                partition,
+                offset,
+            } => CommandWire::DeleteRecords(DeleteRecordsWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                partition: *partition,
+                offset: *offset,
+            }),
+            MetaCommand::DeleteGroupOffsets { group, partitions } => {
+                CommandWire::DeleteGroupOffsets(DeleteGroupOffsetsWire {
+                    group: group.clone(),
+                    whole_group: partitions.is_none(),
+                    partitions: partitions
+                        .iter()
+                        .flatten()
+                        .map(|(topic, partition)| TopicPartitionWire {
+                            topic: topic.clone(),
+                            partition: *partition,
+                        })
+                        .collect(),
+                })
+            }
         }
     }
 }
@@ -343,6 +497,7 @@ impl From<CommandWire> for MetaCommand {
                 name: c.name,
                 partitions: c.partitions,
                 replicas: replicas_from_wire(c.replicas),
+                configs: configs_from_wire(c.configs),
             },
             CommandWire::CreatePartitions(c) => MetaCommand::CreatePartitions {
                 name: c.name,
@@ -360,6 +515,28 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::CommitOffsets(c) => MetaCommand::CommitOffsets {
                 group: c.group,
                 offsets: c.offsets.into_iter().map(CommittedOffset::from).collect(),
+            },
+            CommandWire::AlterTopicConfigs(c) => MetaCommand::AlterTopicConfigs {
+                name: c.name,
+                incarnation: c.incarnation,
+                set: configs_from_wire(c.set),
+                remove: c.remove,
+                replace_all: c.replace_all,
+            },
+            CommandWire::DeleteRecords(c) => MetaCommand::DeleteRecords {
+                name: c.name,
+                incarnation: c.incarnation,
+                partition: c.partition,
+                offset: c.offset,
+            },
+            CommandWire::DeleteGroupOffsets(c) => MetaCommand::DeleteGroupOffsets {
+                group: c.group,
+                partitions: (!c.whole_group).then(|| {
+                    c.partitions
+                        .into_iter()
+                        .map(|tp| (tp.topic, tp.partition))
+                        .collect()
+                }),
             },
         }
     }
@@ -409,11 +586,13 @@ mod tests {
                 name: "orders".into(),
                 partitions: 12,
                 replicas: vec![vec![1, 2, 3], vec![3, 1, 2], vec![2, 3, 1]],
+                configs: [("retention.ms".to_string(), "-1".to_string())].into(),
             },
             MetaCommand::CreateTopic {
                 name: String::new(),
                 partitions: 0,
                 replicas: vec![],
+                configs: BTreeMap::new(),
             },
             MetaCommand::CreatePartitions {
                 name: "orders".into(),
@@ -452,6 +631,38 @@ mod tests {
             MetaCommand::CommitOffsets {
                 group: String::new(),
                 offsets: Vec::new(),
+            },
+            MetaCommand::AlterTopicConfigs {
+                name: "orders".into(),
+                incarnation: 9,
+                set: [("segment.bytes".to_string(), "1048576".to_string())].into(),
+                remove: vec!["retention.ms".into()],
+                replace_all: false,
+            },
+            MetaCommand::AlterTopicConfigs {
+                name: "orders".into(),
+                incarnation: 0,
+                set: BTreeMap::new(),
+                remove: Vec::new(),
+                replace_all: true,
+            },
+            MetaCommand::DeleteRecords {
+                name: "orders".into(),
+                incarnation: 3,
+                partition: 2,
+                offset: u64::MAX,
+            },
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: None,
+            },
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: Some(vec![("orders".into(), 1)]),
+            },
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: Some(Vec::new()),
             },
         ]
     }
@@ -516,6 +727,7 @@ mod tests {
                     name: "x".into(),
                     partitions: 1,
                     replicas: vec![],
+                    configs: BTreeMap::new(),
                 },
             ),
             (
@@ -532,6 +744,7 @@ mod tests {
                     name: "y".into(),
                     partitions: 3,
                     replicas: vec![],
+                    configs: BTreeMap::new(),
                 },
             ),
         ];
@@ -553,6 +766,7 @@ mod tests {
                 name: "t".into(),
                 partitions: 4,
                 replicas: vec![],
+                configs: BTreeMap::new(),
             },
         };
         // 0x01 | field 1 (request) {1: 1, 2: 2, 3: 3} | field 2 (create_topic) {1: "t", 2: 4}
@@ -569,8 +783,8 @@ mod tests {
 
     #[test]
     fn unknown_kinds_formats_and_damaged_entries_are_errors() {
-        // A newer version's command kind (field 9) with a request id: no command we know.
-        let newer = [FORMAT_PROST_V1, 0x0a, 0x02, 0x08, 0x01, 0x4a, 0x00];
+        // A newer version's command kind (field 15) with a request id: no command we know.
+        let newer = [FORMAT_PROST_V1, 0x0a, 0x02, 0x08, 0x01, 0x7a, 0x00];
         assert!(matches!(
             decode_entry(&newer),
             Err(MetaDecodeError::UnknownCommand)
@@ -596,6 +810,7 @@ mod tests {
                     name: "t".into(),
                     partitions: 2,
                     replicas: vec![],
+                    configs: BTreeMap::new(),
                 }
             )
         );

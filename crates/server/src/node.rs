@@ -27,6 +27,7 @@ use crate::metadata::{
 };
 use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
 use crate::raft_storage::{read, RaftStorage, SharedStore};
+use crate::topic_config::TopicSettings;
 use crate::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
 
 /// Inputs queued for one group before further ones are dropped (messages) or refused
@@ -144,6 +145,15 @@ pub fn group_id_for_topic(name: &str, incarnation: u64, partition: u32) -> u64 {
         h + 2
     } else {
         h
+    }
+}
+
+/// The store retention policy of a topic's settings.
+fn retention_policy(settings: &TopicSettings) -> logstore::RetentionPolicy {
+    logstore::RetentionPolicy {
+        max_segments: None,
+        max_bytes: settings.retention_bytes,
+        max_age: settings.retention_age,
     }
 }
 
@@ -419,6 +429,11 @@ pub struct Node {
     /// (see [`Node::open_topic`]).
     deleted_before_start: Mutex<HashSet<(String, u64)>>,
     request_seq: std::sync::atomic::AtomicU64,
+    /// Set once the metadata group has applied what was committed when this node started
+    /// (its replay is done): retention waits for it (see `GroupParts::retention_allowed`).
+    retention_allowed: Arc<std::sync::atomic::AtomicBool>,
+    /// The metadata commit index at start (0 until the metadata group is open).
+    metadata_replay_target: std::sync::atomic::AtomicU64,
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
@@ -679,6 +694,8 @@ impl Node {
             boot_nonce: boot_nonce(),
             deleted_before_start: Mutex::new(HashSet::new()),
             request_seq: std::sync::atomic::AtomicU64::new(0),
+            retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
             peer_versions: versions,
         });
         node.refuse_old_layout()?;
@@ -870,6 +887,64 @@ impl Node {
             },
             ..StoreConfig::default()
         }
+    }
+
+    /// Called as the metadata group applies entries (and once at its start): when `index`
+    /// reaches the commit index the node started with, the replay is done and retention may
+    /// run.
+    pub fn note_metadata_applied(&self, index: u64) {
+        use std::sync::atomic::Ordering;
+        if index >= self.metadata_replay_target.load(Ordering::Acquire)
+            && !self.retention_allowed.swap(true, Ordering::AcqRel)
+        {
+            tracing::debug!(index, "metadata replay done: retention may run");
+        }
+    }
+
+    /// The effective settings of topic `name`: its config overrides over this node's
+    /// configuration (the node's alone for a topic it does not know).
+    pub fn topic_settings(&self, name: &str) -> TopicSettings {
+        let meta = self.metadata();
+        match meta.topics.get(name) {
+            Some(t) if !t.configs.is_empty() => TopicSettings::resolve(&self.config, &t.configs),
+            _ => TopicSettings::resolve(&self.config, &BTreeMap::new()),
+        }
+    }
+
+    /// Applies topic `name`'s current config overrides to its partitions open here (called
+    /// when the replicated metadata changed them): retention and segment size on their stores;
+    /// the produce path reads the rest per request.
+    pub fn apply_topic_settings(&self, name: &str, incarnation: u64) {
+        let settings = self.topic_settings(name);
+        for stream in self.partitions(name) {
+            if stream.incarnation != incarnation {
+                continue;
+            }
+            {
+                let mut store = stream.store.write().unwrap_or_else(|e| e.into_inner());
+                store.set_retention(retention_policy(&settings));
+                store.set_segment_bytes(settings.segment_bytes);
+            }
+            tracing::info!(stream = %name, partition = stream.partition, ?settings, "topic configs changed");
+        }
+    }
+
+    /// Raises the log start offset of partition `partition` of topic `name` to `offset`
+    /// (DeleteRecords, applied from the replicated metadata): records below it are no longer
+    /// readable here, and the segments wholly below it are removed by the partition's group.
+    pub fn delete_records_before(&self, name: &str, incarnation: u64, partition: u32, offset: u64) {
+        let Some(stream) = self
+            .partition(name, partition)
+            .filter(|s| s.incarnation == incarnation)
+        else {
+            return;
+        };
+        stream
+            .store
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .raise_records_floor(offset);
+        try_deliver(&stream.inbox, GroupInput::RecordsFloorRaised);
     }
 
     /// Directory of a stream configured at start (`[streams] initial`).
@@ -1126,6 +1201,12 @@ impl Node {
             source,
         };
         let mut store_config = self.store_config();
+        if incarnation != 0 {
+            // A topic's own retention and segment size (its config overrides).
+            let settings = self.topic_settings(topic);
+            store_config.segment_bytes = settings.segment_bytes;
+            store_config.retention = retention_policy(&settings);
+        }
         let (dir, forward_proposals, state_machine): (
             _,
             _,
@@ -1189,10 +1270,15 @@ impl Node {
         } else {
             commit
         };
+        if replay {
+            self.metadata_replay_target
+                .store(commit, std::sync::atomic::Ordering::Release);
+            self.note_metadata_applied(applied);
+        }
         let visible = Visible {
             applied_index: applied,
             high_watermark: store.next_offset_after_index(applied).map_err(store_err)?,
-            log_start_offset: store.log_start_offset(),
+            log_start_offset: store.first_readable_offset(),
             leader: 0,
             term: hs.term,
             in_sync: [0; crate::group::MAX_TRACKED_VOTERS],
@@ -1246,6 +1332,7 @@ impl Node {
             pipeline: t.pipeline,
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
+            retention_allowed: self.retention_allowed.clone(),
             forward_proposals,
             peer_stats: self.registry.stats.clone(),
             producers: (!replay).then(|| rebuild_producers(&shared, applied)),
@@ -1474,6 +1561,26 @@ impl Node {
         replication_factor: usize,
         timeout: Duration,
     ) -> Result<(), AppendError> {
+        self.create_topic_configured(
+            name,
+            partitions,
+            replication_factor,
+            BTreeMap::new(),
+            timeout,
+        )
+        .await
+    }
+
+    /// [`Node::create_topic_replicated`] with config overrides (validated by the caller with
+    /// [`crate::topic_config::validate_all`]).
+    pub async fn create_topic_configured(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: usize,
+        configs: BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
         let members = self.config.member_ids();
         if !(1..=members.len()).contains(&replication_factor) {
             return Err(AppendError::Invalid(format!(
@@ -1505,6 +1612,7 @@ impl Node {
                 name: name.to_owned(),
                 partitions,
                 replicas,
+                configs,
             },
             timeout,
         )
@@ -1640,6 +1748,82 @@ impl Node {
             .get(&request)
             .copied()
             .ok_or_else(|| AppendError::Invalid("producer id allocation not found".into()))
+    }
+
+    /// Changes topic `name`'s config overrides through the replicated metadata: with
+    /// `replace_all` they become exactly `set`, otherwise `remove` goes back to defaults and
+    /// `set` is applied. The caller validated the result ([`crate::topic_config`]). Returns once
+    /// this node has applied it; every replica applies it as it commits.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: BTreeMap<String, String>,
+        remove: Vec<String>,
+        replace_all: bool,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        let incarnation = self
+            .metadata()
+            .incarnation(name)
+            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))?;
+        self.propose_metadata(
+            &MetaCommand::AlterTopicConfigs {
+                name: name.to_owned(),
+                incarnation,
+                set,
+                remove,
+                replace_all,
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes partition `partition` of topic `name`'s records below `offset` on every replica
+    /// (DeleteRecords) through the replicated metadata; the caller checked `offset` against the
+    /// high watermark. Returns once this node has applied it.
+    pub async fn delete_records(
+        &self,
+        name: &str,
+        partition: u32,
+        offset: u64,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        let incarnation = self
+            .metadata()
+            .incarnation(name)
+            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))?;
+        self.propose_metadata(
+            &MetaCommand::DeleteRecords {
+                name: name.to_owned(),
+                incarnation,
+                partition,
+                offset,
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Removes consumer group `group`'s committed offsets: all of them (`None`, DeleteGroups)
+    /// or those of the listed partitions (OffsetDelete). Returns once this node has applied it.
+    pub async fn delete_group_offsets(
+        &self,
+        group: &str,
+        partitions: Option<Vec<(String, i32)>>,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        self.propose_metadata(
+            &MetaCommand::DeleteGroupOffsets {
+                group: group.to_owned(),
+                partitions,
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Records a consumer group's committed offsets, replicated.

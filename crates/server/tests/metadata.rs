@@ -194,6 +194,7 @@ async fn a_metadata_log_written_in_json_replays_as_before() {
                 partitions: 3,
                 // Written before replica placement: every member holds every partition.
                 replicas: vec![],
+                configs: Default::default(),
             },
         })
         .unwrap(),

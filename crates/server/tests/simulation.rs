@@ -179,6 +179,7 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         group_commit: true,
         forward_proposals: false,
         retention_interval: Duration::from_secs(3600),
+        retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         peer_stats: Arc::new(PeerStats::default()),
         state_machine: None,
         producers: Some(ProducerTable::default()),

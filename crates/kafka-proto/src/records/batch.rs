@@ -23,6 +23,8 @@ pub const MAGIC_OFFSET: usize = 16;
 pub const CRC_OFFSET: usize = 17;
 /// Offset of the attributes field, where the CRC-covered bytes begin.
 pub const ATTRIBUTES_OFFSET: usize = 21;
+/// Offset of `maxTimestamp` in a v2 batch.
+pub const MAX_TIMESTAMP_OFFSET: usize = 35;
 /// The record batch magic this module reads.
 pub const MAGIC_V2: i8 = 2;
 /// Producer id of a batch without one (not idempotent).
@@ -180,6 +182,20 @@ impl RecordBatch {
     /// The stored CRC-32C.
     pub fn crc(&self) -> u32 {
         u32::from_be_bytes(field(&self.buf, CRC_OFFSET))
+    }
+
+    /// A copy of this batch stamped with a broker's append time, as Kafka's broker stamps
+    /// batches of a topic with `message.timestamp.type=LogAppendTime`: the timestamp-type
+    /// attribute set, `maxTimestamp` = `now_ms`, the CRC recomputed (everything else as it
+    /// was). Consumers then report `now_ms` as the timestamp of every record in it.
+    pub fn with_log_append_time(&self, now_ms: i64) -> RecordBatch {
+        let mut buf = bytes::BytesMut::from(&self.buf[..]);
+        let attributes = self.attributes() | TIMESTAMP_TYPE_BIT;
+        buf[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+        buf[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&now_ms.to_be_bytes());
+        let crc = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..]);
+        buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        RecordBatch { buf: buf.freeze() }
     }
 
     /// The CRC-32C of the bytes the CRC covers (attributes to the end).
@@ -560,4 +576,30 @@ pub fn split_batches(buf: Bytes) -> BatchSplitter {
 /// response's records, which Kafka may truncate).
 pub fn split_batches_lenient(buf: Bytes) -> BatchSplitter {
     BatchSplitter::new(buf, TrailingPartial::Ignore)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{build_batch, Compression, NewRecord};
+
+    /// A batch stamped with the append time keeps a valid CRC, says LogAppendTime and carries
+    /// the stamp as its max timestamp; nothing else changes.
+    #[test]
+    fn log_append_time_stamp_keeps_the_batch_valid() {
+        let records = [
+            NewRecord::new(1_000, b"a".to_vec()),
+            NewRecord::new(2_000, b"b".to_vec()),
+        ];
+        let raw = build_batch(Compression::None, &records).unwrap();
+        let batch = RecordBatch::new(raw).unwrap();
+        assert_eq!(batch.timestamp_type(), TimestampType::CreateTime);
+        let stamped = batch.with_log_append_time(9_999);
+        stamped.validate().unwrap();
+        assert_eq!(stamped.timestamp_type(), TimestampType::LogAppendTime);
+        assert_eq!(stamped.max_timestamp(), 9_999);
+        assert_eq!(stamped.base_timestamp(), batch.base_timestamp());
+        assert_eq!(stamped.record_count(), 2);
+        assert_eq!(stamped.len(), batch.len());
+    }
 }

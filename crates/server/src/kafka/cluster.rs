@@ -11,6 +11,7 @@ use kafka_proto::messages::describe_cluster_response::{
 use kafka_proto::messages::describe_configs_request::DescribeConfigsRequest;
 use kafka_proto::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+    DescribeConfigsSynonym,
 };
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
@@ -18,6 +19,7 @@ use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{cluster_id, split_host_port};
 use crate::node::Node;
+use crate::topic_config::{ConfigSource, ConfigType, DescribedConfig};
 
 /// How long InitProducerId waits for the replicated allocation.
 const ALLOCATE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -91,82 +93,29 @@ pub fn describe_cluster(node: &Arc<Node>) -> DescribeClusterResponse {
     }
 }
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
+/// Kafka's resource types.
+pub(crate) const TOPIC: i8 = 2;
+pub(crate) const BROKER: i8 = 4;
 /// Kafka's config sources.
 const STATIC_BROKER_CONFIG: i8 = 4;
 const DEFAULT_CONFIG: i8 = 5;
 /// Kafka's config types.
 const BOOLEAN: i8 = 1;
-const STRING: i8 = 2;
 const INT: i8 = 3;
 const LONG: i8 = 5;
 
-/// (name, value, type, source) of a resource's configuration.
+/// (name, value, type, source) of a broker's configuration.
 type ConfigEntry = (&'static str, String, i8, i8);
 
-/// The settings of a topic whose partitions have `voters` replicas each.
-fn topic_configs(node: &Node, voters: usize) -> Vec<ConfigEntry> {
-    let c = node.config();
-    let retention_ms = c
-        .storage
-        .retention_age
-        .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let retention_bytes = c
-        .storage
-        .retention_bytes
-        .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
-    vec![
-        ("cleanup.policy", "delete".into(), STRING, DEFAULT_CONFIG),
-        (
-            "compression.type",
-            "producer".into(),
-            STRING,
-            DEFAULT_CONFIG,
-        ),
-        (
-            "max.message.bytes",
-            c.kafka.message_max_bytes.to_string(),
-            INT,
-            STATIC_BROKER_CONFIG,
-        ),
-        (
-            "message.timestamp.type",
-            "CreateTime".into(),
-            STRING,
-            DEFAULT_CONFIG,
-        ),
-        (
-            "min.insync.replicas",
-            (voters / 2 + 1).to_string(),
-            INT,
-            STATIC_BROKER_CONFIG,
-        ),
-        (
-            "retention.bytes",
-            retention_bytes.to_string(),
-            LONG,
-            STATIC_BROKER_CONFIG,
-        ),
-        (
-            "retention.ms",
-            retention_ms.to_string(),
-            LONG,
-            STATIC_BROKER_CONFIG,
-        ),
-        (
-            "segment.bytes",
-            c.storage.segment_bytes.to_string(),
-            INT,
-            STATIC_BROKER_CONFIG,
-        ),
-        (
-            "unclean.leader.election.enable",
-            "false".into(),
-            BOOLEAN,
-            DEFAULT_CONFIG,
-        ),
-    ]
+/// A topic's configs as DescribeConfigs reports them (see [`crate::topic_config::describe`]).
+fn topic_configs(node: &Node, name: &str, voters: usize) -> Vec<DescribedConfig> {
+    let overrides = node
+        .metadata()
+        .topics
+        .get(name)
+        .map(|t| t.configs.clone())
+        .unwrap_or_default();
+    crate::topic_config::describe(node.config(), &overrides, voters)
 }
 
 fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
@@ -214,12 +163,36 @@ fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
             STATIC_BROKER_CONFIG,
         ),
     ];
-    v.extend(
-        topic_configs(node, c.default_replication_factor())
-            .into_iter()
-            .filter(|(n, ..)| *n == "min.insync.replicas"),
-    );
+    let voters = c.default_replication_factor();
+    v.push((
+        "min.insync.replicas",
+        (voters / 2 + 1).to_string(),
+        INT,
+        STATIC_BROKER_CONFIG,
+    ));
     v
+}
+
+/// A broker config as a described config (its own synonym, as Kafka lists it).
+fn broker_entry((name, value, config_type, source): ConfigEntry) -> DescribedConfig {
+    let source = if source == DEFAULT_CONFIG {
+        ConfigSource::Default
+    } else {
+        ConfigSource::StaticBroker
+    };
+    DescribedConfig {
+        name,
+        value: value.clone(),
+        config_type: match config_type {
+            BOOLEAN => ConfigType::Boolean,
+            INT => ConfigType::Int,
+            LONG => ConfigType::Long,
+            _ => ConfigType::String,
+        },
+        source,
+        read_only: true,
+        synonyms: vec![(name, value, source)],
+    }
 }
 
 /// Handles DescribeConfigs for topics (their effective settings) and brokers.
@@ -243,18 +216,19 @@ pub fn describe_configs(
                         .topic_layout(&res.resource_name)
                         .and_then(|l| l.replicas.first().map(Vec::len))
                         .unwrap_or(1);
-                    topic_configs(node, replicas)
+                    topic_configs(node, &res.resource_name, replicas)
                 }
                 TOPIC => {
                     out.error_code = ErrorCode::UnknownTopicOrPartition.code();
-                    out.error_message = Some(format!("no topic {}", res.resource_name));
+                    out.error_message =
+                        Some(format!("The topic '{}' does not exist.", res.resource_name));
                     return out;
                 }
                 BROKER
                     if res.resource_name.is_empty()
                         || res.resource_name == node.config().id.to_string() =>
                 {
-                    broker_configs(node)
+                    broker_configs(node).into_iter().map(broker_entry).collect()
                 }
                 _ => {
                     out.error_code = ErrorCode::InvalidRequest.code();
@@ -265,23 +239,34 @@ pub fn describe_configs(
             };
             out.configs = entries
                 .into_iter()
-                .filter(|(name, ..)| {
+                .filter(|c| {
                     res.configuration_keys
                         .as_ref()
-                        .is_none_or(|keys| keys.iter().any(|k| k == name))
+                        .is_none_or(|keys| keys.iter().any(|k| k == c.name))
                 })
-                .map(
-                    |(name, value, config_type, source)| DescribeConfigsResourceResult {
-                        name: name.to_owned(),
-                        value: Some(value),
-                        read_only: true,
-                        is_default: source == DEFAULT_CONFIG,
-                        config_source: source,
-                        is_sensitive: false,
-                        config_type: if version >= 3 { config_type } else { 0 },
-                        ..Default::default()
+                .map(|c| DescribeConfigsResourceResult {
+                    name: c.name.to_owned(),
+                    value: Some(c.value),
+                    read_only: c.read_only,
+                    is_default: c.source == ConfigSource::Default,
+                    config_source: c.source.id(),
+                    is_sensitive: false,
+                    synonyms: if req.include_synonyms && version >= 1 {
+                        c.synonyms
+                            .into_iter()
+                            .map(|(name, value, source)| DescribeConfigsSynonym {
+                                name: name.to_owned(),
+                                value: Some(value),
+                                source: source.id(),
+                                ..Default::default()
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
                     },
-                )
+                    config_type: if version >= 3 { c.config_type.id() } else { 0 },
+                    ..Default::default()
+                })
                 .collect();
             out
         })

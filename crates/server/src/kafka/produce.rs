@@ -29,7 +29,7 @@ use kafka_proto::messages::produce_request::ProduceRequest;
 use kafka_proto::messages::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
-use kafka_proto::records::batch::MAGIC_OFFSET;
+use kafka_proto::records::batch::{RecordBatch, MAGIC_OFFSET};
 use kafka_proto::records::{
     check_produce_shape, decode_message_set, message_set_to_batch, validate_produce_records,
     Compression, LegacyDecodeOptions, ProduceLimits, TrailingPartial,
@@ -42,6 +42,7 @@ use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::node::{Node, PendingAppend};
 use crate::producers::SequenceError;
+use crate::topic_config::{TimestampType, TopicSettings};
 
 /// Longest a produce waits for commit, whatever timeout the client asked for.
 const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -181,7 +182,38 @@ type SubmittedPartition = (i32, PartitionOutcome, ChainLink);
 
 enum PartitionOutcome {
     Failed(ErrorCode),
-    Submitted(PendingAppend, crate::node::LogStream),
+    /// Submitted; with the append time stamped on the batch for a LogAppendTime topic.
+    Submitted(PendingAppend, crate::node::LogStream, Option<i64>),
+}
+
+/// What a topic's configs ask of its produce requests (see [`crate::topic_config`]).
+struct TopicRules {
+    /// Record size and timestamp limits (`max.message.bytes`; no timestamp bounds for a
+    /// LogAppendTime topic, whose producers' timestamps are replaced).
+    limits: ProduceLimits,
+    /// The topic's settings (min.insync.replicas, timestamp type).
+    settings: TopicSettings,
+    /// The append time to stamp, for a LogAppendTime topic.
+    now_ms: i64,
+}
+
+impl TopicRules {
+    fn of(node: &Node, topic: &str, now_ms: i64) -> TopicRules {
+        let settings = node.topic_settings(topic);
+        let kafka = KafkaSettings {
+            message_max_bytes: settings.max_message_bytes,
+            ..node.config().kafka
+        };
+        let mut limits = produce_limits(&kafka, now_ms);
+        if settings.timestamp_type == TimestampType::LogAppendTime {
+            limits = limits.with_timestamp_after_max_ms(i64::MAX);
+        }
+        TopicRules {
+            limits,
+            settings,
+            now_ms,
+        }
+    }
 }
 
 /// Handles a Produce request: submits now, answers (unless acks=0) once every partition's
@@ -193,7 +225,7 @@ pub fn produce(
     correlation_id: i32,
     chain: &mut ProduceChain,
 ) -> Reply {
-    let limits = produce_limits(&node.config().kafka, now_ms());
+    let now = now_ms();
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(MAX_PRODUCE_TIMEOUT);
     let mut submitted: Vec<(String, Vec<SubmittedPartition>)> = Vec::new();
@@ -203,6 +235,7 @@ pub fn produce(
     let mut seen: std::collections::HashSet<(String, i32)> = std::collections::HashSet::new();
     for topic in req.topic_data {
         let mut partitions = Vec::new();
+        let rules = TopicRules::of(node, &topic.name, now);
         for p in topic.partition_data {
             let outcome = if seen.insert((topic.name.clone(), p.index)) {
                 submit_partition(
@@ -211,7 +244,8 @@ pub fn produce(
                     p.index,
                     p.records,
                     version,
-                    &limits,
+                    &rules,
+                    req.acks,
                     req.transactional_id.is_some(),
                 )
             } else {
@@ -239,10 +273,13 @@ pub fn produce(
                 };
                 match outcome {
                     PartitionOutcome::Failed(code) => r.error_code = code.code(),
-                    PartitionOutcome::Submitted(pending, stream) => {
+                    PartitionOutcome::Submitted(pending, stream, stamped_at) => {
                         match pending.wait(timeout).await {
                             Ok(a) => {
                                 r.base_offset = i64::try_from(a.base_offset).unwrap_or(i64::MAX);
+                                if let Some(t) = stamped_at {
+                                    r.log_append_time_ms = t;
+                                }
                                 r.log_start_offset =
                                     i64::try_from(stream.visible().log_start_offset).unwrap_or(0);
                             }
@@ -291,7 +328,8 @@ fn submit_partition(
     partition: i32,
     records: Option<kafka_proto::RecordChunks>,
     version: i16,
-    limits: &ProduceLimits,
+    rules: &TopicRules,
+    acks: i16,
     transactional: bool,
 ) -> PartitionOutcome {
     let stream = match locate_partition(node, topic, partition) {
@@ -315,9 +353,32 @@ fn submit_partition(
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return PartitionOutcome::Failed(ErrorCode::InvalidRecord);
     };
-    match validate_records(records.to_contiguous(), version, limits) {
-        Ok((batches, span)) => {
-            PartitionOutcome::Submitted(stream.submit_records(batches, span), stream)
+    if acks == -1 {
+        // Kafka's min.insync.replicas: an acks=all produce is refused while fewer replicas
+        // are in sync. Only a setting above the majority needs a check here: the Raft commit
+        // waits for a majority anyway.
+        let replicas = node.replicas_of(&stream).len();
+        if let Some(required) = rules.settings.in_sync_required_beyond_majority(replicas) {
+            let in_sync = v.in_sync.iter().filter(|id| **id != 0).count();
+            if in_sync < required {
+                return PartitionOutcome::Failed(ErrorCode::NotEnoughReplicas);
+            }
+        }
+    }
+    match validate_records(records.to_contiguous(), version, &rules.limits) {
+        Ok((batch, span)) => {
+            let (batch, stamped_at) = match rules.settings.timestamp_type {
+                TimestampType::CreateTime => (batch, None),
+                TimestampType::LogAppendTime => match RecordBatch::new(batch) {
+                    Ok(b) => (
+                        b.with_log_append_time(rules.now_ms).into_bytes(),
+                        Some(rules.now_ms),
+                    ),
+                    // validate_records returns exactly one whole batch.
+                    Err(_) => return PartitionOutcome::Failed(ErrorCode::CorruptMessage),
+                },
+            };
+            PartitionOutcome::Submitted(stream.submit_records(batch, span), stream, stamped_at)
         }
         Err(code) => PartitionOutcome::Failed(code),
     }

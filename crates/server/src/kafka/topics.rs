@@ -5,9 +5,12 @@
 //! `kafka.num_partitions`; 0 or below -1 gets INVALID_PARTITIONS, as in Kafka. A replication
 //! factor of -1 takes `kafka.default_replication_factor` (default: the smaller of 3 and the number
 //! of nodes); 0, below -1 or above the number of nodes gets INVALID_REPLICATION_FACTOR. Explicit
-//! replica assignments get INVALID_REPLICA_ASSIGNMENT: vdl places replicas itself. Passing
+//! replica assignments get INVALID_REPLICA_ASSIGNMENT: vdl places replicas itself. Configs
+//! given at creation become the topic's overrides ([`crate::topic_config`]); an unknown name or
+//! a bad value gets INVALID_CONFIG naming the key. Passing
 //! `kafka.max_topics` or `kafka.max_partitions` gets POLICY_VIOLATION.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +20,10 @@ use kafka_proto::messages::create_partitions_request::CreatePartitionsRequest;
 use kafka_proto::messages::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
 };
-use kafka_proto::messages::create_topics_request::CreateTopicsRequest;
-use kafka_proto::messages::create_topics_response::{CreatableTopicResult, CreateTopicsResponse};
+use kafka_proto::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_proto::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
+};
 use kafka_proto::messages::delete_topics_request::DeleteTopicsRequest;
 use kafka_proto::messages::delete_topics_response::{DeletableTopicResult, DeleteTopicsResponse};
 
@@ -27,6 +32,7 @@ use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{topic_id_of, topic_name_by_id};
 use crate::node::Node;
+use crate::topic_config;
 
 /// Longest a topic creation or deletion waits for the metadata commit.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,15 +51,14 @@ fn metadata_error(e: &AppendError) -> ErrorCode {
     }
 }
 
-/// Checks one topic of a CreateTopics request; `Ok` carries the partition count and the
-/// replication factor to create it with, `Err` the error and its message.
-fn check_creatable(
-    node: &Node,
-    name: &str,
-    partitions: i32,
-    replication: i16,
-    assigned: bool,
-) -> Result<(u32, usize), (ErrorCode, String)> {
+/// A topic to create, as checked: partition count, replication factor, config overrides.
+type Creatable = (u32, usize, BTreeMap<String, String>);
+
+/// Checks one topic of a CreateTopics request; `Ok` carries what to create it with, `Err` the
+/// error and its message.
+fn check_creatable(node: &Node, t: &CreatableTopic) -> Result<Creatable, (ErrorCode, String)> {
+    let (name, partitions, replication) = (&t.name, t.num_partitions, t.replication_factor);
+    let assigned = !t.assignments.is_empty();
     let nodes = node.config().members.len();
     if !valid_stream_name(name) || name.starts_with("__") {
         return Err((
@@ -98,7 +103,34 @@ fn check_creatable(
                 )
             })?,
     };
-    Ok((partitions, replication))
+    let mut configs = BTreeMap::new();
+    for c in &t.configs {
+        let value = topic_config::validate(&c.name, c.value.as_deref())
+            .map_err(|e| (ErrorCode::InvalidConfig, e.to_string()))?;
+        configs.insert(c.name.clone(), value);
+    }
+    topic_config::validate_all(&configs, replication)
+        .map_err(|e| (ErrorCode::InvalidConfig, e.to_string()))?;
+    Ok((partitions, replication, configs))
+}
+
+/// A topic's configs as CreateTopics v5+ reports them.
+fn created_configs(
+    node: &Node,
+    configs: &BTreeMap<String, String>,
+    replication: usize,
+) -> Vec<CreatableTopicConfigs> {
+    topic_config::describe(node.config(), configs, replication)
+        .into_iter()
+        .map(|c| CreatableTopicConfigs {
+            name: c.name.to_owned(),
+            value: Some(c.value),
+            read_only: c.read_only,
+            config_source: c.source.id(),
+            is_sensitive: false,
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// Handles CreateTopics.
@@ -119,28 +151,28 @@ pub fn create_topics(
                 replication_factor: -1,
                 ..Default::default()
             };
-            let checked = check_creatable(
-                &node,
-                &t.name,
-                t.num_partitions,
-                t.replication_factor,
-                !t.assignments.is_empty(),
-            );
+            let checked = check_creatable(&node, t);
             let outcome = match checked {
                 Err(e) => Err(e),
                 Ok(created) if req.validate_only => Ok(created),
-                Ok((partitions, replication)) => node
-                    .create_topic_replicated(&t.name, partitions, replication, wait)
+                Ok((partitions, replication, configs)) => node
+                    .create_topic_configured(
+                        &t.name,
+                        partitions,
+                        replication,
+                        configs.clone(),
+                        wait,
+                    )
                     .await
-                    .map(|()| (partitions, replication))
+                    .map(|()| (partitions, replication, configs))
                     .map_err(|e| (metadata_error(&e), e.to_string())),
             };
             match outcome {
-                Ok((partitions, replication)) => {
+                Ok((partitions, replication, configs)) => {
                     r.topic_id = topic_id_of(&node, &t.name);
                     r.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                     r.replication_factor = i16::try_from(replication).unwrap_or(i16::MAX);
-                    r.configs = Some(Vec::new());
+                    r.configs = Some(created_configs(&node, &configs, replication));
                 }
                 Err((code, message)) => {
                     r.error_code = code.code();

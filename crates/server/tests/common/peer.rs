@@ -154,6 +154,7 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
                     name: topic,
                     partitions: 1,
                     replicas: Vec::new(),
+                    configs: Default::default(),
                 },
                 TIMEOUT,
             )
@@ -170,6 +171,7 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
                 name: tag.to_owned(),
                 partitions: 1,
                 replicas: Vec::new(),
+                configs: Default::default(),
             };
             match nodes[leader].propose_metadata(&cmd, TIMEOUT).await {
                 Ok(_) => break,

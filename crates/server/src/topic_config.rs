@@ -1,0 +1,590 @@
+//! Topic configuration: the topic-level settings Kafka's tools read and change
+//! (`kafka-configs.sh`, `kafka-topics.sh --config`, AdminClient's describe/alter configs).
+//!
+//! A topic's configuration is its *overrides*, a map from Kafka config name to value, kept in
+//! the replicated metadata ([`crate::metadata::TopicMeta::configs`]): set at creation
+//! (CreateTopics' configs) and changed by AlterConfigs / IncrementalAlterConfigs, so every node
+//! holds the same overrides and they survive restarts. What a name not overridden means comes
+//! from the node's configuration (the broker-level setting, reported as
+//! `STATIC_BROKER_CONFIG`) or Kafka's default (`DEFAULT_CONFIG`).
+//!
+//! [`TopicSettings`] is the effective result every replica acts on: retention and segment size
+//! on the partitions' stores, the record size limit, `min.insync.replicas` and the timestamp
+//! type on the produce path.
+//!
+//! Names and values are validated as Kafka validates them, with Kafka's messages
+//! (`Invalid value x for configuration retention.ms: Not a number of type LONG`, `Unknown topic
+//! config name: x`), with two deliberate differences, both refused with INVALID_CONFIG and a
+//! message that says why: `cleanup.policy=compact` (vdl does not compact logs) and
+//! `segment.bytes` below 1 MiB (Kafka 3.9 allows 14 bytes, Kafka 4.0 raised the floor to 1 MiB,
+//! which is also the floor of the node-level `storage.segment_bytes`). Names Kafka knows but vdl
+//! does not act on (`compression.type`, `unclean.leader.election.enable`, ...) are refused
+//! rather than stored without effect.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::config::NodeConfig;
+
+/// Where a reported config value comes from (Kafka's `ConfigSource` ids, DescribeConfigs v1+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// Set on the topic (creation or alter).
+    DynamicTopic = 1,
+    /// Set in this node's configuration file.
+    StaticBroker = 4,
+    /// Kafka's default.
+    Default = 5,
+}
+
+impl ConfigSource {
+    /// The id DescribeConfigs reports.
+    pub fn id(self) -> i8 {
+        self as i8
+    }
+}
+
+/// Kafka's config value types (DescribeConfigs v3+ `config_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    /// `true`/`false`.
+    Boolean = 1,
+    /// Free text or one of a set.
+    String = 2,
+    /// 32-bit integer.
+    Int = 3,
+    /// 64-bit integer.
+    Long = 5,
+    /// Comma-separated list.
+    List = 7,
+}
+
+impl ConfigType {
+    /// The id DescribeConfigs reports.
+    pub fn id(self) -> i8 {
+        self as i8
+    }
+}
+
+/// A topic config name or value that is refused: INVALID_CONFIG with [`ConfigError::message`]
+/// (which names the key, as Kafka's messages do).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// Not a topic config name vdl knows.
+    #[error("Unknown topic config name: {0}")]
+    UnknownName(String),
+    /// A topic config Kafka has that vdl does not act on.
+    #[error("Topic config {0} is not supported by vdl (supported: {SUPPORTED})")]
+    Unsupported(String),
+    /// A value that does not parse or is out of range.
+    #[error("Invalid value {value} for configuration {name}: {reason}")]
+    InvalidValue {
+        /// The config name.
+        name: String,
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A name given without a value where a value is needed (AlterConfigs with a null value).
+    #[error("Null value not supported for topic configs: {0}")]
+    NullValue(String),
+}
+
+/// The names a topic may override, as listed in error messages.
+const SUPPORTED: &str = "cleanup.policy, max.message.bytes, message.timestamp.type, \
+                         min.insync.replicas, retention.bytes, retention.ms, segment.bytes";
+
+/// Smallest `segment.bytes` accepted (see the module documentation).
+pub const MIN_SEGMENT_BYTES: i64 = 1 << 20;
+
+/// Kafka's topic config names that vdl reports but does not let a topic change.
+const KNOWN_UNSUPPORTED: &[&str] = &[
+    "compression.type",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
+    "confluent.placement.constraints",
+    "delete.retention.ms",
+    "file.delete.delay.ms",
+    "flush.messages",
+    "flush.ms",
+    "follower.replication.throttled.replicas",
+    "index.interval.bytes",
+    "leader.replication.throttled.replicas",
+    "local.retention.bytes",
+    "local.retention.ms",
+    "max.compaction.lag.ms",
+    "message.downconversion.enable",
+    "message.format.version",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.difference.max.ms",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "preallocate",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+    "remote.storage.enable",
+    "segment.index.bytes",
+    "segment.jitter.ms",
+    "segment.ms",
+    "unclean.leader.election.enable",
+];
+
+/// One topic config vdl acts on: its Kafka name, type, broker-level synonym and Kafka default.
+struct ConfigDef {
+    name: &'static str,
+    config_type: ConfigType,
+    /// The broker config that supplies the value when the topic has no override.
+    broker_synonym: &'static str,
+}
+
+const DEFS: &[ConfigDef] = &[
+    ConfigDef {
+        name: "cleanup.policy",
+        config_type: ConfigType::List,
+        broker_synonym: "log.cleanup.policy",
+    },
+    ConfigDef {
+        name: "max.message.bytes",
+        config_type: ConfigType::Int,
+        broker_synonym: "message.max.bytes",
+    },
+    ConfigDef {
+        name: "message.timestamp.type",
+        config_type: ConfigType::String,
+        broker_synonym: "log.message.timestamp.type",
+    },
+    ConfigDef {
+        name: "min.insync.replicas",
+        config_type: ConfigType::Int,
+        broker_synonym: "min.insync.replicas",
+    },
+    ConfigDef {
+        name: "retention.bytes",
+        config_type: ConfigType::Long,
+        broker_synonym: "log.retention.bytes",
+    },
+    ConfigDef {
+        name: "retention.ms",
+        config_type: ConfigType::Long,
+        broker_synonym: "log.retention.ms",
+    },
+    ConfigDef {
+        name: "segment.bytes",
+        config_type: ConfigType::Int,
+        broker_synonym: "log.segment.bytes",
+    },
+];
+
+fn def(name: &str) -> Option<&'static ConfigDef> {
+    DEFS.iter().find(|d| d.name == name)
+}
+
+fn invalid(name: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        name: name.to_owned(),
+        value: value.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_long(name: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
+    let v: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(name, value, "Not a number of type LONG"))?;
+    if v < min {
+        return Err(invalid(
+            name,
+            value,
+            format!("Value must be at least {min}"),
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_int(name: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
+    let v: i32 = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(name, value, "Not a number of type INT"))?;
+    if i64::from(v) < min {
+        return Err(invalid(
+            name,
+            value,
+            format!("Value must be at least {min}"),
+        ));
+    }
+    Ok(i64::from(v))
+}
+
+/// Checks one override: the name is a topic config vdl acts on and the value is valid for it.
+/// Returns the value as stored (trimmed, lists normalised), or why it is refused.
+pub fn validate(name: &str, value: Option<&str>) -> Result<String, ConfigError> {
+    let Some(def) = def(name) else {
+        return Err(if KNOWN_UNSUPPORTED.contains(&name) {
+            ConfigError::Unsupported(name.to_owned())
+        } else {
+            ConfigError::UnknownName(name.to_owned())
+        });
+    };
+    let Some(value) = value else {
+        return Err(ConfigError::NullValue(name.to_owned()));
+    };
+    let stored =
+        match def.name {
+            "cleanup.policy" => {
+                let items: Vec<&str> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                for item in &items {
+                    match *item {
+                        "delete" => {}
+                        "compact" => return Err(invalid(
+                            name,
+                            value,
+                            "vdl does not compact logs; only cleanup.policy=delete is supported",
+                        )),
+                        _ => {
+                            return Err(invalid(
+                                name,
+                                value,
+                                format!("String must be one of: compact, delete (got {item})"),
+                            ))
+                        }
+                    }
+                }
+                if items.is_empty() {
+                    // Kafka 3.9 accepts an empty list (no cleanup); vdl always deletes by retention.
+                    return Err(invalid(
+                        name,
+                        value,
+                        "an empty cleanup policy is not supported; use delete",
+                    ));
+                }
+                "delete".to_owned()
+            }
+            "max.message.bytes" => parse_int(name, value, 0)?.to_string(),
+            "message.timestamp.type" => match value.trim() {
+                v @ ("CreateTime" | "LogAppendTime") => v.to_owned(),
+                _ => {
+                    return Err(invalid(
+                        name,
+                        value,
+                        "String must be one of: CreateTime, LogAppendTime",
+                    ))
+                }
+            },
+            "min.insync.replicas" => parse_int(name, value, 1)?.to_string(),
+            "retention.bytes" => parse_long(name, value, i64::MIN)?.to_string(),
+            "retention.ms" => parse_long(name, value, -1)?.to_string(),
+            "segment.bytes" => parse_int(name, value, MIN_SEGMENT_BYTES)?.to_string(),
+            other => unreachable!("every name in DEFS is handled: {other}"),
+        };
+    Ok(stored)
+}
+
+/// Checks a whole set of overrides (CreateTopics' configs, the result of an alter) and the
+/// rules between them; `replicas` is the topic's replication factor.
+pub fn validate_all(
+    overrides: &BTreeMap<String, String>,
+    replicas: usize,
+) -> Result<(), ConfigError> {
+    for (name, value) in overrides {
+        validate(name, Some(value))?;
+    }
+    if let Some(v) = overrides.get("min.insync.replicas") {
+        let min: usize = v.parse().unwrap_or(usize::MAX);
+        if min > replicas {
+            // Kafka accepts this and then refuses every acks=all produce with
+            // NOT_ENOUGH_REPLICAS; saying so at once is kinder and loses nothing.
+            return Err(invalid(
+                "min.insync.replicas",
+                v,
+                format!("the topic has only {replicas} replicas"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How records of a topic get their timestamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimestampType {
+    /// The producer's timestamps are kept (validated against the node's time bounds).
+    #[default]
+    CreateTime,
+    /// The leader stamps each batch with its clock when appending.
+    LogAppendTime,
+}
+
+/// The effective settings of one topic, as every replica acts on them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSettings {
+    /// Delete segments whose newest record is older than this (None: never by age).
+    pub retention_age: Option<Duration>,
+    /// Delete old segments while the partition is larger than this (None: never by size).
+    pub retention_bytes: Option<u64>,
+    /// Roll the active segment at this size.
+    pub segment_bytes: u64,
+    /// Largest record batch a produce may carry, in bytes.
+    pub max_message_bytes: usize,
+    /// Replicas that must be in sync for an acks=all produce (None: a majority, which the Raft
+    /// commit needs anyway).
+    pub min_insync_replicas: Option<usize>,
+    /// How records get their timestamps.
+    pub timestamp_type: TimestampType,
+}
+
+impl TopicSettings {
+    /// The settings of a topic with `overrides` on a node configured as `config`. Overrides
+    /// are validated before they are stored, so one that no longer parses (impossible unless
+    /// the metadata was written by a different validator) falls back to the node's setting.
+    pub fn resolve(config: &NodeConfig, overrides: &BTreeMap<String, String>) -> TopicSettings {
+        let s = &config.storage;
+        let get = |name: &str| -> Option<i64> {
+            overrides
+                .get(name)
+                .and_then(|v| validate(name, Some(v)).ok())
+                .and_then(|v| v.parse().ok())
+        };
+        TopicSettings {
+            retention_age: match get("retention.ms") {
+                Some(ms) if ms < 0 => None,
+                Some(ms) => Some(Duration::from_millis(ms as u64)),
+                None => s.retention_age,
+            },
+            retention_bytes: match get("retention.bytes") {
+                Some(b) if b < 0 => None,
+                Some(b) => Some(b as u64),
+                None => s.retention_bytes,
+            },
+            segment_bytes: get("segment.bytes").map_or(s.segment_bytes, |b| b as u64),
+            max_message_bytes: get("max.message.bytes")
+                .map_or(config.kafka.message_max_bytes, |b| b as usize),
+            min_insync_replicas: get("min.insync.replicas").map(|m| m as usize),
+            timestamp_type: match overrides.get("message.timestamp.type").map(String::as_str) {
+                Some("LogAppendTime") => TimestampType::LogAppendTime,
+                _ => TimestampType::CreateTime,
+            },
+        }
+    }
+
+    /// Replicas that must be in sync before an acks=all produce is accepted, for a partition
+    /// with `replicas` replicas, when that is more than the majority a Raft commit needs anyway
+    /// (`min.insync.replicas` set above it); `None` otherwise: the commit itself waits for a
+    /// majority, so no check before the append is needed (and a leader just elected, which has
+    /// not heard every follower yet, is not refused).
+    pub fn in_sync_required_beyond_majority(&self, replicas: usize) -> Option<usize> {
+        let majority = replicas / 2 + 1;
+        self.min_insync_replicas.filter(|m| *m > majority)
+    }
+}
+
+/// One config as DescribeConfigs reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedConfig {
+    /// Kafka's name.
+    pub name: &'static str,
+    /// The effective value.
+    pub value: String,
+    /// Its type.
+    pub config_type: ConfigType,
+    /// Where the effective value comes from.
+    pub source: ConfigSource,
+    /// False for the configs a topic may override.
+    pub read_only: bool,
+    /// Every place a value is set, most specific first (the first is the effective one), as
+    /// Kafka's synonyms: (name, value, source).
+    pub synonyms: Vec<(&'static str, String, ConfigSource)>,
+}
+
+/// The node-level value and Kafka default of a topic config with `replicas` replicas.
+fn broker_level(config: &NodeConfig, name: &str, replicas: usize) -> (String, ConfigSource) {
+    let s = &config.storage;
+    let defaults = crate::config::StorageSettings::default();
+    let kafka_defaults = crate::config::KafkaSettings::default();
+    let source = |differs: bool| {
+        if differs {
+            ConfigSource::StaticBroker
+        } else {
+            ConfigSource::Default
+        }
+    };
+    match name {
+        "cleanup.policy" => ("delete".into(), ConfigSource::Default),
+        "max.message.bytes" => (
+            config.kafka.message_max_bytes.to_string(),
+            source(config.kafka.message_max_bytes != kafka_defaults.message_max_bytes),
+        ),
+        "message.timestamp.type" => ("CreateTime".into(), ConfigSource::Default),
+        // What Raft needs: a majority of the partition's replicas.
+        "min.insync.replicas" => ((replicas / 2 + 1).to_string(), ConfigSource::StaticBroker),
+        "retention.bytes" => (
+            s.retention_bytes
+                .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))
+                .to_string(),
+            source(s.retention_bytes != defaults.retention_bytes),
+        ),
+        "retention.ms" => (
+            s.retention_age
+                .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .to_string(),
+            source(s.retention_age != defaults.retention_age),
+        ),
+        "segment.bytes" => (
+            s.segment_bytes.to_string(),
+            source(s.segment_bytes != defaults.segment_bytes),
+        ),
+        other => unreachable!("broker_level is asked for DEFS names only: {other}"),
+    }
+}
+
+/// A topic's configuration as DescribeConfigs reports it: every config vdl acts on (override,
+/// node setting or default, with synonyms), then the Kafka configs it reports at their fixed
+/// values (read-only).
+pub fn describe(
+    config: &NodeConfig,
+    overrides: &BTreeMap<String, String>,
+    replicas: usize,
+) -> Vec<DescribedConfig> {
+    let mut out: Vec<DescribedConfig> = DEFS
+        .iter()
+        .map(|d| {
+            let (broker_value, broker_source) = broker_level(config, d.name, replicas);
+            let mut synonyms = Vec::new();
+            if let Some(v) = overrides.get(d.name) {
+                synonyms.push((d.name, v.clone(), ConfigSource::DynamicTopic));
+            }
+            synonyms.push((d.broker_synonym, broker_value.clone(), broker_source));
+            let (value, source) = match overrides.get(d.name) {
+                Some(v) => (v.clone(), ConfigSource::DynamicTopic),
+                None => (broker_value, broker_source),
+            };
+            DescribedConfig {
+                name: d.name,
+                value,
+                config_type: d.config_type,
+                source,
+                read_only: false,
+                synonyms,
+            }
+        })
+        .collect();
+    for (name, value, config_type) in [
+        ("compression.type", "producer", ConfigType::String),
+        (
+            "unclean.leader.election.enable",
+            "false",
+            ConfigType::Boolean,
+        ),
+    ] {
+        out.push(DescribedConfig {
+            name,
+            value: value.into(),
+            config_type,
+            source: ConfigSource::Default,
+            read_only: true,
+            synonyms: vec![(name, value.into(), ConfigSource::Default)],
+        });
+    }
+    out.sort_by_key(|c| c.name);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn values_are_validated_with_kafkas_messages() {
+        assert_eq!(validate("retention.ms", Some(" 60000")).unwrap(), "60000");
+        assert_eq!(validate("retention.ms", Some("-1")).unwrap(), "-1");
+        assert_eq!(
+            validate("retention.ms", Some("abc"))
+                .unwrap_err()
+                .to_string(),
+            "Invalid value abc for configuration retention.ms: Not a number of type LONG"
+        );
+        assert_eq!(
+            validate("retention.ms", Some("-2"))
+                .unwrap_err()
+                .to_string(),
+            "Invalid value -2 for configuration retention.ms: Value must be at least -1"
+        );
+        assert_eq!(
+            validate("no.such", Some("1")).unwrap_err().to_string(),
+            "Unknown topic config name: no.such"
+        );
+        assert!(matches!(
+            validate("segment.ms", Some("1")),
+            Err(ConfigError::Unsupported(_))
+        ));
+        let compact = validate("cleanup.policy", Some("compact")).unwrap_err();
+        assert!(compact.to_string().contains("cleanup.policy"), "{compact}");
+        assert!(compact.to_string().contains("compact"), "{compact}");
+        assert_eq!(
+            validate("cleanup.policy", Some("delete")).unwrap(),
+            "delete"
+        );
+        assert!(validate("segment.bytes", Some("1000")).is_err());
+        assert!(
+            validate("segment.bytes", Some("4294967296")).is_err(),
+            "INT"
+        );
+        assert!(validate("message.timestamp.type", Some("LogAppendTime")).is_ok());
+        assert!(validate("message.timestamp.type", Some("logappendtime")).is_err());
+        assert!(validate("min.insync.replicas", Some("0")).is_err());
+        assert!(validate("retention.ms", None).is_err());
+    }
+
+    #[test]
+    fn min_insync_above_the_replication_factor_is_refused() {
+        assert!(validate_all(&map(&[("min.insync.replicas", "3")]), 3).is_ok());
+        assert!(validate_all(&map(&[("min.insync.replicas", "4")]), 3).is_err());
+    }
+
+    #[test]
+    fn overrides_win_over_the_node_config_and_describe_says_where_values_come_from() {
+        let config = NodeConfig::single_node_default();
+        let overrides = map(&[
+            ("retention.ms", "-1"),
+            ("segment.bytes", "2097152"),
+            ("min.insync.replicas", "3"),
+            ("message.timestamp.type", "LogAppendTime"),
+        ]);
+        let s = TopicSettings::resolve(&config, &overrides);
+        assert_eq!(s.retention_age, None);
+        assert_eq!(s.segment_bytes, 2 << 20);
+        assert_eq!(s.timestamp_type, TimestampType::LogAppendTime);
+        assert_eq!(s.in_sync_required_beyond_majority(3), Some(3));
+        assert_eq!(s.in_sync_required_beyond_majority(5), None);
+        let plain = TopicSettings::resolve(&config, &BTreeMap::new());
+        assert_eq!(plain.in_sync_required_beyond_majority(3), None);
+        assert_eq!(plain.retention_age, config.storage.retention_age);
+        let described = describe(&config, &overrides, 3);
+        let get = |n: &str| described.iter().find(|c| c.name == n).unwrap().clone();
+        let retention = get("retention.ms");
+        assert_eq!(retention.value, "-1");
+        assert_eq!(retention.source, ConfigSource::DynamicTopic);
+        assert_eq!(retention.synonyms.len(), 2);
+        assert_eq!(retention.synonyms[1].0, "log.retention.ms");
+        let bytes = get("retention.bytes");
+        assert_eq!(bytes.source, ConfigSource::Default);
+        assert_eq!(bytes.value, "-1");
+        assert!(get("compression.type").read_only);
+    }
+}
