@@ -1163,7 +1163,9 @@ impl LogStore {
                     let mut o = e.first_offset;
                     for b in infos {
                         if b.max_timestamp >= timestamp_ms {
-                            return Ok(Some(o));
+                            // Records below the records floor are deleted: the first one
+                            // still readable stands in for them.
+                            return Ok(Some(o.max(self.records_floor)));
                         }
                         o += u64::from(b.offset_count);
                     }

@@ -408,3 +408,46 @@ fn idle_stores_reserve_nothing() {
     );
     check_store(&s);
 }
+
+/// DeleteRecords' records floor: reads below it are out of range, time lookups never answer
+/// below it, it never goes down, and retention removes the segments wholly below it (only
+/// those) without any retention rule asking.
+#[test]
+fn the_records_floor_hides_and_then_removes_what_lies_below_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().canonicalize().unwrap();
+    let res = StoreResources::new(1 << 20, 4);
+    let mut s = LogStore::open_shared(&dir, cfg(), &res).unwrap();
+    let mut i = 0;
+    while segment_count(&dir) < 8 {
+        i += 1;
+        s.append(&[det_entry(i, 1)]).unwrap();
+    }
+    let end = s.next_offset();
+    let floor = end / 2;
+    assert!(floor > s.log_start_offset());
+    s.raise_records_floor(floor);
+    s.raise_records_floor(floor / 2);
+    assert_eq!(s.first_readable_offset(), floor, "never lowered");
+    assert!(matches!(
+        s.read_records(floor - 1, 1 << 20, end),
+        Err(logstore::LogStoreError::OffsetOutOfRange { .. })
+    ));
+    let read = s.read_records(floor, 1 << 20, end).unwrap();
+    assert!(read.first_batch_offset.unwrap() <= floor && read.next_offset > floor);
+    assert!(s.offset_for_timestamp(0).unwrap().unwrap() >= floor);
+    let out = s.apply_retention(s.last_index() + 1).unwrap();
+    assert!(out.segments_deleted > 0);
+    assert!(
+        s.log_start_offset() <= floor,
+        "the segment holding the floor stays"
+    );
+    assert_eq!(s.first_readable_offset(), floor);
+    // Nothing more goes without a reason.
+    assert_eq!(
+        s.apply_retention(s.last_index() + 1)
+            .unwrap()
+            .segments_deleted,
+        0
+    );
+}

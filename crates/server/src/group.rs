@@ -134,6 +134,8 @@ pub enum GroupInput {
     /// The store's records floor was raised (DeleteRecords): publish the new log start offset
     /// and delete the segments below it now.
     RecordsFloorRaised,
+    /// Report the idempotent producers this group knows (DescribeProducers).
+    DescribeProducers(oneshot::Sender<Vec<crate::producers::ProducerSummary>>),
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
@@ -537,6 +539,15 @@ impl Group {
                     self.publish();
                 }
                 self.apply_retention();
+            }
+            GroupInput::DescribeProducers(reply) => {
+                let producers = self
+                    .p
+                    .producers
+                    .as_ref()
+                    .map(ProducerTable::describe)
+                    .unwrap_or_default();
+                let _ = reply.send(producers);
             }
             GroupInput::Stop => return false,
         }

@@ -290,6 +290,26 @@ impl LogStream {
     pub fn campaign(&self) {
         try_deliver(&self.inbox, GroupInput::Campaign);
     }
+
+    /// Asks the group to hand leadership to replica `to` (raft-rs forwards the request from a
+    /// follower to the leader). Whether it happened shows in [`LogStream::visible`].
+    pub fn transfer_leader(&self, to: u64) {
+        try_deliver(&self.inbox, GroupInput::TransferLeader(to));
+    }
+
+    /// The idempotent producers this replica knows from its committed log (empty when the
+    /// group is stopped or busy).
+    pub async fn producers(&self) -> Vec<crate::producers::ProducerSummary> {
+        let (tx, rx) = oneshot::channel();
+        try_deliver(&self.inbox, GroupInput::DescribeProducers(tx));
+        rx.await.unwrap_or_default()
+    }
+
+    /// This replica's storage: (segment files, their bytes).
+    pub fn storage_size(&self) -> (usize, u64) {
+        let stats = read(&self.store).stats();
+        (stats.segments, stats.total_bytes)
+    }
 }
 
 /// An append submitted to a group, not yet answered.

@@ -67,6 +67,17 @@ pub fn total_span(data: &Bytes) -> u64 {
         .sum()
 }
 
+/// One idempotent producer as DescribeProducers reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// The last sequence number of its newest committed batch.
+    pub last_sequence: i32,
+}
+
 /// Why a batch was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SequenceError {
@@ -235,6 +246,22 @@ impl ProducerTable {
         stamps.sort_unstable();
         let cut = stamps[stamps.len() - MAX_PRODUCERS * 9 / 10];
         self.committed.retain(|_, p| p.stamp >= cut);
+    }
+
+    /// The producers known from the committed log, by id (DescribeProducers): each one's epoch
+    /// and the last sequence number committed.
+    pub fn describe(&self) -> Vec<ProducerSummary> {
+        let mut out: Vec<ProducerSummary> = self
+            .committed
+            .iter()
+            .map(|(id, p)| ProducerSummary {
+                producer_id: *id,
+                epoch: p.epoch,
+                last_sequence: p.batches.back().map_or(-1, |b| b.last_seq),
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
     }
 
     /// Number of producers known.

@@ -425,7 +425,7 @@ fn broker_level(config: &NodeConfig, name: &str, replicas: usize) -> (String, Co
         ),
         "message.timestamp.type" => ("CreateTime".into(), ConfigSource::Default),
         // What Raft needs: a majority of the partition's replicas.
-        "min.insync.replicas" => ((replicas / 2 + 1).to_string(), ConfigSource::StaticBroker),
+        "min.insync.replicas" => ((replicas / 2 + 1).to_string(), ConfigSource::Default),
         "retention.bytes" => (
             s.retention_bytes
                 .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))

@@ -987,6 +987,43 @@ impl Coordinator {
         out
     }
 
+    /// Removes group `group_id`'s membership state (DeleteGroups), while leading in metadata
+    /// term `term`: `Ok(true)` when there was state and it had no members, `Ok(false)` when
+    /// there was none, NON_EMPTY_GROUP while members remain (nothing removed then).
+    pub fn remove_empty(&self, term: u64, group_id: &str) -> Result<bool, ErrorCode> {
+        let mut inner = self.state(term);
+        match inner.groups.get(group_id) {
+            None => Ok(false),
+            Some(g) if !g.members.is_empty() || !g.pending.is_empty() => {
+                Err(ErrorCode::NonEmptyGroup)
+            }
+            Some(_) => {
+                inner.groups.remove(group_id);
+                Ok(true)
+            }
+        }
+    }
+
+    /// For a group with members (while leading in `term`): its protocol type and the topics
+    /// its members subscribe to (read from their `consumer` protocol subscriptions; empty for
+    /// other protocol types). None when the group has no members here.
+    pub fn subscriptions(&self, term: u64, group_id: &str) -> Option<(String, HashSet<String>)> {
+        let inner = self.state(term);
+        let g = inner
+            .groups
+            .get(group_id)
+            .filter(|g| !g.members.is_empty())?;
+        let protocol_type = g.protocol_type.clone().unwrap_or_default();
+        let mut topics = HashSet::new();
+        if protocol_type == "consumer" {
+            let protocol = g.protocol.clone().unwrap_or_default();
+            for m in g.members.values() {
+                topics.extend(subscribed_topics(&m.metadata_for(&protocol)));
+            }
+        }
+        Some((protocol_type, topics))
+    }
+
     /// A group's state and members, while leading in metadata term `term`; None when the group
     /// has no membership state here.
     pub fn describe(&self, term: u64, group_id: &str) -> Option<GroupDescription> {
@@ -1063,6 +1100,33 @@ fn splitmix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+/// The topics of a `consumer` protocol subscription (Kafka's ConsumerProtocolSubscription,
+/// any version: an INT16 version, then an array of STRING topics). Bounds-checked; what does
+/// not parse yields the topics read so far.
+pub fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(count) = metadata.get(2..6) else {
+        return out;
+    };
+    let count = i32::from_be_bytes([count[0], count[1], count[2], count[3]]);
+    let mut at = 6usize;
+    for _ in 0..count.max(0) {
+        let Some(len) = metadata.get(at..at + 2) else {
+            break;
+        };
+        let len = i16::from_be_bytes([len[0], len[1]]);
+        let Ok(len) = usize::try_from(len) else {
+            break;
+        };
+        let Some(name) = metadata.get(at + 2..at + 2 + len) else {
+            break;
+        };
+        out.push(String::from_utf8_lossy(name).into_owned());
+        at += 2 + len;
+    }
+    out
 }
 
 #[cfg(test)]

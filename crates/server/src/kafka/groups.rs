@@ -1,6 +1,6 @@
 //! Consumer groups over the Kafka protocol (the classic group protocol): FindCoordinator,
-//! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and
-//! DescribeGroups.
+//! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+//! DescribeGroups, DeleteGroups and OffsetDelete.
 //!
 //! **Placement.** The coordinator of every group is the node leading the metadata Raft group.
 //! FindCoordinator on any node names it; group requests reaching another node get
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
+use kafka_proto::messages::delete_groups_request::DeleteGroupsRequest;
+use kafka_proto::messages::delete_groups_response::{DeletableGroupResult, DeleteGroupsResponse};
 use kafka_proto::messages::describe_groups_request::DescribeGroupsRequest;
 use kafka_proto::messages::describe_groups_response::{
     DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
@@ -38,6 +40,10 @@ use kafka_proto::messages::offset_commit_request::OffsetCommitRequest;
 use kafka_proto::messages::offset_commit_response::{
     OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
+use kafka_proto::messages::offset_delete_request::OffsetDeleteRequest;
+use kafka_proto::messages::offset_delete_response::{
+    OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use kafka_proto::messages::offset_fetch_request::OffsetFetchRequest;
 use kafka_proto::messages::offset_fetch_response::{
     OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
@@ -51,6 +57,7 @@ use crate::kafka::group_coordinator::{
     self, GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams,
 };
 use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::metadata::CommittedOffset;
 use crate::node::Node;
 
@@ -865,4 +872,147 @@ pub fn describe_groups(
             ..Default::default()
         }),
     )
+}
+
+/// Whether group `group_id` exists for DeleteGroups / OffsetDelete: it has membership state
+/// on this coordinator or committed offsets.
+fn group_exists(node: &Arc<Node>, term: u64, group_id: &str) -> bool {
+    coordinator(node).describe(term, group_id).is_some()
+        || node
+            .metadata()
+            .offsets
+            .get(group_id)
+            .is_some_and(|o| !o.is_empty())
+}
+
+/// One group of DeleteGroups: error 0 once its offsets and membership state are gone.
+async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
+    let Some(term) = coordinator_term(node) else {
+        return ErrorCode::NotCoordinator;
+    };
+    if !group_exists(node, term, group_id) {
+        return ErrorCode::GroupIdNotFound;
+    }
+    if let Err(code) = coordinator(node).remove_empty(term, group_id) {
+        return code;
+    }
+    match node
+        .delete_group_offsets(group_id, None, COMMIT_TIMEOUT)
+        .await
+    {
+        Ok(()) => ErrorCode::None,
+        Err(AppendError::NotLeader { .. }) => ErrorCode::NotCoordinator,
+        Err(e) => {
+            tracing::warn!(group = %group_id, "deleting a group's offsets failed: {e}");
+            ErrorCode::CoordinatorNotAvailable
+        }
+    }
+}
+
+/// Handles DeleteGroups (API 42): a group with members gets NON_EMPTY_GROUP, an unknown one
+/// GROUP_ID_NOT_FOUND, as in Kafka; otherwise its committed offsets (replicated) and its
+/// membership state go.
+pub fn delete_groups(
+    node: &Arc<Node>,
+    req: DeleteGroupsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let mut results = Vec::with_capacity(req.groups_names.len());
+        for group_id in &req.groups_names {
+            let code = delete_group(&node, group_id).await;
+            results.push(DeletableGroupResult {
+                group_id: group_id.clone(),
+                error_code: code.code(),
+                ..Default::default()
+            });
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::DeleteGroups(DeleteGroupsResponse {
+                results,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+/// Handles OffsetDelete (API 47): removes a group's committed offsets of the named partitions.
+/// As in Kafka: NOT_COORDINATOR off the coordinator, GROUP_ID_NOT_FOUND for an unknown group,
+/// NON_EMPTY_GROUP for a group with members that does not use the consumer protocol, and per
+/// partition GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to its topic and
+/// UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+pub fn offset_delete(
+    node: &Arc<Node>,
+    req: OffsetDeleteRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let mut resp = OffsetDeleteResponse::default();
+        let group_error = match coordinator_term(&node) {
+            None => Some(ErrorCode::NotCoordinator),
+            Some(term) if !group_exists(&node, term, &req.group_id) => {
+                Some(ErrorCode::GroupIdNotFound)
+            }
+            Some(term) => match coordinator(&node).subscriptions(term, &req.group_id) {
+                Some((protocol_type, _)) if protocol_type != "consumer" => {
+                    Some(ErrorCode::NonEmptyGroup)
+                }
+                subscribed => {
+                    let topics = subscribed.map(|(_, t)| t).unwrap_or_default();
+                    let mut delete = Vec::new();
+                    for t in &req.topics {
+                        let mut partitions = Vec::with_capacity(t.partitions.len());
+                        for p in &t.partitions {
+                            let exists = matches!(
+                                locate_partition(&node, &t.name, p.partition_index),
+                                PartitionHome::Here(_) | PartitionHome::Elsewhere
+                            );
+                            let code = if topics.contains(&t.name) {
+                                ErrorCode::GroupSubscribedToTopic
+                            } else if !exists {
+                                ErrorCode::UnknownTopicOrPartition
+                            } else {
+                                delete.push((t.name.clone(), p.partition_index));
+                                ErrorCode::None
+                            };
+                            partitions.push(OffsetDeleteResponsePartition {
+                                partition_index: p.partition_index,
+                                error_code: code.code(),
+                            });
+                        }
+                        resp.topics.push(OffsetDeleteResponseTopic {
+                            name: t.name.clone(),
+                            partitions,
+                        });
+                    }
+                    if delete.is_empty() {
+                        None
+                    } else {
+                        match node
+                            .delete_group_offsets(&req.group_id, Some(delete), COMMIT_TIMEOUT)
+                            .await
+                        {
+                            Ok(()) => None,
+                            Err(AppendError::NotLeader { .. }) => Some(ErrorCode::NotCoordinator),
+                            Err(e) => {
+                                tracing::warn!(group = %req.group_id, "deleting offsets failed: {e}");
+                                Some(ErrorCode::CoordinatorNotAvailable)
+                            }
+                        }
+                    }
+                }
+            },
+        };
+        if let Some(code) = group_error {
+            resp.error_code = code.code();
+            resp.topics.clear();
+        }
+        frame(correlation_id, version, &Response::OffsetDelete(resp))
+    }))
 }

@@ -10,7 +10,7 @@ use kafka_proto::frame::{encode_response, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
-use crate::kafka::{cluster, fetch, groups, metadata, produce, topics};
+use crate::kafka::{cluster, configs, fetch, groups, metadata, partition_admin, produce, topics};
 use crate::node::Node;
 
 /// What to send back for a request.
@@ -39,6 +39,13 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 0, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeLogDirs, 0, 4),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
@@ -49,6 +56,8 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -117,6 +126,25 @@ pub fn dispatch(
             version,
             Response::DescribeConfigs(cluster::describe_configs(node, &req, version)),
         ),
+        Request::AlterConfigs(req) => configs::alter_configs(node, req, version, cid),
+        Request::IncrementalAlterConfigs(req) => {
+            configs::incremental_alter_configs(node, req, version, cid)
+        }
+        Request::DeleteRecords(req) => partition_admin::delete_records(node, req, version, cid),
+        Request::DescribeLogDirs(req) => now(
+            cid,
+            version,
+            Response::DescribeLogDirs(partition_admin::describe_log_dirs(node, &req)),
+        ),
+        Request::DescribeProducers(req) => {
+            partition_admin::describe_producers(node, req, version, cid)
+        }
+        Request::ElectLeaders(req) => partition_admin::elect_leaders(node, req, version, cid),
+        Request::ListPartitionReassignments(_) => now(
+            cid,
+            version,
+            Response::ListPartitionReassignments(partition_admin::list_partition_reassignments()),
+        ),
         Request::ListOffsets(req) => now(
             cid,
             version,
@@ -135,6 +163,8 @@ pub fn dispatch(
         Request::OffsetFetch(req) => groups::offset_fetch(node, req, version, cid),
         Request::ListGroups(req) => groups::list_groups(node, req, version, cid),
         Request::DescribeGroups(req) => groups::describe_groups(node, req, version, cid),
+        Request::DeleteGroups(req) => groups::delete_groups(node, req, version, cid),
+        Request::OffsetDelete(req) => groups::offset_delete(node, req, version, cid),
         other => {
             // Not advertised in ApiVersions; a client sending it anyway gets the connection
             // closed, as Kafka does for requests it cannot parse.

@@ -42,7 +42,8 @@ fn timeout(ms: i32) -> Duration {
         .clamp(Duration::from_millis(100), MAX_TIMEOUT)
 }
 
-fn metadata_error(e: &AppendError) -> ErrorCode {
+/// The Kafka error for a failed metadata proposal.
+pub(crate) fn metadata_error(e: &AppendError) -> ErrorCode {
     match e {
         AppendError::Timeout => ErrorCode::RequestTimedOut,
         AppendError::Invalid(m) if m.contains("limit of") => ErrorCode::PolicyViolation,

@@ -1,0 +1,414 @@
+//! AlterConfigs and IncrementalAlterConfigs: changing a topic's config overrides through the
+//! replicated metadata (see [`crate::topic_config`] for what each config does).
+//!
+//! What Kafka does and vdl does alike: resources are answered one by one in request order; a
+//! topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION; an unknown name or a bad value gets
+//! INVALID_CONFIG with Kafka's message (naming the key); `validate_only` checks without changing
+//! anything; AlterConfigs replaces every override of the topic with the given set (so names left
+//! out go back to their defaults) while IncrementalAlterConfigs applies SET / DELETE / APPEND /
+//! SUBTRACT per name (APPEND and SUBTRACT only on list configs, `cleanup.policy` here). A
+//! resource named twice in one request gets INVALID_REQUEST, as in Kafka.
+//!
+//! Where vdl differs: broker configs are static (the node's configuration file), so altering a
+//! BROKER resource gets INVALID_REQUEST naming that, where Kafka would change its dynamic
+//! broker configs; resource types other than TOPIC and BROKER get INVALID_REQUEST too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::alter_configs_request::AlterConfigsRequest;
+use kafka_proto::messages::alter_configs_response::{
+    AlterConfigsResourceResponse, AlterConfigsResponse,
+};
+use kafka_proto::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest;
+use kafka_proto::messages::incremental_alter_configs_response::{
+    AlterConfigsResourceResponse as IncrementalResourceResponse, IncrementalAlterConfigsResponse,
+};
+
+use crate::kafka::cluster::{BROKER, TOPIC};
+use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::topics::metadata_error;
+use crate::node::Node;
+use crate::topic_config::{self, ConfigError};
+
+/// How long an alter waits for the metadata commit (the requests carry no timeout).
+const ALTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// IncrementalAlterConfigs operations (Kafka's `AlterConfigOp.OpType` ids).
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+/// A resource's outcome: `Ok`, or Kafka's error code and message.
+type Outcome = Result<(), (ErrorCode, String)>;
+
+/// One change to a topic's overrides, as both APIs ask it.
+struct TopicChange {
+    /// Overrides to set (validated values).
+    set: BTreeMap<String, String>,
+    /// Overrides to remove.
+    remove: Vec<String>,
+    /// Replace every override (AlterConfigs).
+    replace_all: bool,
+}
+
+fn invalid_config(e: ConfigError) -> (ErrorCode, String) {
+    (ErrorCode::InvalidConfig, e.to_string())
+}
+
+/// Checks that a resource names an existing topic (or says why it cannot be altered); returns
+/// its replication factor.
+fn alterable_topic(
+    node: &Node,
+    resource_type: i8,
+    name: &str,
+) -> Result<usize, (ErrorCode, String)> {
+    match resource_type {
+        TOPIC => {}
+        BROKER => {
+            return Err((
+                ErrorCode::InvalidRequest,
+                "broker configs are static in vdl: set them in the node's configuration file"
+                    .into(),
+            ))
+        }
+        other => {
+            return Err((
+                ErrorCode::InvalidRequest,
+                format!("configs of resource type {other} cannot be altered"),
+            ))
+        }
+    }
+    let meta = node.metadata();
+    let topic = meta.topics.get(name).ok_or_else(|| {
+        (
+            ErrorCode::UnknownTopicOrPartition,
+            format!("The topic '{name}' does not exist."),
+        )
+    })?;
+    Ok(topic.replicas.first().map_or(1, Vec::len))
+}
+
+/// Validates `change` against topic `name`'s current overrides and, unless `validate_only`,
+/// proposes it.
+async fn apply(
+    node: &Node,
+    name: &str,
+    replicas: usize,
+    change: TopicChange,
+    validate_only: bool,
+) -> Outcome {
+    let mut result = if change.replace_all {
+        BTreeMap::new()
+    } else {
+        node.metadata()
+            .topics
+            .get(name)
+            .map(|t| t.configs.clone())
+            .unwrap_or_default()
+    };
+    for key in &change.remove {
+        result.remove(key);
+    }
+    result.extend(change.set.clone());
+    topic_config::validate_all(&result, replicas).map_err(invalid_config)?;
+    if validate_only {
+        return Ok(());
+    }
+    node.alter_topic_configs(
+        name,
+        change.set,
+        change.remove,
+        change.replace_all,
+        ALTER_TIMEOUT,
+    )
+    .await
+    .map_err(|e| (metadata_error(&e), e.to_string()))
+}
+
+/// True when the resource (type, name) appears more than once in the request.
+fn duplicated<'a>(mut all: impl Iterator<Item = (i8, &'a str)>, this: (i8, &str)) -> bool {
+    all.by_ref().filter(|r| *r == this).count() > 1
+}
+
+fn duplicate_error() -> (ErrorCode, String) {
+    (
+        ErrorCode::InvalidRequest,
+        "Error due to duplicate config keys or resources in the request".into(),
+    )
+}
+
+/// Handles AlterConfigs (API 33): each topic's overrides become exactly the given set.
+pub fn alter_configs(
+    node: &Arc<Node>,
+    req: AlterConfigsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let mut responses = Vec::with_capacity(req.resources.len());
+        for r in &req.resources {
+            let this = (r.resource_type, r.resource_name.as_str());
+            let all = req
+                .resources
+                .iter()
+                .map(|o| (o.resource_type, o.resource_name.as_str()));
+            let outcome = if duplicated(all, this) {
+                Err(duplicate_error())
+            } else {
+                match alterable_topic(&node, r.resource_type, &r.resource_name) {
+                    Err(e) => Err(e),
+                    Ok(replicas) => {
+                        let mut set = BTreeMap::new();
+                        let mut bad = None;
+                        for c in &r.configs {
+                            match topic_config::validate(&c.name, c.value.as_deref()) {
+                                Ok(v) if !set.contains_key(&c.name) => {
+                                    set.insert(c.name.clone(), v);
+                                }
+                                Ok(_) => bad = bad.or(Some(duplicate_error())),
+                                Err(e) => bad = bad.or(Some(invalid_config(e))),
+                            }
+                        }
+                        match bad {
+                            Some(e) => Err(e),
+                            None => {
+                                let change = TopicChange {
+                                    set,
+                                    remove: Vec::new(),
+                                    replace_all: true,
+                                };
+                                apply(&node, &r.resource_name, replicas, change, req.validate_only)
+                                    .await
+                            }
+                        }
+                    }
+                }
+            };
+            let mut out = AlterConfigsResourceResponse {
+                resource_type: r.resource_type,
+                resource_name: r.resource_name.clone(),
+                ..Default::default()
+            };
+            if let Err((code, message)) = outcome {
+                out.error_code = code.code();
+                out.error_message = Some(message);
+            }
+            responses.push(out);
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::AlterConfigs(AlterConfigsResponse {
+                responses,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+/// The change one IncrementalAlterConfigs resource asks of a topic whose overrides are
+/// `current`.
+fn incremental_change(
+    current: &BTreeMap<String, String>,
+    ops: &[(String, i8, Option<String>)],
+) -> Result<TopicChange, (ErrorCode, String)> {
+    let mut change = TopicChange {
+        set: BTreeMap::new(),
+        remove: Vec::new(),
+        replace_all: false,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (name, op, value) in ops {
+        if !seen.insert(name.as_str()) {
+            return Err(duplicate_error());
+        }
+        match *op {
+            OP_SET => {
+                let v = topic_config::validate(name, value.as_deref()).map_err(invalid_config)?;
+                change.set.insert(name.clone(), v);
+            }
+            // Deleting an override that is not there is no error (Kafka's behaviour too).
+            OP_DELETE => change.remove.push(name.clone()),
+            OP_APPEND | OP_SUBTRACT => {
+                if name != "cleanup.policy" {
+                    // Checks the name first: an unknown one gets its own message.
+                    topic_config::validate(name, Some("")).or_else(|e| match e {
+                        ConfigError::InvalidValue { .. } => Ok(String::new()),
+                        other => Err(invalid_config(other)),
+                    })?;
+                    let verb = if *op == OP_APPEND {
+                        "append"
+                    } else {
+                        "subtract"
+                    };
+                    return Err((
+                        ErrorCode::InvalidConfig,
+                        format!("Config value {verb} is not allowed for config key: {name}"),
+                    ));
+                }
+                let mut items: Vec<String> = current
+                    .get(name)
+                    .map_or("delete", String::as_str)
+                    .split(',')
+                    .map(str::to_owned)
+                    .collect();
+                let given: Vec<String> = value
+                    .as_deref()
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|s| s.trim().to_owned())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if *op == OP_APPEND {
+                    for g in given {
+                        if !items.contains(&g) {
+                            items.push(g);
+                        }
+                    }
+                } else {
+                    items.retain(|i| !given.contains(i));
+                }
+                let joined = items.join(",");
+                let v = topic_config::validate(name, Some(&joined)).map_err(invalid_config)?;
+                change.set.insert(name.clone(), v);
+            }
+            other => {
+                return Err((
+                    ErrorCode::InvalidRequest,
+                    format!("unknown config operation {other} for {name}"),
+                ))
+            }
+        }
+    }
+    Ok(change)
+}
+
+/// Handles IncrementalAlterConfigs (API 44): SET / DELETE / APPEND / SUBTRACT per topic config.
+pub fn incremental_alter_configs(
+    node: &Arc<Node>,
+    req: IncrementalAlterConfigsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let mut responses = Vec::with_capacity(req.resources.len());
+        for r in &req.resources {
+            let this = (r.resource_type, r.resource_name.as_str());
+            let all = req
+                .resources
+                .iter()
+                .map(|o| (o.resource_type, o.resource_name.as_str()));
+            let outcome = if duplicated(all, this) {
+                Err(duplicate_error())
+            } else {
+                match alterable_topic(&node, r.resource_type, &r.resource_name) {
+                    Err(e) => Err(e),
+                    Ok(replicas) => {
+                        let ops: Vec<(String, i8, Option<String>)> = r
+                            .configs
+                            .iter()
+                            .map(|c| (c.name.clone(), c.config_operation, c.value.clone()))
+                            .collect();
+                        let current = node
+                            .metadata()
+                            .topics
+                            .get(&r.resource_name)
+                            .map(|t| t.configs.clone())
+                            .unwrap_or_default();
+                        match incremental_change(&current, &ops) {
+                            Err(e) => Err(e),
+                            Ok(change) => {
+                                apply(&node, &r.resource_name, replicas, change, req.validate_only)
+                                    .await
+                            }
+                        }
+                    }
+                }
+            };
+            let mut out = IncrementalResourceResponse {
+                resource_type: r.resource_type,
+                resource_name: r.resource_name.clone(),
+                ..Default::default()
+            };
+            if let Err((code, message)) = outcome {
+                out.error_code = code.code();
+                out.error_message = Some(message);
+            }
+            responses.push(out);
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+                responses,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(name: &str, op: i8, value: Option<&str>) -> (String, i8, Option<String>) {
+        (name.to_owned(), op, value.map(str::to_owned))
+    }
+
+    #[test]
+    fn incremental_operations_as_kafka_applies_them() {
+        let current = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
+        let c = incremental_change(
+            &current,
+            &[
+                op("retention.ms", OP_DELETE, None),
+                op("segment.bytes", OP_SET, Some("2097152")),
+            ],
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(c.remove, ["retention.ms"]);
+        assert_eq!(c.set["segment.bytes"], "2097152");
+        // APPEND on a list config; on other configs it is refused naming the key.
+        let c = incremental_change(&current, &[op("cleanup.policy", OP_APPEND, Some("delete"))])
+            .ok()
+            .unwrap();
+        assert_eq!(c.set["cleanup.policy"], "delete");
+        let (code, message) =
+            incremental_change(&current, &[op("retention.ms", OP_APPEND, Some("1"))])
+                .err()
+                .unwrap();
+        assert_eq!(code, ErrorCode::InvalidConfig);
+        assert!(message.contains("retention.ms"), "{message}");
+        let (code, _) = incremental_change(
+            &current,
+            &[op("cleanup.policy", OP_APPEND, Some("compact"))],
+        )
+        .err()
+        .unwrap();
+        assert_eq!(code, ErrorCode::InvalidConfig);
+        // Unknown names and bad values.
+        let (code, message) = incremental_change(&current, &[op("no.such", OP_SET, Some("1"))])
+            .err()
+            .unwrap();
+        assert_eq!(code, ErrorCode::InvalidConfig);
+        assert_eq!(message, "Unknown topic config name: no.such");
+        let (code, _) = incremental_change(
+            &current,
+            &[
+                op("retention.ms", OP_SET, Some("1")),
+                op("retention.ms", OP_DELETE, None),
+            ],
+        )
+        .err()
+        .unwrap();
+        assert_eq!(code, ErrorCode::InvalidRequest);
+    }
+}

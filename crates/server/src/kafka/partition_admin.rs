@@ -1,0 +1,410 @@
+//! Partition administration: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders
+//! and ListPartitionReassignments.
+//!
+//! - **DeleteRecords** (sent to each partition's leader, as Kafka's AdminClient does): offset -1
+//!   means the high watermark; beyond it is OFFSET_OUT_OF_RANGE; at or below the current log
+//!   start offset nothing changes. Otherwise a `DeleteRecords` command goes through the
+//!   replicated metadata, so every replica raises its log start offset (reads below it get
+//!   OFFSET_OUT_OF_RANGE, consumers reset) and drops the segments wholly below it; the answer
+//!   comes once this node (the leader) applied it, with the new low watermark. It survives
+//!   restarts (the metadata log is replayed).
+//! - **DescribeLogDirs** (sent to each broker): one log directory, the node's data directory,
+//!   with every partition replica it holds and its size on disk; v4 adds the file system's
+//!   total and usable bytes.
+//! - **DescribeProducers** (sent to leaders): the idempotent producers the partition's log
+//!   shows, with epoch and last sequence (vdl serves no transactions, so no transaction start
+//!   offsets; no last timestamp is kept: -1).
+//! - **ElectLeaders**: PREFERRED asks the partition's Raft group to hand leadership to the
+//!   first replica (raft-rs leader transfer) and waits for it, ELECTION_NOT_NEEDED when it
+//!   leads already, PREFERRED_LEADER_NOT_AVAILABLE when it did not take over in time. A node
+//!   that holds no replica of the partition cannot ask its group; it waits for the automatic
+//!   leader rebalance (`raft.leader_rebalance_interval_ms`) instead. UNCLEAN: vdl never elects
+//!   a replica that may lack committed records, so ELECTION_NOT_NEEDED when a leader exists
+//!   and ELIGIBLE_LEADERS_NOT_AVAILABLE otherwise.
+//! - **ListPartitionReassignments**: vdl places replicas itself and never reassigns them, so
+//!   the answer lists none (`kafka-topics --describe` asks it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::delete_records_request::DeleteRecordsRequest;
+use kafka_proto::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
+};
+use kafka_proto::messages::describe_log_dirs_request::DescribeLogDirsRequest;
+use kafka_proto::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResponse, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_proto::messages::describe_producers_request::DescribeProducersRequest;
+use kafka_proto::messages::describe_producers_response::{
+    DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_proto::messages::elect_leaders_request::ElectLeadersRequest;
+use kafka_proto::messages::elect_leaders_response::{
+    ElectLeadersResponse, PartitionResult, ReplicaElectionResult,
+};
+use kafka_proto::messages::list_partition_reassignments_response::ListPartitionReassignmentsResponse;
+
+use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::metadata::{locate_partition, PartitionHome};
+use crate::kafka::topics::metadata_error;
+use crate::node::{LogStream, Node};
+
+/// Longest DeleteRecords or ElectLeaders waits, whatever the client's timeout says.
+const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often ElectLeaders looks whether the preferred replica took over.
+const ELECTION_POLL: Duration = Duration::from_millis(20);
+
+fn timeout(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+        .clamp(Duration::from_millis(100), MAX_TIMEOUT)
+}
+
+/// The partition's stream when this node leads it, or the error to answer.
+fn led_here(node: &Node, topic: &str, index: i32) -> Result<LogStream, ErrorCode> {
+    match locate_partition(node, topic, index) {
+        PartitionHome::Here(s) if s.visible().leader == node.config().id => Ok(s),
+        PartitionHome::Here(_) | PartitionHome::Elsewhere => Err(ErrorCode::NotLeaderOrFollower),
+        PartitionHome::Unknown => Err(ErrorCode::UnknownTopicOrPartition),
+    }
+}
+
+/// One partition of DeleteRecords: the new low watermark, or the error.
+async fn delete_partition(
+    node: &Node,
+    topic: &str,
+    index: i32,
+    offset: i64,
+    wait: Duration,
+) -> Result<i64, ErrorCode> {
+    let stream = led_here(node, topic, index)?;
+    let v = stream.visible();
+    let target = match offset {
+        -1 => v.high_watermark,
+        o if o < 0 || o as u64 > v.high_watermark => return Err(ErrorCode::OffsetOutOfRange),
+        o => o as u64,
+    };
+    if target <= v.log_start_offset {
+        return Ok(v.log_start_offset as i64);
+    }
+    if stream.incarnation() == 0 {
+        // A stream configured at start has no entry in the replicated metadata to keep it.
+        return Err(ErrorCode::PolicyViolation);
+    }
+    node.delete_records(topic, stream.partition(), target, wait)
+        .await
+        .map_err(|e| match metadata_error(&e) {
+            ErrorCode::NotController => ErrorCode::RequestTimedOut,
+            other => other,
+        })?;
+    Ok(stream.visible().log_start_offset.max(target) as i64)
+}
+
+/// Handles DeleteRecords (API 21).
+pub fn delete_records(
+    node: &Arc<Node>,
+    req: DeleteRecordsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let wait = timeout(req.timeout_ms);
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let mut partitions = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let mut r = DeleteRecordsPartitionResult {
+                    partition_index: p.partition_index,
+                    low_watermark: -1,
+                    ..Default::default()
+                };
+                match delete_partition(&node, &t.name, p.partition_index, p.offset, wait).await {
+                    Ok(low) => r.low_watermark = low,
+                    Err(code) => r.error_code = code.code(),
+                }
+                partitions.push(r);
+            }
+            topics.push(DeleteRecordsTopicResult {
+                name: t.name.clone(),
+                partitions,
+                ..Default::default()
+            });
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::DeleteRecords(DeleteRecordsResponse {
+                topics,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+/// The total and available bytes of the file system holding `path` (None when unknown).
+fn file_system_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let block = st.f_frsize as i64;
+    Some((
+        (st.f_blocks as i64).saturating_mul(block),
+        (st.f_bavail as i64).saturating_mul(block),
+    ))
+}
+
+/// Handles DescribeLogDirs (API 35): this node's data directory and the replicas in it.
+pub fn describe_log_dirs(
+    node: &Arc<Node>,
+    req: &DescribeLogDirsRequest,
+) -> DescribeLogDirsResponse {
+    let wanted = |topic: &str, partition: u32| match &req.topics {
+        None => true,
+        Some(list) => list
+            .iter()
+            .any(|t| t.topic == topic && t.partitions.contains(&(partition as i32))),
+    };
+    let mut topics = Vec::new();
+    for name in node.topic_names() {
+        let partitions: Vec<DescribeLogDirsPartition> = node
+            .partitions(&name)
+            .into_iter()
+            .filter(|s| wanted(&name, s.partition()))
+            .map(|s| DescribeLogDirsPartition {
+                partition_index: s.partition() as i32,
+                partition_size: i64::try_from(s.storage_size().1).unwrap_or(i64::MAX),
+                offset_lag: 0,
+                is_future_key: false,
+                ..Default::default()
+            })
+            .collect();
+        if !partitions.is_empty() {
+            topics.push(DescribeLogDirsTopic {
+                name,
+                partitions,
+                ..Default::default()
+            });
+        }
+    }
+    let dir = &node.config().data_dir;
+    let (total_bytes, usable_bytes) = file_system_bytes(dir).unwrap_or((-1, -1));
+    let log_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+    DescribeLogDirsResponse {
+        results: vec![DescribeLogDirsResult {
+            log_dir: log_dir.display().to_string(),
+            topics,
+            total_bytes,
+            usable_bytes,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Handles DescribeProducers (API 61).
+pub fn describe_producers(
+    node: &Arc<Node>,
+    req: DescribeProducersRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+            for &index in &t.partition_indexes {
+                let mut r = PartitionResponse {
+                    partition_index: index,
+                    ..Default::default()
+                };
+                match led_here(&node, &t.name, index) {
+                    Ok(stream) => {
+                        r.active_producers = stream
+                            .producers()
+                            .await
+                            .into_iter()
+                            .map(|p| ProducerState {
+                                producer_id: p.producer_id,
+                                producer_epoch: i32::from(p.epoch),
+                                last_sequence: p.last_sequence,
+                                last_timestamp: -1,
+                                coordinator_epoch: -1,
+                                current_txn_start_offset: -1,
+                                ..Default::default()
+                            })
+                            .collect();
+                    }
+                    Err(code) => r.error_code = code.code(),
+                }
+                partitions.push(r);
+            }
+            topics.push(TopicResponse {
+                name: t.name.clone(),
+                partitions,
+                ..Default::default()
+            });
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::DescribeProducers(DescribeProducersResponse {
+                topics,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+/// Kafka's election types.
+const PREFERRED: i8 = 0;
+
+/// The current leader of partition `partition` of topic `name` as this node knows it (0: none).
+fn current_leader(node: &Node, name: &str, incarnation: u64, partition: u32) -> u64 {
+    match node.partition(name, partition) {
+        Some(s) => s.visible().leader,
+        None => node
+            .reported_leader(name, incarnation, partition)
+            .map_or(0, |(leader, _)| leader),
+    }
+}
+
+/// One partition of ElectLeaders: `Ok` when the election happened, the error otherwise.
+async fn elect(
+    node: &Node,
+    name: &str,
+    index: i32,
+    election_type: i8,
+    deadline: tokio::time::Instant,
+) -> Result<(), (ErrorCode, String)> {
+    let unknown = || {
+        (
+            ErrorCode::UnknownTopicOrPartition,
+            format!("no partition {name}-{index}"),
+        )
+    };
+    let layout = node.topic_layout(name).ok_or_else(unknown)?;
+    let partition = u32::try_from(index).map_err(|_| unknown())?;
+    let preferred = *layout
+        .replicas
+        .get(partition as usize)
+        .and_then(|r| r.first())
+        .ok_or_else(unknown)?;
+    let leader = current_leader(node, name, layout.incarnation, partition);
+    if election_type != PREFERRED {
+        return Err(if leader != 0 {
+            (
+                ErrorCode::ElectionNotNeeded,
+                "the partition has a leader; vdl never elects a replica that may lack committed records"
+                    .into(),
+            )
+        } else {
+            (
+                ErrorCode::EligibleLeadersNotAvailable,
+                "no leader: vdl never elects a replica that may lack committed records".into(),
+            )
+        });
+    }
+    if leader == preferred {
+        return Err((
+            ErrorCode::ElectionNotNeeded,
+            "Leader election not needed for topic partition.".into(),
+        ));
+    }
+    let local = node.partition(name, partition);
+    if let Some(s) = &local {
+        s.transfer_leader(preferred);
+    }
+    loop {
+        if current_leader(node, name, layout.incarnation, partition) == preferred {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err((
+                ErrorCode::PreferredLeaderNotAvailable,
+                format!(
+                    "replica {preferred} did not take the leadership of {name}-{index} in time \
+                     (it must be alive and caught up)"
+                ),
+            ));
+        }
+        tokio::time::sleep(ELECTION_POLL).await;
+    }
+}
+
+/// Handles ElectLeaders (API 43).
+pub fn elect_leaders(
+    node: &Arc<Node>,
+    req: ElectLeadersRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let deadline = tokio::time::Instant::now() + timeout(req.timeout_ms);
+        // Null: every partition of every topic (Kafka: all partitions whose preferred replica
+        // does not lead); those needing no election are then left out of the answer.
+        let all = req.topic_partitions.is_none();
+        let asked: Vec<(String, Vec<i32>)> = match &req.topic_partitions {
+            Some(list) => list
+                .iter()
+                .map(|t| (t.topic.clone(), t.partitions.clone()))
+                .collect(),
+            None => node
+                .topic_names()
+                .into_iter()
+                .filter_map(|name| {
+                    let layout = node.topic_layout(&name)?;
+                    let n = layout.replicas.len() as i32;
+                    Some((name, (0..n).collect()))
+                })
+                .collect(),
+        };
+        let mut results = Vec::with_capacity(asked.len());
+        for (topic, partitions) in asked {
+            let mut out = Vec::with_capacity(partitions.len());
+            for index in partitions {
+                let mut r = PartitionResult {
+                    partition_id: index,
+                    ..Default::default()
+                };
+                match elect(&node, &topic, index, req.election_type, deadline).await {
+                    Ok(()) => {}
+                    Err((ErrorCode::ElectionNotNeeded, _)) if all => continue,
+                    Err((code, message)) => {
+                        r.error_code = code.code();
+                        r.error_message = Some(message);
+                    }
+                }
+                out.push(r);
+            }
+            if !out.is_empty() || !all {
+                results.push(ReplicaElectionResult {
+                    topic,
+                    partition_result: out,
+                    ..Default::default()
+                });
+            }
+        }
+        frame(
+            correlation_id,
+            version,
+            &Response::ElectLeaders(ElectLeadersResponse {
+                replica_election_results: results,
+                ..Default::default()
+            }),
+        )
+    }))
+}
+
+/// Handles ListPartitionReassignments (API 46): none, ever (see the module documentation).
+pub fn list_partition_reassignments() -> ListPartitionReassignmentsResponse {
+    ListPartitionReassignmentsResponse::default()
+}
