@@ -111,6 +111,17 @@ pub enum MetaCommand {
         /// The partitions whose offsets go; `None`: the whole group.
         partitions: Option<Vec<(String, i32)>>,
     },
+    /// Ask the replica leading a partition to hand leadership to its preferred replica
+    /// (ElectLeaders): the node applying it that leads the partition starts a Raft leader
+    /// transfer. Nothing is stored; a command replayed at start does nothing.
+    ElectPreferredLeader {
+        /// Topic name.
+        name: String,
+        /// The incarnation the request was made against.
+        incarnation: u64,
+        /// Partition index.
+        partition: u32,
+    },
     /// Hand out one new producer id.
     AllocateProducerId,
     /// Record committed offsets of a consumer group.
@@ -431,6 +442,25 @@ impl ClusterMeta {
                 }
                 None
             }
+            MetaCommand::ElectPreferredLeader {
+                name,
+                incarnation,
+                partition,
+            } => {
+                let preferred = *self
+                    .topics
+                    .get(&name)
+                    .filter(|t| t.created_at_index == incarnation)?
+                    .replicas
+                    .get(partition as usize)?
+                    .first()?;
+                Some(Effect::ElectPreferred(
+                    name,
+                    incarnation,
+                    partition,
+                    preferred,
+                ))
+            }
             MetaCommand::AllocateProducerId => {
                 if self.next_producer_id < FIRST_PRODUCER_ID {
                     self.next_producer_id = FIRST_PRODUCER_ID;
@@ -471,6 +501,9 @@ enum Effect {
     /// DeleteRecords raised a partition's log start offset: (name, incarnation, partition,
     /// offset).
     RecordsDeleted(String, u64, u32, u64),
+    /// The leader of a partition should hand leadership to its preferred replica: (name,
+    /// incarnation, partition, preferred replica).
+    ElectPreferred(String, u64, u32, u64),
 }
 
 /// The overrides of a command that pass validation (every node keeps the same ones: the check
@@ -535,6 +568,9 @@ impl StateMachine for MetadataStateMachine {
             }
             Some(Effect::RecordsDeleted(name, incarnation, partition, offset)) => {
                 node.delete_records_before(&name, incarnation, partition, offset)
+            }
+            Some(Effect::ElectPreferred(name, incarnation, partition, preferred)) => {
+                node.hand_leadership_to(&name, incarnation, partition, preferred)
             }
             None => {}
         }

@@ -21,6 +21,7 @@
 //!     AlterTopicConfigs  alter_topic_configs  = 7;
 //!     DeleteRecords      delete_records       = 8;
 //!     DeleteGroupOffsets delete_group_offsets = 9;
+//!     ElectPreferredLeader elect_preferred_leader = 10;
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
@@ -44,6 +45,7 @@
 //! message DeleteGroupOffsets { string group = 1; bool whole_group = 2;
 //!                              repeated TopicPartition partitions = 3; }
 //! message TopicPartition     { string topic = 1; int32 partition = 2; }
+//! message ElectPreferredLeader { string name = 1; uint64 incarnation = 2; uint32 partition = 3; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -142,7 +144,7 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9")]
+    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10")]
     pub command: Option<CommandWire>,
 }
 
@@ -160,7 +162,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=9 of `MetaEntry`.
+/// The command kinds, fields 2..=10 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -187,6 +189,23 @@ pub enum CommandWire {
     /// [`MetaCommand::DeleteGroupOffsets`].
     #[prost(message, tag = "9")]
     DeleteGroupOffsets(DeleteGroupOffsetsWire),
+    /// [`MetaCommand::ElectPreferredLeader`].
+    #[prost(message, tag = "10")]
+    ElectPreferredLeader(ElectPreferredLeaderWire),
+}
+
+/// `ElectPreferredLeader` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ElectPreferredLeaderWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation the request was made against.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Partition index.
+    #[prost(uint32, tag = "3")]
+    pub partition: u32,
 }
 
 /// One config override on the wire.
@@ -472,6 +491,15 @@ impl From<&MetaCommand> for CommandWire {
                 partition: *partition,
                 offset: *offset,
             }),
+            MetaCommand::ElectPreferredLeader {
+                name,
+                incarnation,
+                partition,
+            } => CommandWire::ElectPreferredLeader(ElectPreferredLeaderWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                partition: *partition,
+            }),
             MetaCommand::DeleteGroupOffsets { group, partitions } => {
                 CommandWire::DeleteGroupOffsets(DeleteGroupOffsetsWire {
                     group: group.clone(),
@@ -528,6 +556,11 @@ impl From<CommandWire> for MetaCommand {
                 incarnation: c.incarnation,
                 partition: c.partition,
                 offset: c.offset,
+            },
+            CommandWire::ElectPreferredLeader(c) => MetaCommand::ElectPreferredLeader {
+                name: c.name,
+                incarnation: c.incarnation,
+                partition: c.partition,
             },
             CommandWire::DeleteGroupOffsets(c) => MetaCommand::DeleteGroupOffsets {
                 group: c.group,
@@ -655,6 +688,11 @@ mod tests {
             MetaCommand::DeleteGroupOffsets {
                 group: "g".into(),
                 partitions: None,
+            },
+            MetaCommand::ElectPreferredLeader {
+                name: "orders".into(),
+                incarnation: 5,
+                partition: 0,
             },
             MetaCommand::DeleteGroupOffsets {
                 group: "g".into(),

@@ -949,6 +949,54 @@ impl Node {
         }
     }
 
+    /// Starts a leader transfer of partition `partition` of topic `name` to `preferred` when
+    /// this node leads it (ElectLeaders, applied from the replicated metadata on every node).
+    /// Does nothing while the metadata log is replayed at start: an old request is not acted on
+    /// again.
+    pub fn hand_leadership_to(&self, name: &str, incarnation: u64, partition: u32, preferred: u64) {
+        if !self
+            .retention_allowed
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
+        if let Some(stream) = self
+            .partition(name, partition)
+            .filter(|s| s.incarnation == incarnation && s.visible().leader == self.config.id)
+        {
+            if preferred != self.config.id {
+                tracing::info!(stream = %name, partition, to = preferred, "handing leadership to the preferred replica (ElectLeaders)");
+                stream.transfer_leader(preferred);
+            }
+        }
+    }
+
+    /// Asks the leader of partition `partition` of topic `name`, wherever it runs, to hand
+    /// leadership to the partition's preferred replica (through the replicated metadata, which
+    /// reaches every node). Returns once this node has applied the request; whether leadership
+    /// moved shows in the partition's leader.
+    pub async fn elect_preferred_leader(
+        &self,
+        name: &str,
+        partition: u32,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        let incarnation = self
+            .metadata()
+            .incarnation(name)
+            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))?;
+        self.propose_metadata(
+            &MetaCommand::ElectPreferredLeader {
+                name: name.to_owned(),
+                incarnation,
+                partition,
+            },
+            timeout,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Raises the log start offset of partition `partition` of topic `name` to `offset`
     /// (DeleteRecords, applied from the replicated metadata): records below it are no longer
     /// readable here, and the segments wholly below it are removed by the partition's group.

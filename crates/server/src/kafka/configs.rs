@@ -191,6 +191,7 @@ pub fn alter_configs(
                 }
             };
             let mut out = AlterConfigsResourceResponse {
+                error_message: None,
                 resource_type: r.resource_type,
                 resource_name: r.resource_name.clone(),
                 ..Default::default()
@@ -333,6 +334,7 @@ pub fn incremental_alter_configs(
                 }
             };
             let mut out = IncrementalResourceResponse {
+                error_message: None,
                 resource_type: r.resource_type,
                 resource_name: r.resource_name.clone(),
                 ..Default::default()

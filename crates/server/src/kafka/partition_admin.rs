@@ -14,11 +14,11 @@
 //! - **DescribeProducers** (sent to leaders): the idempotent producers the partition's log
 //!   shows, with epoch and last sequence (vdl serves no transactions, so no transaction start
 //!   offsets; no last timestamp is kept: -1).
-//! - **ElectLeaders**: PREFERRED asks the partition's Raft group to hand leadership to the
-//!   first replica (raft-rs leader transfer) and waits for it, ELECTION_NOT_NEEDED when it
-//!   leads already, PREFERRED_LEADER_NOT_AVAILABLE when it did not take over in time. A node
-//!   that holds no replica of the partition cannot ask its group; it waits for the automatic
-//!   leader rebalance (`raft.leader_rebalance_interval_ms`) instead. UNCLEAN: vdl never elects
+//! - **ElectLeaders**: PREFERRED sends an `ElectPreferredLeader` command through the replicated
+//!   metadata; the node leading the partition, wherever it is, applies it by starting a raft-rs
+//!   leader transfer to the first replica. The answer waits until the preferred replica leads:
+//!   ELECTION_NOT_NEEDED when it led already, PREFERRED_LEADER_NOT_AVAILABLE when it did not
+//!   take over in time (down, or not caught up). UNCLEAN: vdl never elects
 //!   a replica that may lack committed records, so ELECTION_NOT_NEEDED when a leader exists
 //!   and ELIGIBLE_LEADERS_NOT_AVAILABLE otherwise.
 //! - **ListPartitionReassignments**: vdl places replicas itself and never reassigns them, so
@@ -318,9 +318,17 @@ async fn elect(
             "Leader election not needed for topic partition.".into(),
         ));
     }
-    let local = node.partition(name, partition);
-    if let Some(s) = &local {
-        s.transfer_leader(preferred);
+    if layout.incarnation == 0 {
+        // A stream configured at start is not in the replicated metadata; only its own leader
+        // can be asked.
+        if let Some(s) = node.partition(name, partition) {
+            s.transfer_leader(preferred);
+        }
+    } else {
+        let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+        node.elect_preferred_leader(name, partition, wait)
+            .await
+            .map_err(|e| (ErrorCode::RequestTimedOut, e.to_string()))?;
     }
     loop {
         if current_leader(node, name, layout.incarnation, partition) == preferred {
@@ -373,6 +381,7 @@ pub fn elect_leaders(
             for index in partitions {
                 let mut r = PartitionResult {
                     partition_id: index,
+                    error_message: None,
                     ..Default::default()
                 };
                 match elect(&node, &topic, index, req.election_type, deadline).await {
@@ -406,5 +415,8 @@ pub fn elect_leaders(
 
 /// Handles ListPartitionReassignments (API 46): none, ever (see the module documentation).
 pub fn list_partition_reassignments() -> ListPartitionReassignmentsResponse {
-    ListPartitionReassignmentsResponse::default()
+    ListPartitionReassignmentsResponse {
+        error_message: None,
+        ..Default::default()
+    }
 }

@@ -148,6 +148,8 @@ pub fn create_topics(
         for t in &req.topics {
             let mut r = CreatableTopicResult {
                 name: t.name.clone(),
+                // Null unless there is an error, as Kafka sends it.
+                error_message: None,
                 num_partitions: -1,
                 replication_factor: -1,
                 ..Default::default()
