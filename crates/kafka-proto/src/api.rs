@@ -30,11 +30,20 @@ macro_rules! for_each_api {
             ApiVersions = 18, "ApiVersions", 0..=4, ApiVersionsRequest, ApiVersionsResponse;
             CreateTopics = 19, "CreateTopics", 0..=7, CreateTopicsRequest, CreateTopicsResponse;
             DeleteTopics = 20, "DeleteTopics", 0..=6, DeleteTopicsRequest, DeleteTopicsResponse;
+            DeleteRecords = 21, "DeleteRecords", 0..=2, DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
             DescribeConfigs = 32, "DescribeConfigs", 0..=4, DescribeConfigsRequest, DescribeConfigsResponse;
+            AlterConfigs = 33, "AlterConfigs", 0..=2, AlterConfigsRequest, AlterConfigsResponse;
+            DescribeLogDirs = 35, "DescribeLogDirs", 0..=4, DescribeLogDirsRequest, DescribeLogDirsResponse;
             SaslAuthenticate = 36, "SaslAuthenticate", 0..=2, SaslAuthenticateRequest, SaslAuthenticateResponse;
             CreatePartitions = 37, "CreatePartitions", 0..=3, CreatePartitionsRequest, CreatePartitionsResponse;
+            DeleteGroups = 42, "DeleteGroups", 0..=2, DeleteGroupsRequest, DeleteGroupsResponse;
+            ElectLeaders = 43, "ElectLeaders", 0..=2, ElectLeadersRequest, ElectLeadersResponse;
+            IncrementalAlterConfigs = 44, "IncrementalAlterConfigs", 0..=1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse;
+            ListPartitionReassignments = 46, "ListPartitionReassignments", 0..=0, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse;
+            OffsetDelete = 47, "OffsetDelete", 0..=0, OffsetDeleteRequest, OffsetDeleteResponse;
             DescribeCluster = 60, "DescribeCluster", 0..=1, DescribeClusterRequest, DescribeClusterResponse;
+            DescribeProducers = 61, "DescribeProducers", 0..=0, DescribeProducersRequest, DescribeProducersResponse;
         }
     };
 }
@@ -174,7 +183,7 @@ mod tests {
     #[test]
     fn table_matches_the_schemas() {
         for_each_api!(check_table);
-        assert_eq!(ApiKey::ALL.len(), 22);
+        assert_eq!(ApiKey::ALL.len(), 31);
         assert_eq!(ApiKey::from_i16(4), None);
         assert_eq!(ApiKey::from_i16(-1), None);
     }
