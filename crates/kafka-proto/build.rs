@@ -1089,8 +1089,16 @@ fn gen_struct(
         let mut arms = String::new();
         for f in &tagged {
             let t = f.tag.unwrap_or_default();
+            // A known tag in a version where its field does not exist is an error, as in
+            // Kafka's generated readers ("Tag N is not valid for version V").
+            let invalid = format!(
+                "                    {t} => Err(DecodeError::TagNotValidForVersion {{ tag, version }}),\n"
+            );
             let guard = match Cond::of(f.versions, within) {
-                Cond::Never => continue,
+                Cond::Never => {
+                    arms.push_str(&invalid);
+                    continue;
+                }
                 Cond::Always => String::new(),
                 Cond::Expr(e) => format!(" if {e}"),
             };
@@ -1100,6 +1108,9 @@ fn gen_struct(
                 id = ident(&f.name),
                 read = read_field(f, "sub", "true", within)
             );
+            if !guard.is_empty() {
+                arms.push_str(&invalid);
+            }
         }
         let body = format!(
             "d.tagged_fields(|tag, data| {{\n    match tag {{\n{arms}                    _ => {{\n                        this.unknown_tagged_fields.push(RawTaggedField {{ tag, data }});\n                        Ok(())\n                    }}\n    }}\n}})?;"

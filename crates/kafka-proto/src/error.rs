@@ -14,8 +14,8 @@ pub enum DecodeError {
         /// Bytes that were left.
         remaining: usize,
     },
-    /// A length or count prefix was negative where only -1 (null) or >= 0 is allowed, or null where
-    /// the field is not nullable.
+    /// A null (any negative length, as Kafka reads it) where the field is not nullable, or a
+    /// negative length where no null exists (records, frames).
     #[error("invalid length {0}")]
     InvalidLength(i64),
     /// A length or count prefix claims more bytes or elements than the input still holds
@@ -33,12 +33,19 @@ pub enum DecodeError {
         /// The widest encoding allowed for the type.
         max_bytes: usize,
     },
-    /// A string field was not valid UTF-8.
-    #[error("string is not valid UTF-8")]
-    InvalidUtf8,
-    /// A boolean byte was neither 0 nor 1.
-    #[error("invalid boolean byte {0}")]
-    InvalidBool(u8),
+    /// A compact string's length is above 32767, the most Kafka's readers accept ("string
+    /// field had invalid length").
+    #[error("string length {0} exceeds 32767")]
+    StringTooLong(u64),
+    /// A tagged field with a tag this struct defines, in a version where that field does not
+    /// exist (Kafka's readers refuse it: "Tag N is not valid for version V").
+    #[error("tag {tag} is not valid for version {version}")]
+    TagNotValidForVersion {
+        /// The tag.
+        tag: u32,
+        /// The version being decoded.
+        version: i16,
+    },
     /// Bytes were left over after a message was fully decoded.
     #[error("{0} unexpected trailing bytes")]
     TrailingBytes(usize),

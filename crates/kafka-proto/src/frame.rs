@@ -129,7 +129,8 @@ pub enum RequestError {
     /// The frame is too short to hold the API key, version and correlation id.
     #[error("request frame too short for a header: {0}")]
     Truncated(DecodeError),
-    /// The API key is not one this codec supports (Kafka closes the connection).
+    /// The API key is not one this codec supports. Kafka closes the connection (its
+    /// `RequestHeader.parse` fails on an unknown key); so should the server.
     #[error(
         "unsupported API key {api_key} (version {api_version}, correlation id {correlation_id})"
     )]
@@ -141,8 +142,11 @@ pub enum RequestError {
         /// The correlation id sent.
         correlation_id: i32,
     },
-    /// The API is supported but not at this version. The answer is UNSUPPORTED_VERSION (35);
-    /// for ApiVersions it is the v0-format response of [`encode_api_versions_fallback`] (KIP-511).
+    /// The API is supported but not at this version. For ApiVersions the answer is the
+    /// v0-format response of [`encode_api_versions_fallback`] with UNSUPPORTED_VERSION (KIP-511;
+    /// only the API key, version and correlation id are read). For any other API Kafka 3.9 answers nothing
+    /// and closes the connection (`SocketServer.parseRequestHeader`: "Received request api key
+    /// ... with version ... which is not enabled"); so should the server.
     #[error("unsupported version {api_version} of {api_key} (correlation id {correlation_id})")]
     UnsupportedVersion {
         /// The API.
@@ -179,13 +183,16 @@ impl RequestError {
         }
     }
 
-    /// The Kafka error code to answer with: UNSUPPORTED_VERSION (35) for an unsupported API key
-    /// or version; `None` for malformed frames (Kafka closes the connection).
+    /// The Kafka error code this request is answered with, if it is answered at all: only an
+    /// ApiVersions request of an unsupported version is (UNSUPPORTED_VERSION, 35, in the
+    /// [`RequestError::api_versions_fallback`] frame). Every other error closes the connection
+    /// without an answer, as Kafka 3.9 does: `None`.
     pub fn error_code(&self) -> Option<i16> {
         match self {
-            RequestError::UnsupportedApiKey { .. } | RequestError::UnsupportedVersion { .. } => {
-                Some(UNSUPPORTED_VERSION)
-            }
+            RequestError::UnsupportedVersion {
+                api_key: ApiKey::ApiVersions,
+                ..
+            } => Some(UNSUPPORTED_VERSION),
             _ => None,
         }
     }
@@ -207,8 +214,10 @@ impl RequestError {
 
 /// Decodes a request frame (header and body, without the size prefix). The API key, version and
 /// correlation id are read first, so an unsupported API or version is reported with them (see
-/// [`RequestError`]). Bytes left after the body are an error. Byte fields of the result (record
-/// data included) are zero-copy slices of `frame`.
+/// [`RequestError`]). Bytes left after the body are ignored, as Kafka ignores them. Byte fields
+/// of the result (record data included) are zero-copy slices of `frame`. What is tolerated and
+/// what is refused follows Apache Kafka 3.9's parser request by request (crate README,
+/// "Strictness, request by request").
 pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestError> {
     let mut d = Decoder::new(frame);
     let (api_key, api_version, correlation_id) = {
@@ -223,19 +232,22 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, Request), RequestE
             correlation_id,
         });
     };
-    if !api.supports(api_version) {
-        return Err(RequestError::UnsupportedVersion {
-            api_key: api,
-            api_version,
-            correlation_id,
-        });
-    }
     let malformed = |error| RequestError::Malformed {
         api_key: api,
         api_version,
         correlation_id,
         error,
     };
+    if !api.supports(api_version) {
+        // Kafka parses the header of an ApiVersions request of any version before falling back
+        // (and closes the connection when it cannot); we answer without reading it, which the
+        // server's bad-input test relies on (crate README, "Strictness, request by request").
+        return Err(RequestError::UnsupportedVersion {
+            api_key: api,
+            api_version,
+            correlation_id,
+        });
+    }
     let header = RequestHeader::decode(&mut d, request_header_version(api, api_version))
         .map_err(malformed)?;
     let body = Request::decode(api, &mut d, api_version).map_err(malformed)?;
@@ -444,6 +456,7 @@ mod tests {
         );
         assert_eq!(err.correlation_id(), Some(42));
         assert_eq!(err.error_code(), Some(35));
+
         let segs = err.api_versions_fallback().unwrap().unwrap();
         let apis = ApiKey::ALL.len();
         #[rustfmt::skip]
@@ -492,14 +505,17 @@ mod tests {
     fn unsupported_version_and_key_keep_the_header() {
         // Produce v12 (too new).
         let frame = Bytes::from_static(&[0, 0, 0, 12, 0, 0, 1, 0, 0, 0, 0]);
+        let err = decode_request(frame).unwrap_err();
         assert_eq!(
-            decode_request(frame).unwrap_err(),
+            err,
             RequestError::UnsupportedVersion {
                 api_key: ApiKey::Produce,
                 api_version: 12,
                 correlation_id: 256
             }
         );
+        // Kafka answers nothing and closes the connection.
+        assert_eq!(err.error_code(), None);
         // Negative version.
         let frame = Bytes::from_static(&[0, 3, 0xff, 0xff, 0, 0, 0, 9]);
         assert!(matches!(
@@ -521,7 +537,7 @@ mod tests {
                 correlation_id: 7
             }
         );
-        assert_eq!(err.error_code(), Some(35));
+        assert_eq!(err.error_code(), None, "Kafka closes the connection");
         assert!(err.api_versions_fallback().is_none());
         // Too short for a header.
         assert!(matches!(
@@ -566,7 +582,7 @@ mod tests {
     #[test]
     fn our_api_versions_response() {
         let r = api_versions_response();
-        assert_eq!(r.api_keys.len(), 22);
+        assert_eq!(r.api_keys.len(), 31);
         let fetch = r.api_keys.iter().find(|k| k.api_key == 1).unwrap();
         assert_eq!((fetch.min_version, fetch.max_version), (0, 17));
         // v3 response: header v0, flexible body.

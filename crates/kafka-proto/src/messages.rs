@@ -402,7 +402,7 @@ mod tests {
             cluster_id: Some("x".into()),
             unknown_tagged_fields: vec![
                 RawTaggedField {
-                    tag: 1,
+                    tag: 2,
                     data: Bytes::from_static(&[0xaa]),
                 },
                 RawTaggedField {
@@ -412,12 +412,27 @@ mod tests {
             ],
             ..Default::default()
         };
-        // At v12 tag 1 (replica_state, v15+) is not known, so it stays raw.
+        // Tags 2 and 7 are unknown to FetchRequest: kept raw, written in tag order.
         let bytes = encode(&f, 12).unwrap();
-        let tail = [3, 0, 2, 2, b'x', 1, 1, 0xaa, 7, 0];
+        let tail = [3, 0, 2, 2, b'x', 2, 1, 0xaa, 7, 0];
         assert_eq!(bytes[bytes.len() - tail.len()..], tail);
         assert_eq!(FetchRequest::decode_from(bytes.into(), 12).unwrap(), f);
-        // At v15 tag 1 is replica_state: decoding the raw [0xaa] as it must fail (truncated).
+        // Tag 1 is replica_state (v15+): at v12 Kafka refuses it ("Tag 1 is not valid for
+        // version 12"), and so do we.
+        let raw_one_at_12 = FetchRequest {
+            unknown_tagged_fields: vec![RawTaggedField {
+                tag: 1,
+                data: Bytes::from_static(&[0xaa]),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            FetchRequest::decode_from(encode(&raw_one_at_12, 12).unwrap().into(), 12),
+            Err(DecodeError::TagNotValidForVersion {
+                tag: 1,
+                version: 12
+            })
+        );
         let mut g = f.clone();
         g.unknown_tagged_fields.remove(0);
         g.replica_state.replica_id = 3;
@@ -426,10 +441,7 @@ mod tests {
         assert_eq!(back.replica_state.replica_id, 3);
         assert_eq!(back.replica_state.replica_epoch, -1);
         // At v15 a raw tag 1 is replica_state: its bytes must decode as one (here: truncated).
-        let raw_one = FetchRequest {
-            unknown_tagged_fields: vec![f.unknown_tagged_fields[0].clone()],
-            ..Default::default()
-        };
+        let raw_one = raw_one_at_12;
         assert!(matches!(
             FetchRequest::decode_from(encode(&raw_one, 15).unwrap().into(), 15),
             Err(DecodeError::Truncated { .. })

@@ -189,14 +189,11 @@ impl Decoder {
         f64 -> f64, get_f64;
     }
 
-    /// BOOLEAN: one byte, 0 or 1; anything else is an error.
+    /// BOOLEAN: one byte; 0 is false and any other byte true, as Kafka reads it
+    /// (`readByte() != 0`).
     pub fn bool(&mut self) -> DecodeResult<bool> {
         self.need(1)?;
-        match self.buf.get_u8() {
-            0 => Ok(false),
-            1 => Ok(true),
-            b => Err(DecodeError::InvalidBool(b)),
-        }
+        Ok(self.buf.get_u8() != 0)
     }
 
     /// UUID: 16 raw bytes.
@@ -265,32 +262,40 @@ impl Decoder {
         Ok(len as usize)
     }
 
-    /// A length prefix: classic (INT16/INT32) or compact (UNSIGNED_VARINT of length+1).
-    /// Returns `None` for null (-1, or 0 in compact form).
-    fn length(&mut self, kind: LenKind) -> DecodeResult<Option<usize>> {
-        let len: i64 = match kind {
-            LenKind::I16 => i64::from(self.i16()?),
-            LenKind::I32 => i64::from(self.i32()?),
-            LenKind::Compact => i64::from(self.unsigned_varint()?) - 1,
+    /// A length prefix as Kafka's readers see it: classic (INT16/INT32), or compact
+    /// (UNSIGNED_VARINT of length+1, taken as a Java `int`, so a value of 2^31 or more is
+    /// negative). `None` for null, which is **any** negative length (Kafka's generated readers
+    /// test `length < 0`); the value is not yet checked against the input.
+    fn raw_length(&mut self, kind: LenKind) -> DecodeResult<Option<u64>> {
+        let len: i32 = match kind {
+            LenKind::I16 => i32::from(self.i16()?),
+            LenKind::I32 => self.i32()?,
+            LenKind::Compact => (self.unsigned_varint()? as i32).wrapping_sub(1),
         };
-        match len {
-            -1 => Ok(None),
-            l if l < -1 => Err(DecodeError::InvalidLength(l)),
-            l => Ok(Some(self.checked_len(l as u64)?)),
+        Ok(u64::try_from(len).ok())
+    }
+
+    /// A length prefix (see [`Decoder::raw_length`]) checked against the remaining input.
+    fn length(&mut self, kind: LenKind) -> DecodeResult<Option<usize>> {
+        match self.raw_length(kind)? {
+            None => Ok(None),
+            Some(len) => Ok(Some(self.checked_len(len)?)),
         }
     }
 
+    /// A string as Kafka reads it: lengths above 32767 are refused (only possible in compact
+    /// form); bytes that are not valid UTF-8 become U+FFFD, as Java's `new String(bytes, UTF_8)`
+    /// makes them (at most 3 bytes out per byte in).
     fn string_of(&mut self, kind: LenKind) -> DecodeResult<Option<String>> {
-        match self.length(kind)? {
-            None => Ok(None),
-            Some(n) => {
-                let raw = self.buf.split_to(n);
-                match std::str::from_utf8(&raw) {
-                    Ok(s) => Ok(Some(s.to_owned())),
-                    Err(_) => Err(DecodeError::InvalidUtf8),
-                }
-            }
+        let Some(len) = self.raw_length(kind)? else {
+            return Ok(None);
+        };
+        if len > 0x7fff {
+            return Err(DecodeError::StringTooLong(len));
         }
+        let n = self.checked_len(len)?;
+        let raw = self.buf.split_to(n);
+        Ok(Some(String::from_utf8_lossy(&raw).into_owned()))
     }
 
     fn bytes_of(&mut self, kind: LenKind) -> DecodeResult<Option<Bytes>> {
@@ -335,21 +340,18 @@ impl Decoder {
     }
 
     /// Reads the tagged-field section of a flexible struct, handing each field to `on_field`
-    /// as (tag, value bytes). Tags must be strictly increasing, as Kafka requires.
+    /// as (tag, value bytes) in wire order. Like Kafka's readers: tags may come in any order and
+    /// repeat (writers send them ascending, readers never check), and a count that is negative
+    /// as a Java `int` (a varint of 2^31 or more) means no fields.
     pub fn tagged_fields(
         &mut self,
         mut on_field: impl FnMut(u32, Bytes) -> DecodeResult<()>,
     ) -> DecodeResult<()> {
-        let count = self.unsigned_varint()?;
+        let count = u32::try_from(self.unsigned_varint()? as i32).unwrap_or(0);
         // Each tagged field takes at least two bytes (tag and size).
         self.checked_len(u64::from(count) * 2)?;
-        let mut previous: Option<u32> = None;
         for _ in 0..count {
             let tag = self.unsigned_varint()?;
-            if previous.is_some_and(|p| tag <= p) {
-                return Err(DecodeError::MalformedRecords("tagged fields out of order"));
-            }
-            previous = Some(tag);
             let size = self.unsigned_varint()?;
             let n = self.checked_len(u64::from(size))?;
             let data = self.buf.split_to(n);
@@ -712,12 +714,70 @@ mod tests {
             d.array_len(false),
             Err(DecodeError::LengthExceedsInput { .. })
         ));
-        // Negative lengths other than -1.
+        // A compact string longer than 32767 bytes is refused before the input is consulted,
+        // as Kafka refuses it; 32767 itself is fine.
+        let mut e = Encoder::new();
+        e.unsigned_varint(0x8000 + 1);
+        let mut d = Decoder::new(e.into_bytes());
+        assert_eq!(d.string(true), Err(DecodeError::StringTooLong(0x8000)));
+        let mut e = Encoder::new();
+        e.string(&"x".repeat(0x7fff), true).unwrap();
+        let mut d = Decoder::new(e.into_bytes());
+        assert_eq!(d.string(true).unwrap().len(), 0x7fff);
+    }
+
+    #[test]
+    fn any_negative_length_is_null_as_kafka_reads_it() {
+        // Classic INT16 -2 and INT32 -5: null where nullable, an error where not.
         let mut d = Decoder::new(Bytes::from_static(&[0xff, 0xfe]));
-        assert_eq!(
-            d.nullable_string(false),
-            Err(DecodeError::InvalidLength(-2))
-        );
+        assert_eq!(d.nullable_string(false), Ok(None));
+        let mut d = Decoder::new(Bytes::from_static(&[0xff, 0xfe]));
+        assert_eq!(d.string(false), Err(DecodeError::InvalidLength(-1)));
+        let mut d = Decoder::new(Bytes::from_static(&[0xff, 0xff, 0xff, 0xfb]));
+        assert_eq!(d.array_len(false), Ok(None));
+        let mut d = Decoder::new(Bytes::from_static(&[0xff, 0xff, 0xff, 0xfb]));
+        assert_eq!(d.nullable_bytes(false), Ok(None));
+        // Compact: a varint of 2^32-1 is -1 as a Java int, so a length of -2: null.
+        let mut d = Decoder::new(Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f]));
+        assert_eq!(d.nullable_string(true), Ok(None));
+        // 2^31 is i32::MIN, minus one wraps to i32::MAX (as in Java): far beyond the input.
+        let mut d = Decoder::new(Bytes::from_static(&[0x80, 0x80, 0x80, 0x80, 0x08]));
+        assert!(matches!(
+            d.array_len(true),
+            Err(DecodeError::LengthExceedsInput { .. })
+        ));
+    }
+
+    #[test]
+    fn strings_that_are_not_utf8_decode_with_replacement_characters() {
+        let mut d = Decoder::new(Bytes::from_static(&[0, 4, b'a', 0xff, 0xc3, b'b']));
+        assert_eq!(d.string(false).unwrap(), "a\u{fffd}\u{fffd}b");
+        d.finish().unwrap();
+    }
+
+    #[test]
+    fn booleans_are_true_for_any_nonzero_byte() {
+        let mut d = Decoder::new(Bytes::from_static(&[0, 1, 2, 0xff]));
+        let got: Vec<bool> = (0..4).map(|_| d.bool().unwrap()).collect();
+        assert_eq!(got, [false, true, true, true]);
+    }
+
+    #[test]
+    fn tagged_fields_in_any_order_and_repeated_as_kafka_reads_them() {
+        // Three fields: tag 5, tag 2, tag 2 again.
+        let mut d = Decoder::new(Bytes::from_static(&[3, 5, 1, 0xaa, 2, 0, 2, 1, 0xbb]));
+        let mut seen = Vec::new();
+        d.tagged_fields(|tag, data| {
+            seen.push((tag, data.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        d.finish().unwrap();
+        assert_eq!(seen, [(5, vec![0xaa]), (2, vec![]), (2, vec![0xbb])]);
+        // A count of 2^31 or more is negative as a Java int: Kafka reads no fields.
+        let mut d = Decoder::new(Bytes::from_static(&[0x80, 0x80, 0x80, 0x80, 0x08]));
+        d.tagged_fields(|_, _| panic!("no fields")).unwrap();
+        d.finish().unwrap();
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! Skips with a note when `tests/golden/manifest.tsv` is missing; fails on any bad line when it
 //! exists.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -91,6 +92,8 @@ fn golden_frames_decode_and_reencode_byte_for_byte() {
     let Some(pairs) = load() else { return };
     let mut failures = Vec::new();
     let (mut supported, mut unsupported) = (0, 0);
+    // Pairs checked both ways, per API.
+    let mut checked: BTreeMap<ApiKey, usize> = BTreeMap::new();
     for p in &pairs {
         let Some(api) = ApiKey::from_i16(p.api_key) else {
             // Not one of ours: must be reported with the header fields the server answers with.
@@ -111,6 +114,7 @@ fn golden_frames_decode_and_reencode_byte_for_byte() {
             continue;
         };
         supported += 1;
+        *checked.entry(api).or_default() += 1;
         assert_eq!(api.name(), p.api_name, "{}", p.label);
 
         // Request: decodes fully, re-encodes to the same bytes.
@@ -169,6 +173,27 @@ fn golden_frames_decode_and_reencode_byte_for_byte() {
          other APIs checked to be reported as unsupported",
         pairs.len()
     );
+    for (api, n) in &checked {
+        eprintln!("golden: {api} ({}): {n} pairs round-tripped", api.as_i16());
+    }
+    // The admin APIs the server is about to serve: real frames of each were captured (Java and
+    // confluent-kafka clients) and must really be exercised here, not skipped.
+    for api in [
+        ApiKey::DeleteRecords,
+        ApiKey::AlterConfigs,
+        ApiKey::DescribeLogDirs,
+        ApiKey::DeleteGroups,
+        ApiKey::ElectLeaders,
+        ApiKey::IncrementalAlterConfigs,
+        ApiKey::ListPartitionReassignments,
+        ApiKey::OffsetDelete,
+        ApiKey::DescribeProducers,
+    ] {
+        assert!(
+            checked.get(&api).copied().unwrap_or(0) >= 1,
+            "no captured {api} pair was checked: {checked:?}"
+        );
+    }
     assert!(
         failures.is_empty(),
         "{} golden failures:\n{}",
@@ -293,4 +318,88 @@ fn golden_spot_checks() {
         metadata += 1;
     }
     assert!(metadata > 0);
+
+    admin_spot_checks(&pairs);
+}
+
+/// The admin APIs' captured frames carry what the capture clients asked for.
+fn admin_spot_checks(pairs: &[Pair]) {
+    // The deprecated AlterConfigs: one topic resource, retention.ms set to 2 hours.
+    for (client, topic) in [("python", "golden-py-tmp"), ("java", "golden-java-tmp")] {
+        let reqs = requests(pairs, client, ApiKey::AlterConfigs);
+        assert_eq!(reqs.len(), 1, "{client} AlterConfigs");
+        let Request::AlterConfigs(r) = &reqs[0].1 else {
+            panic!()
+        };
+        assert_eq!(r.resources.len(), 1);
+        assert_eq!(r.resources[0].resource_type, 2, "TOPIC");
+        assert_eq!(r.resources[0].resource_name, topic);
+        let configs: Vec<_> = r.resources[0]
+            .configs
+            .iter()
+            .map(|c| (c.name.as_str(), c.value.as_deref()))
+            .collect();
+        assert_eq!(configs, [("retention.ms", Some("7200000"))]);
+        assert!(!r.validate_only);
+    }
+    let mut seen = 0;
+    for p in pairs.iter().filter(|p| p.api_key == 33) {
+        let (_, r) = decode_response(ApiKey::AlterConfigs, p.api_version, p.resp.clone()).unwrap();
+        let Response::AlterConfigs(r) = r else {
+            panic!()
+        };
+        assert_eq!(r.responses.len(), 1);
+        assert_eq!(r.responses[0].error_code, 0, "{}", p.label);
+        seen += 1;
+    }
+    assert_eq!(seen, 2);
+
+    // ListPartitionReassignments for everything (null topics): none in progress.
+    let reqs = requests(pairs, "java", ApiKey::ListPartitionReassignments);
+    assert!(!reqs.is_empty());
+    for (_, r, _) in &reqs {
+        let Request::ListPartitionReassignments(r) = r else {
+            panic!()
+        };
+        assert_eq!(r.topics, None);
+    }
+    for p in pairs.iter().filter(|p| p.api_key == 46) {
+        let (_, r) =
+            decode_response(ApiKey::ListPartitionReassignments, 0, p.resp.clone()).unwrap();
+        let Response::ListPartitionReassignments(r) = r else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.topics.len()), (0, 0), "{}", p.label);
+    }
+
+    // ElectLeaders (preferred) on a single-broker topic: ELECTION_NOT_NEEDED (84).
+    for p in pairs.iter().filter(|p| p.api_key == 43) {
+        let (_, r) = decode_request(p.req.clone()).unwrap();
+        let Request::ElectLeaders(r) = r else {
+            panic!()
+        };
+        assert_eq!(r.election_type, 0, "PREFERRED");
+        let (_, r) = decode_response(ApiKey::ElectLeaders, p.api_version, p.resp.clone()).unwrap();
+        let Response::ElectLeaders(r) = r else {
+            panic!()
+        };
+        let result = &r.replica_election_results[0];
+        assert_eq!(result.topic, "golden-java");
+        assert_eq!(result.partition_result[0].error_code, 84, "{}", p.label);
+    }
+
+    // DescribeProducers on the idempotent producers' partition lists at least one producer.
+    for p in pairs.iter().filter(|p| p.api_key == 61) {
+        let (_, r) = decode_response(ApiKey::DescribeProducers, 0, p.resp.clone()).unwrap();
+        let Response::DescribeProducers(r) = r else {
+            panic!()
+        };
+        let partition = &r.topics[0].partitions[0];
+        assert_eq!(partition.error_code, 0, "{}", p.label);
+        assert!(!partition.active_producers.is_empty(), "{}", p.label);
+        assert!(partition
+            .active_producers
+            .iter()
+            .all(|a| a.producer_id >= 0));
+    }
 }

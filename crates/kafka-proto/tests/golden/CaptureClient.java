@@ -50,6 +50,14 @@ public class CaptureClient {
         }
     }
 
+    /** The deprecated whole-resource AlterConfigs (API 33), still sent by older tools. */
+    @SuppressWarnings("deprecation")
+    static void alterConfigs(Admin admin) throws Exception {
+        get(admin.alterConfigs(Map.of(
+            new ConfigResource(ConfigResource.Type.TOPIC, TMP_TOPIC),
+            new Config(List.of(new ConfigEntry("retention.ms", "7200000"))))).all());
+    }
+
     static Properties common() {
         Properties p = new Properties();
         p.put("bootstrap.servers", bs);
@@ -132,6 +140,7 @@ public class CaptureClient {
         step("describeConfigs", () -> get(admin.describeConfigs(List.of(
             new ConfigResource(ConfigResource.Type.TOPIC, TOPIC),
             new ConfigResource(ConfigResource.Type.BROKER, "0"))).all()));
+        step("alterConfigs (deprecated)", () -> alterConfigs(admin));
         step("incrementalAlterConfigs", () -> get(admin.incrementalAlterConfigs(Map.of(
             new ConfigResource(ConfigResource.Type.TOPIC, TMP_TOPIC),
             List.of(new AlterConfigOp(new ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET)))).all()));

@@ -125,6 +125,10 @@ def admin_reads():
 
 
 def admin_writes():
+    # The deprecated whole-resource AlterConfigs (API 33).
+    wait_all(admin.alter_configs([ConfigResource(
+        ResourceType.TOPIC, TMP_TOPIC, set_config={"retention.ms": "7200000"})],
+        request_timeout=T))
     wait_all(admin.incremental_alter_configs([ConfigResource(
         ResourceType.TOPIC, TMP_TOPIC,
         incremental_configs=[ConfigEntry("retention.ms", "3600000",
