@@ -154,18 +154,25 @@ def unique(prefix):
     return f"{prefix}-{random.randrange(1 << 40):x}"
 
 
-def wait_topic_ready(admin, topic, partitions, replicas=NODES, timeout=30.0):
-    """Waits until `topic` has `partitions` partitions, each with a leader and a full ISR, as the
-    metadata of `admin`'s cluster shows; raises AssertionError after `timeout` seconds."""
+def wait_topic_ready(admin, topic, partitions, replicas=NODES, timeout=30.0, in_a_row=3):
+    """Waits until `topic` has `partitions` partitions, each with a leader and a full ISR, in
+    `in_a_row` consecutive Metadata answers (each may come from another node: a Kafka broker
+    learns of a new topic from the metadata log a moment after the controller created it);
+    returns the last TopicMetadata. Raises AssertionError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    last = None
+    last, good = None, 0
     while time.monotonic() < deadline:
         md = admin.list_topics(topic=topic, timeout=10)
         t = md.topics.get(topic)
-        if t is not None and t.error is None and len(t.partitions) == partitions:
-            ok = all(p.leader >= 0 and len(p.isrs) == replicas for p in t.partitions.values())
-            if ok:
-                return t
+        ready = (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == partitions
+            and all(p.leader >= 0 and len(p.isrs) == replicas for p in t.partitions.values())
+        )
+        good = good + 1 if ready else 0
+        if good >= in_a_row:
+            return t
         last = t
         time.sleep(0.1)
     raise AssertionError(f"topic {topic} not ready within {timeout}s: {last}")

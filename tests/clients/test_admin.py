@@ -76,6 +76,11 @@ def create_topic(admin, prefix, partitions=1, config=None):
     return name
 
 
+def topic_metadata(admin, name, partitions):
+    """`name`'s TopicMetadata once every node asked shows its `partitions` partitions ready."""
+    return at.wait_topic_ready(admin, name, partitions, in_a_row=1)
+
+
 def topic_configs(admin, topic, timeout=10.0):
     """{name: ConfigEntry} of `topic` as DescribeConfigs reports it. A broker that has not yet
     learnt of a topic created a moment ago answers UNKNOWN_TOPIC_OR_PART (Kafka's brokers take
@@ -179,7 +184,13 @@ def wait_for(what, check, timeout=20.0):
 
 def test_describe_cluster_and_list_topics_without_a_topic(admin, admin_target):
     name = create_topic(admin, "adm-list", partitions=2)
-    md = admin.list_topics(timeout=20)  # Metadata for all topics
+
+    def all_topics_with_name():
+        m = admin.list_topics(timeout=20)  # Metadata for all topics
+        return m if name in m.topics else None
+
+    # Asked again while a node that has not learnt of the new topic yet answers.
+    md = wait_for(f"{name} in all-topics Metadata", all_topics_with_name)
     assert sorted(md.brokers) == sorted(b.id for b in md.brokers.values())
     assert len(md.brokers) == NODES
     endpoints = {f"{b.host}:{b.port}" for b in md.brokers.values()}
@@ -202,7 +213,7 @@ def test_create_topic_with_configs_describe_then_delete(admin):
     name = create_topic(
         admin, "adm-create", partitions=3, config={"retention.ms": "3600000", "max.message.bytes": "500000"}
     )
-    md = admin.list_topics(topic=name, timeout=20).topics[name]
+    md = topic_metadata(admin, name, 3)
     assert len(md.partitions) == 3
     for p in md.partitions.values():
         assert len(p.replicas) == NODES and p.leader in p.replicas and sorted(p.isrs) == sorted(p.replicas)
@@ -349,34 +360,51 @@ def test_cleanup_policy_compact(admin, admin_target):
 
 
 def test_message_timestamp_type_log_append_time(admin, admin_target):
-    """message.timestamp.type=LogAppendTime: records fetched carry the broker's append time."""
+    """message.timestamp.type=LogAppendTime: a record produced with an old create time is stored
+    and fetched with the append time instead; back to CreateTime, the producer's time is kept.
+
+    Kafka's partition leader applies a config change from the metadata log a moment after
+    DescribeConfigs (which any node answers) shows it, so each switch is probed with one record at
+    a time until it takes effect, for at most 10 s."""
     name = create_topic(admin, "adm-ts")
-    assert incremental_alter(admin, name, ("message.timestamp.type", "LogAppendTime", AlterConfigOpType.SET)) is None
-    wait_configs(admin, name, {"message.timestamp.type": "LogAppendTime"})
-    start_ms = int(time.time() * 1000)
     p = Producer({"bootstrap.servers": admin_target.bootstrap, "acks": "all"})
-    # A create time far in the past: the stored timestamp must be the append time instead.
-    p.produce(name, value=b"x", partition=0, timestamp=1_000_000)
-    assert p.flush(30) == 0
     c = consumer(admin_target.bootstrap, at.unique("adm-ts-g"))
-    try:
-        c.assign([TopicPartition(name, 0, 0)])
+
+    def produce_and_fetch(create_ms):
+        """Produces one record with create time `create_ms`; returns the delivery report's and
+        the fetched record's (timestamp type, timestamp)."""
+        reports = []
+        p.produce(name, value=b"x", partition=0, timestamp=create_ms, on_delivery=lambda e, m: reports.append((e, m)))
+        assert p.flush(30) == 0
+        ((err, msg),) = reports
+        assert err is None, err
+        c.assign([TopicPartition(name, 0, msg.offset())])
         (m,) = consume(c, 1)
-        ts_type, ts = m.timestamp()
-        assert ts_type == TIMESTAMP_LOG_APPEND_TIME, (ts_type, ts)
-        assert start_ms - 5000 <= ts <= int(time.time() * 1000) + 5000
-    finally:
-        c.close()
-    # And back: CreateTime keeps the producer's timestamp.
-    assert incremental_alter(admin, name, ("message.timestamp.type", "CreateTime", AlterConfigOpType.SET)) is None
-    wait_configs(admin, name, {"message.timestamp.type": "CreateTime"})
-    p.produce(name, value=b"y", partition=0, timestamp=start_ms - 60_000)
-    assert p.flush(30) == 0
-    c = consumer(admin_target.bootstrap, at.unique("adm-ts-g"))
+        assert m.offset() == msg.offset()
+        return msg.timestamp(), m.timestamp()
+
+    def probe(expect_type, create_ms):
+        deadline = time.monotonic() + 10
+        while True:
+            reported, fetched = produce_and_fetch(create_ms)
+            if fetched[0] == expect_type or time.monotonic() > deadline:
+                return reported, fetched
+            time.sleep(0.2)
+
     try:
-        c.assign([TopicPartition(name, 0, 1)])
-        (m,) = consume(c, 1)
-        assert m.timestamp() == (TIMESTAMP_CREATE_TIME, start_ms - 60_000)
+        assert incremental_alter(admin, name, ("message.timestamp.type", "LogAppendTime", AlterConfigOpType.SET)) is None
+        wait_configs(admin, name, {"message.timestamp.type": "LogAppendTime"})
+        start_ms = int(time.time() * 1000)
+        reported, fetched = probe(TIMESTAMP_LOG_APPEND_TIME, 1_000_000)
+        assert fetched[0] == TIMESTAMP_LOG_APPEND_TIME, fetched
+        assert start_ms - 5000 <= fetched[1] <= int(time.time() * 1000) + 5000, fetched
+        # The Produce response carries the append time the record was stored with.
+        assert reported == fetched, (reported, fetched)
+
+        assert incremental_alter(admin, name, ("message.timestamp.type", "CreateTime", AlterConfigOpType.SET)) is None
+        wait_configs(admin, name, {"message.timestamp.type": "CreateTime"})
+        reported, fetched = probe(TIMESTAMP_CREATE_TIME, start_ms - 60_000)
+        assert fetched == (TIMESTAMP_CREATE_TIME, start_ms - 60_000), fetched
     finally:
         c.close()
 

@@ -211,20 +211,26 @@ def test_kafka_configs_describe_add_delete(tools, admin):
     at.wait_topic_ready(admin, name, 1)
     entity = ["--entity-type", "topics", "--entity-name", name]
 
-    def dynamic_configs():
-        _, out, _ = tools.run(CONFIGS, "--describe", *entity)
-        lines = out.splitlines()
-        assert lines[0].strip() == f"Dynamic configs for topic {name} are:", out
-        # "  key=value sensitive=false synonyms={SOURCE:name=value, ...}"
-        res = {}
-        for line in lines[1:]:
-            key_value, _, rest = line.strip().partition(" sensitive=")
-            k, _, v = key_value.partition("=")
-            res[k] = (v, rest)
+    def dynamic_configs(keys):
+        """{key: (value, rest of line)} of `kafka-configs --describe`; up to three tries until
+        it lists exactly `keys` (the tool asks any one node, which may lag a moment)."""
+        for _ in range(3):
+            _, out, _ = tools.run(CONFIGS, "--describe", *entity)
+            lines = out.splitlines()
+            assert lines[0].strip() == f"Dynamic configs for topic {name} are:", out
+            # "  key=value sensitive=false synonyms={SOURCE:name=value, ...}"
+            res = {}
+            for line in lines[1:]:
+                key_value, _, rest = line.strip().partition(" sensitive=")
+                k, _, v = key_value.partition("=")
+                res[k] = (v, rest)
+            if sorted(res) == sorted(keys):
+                break
+            time.sleep(0.5)
         return res
 
     wait_for("retention.ms visible", lambda: _configs_of(admin, name).get("retention.ms") == "3600000")
-    cfg = dynamic_configs()
+    cfg = dynamic_configs(["retention.ms"])
     assert list(cfg) == ["retention.ms"], cfg
     value, rest = cfg["retention.ms"]
     assert value == "3600000"
@@ -241,7 +247,7 @@ def test_kafka_configs_describe_add_delete(tools, admin):
             _configs_of(admin, name)
         ),
     )
-    cfg = dynamic_configs()
+    cfg = dynamic_configs(["max.message.bytes", "retention.bytes"])
     assert sorted(cfg) == ["max.message.bytes", "retention.bytes"], cfg
     assert cfg["retention.bytes"][0] == "1048576" and cfg["max.message.bytes"][0] == "400000"
     assert "synonyms={DYNAMIC_TOPIC_CONFIG:retention.bytes=1048576" in cfg["retention.bytes"][1]

@@ -141,31 +141,48 @@ func (r *run) createTopic() {
 		fail("CreateTopic", fmt.Errorf("created %d partitions x %d replicas", resp.NumPartitions, resp.ReplicationFactor))
 	}
 	ok("CreateTopic", "%s: %d partitions x %d replicas, retention.ms=3600000", r.topic, resp.NumPartitions, resp.ReplicationFactor)
-	// Wait (bounded) for every partition to have a leader and a full ISR.
+	// Wait (bounded) for every partition to have a leader and a full ISR, in three answers in a
+	// row: each may come from another node, and a Kafka broker learns of a new topic from the
+	// metadata log a moment after the controller created it.
+	inARow := 0
 	err = r.until(30*time.Second, func() error {
-		ctx, cancel := r.req()
-		defer cancel()
-		ts, err := r.adm.ListTopics(ctx, r.topic)
-		if err != nil {
+		if err := r.topicReady(); err != nil {
+			inARow = 0
 			return err
 		}
-		t := ts[r.topic]
-		if t.Err != nil {
-			return t.Err
-		}
-		if len(t.Partitions) != partitions {
-			return fmt.Errorf("%d partitions", len(t.Partitions))
-		}
-		for _, p := range t.Partitions {
-			if p.Leader < 0 || len(p.ISR) != nodes {
-				return fmt.Errorf("partition %d: leader %d isr %v", p.Partition, p.Leader, p.ISR)
-			}
+		inARow++
+		if inARow < 3 {
+			return fmt.Errorf("ready in %d answers in a row", inARow)
 		}
 		return nil
 	})
 	if err != nil {
 		fail("CreateTopic ready", err)
 	}
+}
+
+// topicReady says why the topic is not ready (a leader and a full ISR for every partition) in
+// one Metadata answer, or nil.
+func (r *run) topicReady() error {
+	ctx, cancel := r.req()
+	defer cancel()
+	ts, err := r.adm.ListTopics(ctx, r.topic)
+	if err != nil {
+		return err
+	}
+	t := ts[r.topic]
+	if t.Err != nil {
+		return t.Err
+	}
+	if len(t.Partitions) != partitions {
+		return fmt.Errorf("%d partitions", len(t.Partitions))
+	}
+	for _, p := range t.Partitions {
+		if p.Leader < 0 || len(p.ISR) != nodes {
+			return fmt.Errorf("partition %d: leader %d isr %v", p.Partition, p.Leader, p.ISR)
+		}
+	}
+	return nil
 }
 
 func (r *run) listTopics() {
