@@ -99,7 +99,9 @@ class KafkaCluster:
         )
 
     def start(self):
-        r = self._script("start", "--brokers", str(NODES), "--base-port", str(self.base), timeout=300)
+        r = self._script(
+            "start", "--brokers", str(NODES), "--base-port", str(self.base), timeout=300
+        )
         if r.returncode != 0:
             raise RuntimeError(f"kafka-cluster.sh start failed:\n{r.stdout}\n{r.stderr}")
         assert r.stdout.strip().splitlines()[-1] == self.bootstrap, r.stdout

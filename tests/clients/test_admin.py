@@ -211,12 +211,19 @@ def test_describe_cluster_and_list_topics_without_a_topic(admin, admin_target):
 
 def test_create_topic_with_configs_describe_then_delete(admin):
     name = create_topic(
-        admin, "adm-create", partitions=3, config={"retention.ms": "3600000", "max.message.bytes": "500000"}
+        admin,
+        "adm-create",
+        partitions=3,
+        config={"retention.ms": "3600000", "max.message.bytes": "500000"},
     )
     md = topic_metadata(admin, name, 3)
     assert len(md.partitions) == 3
     for p in md.partitions.values():
-        assert len(p.replicas) == NODES and p.leader in p.replicas and sorted(p.isrs) == sorted(p.replicas)
+        assert (
+            len(p.replicas) == NODES
+            and p.leader in p.replicas
+            and sorted(p.isrs) == sorted(p.replicas)
+        )
 
     cfg = topic_configs(admin, name)
     for key in SUPPORTED_CONFIGS:
@@ -228,7 +235,13 @@ def test_create_topic_with_configs_describe_then_delete(admin):
         assert cfg[key].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, (key, cfg[key])
         assert not cfg[key].is_default
     # Not set: a default (built in or from the broker's config), with a sensible value.
-    for key in ("retention.bytes", "segment.bytes", "min.insync.replicas", "cleanup.policy", "message.timestamp.type"):
+    for key in (
+        "retention.bytes",
+        "segment.bytes",
+        "min.insync.replicas",
+        "cleanup.policy",
+        "message.timestamp.type",
+    ):
         assert cfg[key].source in [s.value for s in NOT_SET_ON_TOPIC], (key, cfg[key])
     assert cfg["cleanup.policy"].value == "delete"
     assert cfg["message.timestamp.type"].value == "CreateTime"
@@ -249,7 +262,11 @@ def test_create_existing_topic_is_refused(admin):
     err = error_of(admin.create_topics([NewTopic(name, 1, NODES)], request_timeout=20)[name])
     assert err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS, err
     # validate_only gives the same answer without creating anything.
-    err = error_of(admin.create_topics([NewTopic(name, 1, NODES)], validate_only=True, request_timeout=20)[name])
+    err = error_of(
+        admin.create_topics([NewTopic(name, 1, NODES)], validate_only=True, request_timeout=20)[
+            name
+        ]
+    )
     assert err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS, err
 
 
@@ -276,8 +293,16 @@ def test_incremental_alter_configs_set_and_delete(admin):
         )
         is None
     )
-    after = wait_configs(admin, name, {"retention.ms": "7200000", "retention.bytes": "104857600", "segment.bytes": "16777216"})
-    for key, value in (("retention.ms", "7200000"), ("retention.bytes", "104857600"), ("segment.bytes", "16777216")):
+    after = wait_configs(
+        admin,
+        name,
+        {"retention.ms": "7200000", "retention.bytes": "104857600", "segment.bytes": "16777216"},
+    )
+    for key, value in (
+        ("retention.ms", "7200000"),
+        ("retention.bytes", "104857600"),
+        ("segment.bytes", "16777216"),
+    ):
         assert after[key].value == value, (key, after[key])
         assert after[key].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, (key, after[key])
     # Untouched keys stay as they were.
@@ -292,7 +317,9 @@ def test_incremental_alter_configs_set_and_delete(admin):
     assert reverted["retention.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 
     # min.insync.replicas within 1..replication factor is accepted.
-    assert incremental_alter(admin, name, ("min.insync.replicas", "1", AlterConfigOpType.SET)) is None
+    assert (
+        incremental_alter(admin, name, ("min.insync.replicas", "1", AlterConfigOpType.SET)) is None
+    )
     wait_configs(admin, name, {"min.insync.replicas": "1"})
 
 
@@ -306,7 +333,9 @@ def test_alter_configs_replaces_the_whole_topic_config(admin):
     f.result(timeout=30)
     cfg = wait_configs(admin, name, {"retention.bytes": "2097152"})
     assert cfg["retention.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-    assert cfg["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value, cfg["retention.ms"]
+    assert cfg["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value, cfg[
+        "retention.ms"
+    ]
     assert cfg["retention.ms"].value != "3600000"
 
 
@@ -329,7 +358,9 @@ def test_unknown_config_or_bad_value_is_invalid_config(admin):
     # The same at creation: nothing is created.
     bad = at.unique("adm-invalid-create")
     err = error_of(
-        admin.create_topics([NewTopic(bad, 1, NODES, config={"retention.ms": "soon"})], request_timeout=20)[bad]
+        admin.create_topics(
+            [NewTopic(bad, 1, NODES, config={"retention.ms": "soon"})], request_timeout=20
+        )[bad]
     )
     assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
     assert "retention.ms" in err.str(), err.str()
@@ -340,13 +371,15 @@ def test_cleanup_policy_compact(admin, admin_target):
     """vdl stores no keyed compaction: it refuses cleanup.policy=compact (INVALID_CONFIG) where
     Kafka accepts it. The one intended difference; `delete` is accepted by both."""
     name = create_topic(admin, "adm-compact")
-    assert incremental_alter(admin, name, ("cleanup.policy", "delete", AlterConfigOpType.SET)) is None
+    assert (
+        incremental_alter(admin, name, ("cleanup.policy", "delete", AlterConfigOpType.SET)) is None
+    )
     err = incremental_alter(admin, name, ("cleanup.policy", "compact", AlterConfigOpType.SET))
     created = at.unique("adm-compact-create")
     cerr = error_of(
-        admin.create_topics([NewTopic(created, 1, NODES, config={"cleanup.policy": "compact"})], request_timeout=20)[
-            created
-        ]
+        admin.create_topics(
+            [NewTopic(created, 1, NODES, config={"cleanup.policy": "compact"})], request_timeout=20
+        )[created]
     )
     if admin_target.kind == "kafka":
         assert err is None and cerr is None, (err, cerr)
@@ -374,7 +407,13 @@ def test_message_timestamp_type_log_append_time(admin, admin_target):
         """Produces one record with create time `create_ms`; returns the delivery report's and
         the fetched record's (timestamp type, timestamp)."""
         reports = []
-        p.produce(name, value=b"x", partition=0, timestamp=create_ms, on_delivery=lambda e, m: reports.append((e, m)))
+        p.produce(
+            name,
+            value=b"x",
+            partition=0,
+            timestamp=create_ms,
+            on_delivery=lambda e, m: reports.append((e, m)),
+        )
         assert p.flush(30) == 0
         ((err, msg),) = reports
         assert err is None, err
@@ -392,7 +431,12 @@ def test_message_timestamp_type_log_append_time(admin, admin_target):
             time.sleep(0.2)
 
     try:
-        assert incremental_alter(admin, name, ("message.timestamp.type", "LogAppendTime", AlterConfigOpType.SET)) is None
+        assert (
+            incremental_alter(
+                admin, name, ("message.timestamp.type", "LogAppendTime", AlterConfigOpType.SET)
+            )
+            is None
+        )
         wait_configs(admin, name, {"message.timestamp.type": "LogAppendTime"})
         start_ms = int(time.time() * 1000)
         reported, fetched = probe(TIMESTAMP_LOG_APPEND_TIME, 1_000_000)
@@ -401,7 +445,12 @@ def test_message_timestamp_type_log_append_time(admin, admin_target):
         # The Produce response carries the append time the record was stored with.
         assert reported == fetched, (reported, fetched)
 
-        assert incremental_alter(admin, name, ("message.timestamp.type", "CreateTime", AlterConfigOpType.SET)) is None
+        assert (
+            incremental_alter(
+                admin, name, ("message.timestamp.type", "CreateTime", AlterConfigOpType.SET)
+            )
+            is None
+        )
         wait_configs(admin, name, {"message.timestamp.type": "CreateTime"})
         reported, fetched = probe(TIMESTAMP_CREATE_TIME, start_ms - 60_000)
         assert fetched == (TIMESTAMP_CREATE_TIME, start_ms - 60_000), fetched
@@ -445,7 +494,9 @@ def test_consumer_group_lifecycle(admin, admin_target):
         assert d.group_id == group and d.state == ConsumerGroupState.STABLE
         assert d.partition_assignor in ("range", "roundrobin", "cooperative-sticky")
         assert len(d.members) == 1
-        assigned = sorted((tp.topic, tp.partition) for tp in d.members[0].assignment.topic_partitions)
+        assigned = sorted(
+            (tp.topic, tp.partition) for tp in d.members[0].assignment.topic_partitions
+        )
         assert assigned == [(name, 0), (name, 1)]
         assert d.coordinator is not None and d.coordinator.id >= 0
 
@@ -461,13 +512,24 @@ def test_consumer_group_lifecycle(admin, admin_target):
     # Empty now: its offsets can be rewritten, and a new member starts there.
     wait_for(
         "group empty after close",
-        lambda: admin.describe_consumer_groups([group], request_timeout=20)[group].result(timeout=30).state
-        == ConsumerGroupState.EMPTY,
+        lambda: (
+            admin.describe_consumer_groups([group], request_timeout=20)[group]
+            .result(timeout=30)
+            .state
+            == ConsumerGroupState.EMPTY
+        ),
     )
-    req = [ConsumerGroupTopicPartitions(group, [TopicPartition(name, 0, 5), TopicPartition(name, 1, 7)])]
+    req = [
+        ConsumerGroupTopicPartitions(
+            group, [TopicPartition(name, 0, 5), TopicPartition(name, 1, 7)]
+        )
+    ]
     (f,) = admin.alter_consumer_group_offsets(req, request_timeout=20).values()
     res = f.result(timeout=30)
-    assert sorted((tp.partition, tp.offset, tp.error) for tp in res.topic_partitions) == [(0, 5, None), (1, 7, None)]
+    assert sorted((tp.partition, tp.offset, tp.error) for tp in res.topic_partitions) == [
+        (0, 5, None),
+        (1, 7, None),
+    ]
     assert group_offsets(admin, group, tps) == {(name, 0): 5, (name, 1): 7}
 
     c = consumer(admin_target.bootstrap, group)
@@ -513,7 +575,9 @@ def test_delete_records_moves_the_low_watermark(admin, admin_target):
     finally:
         c.close()
 
-    earliest = admin.list_offsets({TopicPartition(name, 0): OffsetSpec.earliest()}, request_timeout=20)
+    earliest = admin.list_offsets(
+        {TopicPartition(name, 0): OffsetSpec.earliest()}, request_timeout=20
+    )
     latest = admin.list_offsets({TopicPartition(name, 0): OffsetSpec.latest()}, request_timeout=20)
     assert next(iter(earliest.values())).result(timeout=30).offset == 7
     assert next(iter(latest.values())).result(timeout=30).offset == 20
@@ -539,7 +603,9 @@ def test_elect_preferred_leaders_when_already_preferred(admin):
         return all(p.leader == p.replicas[0] for p in t.partitions.values())
 
     wait_for("preferred leaders", preferred_everywhere)
-    f = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0), TopicPartition(name, 1)])
+    f = admin.elect_leaders(
+        ElectionType.PREFERRED, [TopicPartition(name, 0), TopicPartition(name, 1)]
+    )
     res = f.result(timeout=30)
     assert sorted((tp.partition, e.code() if e else None) for tp, e in res.items()) == [
         (0, KafkaError.ELECTION_NOT_NEEDED),

@@ -21,7 +21,9 @@ MODULE = os.path.join(at.REPO, "tests", "clients", "go", "admin")
 
 
 def go_binary():
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None
+    )
     if go is None:
         pytest.fail("no Go toolchain (go on PATH or /usr/local/go/bin/go); Go >= 1.26 is needed")
     return go
@@ -43,7 +45,15 @@ def admin_program(tmp_path_factory):
 
 def test_kadm_admin_checks(admin_program, admin_target):
     r = subprocess.run(
-        [admin_program, "-bootstrap", admin_target.bootstrap, "-target", admin_target.kind, "-timeout", "150s"],
+        [
+            admin_program,
+            "-bootstrap",
+            admin_target.bootstrap,
+            "-target",
+            admin_target.kind,
+            "-timeout",
+            "150s",
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -52,4 +62,4 @@ def test_kadm_admin_checks(admin_program, admin_target):
     lines = r.stdout.splitlines()
     assert r.returncode == 0, f"kadm checks failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
     assert lines and lines[-1] == "all checks passed", r.stdout
-    assert not [l for l in lines if l.startswith("FAIL")], r.stdout
+    assert not [line for line in lines if line.startswith("FAIL")], r.stdout

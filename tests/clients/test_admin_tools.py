@@ -13,7 +13,13 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition, ConsumerGroupTopicPartitions
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 import admin_target as at
@@ -62,9 +68,13 @@ class Tools:
             self.bootstrap,
             *args,
         ]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
         if ok:
-            assert r.returncode == 0, f"{main_class} {args} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+            assert r.returncode == 0, (
+                f"{main_class} {args} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+            )
         return r.returncode, r.stdout, r.stderr
 
 
@@ -119,7 +129,7 @@ def parse_table(out, first_header):
         if tokens[:1] == [first_header]:
             header = tokens
         elif header and len(tokens) == len(header):
-            rows.append(dict(zip(header, tokens)))
+            rows.append(dict(zip(header, tokens, strict=True)))
     assert header is not None, out
     return rows
 
@@ -167,8 +177,16 @@ def parse_offsets(out):
 def test_kafka_topics_create_list_describe_alter_delete(tools, admin):
     name = at.unique("tool-topic")
     _, out, _ = tools.run(
-        TOPICS, "--create", "--topic", name, "--partitions", "2", "--replication-factor", str(NODES),
-        "--config", "retention.ms=3600000",
+        TOPICS,
+        "--create",
+        "--topic",
+        name,
+        "--partitions",
+        "2",
+        "--replication-factor",
+        str(NODES),
+        "--config",
+        "retention.ms=3600000",
     )
     assert f"Created topic {name}." in out
     at.wait_topic_ready(admin, name, 2)
@@ -195,7 +213,12 @@ def test_kafka_topics_create_list_describe_alter_delete(tools, admin):
     tools.run(TOPICS, "--alter", "--topic", name, "--partitions", "4")
     at.wait_topic_ready(admin, name, 4)
     summary, parts = describe_topic(tools, name, 4)
-    assert summary["PartitionCount"] == "4" and sorted(int(p["Partition"]) for p in parts) == [0, 1, 2, 3]
+    assert summary["PartitionCount"] == "4" and sorted(int(p["Partition"]) for p in parts) == [
+        0,
+        1,
+        2,
+        3,
+    ]
     assert all(p["Leader"] in p["Replicas"].split(",") for p in parts), parts
 
     tools.run(TOPICS, "--delete", "--topic", name)
@@ -204,9 +227,7 @@ def test_kafka_topics_create_list_describe_alter_delete(tools, admin):
 
 def test_kafka_configs_describe_add_delete(tools, admin):
     name = at.unique("tool-cfg")
-    fs = admin.create_topics(
-        [NewTopic(name, 1, NODES, config={"retention.ms": "3600000"})]
-    )
+    fs = admin.create_topics([NewTopic(name, 1, NODES, config={"retention.ms": "3600000"})])
     fs[name].result(timeout=30)
     at.wait_topic_ready(admin, name, 1)
     entity = ["--entity-type", "topics", "--entity-name", name]
@@ -229,7 +250,9 @@ def test_kafka_configs_describe_add_delete(tools, admin):
             time.sleep(0.5)
         return res
 
-    wait_for("retention.ms visible", lambda: _configs_of(admin, name).get("retention.ms") == "3600000")
+    wait_for(
+        "retention.ms visible", lambda: _configs_of(admin, name).get("retention.ms") == "3600000"
+    )
     cfg = dynamic_configs(["retention.ms"])
     assert list(cfg) == ["retention.ms"], cfg
     value, rest = cfg["retention.ms"]
@@ -237,16 +260,22 @@ def test_kafka_configs_describe_add_delete(tools, admin):
     # The first synonym is the topic's own setting.
     assert "synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000" in rest, rest
 
-    _, out, _ = tools.run(CONFIGS, "--alter", *entity, "--add-config", "retention.bytes=1048576,max.message.bytes=400000")
+    _, out, _ = tools.run(
+        CONFIGS,
+        "--alter",
+        *entity,
+        "--add-config",
+        "retention.bytes=1048576,max.message.bytes=400000",
+    )
     assert f"Completed updating config for topic {name}." in out
     _, out, _ = tools.run(CONFIGS, "--alter", *entity, "--delete-config", "retention.ms")
     assert f"Completed updating config for topic {name}." in out
-    wait_for(
-        "altered configs visible",
-        lambda: (lambda c: c.get("retention.bytes") == "1048576" and c.get("retention.ms") != "3600000")(
-            _configs_of(admin, name)
-        ),
-    )
+
+    def altered():
+        c = _configs_of(admin, name)
+        return c.get("retention.bytes") == "1048576" and c.get("retention.ms") != "3600000"
+
+    wait_for("altered configs visible", altered)
     cfg = dynamic_configs(["max.message.bytes", "retention.bytes"])
     assert sorted(cfg) == ["max.message.bytes", "retention.bytes"], cfg
     assert cfg["retention.bytes"][0] == "1048576" and cfg["max.message.bytes"][0] == "400000"
@@ -263,7 +292,7 @@ def _configs_of(admin, topic):
     (f,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
     try:
         return {k: v.value for k, v in f.result(timeout=30).items()}
-    except Exception:
+    except KafkaException:
         return {}
 
 
@@ -279,11 +308,26 @@ def test_consumer_groups_records_offsets_and_elections(tools, admin, admin_targe
     p = Producer({"bootstrap.servers": admin_target.bootstrap, "acks": "all"})
     for part in range(3):
         for i in range(10):
-            p.produce(name, value=f"{part}-{i}".encode(), partition=part, timestamp=base_ms + i * 1000)
+            p.produce(
+                name, value=f"{part}-{i}".encode(), partition=part, timestamp=base_ms + i * 1000
+            )
     assert p.flush(30) == 0
     group = at.unique("tool-grp-g")
-    c = Consumer({"bootstrap.servers": admin_target.bootstrap, "group.id": group, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(name, 0, 4), TopicPartition(name, 1, 10), TopicPartition(name, 2, 0)], asynchronous=False)
+    c = Consumer(
+        {
+            "bootstrap.servers": admin_target.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
+    c.commit(
+        offsets=[
+            TopicPartition(name, 0, 4),
+            TopicPartition(name, 1, 10),
+            TopicPartition(name, 2, 0),
+        ],
+        asynchronous=False,
+    )
     c.close()
 
     _, out, _ = tools.run(GROUPS, "--list")
@@ -293,18 +337,29 @@ def test_consumer_groups_records_offsets_and_elections(tools, admin, admin_targe
     rows = parse_table(out, "GROUP")
     lag = {int(r["PARTITION"]): (r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"]) for r in rows}
     assert lag == {0: ("4", "10", "6"), 1: ("10", "10", "0"), 2: ("0", "10", "10")}, out
-    assert all(r["GROUP"] == group and r["TOPIC"] == name and r["CONSUMER-ID"] == "-" for r in rows), out
+    assert all(
+        r["GROUP"] == group and r["TOPIC"] == name and r["CONSUMER-ID"] == "-" for r in rows
+    ), out
 
     # kafka-delete-records: partition 2 up to offset 3; partition 1 past its end is refused.
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump(
-            {"version": 1, "partitions": [{"topic": name, "partition": 2, "offset": 3}, {"topic": name, "partition": 1, "offset": 11}]},
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": name, "partition": 2, "offset": 3},
+                    {"topic": name, "partition": 1, "offset": 11},
+                ],
+            },
             f,
         )
         f.flush()
         _, out, _ = tools.run(DELETE_RECORDS, "--offset-json-file", f.name)
     assert f"partition: {name}-2\tlow_watermark: 3" in out, out
-    assert f"partition: {name}-1\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException" in out, out
+    assert (
+        f"partition: {name}-1\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException"
+        in out
+    ), out
 
     # kafka-get-offsets: latest by default, earliest with --time -2 (the new low watermark).
     _, out, _ = tools.run(GET_OFFSETS, "--topic", name)
@@ -314,13 +369,35 @@ def test_consumer_groups_records_offsets_and_elections(tools, admin, admin_targe
 
     # --reset-offsets: to the earliest (partition 2's low watermark is 3 now), by a shift, and to
     # a point in time (the first record at or after it).
-    _, out, _ = tools.run(GROUPS, "--reset-offsets", "--group", group, "--topic", name, "--to-earliest", "--execute")
-    assert parse_reset(out) == {0: 0, 1: 0, 2: 3}, out
-    _, out, _ = tools.run(GROUPS, "--reset-offsets", "--group", group, "--topic", f"{name}:1", "--shift-by", "4", "--execute")
-    assert parse_reset(out) == {1: 4}, out
-    when = datetime.fromtimestamp((base_ms + 5500) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
     _, out, _ = tools.run(
-        GROUPS, "--reset-offsets", "--group", group, "--topic", f"{name}:0,2", "--to-datetime", when + "Z", "--execute"
+        GROUPS, "--reset-offsets", "--group", group, "--topic", name, "--to-earliest", "--execute"
+    )
+    assert parse_reset(out) == {0: 0, 1: 0, 2: 3}, out
+    _, out, _ = tools.run(
+        GROUPS,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        f"{name}:1",
+        "--shift-by",
+        "4",
+        "--execute",
+    )
+    assert parse_reset(out) == {1: 4}, out
+    when = datetime.fromtimestamp((base_ms + 5500) / 1000, tz=timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%f"
+    )[:-3]
+    _, out, _ = tools.run(
+        GROUPS,
+        "--reset-offsets",
+        "--group",
+        group,
+        "--topic",
+        f"{name}:0,2",
+        "--to-datetime",
+        when + "Z",
+        "--execute",
     )
     assert parse_reset(out) == {0: 6, 2: 6}, out
     _, out, _ = tools.run(GROUPS, "--describe", "--group", group)
@@ -343,7 +420,12 @@ def test_consumer_groups_records_offsets_and_elections(tools, admin, admin_targe
 
     # --delete: refused while a member is in the group, done once it left.
     member = Consumer(
-        {"bootstrap.servers": admin_target.bootstrap, "group.id": group, "enable.auto.commit": False, "session.timeout.ms": 10000}
+        {
+            "bootstrap.servers": admin_target.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
     )
     try:
         member.subscribe([name])
@@ -354,8 +436,10 @@ def test_consumer_groups_records_offsets_and_elections(tools, admin, admin_targe
         _, out, _ = tools.run(GROUPS, "--describe", "--group", group, "--members")
         rows = parse_table(out, "GROUP")
         assert len(rows) == 1 and rows[0]["#PARTITIONS"] == "3", out
-        rc, out, err = tools.run(GROUPS, "--delete", "--group", group, ok=False)
-        assert "The group is not empty" in out + err or "NonEmptyGroupException" in out + err, out + err
+        _, out, err = tools.run(GROUPS, "--delete", "--group", group, ok=False)
+        assert "The group is not empty" in out + err or "NonEmptyGroupException" in out + err, (
+            out + err
+        )
     finally:
         member.close()
     _, out, _ = tools.run(GROUPS, "--delete", "--group", group)
@@ -366,5 +450,7 @@ def test_consumer_groups_records_offsets_and_elections(tools, admin, admin_targe
     # kafka-leader-election: every leader is already the preferred one.
     _, out, err = tools.run(ELECTION, "--election-type", "preferred", "--all-topic-partitions")
     assert "Error" not in out + err and "Exception" not in out + err, out + err
-    _, out, _ = tools.run(ELECTION, "--election-type", "preferred", "--topic", name, "--partition", "0")
+    _, out, _ = tools.run(
+        ELECTION, "--election-type", "preferred", "--topic", name, "--partition", "0"
+    )
     assert f"Valid replica already elected for partitions {name}-0" in out, out
