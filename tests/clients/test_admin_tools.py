@@ -2,7 +2,7 @@
 run from the jars (`java -cp '.cache/kafka-3.9/libs/*' <main class>`, what the kafka-*.sh wrappers
 do), against the cluster admin_target.py picks (ADMIN_TEST_TARGET=vdl|kafka). Each tool's
 printed output is parsed and checked, not only its exit status. Every JVM start costs 1-2 s on
-two cores, so the runs are few (~26) and each is bounded by a timeout.
+two cores, so the runs are few (28) and each is bounded by a timeout.
 """
 
 import json
