@@ -69,3 +69,21 @@ if [ ! -f "$JAVA_STAMP" ]; then
     { echo "the Java test's Maven dependencies do not resolve offline after prefetching" >&2; exit 1; }
   touch "$JAVA_STAMP"
 fi
+
+# --- Admin-tooling tests (tests/clients/test_admin*.py, issue 11) ---
+
+# Apache Kafka 3.9's jars (from Maven Central into .cache/kafka-3.9/libs): the admin tests run
+# Kafka's own command-line tools from them, and with ADMIN_TEST_TARGET=kafka a Kafka cluster.
+# Idempotent: a marker file records a complete download.
+timeout 900 ./scripts/kafka/fetch-kafka.sh >/dev/null
+
+# The Go admin program's modules (franz-go, kadm), so `go build` in the test needs no network.
+# Go >= 1.26 is needed (franz-go v1.22.3's go.mod); Debian's golang-go is older, so nothing is
+# installed here: on a machine without Go the Go admin test fails and says so.
+GO_BIN="$(command -v go || true)"
+[[ -z "$GO_BIN" && -x /usr/local/go/bin/go ]] && GO_BIN=/usr/local/go/bin/go
+if [[ -n "$GO_BIN" ]]; then
+  (cd tests/clients/go/admin && timeout 300 "$GO_BIN" mod download)
+else
+  echo "no Go toolchain: tests/clients/test_admin_go.py will fail when the admin tests are on" >&2
+fi

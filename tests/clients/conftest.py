@@ -220,3 +220,24 @@ def topic(cluster, request):
     futures[name].result(timeout=30)
     cluster.leader(name, timeout=20)
     return name
+
+
+@pytest.fixture(scope="session")
+def admin_target(request):
+    """The cluster of the admin-tooling tests (issue 11): vdl's session `cluster`, or with
+    ADMIN_TEST_TARGET=kafka a three-node Apache Kafka 3.9 cluster (admin_target.py), or with
+    ADMIN_TEST_BOOTSTRAP=host:port,... a running three-node cluster of that kind."""
+    import admin_target as at
+
+    if os.environ.get("ADMIN_TEST_BOOTSTRAP"):
+        # A cluster someone already runs (of the kind ADMIN_TEST_TARGET names): no lifecycle.
+        yield at.RunningTarget(at.target_kind(), os.environ["ADMIN_TEST_BOOTSTRAP"])
+        return
+    if at.target_kind() == "vdl":
+        yield at.VdlTarget(request.getfixturevalue("cluster"))
+        return
+    k, cleanup = at.start_kafka()
+    try:
+        yield k
+    finally:
+        cleanup()
