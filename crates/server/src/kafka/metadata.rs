@@ -336,9 +336,60 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 
+/// Largest decompressed batch examined by a ListOffsets by time.
+const MAX_DECOMPRESSED_FOR_LOOKUP: usize = 64 << 20;
+/// Bytes read per step while a ListOffsets by time looks for its record.
+const LOOKUP_READ_BYTES: u64 = 1 << 20;
+/// Steps of [`LOOKUP_READ_BYTES`] a ListOffsets by time reads at most past the batch the store
+/// found (the store finds the first batch late enough; records inside it are exact).
+const LOOKUP_MAX_STEPS: usize = 64;
+
+/// Kafka's ListOffsets by time, exact to the record: the offset and timestamp of the first
+/// record at or after the log start offset, below the high watermark, whose timestamp is at or
+/// after `ts`. The store finds the first batch whose max timestamp is late enough; its records
+/// are read (decompressed when compressed) to find the record. A LogAppendTime batch's records
+/// all carry its max timestamp.
+fn offset_for_timestamp(stream: &LogStream, ts: i64, v: &crate::Visible) -> Option<(u64, i64)> {
+    let floor = v.log_start_offset;
+    let mut from = stream.offset_for_timestamp(ts).ok()??.max(floor);
+    for _ in 0..LOOKUP_MAX_STEPS {
+        if from >= v.high_watermark {
+            return None;
+        }
+        let read = stream.read(from, LOOKUP_READ_BYTES).ok()?;
+        if read.chunks.is_empty() {
+            return None;
+        }
+        for chunk in read.chunks {
+            for batch in kafka_proto::records::split_batches(chunk) {
+                let batch = batch.ok()?;
+                if batch.max_timestamp() < ts || (batch.next_offset() as u64) <= floor {
+                    continue;
+                }
+                if batch.timestamp_type() == kafka_proto::records::TimestampType::LogAppendTime {
+                    return Some((
+                        (batch.base_offset() as u64).max(floor),
+                        batch.max_timestamp(),
+                    ));
+                }
+                let records = batch.record_summaries(MAX_DECOMPRESSED_FOR_LOOKUP).ok()?;
+                for r in records {
+                    let r = r.ok()?;
+                    let at = batch.base_timestamp().saturating_add(r.timestamp_delta);
+                    if r.offset >= 0 && r.offset as u64 >= floor && at >= ts {
+                        return Some((r.offset as u64, at));
+                    }
+                }
+            }
+        }
+        from = read.next_offset;
+    }
+    None
+}
+
 /// Answers ListOffsets: earliest (log start), latest (high watermark), the offset of the last
-/// batch's max timestamp (-3, approximated by the last committed offset), or the first offset
-/// whose batch has a timestamp at or after the one asked for.
+/// batch's max timestamp (-3, approximated by the last committed offset), or the first record
+/// whose timestamp is at or after the one asked for, with that timestamp.
 pub fn list_offsets(
     node: &Arc<Node>,
     req: &ListOffsetsRequest,
@@ -379,14 +430,15 @@ pub fn list_offsets(
                         r.error_code = ErrorCode::OffsetNotAvailable.code();
                         return r;
                     }
+                    let mut found_timestamp = -1;
                     let offset = match p.timestamp {
                         LATEST => Some(v.high_watermark),
                         EARLIEST => Some(v.log_start_offset),
                         MAX_TIMESTAMP => Some(v.high_watermark.saturating_sub(1)),
-                        ts => match stream.offset_for_timestamp(ts) {
-                            Ok(o) => o.filter(|o| *o < v.high_watermark),
-                            Err(_) => None,
-                        },
+                        ts => offset_for_timestamp(&stream, ts, &v).map(|(o, at)| {
+                            found_timestamp = at;
+                            o
+                        }),
                     };
                     let offset = offset.map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
                     r.leader_epoch = i32::try_from(v.term).unwrap_or(i32::MAX);
@@ -394,7 +446,7 @@ pub fn list_offsets(
                         r.old_style_offsets = if offset >= 0 { vec![offset] } else { vec![] };
                     } else {
                         r.offset = offset;
-                        r.timestamp = -1;
+                        r.timestamp = found_timestamp;
                     }
                     r
                 })
