@@ -949,6 +949,14 @@ impl Node {
         }
     }
 
+    /// The current incarnation of topic `name` in the replicated metadata, for a command that
+    /// names it (`Invalid` when there is no such topic).
+    fn current_incarnation(&self, name: &str) -> Result<u64, AppendError> {
+        self.metadata()
+            .incarnation(name)
+            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))
+    }
+
     /// Starts a leader transfer of partition `partition` of topic `name` to `preferred` when
     /// this node leads it (ElectLeaders, applied from the replicated metadata on every node).
     /// Does nothing while the metadata log is replayed at start: an old request is not acted on
@@ -981,10 +989,7 @@ impl Node {
         partition: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let incarnation = self
-            .metadata()
-            .incarnation(name)
-            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))?;
+        let incarnation = self.current_incarnation(name)?;
         self.propose_metadata(
             &MetaCommand::ElectPreferredLeader {
                 name: name.to_owned(),
@@ -1830,10 +1835,7 @@ impl Node {
         replace_all: bool,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let incarnation = self
-            .metadata()
-            .incarnation(name)
-            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))?;
+        let incarnation = self.current_incarnation(name)?;
         self.propose_metadata(
             &MetaCommand::AlterTopicConfigs {
                 name: name.to_owned(),
@@ -1858,10 +1860,7 @@ impl Node {
         offset: u64,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let incarnation = self
-            .metadata()
-            .incarnation(name)
-            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))?;
+        let incarnation = self.current_incarnation(name)?;
         self.propose_metadata(
             &MetaCommand::DeleteRecords {
                 name: name.to_owned(),

@@ -9,11 +9,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::cluster_configs;
 use common::kafka::{on_any, KafkaConn};
+use common::serving::start;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::create_topics_request::{
@@ -46,28 +46,6 @@ const NOT_COORDINATOR: i16 = 16;
 const GROUP_ID_NOT_FOUND: i16 = 69;
 const ELECTION_NOT_NEEDED: i16 = 84;
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
-
-/// Running nodes, each serving Kafka; dropped, they stop and free their ports.
-struct Nodes(Vec<(Arc<Node>, tokio::task::JoinHandle<()>)>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for (node, kafka) in &self.0 {
-            kafka.abort();
-            node.shutdown();
-        }
-    }
-}
-
-async fn start(configs: &[NodeConfig]) -> Nodes {
-    let mut nodes = Vec::new();
-    for c in configs {
-        let n = Node::start(c.clone()).await.unwrap();
-        let kafka = n.serve_kafka().await.unwrap();
-        nodes.push((n, kafka));
-    }
-    Nodes(nodes)
-}
 
 fn configs(dir: &std::path::Path) -> Vec<NodeConfig> {
     let mut configs = cluster_configs(3, dir, &[]);

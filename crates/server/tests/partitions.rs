@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::kafka::{on_any, KafkaConn};
+use common::serving::start;
 use common::{batch, cluster_configs, split_batches};
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
@@ -26,28 +27,6 @@ const T: Duration = Duration::from_secs(20);
 const INVALID_PARTITIONS: i16 = 37;
 const POLICY_VIOLATION: i16 = 44;
 const UNKNOWN_TOPIC: i16 = 3;
-
-/// Running nodes, each serving Kafka; dropped, they stop and free their ports.
-struct Nodes(Vec<(Arc<Node>, tokio::task::JoinHandle<()>)>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for (node, kafka) in &self.0 {
-            kafka.abort();
-            node.shutdown();
-        }
-    }
-}
-
-async fn start(configs: &[NodeConfig]) -> Nodes {
-    let mut nodes = Vec::new();
-    for c in configs {
-        let n = Node::start(c.clone()).await.unwrap();
-        let kafka = n.serve_kafka().await.unwrap();
-        nodes.push((n, kafka));
-    }
-    Nodes(nodes)
-}
 
 fn kafka_addrs(configs: &[NodeConfig]) -> Vec<SocketAddr> {
     configs.iter().map(|c| c.kafka_listen).collect()

@@ -10,13 +10,12 @@ mod common;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::kafka::{KafkaConn, PartitionInfo, NOT_LEADER};
 use common::procs::ProcCluster;
+use common::serving::{start, Nodes};
 use common::{batch, cluster_configs, split_batches};
-use vdl_server::Node;
 
 /// Kafka's INVALID_REPLICATION_FACTOR.
 const INVALID_REPLICATION_FACTOR: i16 = 38;
@@ -276,28 +275,6 @@ fn five_nodes_spread_partitions_and_leaders_and_survive_a_sigkill() {
         assert_holds(&brokers, &back, TOPIC, p, batches);
     }
     cluster.assert_all_running();
-}
-
-/// Running nodes, each serving Kafka; dropped, they stop.
-struct Nodes(Vec<(Arc<Node>, tokio::task::JoinHandle<()>)>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for (node, kafka) in &self.0 {
-            kafka.abort();
-            node.shutdown();
-        }
-    }
-}
-
-async fn start(configs: &[vdl_server::config::NodeConfig]) -> Nodes {
-    let mut nodes = Vec::new();
-    for c in configs {
-        let n = Node::start(c.clone()).await.unwrap();
-        let kafka = n.serve_kafka().await.unwrap();
-        nodes.push((n, kafka));
-    }
-    Nodes(nodes)
 }
 
 /// CreateTopics on five nodes: a replication factor above 5 (or 0) gets

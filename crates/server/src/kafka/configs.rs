@@ -93,23 +93,20 @@ fn alterable_topic(
     Ok(topic.replicas.first().map_or(1, Vec::len))
 }
 
-/// Validates `change` against topic `name`'s current overrides and, unless `validate_only`,
-/// proposes it.
+/// Validates `change` against topic `name`'s `current` overrides and, unless
+/// `validate_only`, proposes it.
 async fn apply(
     node: &Node,
     name: &str,
     replicas: usize,
+    current: BTreeMap<String, String>,
     change: TopicChange,
     validate_only: bool,
 ) -> Outcome {
     let mut result = if change.replace_all {
         BTreeMap::new()
     } else {
-        node.metadata()
-            .topics
-            .get(name)
-            .map(|t| t.configs.clone())
-            .unwrap_or_default()
+        current
     };
     for key in &change.remove {
         result.remove(key);
@@ -130,9 +127,36 @@ async fn apply(
     .map_err(|e| (metadata_error(&e), e.to_string()))
 }
 
-/// True when the resource (type, name) appears more than once in the request.
-fn duplicated<'a>(mut all: impl Iterator<Item = (i8, &'a str)>, this: (i8, &str)) -> bool {
-    all.by_ref().filter(|r| *r == this).count() > 1
+/// Alters one resource of a request whose resources are `all` (type, name): refuses a resource
+/// named twice and anything but an existing topic, then asks `change` for the change given the
+/// topic's current overrides, validates the result and (unless `validate_only`) proposes it.
+async fn alter_resource(
+    node: &Node,
+    all: &[(i8, &str)],
+    (resource_type, name): (i8, &str),
+    validate_only: bool,
+    change: impl FnOnce(&BTreeMap<String, String>) -> Result<TopicChange, (ErrorCode, String)>,
+) -> Outcome {
+    if all.iter().filter(|r| **r == (resource_type, name)).count() > 1 {
+        return Err(duplicate_error());
+    }
+    let replicas = alterable_topic(node, resource_type, name)?;
+    let current = node
+        .metadata()
+        .topics
+        .get(name)
+        .map(|t| t.configs.clone())
+        .unwrap_or_default();
+    let change = change(&current)?;
+    apply(node, name, replicas, current, change, validate_only).await
+}
+
+/// The error code and message fields of a resource's answer.
+fn outcome_fields(outcome: Outcome) -> (i16, Option<String>) {
+    match outcome {
+        Ok(()) => (0, None),
+        Err((code, message)) => (code.code(), Some(message)),
+    }
 }
 
 fn duplicate_error() -> (ErrorCode, String) {
@@ -140,6 +164,23 @@ fn duplicate_error() -> (ErrorCode, String) {
         ErrorCode::InvalidRequest,
         "Error due to duplicate config keys or resources in the request".into(),
     )
+}
+
+/// The change an AlterConfigs resource asks: exactly `configs` (name, value) as the topic's
+/// overrides.
+fn replacement(configs: &[(String, Option<String>)]) -> Result<TopicChange, (ErrorCode, String)> {
+    let mut set = BTreeMap::new();
+    for (name, value) in configs {
+        let v = topic_config::validate(name, value.as_deref()).map_err(invalid_config)?;
+        if set.insert(name.clone(), v).is_some() {
+            return Err(duplicate_error());
+        }
+    }
+    Ok(TopicChange {
+        set,
+        remove: Vec::new(),
+        replace_all: true,
+    })
 }
 
 /// Handles AlterConfigs (API 33): each topic's overrides become exactly the given set.
@@ -151,56 +192,31 @@ pub fn alter_configs(
 ) -> Reply {
     let node = node.clone();
     Reply::Later(Box::pin(async move {
+        let all: Vec<(i8, &str)> = req
+            .resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str()))
+            .collect();
         let mut responses = Vec::with_capacity(req.resources.len());
         for r in &req.resources {
-            let this = (r.resource_type, r.resource_name.as_str());
-            let all = req
-                .resources
+            let configs: Vec<(String, Option<String>)> = r
+                .configs
                 .iter()
-                .map(|o| (o.resource_type, o.resource_name.as_str()));
-            let outcome = if duplicated(all, this) {
-                Err(duplicate_error())
-            } else {
-                match alterable_topic(&node, r.resource_type, &r.resource_name) {
-                    Err(e) => Err(e),
-                    Ok(replicas) => {
-                        let mut set = BTreeMap::new();
-                        let mut bad = None;
-                        for c in &r.configs {
-                            match topic_config::validate(&c.name, c.value.as_deref()) {
-                                Ok(v) if !set.contains_key(&c.name) => {
-                                    set.insert(c.name.clone(), v);
-                                }
-                                Ok(_) => bad = bad.or(Some(duplicate_error())),
-                                Err(e) => bad = bad.or(Some(invalid_config(e))),
-                            }
-                        }
-                        match bad {
-                            Some(e) => Err(e),
-                            None => {
-                                let change = TopicChange {
-                                    set,
-                                    remove: Vec::new(),
-                                    replace_all: true,
-                                };
-                                apply(&node, &r.resource_name, replicas, change, req.validate_only)
-                                    .await
-                            }
-                        }
-                    }
-                }
-            };
-            let mut out = AlterConfigsResourceResponse {
-                error_message: None,
+                .map(|c| (c.name.clone(), c.value.clone()))
+                .collect();
+            let this = (r.resource_type, r.resource_name.as_str());
+            let outcome = alter_resource(&node, &all, this, req.validate_only, |_| {
+                replacement(&configs)
+            })
+            .await;
+            let (error_code, error_message) = outcome_fields(outcome);
+            responses.push(AlterConfigsResourceResponse {
+                error_code,
+                error_message,
                 resource_type: r.resource_type,
                 resource_name: r.resource_name.clone(),
                 ..Default::default()
-            };
-            if let Err((code, message)) = outcome {
-                out.error_code = code.code();
-                out.error_message = Some(message);
-            }
-            responses.push(out);
+            });
         }
         frame(
             correlation_id,
@@ -299,51 +315,31 @@ pub fn incremental_alter_configs(
 ) -> Reply {
     let node = node.clone();
     Reply::Later(Box::pin(async move {
+        let all: Vec<(i8, &str)> = req
+            .resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str()))
+            .collect();
         let mut responses = Vec::with_capacity(req.resources.len());
         for r in &req.resources {
-            let this = (r.resource_type, r.resource_name.as_str());
-            let all = req
-                .resources
+            let ops: Vec<(String, i8, Option<String>)> = r
+                .configs
                 .iter()
-                .map(|o| (o.resource_type, o.resource_name.as_str()));
-            let outcome = if duplicated(all, this) {
-                Err(duplicate_error())
-            } else {
-                match alterable_topic(&node, r.resource_type, &r.resource_name) {
-                    Err(e) => Err(e),
-                    Ok(replicas) => {
-                        let ops: Vec<(String, i8, Option<String>)> = r
-                            .configs
-                            .iter()
-                            .map(|c| (c.name.clone(), c.config_operation, c.value.clone()))
-                            .collect();
-                        let current = node
-                            .metadata()
-                            .topics
-                            .get(&r.resource_name)
-                            .map(|t| t.configs.clone())
-                            .unwrap_or_default();
-                        match incremental_change(&current, &ops) {
-                            Err(e) => Err(e),
-                            Ok(change) => {
-                                apply(&node, &r.resource_name, replicas, change, req.validate_only)
-                                    .await
-                            }
-                        }
-                    }
-                }
-            };
-            let mut out = IncrementalResourceResponse {
-                error_message: None,
+                .map(|c| (c.name.clone(), c.config_operation, c.value.clone()))
+                .collect();
+            let this = (r.resource_type, r.resource_name.as_str());
+            let outcome = alter_resource(&node, &all, this, req.validate_only, |current| {
+                incremental_change(current, &ops)
+            })
+            .await;
+            let (error_code, error_message) = outcome_fields(outcome);
+            responses.push(IncrementalResourceResponse {
+                error_code,
+                error_message,
                 resource_type: r.resource_type,
                 resource_name: r.resource_name.clone(),
                 ..Default::default()
-            };
-            if let Err((code, message)) = outcome {
-                out.error_code = code.code();
-                out.error_message = Some(message);
-            }
-            responses.push(out);
+            });
         }
         frame(
             correlation_id,

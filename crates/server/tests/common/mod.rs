@@ -13,6 +13,7 @@ use std::time::Instant;
 use bytes::Bytes;
 pub mod kafka;
 pub mod procs;
+pub mod serving;
 
 use kafka_proto::records::{build_batch, Compression, NewRecord};
 use vdl_server::config::{Member, NodeConfig, RaftTiming};
