@@ -13,7 +13,9 @@ pub enum Error {
     /// to `leader` (a node id; `kafka_address` is where it serves Kafka clients, when it
     /// announced one), or retry once an election settled (`leader` is `None` while none is
     /// known).
-    #[error("node {node} does not lead {stream}/{partition} (leader: {leader:?}); nothing was written")]
+    #[error(
+        "node {node} does not lead {stream}/{partition} (leader: {leader:?}); nothing was written"
+    )]
     NotLeader {
         /// The node that refused.
         node: u64,
@@ -42,7 +44,9 @@ pub enum Error {
     Closed,
     /// A batch is larger than the stream's `max.message.bytes` (or the 32 MiB hard cap);
     /// nothing was written.
-    #[error("record batch of {size} bytes is larger than the limit of {max} bytes; nothing was written")]
+    #[error(
+        "record batch of {size} bytes is larger than the limit of {max} bytes; nothing was written"
+    )]
     TooLarge {
         /// The encoded batch's size in bytes.
         size: usize,

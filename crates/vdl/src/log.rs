@@ -121,11 +121,16 @@ impl Log {
     /// again with [`Log::join`] and its [`Log::config`].
     pub async fn in_process_cluster(dirs: &[PathBuf]) -> Result<Vec<Log>> {
         if dirs.is_empty() {
-            return Err(Error::InvalidStream("a cluster needs at least one node".into()));
+            return Err(Error::InvalidStream(
+                "a cluster needs at least one node".into(),
+            ));
         }
         let configs = cluster_configs(dirs)?;
         let starts = configs.into_iter().map(Log::join);
-        futures::future::join_all(starts).await.into_iter().collect()
+        futures::future::join_all(starts)
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// This node's id.
@@ -176,7 +181,8 @@ impl Log {
 
     /// Creates stream `name` with `options` (partitions, replication, retention, any Kafka
     /// topic config vdl acts on), or opens it when it exists already (its options are then
-    /// left as they are). Returns once every partition hosted here has a leader.
+    /// left as they are). Returns once every partition hosted here has a leader (and those led
+    /// here have committed an entry of the leader's term, so their high watermark is current).
     pub async fn create_stream(&self, name: &str, options: StreamOptions) -> Result<Stream> {
         if self.inner.is_closed() {
             return Err(Error::Closed);
@@ -220,7 +226,12 @@ impl Log {
                 return Err(Error::Closed);
             }
             let hosted = self.inner.node.partitions(name);
-            if !hosted.is_empty() && hosted.iter().all(|p| p.visible().leader != 0) {
+            let me = self.node_id();
+            // A leader here must have committed an entry of its term first: until then its
+            // high watermark may be the older one it restarted with.
+            let settled =
+                |v: vdl_server::Visible| v.leader != 0 && (v.leader != me || v.leader_ready);
+            if !hosted.is_empty() && hosted.iter().all(|p| settled(p.visible())) {
                 return Ok(stream);
             }
             if hosted.is_empty() && self.inner.node.topic_incarnation(name).is_some() {

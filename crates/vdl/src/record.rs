@@ -147,7 +147,9 @@ pub(crate) fn decode_batches(
     for chunk in chunks {
         for batch in split_batches(chunk.clone()) {
             let batch: RecordBatch = batch.map_err(|e| Error::Storage(e.to_string()))?;
-            batch.validate().map_err(|e| Error::Storage(e.to_string()))?;
+            batch
+                .validate()
+                .map_err(|e| Error::Storage(e.to_string()))?;
             if batch.is_control() {
                 continue;
             }

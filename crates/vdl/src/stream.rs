@@ -311,7 +311,12 @@ impl Stream {
         };
         let replicas = node.replicas_of(&stream).len();
         if let Some(required) = settings.in_sync_required_beyond_majority(replicas) {
-            let in_sync = stream.visible().in_sync.iter().filter(|id| **id != 0).count();
+            let in_sync = stream
+                .visible()
+                .in_sync
+                .iter()
+                .filter(|id| **id != 0)
+                .count();
             if in_sync < required {
                 return Err(Error::NotEnoughReplicas { in_sync, required });
             }
@@ -500,7 +505,13 @@ impl Stream {
             .read(next, READ_CHUNK_BYTES)
             .map_err(|e| read_error(e, next, &replica))?;
         let mut records = Vec::new();
-        decode_batches(partition, &read.chunks, next, v.high_watermark, &mut records)?;
+        decode_batches(
+            partition,
+            &read.chunks,
+            next,
+            v.high_watermark,
+            &mut records,
+        )?;
         out.extend(records);
         Ok(read.next_offset.max(next))
     }
