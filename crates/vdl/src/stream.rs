@@ -124,6 +124,10 @@ impl Stream {
     /// Its number of partitions now.
     pub fn partitions(&self) -> u32 {
         let node = &self.log.node;
+        if let Some(topic) = node.metadata().topics.get(&*self.name) {
+            return topic.partitions;
+        }
+        // A stream configured at start (`[streams] initial`): one partition.
         node.topic_layout(&self.name)
             .map_or(0, |l| l.replicas.len() as u32)
     }
