@@ -107,5 +107,18 @@ pub enum Error {
     Storage(String),
 }
 
+impl Error {
+    /// Whether an append that failed with this error may still commit: its outcome is unknown
+    /// ([`Error::Timeout`], [`Error::LeaderChanged`], and [`Error::Closed`] for an append in
+    /// flight at shutdown). Before writing such records again, look for them in the log once a
+    /// leader has committed in its own term ([`crate::PartitionStatus::leader_ready`]).
+    pub fn may_have_committed(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout(_) | Error::LeaderChanged { .. } | Error::Closed
+        )
+    }
+}
+
 /// The result type of the embedded API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

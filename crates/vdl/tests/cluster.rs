@@ -184,3 +184,69 @@ async fn tails_go_on_through_leader_changes_without_missing_or_repeating() {
         log.shutdown().await;
     }
 }
+
+/// Without a majority an append cannot commit: it fails with an error that says the outcome
+/// is unknown. Nodes stopped with `shutdown` start again with `join` and their config, and the
+/// cluster goes on; the unknown append is then in the log once or not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_without_a_majority_has_an_unknown_outcome_and_nodes_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let first = cluster(root.path()).await;
+    let configs: Vec<vdl::NodeConfig> = first.iter().map(|l| l.config().clone()).collect();
+    for log in &first {
+        log.shutdown().await;
+    }
+    let short = vdl::LogOptions {
+        append_timeout: Duration::from_millis(400),
+        ..vdl::LogOptions::default()
+    };
+    let logs: Vec<Log> =
+        futures::future::join_all(configs.iter().map(|c| Log::join_with(c.clone(), short)))
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let leader = common::ready_leader(&logs, STREAM, 0, Duration::from_secs(30)).await;
+    let s = leader.stream(STREAM).await.unwrap();
+    s.append(Record::keyed("before", "x")).await.unwrap();
+    let followers: Vec<&Log> = logs
+        .iter()
+        .filter(|l| l.node_id() != leader.node_id())
+        .collect();
+    futures::future::join_all(followers.iter().map(|f| f.shutdown())).await;
+    let err = s.append(Record::keyed("unknown", "x")).await.unwrap_err();
+    assert!(err.may_have_committed(), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::Timeout(_) | Error::LeaderChanged { .. } | Error::NotLeader { .. }
+        ),
+        "{err:?}"
+    );
+    // The followers come back from their data directories.
+    let mut back = vec![leader.clone()];
+    for f in &followers {
+        back.push(Log::join(f.config().clone()).await.unwrap());
+    }
+    let at = append_once(&back, 1_000).await;
+    let leader = common::ready_leader(&back, STREAM, 0, Duration::from_secs(30)).await;
+    let all = leader
+        .stream(STREAM)
+        .await
+        .unwrap()
+        .read_range(Offset::start(0), u64::MAX)
+        .await
+        .unwrap();
+    let count = |k: &str| {
+        all.iter()
+            .filter(|r| r.key.as_deref() == Some(k.as_bytes()))
+            .count()
+    };
+    assert_eq!(count("before"), 1);
+    assert!(count("unknown") <= 1);
+    assert_eq!(count("1000"), 1);
+    assert_eq!(all.last().unwrap().offset, at);
+    for log in &back {
+        log.shutdown().await;
+    }
+}
