@@ -119,6 +119,25 @@ impl Log {
     /// (20000-31999) with short Raft timings (10 ms ticks, 50 ms heartbeats, 500 ms election
     /// timeout). For tests and examples: a node is stopped with [`Log::shutdown`] and started
     /// again with [`Log::join`] and its [`Log::config`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> vdl::Result<()> {
+    /// let root = tempfile::tempdir().unwrap();
+    /// let dirs: Vec<_> = (1..=3).map(|i| root.path().join(format!("node{i}"))).collect();
+    /// let nodes = vdl::Log::in_process_cluster(&dirs).await?;
+    /// let s = nodes[0].stream("events").await?;
+    /// let leader = s.status(0)?.leader.expect("a leader");
+    /// // Only the leader appends; the others say who leads.
+    /// let on_leader = nodes.iter().find(|n| n.node_id() == leader).unwrap();
+    /// let at = on_leader.stream("events").await?.append(vdl::Record::new("e1")).await?;
+    /// assert_eq!(at.offset, 0);
+    /// for n in &nodes {
+    ///     n.shutdown().await;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn in_process_cluster(dirs: &[PathBuf]) -> Result<Vec<Log>> {
         if dirs.is_empty() {
             return Err(Error::InvalidStream(

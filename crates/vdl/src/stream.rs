@@ -429,6 +429,21 @@ impl Stream {
     /// The committed records of `from.partition` from `from.offset` up to `until` (exclusive;
     /// at most the high watermark), read from this node's replica: at most
     /// [`READ_RANGE_MAX_RECORDS`] of them (continue from the last one's next offset).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() -> vdl::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let log = vdl::Log::open_single(dir.path()).await?;
+    /// let s = log.stream("audit").await?;
+    /// s.append_batch((0..5).map(|i| vdl::Record::new(format!("e{i}"))).collect()).await?;
+    /// let middle = s.read_range(vdl::Offset::new(0, 1), 4).await?;
+    /// let offsets: Vec<u64> = middle.iter().map(|r| r.offset.offset).collect();
+    /// assert_eq!(offsets, [1, 2, 3]);
+    /// # log.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn read_range(&self, from: Offset, until: u64) -> Result<Vec<CommittedRecord>> {
         let replica = self.replica(from.partition)?;
         let v = replica.visible();
