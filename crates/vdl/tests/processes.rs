@@ -4,7 +4,11 @@
 //! other process killed they go on, with both killed they cannot commit, and with both started
 //! again from their data directories the cluster goes on with every acknowledged record.
 //!
-//! A custom harness (`harness = false`): `main` is either the test or a member process.
+//! And the embedding process itself killed with SIGKILL in the middle of appending to a
+//! single-node log: opened again, the log holds every append that was acknowledged.
+//!
+//! A custom harness (`harness = false`): `main` is either the tests, a member process or a
+//! writer process.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,7 @@ use vdl::{Error, Log, NodeConfig, Offset, Record};
 mod common;
 
 const MEMBER_ENV: &str = "VDL_EMBED_MEMBER";
+const WRITER_ENV: &str = "VDL_EMBED_WRITER";
 const STREAM: &str = "orders";
 
 fn main() {
@@ -24,13 +29,86 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match std::env::var_os(MEMBER_ENV) {
-        Some(config) => runtime.block_on(member(PathBuf::from(config))),
-        None => {
-            runtime.block_on(three_processes());
-            println!("test a_cluster_of_three_processes ... ok");
+    if let Some(config) = std::env::var_os(MEMBER_ENV) {
+        return runtime.block_on(member(PathBuf::from(config)));
+    }
+    if let Some(dir) = std::env::var_os(WRITER_ENV) {
+        return runtime.block_on(writer(PathBuf::from(dir)));
+    }
+    runtime.block_on(three_processes());
+    println!("test a_cluster_of_three_processes ... ok");
+    runtime.block_on(killed_writer_loses_no_acknowledged_append());
+    println!("test killed_writer_loses_no_acknowledged_append ... ok");
+}
+
+/// A writer process: appends `key = i` to a single-node log in `dir`, printing `acked i` once
+/// each append returned, for at most 100,000 appends or 60 s.
+async fn writer(dir: PathBuf) {
+    use std::io::Write;
+    let log = Log::open_single(&dir).await.expect("open the log");
+    let s = log.stream(STREAM).await.expect("stream");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut out = std::io::stdout().lock();
+    for i in 0..100_000u64 {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        let at = s
+            .append(Record::keyed(i.to_string(), format!("value {i}")))
+            .await
+            .expect("append");
+        assert_eq!(at.offset, i);
+        writeln!(out, "acked {i}").unwrap();
+        out.flush().unwrap();
+    }
+    log.shutdown().await;
+}
+
+/// The embedding process is killed (SIGKILL) while appending; every append it saw
+/// acknowledged is in the log when it is opened again, in order, once.
+async fn killed_writer_loses_no_acknowledged_append() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(WRITER_ENV, dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the writer");
+    let mut last_acked = None;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(Ok(line)) = lines.next() {
+        let i: u64 = line.strip_prefix("acked ").unwrap().parse().unwrap();
+        last_acked = Some(i);
+        if i >= 300 {
+            break;
         }
     }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let last_acked = last_acked.expect("the writer acknowledged appends");
+    assert!(
+        last_acked >= 300,
+        "the writer stopped early at {last_acked}"
+    );
+    let log = Log::open_single(dir.path()).await.unwrap();
+    let s = log.stream(STREAM).await.unwrap();
+    let all = s.read_range(Offset::start(0), u64::MAX).await.unwrap();
+    assert!(
+        all.len() as u64 > last_acked,
+        "{} records, {last_acked} acked",
+        all.len()
+    );
+    for (i, r) in all.iter().enumerate() {
+        assert_eq!(r.offset.offset, i as u64);
+        assert_eq!(r.key.as_deref(), Some(i.to_string().as_bytes()));
+        assert_eq!(r.value.as_deref(), Some(format!("value {i}").as_bytes()));
+    }
+    // The log goes on after the records that survived.
+    let next = s.append(Record::new("after the crash")).await.unwrap();
+    assert_eq!(next.offset, all.len() as u64);
+    log.shutdown().await;
 }
 
 /// A member process: joins with the configuration file and runs until its stdin closes (the
