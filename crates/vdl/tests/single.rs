@@ -411,6 +411,47 @@ async fn positions_and_records_are_what_kafka_clients_see() {
     assert_eq!(&values[0].1[..], b"k0");
     assert_eq!(values[0].3, 1);
     assert_eq!(&values[2].2[..], b"v2");
+    // A Kafka consumer (kcat) prints the records; a Kafka producer's record shows in the
+    // embedded reads and tails.
+    let printed = tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("kcat")
+            .args([
+                "-C",
+                "-b",
+                &addr.to_string(),
+                "-t",
+                "cdc",
+                "-o",
+                "beginning",
+                "-e",
+            ])
+            .args(["-f", "%o %k %s\n", "-m", "10"])
+            .output()
+            .expect("kcat is installed (scripts/test-deps.sh)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let produced = kafka_proto::records::build_batch(
+            kafka_proto::records::Compression::None,
+            &[
+                kafka_proto::records::NewRecord::new(1_700_000_000_000, "from kafka")
+                    .with_key("k3"),
+            ],
+        )
+        .unwrap();
+        let mut c = KafkaConn::connect(addr).unwrap();
+        assert_eq!(c.produce("cdc", produced).unwrap(), (0, 3));
+        String::from_utf8(out.stdout).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(printed, "0 k0 v0\n1 k1 v1\n2 k2 v2\n");
+    let mut tail = s.tail(Offset::new(0, 3));
+    let from_kafka = tail.next().await.unwrap().unwrap();
+    assert_eq!(from_kafka.key.as_deref(), Some(&b"k3"[..]));
+    assert_eq!(from_kafka.value.as_deref(), Some(&b"from kafka"[..]));
     log.shutdown().await;
     // Both positions survive the restart.
     let log = Log::join(config).await.unwrap();
