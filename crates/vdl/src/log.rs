@@ -52,7 +52,9 @@ impl Inner {
 
 /// A replicated, durable log linked into this program: one vdl node (its Raft groups, its
 /// files, its peer connections) running in the current tokio runtime. Cheap to clone: clones
-/// share the node. Streams are reached through [`Log::stream`].
+/// share the node. Streams are reached through [`Log::stream`]. Stop it with
+/// [`Log::shutdown`]; dropping the last handle without it also stops the node, but blocks the
+/// dropping thread while the node's threads are joined.
 ///
 /// ```
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -168,12 +170,24 @@ impl Log {
     }
 
     /// Serves Kafka clients on the configured Kafka address (`kafka_listen`; for
-    /// [`Log::open_single`] the default 127.0.0.1:9092) until shutdown, and returns it. Any
+    /// [`Log::open_single`] the default 127.0.0.1:9092) until shutdown, and returns it (at once
+    /// when it serves already). Any
     /// Kafka client then reads (and writes) the same streams as topics. In a cluster, call it
     /// on every member: Kafka clients are sent to each partition's leader.
     pub async fn serve_kafka(&self) -> Result<SocketAddr> {
         if self.inner.is_closed() {
             return Err(Error::Closed);
+        }
+        let addr = self.inner.node.config().kafka_listen;
+        let serving = self
+            .inner
+            .kafka
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|task| !task.is_finished());
+        if serving {
+            return Ok(addr);
         }
         let task = self.inner.node.serve_kafka().await?;
         if let Some(old) = self
@@ -183,9 +197,10 @@ impl Log {
             .unwrap_or_else(|e| e.into_inner())
             .replace(task)
         {
+            // A call racing this one started a listener too: keep one.
             old.abort();
         }
-        Ok(self.inner.node.config().kafka_listen)
+        Ok(addr)
     }
 
     /// The stream `name`, created on first use with [`StreamOptions::default`] (one partition,

@@ -201,6 +201,7 @@ impl Stream {
         for (partition, indexes, pending) in pending {
             match pending.wait(timeout).await {
                 Ok(appended) => {
+                    debug_assert_eq!(appended.offset_count as usize, indexes.len());
                     for (k, i) in indexes.iter().enumerate() {
                         out[*i] = Offset::new(partition, appended.base_offset + k as u64);
                     }

@@ -373,6 +373,8 @@ async fn positions_and_records_are_what_kafka_clients_see() {
     let log = Log::join(config.clone()).await.unwrap();
     let addr = log.serve_kafka().await.unwrap();
     assert_eq!(addr, config.kafka_listen);
+    // Serving again is a no-op.
+    assert_eq!(log.serve_kafka().await.unwrap(), addr);
     let s = log.stream("cdc").await.unwrap();
     assert_eq!(s.position("indexer", 0), None);
     s.append_batch(vec![
