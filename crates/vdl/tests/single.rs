@@ -467,3 +467,45 @@ async fn positions_and_records_are_what_kafka_clients_see() {
     log.shutdown().await;
     log.shutdown().await;
 }
+
+/// A `LogAppendTime` stream stamps the leader's clock on every record, as Kafka does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_append_time_stream_stamps_the_append_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open_single(dir.path()).await.unwrap();
+    let s = log
+        .create_stream(
+            "stamped",
+            StreamOptions {
+                configs: [(
+                    "message.timestamp.type".to_owned(),
+                    "LogAppendTime".to_owned(),
+                )]
+                .into(),
+                ..StreamOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // Even a timestamp far in the future is accepted and replaced.
+    s.append_batch(vec![
+        Record::new("a").with_timestamp_ms(1),
+        Record::new("b").with_timestamp_ms(i64::MAX / 4),
+    ])
+    .await
+    .unwrap();
+    let records = s.read_range(Offset::start(0), u64::MAX).await.unwrap();
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert!(
+            (r.timestamp_ms - before).abs() < 60_000,
+            "{} vs {before}",
+            r.timestamp_ms
+        );
+    }
+    log.shutdown().await;
+}
