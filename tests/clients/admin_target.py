@@ -9,9 +9,6 @@ test_admin_go.py) run against, chosen by ADMIN_TEST_TARGET:
 The same assertions run against both: they were proven against Kafka first, so a failure
 against vdl is vdl's. Where the two are meant to differ (vdl refuses cleanup.policy=compact),
 the test asks `target.kind`.
-
-Until vdl serves these APIs the suites run only when ADMIN_TESTS=1 or the target is kafka
-(`enabled()`), so the default `pytest tests/clients` stays green.
 """
 
 import os
@@ -34,17 +31,6 @@ def target_kind():
     if kind not in ("kafka", "vdl"):
         raise ValueError(f"ADMIN_TEST_TARGET must be kafka or vdl, not {kind!r}")
     return kind
-
-
-def enabled():
-    """Whether the admin suites run: always against Kafka; against vdl only with ADMIN_TESTS=1."""
-    return target_kind() == "kafka" or os.environ.get("ADMIN_TESTS") == "1"
-
-
-SKIP_REASON = (
-    "admin-tooling tests (issue 11) run only with ADMIN_TESTS=1 or ADMIN_TEST_TARGET=kafka "
-    "until vdl serves the admin APIs"
-)
 
 
 def kafka_libs():

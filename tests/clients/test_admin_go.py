@@ -15,7 +15,7 @@ import pytest
 
 import admin_target as at
 
-pytestmark = [pytest.mark.skipif(not at.enabled(), reason=at.SKIP_REASON), pytest.mark.timeout(420)]
+pytestmark = pytest.mark.timeout(420)
 
 MODULE = os.path.join(at.REPO, "tests", "clients", "go", "admin")
 

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 import admin_target as at
 
-pytestmark = [pytest.mark.skipif(not at.enabled(), reason=at.SKIP_REASON), pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 NODES = at.NODES
 TOPICS = "org.apache.kafka.tools.TopicCommand"  # kafka-topics.sh
