@@ -103,6 +103,15 @@ pub enum ProposalData {
     },
     /// Opaque replicated metadata (applied through [`StateMachine`]).
     Meta(Bytes),
+    /// Opaque replicated metadata proposed only while this replica leads in Raft term `term`:
+    /// never forwarded to another leader; [`AppendError::NotLeader`] otherwise. For writes
+    /// validated against state that belongs to one leadership term (the group coordinator's).
+    MetaAsLeader {
+        /// The entry.
+        data: Bytes,
+        /// The term the proposer validated it in.
+        term: u64,
+    },
 }
 
 /// A request to append, answered on `reply` once committed.
@@ -636,10 +645,47 @@ impl Group {
         }
     }
 
+    /// Answers NOT_LEADER to every [`ProposalData::MetaAsLeader`] whose term this replica does not
+    /// lead in; the others become plain `Meta` proposals for this leader.
+    fn refuse_stale_leader_proposals(&mut self) {
+        if !self
+            .queued
+            .iter()
+            .any(|p| matches!(p.data, ProposalData::MetaAsLeader { .. }))
+        {
+            return;
+        }
+        let leading = self.p.node.raft.state == StateRole::Leader;
+        let current = self.p.node.raft.term;
+        let leader = self.leader_hint();
+        let queued = std::mem::take(&mut self.queued);
+        for p in queued {
+            match p.data {
+                ProposalData::MetaAsLeader { data, term } if leading && term == current => {
+                    self.queued.push(Proposal {
+                        data: ProposalData::Meta(data),
+                        reply: p.reply,
+                    })
+                }
+                ProposalData::MetaAsLeader { .. } => {
+                    let _ = p.reply.send(Err(AppendError::NotLeader { leader }));
+                }
+                data => self.queued.push(Proposal {
+                    data,
+                    reply: p.reply,
+                }),
+            }
+        }
+    }
+
     /// Turns queued proposals into raft-rs proposals: Records proposals are merged into entries
     /// of up to [`MAX_MERGED_ENTRY_BYTES`] (group commit), each entry's context listing the
     /// proposals it holds.
     fn propose_queued(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        self.refuse_stale_leader_proposals();
         if self.queued.is_empty() {
             return;
         }
@@ -656,7 +702,7 @@ impl Group {
         let mut iter = queued.into_iter().peekable();
         while let Some(first) = iter.next() {
             match first.data {
-                ProposalData::Meta(data) => {
+                ProposalData::Meta(data) | ProposalData::MetaAsLeader { data, .. } => {
                     let id = self.next_id();
                     let ctx = self.context(CTX_META, id);
                     self.propose_entry(id, ctx, data, vec![(first.reply, 0)]);
@@ -674,7 +720,7 @@ impl Group {
                         ProposalData::Records { batches, .. } => {
                             merge && size + batches.len() <= MAX_MERGED_ENTRY_BYTES
                         }
-                        ProposalData::Meta(_) => false,
+                        ProposalData::Meta(_) | ProposalData::MetaAsLeader { .. } => false,
                     }) {
                         if let ProposalData::Records {
                             batches,

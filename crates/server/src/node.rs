@@ -232,6 +232,18 @@ impl LogStream {
         self.propose(ProposalData::Meta(data), timeout).await
     }
 
+    /// Appends opaque metadata only while this replica leads in Raft term `term` (see
+    /// [`ProposalData::MetaAsLeader`]), resolving on commit.
+    pub async fn append_meta_as_leader(
+        &self,
+        data: Bytes,
+        term: u64,
+        timeout: Duration,
+    ) -> Result<Appended, AppendError> {
+        self.propose(ProposalData::MetaAsLeader { data, term }, timeout)
+            .await
+    }
+
     async fn propose(
         &self,
         data: ProposalData,
@@ -1544,6 +1556,34 @@ impl Node {
         self.propose_metadata_request(cmd, timeout)
             .await
             .map(|(index, _)| index)
+    }
+
+    /// Commits a metadata command only while this node leads the metadata group in term `term`:
+    /// one attempt on this node's replica, never forwarded to or retried through another leader
+    /// ([`AppendError::NotLeader`] when this node does not lead in `term`, [`AppendError::Lost`]
+    /// when it was deposed before the entry committed). For writes validated against the group
+    /// coordinator's state of that term (a commit checked against the membership of a deposed
+    /// coordinator must not land through its successor). Returns once this node applied it.
+    pub async fn propose_metadata_in_term(
+        &self,
+        cmd: &MetaCommand,
+        term: u64,
+        timeout: Duration,
+    ) -> Result<u64, AppendError> {
+        let entry = MetaEntry {
+            request: self.next_request_id(),
+            command: cmd.clone(),
+        };
+        let data = if self.peer_versions.any_earlier_release() {
+            entry.encode_json()
+        } else {
+            entry.encode()
+        };
+        let group = self.metadata_group().ok_or(AppendError::Stopped)?;
+        let appended = group
+            .append_meta_as_leader(Bytes::from(data), term, timeout)
+            .await?;
+        Ok(appended.raft_index)
     }
 
     /// A new metadata request id, unique across nodes and restarts.

@@ -263,6 +263,10 @@ impl Client {
         };
         let g = &r.groups[0];
         assert_eq!(g.error_code, NONE);
+        for m in &g.members {
+            // The peer address, as Kafka reports it.
+            assert_eq!(m.client_host, "/127.0.0.1", "{m:?}");
+        }
         (
             g.group_state.clone(),
             g.members.iter().map(|m| m.member_id.clone()).collect(),
@@ -565,6 +569,71 @@ async fn committed_offsets_survive_the_coordinators_shutdown() {
         n.shutdown();
     }
     result.unwrap();
+}
+
+/// Item 4 of issue 20: an offset commit validated by a coordinator is written only while that
+/// node still leads the metadata group in the term it validated in: a follower or a stale term
+/// gets NOT_LEADER at once (the handler answers NOT_COORDINATOR), never a commit forwarded to
+/// or retried through another leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_coordinators_commit_is_not_forwarded() {
+    use vdl_server::metadata::{CommittedOffset, MetaCommand};
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(dir.path()).await;
+    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let term = nodes[leader].metadata_group().unwrap().visible().term;
+    let commit = |offset| MetaCommand::CommitOffsets {
+        group: "deposed".into(),
+        offsets: vec![CommittedOffset {
+            topic: TOPIC.into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    };
+    let timeout = Duration::from_secs(10);
+    let started = Instant::now();
+    let follower = &nodes[(leader + 1) % 3];
+    let r = follower
+        .propose_metadata_in_term(&commit(5), term, timeout)
+        .await;
+    assert!(
+        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        "{r:?}"
+    );
+    let r = nodes[leader]
+        .propose_metadata_in_term(&commit(6), term - 1, timeout)
+        .await;
+    assert!(
+        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        "{r:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "not retried");
+    // In its own term the leader commits.
+    nodes[leader]
+        .propose_metadata_in_term(&commit(7), term, timeout)
+        .await
+        .unwrap();
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let got = n
+                .metadata()
+                .offsets
+                .get("deposed")
+                .and_then(|g| g.get(&(TOPIC.to_string(), 0)))
+                .map(|o| o.offset);
+            if got == Some(7) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{got:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for n in &nodes {
+        n.shutdown();
+    }
 }
 
 fn kcat_produce(bootstrap: &str, lines: &[String]) {

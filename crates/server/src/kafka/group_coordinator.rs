@@ -41,9 +41,13 @@ pub const INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(200);
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// Longest session timeout accepted (`group.max.session.timeout.ms`).
 pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(1_800);
-/// Cap on a member's rebalance timeout (how long a rebalance waits for members to rejoin, and for
-/// SyncGroup after the join completes). Java's default, `max.poll.interval.ms`, is 5 minutes.
-pub const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Bound on a member's rebalance timeout (how long a rebalance waits for members to rejoin, and
+/// for SyncGroup after the join completes). Kafka takes the member's `max.poll.interval.ms` as
+/// is: Java's default is 5 minutes, stream processors often set hours, and Kafka Streams sets
+/// `Integer.MAX_VALUE`. A day keeps every such setting working as configured (a member that
+/// stops heartbeating is still removed when its session expires) while every waiting request
+/// and deadline stays bounded.
+pub const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// Groups with members held in memory at once; joining a further group is refused
 /// (GROUP_MAX_SIZE_REACHED).
 pub const MAX_GROUPS: usize = 10_000;
@@ -681,15 +685,20 @@ impl Coordinator {
         !self.ticker.swap(true, Ordering::AcqRel)
     }
 
-    /// The state for metadata term `term`; state of another term is dropped first (its waiting
-    /// requests answered NOT_COORDINATOR).
-    fn state(&self, term: u64) -> MutexGuard<'_, Inner> {
+    /// The state for metadata term `term`; state of an older term is dropped first (its waiting
+    /// requests answered NOT_COORDINATOR). None for a request carrying a term older than the
+    /// state's (it was read before this node led again): such a request is answered
+    /// NOT_COORDINATOR and leaves the newer state alone.
+    fn state(&self, term: u64) -> Option<MutexGuard<'_, Inner>> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if term < inner.term {
+            return None;
+        }
         if inner.term != term {
             unload(&mut inner);
             inner.term = term;
         }
-        inner
+        Some(inner)
     }
 
     fn new_member_id(&self, client_id: &str) -> String {
@@ -722,14 +731,18 @@ impl Coordinator {
         if p.protocol_type.is_empty() || p.protocols.is_empty() {
             return err(ErrorCode::InconsistentGroupProtocol);
         }
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return err(ErrorCode::NotCoordinator);
+        };
         if !inner.groups.contains_key(&p.group_id) {
             if !p.member_id.is_empty() {
                 return err(ErrorCode::UnknownMemberId);
             }
             if inner.groups.len() >= MAX_GROUPS {
+                // Kafka has no such limit, so no error says it; COORDINATOR_NOT_AVAILABLE is
+                // one every client retries (GROUP_MAX_SIZE_REACHED is fatal to Java's).
                 tracing::warn!(group = %p.group_id, "too many consumer groups; join refused");
-                return err(ErrorCode::GroupMaxSizeReached);
+                return err(ErrorCode::CoordinatorNotAvailable);
             }
         }
         let group = inner
@@ -796,7 +809,9 @@ impl Coordinator {
     /// Handles a SyncGroup while leading in metadata term `term`.
     pub fn sync(&self, term: u64, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
         let err = |e: ErrorCode| Pending::Now(SyncOutcome::error(e));
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return err(ErrorCode::NotCoordinator);
+        };
         let Some(group) = inner.groups.get_mut(&p.group_id) else {
             return err(ErrorCode::UnknownMemberId);
         };
@@ -847,6 +862,10 @@ impl Coordinator {
                     for m in group.members.iter_mut() {
                         let (id, m) = m;
                         m.assignment = assigned.remove(id).unwrap_or_default();
+                        // Delivering the assignment renews every session (as Kafka does): a
+                        // follower that waited longer than its session timeout for a slow
+                        // leader is not expired right after.
+                        m.heartbeat_deadline = now + m.session_timeout;
                         if let Some(w) = m.sync_waiter.take() {
                             let _ = w.send(SyncOutcome {
                                 error: ErrorCode::None,
@@ -871,7 +890,9 @@ impl Coordinator {
         member_id: &str,
         now: Instant,
     ) -> ErrorCode {
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return ErrorCode::NotCoordinator;
+        };
         let Some(group) = inner.groups.get_mut(group_id) else {
             return ErrorCode::UnknownMemberId;
         };
@@ -906,7 +927,9 @@ impl Coordinator {
         members: &[String],
         now: Instant,
     ) -> Vec<ErrorCode> {
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return vec![ErrorCode::NotCoordinator; members.len()];
+        };
         let Some(group) = inner.groups.get_mut(group_id) else {
             return vec![ErrorCode::UnknownMemberId; members.len()];
         };
@@ -942,12 +965,18 @@ impl Coordinator {
         instance_id: Option<&str>,
         now: Instant,
     ) -> ErrorCode {
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return ErrorCode::NotCoordinator;
+        };
         let Some(group) = inner.groups.get_mut(group_id) else {
-            return if generation_id < 0 {
-                ErrorCode::None
-            } else {
+            // No membership: only a standalone commit (no generation, no member) is valid; a
+            // member id names a member this coordinator does not know.
+            return if generation_id >= 0 {
                 ErrorCode::IllegalGeneration
+            } else if !member_id.is_empty() {
+                ErrorCode::UnknownMemberId
+            } else {
+                ErrorCode::None
             };
         };
         if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
@@ -972,8 +1001,8 @@ impl Coordinator {
     }
 
     /// Groups with members (or member ids handed out), while leading in metadata term `term`.
-    pub fn list(&self, term: u64) -> Vec<GroupListing> {
-        let inner = self.state(term);
+    pub fn list(&self, term: u64) -> Result<Vec<GroupListing>, ErrorCode> {
+        let inner = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
         let mut out: Vec<GroupListing> = inner
             .groups
             .iter()
@@ -984,14 +1013,14 @@ impl Coordinator {
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-        out
+        Ok(out)
     }
 
     /// Removes group `group_id`'s membership state (DeleteGroups), while leading in metadata
     /// term `term`: `Ok(true)` when there was state and it had no members, `Ok(false)` when
     /// there was none, NON_EMPTY_GROUP while members remain (nothing removed then).
     pub fn remove_empty(&self, term: u64, group_id: &str) -> Result<bool, ErrorCode> {
-        let mut inner = self.state(term);
+        let mut inner = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
         match inner.groups.get(group_id) {
             None => Ok(false),
             Some(g) if !g.members.is_empty() || !g.pending.is_empty() => {
@@ -1008,7 +1037,7 @@ impl Coordinator {
     /// its members subscribe to (read from their `consumer` protocol subscriptions; empty for
     /// other protocol types). None when the group has no members here.
     pub fn subscriptions(&self, term: u64, group_id: &str) -> Option<(String, HashSet<String>)> {
-        let inner = self.state(term);
+        let inner = self.state(term)?;
         let g = inner
             .groups
             .get(group_id)
@@ -1027,7 +1056,7 @@ impl Coordinator {
     /// A group's state and members, while leading in metadata term `term`; None when the group
     /// has no membership state here.
     pub fn describe(&self, term: u64, group_id: &str) -> Option<GroupDescription> {
-        let inner = self.state(term);
+        let inner = self.state(term)?;
         let g = inner.groups.get(group_id)?;
         let stable = g.state == GroupState::Stable;
         let protocol = g.protocol.clone().unwrap_or_default();
@@ -1074,7 +1103,9 @@ impl Coordinator {
             }
             return;
         };
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return;
+        };
         for g in inner.groups.values_mut() {
             g.tick(now);
         }
@@ -1277,7 +1308,7 @@ mod tests {
         let (_c1, mut j) = join_new(&c, &[("range", b"")], t0);
         c.tick(None, t0);
         assert_eq!(j.try_recv().unwrap().error, ErrorCode::NotCoordinator);
-        assert!(c.list(2).is_empty());
+        assert!(c.list(2).unwrap().is_empty());
     }
 
     #[test]
@@ -1310,7 +1341,7 @@ mod tests {
         let mut j = waiting(c.join(1, p, t0));
         assert_eq!(j.try_recv().unwrap().generation_id, 2);
         assert_eq!(
-            c.list(1),
+            c.list(1).unwrap(),
             vec![GroupListing {
                 group_id: "g".into(),
                 protocol_type: "consumer".into(),
@@ -1347,6 +1378,119 @@ mod tests {
         assert_eq!(
             c.validate_commit(1, "other", -1, "", None, t0),
             ErrorCode::None
+        );
+        // Item 6 of issue 20: a member id this coordinator does not know is refused even
+        // without a generation (an admin reset cannot race live members unseen).
+        assert_eq!(
+            c.validate_commit(1, "other", -1, "m", None, t0),
+            ErrorCode::UnknownMemberId
+        );
+    }
+
+    fn sync_params(member: &str, assignments: Vec<(String, Bytes)>) -> SyncParams {
+        SyncParams {
+            group_id: "g".into(),
+            generation_id: 1,
+            member_id: member.into(),
+            protocol_type: None,
+            protocol_name: None,
+            assignments,
+        }
+    }
+
+    /// Item 3 of issue 20: a follower that waited in SyncGroup longer than its session timeout
+    /// for a slow leader keeps its membership once the assignment arrives (its session starts
+    /// again then, as in Kafka).
+    #[test]
+    fn delivering_the_assignment_renews_the_followers_session() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let slow = |member: &str| {
+            let mut p = params(member, &[("range", b"")]);
+            p.session_timeout_ms = 10_000;
+            p.rebalance_timeout_ms = 60_000;
+            p
+        };
+        let join = |c: &Coordinator| {
+            let first = now_outcome(c.join(1, slow(""), t0));
+            let id = first.member_id;
+            (id.clone(), waiting(c.join(1, slow(&id), t0)))
+        };
+        let (a, mut ja) = join(&c);
+        let (b, _jb) = join(&c);
+        let t1 = t0 + INITIAL_REBALANCE_DELAY;
+        c.tick(Some(1), t1);
+        assert_eq!(ja.try_recv().unwrap().leader, a);
+        let mut sb = waiting(c.sync(1, sync_params(&b, vec![]), t1));
+        c.tick(Some(1), t1 + Duration::from_secs(5));
+        // The leader takes 30 s to assign: three times b's session timeout.
+        let t2 = t1 + Duration::from_secs(30);
+        let _sa = waiting(c.sync(
+            1,
+            sync_params(&a, vec![(b.clone(), Bytes::from_static(b"to-b"))]),
+            t2,
+        ));
+        assert_eq!(
+            sb.try_recv().unwrap().assignment,
+            Bytes::from_static(b"to-b")
+        );
+        let t3 = t2 + TICK;
+        c.tick(Some(1), t3);
+        assert_eq!(c.describe(1, "g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, t3), ErrorCode::None);
+    }
+
+    /// Item 6 of issue 20: a request carrying an older metadata term than the state's is
+    /// answered NOT_COORDINATOR and leaves the newer term's state alone.
+    #[test]
+    fn an_older_terms_request_does_not_clear_the_newer_state() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let first = now_outcome(c.join(2, params("", &[("range", b"")]), t0));
+        assert_eq!(first.error, ErrorCode::MemberIdRequired);
+        let _j = waiting(c.join(2, params(&first.member_id, &[("range", b"")]), t0));
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &first.member_id, t0),
+            ErrorCode::NotCoordinator
+        );
+        assert_eq!(
+            now_outcome(c.join(1, params("", &[("range", b"")]), t0)).error,
+            ErrorCode::NotCoordinator
+        );
+        c.tick(Some(1), t0);
+        assert_eq!(c.list(1), Err(ErrorCode::NotCoordinator));
+        assert_eq!(c.list(2).unwrap().len(), 1, "the term-2 group stays");
+    }
+
+    /// Item 6 of issue 20: rebalance timeouts beyond 5 minutes (stream processors' large
+    /// `max.poll.interval.ms`) are honoured, bounded by a day; too many groups is a retriable
+    /// COORDINATOR_NOT_AVAILABLE, not the fatal GROUP_MAX_SIZE_REACHED.
+    #[test]
+    fn long_rebalance_timeouts_and_the_group_count_limit() {
+        assert_eq!(rebalance_timeout(600_000), Duration::from_secs(600));
+        assert_eq!(rebalance_timeout(i32::MAX), MAX_REBALANCE_TIMEOUT);
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let mut p = params("", &[("range", b"")]);
+        p.rebalance_timeout_ms = 3_600_000;
+        p.require_known_member_id = false;
+        match c.join(1, p, t0) {
+            Pending::Wait(_, wait) => assert!(wait > Duration::from_secs(3_600), "{wait:?}"),
+            Pending::Now(o) => panic!("{o:?}"),
+        }
+        for i in 1..MAX_GROUPS {
+            let mut p = params("", &[("range", b"")]);
+            p.group_id = format!("g{i}");
+            assert_eq!(
+                now_outcome(c.join(1, p, t0)).error,
+                ErrorCode::MemberIdRequired
+            );
+        }
+        let mut p = params("", &[("range", b"")]);
+        p.group_id = "one-too-many".into();
+        assert_eq!(
+            now_outcome(c.join(1, p, t0)).error,
+            ErrorCode::CoordinatorNotAvailable
         );
     }
 }

@@ -58,7 +58,7 @@ use crate::kafka::group_coordinator::{
 };
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
-use crate::metadata::CommittedOffset;
+use crate::metadata::{CommittedOffset, MetaCommand};
 use crate::node::Node;
 
 /// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
@@ -240,6 +240,7 @@ fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
 pub fn join_group(
     node: &Arc<Node>,
     client_id: Option<String>,
+    client_host: String,
     req: JoinGroupRequest,
     version: i16,
     correlation_id: i32,
@@ -266,7 +267,7 @@ pub fn join_group(
         member_id: req.member_id,
         group_instance_id: req.group_instance_id,
         client_id: client_id.unwrap_or_default(),
-        client_host: String::new(),
+        client_host,
         session_timeout_ms: req.session_timeout_ms,
         rebalance_timeout_ms: if version >= 1 && req.rebalance_timeout_ms >= 0 {
             req.rebalance_timeout_ms
@@ -444,7 +445,8 @@ pub fn offset_commit(
     correlation_id: i32,
 ) -> Reply {
     // Per topic: (name, [(partition, error)]); NONE entries are in `offsets`.
-    let group_error = match coordinator_term(node) {
+    let term = coordinator_term(node);
+    let group_error = match term {
         None => ErrorCode::NotCoordinator,
         Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
         Some(term) => coordinator(node).validate_commit(
@@ -534,8 +536,21 @@ pub fn offset_commit(
     }
     let node = node.clone();
     let group = req.group_id;
+    // Validated against this term's membership: committed only while this node still leads in
+    // it (a deposed coordinator's commit fails NOT_COORDINATOR; the client retries at the new
+    // coordinator, against the membership there).
+    let term = term.unwrap_or_default();
     Reply::Later(Box::pin(async move {
-        let result = node.commit_offsets(&group, offsets, COMMIT_TIMEOUT).await;
+        let result = node
+            .propose_metadata_in_term(
+                &MetaCommand::CommitOffsets {
+                    group: group.clone(),
+                    offsets,
+                },
+                term,
+                COMMIT_TIMEOUT,
+            )
+            .await;
         if let Err(e) = &result {
             tracing::debug!(%group, "offset commit failed: {e}");
         }
@@ -593,6 +608,16 @@ fn barrier_error(e: &AppendError) -> ErrorCode {
     }
 }
 
+/// Commits an empty entry through the metadata group so that every offset committed before
+/// (also through a previous coordinator) is applied here before a read; and so that a node that
+/// was deposed without knowing it yet does not answer from stale state. None once done.
+async fn read_barrier(node: &Node, group: &str) -> Option<ErrorCode> {
+    node.commit_offsets(group, Vec::new(), FETCH_BARRIER_TIMEOUT)
+        .await
+        .err()
+        .map(|e| barrier_error(&e))
+}
+
 /// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
 pub fn offset_fetch(
     node: &Arc<Node>,
@@ -627,11 +652,7 @@ pub fn offset_fetch(
             (None, _) => Some(ErrorCode::NotCoordinator),
             (Some(_), None) => None,
             // Everything committed before this barrier is applied here once it commits.
-            (Some(_), Some((first, _))) => node
-                .commit_offsets(first, Vec::new(), FETCH_BARRIER_TIMEOUT)
-                .await
-                .err()
-                .map(|e| barrier_error(&e)),
+            (Some(_), Some((first, _))) => read_barrier(&node, first).await,
         };
         let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
             .into_iter()
@@ -754,16 +775,36 @@ pub fn list_groups(
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    let mut groups = Vec::new();
-    if let Some(term) = coordinator_term(node) {
-        let listed = coordinator(node).list(term);
+    let Some(term) = coordinator_term(node) else {
+        return now(
+            correlation_id,
+            version,
+            Response::ListGroups(ListGroupsResponse::default()),
+        );
+    };
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let listed = match read_barrier(&node, "").await {
+            Some(e) => Err(e),
+            None => coordinator(&node).list(term),
+        };
+        let listed = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                let resp = ListGroupsResponse {
+                    error_code: e.code(),
+                    ..Default::default()
+                };
+                return frame(correlation_id, version, &Response::ListGroups(resp));
+            }
+        };
         let known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
         let mut all: Vec<(String, String, GroupState)> = listed
             .into_iter()
             .map(|g| (g.group_id, g.protocol_type, g.state))
             .collect();
         all.extend(
-            offset_only_groups(node, &known)
+            offset_only_groups(&node, &known)
                 .into_iter()
                 .map(|g| (g, String::new(), GroupState::Empty)),
         );
@@ -773,7 +814,7 @@ pub fn list_groups(
                 .types_filter
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(GROUP_TYPE));
-        groups = all
+        let groups = all
             .into_iter()
             .filter(|(_, _, state)| {
                 type_ok
@@ -791,15 +832,15 @@ pub fn list_groups(
                 ..Default::default()
             })
             .collect();
-    }
-    now(
-        correlation_id,
-        version,
-        Response::ListGroups(ListGroupsResponse {
-            groups,
-            ..Default::default()
-        }),
-    )
+        frame(
+            correlation_id,
+            version,
+            &Response::ListGroups(ListGroupsResponse {
+                groups,
+                ..Default::default()
+            }),
+        )
+    }))
 }
 
 /// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
@@ -811,67 +852,74 @@ pub fn describe_groups(
     correlation_id: i32,
 ) -> Reply {
     let term = coordinator_term(node);
-    let groups = req
-        .groups
-        .into_iter()
-        .map(|group_id| {
-            let Some(term) = term else {
-                return DescribedGroup {
-                    error_code: ErrorCode::NotCoordinator.code(),
-                    group_id,
-                    group_state: GroupState::Dead.name().to_owned(),
-                    ..Default::default()
-                };
-            };
-            match coordinator(node).describe(term, &group_id) {
-                Some(d) => DescribedGroup {
-                    group_id,
-                    group_state: d.state.name().to_owned(),
-                    protocol_type: d.protocol_type,
-                    protocol_data: d.protocol,
-                    members: d
-                        .members
-                        .into_iter()
-                        .map(|m| DescribedGroupMember {
-                            member_id: m.member_id,
-                            group_instance_id: m.group_instance_id,
-                            client_id: m.client_id,
-                            client_host: m.client_host,
-                            member_metadata: m.metadata,
-                            member_assignment: m.assignment,
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                },
-                None => {
-                    let has_offsets = node
-                        .metadata()
-                        .offsets
-                        .get(&group_id)
-                        .is_some_and(|o| !o.is_empty());
-                    let state = if has_offsets {
-                        GroupState::Empty
-                    } else {
-                        GroupState::Dead
-                    };
-                    DescribedGroup {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let barrier = match (term, req.groups.first()) {
+            (Some(_), Some(first)) => read_barrier(&node, first).await,
+            _ => None,
+        };
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|group_id| {
+                let (Some(term), None) = (term, barrier) else {
+                    return DescribedGroup {
+                        error_code: barrier.unwrap_or(ErrorCode::NotCoordinator).code(),
                         group_id,
-                        group_state: state.name().to_owned(),
+                        group_state: GroupState::Dead.name().to_owned(),
                         ..Default::default()
+                    };
+                };
+                match coordinator(&node).describe(term, &group_id) {
+                    Some(d) => DescribedGroup {
+                        group_id,
+                        group_state: d.state.name().to_owned(),
+                        protocol_type: d.protocol_type,
+                        protocol_data: d.protocol,
+                        members: d
+                            .members
+                            .into_iter()
+                            .map(|m| DescribedGroupMember {
+                                member_id: m.member_id,
+                                group_instance_id: m.group_instance_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                member_metadata: m.metadata,
+                                member_assignment: m.assignment,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    },
+                    None => {
+                        let has_offsets = node
+                            .metadata()
+                            .offsets
+                            .get(&group_id)
+                            .is_some_and(|o| !o.is_empty());
+                        let state = if has_offsets {
+                            GroupState::Empty
+                        } else {
+                            GroupState::Dead
+                        };
+                        DescribedGroup {
+                            group_id,
+                            group_state: state.name().to_owned(),
+                            ..Default::default()
+                        }
                     }
                 }
-            }
-        })
-        .collect();
-    now(
-        correlation_id,
-        version,
-        Response::DescribeGroups(DescribeGroupsResponse {
-            groups,
-            ..Default::default()
-        }),
-    )
+            })
+            .collect();
+        frame(
+            correlation_id,
+            version,
+            &Response::DescribeGroups(DescribeGroupsResponse {
+                groups,
+                ..Default::default()
+            }),
+        )
+    }))
 }
 
 /// Whether group `group_id` exists for DeleteGroups / OffsetDelete: it has membership state
