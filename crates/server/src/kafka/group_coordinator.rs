@@ -17,9 +17,11 @@
 //! clients rediscover the coordinator and rejoin there (the equivalent of Kafka's coordinator
 //! failover, without persisted membership).
 //!
-//! Static membership (`group.instance.id`) is accepted but treated as dynamic: an instance id is
-//! reported back, but a restarted static member joins as a new member and its old member id
-//! expires with its session.
+//! Static membership (`group.instance.id`, KIP-345): a member joining with an unknown member id
+//! and an instance id the group knows takes the old member's place (its assignment and
+//! leadership) under a new member id, without a rebalance when the group is Stable and its
+//! protocols are unchanged; a process still using the old member id is fenced
+//! (FENCED_INSTANCE_ID on every request); LeaveGroup can name members by instance id.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,7 +91,7 @@ pub struct JoinParams {
     pub group_id: String,
     /// Member id; empty for a new member.
     pub member_id: String,
-    /// Static instance id (treated as dynamic).
+    /// Static instance id (`group.instance.id`, KIP-345).
     pub group_instance_id: Option<String>,
     /// The client's `client.id`.
     pub client_id: String,
@@ -135,6 +137,9 @@ pub struct JoinOutcome {
     pub member_id: String,
     /// Every member with its metadata, for the leader only.
     pub members: Vec<JoinedMember>,
+    /// v9+: the leader must not compute an assignment (a static leader that rejoined without
+    /// a rebalance: the group keeps the current one).
+    pub skip_assignment: bool,
 }
 
 impl JoinOutcome {
@@ -148,6 +153,7 @@ impl JoinOutcome {
             leader: String::new(),
             member_id: member_id.to_owned(),
             members: Vec::new(),
+            skip_assignment: false,
         }
     }
 }
@@ -161,6 +167,8 @@ pub struct SyncParams {
     pub generation_id: i32,
     /// Member id.
     pub member_id: String,
+    /// v3+: the member's static instance id.
+    pub group_instance_id: Option<String>,
     /// v5+: the protocol type the member expects.
     pub protocol_type: Option<String>,
     /// v5+: the protocol the member expects.
@@ -282,6 +290,8 @@ struct Group {
     members: HashMap<String, Member>,
     /// Member ids handed out with MEMBER_ID_REQUIRED, with the time they must join by.
     pending: HashMap<String, Instant>,
+    /// Static members: instance id -> the member id that holds it now.
+    static_members: HashMap<String, String>,
     /// PreparingRebalance: when the join completes with whoever rejoined.
     join_deadline: Option<Instant>,
     /// The rebalance is the initial one of an empty group: it waits its whole delay.
@@ -305,6 +315,7 @@ impl Group {
             leader: None,
             members: HashMap::new(),
             pending: HashMap::new(),
+            static_members: HashMap::new(),
             join_deadline: None,
             initial_delay: false,
             initial_delay_limit: None,
@@ -468,6 +479,7 @@ impl Group {
                     } else {
                         Vec::new()
                     },
+                    skip_assignment: false,
                 });
             }
         }
@@ -478,6 +490,11 @@ impl Group {
         let Some(mut m) = self.members.remove(id) else {
             return;
         };
+        if let Some(instance) = &m.instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(id) {
+                self.static_members.remove(instance);
+            }
+        }
         if let Some(w) = m.join_waiter.take() {
             let _ = w.send(JoinOutcome::error(ErrorCode::UnknownMemberId, id));
         }
@@ -526,6 +543,9 @@ impl Group {
         if self.leader.is_none() {
             self.leader = Some(id.clone());
         }
+        if let Some(instance) = &m.instance_id {
+            self.static_members.insert(instance.clone(), id.clone());
+        }
         self.members.insert(id, m);
         match self.state {
             GroupState::PreparingRebalance if self.initial_delay => {
@@ -563,6 +583,72 @@ impl Group {
         }
     }
 
+    /// Whether a request naming `member_id` and static `instance_id` comes from a fenced
+    /// process: the instance id is held by another member id now (KIP-345).
+    fn fenced(&self, member_id: &str, instance_id: Option<&str>) -> bool {
+        instance_id
+            .and_then(|i| self.static_members.get(i))
+            .is_some_and(|holder| holder != member_id)
+    }
+
+    /// A static member joining with an unknown member id and the known instance id of member
+    /// `old` (a restarted process): `new` takes `old`'s place (its assignment, its leadership,
+    /// its join order), and whatever `old` waits for is answered FENCED_INSTANCE_ID. In a
+    /// Stable group with unchanged protocols there is no rebalance: the answer (Some) is the
+    /// current generation. Otherwise the join waits on `waiter` like any other.
+    fn replace_static_member(
+        &mut self,
+        old: &str,
+        new: String,
+        p: &JoinParams,
+        waiter: oneshot::Sender<JoinOutcome>,
+        now: Instant,
+    ) -> Option<JoinOutcome> {
+        let mut m = self.members.remove(old)?;
+        if let Some(w) = m.join_waiter.take() {
+            let _ = w.send(JoinOutcome::error(ErrorCode::FencedInstanceId, old));
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            let _ = w.send(SyncOutcome::error(ErrorCode::FencedInstanceId));
+        }
+        let unchanged = m.same_protocols(&p.protocols);
+        m.protocols = p.protocols.clone();
+        m.client_id = p.client_id.clone();
+        m.client_host = p.client_host.clone();
+        m.session_timeout = session_timeout(p.session_timeout_ms);
+        m.rebalance_timeout = rebalance_timeout(p.rebalance_timeout_ms);
+        m.heartbeat_deadline = now + m.session_timeout;
+        if self.pending_sync.remove(old) {
+            self.pending_sync.insert(new.clone());
+        }
+        if self.leader.as_deref() == Some(old) {
+            self.leader = Some(new.clone());
+        }
+        if let Some(instance) = &p.group_instance_id {
+            self.static_members.insert(instance.clone(), new.clone());
+        }
+        self.members.insert(new.clone(), m);
+        tracing::debug!(%old, %new, "static member replaced");
+        match self.state {
+            GroupState::Stable if unchanged => {
+                let mut answer = self.current_join(&new);
+                // The group keeps its assignment: a leader must not compute another.
+                answer.skip_assignment = answer.leader == new;
+                Some(answer)
+            }
+            _ => {
+                if let Some(m) = self.members.get_mut(&new) {
+                    m.join_waiter = Some(waiter);
+                }
+                if self.state != GroupState::PreparingRebalance {
+                    self.prepare_rebalance(now);
+                }
+                self.try_complete_join(now);
+                None
+            }
+        }
+    }
+
     /// The current generation's answer to a member's join (rejoin without changes).
     fn current_join(&self, id: &str) -> JoinOutcome {
         let protocol = self.protocol.clone().unwrap_or_default();
@@ -589,6 +675,7 @@ impl Group {
             leader,
             member_id: id.to_owned(),
             members,
+            skip_assignment: false,
         }
     }
 
@@ -756,6 +843,32 @@ impl Coordinator {
             return err(ErrorCode::InconsistentGroupProtocol);
         }
         let wait = rebalance_timeout(p.rebalance_timeout_ms) + Duration::from_secs(5);
+        if let Some(instance) = p.group_instance_id.as_deref() {
+            let holder = group.static_members.get(instance).cloned();
+            match holder {
+                Some(old) if p.member_id.is_empty() => {
+                    let new = self.new_member_id(&p.client_id);
+                    let (tx, rx) = oneshot::channel();
+                    return match group.replace_static_member(&old, new, &p, tx, now) {
+                        Some(answer) => Pending::Now(answer),
+                        None => Pending::Wait(rx, wait),
+                    };
+                }
+                Some(old) if old != p.member_id => return err(ErrorCode::FencedInstanceId),
+                None if p.member_id.is_empty() => {
+                    // A new static member needs no MEMBER_ID_REQUIRED round trip: its instance
+                    // id identifies it (as in Kafka).
+                    if group.members.len() + group.pending.len() >= MAX_MEMBERS {
+                        return err(ErrorCode::GroupMaxSizeReached);
+                    }
+                    let id = self.new_member_id(&p.client_id);
+                    let (tx, rx) = oneshot::channel();
+                    group.add_member(id, &p, tx, now);
+                    return Pending::Wait(rx, wait);
+                }
+                _ => {}
+            }
+        }
         if p.member_id.is_empty() {
             if group.members.len() + group.pending.len() >= MAX_MEMBERS {
                 return err(ErrorCode::GroupMaxSizeReached);
@@ -815,6 +928,9 @@ impl Coordinator {
         let Some(group) = inner.groups.get_mut(&p.group_id) else {
             return err(ErrorCode::UnknownMemberId);
         };
+        if group.fenced(&p.member_id, p.group_instance_id.as_deref()) {
+            return err(ErrorCode::FencedInstanceId);
+        }
         if !group.members.contains_key(&p.member_id) {
             return err(ErrorCode::UnknownMemberId);
         }
@@ -888,6 +1004,7 @@ impl Coordinator {
         group_id: &str,
         generation_id: i32,
         member_id: &str,
+        instance_id: Option<&str>,
         now: Instant,
     ) -> ErrorCode {
         let Some(mut inner) = self.state(term) else {
@@ -896,6 +1013,9 @@ impl Coordinator {
         let Some(group) = inner.groups.get_mut(group_id) else {
             return ErrorCode::UnknownMemberId;
         };
+        if group.fenced(member_id, instance_id) {
+            return ErrorCode::FencedInstanceId;
+        }
         let state = group.state;
         let generation = group.generation;
         let Some(m) = group.members.get_mut(member_id) else {
@@ -918,13 +1038,15 @@ impl Coordinator {
         }
     }
 
-    /// Handles a LeaveGroup of `members` while leading in metadata term `term`: one error per
-    /// member.
+    /// Handles a LeaveGroup of `members` (member id, static instance id) while leading in
+    /// metadata term `term`: one error per member. A member named by instance id (v3+, e.g.
+    /// `Admin.removeMembersFromConsumerGroup`, member id empty) is whichever member holds it;
+    /// FENCED_INSTANCE_ID when a member id is given too and another member holds it.
     pub fn leave(
         &self,
         term: u64,
         group_id: &str,
-        members: &[String],
+        members: &[(String, Option<String>)],
         now: Instant,
     ) -> Vec<ErrorCode> {
         let Some(mut inner) = self.state(term) else {
@@ -935,7 +1057,19 @@ impl Coordinator {
         };
         let errors = members
             .iter()
-            .map(|id| {
+            .map(|(id, instance)| {
+                if let Some(instance) = instance {
+                    return match group.static_members.get(instance).cloned() {
+                        None => ErrorCode::UnknownMemberId,
+                        Some(holder) if !id.is_empty() && holder != *id => {
+                            ErrorCode::FencedInstanceId
+                        }
+                        Some(holder) => {
+                            group.remove_member(&holder, now);
+                            ErrorCode::None
+                        }
+                    };
+                }
                 if group.members.contains_key(id) {
                     group.remove_member(id, now);
                     ErrorCode::None
@@ -979,6 +1113,9 @@ impl Coordinator {
                 ErrorCode::None
             };
         };
+        if group.fenced(member_id, instance_id) {
+            return ErrorCode::FencedInstanceId;
+        }
         if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
             let state = group.state;
             let generation = group.generation;
@@ -1229,10 +1366,13 @@ mod tests {
         assert_eq!(oa.protocol_name.as_deref(), Some("range"));
         assert_eq!(oa.members[1].metadata, Bytes::from_static(b"b-range"));
         assert!(ob.members.is_empty());
-        assert_eq!(c.heartbeat(1, "g", 1, &b, t0), ErrorCode::None);
-        assert_eq!(c.heartbeat(1, "g", 0, &b, t0), ErrorCode::IllegalGeneration);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, None, t0), ErrorCode::None);
         assert_eq!(
-            c.heartbeat(1, "g", 1, "nobody", t0),
+            c.heartbeat(1, "g", 0, &b, None, t0),
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, "nobody", None, t0),
             ErrorCode::UnknownMemberId
         );
 
@@ -1241,6 +1381,7 @@ mod tests {
             group_id: "g".into(),
             generation_id: 1,
             member_id: id.into(),
+            group_instance_id: None,
             protocol_type: Some("consumer".into()),
             protocol_name: Some("range".into()),
             assignments,
@@ -1275,11 +1416,11 @@ mod tests {
 
         // b leaves: a learns of the rebalance from its heartbeat and rejoins alone.
         assert_eq!(
-            c.leave(1, "g", std::slice::from_ref(&b), t0),
+            c.leave(1, "g", &[(b.clone(), None)], t0),
             vec![ErrorCode::None]
         );
         assert_eq!(
-            c.heartbeat(1, "g", 1, &a, t0),
+            c.heartbeat(1, "g", 1, &a, None, t0),
             ErrorCode::RebalanceInProgress
         );
         let mut ja = waiting(c.join(1, params(&a, &[("range", b"a-range")]), t0));
@@ -1302,7 +1443,10 @@ mod tests {
         // Neither syncs: after the rebalance timeout both are removed and the group empties.
         c.tick(Some(1), t0 + Duration::from_secs(7));
         assert!(c.describe(1, "g").is_none());
-        assert_eq!(c.heartbeat(1, "g", 1, &a, t0), ErrorCode::UnknownMemberId);
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a, None, t0),
+            ErrorCode::UnknownMemberId
+        );
 
         // A member waiting in a join is answered NOT_COORDINATOR when the term ends.
         let (_c1, mut j) = join_new(&c, &[("range", b"")], t0);
@@ -1329,6 +1473,7 @@ mod tests {
                 group_id: "g".into(),
                 generation_id: 1,
                 member_id: id.clone(),
+                group_instance_id: None,
                 protocol_type: None,
                 protocol_name: None,
                 assignments: vec![(id.clone(), Bytes::from_static(b"a"))],
@@ -1392,6 +1537,7 @@ mod tests {
             group_id: "g".into(),
             generation_id: 1,
             member_id: member.into(),
+            group_instance_id: None,
             protocol_type: None,
             protocol_name: None,
             assignments,
@@ -1437,7 +1583,7 @@ mod tests {
         let t3 = t2 + TICK;
         c.tick(Some(1), t3);
         assert_eq!(c.describe(1, "g").unwrap().state, GroupState::Stable);
-        assert_eq!(c.heartbeat(1, "g", 1, &b, t3), ErrorCode::None);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, None, t3), ErrorCode::None);
     }
 
     /// Item 6 of issue 20: a request carrying an older metadata term than the state's is
@@ -1450,7 +1596,7 @@ mod tests {
         assert_eq!(first.error, ErrorCode::MemberIdRequired);
         let _j = waiting(c.join(2, params(&first.member_id, &[("range", b"")]), t0));
         assert_eq!(
-            c.heartbeat(1, "g", 1, &first.member_id, t0),
+            c.heartbeat(1, "g", 1, &first.member_id, None, t0),
             ErrorCode::NotCoordinator
         );
         assert_eq!(
@@ -1492,5 +1638,106 @@ mod tests {
             now_outcome(c.join(1, p, t0)).error,
             ErrorCode::CoordinatorNotAvailable
         );
+    }
+
+    /// Item 2 of issue 20 (KIP-345): a restarted static member takes its old member's place
+    /// (assignment, leadership) without a rebalance; the old process is fenced; members are
+    /// removed by instance id; changed protocols rebalance.
+    #[test]
+    fn static_members_are_replaced_fenced_and_removed_by_instance_id() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let stat = |member: &str, instance: &str, meta: &'static [u8]| {
+            let mut p = params(member, &[("range", meta)]);
+            p.group_instance_id = Some(instance.into());
+            p
+        };
+        // No MEMBER_ID_REQUIRED round trip for static members.
+        let mut ja = waiting(c.join(1, stat("", "i-a", b"m"), t0));
+        let mut jb = waiting(c.join(1, stat("", "i-b", b"m"), t0));
+        let t1 = t0 + INITIAL_REBALANCE_DELAY;
+        c.tick(Some(1), t1);
+        let oa = ja.try_recv().unwrap();
+        let ob = jb.try_recv().unwrap();
+        let (a, b) = (oa.member_id.clone(), ob.member_id.clone());
+        assert_eq!((oa.generation_id, oa.leader.as_str()), (1, a.as_str()));
+        assert_eq!(oa.members[0].group_instance_id.as_deref(), Some("i-a"));
+        let _sb = waiting(c.sync(1, sync_params(&b, vec![]), t1));
+        let mut sa = waiting(c.sync(
+            1,
+            sync_params(
+                &a,
+                vec![
+                    (a.clone(), Bytes::from_static(b"to-a")),
+                    (b.clone(), Bytes::from_static(b"to-b")),
+                ],
+            ),
+            t1,
+        ));
+        assert_eq!(sa.try_recv().unwrap().error, ErrorCode::None);
+
+        // The leader's process restarts: same instance id, unknown member id, same protocols.
+        let o = now_outcome(c.join(1, stat("", "i-a", b"m"), t1));
+        assert_eq!(o.error, ErrorCode::None);
+        assert_eq!(o.generation_id, 1, "no rebalance");
+        let a2 = o.member_id.clone();
+        assert_ne!(a2, a);
+        assert_eq!(o.leader, a2, "it keeps the leadership");
+        assert!(o.skip_assignment, "the group keeps its assignment");
+        let mut p = sync_params(&a2, vec![]);
+        p.group_instance_id = Some("i-a".into());
+        let s = now_outcome(c.sync(1, p, t1));
+        assert_eq!(
+            (s.error, s.assignment),
+            (ErrorCode::None, Bytes::from_static(b"to-a"))
+        );
+        assert_eq!(c.describe(1, "g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, None, t1), ErrorCode::None);
+        // The old process is fenced wherever it shows up.
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a, Some("i-a"), t1),
+            ErrorCode::FencedInstanceId
+        );
+        assert_eq!(
+            c.validate_commit(1, "g", 1, &a, Some("i-a"), t1),
+            ErrorCode::FencedInstanceId
+        );
+        assert_eq!(
+            now_outcome(c.join(1, stat(&a, "i-a", b"m"), t1)).error,
+            ErrorCode::FencedInstanceId
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a2, Some("i-a"), t1),
+            ErrorCode::None
+        );
+
+        // Removal by instance id (Admin.removeMembersFromConsumerGroup: no member id).
+        assert_eq!(
+            c.leave(
+                1,
+                "g",
+                &[
+                    (String::new(), Some("nobody".into())),
+                    ("wrong-id".into(), Some("i-a".into())),
+                    (String::new(), Some("i-b".into())),
+                ],
+                t1
+            ),
+            vec![
+                ErrorCode::UnknownMemberId,
+                ErrorCode::FencedInstanceId,
+                ErrorCode::None
+            ]
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a2, Some("i-a"), t1),
+            ErrorCode::RebalanceInProgress
+        );
+        // A static member rejoining with other protocols during the rebalance waits in it.
+        let mut j = waiting(c.join(1, stat("", "i-a", b"changed"), t1));
+        let o = j.try_recv().unwrap();
+        assert_eq!((o.error, o.generation_id), (ErrorCode::None, 2));
+        assert_eq!(o.members.len(), 1);
+        assert_eq!(o.members[0].metadata, Bytes::from_static(b"changed"));
     }
 }

@@ -220,6 +220,7 @@ fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
         // Nullable from v7 only.
         protocol_name: o.protocol_name.or_else(|| (version < 7).then(String::new)),
         leader: o.leader,
+        skip_assignment: o.skip_assignment && version >= 9,
         member_id: o.member_id,
         members: o
             .members
@@ -330,6 +331,7 @@ pub fn sync_group(
                 group_id: req.group_id,
                 generation_id: req.generation_id,
                 member_id: req.member_id,
+                group_instance_id: req.group_instance_id,
                 protocol_type: req.protocol_type,
                 protocol_name: req.protocol_name,
                 assignments: req
@@ -370,6 +372,7 @@ pub fn heartbeat(
             &req.group_id,
             req.generation_id,
             &req.member_id,
+            req.group_instance_id.as_deref(),
             Instant::now(),
         ),
     };
@@ -398,12 +401,11 @@ pub fn leave_group(
     } else {
         vec![(req.member_id, None)]
     };
-    let ids: Vec<String> = identities.iter().map(|(id, _)| id.clone()).collect();
     let mut resp = LeaveGroupResponse::default();
     match coordinator_term(node) {
         None => resp.error_code = ErrorCode::NotCoordinator.code(),
         Some(term) => {
-            let errors = coordinator(node).leave(term, &req.group_id, &ids, Instant::now());
+            let errors = coordinator(node).leave(term, &req.group_id, &identities, Instant::now());
             if version >= 3 {
                 resp.members = identities
                     .into_iter()
