@@ -131,6 +131,52 @@ pub enum MetaCommand {
         /// (topic, partition, offset, leader epoch, metadata) per partition.
         offsets: Vec<CommittedOffset>,
     },
+    /// A consumer group's membership as its coordinator stores it where Kafka's writes its
+    /// group metadata record: when a rebalance completes (the leader's SyncGroup), when a static
+    /// member is replaced, and when the group becomes empty (`record: None`, the group is
+    /// forgotten). A new coordinator loads these and resumes the same generation.
+    StoreGroup {
+        /// Consumer group id.
+        group: String,
+        /// The membership; None: the group has no members.
+        record: Option<GroupRecord>,
+    },
+}
+
+/// A consumer group's membership in the metadata (see [`MetaCommand::StoreGroup`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The generation.
+    pub generation: i32,
+    /// The protocol type ("consumer").
+    pub protocol_type: String,
+    /// The chosen protocol.
+    pub protocol: String,
+    /// The leader's member id.
+    pub leader: String,
+    /// Members in join order.
+    pub members: Vec<GroupMemberRecord>,
+}
+
+/// One member of a [`GroupRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMemberRecord {
+    /// Member id.
+    pub member_id: String,
+    /// Static instance id.
+    pub instance_id: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: i32,
+    /// (name, metadata) per supported protocol, most preferred first.
+    pub protocols: Vec<(String, Vec<u8>)>,
+    /// The member's assignment.
+    pub assignment: Vec<u8>,
 }
 
 /// A command as it is stored in the metadata log: with the id of the request that proposed it,
@@ -243,6 +289,8 @@ pub struct ClusterMeta {
     allocation_order: VecDeque<RequestId>,
     /// Committed offsets: group -> (topic, partition) -> offset.
     pub offsets: HashMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Consumer groups' membership as last stored by their coordinator (groups with members).
+    pub groups: HashMap<String, GroupRecord>,
     /// Recently applied requests, oldest first, and the same as a set.
     applied_order: VecDeque<RequestId>,
     applied: HashSet<RequestId>,
@@ -428,6 +476,7 @@ impl ClusterMeta {
                 match partitions {
                     None => {
                         self.offsets.remove(&group);
+                        self.groups.remove(&group);
                     }
                     Some(list) => {
                         if let Some(g) = self.offsets.get_mut(&group) {
@@ -473,6 +522,17 @@ impl ClusterMeta {
                 while self.allocation_order.len() > MAX_REMEMBERED_ALLOCATIONS {
                     if let Some(old) = self.allocation_order.pop_front() {
                         self.allocations.remove(&old);
+                    }
+                }
+                None
+            }
+            MetaCommand::StoreGroup { group, record } => {
+                match record {
+                    Some(r) if !r.members.is_empty() => {
+                        self.groups.insert(group, r);
+                    }
+                    _ => {
+                        self.groups.remove(&group);
                     }
                 }
                 None
@@ -853,5 +913,46 @@ mod tests {
             },
         );
         assert!(!m.offsets.contains_key("g"));
+    }
+
+    /// Issue 20 item 1: a group's membership is stored, replaced and forgotten by its commands.
+    #[test]
+    fn group_membership_is_stored_and_forgotten() {
+        let mut m = ClusterMeta::default();
+        let record = |generation| GroupRecord {
+            generation,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "m1".into(),
+            members: vec![GroupMemberRecord {
+                member_id: "m1".into(),
+                instance_id: Some("i1".into()),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 300_000,
+                protocols: vec![("range".into(), vec![0, 1])],
+                assignment: vec![2, 3],
+            }],
+        };
+        let store = |record| MetaCommand::StoreGroup {
+            group: "g".into(),
+            record,
+        };
+        m.apply(1, id(1), store(Some(record(1))));
+        m.apply(2, id(2), store(Some(record(2))));
+        assert_eq!(m.groups["g"], record(2));
+        m.apply(3, id(3), store(None));
+        assert!(m.groups.is_empty());
+        m.apply(4, id(4), store(Some(record(3))));
+        m.apply(
+            5,
+            id(5),
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: None,
+            },
+        );
+        assert!(m.groups.is_empty(), "DeleteGroups forgets the group");
     }
 }

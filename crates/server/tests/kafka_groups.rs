@@ -1,7 +1,8 @@
 //! Consumer groups over the Kafka protocol against an in-process 3-node cluster: a raw-protocol
 //! client runs the classic group protocol (FindCoordinator, JoinGroup with MEMBER_ID_REQUIRED,
 //! SyncGroup, Heartbeat, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, LeaveGroup) with
-//! two members and rebalances; committed offsets survive the coordinator's shutdown; kcat's
+//! two members and rebalances; membership (same generation, no rebalance) and committed offsets
+//! survive the coordinator's shutdown; a deposed coordinator's commit is not forwarded; kcat's
 //! balanced consumer (`-G`) resumes after the offsets its group committed.
 
 mod common;
@@ -494,30 +495,72 @@ async fn two_members_join_sync_commit_fetch_and_rebalance() {
     result.unwrap();
 }
 
+/// Issue 20 item 1: when the coordinator (the metadata leader) goes, the new one loads the
+/// groups' membership from the metadata: both members' next heartbeats there succeed in the same
+/// generation (no rebalance), the group is Stable with the same members, and commits of that
+/// generation are accepted; committed offsets are there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn committed_offsets_survive_the_coordinators_shutdown() {
+async fn membership_and_offsets_survive_the_coordinators_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
     let leader = metadata_leader(&nodes).expect("a metadata leader");
     let survivor = nodes[(leader + 1) % 3].config().kafka_advertised.clone();
     let old_id = nodes[leader].config().id as i32;
 
-    let (member, generation) = {
+    let (am, bm, generation) = {
         let survivor = survivor.clone();
         tokio::task::spawn_blocking(move || {
             let mut f = Client::connect(&survivor);
             let (_, coordinator) = f.find_coordinator(GROUP);
+            let coord_b = coordinator.clone();
+            let b_thread = std::thread::spawn(move || {
+                let mut b = Client::connect(&coord_b);
+                let jb = b.join_new();
+                (b, jb)
+            });
             let mut a = Client::connect(&coordinator);
             let ja = a.join_new();
-            assert_eq!(ja.error_code, NONE);
-            let (am, generation) = (ja.member_id.clone(), ja.generation_id);
-            assert_eq!(a.sync(generation, &am, &[(&am, "all")]).0, NONE);
-            assert_eq!(a.commit(generation, &am, 42), NONE);
-            (am, generation)
+            let (b, jb) = b_thread.join().unwrap();
+            assert_eq!((ja.error_code, jb.error_code), (NONE, NONE));
+            assert_eq!(ja.generation_id, jb.generation_id);
+            let generation = ja.generation_id;
+            let (leader, follower) = if ja.leader == ja.member_id {
+                ((a, ja.member_id), (b, jb.member_id))
+            } else {
+                ((b, jb.member_id), (a, ja.member_id))
+            };
+            let ((mut l, lm), (mut fo, fm)) = (leader, follower);
+            let fm2 = fm.clone();
+            let f_sync = std::thread::spawn(move || {
+                let r = fo.sync(generation, &fm2, &[]);
+                (fo, r)
+            });
+            assert_eq!(
+                l.sync(generation, &lm, &[(&lm, "p0"), (&fm, "p1")]),
+                (NONE, Bytes::from("p0"))
+            );
+            let (_fo, r) = f_sync.join().unwrap();
+            assert_eq!(r, (NONE, Bytes::from("p1")));
+            assert_eq!(l.commit(generation, &lm, 42), NONE);
+            (lm, fm, generation)
         })
         .await
         .unwrap()
     };
+    // The membership record reaches every node's metadata (written right after the sync).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !nodes.iter().all(|n| {
+        n.metadata()
+            .groups
+            .get(GROUP)
+            .is_some_and(|r| r.generation == generation && r.members.len() == 2)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the group's membership was not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // The coordinator dies; a new metadata leader takes over as coordinator.
     nodes[leader].shutdown();
@@ -556,13 +599,31 @@ async fn committed_offsets_survive_the_coordinators_shutdown() {
         };
         assert_ne!(new_id, old_id);
         let mut a = Client::connect(&coordinator);
-        // The committed offset is there.
+        // The new coordinator may still be applying the metadata of its term's start.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let first = loop {
+            let e = a.heartbeat(generation, &am);
+            if e != NOT_COORDINATOR {
+                break e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the new coordinator never served"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // Both members are recognised in the same generation: no rebalance.
+        assert_eq!(first, NONE);
+        assert_eq!(a.heartbeat(generation, &bm), NONE);
+        let (state, mut members) = a.describe();
+        members.sort();
+        let mut want = vec![am.clone(), bm.clone()];
+        want.sort();
+        assert_eq!((state.as_str(), members), ("Stable", want));
+        // The committed offset is there, and the generation commits.
         assert_eq!(a.fetch_offsets(), (NONE, vec![(0, 42), (1, -1)]));
-        // Membership did not survive: the member must rejoin.
-        assert_eq!(a.heartbeat(generation, &member), UNKNOWN_MEMBER_ID);
-        let ja = a.join_new();
-        assert_eq!(ja.error_code, NONE);
-        assert_eq!(a.describe().0, "CompletingRebalance");
+        assert_eq!(a.commit(generation, &am, 43), NONE);
+        assert_eq!(a.heartbeat(generation, &am), NONE);
     })
     .await;
     for n in &nodes {

@@ -14,8 +14,10 @@
 //!
 //! The state belongs to one metadata Raft term: when this node stops leading, or leads again in a
 //! later term, the state is dropped and every waiting request is answered NOT_COORDINATOR, so the
-//! clients rediscover the coordinator and rejoin there (the equivalent of Kafka's coordinator
-//! failover, without persisted membership).
+//! clients rediscover the coordinator. A coordinator taking over loads the groups stored in the
+//! metadata ([`Coordinator::load`]) and resumes their generations; the records to store (a
+//! completed rebalance, a replaced static member, an emptied group) wait in an outbox, one per
+//! group, for the persisting task ([`Coordinator::take_records`]).
 //!
 //! Static membership (`group.instance.id`, KIP-345): a member joining with an unknown member id
 //! and an instance id the group knows takes the old member's place (its assignment and
@@ -25,12 +27,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
+
+use crate::metadata::{GroupMemberRecord, GroupRecord};
 
 /// How often deadlines are checked.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -55,6 +59,9 @@ pub const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_GROUPS: usize = 10_000;
 /// Members (and member ids handed out but not yet joined) per group (`group.max.size`).
 pub const MAX_MEMBERS: usize = 1_000;
+
+/// A record for the metadata: a group's id and its membership (None: it became empty).
+pub type StoredRecord = (String, Option<GroupRecord>);
 
 /// A group's state, as Kafka names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,6 +310,11 @@ struct Group {
     pending_sync: HashSet<String>,
     sync_deadline: Option<Instant>,
     next_seq: u64,
+    /// The metadata holds a record of this group's membership (see [`Inner::note`]).
+    stored: bool,
+    /// The membership changed in a way the metadata must learn (a rebalance completed, a static
+    /// member was replaced).
+    dirty: bool,
 }
 
 impl Group {
@@ -322,7 +334,96 @@ impl Group {
             pending_sync: HashSet::new(),
             sync_deadline: None,
             next_seq: 0,
+            stored: false,
+            dirty: false,
         }
+    }
+
+    /// A Stable group as stored in the metadata by a previous coordinator: the same generation,
+    /// members, protocol, leader and assignments; every session starts now (as when Kafka's
+    /// coordinator loads a group).
+    fn from_record(r: GroupRecord, now: Instant) -> Group {
+        let mut g = Group::new();
+        g.state = GroupState::Stable;
+        g.generation = r.generation;
+        g.protocol_type = Some(r.protocol_type);
+        g.protocol = Some(r.protocol);
+        for (seq, m) in r.members.into_iter().enumerate() {
+            let session_timeout = session_timeout(m.session_timeout_ms);
+            if let Some(instance) = &m.instance_id {
+                g.static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            g.members.insert(
+                m.member_id,
+                Member {
+                    instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout,
+                    rebalance_timeout: rebalance_timeout(m.rebalance_timeout_ms),
+                    protocols: m
+                        .protocols
+                        .into_iter()
+                        .map(|(name, metadata)| (name, Bytes::from(metadata)))
+                        .collect(),
+                    assignment: Bytes::from(m.assignment),
+                    heartbeat_deadline: now + session_timeout,
+                    join_waiter: None,
+                    sync_waiter: None,
+                    seq: seq as u64,
+                },
+            );
+        }
+        g.next_seq = g.members.len() as u64;
+        g.leader = g
+            .members
+            .contains_key(&r.leader)
+            .then_some(r.leader)
+            .or_else(|| {
+                g.members
+                    .iter()
+                    .min_by_key(|(_, m)| m.seq)
+                    .map(|(id, _)| id.clone())
+            });
+        g.stored = true;
+        g
+    }
+
+    /// The group's membership as the metadata stores it.
+    fn record(&self) -> GroupRecord {
+        let mut ordered: Vec<(&String, &Member)> = self.members.iter().collect();
+        ordered.sort_by_key(|(_, m)| m.seq);
+        GroupRecord {
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol: self.protocol.clone().unwrap_or_default(),
+            leader: self.leader.clone().unwrap_or_default(),
+            members: ordered
+                .into_iter()
+                .map(|(id, m)| GroupMemberRecord {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: i32::try_from(m.session_timeout.as_millis())
+                        .unwrap_or(i32::MAX),
+                    rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis())
+                        .unwrap_or(i32::MAX),
+                    protocols: m
+                        .protocols
+                        .iter()
+                        .map(|(name, metadata)| (name.clone(), metadata.to_vec()))
+                        .collect(),
+                    assignment: m.assignment.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the metadata must learn of this group's membership (see [`Inner::note`]).
+    fn needs_store(&self) -> bool {
+        (self.dirty && self.state == GroupState::Stable) || (self.members.is_empty() && self.stored)
     }
 
     fn rebalance_timeout(&self) -> Duration {
@@ -631,6 +732,7 @@ impl Group {
         tracing::debug!(%old, %new, "static member replaced");
         match self.state {
             GroupState::Stable if unchanged => {
+                self.dirty = true;
                 let mut answer = self.current_join(&new);
                 // The group keeps its assignment: a leader must not compute another.
                 answer.skip_assignment = answer.leader == new;
@@ -737,7 +839,34 @@ fn rebalance_timeout(ms: i32) -> Duration {
 struct Inner {
     /// The metadata term this state belongs to (0: none).
     term: u64,
+    /// This node coordinates in `term` (false once it stopped leading in it).
+    active: bool,
     groups: HashMap<String, Group>,
+    /// Membership records for the metadata, newest per group (None: the group became empty),
+    /// taken by the persisting task ([`Coordinator::take_records`]). At most one per group.
+    outbox: HashMap<String, Option<GroupRecord>>,
+}
+
+impl Inner {
+    /// Queues group `id`'s record for the metadata when it needs one; true when queued.
+    fn note(&mut self, id: &str) -> bool {
+        let Some(g) = self.groups.get_mut(id) else {
+            return false;
+        };
+        if !g.needs_store() {
+            return false;
+        }
+        g.dirty = false;
+        let record = if g.members.is_empty() {
+            g.stored = false;
+            None
+        } else {
+            g.stored = true;
+            Some(g.record())
+        };
+        self.outbox.insert(id.to_owned(), record);
+        true
+    }
 }
 
 /// One node's group coordinator: every group's membership state, while this node leads the
@@ -746,6 +875,8 @@ pub struct Coordinator {
     inner: Mutex<Inner>,
     ticker: AtomicBool,
     ids: AtomicU64,
+    /// Signalled when records wait in the outbox.
+    records_waiting: Arc<Notify>,
 }
 
 impl Default for Coordinator {
@@ -760,10 +891,69 @@ impl Coordinator {
         Coordinator {
             inner: Mutex::new(Inner {
                 term: 0,
+                active: false,
                 groups: HashMap::new(),
+                outbox: HashMap::new(),
             }),
             ticker: AtomicBool::new(false),
             ids: AtomicU64::new(0),
+            records_waiting: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Takes over as coordinator in metadata term `term` (once per term; later calls and older
+    /// terms do nothing): the previous state is dropped and the groups stored in the metadata
+    /// (`records`, read only when loading) are loaded as Stable groups of their stored
+    /// generation, every session starting at `now`. Call it before the term's first request, once
+    /// the metadata is applied through the term's start (the metadata leader is ready).
+    pub fn load(
+        &self,
+        term: u64,
+        records: impl FnOnce() -> Vec<(String, GroupRecord)>,
+        now: Instant,
+    ) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if term < inner.term || (term == inner.term && inner.active) {
+            return;
+        }
+        unload(&mut inner);
+        inner.term = term;
+        inner.active = true;
+        for (id, r) in records() {
+            if !r.members.is_empty() {
+                inner.groups.insert(id, Group::from_record(r, now));
+            }
+        }
+        if !inner.groups.is_empty() {
+            tracing::info!(
+                term,
+                groups = inner.groups.len(),
+                "group coordinator loaded the stored groups"
+            );
+        }
+    }
+
+    /// The signal that records wait for [`Coordinator::take_records`].
+    pub fn records_waiting(&self) -> Arc<Notify> {
+        self.records_waiting.clone()
+    }
+
+    /// The membership records waiting for the metadata, with the term they belong to (write
+    /// them with [`crate::node::Node::propose_metadata_in_term`] in that term, in any order: at
+    /// most one per group). None when there are none.
+    pub fn take_records(&self) -> Option<(u64, Vec<StoredRecord>)> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.outbox.is_empty() || !inner.active {
+            return None;
+        }
+        let records = inner.outbox.drain().collect();
+        Some((inner.term, records))
+    }
+
+    /// Queues group `id`'s record if it needs one, and signals the persisting task.
+    fn note(&self, inner: &mut Inner, id: &str) {
+        if inner.note(id) {
+            self.records_waiting.notify_one();
         }
     }
 
@@ -778,12 +968,13 @@ impl Coordinator {
     /// NOT_COORDINATOR and leaves the newer state alone.
     fn state(&self, term: u64) -> Option<MutexGuard<'_, Inner>> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if term < inner.term {
+        if term < inner.term || (term == inner.term && !inner.active && term != 0) {
             return None;
         }
         if inner.term != term {
             unload(&mut inner);
             inner.term = term;
+            inner.active = true;
         }
         Some(inner)
     }
@@ -807,6 +998,16 @@ impl Coordinator {
 
     /// Handles a JoinGroup while leading in metadata term `term`.
     pub fn join(&self, term: u64, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
+        let group_id = p.group_id.clone();
+        let Some(mut inner) = self.state(term) else {
+            return Pending::Now(JoinOutcome::error(ErrorCode::NotCoordinator, &p.member_id));
+        };
+        let answer = self.join_in(&mut inner, p, now);
+        self.note(&mut inner, &group_id);
+        answer
+    }
+
+    fn join_in(&self, inner: &mut Inner, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
         let err = |e: ErrorCode| Pending::Now(JoinOutcome::error(e, &p.member_id));
         if p.group_id.is_empty() {
             return err(ErrorCode::InvalidGroupId);
@@ -818,9 +1019,6 @@ impl Coordinator {
         if p.protocol_type.is_empty() || p.protocols.is_empty() {
             return err(ErrorCode::InconsistentGroupProtocol);
         }
-        let Some(mut inner) = self.state(term) else {
-            return err(ErrorCode::NotCoordinator);
-        };
         if !inner.groups.contains_key(&p.group_id) {
             if !p.member_id.is_empty() {
                 return err(ErrorCode::UnknownMemberId);
@@ -921,10 +1119,17 @@ impl Coordinator {
 
     /// Handles a SyncGroup while leading in metadata term `term`.
     pub fn sync(&self, term: u64, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
-        let err = |e: ErrorCode| Pending::Now(SyncOutcome::error(e));
+        let group_id = p.group_id.clone();
         let Some(mut inner) = self.state(term) else {
-            return err(ErrorCode::NotCoordinator);
+            return Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator));
         };
+        let answer = Self::sync_in(&mut inner, p, now);
+        self.note(&mut inner, &group_id);
+        answer
+    }
+
+    fn sync_in(inner: &mut Inner, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
+        let err = |e: ErrorCode| Pending::Now(SyncOutcome::error(e));
         let Some(group) = inner.groups.get_mut(&p.group_id) else {
             return err(ErrorCode::UnknownMemberId);
         };
@@ -975,6 +1180,7 @@ impl Coordinator {
                 if group.leader.as_deref() == Some(p.member_id.as_str()) {
                     let mut assigned: HashMap<String, Bytes> = p.assignments.into_iter().collect();
                     group.state = GroupState::Stable;
+                    group.dirty = true;
                     for m in group.members.iter_mut() {
                         let (id, m) = m;
                         m.assignment = assigned.remove(id).unwrap_or_default();
@@ -1081,7 +1287,9 @@ impl Coordinator {
                 }
             })
             .collect();
-        if group.is_removable() {
+        let removable = group.is_removable();
+        self.note(&mut inner, group_id);
+        if removable {
             inner.groups.remove(group_id);
         }
         errors
@@ -1234,17 +1442,24 @@ impl Coordinator {
     pub fn tick(&self, term: Option<u64>, now: Instant) {
         let Some(term) = term else {
             let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if inner.term != 0 || !inner.groups.is_empty() {
+            if inner.active || !inner.groups.is_empty() {
                 unload(&mut inner);
-                inner.term = 0;
+                inner.active = false;
             }
             return;
         };
         let Some(mut inner) = self.state(term) else {
             return;
         };
-        for g in inner.groups.values_mut() {
+        let mut changed = Vec::new();
+        for (id, g) in inner.groups.iter_mut() {
             g.tick(now);
+            if g.needs_store() {
+                changed.push(id.clone());
+            }
+        }
+        for id in changed {
+            self.note(&mut inner, &id);
         }
         inner.groups.retain(|_, g| !g.is_removable());
     }
@@ -1261,6 +1476,9 @@ fn unload(inner: &mut Inner) {
         g.drop_waiters(ErrorCode::NotCoordinator);
     }
     inner.groups.clear();
+    // Records of a term this node no longer coordinates in are not written: the next
+    // coordinator loads what was stored.
+    inner.outbox.clear();
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -1739,5 +1957,96 @@ mod tests {
         assert_eq!((o.error, o.generation_id), (ErrorCode::None, 2));
         assert_eq!(o.members.len(), 1);
         assert_eq!(o.members[0].metadata, Bytes::from_static(b"changed"));
+    }
+
+    /// Item 1 of issue 20: a completed rebalance yields the group's record for the metadata; a
+    /// coordinator of a later term loads it and resumes the same generation (members,
+    /// assignments, leader, static ids), every session starting at the load; an emptied group
+    /// yields a record that forgets it.
+    #[test]
+    fn stored_groups_are_loaded_by_the_next_coordinator() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let (a, mut ja) = join_new(&c, &[("range", b"ma")], t0);
+        let mut p = params("", &[("range", b"mb")]);
+        p.group_instance_id = Some("i-b".into());
+        let mut jb = waiting(c.join(1, p, t0));
+        let t1 = t0 + INITIAL_REBALANCE_DELAY;
+        c.tick(Some(1), t1);
+        assert_eq!(ja.try_recv().unwrap().leader, a);
+        let b = jb.try_recv().unwrap().member_id;
+        assert!(c.take_records().is_none(), "nothing stored before the sync");
+        let _sb = waiting(c.sync(1, sync_params(&b, vec![]), t1));
+        let _sa = waiting(c.sync(
+            1,
+            sync_params(
+                &a,
+                vec![
+                    (a.clone(), Bytes::from_static(b"to-a")),
+                    (b.clone(), Bytes::from_static(b"to-b")),
+                ],
+            ),
+            t1,
+        ));
+        let (term, records) = c.take_records().expect("the completed rebalance's record");
+        assert_eq!(term, 1);
+        let [(group, Some(record))] = records.as_slice() else {
+            panic!("{records:?}")
+        };
+        assert_eq!(group, "g");
+        assert_eq!((record.generation, record.leader.as_str()), (1, a.as_str()));
+        assert_eq!(record.members.len(), 2);
+        assert_eq!(record.members[0].member_id, a, "join order");
+        assert_eq!(record.members[1].assignment, b"to-b");
+
+        // Another node takes over in term 2, 20 s later (longer than the 10 s sessions).
+        let next = Coordinator::new();
+        let t2 = t1 + Duration::from_secs(20);
+        let stored = vec![(group.clone(), record.clone())];
+        next.load(2, || stored, t2);
+        next.load(2, || panic!("loaded once per term"), t2);
+        next.tick(Some(2), t2 + Duration::from_secs(9));
+        let t3 = t2 + Duration::from_secs(9);
+        assert_eq!(next.heartbeat(2, "g", 1, &a, None, t3), ErrorCode::None);
+        assert_eq!(
+            next.heartbeat(2, "g", 1, &b, Some("i-b"), t3),
+            ErrorCode::None
+        );
+        let d = next.describe(2, "g").unwrap();
+        assert_eq!(d.state, GroupState::Stable);
+        assert_eq!(d.protocol, "range");
+        assert_eq!(d.members[1].assignment, Bytes::from_static(b"to-b"));
+        assert_eq!(
+            next.validate_commit(2, "g", 1, &a, None, t3),
+            ErrorCode::None
+        );
+        // A member that syncs again (after a lost response) gets its assignment.
+        let s = now_outcome(next.sync(2, sync_params(&a, vec![]), t3));
+        assert_eq!(s.assignment, Bytes::from_static(b"to-a"));
+        // The static member restarting is recognised by its instance id.
+        let mut p = params("", &[("range", b"mb")]);
+        p.group_instance_id = Some("i-b".into());
+        let o = now_outcome(next.join(2, p, t3));
+        assert_eq!((o.error, o.generation_id), (ErrorCode::None, 1));
+        let (_, records) = next.take_records().expect("the replaced member is stored");
+        assert_eq!(
+            records[0].1.as_ref().unwrap().members[1].member_id,
+            o.member_id
+        );
+        // Both leave: the group's record goes.
+        let left = next.leave(
+            2,
+            "g",
+            &[(a.clone(), None), (String::new(), Some("i-b".into()))],
+            t3,
+        );
+        assert_eq!(left, vec![ErrorCode::None, ErrorCode::None]);
+        assert_eq!(
+            next.take_records(),
+            Some((2, vec![("g".to_string(), None)]))
+        );
+        // Stopping to lead drops what is not written yet.
+        next.tick(None, t3);
+        assert!(next.take_records().is_none());
     }
 }

@@ -6,13 +6,18 @@
 //! FindCoordinator on any node names it; group requests reaching another node get
 //! NOT_COORDINATOR, so clients look the coordinator up again.
 //!
-//! **State.** Membership (members, generations, assignments) lives in memory on the coordinator
-//! ([`group_coordinator`](crate::kafka::group_coordinator)) and is dropped when it stops leading:
-//! clients then rediscover the coordinator and rejoin. Committed offsets go through the metadata
-//! group ([`Node::commit_offsets`]: fsynced on a majority before the OffsetCommit is answered),
-//! so they survive the coordinator's death. OffsetFetch first commits an empty barrier entry
-//! through the metadata group, so the coordinator has applied every offset committed before
-//! (also those committed through a previous coordinator) before it reads.
+//! **State.** Membership (members, generations, assignments) is run in memory on the coordinator
+//! ([`group_coordinator`](crate::kafka::group_coordinator)) and stored in the metadata log where
+//! Kafka's coordinator writes its group metadata record: when a rebalance completes (the leader's
+//! SyncGroup), when a static member is replaced, and when a group becomes empty
+//! ([`MetaCommand::StoreGroup`], written by a persisting task only while this node coordinates in
+//! the record's term). A new coordinator (a new metadata leader, once it has applied the metadata
+//! through its term's start) loads the stored groups: members heartbeating to it are recognised
+//! in the same generation, without a rebalance. Committed offsets go through the metadata group
+//! too (fsynced on a majority before the OffsetCommit is answered, only while the validating
+//! coordinator still leads in its term). OffsetFetch, ListGroups and DescribeGroups first commit
+//! an empty barrier entry through the metadata group, so the coordinator has applied every
+//! offset committed before (also through a previous coordinator) before it reads.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -71,19 +76,71 @@ pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 pub const GROUP_TYPE: &str = "classic";
 
 /// The metadata term in which this node leads the metadata group (and so coordinates every
-/// group); None when it does not lead.
-pub fn coordinator_term(node: &Node) -> Option<u64> {
+/// group); None when it does not lead, or leads but has not applied the metadata through its
+/// term's start yet (the groups stored by the previous coordinator are not all known then).
+/// The first call in a term loads those groups into the coordinator.
+pub fn coordinator_term(node: &Arc<Node>) -> Option<u64> {
     let v = node.metadata_group()?.visible();
-    (v.leader != 0 && v.leader == node.config().id).then_some(v.term)
+    if v.leader == 0 || v.leader != node.config().id || !v.leader_ready {
+        return None;
+    }
+    coordinator(node).load(
+        v.term,
+        || {
+            node.metadata()
+                .groups
+                .iter()
+                .map(|(id, r)| (id.clone(), r.clone()))
+                .collect()
+        },
+        Instant::now(),
+    );
+    Some(v.term)
 }
 
-/// This node's group coordinator; the first call starts its deadline task.
+/// This node's group coordinator; the first call starts its deadline and persisting tasks.
 pub fn coordinator(node: &Arc<Node>) -> &group_coordinator::Coordinator {
     let c = node.group_coordinator();
     if c.claim_ticker() {
         start_ticker(Arc::downgrade(node));
+        start_persister(Arc::downgrade(node), c.records_waiting());
     }
     c
+}
+
+/// Writes the coordinator's membership records ([`MetaCommand::StoreGroup`]) through the
+/// metadata group, one at a time in the order they were taken, each only while this node still
+/// coordinates in the records' term (never through another leader). A record that fails is
+/// dropped with a log line: the group keeps running here, and a later coordinator loads the
+/// group's previous record (its members then rejoin, as without the record). Ends with the node.
+fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
+    tokio::spawn(async move {
+        loop {
+            // Woken by new records; the timeout notices the node's end.
+            let _ = tokio::time::timeout(Duration::from_secs(1), waiting.notified()).await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            if node.metadata_group().is_none() {
+                return;
+            }
+            let Some((term, records)) = node.group_coordinator().take_records() else {
+                continue;
+            };
+            for (group, record) in records {
+                let command = MetaCommand::StoreGroup {
+                    group: group.clone(),
+                    record,
+                };
+                if let Err(e) = node
+                    .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
+                    .await
+                {
+                    tracing::warn!(%group, term, "storing a group's membership failed: {e}");
+                }
+            }
+        }
+    });
 }
 
 /// Every [`group_coordinator::TICK`]: expire sessions, complete due rebalances, and drop the
