@@ -23,6 +23,7 @@
 //!     DeleteGroupOffsets delete_group_offsets = 9;
 //!     ElectPreferredLeader elect_preferred_leader = 10;
 //!     StoreGroup         store_group          = 11;
+//!     ExpireGroupOffsets expire_group_offsets = 12;
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
@@ -35,7 +36,8 @@
 //! message ReplicaList        { repeated uint64 nodes = 1; }  // one partition, leader first
 //! message DeleteTopic        { string name = 1; optional uint64 incarnation = 2; }
 //! message AllocateProducerId { }
-//! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2; }
+//! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2;
+//!                              int64 commit_time_ms = 3; }
 //! message CommittedOffset    { string topic = 1; int32 partition = 2; int64 offset = 3;
 //!                              int32 leader_epoch = 4; optional string metadata = 5; }
 //! message AlterTopicConfigs  { string name = 1; uint64 incarnation = 2;
@@ -47,7 +49,9 @@
 //!                              repeated TopicPartition partitions = 3; }
 //! message TopicPartition     { string topic = 1; int32 partition = 2; }
 //! message ElectPreferredLeader { string name = 1; uint64 incarnation = 2; uint32 partition = 3; }
-//! message StoreGroup         { string group = 1; optional GroupRecord record = 2; }
+//! message StoreGroup         { string group = 1; optional GroupRecord record = 2;
+//!                              int64 time_ms = 3; }
+//! message ExpireGroupOffsets { string group = 1; int64 activity_ms = 2; }
 //! message GroupRecord        { int32 generation = 1; string protocol_type = 2;
 //!                              string protocol = 3; string leader = 4;
 //!                              repeated GroupMember members = 5; }  // in join order
@@ -156,7 +160,7 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11")]
+    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
     pub command: Option<CommandWire>,
 }
 
@@ -174,7 +178,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=11 of `MetaEntry`.
+/// The command kinds, fields 2..=12 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -207,6 +211,9 @@ pub enum CommandWire {
     /// [`MetaCommand::StoreGroup`].
     #[prost(message, tag = "11")]
     StoreGroup(StoreGroupWire),
+    /// [`MetaCommand::ExpireGroupOffsets`].
+    #[prost(message, tag = "12")]
+    ExpireGroupOffsets(ExpireGroupOffsetsWire),
 }
 
 /// `StoreGroup` on the wire.
@@ -218,6 +225,20 @@ pub struct StoreGroupWire {
     /// The membership; absent when the group has no members.
     #[prost(message, optional, tag = "2")]
     pub record: Option<GroupRecordWire>,
+    /// The proposer's wall clock, ms since the epoch.
+    #[prost(int64, tag = "3")]
+    pub time_ms: i64,
+}
+
+/// `ExpireGroupOffsets` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExpireGroupOffsetsWire {
+    /// Consumer group id.
+    #[prost(string, tag = "1")]
+    pub group: String,
+    /// The group's last activity the proposer saw, ms since the epoch.
+    #[prost(int64, tag = "2")]
+    pub activity_ms: i64,
 }
 
 /// `GroupRecord` on the wire.
@@ -523,6 +544,9 @@ pub struct CommitOffsetsWire {
     /// One entry per partition.
     #[prost(message, repeated, tag = "2")]
     pub offsets: Vec<CommittedOffsetWire>,
+    /// The proposer's wall clock at the commit, ms since the epoch (0: unknown).
+    #[prost(int64, tag = "3")]
+    pub commit_time_ms: i64,
 }
 
 /// `CommittedOffset` on the wire.
@@ -608,12 +632,15 @@ impl From<&MetaCommand> for CommandWire {
             MetaCommand::AllocateProducerId => {
                 CommandWire::AllocateProducerId(AllocateProducerIdWire {})
             }
-            MetaCommand::CommitOffsets { group, offsets } => {
-                CommandWire::CommitOffsets(CommitOffsetsWire {
-                    group: group.clone(),
-                    offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
-                })
-            }
+            MetaCommand::CommitOffsets {
+                group,
+                offsets,
+                commit_time_ms,
+            } => CommandWire::CommitOffsets(CommitOffsetsWire {
+                group: group.clone(),
+                offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
+                commit_time_ms: *commit_time_ms,
+            }),
             MetaCommand::AlterTopicConfigs {
                 name,
                 incarnation,
@@ -661,10 +688,21 @@ impl From<&MetaCommand> for CommandWire {
                         .collect(),
                 })
             }
-            MetaCommand::StoreGroup { group, record } => CommandWire::StoreGroup(StoreGroupWire {
+            MetaCommand::StoreGroup {
+                group,
+                record,
+                time_ms,
+            } => CommandWire::StoreGroup(StoreGroupWire {
                 group: group.clone(),
                 record: record.as_ref().map(GroupRecordWire::from),
+                time_ms: *time_ms,
             }),
+            MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
+                CommandWire::ExpireGroupOffsets(ExpireGroupOffsetsWire {
+                    group: group.clone(),
+                    activity_ms: *activity_ms,
+                })
+            }
         }
     }
 }
@@ -694,6 +732,7 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::CommitOffsets(c) => MetaCommand::CommitOffsets {
                 group: c.group,
                 offsets: c.offsets.into_iter().map(CommittedOffset::from).collect(),
+                commit_time_ms: c.commit_time_ms,
             },
             CommandWire::AlterTopicConfigs(c) => MetaCommand::AlterTopicConfigs {
                 name: c.name,
@@ -725,6 +764,11 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::StoreGroup(c) => MetaCommand::StoreGroup {
                 group: c.group,
                 record: c.record.map(GroupRecord::from),
+                time_ms: c.time_ms,
+            },
+            CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
+                group: c.group,
+                activity_ms: c.activity_ms,
             },
         }
     }
@@ -815,10 +859,12 @@ mod tests {
                         metadata: None,
                     },
                 ],
+                commit_time_ms: 1_795_000_000_123,
             },
             MetaCommand::CommitOffsets {
                 group: String::new(),
                 offsets: Vec::new(),
+                commit_time_ms: 0,
             },
             MetaCommand::AlterTopicConfigs {
                 name: "orders".into(),
@@ -890,10 +936,16 @@ mod tests {
                         },
                     ],
                 }),
+                time_ms: 1_795_000_000_000,
             },
             MetaCommand::StoreGroup {
                 group: "g".into(),
                 record: None,
+                time_ms: 0,
+            },
+            MetaCommand::ExpireGroupOffsets {
+                group: "g".into(),
+                activity_ms: 1_795_000_000_000,
             },
         ]
     }
@@ -1016,6 +1068,7 @@ mod tests {
             command: MetaCommand::StoreGroup {
                 group: "g".into(),
                 record: None,
+                time_ms: 0,
             },
         };
         let expected = [

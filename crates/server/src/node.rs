@@ -756,6 +756,9 @@ impl Node {
     /// until the returned task is aborted.
     pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
         let listener = bind_listener(self.config.kafka_listen).await?;
+        // The group coordinator's background tasks (deadlines, stored membership, offset
+        // expiry) run whether or not a group request ever reaches this node.
+        crate::kafka::groups::coordinator(self);
         Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
     }
 
@@ -1945,6 +1948,7 @@ impl Node {
             &MetaCommand::CommitOffsets {
                 group: group.to_owned(),
                 offsets,
+                commit_time_ms: crate::metadata::wall_clock_ms(),
             },
             timeout,
         )

@@ -276,19 +276,32 @@ impl Client {
 }
 
 async fn cluster(dir: &std::path::Path) -> Vec<Arc<Node>> {
+    cluster_with(dir, |_| {}).await
+}
+
+async fn cluster_with(
+    dir: &std::path::Path,
+    adjust: impl Fn(&mut vdl_server::config::NodeConfig),
+) -> Vec<Arc<Node>> {
     let mut nodes = Vec::new();
-    for c in cluster_configs(3, dir, &[TOPIC]) {
+    for mut c in cluster_configs(3, dir, &[TOPIC]) {
+        adjust(&mut c);
         let n = Node::start(c).await.unwrap();
         n.serve_kafka().await.unwrap();
         nodes.push(n);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let ready = nodes.iter().all(|n| {
-            n.metadata_group().unwrap().visible().leader != 0
-                && n.stream(TOPIC).unwrap().visible().leader != 0
-                && n.live_brokers().len() == 3
-        });
+        // The coordinator serves groups once it has applied the metadata through its term's
+        // start (NOT_COORDINATOR before).
+        let coordinator_ready = metadata_leader(&nodes)
+            .is_some_and(|l| nodes[l].metadata_group().unwrap().visible().leader_ready);
+        let ready = coordinator_ready
+            && nodes.iter().all(|n| {
+                n.metadata_group().unwrap().visible().leader != 0
+                    && n.stream(TOPIC).unwrap().visible().leader != 0
+                    && n.live_brokers().len() == 3
+            });
         if ready {
             return nodes;
         }
@@ -652,6 +665,7 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
             leader_epoch: -1,
             metadata: None,
         }],
+        commit_time_ms: 0,
     };
     let timeout = Duration::from_secs(10);
     let started = Instant::now();
@@ -692,6 +706,90 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    for n in &nodes {
+        n.shutdown();
+    }
+}
+
+/// Issue 20 item 5: the committed offsets of a group without members expire once idle for
+/// `kafka.offsets_retention_ms` (1.5 s here), on every node; a group with a member keeps its
+/// offsets however old they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_groups_offsets_expire_after_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), |c| {
+        c.kafka.offsets_retention = Duration::from_millis(1_500);
+        c.kafka.offsets_retention_check_interval = Duration::from_millis(200);
+    })
+    .await;
+    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let coordinator = nodes[leader].config().kafka_advertised.clone();
+    let (am, generation, mut a) = tokio::task::spawn_blocking(move || {
+        let mut a = Client::connect(&coordinator);
+        // A member of GROUP commits; a standalone commit goes to another group.
+        let ja = a.join_new();
+        let (am, generation) = (ja.member_id.clone(), ja.generation_id);
+        assert_eq!(a.sync(generation, &am, &[(&am, "all")]).0, NONE);
+        assert_eq!(a.commit(generation, &am, 11), NONE);
+        let Response::OffsetCommit(r) = a.call(
+            2,
+            Request::OffsetCommit(OffsetCommitRequest {
+                group_id: "idle-group".into(),
+                generation_id_or_member_epoch: -1,
+                topics: vec![OffsetCommitRequestTopic {
+                    name: TOPIC.into(),
+                    partitions: vec![OffsetCommitRequestPartition {
+                        partition_index: 0,
+                        committed_offset: 7,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.topics[0].partitions[0].error_code, NONE);
+        (am, generation, a)
+    })
+    .await
+    .unwrap();
+    let has = |n: &Node, group: &str| n.metadata().offsets.contains_key(group);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(5);
+    // Every node applies both commits (the leader has already).
+    while !nodes.iter().all(|n| has(n, "idle-group") && has(n, GROUP)) {
+        assert!(
+            Instant::now() < deadline,
+            "the commits did not reach every node"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let deadline = started + Duration::from_secs(10);
+    while nodes.iter().any(|n| has(n, "idle-group")) {
+        assert!(
+            Instant::now() < deadline,
+            "the idle group's offsets never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The member keeps its session.
+        let (am, gen) = (am.clone(), generation);
+        a = tokio::task::spawn_blocking(move || {
+            assert_eq!(a.heartbeat(gen, &am), NONE);
+            a
+        })
+        .await
+        .unwrap();
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_000),
+        "expired before the retention"
+    );
+    assert!(
+        nodes.iter().all(|n| has(n, GROUP)),
+        "the group with a member keeps its offsets"
+    );
     for n in &nodes {
         n.shutdown();
     }

@@ -63,7 +63,7 @@ use crate::kafka::group_coordinator::{
 };
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
-use crate::metadata::{CommittedOffset, MetaCommand};
+use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use crate::node::Node;
 
 /// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
@@ -104,8 +104,78 @@ pub fn coordinator(node: &Arc<Node>) -> &group_coordinator::Coordinator {
     if c.claim_ticker() {
         start_ticker(Arc::downgrade(node));
         start_persister(Arc::downgrade(node), c.records_waiting());
+        start_offset_expiry(Arc::downgrade(node));
     }
     c
+}
+
+/// Every `kafka.offsets_retention_check_ms`: [`expire_offsets`]. Ends with the node.
+fn start_offset_expiry(node: Weak<Node>) {
+    tokio::spawn(async move {
+        loop {
+            let Some(interval) = node
+                .upgrade()
+                .map(|n| n.config().kafka.offsets_retention_check_interval)
+            else {
+                return;
+            };
+            tokio::time::sleep(interval).await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            if node.metadata_group().is_none() {
+                return;
+            }
+            let expired = expire_offsets(&node).await;
+            if expired > 0 {
+                tracing::info!(groups = expired, "committed offsets of idle groups expired");
+            }
+        }
+    });
+}
+
+/// Groups whose offsets expire per check at most (the rest wait for the next check).
+pub const MAX_EXPIRIES_PER_CHECK: usize = 1000;
+
+/// Offset expiry (Kafka's `offsets.retention.minutes`), on the coordinator only: proposes
+/// [`MetaCommand::ExpireGroupOffsets`] for every group without members (neither stored nor
+/// here) whose last activity (a commit, or becoming empty) is at least
+/// `kafka.offsets_retention_ms` old; applied only if the group stayed idle. Returns how many
+/// groups' expiry committed.
+pub async fn expire_offsets(node: &Arc<Node>) -> usize {
+    let Some(term) = coordinator_term(node) else {
+        return 0;
+    };
+    let retention_ms =
+        i64::try_from(node.config().kafka.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+    let due = node
+        .metadata()
+        .expired_groups(wall_clock_ms(), retention_ms, MAX_EXPIRIES_PER_CHECK);
+    let mut expired = 0;
+    for (group, activity_ms) in due {
+        // Members here whose membership is not stored yet keep the group's offsets.
+        if coordinator(node)
+            .describe(term, &group)
+            .is_some_and(|d| !d.members.is_empty())
+        {
+            continue;
+        }
+        let command = MetaCommand::ExpireGroupOffsets {
+            group: group.clone(),
+            activity_ms,
+        };
+        match node
+            .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
+            .await
+        {
+            Ok(_) => expired += 1,
+            Err(e) => {
+                tracing::warn!(%group, "expiring a group's offsets failed: {e}");
+                break;
+            }
+        }
+    }
+    expired
 }
 
 /// Writes the coordinator's membership records ([`MetaCommand::StoreGroup`]) through the
@@ -131,6 +201,7 @@ fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
                 let command = MetaCommand::StoreGroup {
                     group: group.clone(),
                     record,
+                    time_ms: wall_clock_ms(),
                 };
                 if let Err(e) = node
                     .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
@@ -605,6 +676,7 @@ pub fn offset_commit(
                 &MetaCommand::CommitOffsets {
                     group: group.clone(),
                     offsets,
+                    commit_time_ms: wall_clock_ms(),
                 },
                 term,
                 COMMIT_TIMEOUT,
