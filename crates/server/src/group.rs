@@ -145,6 +145,10 @@ pub enum GroupInput {
     RecordsFloorRaised,
     /// Report the idempotent producers this group knows (DescribeProducers).
     DescribeProducers(oneshot::Sender<Vec<crate::producers::ProducerSummary>>),
+    /// A linearizable read barrier (Raft's ReadIndex, confirmed by a quorum's heartbeats, no
+    /// log entry): answered with the read index once this replica, as leader, has applied
+    /// through it; NOT_LEADER on a follower or when leadership is lost first.
+    ReadIndex(oneshot::Sender<Result<u64, AppendError>>),
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
@@ -275,7 +279,17 @@ struct Group {
     /// When each peer last sent this group a message that was stepped (see
     /// [`Group::update_in_sync`]).
     heard_from: HashMap<u64, Instant>,
+    /// Read barriers asked of raft-rs, by the id in their context (at most
+    /// [`MAX_PENDING_READS`]).
+    reads_asked: HashMap<u64, oneshot::Sender<Result<u64, AppendError>>>,
+    /// Read barriers confirmed by a quorum: (read index, reply), answered once applied.
+    reads_confirmed: Vec<(u64, oneshot::Sender<Result<u64, AppendError>>)>,
+    /// The next read barrier's id.
+    next_read_id: u64,
 }
+
+/// Read barriers waiting at once per group; more get [`AppendError::Busy`].
+pub const MAX_PENDING_READS: usize = 4096;
 
 /// Builds a group's state machine, to run on the node's [`crate::runtime::Runtime`] until it
 /// receives [`GroupInput::Stop`] or its slot is stopped.
@@ -315,6 +329,9 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         heard_from: HashMap::new(),
         next_retention,
         next_rebalance,
+        reads_asked: HashMap::new(),
+        reads_confirmed: Vec::new(),
+        next_read_id: 0,
     })
 }
 
@@ -558,9 +575,54 @@ impl Group {
                     .unwrap_or_default();
                 let _ = reply.send(producers);
             }
+            GroupInput::ReadIndex(reply) => self.ask_read_index(reply),
             GroupInput::Stop => return false,
         }
         true
+    }
+
+    /// Starts a read barrier: raft-rs confirms this leader's commit index with a quorum (its
+    /// safe read-only mode) and reports it as a read state in a later Ready.
+    fn ask_read_index(&mut self, reply: oneshot::Sender<Result<u64, AppendError>>) {
+        if self.p.node.raft.state != StateRole::Leader {
+            let _ = reply.send(Err(AppendError::NotLeader {
+                leader: self.leader_hint(),
+            }));
+            return;
+        }
+        if self.reads_asked.len() >= MAX_PENDING_READS {
+            // Barriers raft-rs dropped (a leader without a commit of its term yet) leave
+            // closed replies behind once their callers gave up.
+            self.reads_asked.retain(|_, r| !r.is_closed());
+            if self.reads_asked.len() >= MAX_PENDING_READS {
+                let _ = reply.send(Err(AppendError::Busy));
+                return;
+            }
+        }
+        self.set_quiesced(false);
+        let id = self.next_read_id;
+        self.next_read_id = self.next_read_id.wrapping_add(1);
+        self.reads_asked.insert(id, reply);
+        self.p.node.read_index(id.to_be_bytes().to_vec());
+    }
+
+    /// Takes the read states raft-rs confirmed, then answers every confirmed barrier this
+    /// replica has applied through.
+    fn answer_reads(&mut self, states: Vec<raft::ReadState>) {
+        for rs in states {
+            let id = <[u8; 8]>::try_from(rs.request_ctx.as_slice()).map(u64::from_be_bytes);
+            if let Some(reply) = id.ok().and_then(|id| self.reads_asked.remove(&id)) {
+                self.reads_confirmed.push((rs.index, reply));
+            }
+        }
+        let applied = self.visible.applied_index;
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_confirmed)
+            .into_iter()
+            .partition(|(index, _)| *index <= applied);
+        self.reads_confirmed = waiting;
+        for (index, reply) in done {
+            let _ = reply.send(Ok(index));
+        }
     }
 
     /// In rejoin mode (this node's disk was replaced), until this group has applied what its
@@ -891,6 +953,14 @@ impl Group {
         let err = AppendError::NotLeader {
             leader: (leader != 0).then_some(leader),
         };
+        let reads = std::mem::take(&mut self.reads_asked).into_values().chain(
+            std::mem::take(&mut self.reads_confirmed)
+                .into_iter()
+                .map(|(_, r)| r),
+        );
+        for reply in reads {
+            let _ = reply.send(Err(err.clone()));
+        }
         let mut waits: Vec<Waiting> = std::mem::take(&mut self.appended).into_values().collect();
         if !self.p.forward_proposals {
             waits.extend(self.proposed.drain().map(|(_, w)| w));
@@ -950,6 +1020,7 @@ impl Group {
                 .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
         }
         self.apply(ready.take_committed_entries());
+        let read_states = ready.take_read_states();
         if !ready.entries().is_empty() {
             self.append(ready.entries());
         }
@@ -975,6 +1046,9 @@ impl Group {
         self.send_all(light.take_messages());
         self.apply(light.take_committed_entries());
         self.p.node.advance_apply();
+        if !read_states.is_empty() || !self.reads_confirmed.is_empty() {
+            self.answer_reads(read_states);
+        }
         self.update_in_sync();
         self.check_rejoined();
         self.mark_quiesce_heartbeats = false;

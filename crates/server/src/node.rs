@@ -298,6 +298,23 @@ impl LogStream {
         v
     }
 
+    /// A linearizable read barrier without a log entry (Raft's ReadIndex): resolves, on the
+    /// leader, once a quorum confirmed its leadership and this replica applied everything
+    /// committed before the call; fails with [`AppendError::NotLeader`] on a follower or when
+    /// leadership is lost first, [`AppendError::Timeout`] after `timeout` (a leader that has
+    /// not committed an entry of its term yet answers no barrier), [`AppendError::Busy`] when
+    /// too many wait.
+    pub async fn read_index(&self, timeout: Duration) -> Result<u64, AppendError> {
+        let (reply, rx) = oneshot::channel();
+        try_deliver(&self.inbox, GroupInput::ReadIndex(reply));
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            // The inbox was full or closed: the input (and its reply) was dropped.
+            Ok(Err(_)) => Err(AppendError::Busy),
+            Err(_) => Err(AppendError::Timeout),
+        }
+    }
+
     /// Asks this node to start an election for the stream.
     pub fn campaign(&self) {
         try_deliver(&self.inbox, GroupInput::Campaign);

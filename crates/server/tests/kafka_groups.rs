@@ -711,6 +711,39 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
     }
 }
 
+/// Issue 20 item 5: OffsetFetch takes its read barrier with Raft's ReadIndex: many fetches
+/// append no metadata entry and still read the latest commit; a follower's barrier fails
+/// NOT_LEADER at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_fetch_appends_no_metadata_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(dir.path()).await;
+    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let follower = nodes[(leader + 1) % 3].metadata_group().unwrap();
+    let r = follower.read_index(Duration::from_secs(5)).await;
+    assert!(
+        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        "{r:?}"
+    );
+    let meta = nodes[leader].metadata_group().unwrap();
+    let coordinator = nodes[leader].config().kafka_advertised.clone();
+    let (before, after) = tokio::task::spawn_blocking(move || {
+        let mut a = Client::connect(&coordinator);
+        assert_eq!(a.commit(-1, "", 9), NONE);
+        let before = meta.visible().applied_index;
+        for _ in 0..20 {
+            assert_eq!(a.fetch_offsets(), (NONE, vec![(0, 9), (1, -1)]));
+        }
+        (before, meta.visible().applied_index)
+    })
+    .await
+    .unwrap();
+    assert_eq!(before, after, "OffsetFetch appended metadata entries");
+    for n in &nodes {
+        n.shutdown();
+    }
+}
+
 /// Issue 20 item 5: the committed offsets of a group without members expire once idle for
 /// `kafka.offsets_retention_ms` (1.5 s here), on every node; a group with a member keeps its
 /// offsets however old they are.

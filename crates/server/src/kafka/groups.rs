@@ -15,9 +15,9 @@
 //! through its term's start) loads the stored groups: members heartbeating to it are recognised
 //! in the same generation, without a rebalance. Committed offsets go through the metadata group
 //! too (fsynced on a majority before the OffsetCommit is answered, only while the validating
-//! coordinator still leads in its term). OffsetFetch, ListGroups and DescribeGroups first commit
-//! an empty barrier entry through the metadata group, so the coordinator has applied every
-//! offset committed before (also through a previous coordinator) before it reads.
+//! coordinator still leads in its term). OffsetFetch, ListGroups and DescribeGroups first take
+//! a read barrier on the metadata group (Raft's ReadIndex, no log entry), so the coordinator has
+//! applied every offset committed before (also through a previous coordinator) before it reads.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -739,11 +739,16 @@ fn barrier_error(e: &AppendError) -> ErrorCode {
     }
 }
 
-/// Commits an empty entry through the metadata group so that every offset committed before
-/// (also through a previous coordinator) is applied here before a read; and so that a node that
-/// was deposed without knowing it yet does not answer from stale state. None once done.
-async fn read_barrier(node: &Node, group: &str) -> Option<ErrorCode> {
-    node.commit_offsets(group, Vec::new(), FETCH_BARRIER_TIMEOUT)
+/// A read barrier on the metadata group (Raft's ReadIndex: a quorum confirms this node still
+/// leads, no log entry is written): every offset committed before (also through a previous
+/// coordinator) is applied here before the read, and a node deposed without knowing it yet
+/// does not answer from stale state. None once done.
+async fn read_barrier(node: &Node) -> Option<ErrorCode> {
+    let Some(group) = node.metadata_group() else {
+        return Some(ErrorCode::NotCoordinator);
+    };
+    group
+        .read_index(FETCH_BARRIER_TIMEOUT)
         .await
         .err()
         .map(|e| barrier_error(&e))
@@ -783,7 +788,7 @@ pub fn offset_fetch(
             (None, _) => Some(ErrorCode::NotCoordinator),
             (Some(_), None) => None,
             // Everything committed before this barrier is applied here once it commits.
-            (Some(_), Some((first, _))) => read_barrier(&node, first).await,
+            (Some(_), Some(_)) => read_barrier(&node).await,
         };
         let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
             .into_iter()
@@ -915,7 +920,7 @@ pub fn list_groups(
     };
     let node = node.clone();
     Reply::Later(Box::pin(async move {
-        let listed = match read_barrier(&node, "").await {
+        let listed = match read_barrier(&node).await {
             Some(e) => Err(e),
             None => coordinator(&node).list(term),
         };
@@ -986,7 +991,7 @@ pub fn describe_groups(
     let node = node.clone();
     Reply::Later(Box::pin(async move {
         let barrier = match (term, req.groups.first()) {
-            (Some(_), Some(first)) => read_barrier(&node, first).await,
+            (Some(_), Some(_)) => read_barrier(&node).await,
             _ => None,
         };
         let groups = req
