@@ -197,17 +197,33 @@ fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
             let Some((term, records)) = node.group_coordinator().take_records() else {
                 continue;
             };
-            for (group, record) in records {
+            let total = records.len();
+            for (done, (group, record)) in records.into_iter().enumerate() {
                 let command = MetaCommand::StoreGroup {
                     group: group.clone(),
                     record,
                     time_ms: wall_clock_ms(),
                 };
-                if let Err(e) = node
+                match node
                     .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
                     .await
                 {
-                    tracing::warn!(%group, term, "storing a group's membership failed: {e}");
+                    Ok(_) => {}
+                    Err(
+                        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped,
+                    ) => {
+                        // No longer the coordinator of this term: the rest cannot be written
+                        // either; the next coordinator loads what was stored.
+                        tracing::info!(
+                            term,
+                            left = total - done,
+                            "group records of a past term dropped"
+                        );
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%group, term, "storing a group's membership failed: {e}")
+                    }
                 }
             }
         }
