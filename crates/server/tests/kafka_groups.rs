@@ -560,7 +560,13 @@ async fn membership_and_offsets_survive_the_coordinators_shutdown() {
         .await
         .unwrap()
     };
-    // The membership record reaches every node's metadata (written right after the sync).
+    // SyncGroup is answered once the group's record is written (as in Kafka): the coordinator
+    // has applied it; then it reaches every node.
+    assert!(nodes[leader]
+        .metadata()
+        .groups
+        .get(GROUP)
+        .is_some_and(|r| r.generation == generation && r.members.len() == 2));
     let deadline = Instant::now() + Duration::from_secs(5);
     while !nodes.iter().all(|n| {
         n.metadata()

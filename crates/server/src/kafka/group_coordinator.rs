@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::metadata::{GroupMemberRecord, GroupRecord};
 
@@ -315,6 +315,8 @@ struct Group {
     /// The membership changed in a way the metadata must learn (a rebalance completed, a static
     /// member was replaced).
     dirty: bool,
+    /// The sequence number of this group's last queued record (0: none).
+    record_seq: u64,
 }
 
 impl Group {
@@ -336,6 +338,7 @@ impl Group {
             next_seq: 0,
             stored: false,
             dirty: false,
+            record_seq: 0,
         }
     }
 
@@ -843,8 +846,11 @@ struct Inner {
     active: bool,
     groups: HashMap<String, Group>,
     /// Membership records for the metadata, newest per group (None: the group became empty),
-    /// taken by the persisting task ([`Coordinator::take_records`]). At most one per group.
-    outbox: HashMap<String, Option<GroupRecord>>,
+    /// with their sequence numbers, taken by the persisting task
+    /// ([`Coordinator::take_records`]). At most one per group.
+    outbox: HashMap<String, (u64, Option<GroupRecord>)>,
+    /// The last record sequence number handed out.
+    record_seq: u64,
 }
 
 impl Inner {
@@ -864,7 +870,9 @@ impl Inner {
             g.stored = true;
             Some(g.record())
         };
-        self.outbox.insert(id.to_owned(), record);
+        self.record_seq += 1;
+        g.record_seq = self.record_seq;
+        self.outbox.insert(id.to_owned(), (self.record_seq, record));
         true
     }
 }
@@ -877,6 +885,8 @@ pub struct Coordinator {
     ids: AtomicU64,
     /// Signalled when records wait in the outbox.
     records_waiting: Arc<Notify>,
+    /// The highest record sequence number written (or given up) by the persisting task.
+    stored_seq: watch::Sender<u64>,
 }
 
 impl Default for Coordinator {
@@ -894,10 +904,12 @@ impl Coordinator {
                 active: false,
                 groups: HashMap::new(),
                 outbox: HashMap::new(),
+                record_seq: 0,
             }),
             ticker: AtomicBool::new(false),
             ids: AtomicU64::new(0),
             records_waiting: Arc::new(Notify::new()),
+            stored_seq: watch::Sender::new(0),
         }
     }
 
@@ -938,16 +950,46 @@ impl Coordinator {
         self.records_waiting.clone()
     }
 
-    /// The membership records waiting for the metadata, with the term they belong to (write
-    /// them with [`crate::node::Node::propose_metadata_in_term`] in that term, in any order: at
-    /// most one per group). None when there are none.
-    pub fn take_records(&self) -> Option<(u64, Vec<StoredRecord>)> {
+    /// The membership records waiting for the metadata, oldest first, with the term they
+    /// belong to (write them with [`crate::node::Node::propose_metadata_in_term`] in that term;
+    /// at most one per group) and the sequence number to pass to
+    /// [`Coordinator::records_stored`] once written. None when there are none.
+    pub fn take_records(&self) -> Option<(u64, u64, Vec<StoredRecord>)> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if inner.outbox.is_empty() || !inner.active {
             return None;
         }
-        let records = inner.outbox.drain().collect();
-        Some((inner.term, records))
+        let mut records: Vec<(u64, StoredRecord)> = inner
+            .outbox
+            .drain()
+            .map(|(group, (seq, record))| (seq, (group, record)))
+            .collect();
+        records.sort_by_key(|(seq, _)| *seq);
+        let last = records.last().map_or(0, |(seq, _)| *seq);
+        Some((
+            inner.term,
+            last,
+            records.into_iter().map(|(_, r)| r).collect(),
+        ))
+    }
+
+    /// The records taken up to sequence number `seq` are written (or given up on): requests
+    /// waiting for them ([`Coordinator::unstored`]) go on.
+    pub fn records_stored(&self, seq: u64) {
+        self.stored_seq.send_if_modified(|s| {
+            let advance = seq > *s;
+            *s = (*s).max(seq);
+            advance
+        });
+    }
+
+    /// When group `group_id`'s last record (while coordinating in `term`) is not written yet:
+    /// its sequence number and a receiver of the written sequence numbers, to wait until it is
+    /// (Kafka answers SyncGroup once the group's record is written).
+    pub fn unstored(&self, term: u64, group_id: &str) -> Option<(u64, watch::Receiver<u64>)> {
+        let inner = self.state(term)?;
+        let seq = inner.groups.get(group_id)?.record_seq;
+        (seq > *self.stored_seq.borrow()).then(|| (seq, self.stored_seq.subscribe()))
     }
 
     /// Queues group `id`'s record if it needs one, and signals the persisting task.
@@ -1988,8 +2030,13 @@ mod tests {
             ),
             t1,
         ));
-        let (term, records) = c.take_records().expect("the completed rebalance's record");
-        assert_eq!(term, 1);
+        // Members wait for the record to be written before their SyncGroup is answered.
+        let (seq, _) = c.unstored(1, "g").expect("the record is not written yet");
+        let (term, taken, records) = c.take_records().expect("the completed rebalance's record");
+        assert_eq!((term, taken), (1, seq));
+        assert!(c.unstored(1, "g").is_some());
+        c.records_stored(taken);
+        assert!(c.unstored(1, "g").is_none());
         let [(group, Some(record))] = records.as_slice() else {
             panic!("{records:?}")
         };
@@ -2028,7 +2075,7 @@ mod tests {
         p.group_instance_id = Some("i-b".into());
         let o = now_outcome(next.join(2, p, t3));
         assert_eq!((o.error, o.generation_id), (ErrorCode::None, 1));
-        let (_, records) = next.take_records().expect("the replaced member is stored");
+        let (_, _, records) = next.take_records().expect("the replaced member is stored");
         assert_eq!(
             records[0].1.as_ref().unwrap().members[1].member_id,
             o.member_id
@@ -2041,10 +2088,8 @@ mod tests {
             t3,
         );
         assert_eq!(left, vec![ErrorCode::None, ErrorCode::None]);
-        assert_eq!(
-            next.take_records(),
-            Some((2, vec![("g".to_string(), None)]))
-        );
+        let (_, _, records) = next.take_records().unwrap();
+        assert_eq!(records, vec![("g".to_string(), None)]);
         // Stopping to lead drops what is not written yet.
         next.tick(None, t3);
         assert!(next.take_records().is_none());

@@ -194,7 +194,7 @@ fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
             if node.metadata_group().is_none() {
                 return;
             }
-            let Some((term, records)) = node.group_coordinator().take_records() else {
+            let Some((term, last_seq, records)) = node.group_coordinator().take_records() else {
                 continue;
             };
             let total = records.len();
@@ -226,6 +226,8 @@ fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
                     }
                 }
             }
+            // Written, or given up on: SyncGroup answers waiting for these records go out.
+            node.group_coordinator().records_stored(last_seq);
         }
     });
 }
@@ -467,7 +469,9 @@ pub fn sync_group(
             &Response::SyncGroup(sync_response(o)),
         )
     };
-    let pending = match coordinator_term(node) {
+    let term = coordinator_term(node);
+    let req_group_id = req.group_id.clone();
+    let pending = match term {
         None => Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator)),
         Some(term) => coordinator(node).sync(
             term,
@@ -487,18 +491,49 @@ pub fn sync_group(
             Instant::now(),
         ),
     };
-    match pending {
-        Pending::Now(o) => match respond(o) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        },
-        Pending::Wait(rx, wait) => Reply::Later(Box::pin(async move {
-            let o = match tokio::time::timeout(wait, rx).await {
+    let node = node.clone();
+    let group_id = req_group_id;
+    Reply::Later(Box::pin(async move {
+        let o = match pending {
+            Pending::Now(o) => o,
+            Pending::Wait(rx, wait) => match tokio::time::timeout(wait, rx).await {
                 Ok(Ok(o)) => o,
                 _ => SyncOutcome::error(ErrorCode::CoordinatorNotAvailable),
-            };
-            respond(o)
-        })),
+            },
+        };
+        let o = match (o.error, term) {
+            (ErrorCode::None, Some(term)) => match wait_stored(&node, term, &group_id).await {
+                Ok(()) => o,
+                Err(e) => SyncOutcome::error(e),
+            },
+            _ => o,
+        };
+        respond(o)
+    }))
+}
+
+/// Waits until group `group_id`'s last membership record (of coordinator term `term`) is
+/// written, as Kafka answers SyncGroup only once the group's record is: a coordinator failover
+/// right after finds the generation the members were given. NOT_COORDINATOR when this node
+/// stops coordinating first; after [`COMMIT_TIMEOUT`] it answers anyway (the record follows or
+/// is lost: a later failover then makes the members rejoin).
+async fn wait_stored(node: &Arc<Node>, term: u64, group_id: &str) -> Result<(), ErrorCode> {
+    let Some((seq, mut stored)) = coordinator(node).unstored(term, group_id) else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + COMMIT_TIMEOUT;
+    loop {
+        if *stored.borrow_and_update() >= seq {
+            return Ok(());
+        }
+        if coordinator_term(node) != Some(term) {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(group = %group_id, "answering SyncGroup before the group's record is written");
+            return Ok(());
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), stored.changed()).await;
     }
 }
 
