@@ -6,6 +6,9 @@
 # cluster by its PIDs. Exit status: the test's.
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
+#                                              JAVA_TEST_MAIN, default vdl.clients.ClientTest:
+#                                              vdl.clients.StaticMembership runs the static
+#                                              membership test instead;
 #                                              VDL_KEEP=1 keeps the cluster's data and logs;
 #                                              JAVA_TEST_RECORDS, default 500)
 # Needs a JDK and Maven with the dependencies prefetched: scripts/test-deps.sh does both.
@@ -61,4 +64,4 @@ BS="$("$REPO/deploy/local-cluster.sh" start 2>"$DATA/start.log" | tail -n1)" || 
 
 # 3. The test, bounded as a whole.
 timeout 240 java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
-  -cp "$BUILD/classes:$CP" vdl.clients.ClientTest "$BS" "java-test-$BASE" "$N"
+  -cp "$BUILD/classes:$CP" "${JAVA_TEST_MAIN:-vdl.clients.ClientTest}" "$BS" "java-test-$BASE" "$N"

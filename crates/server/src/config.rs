@@ -106,6 +106,13 @@ pub struct KafkaSettings {
     /// or CreateTopics with -1): Kafka's `default.replication.factor`. `None`: the smaller of 3
     /// and the number of members (see [`NodeConfig::default_replication_factor`]).
     pub default_replication_factor: Option<usize>,
+    /// How long a consumer group without members keeps its committed offsets after its last
+    /// activity (its last commit, or becoming empty): Kafka's `offsets.retention.minutes`,
+    /// 7 days by default.
+    pub offsets_retention: Duration,
+    /// How often the group coordinator looks for expired offsets
+    /// (`offsets.retention.check.interval.ms`, 10 minutes by default).
+    pub offsets_retention_check_interval: Duration,
 }
 
 impl Default for KafkaSettings {
@@ -123,6 +130,8 @@ impl Default for KafkaSettings {
             num_partitions: 1,
             max_partitions: 10_000,
             default_replication_factor: None,
+            offsets_retention: Duration::from_secs(7 * 24 * 3600),
+            offsets_retention_check_interval: Duration::from_secs(600),
         }
     }
 }
@@ -285,6 +294,8 @@ struct FileKafka {
     num_partitions: Option<u32>,
     max_partitions: Option<u32>,
     default_replication_factor: Option<usize>,
+    offsets_retention_ms: Option<u64>,
+    offsets_retention_check_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -583,6 +594,19 @@ impl NodeConfig {
         }
         if let Some(ms) = k.connection_idle_ms {
             kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
+        }
+        if let Some(ms) = k.offsets_retention_ms {
+            if i64::try_from(ms).is_err() {
+                return invalid(
+                    "kafka.offsets_retention_ms",
+                    "must be at most 9223372036854775807",
+                );
+            }
+            kafka.offsets_retention = positive_ms("kafka.offsets_retention_ms", ms)?;
+        }
+        if let Some(ms) = k.offsets_retention_check_ms {
+            kafka.offsets_retention_check_interval =
+                positive_ms("kafka.offsets_retention_check_ms", ms)?;
         }
         if let Some(ms) = k.message_timestamp_after_max_ms {
             if i64::try_from(ms).is_err() {

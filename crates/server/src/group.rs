@@ -103,6 +103,15 @@ pub enum ProposalData {
     },
     /// Opaque replicated metadata (applied through [`StateMachine`]).
     Meta(Bytes),
+    /// Opaque replicated metadata proposed only while this replica leads in Raft term `term`:
+    /// never forwarded to another leader; [`AppendError::NotLeader`] otherwise. For writes
+    /// validated against state that belongs to one leadership term (the group coordinator's).
+    MetaAsLeader {
+        /// The entry.
+        data: Bytes,
+        /// The term the proposer validated it in.
+        term: u64,
+    },
 }
 
 /// A request to append, answered on `reply` once committed.
@@ -136,6 +145,10 @@ pub enum GroupInput {
     RecordsFloorRaised,
     /// Report the idempotent producers this group knows (DescribeProducers).
     DescribeProducers(oneshot::Sender<Vec<crate::producers::ProducerSummary>>),
+    /// A linearizable read barrier (Raft's ReadIndex, confirmed by a quorum's heartbeats, no
+    /// log entry): answered with the read index once this replica, as leader, has applied
+    /// through it; NOT_LEADER on a follower or when leadership is lost first.
+    ReadIndex(oneshot::Sender<Result<u64, AppendError>>),
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
@@ -266,7 +279,17 @@ struct Group {
     /// When each peer last sent this group a message that was stepped (see
     /// [`Group::update_in_sync`]).
     heard_from: HashMap<u64, Instant>,
+    /// Read barriers asked of raft-rs, by the id in their context (at most
+    /// [`MAX_PENDING_READS`]).
+    reads_asked: HashMap<u64, oneshot::Sender<Result<u64, AppendError>>>,
+    /// Read barriers confirmed by a quorum: (read index, reply), answered once applied.
+    reads_confirmed: Vec<(u64, oneshot::Sender<Result<u64, AppendError>>)>,
+    /// The next read barrier's id.
+    next_read_id: u64,
 }
+
+/// Read barriers waiting at once per group; more get [`AppendError::Busy`].
+pub const MAX_PENDING_READS: usize = 4096;
 
 /// Builds a group's state machine, to run on the node's [`crate::runtime::Runtime`] until it
 /// receives [`GroupInput::Stop`] or its slot is stopped.
@@ -306,6 +329,9 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         heard_from: HashMap::new(),
         next_retention,
         next_rebalance,
+        reads_asked: HashMap::new(),
+        reads_confirmed: Vec::new(),
+        next_read_id: 0,
     })
 }
 
@@ -549,9 +575,54 @@ impl Group {
                     .unwrap_or_default();
                 let _ = reply.send(producers);
             }
+            GroupInput::ReadIndex(reply) => self.ask_read_index(reply),
             GroupInput::Stop => return false,
         }
         true
+    }
+
+    /// Starts a read barrier: raft-rs confirms this leader's commit index with a quorum (its
+    /// safe read-only mode) and reports it as a read state in a later Ready.
+    fn ask_read_index(&mut self, reply: oneshot::Sender<Result<u64, AppendError>>) {
+        if self.p.node.raft.state != StateRole::Leader {
+            let _ = reply.send(Err(AppendError::NotLeader {
+                leader: self.leader_hint(),
+            }));
+            return;
+        }
+        if self.reads_asked.len() >= MAX_PENDING_READS {
+            // Barriers raft-rs dropped (a leader without a commit of its term yet) leave
+            // closed replies behind once their callers gave up.
+            self.reads_asked.retain(|_, r| !r.is_closed());
+            if self.reads_asked.len() >= MAX_PENDING_READS {
+                let _ = reply.send(Err(AppendError::Busy));
+                return;
+            }
+        }
+        self.set_quiesced(false);
+        let id = self.next_read_id;
+        self.next_read_id = self.next_read_id.wrapping_add(1);
+        self.reads_asked.insert(id, reply);
+        self.p.node.read_index(id.to_be_bytes().to_vec());
+    }
+
+    /// Takes the read states raft-rs confirmed, then answers every confirmed barrier this
+    /// replica has applied through.
+    fn answer_reads(&mut self, states: Vec<raft::ReadState>) {
+        for rs in states {
+            let id = <[u8; 8]>::try_from(rs.request_ctx.as_slice()).map(u64::from_be_bytes);
+            if let Some(reply) = id.ok().and_then(|id| self.reads_asked.remove(&id)) {
+                self.reads_confirmed.push((rs.index, reply));
+            }
+        }
+        let applied = self.visible.applied_index;
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.reads_confirmed)
+            .into_iter()
+            .partition(|(index, _)| *index <= applied);
+        self.reads_confirmed = waiting;
+        for (index, reply) in done {
+            let _ = reply.send(Ok(index));
+        }
     }
 
     /// In rejoin mode (this node's disk was replaced), until this group has applied what its
@@ -636,10 +707,47 @@ impl Group {
         }
     }
 
+    /// Answers NOT_LEADER to every [`ProposalData::MetaAsLeader`] whose term this replica does not
+    /// lead in; the others become plain `Meta` proposals for this leader.
+    fn refuse_stale_leader_proposals(&mut self) {
+        if !self
+            .queued
+            .iter()
+            .any(|p| matches!(p.data, ProposalData::MetaAsLeader { .. }))
+        {
+            return;
+        }
+        let leading = self.p.node.raft.state == StateRole::Leader;
+        let current = self.p.node.raft.term;
+        let leader = self.leader_hint();
+        let queued = std::mem::take(&mut self.queued);
+        for p in queued {
+            match p.data {
+                ProposalData::MetaAsLeader { data, term } if leading && term == current => {
+                    self.queued.push(Proposal {
+                        data: ProposalData::Meta(data),
+                        reply: p.reply,
+                    })
+                }
+                ProposalData::MetaAsLeader { .. } => {
+                    let _ = p.reply.send(Err(AppendError::NotLeader { leader }));
+                }
+                data => self.queued.push(Proposal {
+                    data,
+                    reply: p.reply,
+                }),
+            }
+        }
+    }
+
     /// Turns queued proposals into raft-rs proposals: Records proposals are merged into entries
     /// of up to [`MAX_MERGED_ENTRY_BYTES`] (group commit), each entry's context listing the
     /// proposals it holds.
     fn propose_queued(&mut self) {
+        if self.queued.is_empty() {
+            return;
+        }
+        self.refuse_stale_leader_proposals();
         if self.queued.is_empty() {
             return;
         }
@@ -656,7 +764,7 @@ impl Group {
         let mut iter = queued.into_iter().peekable();
         while let Some(first) = iter.next() {
             match first.data {
-                ProposalData::Meta(data) => {
+                ProposalData::Meta(data) | ProposalData::MetaAsLeader { data, .. } => {
                     let id = self.next_id();
                     let ctx = self.context(CTX_META, id);
                     self.propose_entry(id, ctx, data, vec![(first.reply, 0)]);
@@ -674,7 +782,7 @@ impl Group {
                         ProposalData::Records { batches, .. } => {
                             merge && size + batches.len() <= MAX_MERGED_ENTRY_BYTES
                         }
-                        ProposalData::Meta(_) => false,
+                        ProposalData::Meta(_) | ProposalData::MetaAsLeader { .. } => false,
                     }) {
                         if let ProposalData::Records {
                             batches,
@@ -845,6 +953,14 @@ impl Group {
         let err = AppendError::NotLeader {
             leader: (leader != 0).then_some(leader),
         };
+        let reads = std::mem::take(&mut self.reads_asked).into_values().chain(
+            std::mem::take(&mut self.reads_confirmed)
+                .into_iter()
+                .map(|(_, r)| r),
+        );
+        for reply in reads {
+            let _ = reply.send(Err(err.clone()));
+        }
         let mut waits: Vec<Waiting> = std::mem::take(&mut self.appended).into_values().collect();
         if !self.p.forward_proposals {
             waits.extend(self.proposed.drain().map(|(_, w)| w));
@@ -904,6 +1020,7 @@ impl Group {
                 .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
         }
         self.apply(ready.take_committed_entries());
+        let read_states = ready.take_read_states();
         if !ready.entries().is_empty() {
             self.append(ready.entries());
         }
@@ -929,6 +1046,9 @@ impl Group {
         self.send_all(light.take_messages());
         self.apply(light.take_committed_entries());
         self.p.node.advance_apply();
+        if !read_states.is_empty() || !self.reads_confirmed.is_empty() {
+            self.answer_reads(read_states);
+        }
         self.update_in_sync();
         self.check_rejoined();
         self.mark_quiesce_heartbeats = false;

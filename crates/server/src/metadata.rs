@@ -130,7 +130,70 @@ pub enum MetaCommand {
         group: String,
         /// (topic, partition, offset, leader epoch, metadata) per partition.
         offsets: Vec<CommittedOffset>,
+        /// The proposer's wall clock at the commit (ms since the epoch; 0: commands written
+        /// before offset expiry), the group's last activity for `offsets.retention`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        commit_time_ms: i64,
     },
+    /// A consumer group's membership as its coordinator stores it where Kafka's writes its
+    /// group metadata record: when a rebalance completes (the leader's SyncGroup), when a static
+    /// member is replaced, and when the group becomes empty (`record: None`, the group is
+    /// forgotten). A new coordinator loads these and resumes the same generation.
+    StoreGroup {
+        /// Consumer group id.
+        group: String,
+        /// The membership; None: the group has no members.
+        record: Option<GroupRecord>,
+        /// The proposer's wall clock (ms since the epoch): a group with committed offsets was
+        /// last active then (an emptied group's offsets expire `offsets.retention` later).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        time_ms: i64,
+    },
+    /// Expire a consumer group's committed offsets (`offsets.retention`, proposed by the
+    /// coordinator): every offset goes, unless the group was active since the proposer looked
+    /// (its last activity is no longer `activity_ms`) or has a stored membership.
+    ExpireGroupOffsets {
+        /// Consumer group id.
+        group: String,
+        /// The group's last activity (ms since the epoch) the proposer saw.
+        activity_ms: i64,
+    },
+}
+
+/// A consumer group's membership in the metadata (see [`MetaCommand::StoreGroup`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// The generation.
+    pub generation: i32,
+    /// The protocol type ("consumer").
+    pub protocol_type: String,
+    /// The chosen protocol.
+    pub protocol: String,
+    /// The leader's member id.
+    pub leader: String,
+    /// Members in join order.
+    pub members: Vec<GroupMemberRecord>,
+}
+
+/// One member of a [`GroupRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMemberRecord {
+    /// Member id.
+    pub member_id: String,
+    /// Static instance id.
+    pub instance_id: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Session timeout.
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: i32,
+    /// (name, metadata) per supported protocol, most preferred first.
+    pub protocols: Vec<(String, Vec<u8>)>,
+    /// The member's assignment.
+    pub assignment: Vec<u8>,
 }
 
 /// A command as it is stored in the metadata log: with the id of the request that proposed it,
@@ -176,6 +239,17 @@ impl MetaEntry {
     ) -> Result<(Option<RequestId>, MetaCommand), crate::metadata_codec::MetaDecodeError> {
         crate::metadata_codec::decode_entry(data)
     }
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// Now on this node's wall clock, ms since the epoch (the time metadata commands carry).
+pub fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn one_partition() -> u32 {
@@ -243,6 +317,12 @@ pub struct ClusterMeta {
     allocation_order: VecDeque<RequestId>,
     /// Committed offsets: group -> (topic, partition) -> offset.
     pub offsets: HashMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Consumer groups' membership as last stored by their coordinator (groups with members).
+    pub groups: HashMap<String, GroupRecord>,
+    /// Per group with committed offsets: its last activity (a commit, or its membership
+    /// stored), ms since the epoch on the proposer's clock. Absent: none recorded (offsets
+    /// committed before offset expiry; they do not expire until the group commits again).
+    pub group_activity_ms: HashMap<String, i64>,
     /// Recently applied requests, oldest first, and the same as a set.
     applied_order: VecDeque<RequestId>,
     applied: HashSet<RequestId>,
@@ -297,6 +377,36 @@ impl ClusterMeta {
     /// Whether request `id` was applied (among the most recent [`MAX_REMEMBERED_REQUESTS`]).
     pub fn was_applied(&self, id: &RequestId) -> bool {
         self.applied.contains(id)
+    }
+
+    /// Records activity of group `group` at `time_ms` (0: unknown, ignored).
+    fn note_activity(&mut self, group: &str, time_ms: i64) {
+        if time_ms <= 0 {
+            return;
+        }
+        let at = self.group_activity_ms.entry(group.to_owned()).or_insert(0);
+        *at = (*at).max(time_ms);
+    }
+
+    /// Groups whose committed offsets are due to expire at `now_ms` after `retention_ms`
+    /// without activity, with the activity seen: groups without a stored membership whose last
+    /// recorded activity is at least `retention_ms` old. At most `limit`.
+    pub fn expired_groups(
+        &self,
+        now_ms: i64,
+        retention_ms: i64,
+        limit: usize,
+    ) -> Vec<(String, i64)> {
+        self.group_activity_ms
+            .iter()
+            .filter(|(g, at)| {
+                at.saturating_add(retention_ms) <= now_ms
+                    && !self.groups.contains_key(*g)
+                    && self.offsets.contains_key(*g)
+            })
+            .take(limit)
+            .map(|(g, at)| (g.clone(), *at))
+            .collect()
     }
 
     fn remember(&mut self, id: RequestId) {
@@ -428,6 +538,8 @@ impl ClusterMeta {
                 match partitions {
                     None => {
                         self.offsets.remove(&group);
+                        self.groups.remove(&group);
+                        self.group_activity_ms.remove(&group);
                     }
                     Some(list) => {
                         if let Some(g) = self.offsets.get_mut(&group) {
@@ -436,6 +548,7 @@ impl ClusterMeta {
                             }
                             if g.is_empty() {
                                 self.offsets.remove(&group);
+                                self.group_activity_ms.remove(&group);
                             }
                         }
                     }
@@ -477,10 +590,45 @@ impl ClusterMeta {
                 }
                 None
             }
-            MetaCommand::CommitOffsets { group, offsets } => {
+            MetaCommand::StoreGroup {
+                group,
+                record,
+                time_ms,
+            } => {
+                if self.offsets.contains_key(&group) {
+                    self.note_activity(&group, time_ms);
+                }
+                match record {
+                    Some(r) if !r.members.is_empty() => {
+                        self.groups.insert(group, r);
+                    }
+                    _ => {
+                        self.groups.remove(&group);
+                    }
+                }
+                None
+            }
+            MetaCommand::CommitOffsets {
+                group,
+                offsets,
+                commit_time_ms,
+            } => {
+                if offsets.is_empty() {
+                    // A read barrier: nothing to record.
+                    return None;
+                }
+                self.note_activity(&group, commit_time_ms);
                 let g = self.offsets.entry(group).or_default();
                 for o in offsets {
                     g.insert((o.topic.clone(), o.partition), o);
+                }
+                None
+            }
+            MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
+                let unchanged = self.group_activity_ms.get(&group) == Some(&activity_ms);
+                if unchanged && !self.groups.contains_key(&group) {
+                    self.offsets.remove(&group);
+                    self.group_activity_ms.remove(&group);
                 }
                 None
             }
@@ -735,6 +883,7 @@ mod tests {
             MetaCommand::CommitOffsets {
                 group: "g".into(),
                 offsets: vec![offset("t"), offset("other")],
+                commit_time_ms: 0,
             },
         );
         m.apply(
@@ -833,6 +982,7 @@ mod tests {
             MetaCommand::CommitOffsets {
                 group: "g".into(),
                 offsets: vec![offset(0), offset(1)],
+                commit_time_ms: 0,
             },
         );
         m.apply(
@@ -853,5 +1003,130 @@ mod tests {
             },
         );
         assert!(!m.offsets.contains_key("g"));
+    }
+
+    /// Issue 20 item 1: a group's membership is stored, replaced and forgotten by its commands.
+    #[test]
+    fn group_membership_is_stored_and_forgotten() {
+        let mut m = ClusterMeta::default();
+        let record = |generation| GroupRecord {
+            generation,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "m1".into(),
+            members: vec![GroupMemberRecord {
+                member_id: "m1".into(),
+                instance_id: Some("i1".into()),
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 300_000,
+                protocols: vec![("range".into(), vec![0, 1])],
+                assignment: vec![2, 3],
+            }],
+        };
+        let store = |record| MetaCommand::StoreGroup {
+            group: "g".into(),
+            record,
+            time_ms: 0,
+        };
+        m.apply(1, id(1), store(Some(record(1))));
+        m.apply(2, id(2), store(Some(record(2))));
+        assert_eq!(m.groups["g"], record(2));
+        m.apply(3, id(3), store(None));
+        assert!(m.groups.is_empty());
+        m.apply(4, id(4), store(Some(record(3))));
+        m.apply(
+            5,
+            id(5),
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: None,
+            },
+        );
+        assert!(m.groups.is_empty(), "DeleteGroups forgets the group");
+    }
+
+    /// Issue 20 item 5: offsets of a group without members expire once its last activity is
+    /// older than the retention, unless it was active again or has a stored membership by the
+    /// time the expiry applies; offsets without a recorded time never expire.
+    #[test]
+    fn idle_groups_offsets_expire_unless_active_again() {
+        let mut m = ClusterMeta::default();
+        let commit = |group: &str, at| MetaCommand::CommitOffsets {
+            group: group.into(),
+            offsets: vec![CommittedOffset {
+                topic: "t".into(),
+                partition: 0,
+                offset: 5,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+            commit_time_ms: at,
+        };
+        m.apply(1, id(1), commit("idle", 1_000));
+        m.apply(2, id(2), commit("busy", 1_000));
+        m.apply(3, id(3), commit("old", 0));
+        // An empty barrier is no activity.
+        m.apply(
+            4,
+            id(4),
+            MetaCommand::CommitOffsets {
+                group: "idle".into(),
+                offsets: Vec::new(),
+                commit_time_ms: 50_000,
+            },
+        );
+        let mut due = m.expired_groups(11_000, 10_000, 10);
+        due.sort();
+        assert_eq!(
+            due,
+            vec![("busy".to_string(), 1_000), ("idle".to_string(), 1_000)]
+        );
+        assert!(m.expired_groups(10_999, 10_000, 10).is_empty());
+        // "busy" commits again before its expiry applies; "idle" gets members stored.
+        m.apply(5, id(5), commit("busy", 10_500));
+        let expire = |group: &str, activity_ms| MetaCommand::ExpireGroupOffsets {
+            group: group.into(),
+            activity_ms,
+        };
+        m.apply(6, id(6), expire("busy", 1_000));
+        assert!(m.offsets.contains_key("busy"), "active again: kept");
+        m.apply(7, id(7), expire("idle", 1_000));
+        assert!(!m.offsets.contains_key("idle"), "idle: expired");
+        assert!(!m.group_activity_ms.contains_key("idle"));
+        assert!(m
+            .expired_groups(i64::MAX, 10_000, 10)
+            .iter()
+            .all(|(g, _)| g != "old"));
+        // A group with a stored membership keeps its offsets.
+        m.apply(8, id(8), commit("members", 1_000));
+        m.apply(
+            9,
+            id(9),
+            MetaCommand::StoreGroup {
+                group: "members".into(),
+                record: Some(GroupRecord {
+                    generation: 1,
+                    protocol_type: "consumer".into(),
+                    protocol: "range".into(),
+                    leader: "m".into(),
+                    members: vec![GroupMemberRecord {
+                        member_id: "m".into(),
+                        instance_id: None,
+                        client_id: String::new(),
+                        client_host: String::new(),
+                        session_timeout_ms: 10_000,
+                        rebalance_timeout_ms: 10_000,
+                        protocols: Vec::new(),
+                        assignment: Vec::new(),
+                    }],
+                }),
+                time_ms: 2_000,
+            },
+        );
+        assert_eq!(m.group_activity_ms["members"], 2_000);
+        m.apply(10, id(10), expire("members", 2_000));
+        assert!(m.offsets.contains_key("members"));
     }
 }

@@ -22,6 +22,8 @@
 //!     DeleteRecords      delete_records       = 8;
 //!     DeleteGroupOffsets delete_group_offsets = 9;
 //!     ElectPreferredLeader elect_preferred_leader = 10;
+//!     StoreGroup         store_group          = 11;
+//!     ExpireGroupOffsets expire_group_offsets = 12;
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
@@ -34,7 +36,8 @@
 //! message ReplicaList        { repeated uint64 nodes = 1; }  // one partition, leader first
 //! message DeleteTopic        { string name = 1; optional uint64 incarnation = 2; }
 //! message AllocateProducerId { }
-//! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2; }
+//! message CommitOffsets      { string group = 1; repeated CommittedOffset offsets = 2;
+//!                              int64 commit_time_ms = 3; }
 //! message CommittedOffset    { string topic = 1; int32 partition = 2; int64 offset = 3;
 //!                              int32 leader_epoch = 4; optional string metadata = 5; }
 //! message AlterTopicConfigs  { string name = 1; uint64 incarnation = 2;
@@ -46,6 +49,17 @@
 //!                              repeated TopicPartition partitions = 3; }
 //! message TopicPartition     { string topic = 1; int32 partition = 2; }
 //! message ElectPreferredLeader { string name = 1; uint64 incarnation = 2; uint32 partition = 3; }
+//! message StoreGroup         { string group = 1; optional GroupRecord record = 2;
+//!                              int64 time_ms = 3; }
+//! message ExpireGroupOffsets { string group = 1; int64 activity_ms = 2; }
+//! message GroupRecord        { int32 generation = 1; string protocol_type = 2;
+//!                              string protocol = 3; string leader = 4;
+//!                              repeated GroupMember members = 5; }  // in join order
+//! message GroupMember        { string member_id = 1; optional string instance_id = 2;
+//!                              string client_id = 3; string client_host = 4;
+//!                              int32 session_timeout_ms = 5; int32 rebalance_timeout_ms = 6;
+//!                              repeated GroupProtocol protocols = 7; bytes assignment = 8; }
+//! message GroupProtocol      { string name = 1; bytes metadata = 2; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -67,7 +81,9 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 use thiserror::Error;
 
-use crate::metadata::{CommittedOffset, MetaCommand, MetaEntry, RequestId};
+use crate::metadata::{
+    CommittedOffset, GroupMemberRecord, GroupRecord, MetaCommand, MetaEntry, RequestId,
+};
 
 /// First byte of a metadata entry in the protobuf format, version 1. JSON entries of older
 /// versions start with `{` or `"`.
@@ -144,7 +160,7 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10")]
+    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
     pub command: Option<CommandWire>,
 }
 
@@ -162,7 +178,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=10 of `MetaEntry`.
+/// The command kinds, fields 2..=12 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -192,6 +208,158 @@ pub enum CommandWire {
     /// [`MetaCommand::ElectPreferredLeader`].
     #[prost(message, tag = "10")]
     ElectPreferredLeader(ElectPreferredLeaderWire),
+    /// [`MetaCommand::StoreGroup`].
+    #[prost(message, tag = "11")]
+    StoreGroup(StoreGroupWire),
+    /// [`MetaCommand::ExpireGroupOffsets`].
+    #[prost(message, tag = "12")]
+    ExpireGroupOffsets(ExpireGroupOffsetsWire),
+}
+
+/// `StoreGroup` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StoreGroupWire {
+    /// Consumer group id.
+    #[prost(string, tag = "1")]
+    pub group: String,
+    /// The membership; absent when the group has no members.
+    #[prost(message, optional, tag = "2")]
+    pub record: Option<GroupRecordWire>,
+    /// The proposer's wall clock, ms since the epoch.
+    #[prost(int64, tag = "3")]
+    pub time_ms: i64,
+}
+
+/// `ExpireGroupOffsets` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExpireGroupOffsetsWire {
+    /// Consumer group id.
+    #[prost(string, tag = "1")]
+    pub group: String,
+    /// The group's last activity the proposer saw, ms since the epoch.
+    #[prost(int64, tag = "2")]
+    pub activity_ms: i64,
+}
+
+/// `GroupRecord` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GroupRecordWire {
+    /// The generation.
+    #[prost(int32, tag = "1")]
+    pub generation: i32,
+    /// The protocol type.
+    #[prost(string, tag = "2")]
+    pub protocol_type: String,
+    /// The chosen protocol.
+    #[prost(string, tag = "3")]
+    pub protocol: String,
+    /// The leader's member id.
+    #[prost(string, tag = "4")]
+    pub leader: String,
+    /// Members in join order.
+    #[prost(message, repeated, tag = "5")]
+    pub members: Vec<GroupMemberWire>,
+}
+
+/// `GroupMemberRecord` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GroupMemberWire {
+    /// Member id.
+    #[prost(string, tag = "1")]
+    pub member_id: String,
+    /// Static instance id.
+    #[prost(string, optional, tag = "2")]
+    pub instance_id: Option<String>,
+    /// The client's `client.id`.
+    #[prost(string, tag = "3")]
+    pub client_id: String,
+    /// The client's address.
+    #[prost(string, tag = "4")]
+    pub client_host: String,
+    /// Session timeout.
+    #[prost(int32, tag = "5")]
+    pub session_timeout_ms: i32,
+    /// Rebalance timeout.
+    #[prost(int32, tag = "6")]
+    pub rebalance_timeout_ms: i32,
+    /// Supported protocols, most preferred first.
+    #[prost(message, repeated, tag = "7")]
+    pub protocols: Vec<GroupProtocolWire>,
+    /// The member's assignment.
+    #[prost(bytes = "vec", tag = "8")]
+    pub assignment: Vec<u8>,
+}
+
+/// One supported protocol of a group member on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GroupProtocolWire {
+    /// Protocol name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The member's metadata for it.
+    #[prost(bytes = "vec", tag = "2")]
+    pub metadata: Vec<u8>,
+}
+
+impl From<&GroupRecord> for GroupRecordWire {
+    fn from(r: &GroupRecord) -> Self {
+        GroupRecordWire {
+            generation: r.generation,
+            protocol_type: r.protocol_type.clone(),
+            protocol: r.protocol.clone(),
+            leader: r.leader.clone(),
+            members: r
+                .members
+                .iter()
+                .map(|m| GroupMemberWire {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    protocols: m
+                        .protocols
+                        .iter()
+                        .map(|(name, metadata)| GroupProtocolWire {
+                            name: name.clone(),
+                            metadata: metadata.clone(),
+                        })
+                        .collect(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<GroupRecordWire> for GroupRecord {
+    fn from(r: GroupRecordWire) -> Self {
+        GroupRecord {
+            generation: r.generation,
+            protocol_type: r.protocol_type,
+            protocol: r.protocol,
+            leader: r.leader,
+            members: r
+                .members
+                .into_iter()
+                .map(|m| GroupMemberRecord {
+                    member_id: m.member_id,
+                    instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    protocols: m
+                        .protocols
+                        .into_iter()
+                        .map(|p| (p.name, p.metadata))
+                        .collect(),
+                    assignment: m.assignment,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// `ElectPreferredLeader` on the wire.
@@ -376,6 +544,9 @@ pub struct CommitOffsetsWire {
     /// One entry per partition.
     #[prost(message, repeated, tag = "2")]
     pub offsets: Vec<CommittedOffsetWire>,
+    /// The proposer's wall clock at the commit, ms since the epoch (0: unknown).
+    #[prost(int64, tag = "3")]
+    pub commit_time_ms: i64,
 }
 
 /// `CommittedOffset` on the wire.
@@ -461,12 +632,15 @@ impl From<&MetaCommand> for CommandWire {
             MetaCommand::AllocateProducerId => {
                 CommandWire::AllocateProducerId(AllocateProducerIdWire {})
             }
-            MetaCommand::CommitOffsets { group, offsets } => {
-                CommandWire::CommitOffsets(CommitOffsetsWire {
-                    group: group.clone(),
-                    offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
-                })
-            }
+            MetaCommand::CommitOffsets {
+                group,
+                offsets,
+                commit_time_ms,
+            } => CommandWire::CommitOffsets(CommitOffsetsWire {
+                group: group.clone(),
+                offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
+                commit_time_ms: *commit_time_ms,
+            }),
             MetaCommand::AlterTopicConfigs {
                 name,
                 incarnation,
@@ -514,6 +688,21 @@ impl From<&MetaCommand> for CommandWire {
                         .collect(),
                 })
             }
+            MetaCommand::StoreGroup {
+                group,
+                record,
+                time_ms,
+            } => CommandWire::StoreGroup(StoreGroupWire {
+                group: group.clone(),
+                record: record.as_ref().map(GroupRecordWire::from),
+                time_ms: *time_ms,
+            }),
+            MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
+                CommandWire::ExpireGroupOffsets(ExpireGroupOffsetsWire {
+                    group: group.clone(),
+                    activity_ms: *activity_ms,
+                })
+            }
         }
     }
 }
@@ -543,6 +732,7 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::CommitOffsets(c) => MetaCommand::CommitOffsets {
                 group: c.group,
                 offsets: c.offsets.into_iter().map(CommittedOffset::from).collect(),
+                commit_time_ms: c.commit_time_ms,
             },
             CommandWire::AlterTopicConfigs(c) => MetaCommand::AlterTopicConfigs {
                 name: c.name,
@@ -570,6 +760,15 @@ impl From<CommandWire> for MetaCommand {
                         .map(|tp| (tp.topic, tp.partition))
                         .collect()
                 }),
+            },
+            CommandWire::StoreGroup(c) => MetaCommand::StoreGroup {
+                group: c.group,
+                record: c.record.map(GroupRecord::from),
+                time_ms: c.time_ms,
+            },
+            CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
+                group: c.group,
+                activity_ms: c.activity_ms,
             },
         }
     }
@@ -660,10 +859,12 @@ mod tests {
                         metadata: None,
                     },
                 ],
+                commit_time_ms: 1_795_000_000_123,
             },
             MetaCommand::CommitOffsets {
                 group: String::new(),
                 offsets: Vec::new(),
+                commit_time_ms: 0,
             },
             MetaCommand::AlterTopicConfigs {
                 name: "orders".into(),
@@ -701,6 +902,50 @@ mod tests {
             MetaCommand::DeleteGroupOffsets {
                 group: "g".into(),
                 partitions: Some(Vec::new()),
+            },
+            MetaCommand::StoreGroup {
+                group: "g".into(),
+                record: Some(GroupRecord {
+                    generation: 7,
+                    protocol_type: "consumer".into(),
+                    protocol: "range".into(),
+                    leader: "m1".into(),
+                    members: vec![
+                        GroupMemberRecord {
+                            member_id: "m1".into(),
+                            instance_id: Some("i1".into()),
+                            client_id: "c".into(),
+                            client_host: "/127.0.0.1".into(),
+                            session_timeout_ms: 45_000,
+                            rebalance_timeout_ms: i32::MAX,
+                            protocols: vec![
+                                ("range".into(), vec![0, 1, 255]),
+                                ("cooperative-sticky".into(), Vec::new()),
+                            ],
+                            assignment: vec![9; 40],
+                        },
+                        GroupMemberRecord {
+                            member_id: String::new(),
+                            instance_id: None,
+                            client_id: String::new(),
+                            client_host: String::new(),
+                            session_timeout_ms: 0,
+                            rebalance_timeout_ms: -1,
+                            protocols: Vec::new(),
+                            assignment: Vec::new(),
+                        },
+                    ],
+                }),
+                time_ms: 1_795_000_000_000,
+            },
+            MetaCommand::StoreGroup {
+                group: "g".into(),
+                record: None,
+                time_ms: 0,
+            },
+            MetaCommand::ExpireGroupOffsets {
+                group: "g".into(),
+                activity_ms: 1_795_000_000_000,
             },
         ]
     }
@@ -817,6 +1062,19 @@ mod tests {
             decode_entry(&expected).unwrap(),
             (Some(entry.request), entry.command)
         );
+        // StoreGroup is field 11: 0x5a = (11 << 3) | 2.
+        let store = MetaEntry {
+            request: entry.request,
+            command: MetaCommand::StoreGroup {
+                group: "g".into(),
+                record: None,
+                time_ms: 0,
+            },
+        };
+        let expected = [
+            0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0x5a, 0x03, 0x0a, 0x01, b'g',
+        ];
+        assert_eq!(encode_entry(&store), expected);
     }
 
     #[test]

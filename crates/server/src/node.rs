@@ -232,6 +232,18 @@ impl LogStream {
         self.propose(ProposalData::Meta(data), timeout).await
     }
 
+    /// Appends opaque metadata only while this replica leads in Raft term `term` (see
+    /// [`ProposalData::MetaAsLeader`]), resolving on commit.
+    pub async fn append_meta_as_leader(
+        &self,
+        data: Bytes,
+        term: u64,
+        timeout: Duration,
+    ) -> Result<Appended, AppendError> {
+        self.propose(ProposalData::MetaAsLeader { data, term }, timeout)
+            .await
+    }
+
     async fn propose(
         &self,
         data: ProposalData,
@@ -284,6 +296,23 @@ impl LogStream {
         let _ = tokio::time::timeout(timeout, rx.wait_for(|v| v.high_watermark > known)).await;
         let v = *rx.borrow();
         v
+    }
+
+    /// A linearizable read barrier without a log entry (Raft's ReadIndex): resolves, on the
+    /// leader, once a quorum confirmed its leadership and this replica applied everything
+    /// committed before the call; fails with [`AppendError::NotLeader`] on a follower or when
+    /// leadership is lost first, [`AppendError::Timeout`] after `timeout` (a leader that has
+    /// not committed an entry of its term yet answers no barrier), [`AppendError::Busy`] when
+    /// too many wait.
+    pub async fn read_index(&self, timeout: Duration) -> Result<u64, AppendError> {
+        let (reply, rx) = oneshot::channel();
+        try_deliver(&self.inbox, GroupInput::ReadIndex(reply));
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            // The inbox was full or closed: the input (and its reply) was dropped.
+            Ok(Err(_)) => Err(AppendError::Busy),
+            Err(_) => Err(AppendError::Timeout),
+        }
     }
 
     /// Asks this node to start an election for the stream.
@@ -744,6 +773,9 @@ impl Node {
     /// until the returned task is aborted.
     pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
         let listener = bind_listener(self.config.kafka_listen).await?;
+        // The group coordinator's background tasks (deadlines, stored membership, offset
+        // expiry) run whether or not a group request ever reaches this node.
+        crate::kafka::groups::coordinator(self);
         Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
     }
 
@@ -1551,6 +1583,34 @@ impl Node {
             .map(|(index, _)| index)
     }
 
+    /// Commits a metadata command only while this node leads the metadata group in term `term`:
+    /// one attempt on this node's replica, never forwarded to or retried through another leader
+    /// ([`AppendError::NotLeader`] when this node does not lead in `term`, [`AppendError::Lost`]
+    /// when it was deposed before the entry committed). For writes validated against the group
+    /// coordinator's state of that term (a commit checked against the membership of a deposed
+    /// coordinator must not land through its successor). Returns once this node applied it.
+    pub async fn propose_metadata_in_term(
+        &self,
+        cmd: &MetaCommand,
+        term: u64,
+        timeout: Duration,
+    ) -> Result<u64, AppendError> {
+        let entry = MetaEntry {
+            request: self.next_request_id(),
+            command: cmd.clone(),
+        };
+        let data = if self.peer_versions.any_earlier_release() {
+            entry.encode_json()
+        } else {
+            entry.encode()
+        };
+        let group = self.metadata_group().ok_or(AppendError::Stopped)?;
+        let appended = group
+            .append_meta_as_leader(Bytes::from(data), term, timeout)
+            .await?;
+        Ok(appended.raft_index)
+    }
+
     /// A new metadata request id, unique across nodes and restarts.
     fn next_request_id(&self) -> RequestId {
         RequestId {
@@ -1904,6 +1964,7 @@ impl Node {
             &MetaCommand::CommitOffsets {
                 group: group.to_owned(),
                 offsets,
+                commit_time_ms: crate::metadata::wall_clock_ms(),
             },
             timeout,
         )

@@ -1,7 +1,8 @@
 //! Consumer groups over the Kafka protocol against an in-process 3-node cluster: a raw-protocol
 //! client runs the classic group protocol (FindCoordinator, JoinGroup with MEMBER_ID_REQUIRED,
 //! SyncGroup, Heartbeat, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, LeaveGroup) with
-//! two members and rebalances; committed offsets survive the coordinator's shutdown; kcat's
+//! two members and rebalances; membership (same generation, no rebalance) and committed offsets
+//! survive the coordinator's shutdown; a deposed coordinator's commit is not forwarded; kcat's
 //! balanced consumer (`-G`) resumes after the offsets its group committed.
 
 mod common;
@@ -263,6 +264,10 @@ impl Client {
         };
         let g = &r.groups[0];
         assert_eq!(g.error_code, NONE);
+        for m in &g.members {
+            // The peer address, as Kafka reports it.
+            assert_eq!(m.client_host, "/127.0.0.1", "{m:?}");
+        }
         (
             g.group_state.clone(),
             g.members.iter().map(|m| m.member_id.clone()).collect(),
@@ -271,19 +276,32 @@ impl Client {
 }
 
 async fn cluster(dir: &std::path::Path) -> Vec<Arc<Node>> {
+    cluster_with(dir, |_| {}).await
+}
+
+async fn cluster_with(
+    dir: &std::path::Path,
+    adjust: impl Fn(&mut vdl_server::config::NodeConfig),
+) -> Vec<Arc<Node>> {
     let mut nodes = Vec::new();
-    for c in cluster_configs(3, dir, &[TOPIC]) {
+    for mut c in cluster_configs(3, dir, &[TOPIC]) {
+        adjust(&mut c);
         let n = Node::start(c).await.unwrap();
         n.serve_kafka().await.unwrap();
         nodes.push(n);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let ready = nodes.iter().all(|n| {
-            n.metadata_group().unwrap().visible().leader != 0
-                && n.stream(TOPIC).unwrap().visible().leader != 0
-                && n.live_brokers().len() == 3
-        });
+        // The coordinator serves groups once it has applied the metadata through its term's
+        // start (NOT_COORDINATOR before).
+        let coordinator_ready = metadata_leader(&nodes)
+            .is_some_and(|l| nodes[l].metadata_group().unwrap().visible().leader_ready);
+        let ready = coordinator_ready
+            && nodes.iter().all(|n| {
+                n.metadata_group().unwrap().visible().leader != 0
+                    && n.stream(TOPIC).unwrap().visible().leader != 0
+                    && n.live_brokers().len() == 3
+            });
         if ready {
             return nodes;
         }
@@ -490,30 +508,78 @@ async fn two_members_join_sync_commit_fetch_and_rebalance() {
     result.unwrap();
 }
 
+/// Issue 20 item 1: when the coordinator (the metadata leader) goes, the new one loads the
+/// groups' membership from the metadata: both members' next heartbeats there succeed in the same
+/// generation (no rebalance), the group is Stable with the same members, and commits of that
+/// generation are accepted; committed offsets are there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn committed_offsets_survive_the_coordinators_shutdown() {
+async fn membership_and_offsets_survive_the_coordinators_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
     let leader = metadata_leader(&nodes).expect("a metadata leader");
     let survivor = nodes[(leader + 1) % 3].config().kafka_advertised.clone();
     let old_id = nodes[leader].config().id as i32;
 
-    let (member, generation) = {
+    let (am, bm, generation) = {
         let survivor = survivor.clone();
         tokio::task::spawn_blocking(move || {
             let mut f = Client::connect(&survivor);
             let (_, coordinator) = f.find_coordinator(GROUP);
+            let coord_b = coordinator.clone();
+            let b_thread = std::thread::spawn(move || {
+                let mut b = Client::connect(&coord_b);
+                let jb = b.join_new();
+                (b, jb)
+            });
             let mut a = Client::connect(&coordinator);
             let ja = a.join_new();
-            assert_eq!(ja.error_code, NONE);
-            let (am, generation) = (ja.member_id.clone(), ja.generation_id);
-            assert_eq!(a.sync(generation, &am, &[(&am, "all")]).0, NONE);
-            assert_eq!(a.commit(generation, &am, 42), NONE);
-            (am, generation)
+            let (b, jb) = b_thread.join().unwrap();
+            assert_eq!((ja.error_code, jb.error_code), (NONE, NONE));
+            assert_eq!(ja.generation_id, jb.generation_id);
+            let generation = ja.generation_id;
+            let (leader, follower) = if ja.leader == ja.member_id {
+                ((a, ja.member_id), (b, jb.member_id))
+            } else {
+                ((b, jb.member_id), (a, ja.member_id))
+            };
+            let ((mut l, lm), (mut fo, fm)) = (leader, follower);
+            let fm2 = fm.clone();
+            let f_sync = std::thread::spawn(move || {
+                let r = fo.sync(generation, &fm2, &[]);
+                (fo, r)
+            });
+            assert_eq!(
+                l.sync(generation, &lm, &[(&lm, "p0"), (&fm, "p1")]),
+                (NONE, Bytes::from("p0"))
+            );
+            let (_fo, r) = f_sync.join().unwrap();
+            assert_eq!(r, (NONE, Bytes::from("p1")));
+            assert_eq!(l.commit(generation, &lm, 42), NONE);
+            (lm, fm, generation)
         })
         .await
         .unwrap()
     };
+    // SyncGroup is answered once the group's record is written (as in Kafka): the coordinator
+    // has applied it; then it reaches every node.
+    assert!(nodes[leader]
+        .metadata()
+        .groups
+        .get(GROUP)
+        .is_some_and(|r| r.generation == generation && r.members.len() == 2));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !nodes.iter().all(|n| {
+        n.metadata()
+            .groups
+            .get(GROUP)
+            .is_some_and(|r| r.generation == generation && r.members.len() == 2)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the group's membership was not stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // The coordinator dies; a new metadata leader takes over as coordinator.
     nodes[leader].shutdown();
@@ -552,19 +618,220 @@ async fn committed_offsets_survive_the_coordinators_shutdown() {
         };
         assert_ne!(new_id, old_id);
         let mut a = Client::connect(&coordinator);
-        // The committed offset is there.
+        // The new coordinator may still be applying the metadata of its term's start.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let first = loop {
+            let e = a.heartbeat(generation, &am);
+            if e != NOT_COORDINATOR {
+                break e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the new coordinator never served"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // Both members are recognised in the same generation: no rebalance.
+        assert_eq!(first, NONE);
+        assert_eq!(a.heartbeat(generation, &bm), NONE);
+        let (state, mut members) = a.describe();
+        members.sort();
+        let mut want = vec![am.clone(), bm.clone()];
+        want.sort();
+        assert_eq!((state.as_str(), members), ("Stable", want));
+        // The committed offset is there, and the generation commits.
         assert_eq!(a.fetch_offsets(), (NONE, vec![(0, 42), (1, -1)]));
-        // Membership did not survive: the member must rejoin.
-        assert_eq!(a.heartbeat(generation, &member), UNKNOWN_MEMBER_ID);
-        let ja = a.join_new();
-        assert_eq!(ja.error_code, NONE);
-        assert_eq!(a.describe().0, "CompletingRebalance");
+        assert_eq!(a.commit(generation, &am, 43), NONE);
+        assert_eq!(a.heartbeat(generation, &am), NONE);
     })
     .await;
     for n in &nodes {
         n.shutdown();
     }
     result.unwrap();
+}
+
+/// Item 4 of issue 20: an offset commit validated by a coordinator is written only while that
+/// node still leads the metadata group in the term it validated in: a follower or a stale term
+/// gets NOT_LEADER at once (the handler answers NOT_COORDINATOR), never a commit forwarded to
+/// or retried through another leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_coordinators_commit_is_not_forwarded() {
+    use vdl_server::metadata::{CommittedOffset, MetaCommand};
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(dir.path()).await;
+    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let term = nodes[leader].metadata_group().unwrap().visible().term;
+    let commit = |offset| MetaCommand::CommitOffsets {
+        group: "deposed".into(),
+        offsets: vec![CommittedOffset {
+            topic: TOPIC.into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+        commit_time_ms: 0,
+    };
+    let timeout = Duration::from_secs(10);
+    let started = Instant::now();
+    let follower = &nodes[(leader + 1) % 3];
+    let r = follower
+        .propose_metadata_in_term(&commit(5), term, timeout)
+        .await;
+    assert!(
+        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        "{r:?}"
+    );
+    let r = nodes[leader]
+        .propose_metadata_in_term(&commit(6), term - 1, timeout)
+        .await;
+    assert!(
+        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        "{r:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "not retried");
+    // In its own term the leader commits.
+    nodes[leader]
+        .propose_metadata_in_term(&commit(7), term, timeout)
+        .await
+        .unwrap();
+    for n in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let got = n
+                .metadata()
+                .offsets
+                .get("deposed")
+                .and_then(|g| g.get(&(TOPIC.to_string(), 0)))
+                .map(|o| o.offset);
+            if got == Some(7) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{got:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    for n in &nodes {
+        n.shutdown();
+    }
+}
+
+/// Issue 20 item 5: OffsetFetch takes its read barrier with Raft's ReadIndex: many fetches
+/// append no metadata entry and still read the latest commit; a follower's barrier fails
+/// NOT_LEADER at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_fetch_appends_no_metadata_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(dir.path()).await;
+    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let follower = nodes[(leader + 1) % 3].metadata_group().unwrap();
+    let r = follower.read_index(Duration::from_secs(5)).await;
+    assert!(
+        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        "{r:?}"
+    );
+    let meta = nodes[leader].metadata_group().unwrap();
+    let coordinator = nodes[leader].config().kafka_advertised.clone();
+    let (before, after) = tokio::task::spawn_blocking(move || {
+        let mut a = Client::connect(&coordinator);
+        assert_eq!(a.commit(-1, "", 9), NONE);
+        let before = meta.visible().applied_index;
+        for _ in 0..20 {
+            assert_eq!(a.fetch_offsets(), (NONE, vec![(0, 9), (1, -1)]));
+        }
+        (before, meta.visible().applied_index)
+    })
+    .await
+    .unwrap();
+    assert_eq!(before, after, "OffsetFetch appended metadata entries");
+    for n in &nodes {
+        n.shutdown();
+    }
+}
+
+/// Issue 20 item 5: the committed offsets of a group without members expire once idle for
+/// `kafka.offsets_retention_ms` (1.5 s here), on every node; a group with a member keeps its
+/// offsets however old they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_groups_offsets_expire_after_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), |c| {
+        c.kafka.offsets_retention = Duration::from_millis(1_500);
+        c.kafka.offsets_retention_check_interval = Duration::from_millis(200);
+    })
+    .await;
+    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let coordinator = nodes[leader].config().kafka_advertised.clone();
+    let (am, generation, mut a) = tokio::task::spawn_blocking(move || {
+        let mut a = Client::connect(&coordinator);
+        // A member of GROUP commits; a standalone commit goes to another group.
+        let ja = a.join_new();
+        let (am, generation) = (ja.member_id.clone(), ja.generation_id);
+        assert_eq!(a.sync(generation, &am, &[(&am, "all")]).0, NONE);
+        assert_eq!(a.commit(generation, &am, 11), NONE);
+        let Response::OffsetCommit(r) = a.call(
+            2,
+            Request::OffsetCommit(OffsetCommitRequest {
+                group_id: "idle-group".into(),
+                generation_id_or_member_epoch: -1,
+                topics: vec![OffsetCommitRequestTopic {
+                    name: TOPIC.into(),
+                    partitions: vec![OffsetCommitRequestPartition {
+                        partition_index: 0,
+                        committed_offset: 7,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.topics[0].partitions[0].error_code, NONE);
+        (am, generation, a)
+    })
+    .await
+    .unwrap();
+    let has = |n: &Node, group: &str| n.metadata().offsets.contains_key(group);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(5);
+    // Every node applies both commits (the leader has already).
+    while !nodes.iter().all(|n| has(n, "idle-group") && has(n, GROUP)) {
+        assert!(
+            Instant::now() < deadline,
+            "the commits did not reach every node"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let deadline = started + Duration::from_secs(10);
+    while nodes.iter().any(|n| has(n, "idle-group")) {
+        assert!(
+            Instant::now() < deadline,
+            "the idle group's offsets never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The member keeps its session.
+        let (am, gen) = (am.clone(), generation);
+        a = tokio::task::spawn_blocking(move || {
+            assert_eq!(a.heartbeat(gen, &am), NONE);
+            a
+        })
+        .await
+        .unwrap();
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_000),
+        "expired before the retention"
+    );
+    assert!(
+        nodes.iter().all(|n| has(n, GROUP)),
+        "the group with a member keeps its offsets"
+    );
+    for n in &nodes {
+        n.shutdown();
+    }
 }
 
 fn kcat_produce(bootstrap: &str, lines: &[String]) {

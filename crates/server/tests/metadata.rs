@@ -216,6 +216,7 @@ async fn a_metadata_log_written_in_json_replays_as_before() {
                     leader_epoch: 3,
                     metadata: None,
                 }],
+                commit_time_ms: 0,
             },
         })
         .unwrap(),

@@ -14,21 +14,27 @@
 //!
 //! The state belongs to one metadata Raft term: when this node stops leading, or leads again in a
 //! later term, the state is dropped and every waiting request is answered NOT_COORDINATOR, so the
-//! clients rediscover the coordinator and rejoin there (the equivalent of Kafka's coordinator
-//! failover, without persisted membership).
+//! clients rediscover the coordinator. A coordinator taking over loads the groups stored in the
+//! metadata ([`Coordinator::load`]) and resumes their generations; the records to store (a
+//! completed rebalance, a replaced static member, an emptied group) wait in an outbox, one per
+//! group, for the persisting task ([`Coordinator::take_records`]).
 //!
-//! Static membership (`group.instance.id`) is accepted but treated as dynamic: an instance id is
-//! reported back, but a restarted static member joins as a new member and its old member id
-//! expires with its session.
+//! Static membership (`group.instance.id`, KIP-345): a member joining with an unknown member id
+//! and an instance id the group knows takes the old member's place (its assignment and
+//! leadership) under a new member id, without a rebalance when the group is Stable and its
+//! protocols are unchanged; a process still using the old member id is fenced
+//! (FENCED_INSTANCE_ID on every request); LeaveGroup can name members by instance id.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch, Notify};
+
+use crate::metadata::{GroupMemberRecord, GroupRecord};
 
 /// How often deadlines are checked.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -41,14 +47,21 @@ pub const INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(200);
 pub const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// Longest session timeout accepted (`group.max.session.timeout.ms`).
 pub const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(1_800);
-/// Cap on a member's rebalance timeout (how long a rebalance waits for members to rejoin, and for
-/// SyncGroup after the join completes). Java's default, `max.poll.interval.ms`, is 5 minutes.
-pub const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Bound on a member's rebalance timeout (how long a rebalance waits for members to rejoin, and
+/// for SyncGroup after the join completes). Kafka takes the member's `max.poll.interval.ms` as
+/// is: Java's default is 5 minutes, stream processors often set hours, and Kafka Streams sets
+/// `Integer.MAX_VALUE`. A day keeps every such setting working as configured (a member that
+/// stops heartbeating is still removed when its session expires) while every waiting request
+/// and deadline stays bounded.
+pub const MAX_REBALANCE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// Groups with members held in memory at once; joining a further group is refused
 /// (GROUP_MAX_SIZE_REACHED).
 pub const MAX_GROUPS: usize = 10_000;
 /// Members (and member ids handed out but not yet joined) per group (`group.max.size`).
 pub const MAX_MEMBERS: usize = 1_000;
+
+/// A record for the metadata: a group's id and its membership (None: it became empty).
+pub type StoredRecord = (String, Option<GroupRecord>);
 
 /// A group's state, as Kafka names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +98,7 @@ pub struct JoinParams {
     pub group_id: String,
     /// Member id; empty for a new member.
     pub member_id: String,
-    /// Static instance id (treated as dynamic).
+    /// Static instance id (`group.instance.id`, KIP-345).
     pub group_instance_id: Option<String>,
     /// The client's `client.id`.
     pub client_id: String,
@@ -131,6 +144,9 @@ pub struct JoinOutcome {
     pub member_id: String,
     /// Every member with its metadata, for the leader only.
     pub members: Vec<JoinedMember>,
+    /// v9+: the leader must not compute an assignment (a static leader that rejoined without
+    /// a rebalance: the group keeps the current one).
+    pub skip_assignment: bool,
 }
 
 impl JoinOutcome {
@@ -144,6 +160,7 @@ impl JoinOutcome {
             leader: String::new(),
             member_id: member_id.to_owned(),
             members: Vec::new(),
+            skip_assignment: false,
         }
     }
 }
@@ -157,6 +174,8 @@ pub struct SyncParams {
     pub generation_id: i32,
     /// Member id.
     pub member_id: String,
+    /// v3+: the member's static instance id.
+    pub group_instance_id: Option<String>,
     /// v5+: the protocol type the member expects.
     pub protocol_type: Option<String>,
     /// v5+: the protocol the member expects.
@@ -278,6 +297,8 @@ struct Group {
     members: HashMap<String, Member>,
     /// Member ids handed out with MEMBER_ID_REQUIRED, with the time they must join by.
     pending: HashMap<String, Instant>,
+    /// Static members: instance id -> the member id that holds it now.
+    static_members: HashMap<String, String>,
     /// PreparingRebalance: when the join completes with whoever rejoined.
     join_deadline: Option<Instant>,
     /// The rebalance is the initial one of an empty group: it waits its whole delay.
@@ -289,6 +310,13 @@ struct Group {
     pending_sync: HashSet<String>,
     sync_deadline: Option<Instant>,
     next_seq: u64,
+    /// The metadata holds a record of this group's membership (see [`Inner::note`]).
+    stored: bool,
+    /// The membership changed in a way the metadata must learn (a rebalance completed, a static
+    /// member was replaced).
+    dirty: bool,
+    /// The sequence number of this group's last queued record (0: none).
+    record_seq: u64,
 }
 
 impl Group {
@@ -301,13 +329,104 @@ impl Group {
             leader: None,
             members: HashMap::new(),
             pending: HashMap::new(),
+            static_members: HashMap::new(),
             join_deadline: None,
             initial_delay: false,
             initial_delay_limit: None,
             pending_sync: HashSet::new(),
             sync_deadline: None,
             next_seq: 0,
+            stored: false,
+            dirty: false,
+            record_seq: 0,
         }
+    }
+
+    /// A Stable group as stored in the metadata by a previous coordinator: the same generation,
+    /// members, protocol, leader and assignments; every session starts now (as when Kafka's
+    /// coordinator loads a group).
+    fn from_record(r: GroupRecord, now: Instant) -> Group {
+        let mut g = Group::new();
+        g.state = GroupState::Stable;
+        g.generation = r.generation;
+        g.protocol_type = Some(r.protocol_type);
+        g.protocol = Some(r.protocol);
+        for (seq, m) in r.members.into_iter().enumerate() {
+            let session_timeout = session_timeout(m.session_timeout_ms);
+            if let Some(instance) = &m.instance_id {
+                g.static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            g.members.insert(
+                m.member_id,
+                Member {
+                    instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout,
+                    rebalance_timeout: rebalance_timeout(m.rebalance_timeout_ms),
+                    protocols: m
+                        .protocols
+                        .into_iter()
+                        .map(|(name, metadata)| (name, Bytes::from(metadata)))
+                        .collect(),
+                    assignment: Bytes::from(m.assignment),
+                    heartbeat_deadline: now + session_timeout,
+                    join_waiter: None,
+                    sync_waiter: None,
+                    seq: seq as u64,
+                },
+            );
+        }
+        g.next_seq = g.members.len() as u64;
+        g.leader = g
+            .members
+            .contains_key(&r.leader)
+            .then_some(r.leader)
+            .or_else(|| {
+                g.members
+                    .iter()
+                    .min_by_key(|(_, m)| m.seq)
+                    .map(|(id, _)| id.clone())
+            });
+        g.stored = true;
+        g
+    }
+
+    /// The group's membership as the metadata stores it.
+    fn record(&self) -> GroupRecord {
+        let mut ordered: Vec<(&String, &Member)> = self.members.iter().collect();
+        ordered.sort_by_key(|(_, m)| m.seq);
+        GroupRecord {
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol: self.protocol.clone().unwrap_or_default(),
+            leader: self.leader.clone().unwrap_or_default(),
+            members: ordered
+                .into_iter()
+                .map(|(id, m)| GroupMemberRecord {
+                    member_id: id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: i32::try_from(m.session_timeout.as_millis())
+                        .unwrap_or(i32::MAX),
+                    rebalance_timeout_ms: i32::try_from(m.rebalance_timeout.as_millis())
+                        .unwrap_or(i32::MAX),
+                    protocols: m
+                        .protocols
+                        .iter()
+                        .map(|(name, metadata)| (name.clone(), metadata.to_vec()))
+                        .collect(),
+                    assignment: m.assignment.to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the metadata must learn of this group's membership (see [`Inner::note`]).
+    fn needs_store(&self) -> bool {
+        (self.dirty && self.state == GroupState::Stable) || (self.members.is_empty() && self.stored)
     }
 
     fn rebalance_timeout(&self) -> Duration {
@@ -464,6 +583,7 @@ impl Group {
                     } else {
                         Vec::new()
                     },
+                    skip_assignment: false,
                 });
             }
         }
@@ -474,6 +594,11 @@ impl Group {
         let Some(mut m) = self.members.remove(id) else {
             return;
         };
+        if let Some(instance) = &m.instance_id {
+            if self.static_members.get(instance).map(String::as_str) == Some(id) {
+                self.static_members.remove(instance);
+            }
+        }
         if let Some(w) = m.join_waiter.take() {
             let _ = w.send(JoinOutcome::error(ErrorCode::UnknownMemberId, id));
         }
@@ -522,6 +647,9 @@ impl Group {
         if self.leader.is_none() {
             self.leader = Some(id.clone());
         }
+        if let Some(instance) = &m.instance_id {
+            self.static_members.insert(instance.clone(), id.clone());
+        }
         self.members.insert(id, m);
         match self.state {
             GroupState::PreparingRebalance if self.initial_delay => {
@@ -559,6 +687,73 @@ impl Group {
         }
     }
 
+    /// Whether a request naming `member_id` and static `instance_id` comes from a fenced
+    /// process: the instance id is held by another member id now (KIP-345).
+    fn fenced(&self, member_id: &str, instance_id: Option<&str>) -> bool {
+        instance_id
+            .and_then(|i| self.static_members.get(i))
+            .is_some_and(|holder| holder != member_id)
+    }
+
+    /// A static member joining with an unknown member id and the known instance id of member
+    /// `old` (a restarted process): `new` takes `old`'s place (its assignment, its leadership,
+    /// its join order), and whatever `old` waits for is answered FENCED_INSTANCE_ID. In a
+    /// Stable group with unchanged protocols there is no rebalance: the answer (Some) is the
+    /// current generation. Otherwise the join waits on `waiter` like any other.
+    fn replace_static_member(
+        &mut self,
+        old: &str,
+        new: String,
+        p: &JoinParams,
+        waiter: oneshot::Sender<JoinOutcome>,
+        now: Instant,
+    ) -> Option<JoinOutcome> {
+        let mut m = self.members.remove(old)?;
+        if let Some(w) = m.join_waiter.take() {
+            let _ = w.send(JoinOutcome::error(ErrorCode::FencedInstanceId, old));
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            let _ = w.send(SyncOutcome::error(ErrorCode::FencedInstanceId));
+        }
+        let unchanged = m.same_protocols(&p.protocols);
+        m.protocols = p.protocols.clone();
+        m.client_id = p.client_id.clone();
+        m.client_host = p.client_host.clone();
+        m.session_timeout = session_timeout(p.session_timeout_ms);
+        m.rebalance_timeout = rebalance_timeout(p.rebalance_timeout_ms);
+        m.heartbeat_deadline = now + m.session_timeout;
+        if self.pending_sync.remove(old) {
+            self.pending_sync.insert(new.clone());
+        }
+        if self.leader.as_deref() == Some(old) {
+            self.leader = Some(new.clone());
+        }
+        if let Some(instance) = &p.group_instance_id {
+            self.static_members.insert(instance.clone(), new.clone());
+        }
+        self.members.insert(new.clone(), m);
+        tracing::debug!(%old, %new, "static member replaced");
+        match self.state {
+            GroupState::Stable if unchanged => {
+                self.dirty = true;
+                let mut answer = self.current_join(&new);
+                // The group keeps its assignment: a leader must not compute another.
+                answer.skip_assignment = answer.leader == new;
+                Some(answer)
+            }
+            _ => {
+                if let Some(m) = self.members.get_mut(&new) {
+                    m.join_waiter = Some(waiter);
+                }
+                if self.state != GroupState::PreparingRebalance {
+                    self.prepare_rebalance(now);
+                }
+                self.try_complete_join(now);
+                None
+            }
+        }
+    }
+
     /// The current generation's answer to a member's join (rejoin without changes).
     fn current_join(&self, id: &str) -> JoinOutcome {
         let protocol = self.protocol.clone().unwrap_or_default();
@@ -585,6 +780,7 @@ impl Group {
             leader,
             member_id: id.to_owned(),
             members,
+            skip_assignment: false,
         }
     }
 
@@ -646,7 +842,39 @@ fn rebalance_timeout(ms: i32) -> Duration {
 struct Inner {
     /// The metadata term this state belongs to (0: none).
     term: u64,
+    /// This node coordinates in `term` (false once it stopped leading in it).
+    active: bool,
     groups: HashMap<String, Group>,
+    /// Membership records for the metadata, newest per group (None: the group became empty),
+    /// with their sequence numbers, taken by the persisting task
+    /// ([`Coordinator::take_records`]). At most one per group.
+    outbox: HashMap<String, (u64, Option<GroupRecord>)>,
+    /// The last record sequence number handed out.
+    record_seq: u64,
+}
+
+impl Inner {
+    /// Queues group `id`'s record for the metadata when it needs one; true when queued.
+    fn note(&mut self, id: &str) -> bool {
+        let Some(g) = self.groups.get_mut(id) else {
+            return false;
+        };
+        if !g.needs_store() {
+            return false;
+        }
+        g.dirty = false;
+        let record = if g.members.is_empty() {
+            g.stored = false;
+            None
+        } else {
+            g.stored = true;
+            Some(g.record())
+        };
+        self.record_seq += 1;
+        g.record_seq = self.record_seq;
+        self.outbox.insert(id.to_owned(), (self.record_seq, record));
+        true
+    }
 }
 
 /// One node's group coordinator: every group's membership state, while this node leads the
@@ -655,6 +883,10 @@ pub struct Coordinator {
     inner: Mutex<Inner>,
     ticker: AtomicBool,
     ids: AtomicU64,
+    /// Signalled when records wait in the outbox.
+    records_waiting: Arc<Notify>,
+    /// The highest record sequence number written (or given up) by the persisting task.
+    stored_seq: watch::Sender<u64>,
 }
 
 impl Default for Coordinator {
@@ -669,10 +901,101 @@ impl Coordinator {
         Coordinator {
             inner: Mutex::new(Inner {
                 term: 0,
+                active: false,
                 groups: HashMap::new(),
+                outbox: HashMap::new(),
+                record_seq: 0,
             }),
             ticker: AtomicBool::new(false),
             ids: AtomicU64::new(0),
+            records_waiting: Arc::new(Notify::new()),
+            stored_seq: watch::Sender::new(0),
+        }
+    }
+
+    /// Takes over as coordinator in metadata term `term` (once per term; later calls and older
+    /// terms do nothing): the previous state is dropped and the groups stored in the metadata
+    /// (`records`, read only when loading) are loaded as Stable groups of their stored
+    /// generation, every session starting at `now`. Call it before the term's first request, once
+    /// the metadata is applied through the term's start (the metadata leader is ready).
+    pub fn load(
+        &self,
+        term: u64,
+        records: impl FnOnce() -> Vec<(String, GroupRecord)>,
+        now: Instant,
+    ) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if term < inner.term || (term == inner.term && inner.active) {
+            return;
+        }
+        unload(&mut inner);
+        inner.term = term;
+        inner.active = true;
+        for (id, r) in records() {
+            if !r.members.is_empty() {
+                inner.groups.insert(id, Group::from_record(r, now));
+            }
+        }
+        if !inner.groups.is_empty() {
+            tracing::info!(
+                term,
+                groups = inner.groups.len(),
+                "group coordinator loaded the stored groups"
+            );
+        }
+    }
+
+    /// The signal that records wait for [`Coordinator::take_records`].
+    pub fn records_waiting(&self) -> Arc<Notify> {
+        self.records_waiting.clone()
+    }
+
+    /// The membership records waiting for the metadata, oldest first, with the term they
+    /// belong to (write them with [`crate::node::Node::propose_metadata_in_term`] in that term;
+    /// at most one per group) and the sequence number to pass to
+    /// [`Coordinator::records_stored`] once written. None when there are none.
+    pub fn take_records(&self) -> Option<(u64, u64, Vec<StoredRecord>)> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.outbox.is_empty() || !inner.active {
+            return None;
+        }
+        let mut records: Vec<(u64, StoredRecord)> = inner
+            .outbox
+            .drain()
+            .map(|(group, (seq, record))| (seq, (group, record)))
+            .collect();
+        records.sort_by_key(|(seq, _)| *seq);
+        let last = records.last().map_or(0, |(seq, _)| *seq);
+        Some((
+            inner.term,
+            last,
+            records.into_iter().map(|(_, r)| r).collect(),
+        ))
+    }
+
+    /// The records taken up to sequence number `seq` are written (or given up on): requests
+    /// waiting for them ([`Coordinator::unstored`]) go on.
+    pub fn records_stored(&self, seq: u64) {
+        self.stored_seq.send_if_modified(|s| {
+            let advance = seq > *s;
+            *s = (*s).max(seq);
+            advance
+        });
+    }
+
+    /// When group `group_id`'s last record (while coordinating in `term`) is not written yet:
+    /// its sequence number and a receiver of the written sequence numbers, to wait until it is
+    /// (Kafka answers SyncGroup once the group's record is written).
+    pub fn unstored(&self, term: u64, group_id: &str) -> Option<(u64, watch::Receiver<u64>)> {
+        let inner = self.state(term)?;
+        let seq = inner.groups.get(group_id)?.record_seq;
+        (seq > *self.stored_seq.borrow()).then(|| (seq, self.stored_seq.subscribe()))
+    }
+
+    /// Queues group `id`'s record if it needs one, and signals the persisting task.
+    fn note(&self, inner: &mut Inner, id: &str) {
+        if inner.note(id) {
+            self.records_waiting.notify_one();
         }
     }
 
@@ -681,15 +1004,21 @@ impl Coordinator {
         !self.ticker.swap(true, Ordering::AcqRel)
     }
 
-    /// The state for metadata term `term`; state of another term is dropped first (its waiting
-    /// requests answered NOT_COORDINATOR).
-    fn state(&self, term: u64) -> MutexGuard<'_, Inner> {
+    /// The state for metadata term `term`; state of an older term is dropped first (its waiting
+    /// requests answered NOT_COORDINATOR). None for a request carrying a term older than the
+    /// state's (it was read before this node led again): such a request is answered
+    /// NOT_COORDINATOR and leaves the newer state alone.
+    fn state(&self, term: u64) -> Option<MutexGuard<'_, Inner>> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if term < inner.term || (term == inner.term && !inner.active && term != 0) {
+            return None;
+        }
         if inner.term != term {
             unload(&mut inner);
             inner.term = term;
+            inner.active = true;
         }
-        inner
+        Some(inner)
     }
 
     fn new_member_id(&self, client_id: &str) -> String {
@@ -711,6 +1040,16 @@ impl Coordinator {
 
     /// Handles a JoinGroup while leading in metadata term `term`.
     pub fn join(&self, term: u64, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
+        let group_id = p.group_id.clone();
+        let Some(mut inner) = self.state(term) else {
+            return Pending::Now(JoinOutcome::error(ErrorCode::NotCoordinator, &p.member_id));
+        };
+        let answer = self.join_in(&mut inner, p, now);
+        self.note(&mut inner, &group_id);
+        answer
+    }
+
+    fn join_in(&self, inner: &mut Inner, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
         let err = |e: ErrorCode| Pending::Now(JoinOutcome::error(e, &p.member_id));
         if p.group_id.is_empty() {
             return err(ErrorCode::InvalidGroupId);
@@ -722,14 +1061,15 @@ impl Coordinator {
         if p.protocol_type.is_empty() || p.protocols.is_empty() {
             return err(ErrorCode::InconsistentGroupProtocol);
         }
-        let mut inner = self.state(term);
         if !inner.groups.contains_key(&p.group_id) {
             if !p.member_id.is_empty() {
                 return err(ErrorCode::UnknownMemberId);
             }
             if inner.groups.len() >= MAX_GROUPS {
+                // Kafka has no such limit, so no error says it; COORDINATOR_NOT_AVAILABLE is
+                // one every client retries (GROUP_MAX_SIZE_REACHED is fatal to Java's).
                 tracing::warn!(group = %p.group_id, "too many consumer groups; join refused");
-                return err(ErrorCode::GroupMaxSizeReached);
+                return err(ErrorCode::CoordinatorNotAvailable);
             }
         }
         let group = inner
@@ -743,6 +1083,32 @@ impl Coordinator {
             return err(ErrorCode::InconsistentGroupProtocol);
         }
         let wait = rebalance_timeout(p.rebalance_timeout_ms) + Duration::from_secs(5);
+        if let Some(instance) = p.group_instance_id.as_deref() {
+            let holder = group.static_members.get(instance).cloned();
+            match holder {
+                Some(old) if p.member_id.is_empty() => {
+                    let new = self.new_member_id(&p.client_id);
+                    let (tx, rx) = oneshot::channel();
+                    return match group.replace_static_member(&old, new, &p, tx, now) {
+                        Some(answer) => Pending::Now(answer),
+                        None => Pending::Wait(rx, wait),
+                    };
+                }
+                Some(old) if old != p.member_id => return err(ErrorCode::FencedInstanceId),
+                None if p.member_id.is_empty() => {
+                    // A new static member needs no MEMBER_ID_REQUIRED round trip: its instance
+                    // id identifies it (as in Kafka).
+                    if group.members.len() + group.pending.len() >= MAX_MEMBERS {
+                        return err(ErrorCode::GroupMaxSizeReached);
+                    }
+                    let id = self.new_member_id(&p.client_id);
+                    let (tx, rx) = oneshot::channel();
+                    group.add_member(id, &p, tx, now);
+                    return Pending::Wait(rx, wait);
+                }
+                _ => {}
+            }
+        }
         if p.member_id.is_empty() {
             if group.members.len() + group.pending.len() >= MAX_MEMBERS {
                 return err(ErrorCode::GroupMaxSizeReached);
@@ -795,11 +1161,23 @@ impl Coordinator {
 
     /// Handles a SyncGroup while leading in metadata term `term`.
     pub fn sync(&self, term: u64, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
+        let group_id = p.group_id.clone();
+        let Some(mut inner) = self.state(term) else {
+            return Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator));
+        };
+        let answer = Self::sync_in(&mut inner, p, now);
+        self.note(&mut inner, &group_id);
+        answer
+    }
+
+    fn sync_in(inner: &mut Inner, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
         let err = |e: ErrorCode| Pending::Now(SyncOutcome::error(e));
-        let mut inner = self.state(term);
         let Some(group) = inner.groups.get_mut(&p.group_id) else {
             return err(ErrorCode::UnknownMemberId);
         };
+        if group.fenced(&p.member_id, p.group_instance_id.as_deref()) {
+            return err(ErrorCode::FencedInstanceId);
+        }
         if !group.members.contains_key(&p.member_id) {
             return err(ErrorCode::UnknownMemberId);
         }
@@ -844,9 +1222,14 @@ impl Coordinator {
                 if group.leader.as_deref() == Some(p.member_id.as_str()) {
                     let mut assigned: HashMap<String, Bytes> = p.assignments.into_iter().collect();
                     group.state = GroupState::Stable;
+                    group.dirty = true;
                     for m in group.members.iter_mut() {
                         let (id, m) = m;
                         m.assignment = assigned.remove(id).unwrap_or_default();
+                        // Delivering the assignment renews every session (as Kafka does): a
+                        // follower that waited longer than its session timeout for a slow
+                        // leader is not expired right after.
+                        m.heartbeat_deadline = now + m.session_timeout;
                         if let Some(w) = m.sync_waiter.take() {
                             let _ = w.send(SyncOutcome {
                                 error: ErrorCode::None,
@@ -869,12 +1252,18 @@ impl Coordinator {
         group_id: &str,
         generation_id: i32,
         member_id: &str,
+        instance_id: Option<&str>,
         now: Instant,
     ) -> ErrorCode {
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return ErrorCode::NotCoordinator;
+        };
         let Some(group) = inner.groups.get_mut(group_id) else {
             return ErrorCode::UnknownMemberId;
         };
+        if group.fenced(member_id, instance_id) {
+            return ErrorCode::FencedInstanceId;
+        }
         let state = group.state;
         let generation = group.generation;
         let Some(m) = group.members.get_mut(member_id) else {
@@ -897,22 +1286,38 @@ impl Coordinator {
         }
     }
 
-    /// Handles a LeaveGroup of `members` while leading in metadata term `term`: one error per
-    /// member.
+    /// Handles a LeaveGroup of `members` (member id, static instance id) while leading in
+    /// metadata term `term`: one error per member. A member named by instance id (v3+, e.g.
+    /// `Admin.removeMembersFromConsumerGroup`, member id empty) is whichever member holds it;
+    /// FENCED_INSTANCE_ID when a member id is given too and another member holds it.
     pub fn leave(
         &self,
         term: u64,
         group_id: &str,
-        members: &[String],
+        members: &[(String, Option<String>)],
         now: Instant,
     ) -> Vec<ErrorCode> {
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return vec![ErrorCode::NotCoordinator; members.len()];
+        };
         let Some(group) = inner.groups.get_mut(group_id) else {
             return vec![ErrorCode::UnknownMemberId; members.len()];
         };
         let errors = members
             .iter()
-            .map(|id| {
+            .map(|(id, instance)| {
+                if let Some(instance) = instance {
+                    return match group.static_members.get(instance).cloned() {
+                        None => ErrorCode::UnknownMemberId,
+                        Some(holder) if !id.is_empty() && holder != *id => {
+                            ErrorCode::FencedInstanceId
+                        }
+                        Some(holder) => {
+                            group.remove_member(&holder, now);
+                            ErrorCode::None
+                        }
+                    };
+                }
                 if group.members.contains_key(id) {
                     group.remove_member(id, now);
                     ErrorCode::None
@@ -924,7 +1329,9 @@ impl Coordinator {
                 }
             })
             .collect();
-        if group.is_removable() {
+        let removable = group.is_removable();
+        self.note(&mut inner, group_id);
+        if removable {
             inner.groups.remove(group_id);
         }
         errors
@@ -942,14 +1349,23 @@ impl Coordinator {
         instance_id: Option<&str>,
         now: Instant,
     ) -> ErrorCode {
-        let mut inner = self.state(term);
+        let Some(mut inner) = self.state(term) else {
+            return ErrorCode::NotCoordinator;
+        };
         let Some(group) = inner.groups.get_mut(group_id) else {
-            return if generation_id < 0 {
-                ErrorCode::None
-            } else {
+            // No membership: only a standalone commit (no generation, no member) is valid; a
+            // member id names a member this coordinator does not know.
+            return if generation_id >= 0 {
                 ErrorCode::IllegalGeneration
+            } else if !member_id.is_empty() {
+                ErrorCode::UnknownMemberId
+            } else {
+                ErrorCode::None
             };
         };
+        if group.fenced(member_id, instance_id) {
+            return ErrorCode::FencedInstanceId;
+        }
         if generation_id >= 0 || !member_id.is_empty() || instance_id.is_some() {
             let state = group.state;
             let generation = group.generation;
@@ -972,8 +1388,8 @@ impl Coordinator {
     }
 
     /// Groups with members (or member ids handed out), while leading in metadata term `term`.
-    pub fn list(&self, term: u64) -> Vec<GroupListing> {
-        let inner = self.state(term);
+    pub fn list(&self, term: u64) -> Result<Vec<GroupListing>, ErrorCode> {
+        let inner = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
         let mut out: Vec<GroupListing> = inner
             .groups
             .iter()
@@ -984,14 +1400,14 @@ impl Coordinator {
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
-        out
+        Ok(out)
     }
 
     /// Removes group `group_id`'s membership state (DeleteGroups), while leading in metadata
     /// term `term`: `Ok(true)` when there was state and it had no members, `Ok(false)` when
     /// there was none, NON_EMPTY_GROUP while members remain (nothing removed then).
     pub fn remove_empty(&self, term: u64, group_id: &str) -> Result<bool, ErrorCode> {
-        let mut inner = self.state(term);
+        let mut inner = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
         match inner.groups.get(group_id) {
             None => Ok(false),
             Some(g) if !g.members.is_empty() || !g.pending.is_empty() => {
@@ -1008,7 +1424,7 @@ impl Coordinator {
     /// its members subscribe to (read from their `consumer` protocol subscriptions; empty for
     /// other protocol types). None when the group has no members here.
     pub fn subscriptions(&self, term: u64, group_id: &str) -> Option<(String, HashSet<String>)> {
-        let inner = self.state(term);
+        let inner = self.state(term)?;
         let g = inner
             .groups
             .get(group_id)
@@ -1027,7 +1443,7 @@ impl Coordinator {
     /// A group's state and members, while leading in metadata term `term`; None when the group
     /// has no membership state here.
     pub fn describe(&self, term: u64, group_id: &str) -> Option<GroupDescription> {
-        let inner = self.state(term);
+        let inner = self.state(term)?;
         let g = inner.groups.get(group_id)?;
         let stable = g.state == GroupState::Stable;
         let protocol = g.protocol.clone().unwrap_or_default();
@@ -1068,15 +1484,24 @@ impl Coordinator {
     pub fn tick(&self, term: Option<u64>, now: Instant) {
         let Some(term) = term else {
             let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if inner.term != 0 || !inner.groups.is_empty() {
+            if inner.active || !inner.groups.is_empty() {
                 unload(&mut inner);
-                inner.term = 0;
+                inner.active = false;
             }
             return;
         };
-        let mut inner = self.state(term);
-        for g in inner.groups.values_mut() {
+        let Some(mut inner) = self.state(term) else {
+            return;
+        };
+        let mut changed = Vec::new();
+        for (id, g) in inner.groups.iter_mut() {
             g.tick(now);
+            if g.needs_store() {
+                changed.push(id.clone());
+            }
+        }
+        for id in changed {
+            self.note(&mut inner, &id);
         }
         inner.groups.retain(|_, g| !g.is_removable());
     }
@@ -1093,6 +1518,9 @@ fn unload(inner: &mut Inner) {
         g.drop_waiters(ErrorCode::NotCoordinator);
     }
     inner.groups.clear();
+    // Records of a term this node no longer coordinates in are not written: the next
+    // coordinator loads what was stored.
+    inner.outbox.clear();
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -1198,10 +1626,13 @@ mod tests {
         assert_eq!(oa.protocol_name.as_deref(), Some("range"));
         assert_eq!(oa.members[1].metadata, Bytes::from_static(b"b-range"));
         assert!(ob.members.is_empty());
-        assert_eq!(c.heartbeat(1, "g", 1, &b, t0), ErrorCode::None);
-        assert_eq!(c.heartbeat(1, "g", 0, &b, t0), ErrorCode::IllegalGeneration);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, None, t0), ErrorCode::None);
         assert_eq!(
-            c.heartbeat(1, "g", 1, "nobody", t0),
+            c.heartbeat(1, "g", 0, &b, None, t0),
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, "nobody", None, t0),
             ErrorCode::UnknownMemberId
         );
 
@@ -1210,6 +1641,7 @@ mod tests {
             group_id: "g".into(),
             generation_id: 1,
             member_id: id.into(),
+            group_instance_id: None,
             protocol_type: Some("consumer".into()),
             protocol_name: Some("range".into()),
             assignments,
@@ -1244,11 +1676,11 @@ mod tests {
 
         // b leaves: a learns of the rebalance from its heartbeat and rejoins alone.
         assert_eq!(
-            c.leave(1, "g", std::slice::from_ref(&b), t0),
+            c.leave(1, "g", &[(b.clone(), None)], t0),
             vec![ErrorCode::None]
         );
         assert_eq!(
-            c.heartbeat(1, "g", 1, &a, t0),
+            c.heartbeat(1, "g", 1, &a, None, t0),
             ErrorCode::RebalanceInProgress
         );
         let mut ja = waiting(c.join(1, params(&a, &[("range", b"a-range")]), t0));
@@ -1271,13 +1703,16 @@ mod tests {
         // Neither syncs: after the rebalance timeout both are removed and the group empties.
         c.tick(Some(1), t0 + Duration::from_secs(7));
         assert!(c.describe(1, "g").is_none());
-        assert_eq!(c.heartbeat(1, "g", 1, &a, t0), ErrorCode::UnknownMemberId);
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a, None, t0),
+            ErrorCode::UnknownMemberId
+        );
 
         // A member waiting in a join is answered NOT_COORDINATOR when the term ends.
         let (_c1, mut j) = join_new(&c, &[("range", b"")], t0);
         c.tick(None, t0);
         assert_eq!(j.try_recv().unwrap().error, ErrorCode::NotCoordinator);
-        assert!(c.list(2).is_empty());
+        assert!(c.list(2).unwrap().is_empty());
     }
 
     #[test]
@@ -1298,6 +1733,7 @@ mod tests {
                 group_id: "g".into(),
                 generation_id: 1,
                 member_id: id.clone(),
+                group_instance_id: None,
                 protocol_type: None,
                 protocol_name: None,
                 assignments: vec![(id.clone(), Bytes::from_static(b"a"))],
@@ -1310,7 +1746,7 @@ mod tests {
         let mut j = waiting(c.join(1, p, t0));
         assert_eq!(j.try_recv().unwrap().generation_id, 2);
         assert_eq!(
-            c.list(1),
+            c.list(1).unwrap(),
             vec![GroupListing {
                 group_id: "g".into(),
                 protocol_type: "consumer".into(),
@@ -1348,5 +1784,314 @@ mod tests {
             c.validate_commit(1, "other", -1, "", None, t0),
             ErrorCode::None
         );
+        // Item 6 of issue 20: a member id this coordinator does not know is refused even
+        // without a generation (an admin reset cannot race live members unseen).
+        assert_eq!(
+            c.validate_commit(1, "other", -1, "m", None, t0),
+            ErrorCode::UnknownMemberId
+        );
+    }
+
+    fn sync_params(member: &str, assignments: Vec<(String, Bytes)>) -> SyncParams {
+        SyncParams {
+            group_id: "g".into(),
+            generation_id: 1,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: None,
+            protocol_name: None,
+            assignments,
+        }
+    }
+
+    /// Item 3 of issue 20: a follower that waited in SyncGroup longer than its session timeout
+    /// for a slow leader keeps its membership once the assignment arrives (its session starts
+    /// again then, as in Kafka).
+    #[test]
+    fn delivering_the_assignment_renews_the_followers_session() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let slow = |member: &str| {
+            let mut p = params(member, &[("range", b"")]);
+            p.session_timeout_ms = 10_000;
+            p.rebalance_timeout_ms = 60_000;
+            p
+        };
+        let join = |c: &Coordinator| {
+            let first = now_outcome(c.join(1, slow(""), t0));
+            let id = first.member_id;
+            (id.clone(), waiting(c.join(1, slow(&id), t0)))
+        };
+        let (a, mut ja) = join(&c);
+        let (b, _jb) = join(&c);
+        let t1 = t0 + INITIAL_REBALANCE_DELAY;
+        c.tick(Some(1), t1);
+        assert_eq!(ja.try_recv().unwrap().leader, a);
+        let mut sb = waiting(c.sync(1, sync_params(&b, vec![]), t1));
+        c.tick(Some(1), t1 + Duration::from_secs(5));
+        // The leader takes 30 s to assign: three times b's session timeout.
+        let t2 = t1 + Duration::from_secs(30);
+        let _sa = waiting(c.sync(
+            1,
+            sync_params(&a, vec![(b.clone(), Bytes::from_static(b"to-b"))]),
+            t2,
+        ));
+        assert_eq!(
+            sb.try_recv().unwrap().assignment,
+            Bytes::from_static(b"to-b")
+        );
+        let t3 = t2 + TICK;
+        c.tick(Some(1), t3);
+        assert_eq!(c.describe(1, "g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, None, t3), ErrorCode::None);
+    }
+
+    /// Item 6 of issue 20: a request carrying an older metadata term than the state's is
+    /// answered NOT_COORDINATOR and leaves the newer term's state alone.
+    #[test]
+    fn an_older_terms_request_does_not_clear_the_newer_state() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let first = now_outcome(c.join(2, params("", &[("range", b"")]), t0));
+        assert_eq!(first.error, ErrorCode::MemberIdRequired);
+        let _j = waiting(c.join(2, params(&first.member_id, &[("range", b"")]), t0));
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &first.member_id, None, t0),
+            ErrorCode::NotCoordinator
+        );
+        assert_eq!(
+            now_outcome(c.join(1, params("", &[("range", b"")]), t0)).error,
+            ErrorCode::NotCoordinator
+        );
+        c.tick(Some(1), t0);
+        assert_eq!(c.list(1), Err(ErrorCode::NotCoordinator));
+        assert_eq!(c.list(2).unwrap().len(), 1, "the term-2 group stays");
+    }
+
+    /// Item 6 of issue 20: rebalance timeouts beyond 5 minutes (stream processors' large
+    /// `max.poll.interval.ms`) are honoured, bounded by a day; too many groups is a retriable
+    /// COORDINATOR_NOT_AVAILABLE, not the fatal GROUP_MAX_SIZE_REACHED.
+    #[test]
+    fn long_rebalance_timeouts_and_the_group_count_limit() {
+        assert_eq!(rebalance_timeout(600_000), Duration::from_secs(600));
+        assert_eq!(rebalance_timeout(i32::MAX), MAX_REBALANCE_TIMEOUT);
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let mut p = params("", &[("range", b"")]);
+        p.rebalance_timeout_ms = 3_600_000;
+        p.require_known_member_id = false;
+        match c.join(1, p, t0) {
+            Pending::Wait(_, wait) => assert!(wait > Duration::from_secs(3_600), "{wait:?}"),
+            Pending::Now(o) => panic!("{o:?}"),
+        }
+        for i in 1..MAX_GROUPS {
+            let mut p = params("", &[("range", b"")]);
+            p.group_id = format!("g{i}");
+            assert_eq!(
+                now_outcome(c.join(1, p, t0)).error,
+                ErrorCode::MemberIdRequired
+            );
+        }
+        let mut p = params("", &[("range", b"")]);
+        p.group_id = "one-too-many".into();
+        assert_eq!(
+            now_outcome(c.join(1, p, t0)).error,
+            ErrorCode::CoordinatorNotAvailable
+        );
+    }
+
+    /// Item 2 of issue 20 (KIP-345): a restarted static member takes its old member's place
+    /// (assignment, leadership) without a rebalance; the old process is fenced; members are
+    /// removed by instance id; changed protocols rebalance.
+    #[test]
+    fn static_members_are_replaced_fenced_and_removed_by_instance_id() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let stat = |member: &str, instance: &str, meta: &'static [u8]| {
+            let mut p = params(member, &[("range", meta)]);
+            p.group_instance_id = Some(instance.into());
+            p
+        };
+        // No MEMBER_ID_REQUIRED round trip for static members.
+        let mut ja = waiting(c.join(1, stat("", "i-a", b"m"), t0));
+        let mut jb = waiting(c.join(1, stat("", "i-b", b"m"), t0));
+        let t1 = t0 + INITIAL_REBALANCE_DELAY;
+        c.tick(Some(1), t1);
+        let oa = ja.try_recv().unwrap();
+        let ob = jb.try_recv().unwrap();
+        let (a, b) = (oa.member_id.clone(), ob.member_id.clone());
+        assert_eq!((oa.generation_id, oa.leader.as_str()), (1, a.as_str()));
+        assert_eq!(oa.members[0].group_instance_id.as_deref(), Some("i-a"));
+        let _sb = waiting(c.sync(1, sync_params(&b, vec![]), t1));
+        let mut sa = waiting(c.sync(
+            1,
+            sync_params(
+                &a,
+                vec![
+                    (a.clone(), Bytes::from_static(b"to-a")),
+                    (b.clone(), Bytes::from_static(b"to-b")),
+                ],
+            ),
+            t1,
+        ));
+        assert_eq!(sa.try_recv().unwrap().error, ErrorCode::None);
+
+        // The leader's process restarts: same instance id, unknown member id, same protocols.
+        let o = now_outcome(c.join(1, stat("", "i-a", b"m"), t1));
+        assert_eq!(o.error, ErrorCode::None);
+        assert_eq!(o.generation_id, 1, "no rebalance");
+        let a2 = o.member_id.clone();
+        assert_ne!(a2, a);
+        assert_eq!(o.leader, a2, "it keeps the leadership");
+        assert!(o.skip_assignment, "the group keeps its assignment");
+        let mut p = sync_params(&a2, vec![]);
+        p.group_instance_id = Some("i-a".into());
+        let s = now_outcome(c.sync(1, p, t1));
+        assert_eq!(
+            (s.error, s.assignment),
+            (ErrorCode::None, Bytes::from_static(b"to-a"))
+        );
+        assert_eq!(c.describe(1, "g").unwrap().state, GroupState::Stable);
+        assert_eq!(c.heartbeat(1, "g", 1, &b, None, t1), ErrorCode::None);
+        // The old process is fenced wherever it shows up.
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a, Some("i-a"), t1),
+            ErrorCode::FencedInstanceId
+        );
+        assert_eq!(
+            c.validate_commit(1, "g", 1, &a, Some("i-a"), t1),
+            ErrorCode::FencedInstanceId
+        );
+        assert_eq!(
+            now_outcome(c.join(1, stat(&a, "i-a", b"m"), t1)).error,
+            ErrorCode::FencedInstanceId
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a2, Some("i-a"), t1),
+            ErrorCode::None
+        );
+
+        // Removal by instance id (Admin.removeMembersFromConsumerGroup: no member id).
+        assert_eq!(
+            c.leave(
+                1,
+                "g",
+                &[
+                    (String::new(), Some("nobody".into())),
+                    ("wrong-id".into(), Some("i-a".into())),
+                    (String::new(), Some("i-b".into())),
+                ],
+                t1
+            ),
+            vec![
+                ErrorCode::UnknownMemberId,
+                ErrorCode::FencedInstanceId,
+                ErrorCode::None
+            ]
+        );
+        assert_eq!(
+            c.heartbeat(1, "g", 1, &a2, Some("i-a"), t1),
+            ErrorCode::RebalanceInProgress
+        );
+        // A static member rejoining with other protocols during the rebalance waits in it.
+        let mut j = waiting(c.join(1, stat("", "i-a", b"changed"), t1));
+        let o = j.try_recv().unwrap();
+        assert_eq!((o.error, o.generation_id), (ErrorCode::None, 2));
+        assert_eq!(o.members.len(), 1);
+        assert_eq!(o.members[0].metadata, Bytes::from_static(b"changed"));
+    }
+
+    /// Item 1 of issue 20: a completed rebalance yields the group's record for the metadata; a
+    /// coordinator of a later term loads it and resumes the same generation (members,
+    /// assignments, leader, static ids), every session starting at the load; an emptied group
+    /// yields a record that forgets it.
+    #[test]
+    fn stored_groups_are_loaded_by_the_next_coordinator() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let (a, mut ja) = join_new(&c, &[("range", b"ma")], t0);
+        let mut p = params("", &[("range", b"mb")]);
+        p.group_instance_id = Some("i-b".into());
+        let mut jb = waiting(c.join(1, p, t0));
+        let t1 = t0 + INITIAL_REBALANCE_DELAY;
+        c.tick(Some(1), t1);
+        assert_eq!(ja.try_recv().unwrap().leader, a);
+        let b = jb.try_recv().unwrap().member_id;
+        assert!(c.take_records().is_none(), "nothing stored before the sync");
+        let _sb = waiting(c.sync(1, sync_params(&b, vec![]), t1));
+        let _sa = waiting(c.sync(
+            1,
+            sync_params(
+                &a,
+                vec![
+                    (a.clone(), Bytes::from_static(b"to-a")),
+                    (b.clone(), Bytes::from_static(b"to-b")),
+                ],
+            ),
+            t1,
+        ));
+        // Members wait for the record to be written before their SyncGroup is answered.
+        let (seq, _) = c.unstored(1, "g").expect("the record is not written yet");
+        let (term, taken, records) = c.take_records().expect("the completed rebalance's record");
+        assert_eq!((term, taken), (1, seq));
+        assert!(c.unstored(1, "g").is_some());
+        c.records_stored(taken);
+        assert!(c.unstored(1, "g").is_none());
+        let [(group, Some(record))] = records.as_slice() else {
+            panic!("{records:?}")
+        };
+        assert_eq!(group, "g");
+        assert_eq!((record.generation, record.leader.as_str()), (1, a.as_str()));
+        assert_eq!(record.members.len(), 2);
+        assert_eq!(record.members[0].member_id, a, "join order");
+        assert_eq!(record.members[1].assignment, b"to-b");
+
+        // Another node takes over in term 2, 20 s later (longer than the 10 s sessions).
+        let next = Coordinator::new();
+        let t2 = t1 + Duration::from_secs(20);
+        let stored = vec![(group.clone(), record.clone())];
+        next.load(2, || stored, t2);
+        next.load(2, || panic!("loaded once per term"), t2);
+        next.tick(Some(2), t2 + Duration::from_secs(9));
+        let t3 = t2 + Duration::from_secs(9);
+        assert_eq!(next.heartbeat(2, "g", 1, &a, None, t3), ErrorCode::None);
+        assert_eq!(
+            next.heartbeat(2, "g", 1, &b, Some("i-b"), t3),
+            ErrorCode::None
+        );
+        let d = next.describe(2, "g").unwrap();
+        assert_eq!(d.state, GroupState::Stable);
+        assert_eq!(d.protocol, "range");
+        assert_eq!(d.members[1].assignment, Bytes::from_static(b"to-b"));
+        assert_eq!(
+            next.validate_commit(2, "g", 1, &a, None, t3),
+            ErrorCode::None
+        );
+        // A member that syncs again (after a lost response) gets its assignment.
+        let s = now_outcome(next.sync(2, sync_params(&a, vec![]), t3));
+        assert_eq!(s.assignment, Bytes::from_static(b"to-a"));
+        // The static member restarting is recognised by its instance id.
+        let mut p = params("", &[("range", b"mb")]);
+        p.group_instance_id = Some("i-b".into());
+        let o = now_outcome(next.join(2, p, t3));
+        assert_eq!((o.error, o.generation_id), (ErrorCode::None, 1));
+        let (_, _, records) = next.take_records().expect("the replaced member is stored");
+        assert_eq!(
+            records[0].1.as_ref().unwrap().members[1].member_id,
+            o.member_id
+        );
+        // Both leave: the group's record goes.
+        let left = next.leave(
+            2,
+            "g",
+            &[(a.clone(), None), (String::new(), Some("i-b".into()))],
+            t3,
+        );
+        assert_eq!(left, vec![ErrorCode::None, ErrorCode::None]);
+        let (_, _, records) = next.take_records().unwrap();
+        assert_eq!(records, vec![("g".to_string(), None)]);
+        // Stopping to lead drops what is not written yet.
+        next.tick(None, t3);
+        assert!(next.take_records().is_none());
     }
 }

@@ -6,13 +6,18 @@
 //! FindCoordinator on any node names it; group requests reaching another node get
 //! NOT_COORDINATOR, so clients look the coordinator up again.
 //!
-//! **State.** Membership (members, generations, assignments) lives in memory on the coordinator
-//! ([`group_coordinator`](crate::kafka::group_coordinator)) and is dropped when it stops leading:
-//! clients then rediscover the coordinator and rejoin. Committed offsets go through the metadata
-//! group ([`Node::commit_offsets`]: fsynced on a majority before the OffsetCommit is answered),
-//! so they survive the coordinator's death. OffsetFetch first commits an empty barrier entry
-//! through the metadata group, so the coordinator has applied every offset committed before
-//! (also those committed through a previous coordinator) before it reads.
+//! **State.** Membership (members, generations, assignments) is run in memory on the coordinator
+//! ([`group_coordinator`](crate::kafka::group_coordinator)) and stored in the metadata log where
+//! Kafka's coordinator writes its group metadata record: when a rebalance completes (the leader's
+//! SyncGroup), when a static member is replaced, and when a group becomes empty
+//! ([`MetaCommand::StoreGroup`], written by a persisting task only while this node coordinates in
+//! the record's term). A new coordinator (a new metadata leader, once it has applied the metadata
+//! through its term's start) loads the stored groups: members heartbeating to it are recognised
+//! in the same generation, without a rebalance. Committed offsets go through the metadata group
+//! too (fsynced on a majority before the OffsetCommit is answered, only while the validating
+//! coordinator still leads in its term). OffsetFetch, ListGroups and DescribeGroups first take
+//! a read barrier on the metadata group (Raft's ReadIndex, no log entry), so the coordinator has
+//! applied every offset committed before (also through a previous coordinator) before it reads.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -58,7 +63,7 @@ use crate::kafka::group_coordinator::{
 };
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
-use crate::metadata::CommittedOffset;
+use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use crate::node::Node;
 
 /// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
@@ -71,19 +76,160 @@ pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 pub const GROUP_TYPE: &str = "classic";
 
 /// The metadata term in which this node leads the metadata group (and so coordinates every
-/// group); None when it does not lead.
-pub fn coordinator_term(node: &Node) -> Option<u64> {
+/// group); None when it does not lead, or leads but has not applied the metadata through its
+/// term's start yet (the groups stored by the previous coordinator are not all known then).
+/// The first call in a term loads those groups into the coordinator.
+pub fn coordinator_term(node: &Arc<Node>) -> Option<u64> {
     let v = node.metadata_group()?.visible();
-    (v.leader != 0 && v.leader == node.config().id).then_some(v.term)
+    if v.leader == 0 || v.leader != node.config().id || !v.leader_ready {
+        return None;
+    }
+    coordinator(node).load(
+        v.term,
+        || {
+            node.metadata()
+                .groups
+                .iter()
+                .map(|(id, r)| (id.clone(), r.clone()))
+                .collect()
+        },
+        Instant::now(),
+    );
+    Some(v.term)
 }
 
-/// This node's group coordinator; the first call starts its deadline task.
+/// This node's group coordinator; the first call starts its deadline and persisting tasks.
 pub fn coordinator(node: &Arc<Node>) -> &group_coordinator::Coordinator {
     let c = node.group_coordinator();
     if c.claim_ticker() {
         start_ticker(Arc::downgrade(node));
+        start_persister(Arc::downgrade(node), c.records_waiting());
+        start_offset_expiry(Arc::downgrade(node));
     }
     c
+}
+
+/// Every `kafka.offsets_retention_check_ms`: [`expire_offsets`]. Ends with the node.
+fn start_offset_expiry(node: Weak<Node>) {
+    tokio::spawn(async move {
+        loop {
+            let Some(interval) = node
+                .upgrade()
+                .map(|n| n.config().kafka.offsets_retention_check_interval)
+            else {
+                return;
+            };
+            tokio::time::sleep(interval).await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            if node.metadata_group().is_none() {
+                return;
+            }
+            let expired = expire_offsets(&node).await;
+            if expired > 0 {
+                tracing::info!(groups = expired, "committed offsets of idle groups expired");
+            }
+        }
+    });
+}
+
+/// Groups whose offsets expire per check at most (the rest wait for the next check).
+pub const MAX_EXPIRIES_PER_CHECK: usize = 1000;
+
+/// Offset expiry (Kafka's `offsets.retention.minutes`), on the coordinator only: proposes
+/// [`MetaCommand::ExpireGroupOffsets`] for every group without members (neither stored nor
+/// here) whose last activity (a commit, or becoming empty) is at least
+/// `kafka.offsets_retention_ms` old; applied only if the group stayed idle. Returns how many
+/// groups' expiry committed.
+pub async fn expire_offsets(node: &Arc<Node>) -> usize {
+    let Some(term) = coordinator_term(node) else {
+        return 0;
+    };
+    let retention_ms =
+        i64::try_from(node.config().kafka.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+    let due = node
+        .metadata()
+        .expired_groups(wall_clock_ms(), retention_ms, MAX_EXPIRIES_PER_CHECK);
+    let mut expired = 0;
+    for (group, activity_ms) in due {
+        // Members here whose membership is not stored yet keep the group's offsets.
+        if coordinator(node)
+            .describe(term, &group)
+            .is_some_and(|d| !d.members.is_empty())
+        {
+            continue;
+        }
+        let command = MetaCommand::ExpireGroupOffsets {
+            group: group.clone(),
+            activity_ms,
+        };
+        match node
+            .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
+            .await
+        {
+            Ok(_) => expired += 1,
+            Err(e) => {
+                tracing::warn!(%group, "expiring a group's offsets failed: {e}");
+                break;
+            }
+        }
+    }
+    expired
+}
+
+/// Writes the coordinator's membership records ([`MetaCommand::StoreGroup`]) through the
+/// metadata group, one at a time in the order they were taken, each only while this node still
+/// coordinates in the records' term (never through another leader). A record that fails is
+/// dropped with a log line: the group keeps running here, and a later coordinator loads the
+/// group's previous record (its members then rejoin, as without the record). Ends with the node.
+fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
+    tokio::spawn(async move {
+        loop {
+            // Woken by new records; the timeout notices the node's end.
+            let _ = tokio::time::timeout(Duration::from_secs(1), waiting.notified()).await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            if node.metadata_group().is_none() {
+                return;
+            }
+            let Some((term, last_seq, records)) = node.group_coordinator().take_records() else {
+                continue;
+            };
+            let total = records.len();
+            for (done, (group, record)) in records.into_iter().enumerate() {
+                let command = MetaCommand::StoreGroup {
+                    group: group.clone(),
+                    record,
+                    time_ms: wall_clock_ms(),
+                };
+                match node
+                    .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(
+                        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped,
+                    ) => {
+                        // No longer the coordinator of this term: the rest cannot be written
+                        // either; the next coordinator loads what was stored.
+                        tracing::info!(
+                            term,
+                            left = total - done,
+                            "group records of a past term dropped"
+                        );
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%group, term, "storing a group's membership failed: {e}")
+                    }
+                }
+            }
+            // Written, or given up on: SyncGroup answers waiting for these records go out.
+            node.group_coordinator().records_stored(last_seq);
+        }
+    });
 }
 
 /// Every [`group_coordinator::TICK`]: expire sessions, complete due rebalances, and drop the
@@ -220,6 +366,7 @@ fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
         // Nullable from v7 only.
         protocol_name: o.protocol_name.or_else(|| (version < 7).then(String::new)),
         leader: o.leader,
+        skip_assignment: o.skip_assignment && version >= 9,
         member_id: o.member_id,
         members: o
             .members
@@ -240,6 +387,7 @@ fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
 pub fn join_group(
     node: &Arc<Node>,
     client_id: Option<String>,
+    client_host: String,
     req: JoinGroupRequest,
     version: i16,
     correlation_id: i32,
@@ -266,7 +414,7 @@ pub fn join_group(
         member_id: req.member_id,
         group_instance_id: req.group_instance_id,
         client_id: client_id.unwrap_or_default(),
-        client_host: String::new(),
+        client_host,
         session_timeout_ms: req.session_timeout_ms,
         rebalance_timeout_ms: if version >= 1 && req.rebalance_timeout_ms >= 0 {
             req.rebalance_timeout_ms
@@ -321,7 +469,9 @@ pub fn sync_group(
             &Response::SyncGroup(sync_response(o)),
         )
     };
-    let pending = match coordinator_term(node) {
+    let term = coordinator_term(node);
+    let req_group_id = req.group_id.clone();
+    let pending = match term {
         None => Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator)),
         Some(term) => coordinator(node).sync(
             term,
@@ -329,6 +479,7 @@ pub fn sync_group(
                 group_id: req.group_id,
                 generation_id: req.generation_id,
                 member_id: req.member_id,
+                group_instance_id: req.group_instance_id,
                 protocol_type: req.protocol_type,
                 protocol_name: req.protocol_name,
                 assignments: req
@@ -340,18 +491,49 @@ pub fn sync_group(
             Instant::now(),
         ),
     };
-    match pending {
-        Pending::Now(o) => match respond(o) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        },
-        Pending::Wait(rx, wait) => Reply::Later(Box::pin(async move {
-            let o = match tokio::time::timeout(wait, rx).await {
+    let node = node.clone();
+    let group_id = req_group_id;
+    Reply::Later(Box::pin(async move {
+        let o = match pending {
+            Pending::Now(o) => o,
+            Pending::Wait(rx, wait) => match tokio::time::timeout(wait, rx).await {
                 Ok(Ok(o)) => o,
                 _ => SyncOutcome::error(ErrorCode::CoordinatorNotAvailable),
-            };
-            respond(o)
-        })),
+            },
+        };
+        let o = match (o.error, term) {
+            (ErrorCode::None, Some(term)) => match wait_stored(&node, term, &group_id).await {
+                Ok(()) => o,
+                Err(e) => SyncOutcome::error(e),
+            },
+            _ => o,
+        };
+        respond(o)
+    }))
+}
+
+/// Waits until group `group_id`'s last membership record (of coordinator term `term`) is
+/// written, as Kafka answers SyncGroup only once the group's record is: a coordinator failover
+/// right after finds the generation the members were given. NOT_COORDINATOR when this node
+/// stops coordinating first; after [`COMMIT_TIMEOUT`] it answers anyway (the record follows or
+/// is lost: a later failover then makes the members rejoin).
+async fn wait_stored(node: &Arc<Node>, term: u64, group_id: &str) -> Result<(), ErrorCode> {
+    let Some((seq, mut stored)) = coordinator(node).unstored(term, group_id) else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + COMMIT_TIMEOUT;
+    loop {
+        if *stored.borrow_and_update() >= seq {
+            return Ok(());
+        }
+        if coordinator_term(node) != Some(term) {
+            return Err(ErrorCode::NotCoordinator);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(group = %group_id, "answering SyncGroup before the group's record is written");
+            return Ok(());
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), stored.changed()).await;
     }
 }
 
@@ -369,6 +551,7 @@ pub fn heartbeat(
             &req.group_id,
             req.generation_id,
             &req.member_id,
+            req.group_instance_id.as_deref(),
             Instant::now(),
         ),
     };
@@ -397,12 +580,11 @@ pub fn leave_group(
     } else {
         vec![(req.member_id, None)]
     };
-    let ids: Vec<String> = identities.iter().map(|(id, _)| id.clone()).collect();
     let mut resp = LeaveGroupResponse::default();
     match coordinator_term(node) {
         None => resp.error_code = ErrorCode::NotCoordinator.code(),
         Some(term) => {
-            let errors = coordinator(node).leave(term, &req.group_id, &ids, Instant::now());
+            let errors = coordinator(node).leave(term, &req.group_id, &identities, Instant::now());
             if version >= 3 {
                 resp.members = identities
                     .into_iter()
@@ -444,7 +626,8 @@ pub fn offset_commit(
     correlation_id: i32,
 ) -> Reply {
     // Per topic: (name, [(partition, error)]); NONE entries are in `offsets`.
-    let group_error = match coordinator_term(node) {
+    let term = coordinator_term(node);
+    let group_error = match term {
         None => ErrorCode::NotCoordinator,
         Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
         Some(term) => coordinator(node).validate_commit(
@@ -534,8 +717,22 @@ pub fn offset_commit(
     }
     let node = node.clone();
     let group = req.group_id;
+    // Validated against this term's membership: committed only while this node still leads in
+    // it (a deposed coordinator's commit fails NOT_COORDINATOR; the client retries at the new
+    // coordinator, against the membership there).
+    let term = term.unwrap_or_default();
     Reply::Later(Box::pin(async move {
-        let result = node.commit_offsets(&group, offsets, COMMIT_TIMEOUT).await;
+        let result = node
+            .propose_metadata_in_term(
+                &MetaCommand::CommitOffsets {
+                    group: group.clone(),
+                    offsets,
+                    commit_time_ms: wall_clock_ms(),
+                },
+                term,
+                COMMIT_TIMEOUT,
+            )
+            .await;
         if let Err(e) = &result {
             tracing::debug!(%group, "offset commit failed: {e}");
         }
@@ -593,6 +790,21 @@ fn barrier_error(e: &AppendError) -> ErrorCode {
     }
 }
 
+/// A read barrier on the metadata group (Raft's ReadIndex: a quorum confirms this node still
+/// leads, no log entry is written): every offset committed before (also through a previous
+/// coordinator) is applied here before the read, and a node deposed without knowing it yet
+/// does not answer from stale state. None once done.
+async fn read_barrier(node: &Node) -> Option<ErrorCode> {
+    let Some(group) = node.metadata_group() else {
+        return Some(ErrorCode::NotCoordinator);
+    };
+    group
+        .read_index(FETCH_BARRIER_TIMEOUT)
+        .await
+        .err()
+        .map(|e| barrier_error(&e))
+}
+
 /// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
 pub fn offset_fetch(
     node: &Arc<Node>,
@@ -627,11 +839,7 @@ pub fn offset_fetch(
             (None, _) => Some(ErrorCode::NotCoordinator),
             (Some(_), None) => None,
             // Everything committed before this barrier is applied here once it commits.
-            (Some(_), Some((first, _))) => node
-                .commit_offsets(first, Vec::new(), FETCH_BARRIER_TIMEOUT)
-                .await
-                .err()
-                .map(|e| barrier_error(&e)),
+            (Some(_), Some(_)) => read_barrier(&node).await,
         };
         let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
             .into_iter()
@@ -754,16 +962,36 @@ pub fn list_groups(
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    let mut groups = Vec::new();
-    if let Some(term) = coordinator_term(node) {
-        let listed = coordinator(node).list(term);
+    let Some(term) = coordinator_term(node) else {
+        return now(
+            correlation_id,
+            version,
+            Response::ListGroups(ListGroupsResponse::default()),
+        );
+    };
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let listed = match read_barrier(&node).await {
+            Some(e) => Err(e),
+            None => coordinator(&node).list(term),
+        };
+        let listed = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                let resp = ListGroupsResponse {
+                    error_code: e.code(),
+                    ..Default::default()
+                };
+                return frame(correlation_id, version, &Response::ListGroups(resp));
+            }
+        };
         let known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
         let mut all: Vec<(String, String, GroupState)> = listed
             .into_iter()
             .map(|g| (g.group_id, g.protocol_type, g.state))
             .collect();
         all.extend(
-            offset_only_groups(node, &known)
+            offset_only_groups(&node, &known)
                 .into_iter()
                 .map(|g| (g, String::new(), GroupState::Empty)),
         );
@@ -773,7 +1001,7 @@ pub fn list_groups(
                 .types_filter
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(GROUP_TYPE));
-        groups = all
+        let groups = all
             .into_iter()
             .filter(|(_, _, state)| {
                 type_ok
@@ -791,15 +1019,15 @@ pub fn list_groups(
                 ..Default::default()
             })
             .collect();
-    }
-    now(
-        correlation_id,
-        version,
-        Response::ListGroups(ListGroupsResponse {
-            groups,
-            ..Default::default()
-        }),
-    )
+        frame(
+            correlation_id,
+            version,
+            &Response::ListGroups(ListGroupsResponse {
+                groups,
+                ..Default::default()
+            }),
+        )
+    }))
 }
 
 /// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
@@ -811,67 +1039,74 @@ pub fn describe_groups(
     correlation_id: i32,
 ) -> Reply {
     let term = coordinator_term(node);
-    let groups = req
-        .groups
-        .into_iter()
-        .map(|group_id| {
-            let Some(term) = term else {
-                return DescribedGroup {
-                    error_code: ErrorCode::NotCoordinator.code(),
-                    group_id,
-                    group_state: GroupState::Dead.name().to_owned(),
-                    ..Default::default()
-                };
-            };
-            match coordinator(node).describe(term, &group_id) {
-                Some(d) => DescribedGroup {
-                    group_id,
-                    group_state: d.state.name().to_owned(),
-                    protocol_type: d.protocol_type,
-                    protocol_data: d.protocol,
-                    members: d
-                        .members
-                        .into_iter()
-                        .map(|m| DescribedGroupMember {
-                            member_id: m.member_id,
-                            group_instance_id: m.group_instance_id,
-                            client_id: m.client_id,
-                            client_host: m.client_host,
-                            member_metadata: m.metadata,
-                            member_assignment: m.assignment,
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                },
-                None => {
-                    let has_offsets = node
-                        .metadata()
-                        .offsets
-                        .get(&group_id)
-                        .is_some_and(|o| !o.is_empty());
-                    let state = if has_offsets {
-                        GroupState::Empty
-                    } else {
-                        GroupState::Dead
-                    };
-                    DescribedGroup {
+    let node = node.clone();
+    Reply::Later(Box::pin(async move {
+        let barrier = match (term, req.groups.first()) {
+            (Some(_), Some(_)) => read_barrier(&node).await,
+            _ => None,
+        };
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|group_id| {
+                let (Some(term), None) = (term, barrier) else {
+                    return DescribedGroup {
+                        error_code: barrier.unwrap_or(ErrorCode::NotCoordinator).code(),
                         group_id,
-                        group_state: state.name().to_owned(),
+                        group_state: GroupState::Dead.name().to_owned(),
                         ..Default::default()
+                    };
+                };
+                match coordinator(&node).describe(term, &group_id) {
+                    Some(d) => DescribedGroup {
+                        group_id,
+                        group_state: d.state.name().to_owned(),
+                        protocol_type: d.protocol_type,
+                        protocol_data: d.protocol,
+                        members: d
+                            .members
+                            .into_iter()
+                            .map(|m| DescribedGroupMember {
+                                member_id: m.member_id,
+                                group_instance_id: m.group_instance_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                member_metadata: m.metadata,
+                                member_assignment: m.assignment,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    },
+                    None => {
+                        let has_offsets = node
+                            .metadata()
+                            .offsets
+                            .get(&group_id)
+                            .is_some_and(|o| !o.is_empty());
+                        let state = if has_offsets {
+                            GroupState::Empty
+                        } else {
+                            GroupState::Dead
+                        };
+                        DescribedGroup {
+                            group_id,
+                            group_state: state.name().to_owned(),
+                            ..Default::default()
+                        }
                     }
                 }
-            }
-        })
-        .collect();
-    now(
-        correlation_id,
-        version,
-        Response::DescribeGroups(DescribeGroupsResponse {
-            groups,
-            ..Default::default()
-        }),
-    )
+            })
+            .collect();
+        frame(
+            correlation_id,
+            version,
+            &Response::DescribeGroups(DescribeGroupsResponse {
+                groups,
+                ..Default::default()
+            }),
+        )
+    }))
 }
 
 /// Whether group `group_id` exists for DeleteGroups / OffsetDelete: it has membership state

@@ -105,6 +105,7 @@ pub fn dispatch(
     node: &Arc<Node>,
     header: RequestHeader,
     request: Request,
+    peer: std::net::SocketAddr,
     chain: &mut produce::ProduceChain,
 ) -> Reply {
     let version = header.api_version;
@@ -154,7 +155,16 @@ pub fn dispatch(
         Request::Fetch(req) => fetch::fetch(node.clone(), req, version, cid),
         Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
         Request::JoinGroup(req) => {
-            groups::join_group(node, header.client_id.clone(), req, version, cid)
+            // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
+            let client_host = format!("/{}", peer.ip());
+            groups::join_group(
+                node,
+                header.client_id.clone(),
+                client_host,
+                req,
+                version,
+                cid,
+            )
         }
         Request::SyncGroup(req) => groups::sync_group(node, req, version, cid),
         Request::Heartbeat(req) => groups::heartbeat(node, req, version, cid),

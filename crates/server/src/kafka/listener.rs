@@ -171,7 +171,7 @@ async fn connection_loop(
                 };
                 match decode_request(frame) {
                     Ok((header, request)) => {
-                        match dispatch(node, header, request, &mut chain) {
+                        match dispatch(node, header, request, peer, &mut chain) {
                             Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
                             Reply::Later(fut) => pending.push_back(fut),
                             Reply::None => pending.push_back(Box::pin(async { None })),
