@@ -2,13 +2,15 @@
 # The Java client test: starts a three-node vdl cluster (deploy/local-cluster.sh, free ports, a
 # temporary data directory), runs tests/clients/java's ClientTest against it (Apache Kafka's
 # Java client 3.9: default idempotent producer, consumer group with commitSync; then a 6-partition
-# topic with keyed records, a two-member group and a rebalance, and CreatePartitions), stops the
-# cluster by its PIDs. Exit status: the test's.
+# topic with keyed records, a two-member group and a rebalance, and CreatePartitions), then
+# StaticMembership (a restarted static member takes its partition back without a rebalance, a
+# duplicate is fenced, removal by instance id), stops the cluster by its PIDs. Exit status: 0
+# when every test passed.
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
-#                                              JAVA_TEST_MAIN, default vdl.clients.ClientTest:
-#                                              vdl.clients.StaticMembership runs the static
-#                                              membership test instead;
+#                                              JAVA_TEST_MAIN: the test classes to run, default
+#                                              "vdl.clients.ClientTest vdl.clients.StaticMembership"
+#                                              (static membership, KIP-345);
 #                                              VDL_KEEP=1 keeps the cluster's data and logs;
 #                                              JAVA_TEST_RECORDS, default 500)
 # Needs a JDK and Maven with the dependencies prefetched: scripts/test-deps.sh does both.
@@ -62,6 +64,9 @@ trap cleanup EXIT
 trap 'exit 143' TERM INT
 BS="$("$REPO/deploy/local-cluster.sh" start 2>"$DATA/start.log" | tail -n1)" || { cat "$DATA/start.log" >&2; exit 1; }
 
-# 3. The test, bounded as a whole.
-timeout 240 java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
-  -cp "$BUILD/classes:$CP" "${JAVA_TEST_MAIN:-vdl.clients.ClientTest}" "$BS" "java-test-$BASE" "$N"
+# 3. The tests, one after the other on the same cluster, each bounded as a whole.
+for main in ${JAVA_TEST_MAIN:-vdl.clients.ClientTest vdl.clients.StaticMembership}; do
+  echo "java test: $main"
+  timeout 240 java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+    -cp "$BUILD/classes:$CP" "$main" "$BS" "java-test-$BASE" "$N"
+done
