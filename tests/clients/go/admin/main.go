@@ -650,12 +650,21 @@ func (r *run) electLeaders() {
 	if err != nil {
 		fail("ElectLeaders", err)
 	}
-	n := 0
+	n, moved := 0, 0
 	for _, ps := range res {
 		for _, e := range ps {
-			// Fresh topic: every leader is already its preferred replica.
-			if e.Topic != r.topic || !errors.Is(e.Err, kerr.ElectionNotNeeded) {
-				fail("ElectLeaders", fmt.Errorf("%+v, want ELECTION_NOT_NEEDED", e))
+			// A partition already led by its preferred replica needs no election (always the
+			// case on a fresh Kafka topic); one that was not (on vdl, the preferred replica's
+			// first campaign can lose, and the background rebalance moves it back within
+			// raft.leader_rebalance_interval_ms) gets an election that succeeds.
+			switch {
+			case e.Topic != r.topic:
+				fail("ElectLeaders", fmt.Errorf("%+v: another topic", e))
+			case errors.Is(e.Err, kerr.ElectionNotNeeded):
+			case e.Err == nil:
+				moved++
+			default:
+				fail("ElectLeaders", fmt.Errorf("%+v, want success or ELECTION_NOT_NEEDED", e))
 			}
 			n++
 		}
@@ -663,7 +672,25 @@ func (r *run) electLeaders() {
 	if n != partitions {
 		fail("ElectLeaders", fmt.Errorf("%d results, want %d", n, partitions))
 	}
-	ok("ElectLeaders", "preferred: ELECTION_NOT_NEEDED for all %d partitions", n)
+	// Afterwards every partition is led by its preferred (first) replica.
+	err = r.until(20*time.Second, func() error {
+		ctx, cancel := r.req()
+		defer cancel()
+		ts, err := r.adm.ListTopics(ctx, r.topic)
+		if err != nil {
+			return err
+		}
+		for _, p := range ts[r.topic].Partitions.Sorted() {
+			if len(p.Replicas) == 0 || p.Leader != p.Replicas[0] {
+				return fmt.Errorf("partition %d: leader %d, replicas %v", p.Partition, p.Leader, p.Replicas)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		fail("ElectLeaders", err)
+	}
+	ok("ElectLeaders", "preferred: %d partitions, %d elections, every leader its preferred replica", n, moved)
 }
 
 func (r *run) deleteTopic() {
