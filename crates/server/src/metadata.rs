@@ -560,13 +560,22 @@ impl ClusterMeta {
                 incarnation,
                 partition,
             } => {
-                let preferred = *self
-                    .topics
-                    .get(&name)
-                    .filter(|t| t.created_at_index == incarnation)?
-                    .replicas
-                    .get(partition as usize)?
-                    .first()?;
+                let preferred = if incarnation == 0 {
+                    // A stream configured at start: one partition on every member, the
+                    // lowest id preferred (as Metadata lists its replicas).
+                    if partition != 0 {
+                        return None;
+                    }
+                    *self.members.first()?
+                } else {
+                    *self
+                        .topics
+                        .get(&name)
+                        .filter(|t| t.created_at_index == incarnation)?
+                        .replicas
+                        .get(partition as usize)?
+                        .first()?
+                };
                 Some(Effect::ElectPreferred(
                     name,
                     incarnation,

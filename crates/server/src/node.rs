@@ -1011,17 +1011,18 @@ impl Node {
         }
     }
 
-    /// Asks the leader of partition `partition` of topic `name`, wherever it runs, to hand
-    /// leadership to the partition's preferred replica (through the replicated metadata, which
-    /// reaches every node). Returns once this node has applied the request; whether leadership
+    /// Asks the leader of partition `partition` of incarnation `incarnation` of topic `name`
+    /// (0: a stream configured at start), wherever it runs, to hand leadership to the
+    /// partition's preferred replica (through the replicated metadata, which reaches every
+    /// node). Returns once this node has applied the request; whether leadership
     /// moved shows in the partition's leader.
     pub async fn elect_preferred_leader(
         &self,
         name: &str,
+        incarnation: u64,
         partition: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let incarnation = self.current_incarnation(name)?;
         self.propose_metadata(
             &MetaCommand::ElectPreferredLeader {
                 name: name.to_owned(),

@@ -318,18 +318,10 @@ async fn elect(
             "Leader election not needed for topic partition.".into(),
         ));
     }
-    if layout.incarnation == 0 {
-        // A stream configured at start is not in the replicated metadata; only its own leader
-        // can be asked.
-        if let Some(s) = node.partition(name, partition) {
-            s.transfer_leader(preferred);
-        }
-    } else {
-        let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-        node.elect_preferred_leader(name, partition, wait)
-            .await
-            .map_err(|e| (ErrorCode::RequestTimedOut, e.to_string()))?;
-    }
+    let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+    node.elect_preferred_leader(name, layout.incarnation, partition, wait)
+        .await
+        .map_err(|e| (ErrorCode::RequestTimedOut, e.to_string()))?;
     loop {
         if current_leader(node, name, layout.incarnation, partition) == preferred {
             return Ok(());
