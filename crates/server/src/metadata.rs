@@ -796,16 +796,63 @@ fn valid_overrides(configs: BTreeMap<String, String>) -> BTreeMap<String, String
         .collect()
 }
 
-/// Applies metadata commands on the metadata group's thread.
+/// Applies metadata commands on the metadata group's thread, and writes and installs the
+/// state's snapshots (see [`crate::metadata_snapshot`]).
 pub struct MetadataStateMachine {
     state: Arc<RwLock<ClusterMeta>>,
     node: Weak<Node>,
+    /// The metadata group's directory, where snapshot files go.
+    dir: std::path::PathBuf,
+    /// Applied entries between snapshots (0: none are taken).
+    interval_entries: u64,
+    /// The newest durable snapshot, shared with the group's Raft storage.
+    latest: crate::raft_storage::LatestSnapshot,
+    /// The applied index at which the next snapshot is due.
+    next_due: u64,
 }
 
 impl MetadataStateMachine {
-    /// A state machine writing into `state` and opening or dropping streams on `node`.
-    pub fn new(state: Arc<RwLock<ClusterMeta>>, node: Weak<Node>) -> MetadataStateMachine {
-        MetadataStateMachine { state, node }
+    /// A state machine writing into `state`, opening or dropping streams on `node`, and
+    /// snapshotting every `interval_entries` applied entries (0: never) into `dir`.
+    pub fn new(
+        state: Arc<RwLock<ClusterMeta>>,
+        node: Weak<Node>,
+        dir: std::path::PathBuf,
+        interval_entries: u64,
+    ) -> MetadataStateMachine {
+        MetadataStateMachine {
+            state,
+            node,
+            dir,
+            interval_entries,
+            latest: crate::raft_storage::LatestSnapshot::default(),
+            next_due: interval_entries,
+        }
+    }
+
+    /// The newest durable snapshot, which the group's Raft storage sends to followers.
+    pub fn latest(&self) -> crate::raft_storage::LatestSnapshot {
+        self.latest.clone()
+    }
+
+    /// The snapshot loaded at start (the newest in the metadata directory): its state replaces
+    /// this machine's, and it becomes the one sent to followers. Returns its (index, term).
+    pub fn load(
+        &mut self,
+        wire: crate::metadata_codec::MetaSnapshotWire,
+        bytes: Vec<u8>,
+    ) -> (u64, u64) {
+        let (index, term) = (wire.index, wire.term);
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        *state = ClusterMeta::from_snapshot(state.members.clone(), wire);
+        drop(state);
+        self.latest.set(crate::raft_storage::StoredSnapshot {
+            index,
+            term,
+            data: bytes.into(),
+        });
+        self.next_due = index.saturating_add(self.interval_entries);
+        (index, term)
     }
 }
 
@@ -849,6 +896,73 @@ impl StateMachine for MetadataStateMachine {
             None => {}
         }
         node.note_metadata_applied(index);
+    }
+
+    fn after_apply(&mut self, index: u64, term: u64) -> u64 {
+        if self.interval_entries == 0 || index < self.next_due {
+            return self.latest.index();
+        }
+        // Retried an interval later when it fails.
+        self.next_due = index.saturating_add(self.interval_entries);
+        let started = std::time::Instant::now();
+        let wire = self
+            .state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .to_snapshot(index, term);
+        let bytes = crate::metadata_codec::encode_snapshot(&wire);
+        drop(wire);
+        if bytes.len() > crate::metadata_snapshot::MAX_SNAPSHOT_BYTES {
+            tracing::error!(
+                index,
+                bytes = bytes.len(),
+                "the metadata state is too large for a snapshot: none written, the log is kept"
+            );
+            return self.latest.index();
+        }
+        match crate::metadata_snapshot::write(&self.dir, index, &bytes) {
+            Ok(path) => {
+                tracing::info!(
+                    index,
+                    bytes = bytes.len(),
+                    took_ms = started.elapsed().as_millis() as u64,
+                    path = %path.display(),
+                    "metadata snapshot written"
+                );
+                self.latest.set(crate::raft_storage::StoredSnapshot {
+                    index,
+                    term,
+                    data: bytes.into(),
+                });
+            }
+            Err(e) => tracing::error!(index, "writing a metadata snapshot failed: {e}"),
+        }
+        self.latest.index()
+    }
+
+    fn check_snapshot(&self, index: u64, data: &[u8]) -> Result<(), String> {
+        let wire = crate::metadata_codec::decode_snapshot(data).map_err(|e| e.to_string())?;
+        if wire.index != index {
+            return Err(format!(
+                "the state is at index {} but the snapshot claims {index}",
+                wire.index
+            ));
+        }
+        Ok(())
+    }
+
+    fn install_snapshot(&mut self, index: u64, term: u64, data: &[u8]) {
+        let wire = crate::metadata_codec::decode_snapshot(data)
+            .unwrap_or_else(|e| panic!("a checked metadata snapshot does not decode: {e}"));
+        // Durable before the log is reset after it (a restart then loads this state).
+        let path = crate::metadata_snapshot::write(&self.dir, index, data)
+            .unwrap_or_else(|e| panic!("persisting a received metadata snapshot failed: {e}"));
+        tracing::info!(index, term, path = %path.display(), "metadata snapshot installed from the leader");
+        self.load(wire, data.to_vec());
+        if let Some(node) = self.node.upgrade() {
+            node.apply_metadata_snapshot(true);
+            node.note_metadata_applied(index);
+        }
     }
 }
 

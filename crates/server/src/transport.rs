@@ -670,7 +670,7 @@ impl Connection {
                 .map_err(|_| PeerFrameError::FrameTimeout)??;
             let messages = peer_wire::decode_frame(format, body).map_err(PeerFrameError::Frame)?;
             for (group, msg) in messages {
-                match self.guard.check_message(from, &msg) {
+                match self.guard.check_message(from, group, &msg) {
                     Ok(()) => self.inbox.deliver(group, msg),
                     Err(why) => self.stats.refuse_message(group, &why),
                 }
