@@ -197,6 +197,9 @@ pub trait StateMachine: Send + 'static {
     /// durable snapshot (0: none); the group may compact its log below it.
     fn after_apply(&mut self, index: u64, term: u64) -> u64;
 
+    /// The index of the newest durable snapshot (0: none), e.g. the one loaded at start.
+    fn newest_snapshot(&self) -> u64;
+
     /// Checks a snapshot received from the leader before raft-rs takes it: it must decode
     /// and cover `index`. A snapshot refused here is dropped like a bad message.
     fn check_snapshot(&self, index: u64, data: &[u8]) -> Result<(), String>;
@@ -319,6 +322,10 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         )
     };
     let visible = *parts.visible.borrow();
+    let snapshot_index = parts
+        .state_machine
+        .as_ref()
+        .map_or(0, |sm| sm.newest_snapshot());
     let now = Instant::now();
     let next_retention = now + parts.retention_interval;
     let next_rebalance = parts.preferred_leader.map(|(_, every)| now + every);
@@ -348,7 +355,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         reads_asked: HashMap::new(),
         reads_confirmed: Vec::new(),
         next_read_id: 0,
-        snapshot_index: 0,
+        snapshot_index,
     })
 }
 

@@ -4,9 +4,10 @@
 //! a committed change survives the death of any minority of nodes.
 //!
 //! Commands are stored in `Meta` entries as protobuf with a leading format byte
-//! ([`crate::metadata_codec`], which also reads the JSON entries of older versions). On
-//! restart the group replays its whole log to rebuild this state; the metadata log is never
-//! trimmed by retention.
+//! ([`crate::metadata_codec`], which also reads the JSON entries of older versions). Every
+//! `metadata.snapshot_interval_entries` applied entries the state is written to a snapshot and
+//! the log compacted below it ([`crate::metadata_snapshot`]); on restart the group loads the
+//! newest snapshot and replays the entries after it. Retention rules never apply to this log.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock, Weak};
@@ -937,6 +938,10 @@ impl StateMachine for MetadataStateMachine {
             }
             Err(e) => tracing::error!(index, "writing a metadata snapshot failed: {e}"),
         }
+        self.latest.index()
+    }
+
+    fn newest_snapshot(&self) -> u64 {
         self.latest.index()
     }
 
