@@ -200,6 +200,10 @@ pub trait StateMachine: Send + 'static {
     /// The index of the newest durable snapshot (0: none), e.g. the one loaded at start.
     fn newest_snapshot(&self) -> u64;
 
+    /// Whether the log may be compacted below the newest snapshot now (every replica can
+    /// install snapshots).
+    fn compaction_allowed(&self) -> bool;
+
     /// Checks a snapshot received from the leader before raft-rs takes it: it must decode
     /// and cover `index`. A snapshot refused here is dropped like a bad message.
     fn check_snapshot(&self, index: u64, data: &[u8]) -> Result<(), String>;
@@ -525,7 +529,13 @@ impl Group {
     /// still needs (its matched index). A voter that was silent gets the snapshot instead, as
     /// does one whose entries a later leader compacted.
     fn compact_below_snapshot(&mut self) {
-        if self.snapshot_index == 0 {
+        if self.snapshot_index == 0
+            || !self
+                .p
+                .state_machine
+                .as_ref()
+                .is_some_and(|sm| sm.compaction_allowed())
+        {
             return;
         }
         let mut floor = self.snapshot_index + 1;

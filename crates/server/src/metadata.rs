@@ -945,6 +945,12 @@ impl StateMachine for MetadataStateMachine {
         self.latest.index()
     }
 
+    fn compaction_allowed(&self) -> bool {
+        self.node
+            .upgrade()
+            .is_some_and(|n| n.metadata_compaction_allowed())
+    }
+
     fn check_snapshot(&self, index: u64, data: &[u8]) -> Result<(), String> {
         let wire = crate::metadata_codec::decode_snapshot(data).map_err(|e| e.to_string())?;
         if wire.index != index {

@@ -973,6 +973,20 @@ impl Node {
         }
     }
 
+    /// Whether the metadata log may be compacted below a snapshot: every other member has said,
+    /// in its last hello to this node, that it installs metadata snapshots (a member of an
+    /// earlier release, or one not heard from since this node started, could not catch up
+    /// through one, so its entries are kept).
+    pub fn metadata_compaction_allowed(&self) -> bool {
+        let others: Vec<u64> = self
+            .config
+            .member_ids()
+            .into_iter()
+            .filter(|id| *id != self.config.id)
+            .collect();
+        self.peer_versions.all_install_metadata_snapshots(&others)
+    }
+
     /// Called as the metadata group applies entries (and once at its start): when `index`
     /// reaches the commit index the node started with, the replay is done and retention may
     /// run.

@@ -642,6 +642,8 @@ impl Connection {
         drop(hello_slot);
         self.versions
             .heard(from, hello.version, &hello.software_version);
+        self.versions
+            .heard_metadata_snapshots(from, hello.installs_metadata_snapshots);
         let (slot, replaced) = self.slots.take(from, self.limits.per_member);
         self.inbox
             .peer_hello(from, slot.id, hello.advertised, hello.dirs);
@@ -718,6 +720,7 @@ async fn read_hello(sock: &mut TcpStream) -> Result<Hello, PeerFrameError> {
         advertised,
         dirs,
         software_version: String::new(),
+        installs_metadata_snapshots: false,
     })
 }
 
