@@ -31,7 +31,7 @@
 //! | `MsgReadIndex`, `MsgReadIndexResp` carry exactly one entry | index out of bounds |
 //! | `MsgSnapshot`: metadata term in `1..=term`, data decodes, configuration equals the group's | `commit_to` past the log; `unable to restore config` panic |
 //! | `MsgSnapshot` above the commit index | a committed entry replaced (raft-rs restores a snapshot at the commit index whatever its term) |
-//! | no `MsgSnapshot` for the metadata group (never compacted) | its log, replayed at start, replaced |
+//! | the metadata group's `MsgSnapshot`: its state decodes (format byte, CRC, protobuf) at the snapshot's index (checked by the group before stepping) | a follower's metadata replaced by garbage |
 //! | `MsgTransferLeader` only to the leader, in its term | a follower forwarding it panics (`term should not be set`) |
 //! | vote responses only while every entry is persisted | `become_leader` asserts all entries are persisted |
 //!
