@@ -971,7 +971,7 @@ impl StateMachine for MetadataStateMachine {
         tracing::info!(index, term, path = %path.display(), "metadata snapshot installed from the leader");
         self.load(wire, data.to_vec());
         if let Some(node) = self.node.upgrade() {
-            node.apply_metadata_snapshot(true);
+            node.apply_metadata_snapshot(index, true);
             node.note_metadata_applied(index);
         }
     }

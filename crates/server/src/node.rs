@@ -1312,7 +1312,7 @@ impl Node {
                 .install_snapshot(index, term, store.next_offset())
                 .map_err(store_err)?;
         }
-        self.apply_metadata_snapshot(false);
+        self.apply_metadata_snapshot(index, false);
         tracing::info!(
             index,
             term,
@@ -1322,13 +1322,16 @@ impl Node {
         Ok(Some(index))
     }
 
-    /// Brings the node in line with the metadata state just loaded from a snapshot, as
-    /// applying the entries it covers would have: opens every topic's partitions hosted here
-    /// (an incarnation whose delete is later in the log stays closed), sets their records
-    /// floors, and with `reconcile` (a snapshot installed from the leader while running) also
-    /// drops the incarnations open here that the state no longer has and applies every
-    /// topic's configs. Streams configured at start (incarnation 0) are left alone.
-    pub fn apply_metadata_snapshot(&self, reconcile: bool) {
+    /// Brings the node in line with the metadata state just loaded from a snapshot at `index`,
+    /// as applying the entries it covers would have: removes what is left on disk of topic
+    /// incarnations created at or before `index` that the state does not hold (their delete
+    /// is covered by the snapshot; a crash may have left their files), opens every topic's
+    /// partitions hosted here (an incarnation whose delete is later in the log stays closed),
+    /// sets their records floors, and with `reconcile` (a snapshot installed from the leader
+    /// while running) also drops the incarnations open here that the state no longer has and
+    /// applies every topic's configs. Streams configured at start (incarnation 0) are left
+    /// alone.
+    pub fn apply_metadata_snapshot(&self, index: u64, reconcile: bool) {
         let topics: Vec<(String, crate::metadata::TopicMeta)> = self
             .metadata()
             .topics
@@ -1356,6 +1359,7 @@ impl Node {
                 }
             }
         }
+        self.remove_deleted_topic_dirs(index, &topics);
         for (name, t) in &topics {
             if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
                 tracing::error!(topic = %name, incarnation = t.created_at_index, "cannot open a topic of the metadata snapshot: {e}");
@@ -1367,6 +1371,47 @@ impl Node {
                 if *floor > 0 {
                     self.delete_records_before(name, t.created_at_index, partition, *floor);
                 }
+            }
+        }
+    }
+
+    /// Removes the directories under `topics/` of incarnations created at or before `index`
+    /// that are not in `topics` (the metadata state at `index`): they were deleted by then.
+    fn remove_deleted_topic_dirs(
+        &self,
+        index: u64,
+        topics: &[(String, crate::metadata::TopicMeta)],
+    ) {
+        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("topics")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            // `<name>~<incarnation>-<partition>`, or `<name>~<incarnation>` (before partitions).
+            let Some((name, rest)) = file.rsplit_once('~') else {
+                continue;
+            };
+            let incarnation = rest.split_once('-').map_or(rest, |(i, _)| i);
+            let Ok(incarnation) = incarnation.parse::<u64>() else {
+                continue;
+            };
+            let alive = topics
+                .iter()
+                .any(|(n, t)| n == name && t.created_at_index == incarnation);
+            if incarnation == 0 || incarnation > index || alive {
+                continue;
+            }
+            if self
+                .partitions(name)
+                .iter()
+                .any(|s| s.incarnation == incarnation)
+            {
+                continue;
+            }
+            tracing::info!(topic = %name, incarnation, dir = %entry.path().display(), "removing the data of a topic incarnation deleted before the metadata snapshot");
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(topic = %name, incarnation, "removing a deleted topic's data failed: {e}");
             }
         }
     }

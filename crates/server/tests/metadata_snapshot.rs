@@ -224,6 +224,74 @@ async fn snapshots_compact_the_metadata_log_survive_restarts_and_catch_up_a_lagg
     }
 }
 
+/// A node that wrote a snapshot received from the leader and crashed before its metadata log
+/// was reset (here: the leader's snapshot copied into a stopped node's directory) starts from
+/// the snapshot: its log restarts after it, and the data of a topic whose delete the snapshot
+/// covers (deleted while the node was down) is removed, as replaying the delete would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_ahead_of_the_log_is_loaded_and_removes_deleted_topics_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.metadata.snapshot_interval_entries = 100;
+    }
+    let mut nodes: Vec<Option<Arc<Node>>> = Vec::new();
+    for c in &configs {
+        nodes.push(Some(Node::start(c.clone()).await.unwrap()));
+    }
+    wait_until("a metadata leader", T, || metadata_leader(&nodes).is_some()).await;
+    let leader = metadata_leader(&nodes).unwrap();
+    let down = (leader + 1) % 3;
+    let l = nodes[leader].clone().unwrap();
+    l.create_topic_configured("orders", 1, 3, BTreeMap::new(), T)
+        .await
+        .unwrap();
+    l.create_topic_configured("gone", 1, 3, BTreeMap::new(), T)
+        .await
+        .unwrap();
+    let gone = l.metadata().incarnation("gone").unwrap();
+    let d = nodes[down].clone().unwrap();
+    wait_until("the topic on the node going down", T, || d.is_topic("gone")).await;
+    drop(d);
+    nodes[down].take().unwrap().shutdown();
+    let gone_dir = configs[down]
+        .data_dir
+        .join("topics")
+        .join(format!("gone~{gone}-0"));
+    assert!(gone_dir.exists());
+
+    l.delete_topic("gone", T).await.unwrap();
+    for i in 0..150 {
+        l.commit_offsets("g", vec![offset(0, i)], T).await.unwrap();
+    }
+    let names = snapshot_files(&configs[leader].data_dir);
+    let newest = names.last().expect("the leader wrote a snapshot");
+    std::fs::copy(
+        configs[leader]
+            .data_dir
+            .join("__cluster_metadata")
+            .join(newest),
+        configs[down]
+            .data_dir
+            .join("__cluster_metadata")
+            .join(newest),
+    )
+    .unwrap();
+
+    let back = Node::start(configs[down].clone()).await.unwrap();
+    nodes[down] = Some(back.clone());
+    assert!(!gone_dir.exists(), "the deleted topic's data is removed");
+    assert!(back.is_topic("orders") && !back.is_topic("gone"));
+    let (first, _) = metadata_log(&back);
+    assert!(first > gone, "the log restarts after the snapshot: {first}");
+    let want = observable(&l);
+    wait_until("the node caught up", T, || observable(&back) == want).await;
+    drop((l, back));
+    for n in nodes.iter_mut() {
+        n.take().unwrap().shutdown();
+    }
+}
+
 /// A damaged newest snapshot stops the node with an error naming the file (it never falls
 /// back to an older state).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
