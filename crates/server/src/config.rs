@@ -901,6 +901,30 @@ mod tests {
             ..c.kafka
         };
         assert_eq!(spelled_out, KafkaSettings::default());
+        assert_eq!(c.metadata, MetadataSettings::default());
+    }
+
+    /// `metadata.snapshot_interval_entries`: 0 (never) or at least the minimum.
+    #[test]
+    fn the_metadata_snapshot_interval_is_checked() {
+        let with = |n: u64| {
+            NodeConfig::from_toml(&format!(
+                "{THREE}\n[metadata]\nsnapshot_interval_entries = {n}\n"
+            ))
+        };
+        assert_eq!(with(0).unwrap().metadata.snapshot_interval_entries, 0);
+        assert_eq!(with(500).unwrap().metadata.snapshot_interval_entries, 500);
+        let err = with(MIN_SNAPSHOT_INTERVAL_ENTRIES - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metadata.snapshot_interval_entries"), "{err}");
+        assert_eq!(
+            NodeConfig::from_toml(THREE)
+                .unwrap()
+                .metadata
+                .snapshot_interval_entries,
+            10_000
+        );
     }
 
     /// The default replication factor: min(3, members) unless set, and never above the
