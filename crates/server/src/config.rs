@@ -42,6 +42,10 @@ pub enum ConfigError {
     },
 }
 
+/// Smallest accepted `metadata.snapshot_interval_entries` other than 0: a snapshot per few
+/// entries would rewrite the whole metadata state for every command.
+pub const MIN_SNAPSHOT_INTERVAL_ENTRIES: u64 = 100;
+
 /// A whole node configuration, validated.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -69,6 +73,24 @@ pub struct NodeConfig {
     pub initial_streams: Vec<String>,
     /// Kafka listener limits.
     pub kafka: KafkaSettings,
+    /// The replicated cluster metadata's snapshots.
+    pub metadata: MetadataSettings,
+}
+
+/// Snapshots of the replicated cluster metadata (see [`crate::metadata_snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetadataSettings {
+    /// A node writes a snapshot of the metadata every this many applied entries and then
+    /// compacts its metadata log below it (0: never; the whole log is kept and replayed).
+    pub snapshot_interval_entries: u64,
+}
+
+impl Default for MetadataSettings {
+    fn default() -> Self {
+        MetadataSettings {
+            snapshot_interval_entries: 10_000,
+        }
+    }
 }
 
 /// Limits of the Kafka listener, named after the Kafka settings they mirror.
@@ -278,6 +300,14 @@ struct FileConfig {
     streams: FileStreams,
     #[serde(default)]
     kafka: FileKafka,
+    #[serde(default)]
+    metadata: FileMetadata,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMetadata {
+    snapshot_interval_entries: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -388,6 +418,7 @@ impl NodeConfig {
             storage: StorageSettings::default(),
             initial_streams: Vec::new(),
             kafka: KafkaSettings::default(),
+            metadata: MetadataSettings::default(),
         }
     }
 
@@ -618,6 +649,17 @@ impl NodeConfig {
             kafka.message_timestamp_after_max_ms = ms;
         }
 
+        let mut metadata = MetadataSettings::default();
+        if let Some(n) = file.metadata.snapshot_interval_entries {
+            if n != 0 && n < MIN_SNAPSHOT_INTERVAL_ENTRIES {
+                return invalid(
+                    "metadata.snapshot_interval_entries",
+                    &format!("must be 0 (never) or at least {MIN_SNAPSHOT_INTERVAL_ENTRIES}"),
+                );
+            }
+            metadata.snapshot_interval_entries = n;
+        }
+
         let initial_streams = file.streams.initial.unwrap_or_default();
         for s in &initial_streams {
             if !valid_stream_name(s) {
@@ -641,6 +683,7 @@ impl NodeConfig {
             storage,
             initial_streams,
             kafka,
+            metadata,
         })
     }
 
@@ -858,6 +901,30 @@ mod tests {
             ..c.kafka
         };
         assert_eq!(spelled_out, KafkaSettings::default());
+        assert_eq!(c.metadata, MetadataSettings::default());
+    }
+
+    /// `metadata.snapshot_interval_entries`: 0 (never) or at least the minimum.
+    #[test]
+    fn the_metadata_snapshot_interval_is_checked() {
+        let with = |n: u64| {
+            NodeConfig::from_toml(&format!(
+                "{THREE}\n[metadata]\nsnapshot_interval_entries = {n}\n"
+            ))
+        };
+        assert_eq!(with(0).unwrap().metadata.snapshot_interval_entries, 0);
+        assert_eq!(with(500).unwrap().metadata.snapshot_interval_entries, 500);
+        let err = with(MIN_SNAPSHOT_INTERVAL_ENTRIES - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metadata.snapshot_interval_entries"), "{err}");
+        assert_eq!(
+            NodeConfig::from_toml(THREE)
+                .unwrap()
+                .metadata
+                .snapshot_interval_entries,
+            10_000
+        );
     }
 
     /// The default replication factor: min(3, members) unless set, and never above the

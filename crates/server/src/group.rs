@@ -191,6 +191,27 @@ const IN_SYNC_MAX_LAG_ENTRIES: u64 = 1000;
 pub trait StateMachine: Send + 'static {
     /// Applies one committed `Meta` entry.
     fn apply(&mut self, index: u64, data: &[u8]);
+
+    /// Called once the entries through `index` (of term `term`) are applied: writes a durable
+    /// snapshot of the state at `index` when one is due. Returns the index of the newest
+    /// durable snapshot (0: none); the group may compact its log below it.
+    fn after_apply(&mut self, index: u64, term: u64) -> u64;
+
+    /// The index of the newest durable snapshot (0: none), e.g. the one loaded at start.
+    fn newest_snapshot(&self) -> u64;
+
+    /// Whether the log may be compacted below the newest snapshot now (every replica can
+    /// install snapshots).
+    fn compaction_allowed(&self) -> bool;
+
+    /// Checks a snapshot received from the leader before raft-rs takes it: it must decode
+    /// and cover `index`. A snapshot refused here is dropped like a bad message.
+    fn check_snapshot(&self, index: u64, data: &[u8]) -> Result<(), String>;
+
+    /// Replaces the state with a snapshot received from the leader (checked by
+    /// [`StateMachine::check_snapshot`]), durably before it returns, and applies what the
+    /// change means for the node. The group then restarts its log after `index`.
+    fn install_snapshot(&mut self, index: u64, term: u64, data: &[u8]);
 }
 
 /// The parts a group needs, built by the node.
@@ -286,6 +307,8 @@ struct Group {
     reads_confirmed: Vec<(u64, oneshot::Sender<Result<u64, AppendError>>)>,
     /// The next read barrier's id.
     next_read_id: u64,
+    /// The state machine's newest durable snapshot (0: none): its log may be compacted below.
+    snapshot_index: u64,
 }
 
 /// Read barriers waiting at once per group; more get [`AppendError::Busy`].
@@ -303,6 +326,10 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         )
     };
     let visible = *parts.visible.borrow();
+    let snapshot_index = parts
+        .state_machine
+        .as_ref()
+        .map_or(0, |sm| sm.newest_snapshot());
     let now = Instant::now();
     let next_retention = now + parts.retention_interval;
     let next_rebalance = parts.preferred_leader.map(|(_, every)| now + every);
@@ -332,6 +359,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         reads_asked: HashMap::new(),
         reads_confirmed: Vec::new(),
         next_read_id: 0,
+        snapshot_index,
     })
 }
 
@@ -465,6 +493,11 @@ impl Group {
         {
             return;
         }
+        if self.p.state_machine.is_some() {
+            // A state machine's log goes only below its snapshots.
+            self.compact_below_snapshot();
+            return;
+        }
         let applied = self.visible.applied_index;
         let mut floor = applied + 1;
         if self.p.node.raft.state == StateRole::Leader {
@@ -488,6 +521,50 @@ impl Group {
             }
             Ok(_) | Err(logstore::LogStoreError::DeletionForbidden) => {}
             Err(e) => tracing::warn!(stream = %self.p.name, "retention failed: {e}"),
+        }
+    }
+
+    /// A state machine's log (the metadata group's): deletes the sealed segments below its
+    /// newest durable snapshot, but on the leader not below what a voter heard from recently
+    /// still needs (its matched index). A voter that was silent gets the snapshot instead, as
+    /// does one whose entries a later leader compacted.
+    fn compact_below_snapshot(&mut self) {
+        if self.snapshot_index == 0
+            || !self
+                .p
+                .state_machine
+                .as_ref()
+                .is_some_and(|sm| sm.compaction_allowed())
+        {
+            return;
+        }
+        let mut floor = self.snapshot_index + 1;
+        let raft = &self.p.node.raft;
+        if raft.state == StateRole::Leader {
+            let recent =
+                self.p.tick * 2 * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
+            for (id, progress) in raft.prs().iter() {
+                let live = self
+                    .heard_from
+                    .get(id)
+                    .is_some_and(|at| at.elapsed() <= recent);
+                if *id != raft.id && live {
+                    floor = floor.min(progress.matched + 1);
+                }
+            }
+        }
+        let mut s = write(&self.p.store);
+        match s.delete_prefix(floor) {
+            Ok(outcome) if outcome.segments_deleted > 0 => tracing::info!(
+                stream = %self.p.name,
+                segments = outcome.segments_deleted,
+                bytes = outcome.bytes_deleted,
+                first_index = outcome.first_index,
+                snapshot_index = self.snapshot_index,
+                "compacted the log below the snapshot"
+            ),
+            Ok(_) | Err(logstore::LogStoreError::DeletionForbidden) => {}
+            Err(e) => tracing::warn!(stream = %self.p.name, "compacting the log failed: {e}"),
         }
     }
 
@@ -672,8 +749,8 @@ impl Group {
         let (max_entry, max_entries, max_bytes) = self.store_limits;
         let limits = GroupLimits {
             forward_proposals: self.p.forward_proposals,
-            // A group with a state machine replays its whole log and never compacts it.
-            snapshots: self.p.state_machine.is_none(),
+            // A state machine's snapshot is checked below, before raft-rs takes it.
+            snapshots: true,
             max_entry_bytes: max_entry,
             batch_entries_left: max_entries.saturating_sub(self.unpersisted.0),
             batch_bytes_left: max_bytes.saturating_sub(self.unpersisted.1),
@@ -681,6 +758,19 @@ impl Group {
         if let Err(why) = check_in_group(&self.p.node.raft, &limits, &mut m) {
             self.p.peer_stats.refuse_message(self.p.id, &why);
             return;
+        }
+        if m.get_msg_type() == raft::prelude::MessageType::MsgSnapshot {
+            if let Some(sm) = self.p.state_machine.as_ref() {
+                let snap = m.get_snapshot();
+                if let Err(e) = sm.check_snapshot(snap.get_metadata().index, &snap.data) {
+                    tracing::warn!(stream = %self.p.name, from = m.from, "snapshot refused: {e}");
+                    self.p.peer_stats.refuse_message(
+                        self.p.id,
+                        &crate::peer_guard::Refusal::BadSnapshot("state does not decode"),
+                    );
+                    return;
+                }
+            }
         }
         if matches!(
             m.get_msg_type(),
@@ -1012,12 +1102,27 @@ impl Group {
         if !ready.snapshot().is_empty() {
             let snap = ready.snapshot().clone();
             let meta = snap.get_metadata();
-            let next_offset = decode_snapshot_data(&snap.data).unwrap_or(0);
+            let next_offset = if let Some(sm) = self.p.state_machine.as_mut() {
+                // The state first (durable when this returns), then the log restarts after
+                // it: a crash in between finds the snapshot and an older log, which the node
+                // reconciles at start.
+                sm.install_snapshot(meta.index, meta.term, &snap.data);
+                self.snapshot_index = meta.index;
+                read(&self.p.store).next_offset()
+            } else {
+                decode_snapshot_data(&snap.data).unwrap_or(0)
+            };
             let mut s = write(&self.p.store);
             s.install_snapshot(meta.index, meta.term, next_offset)
                 .unwrap_or_else(|e| panic!("installing a snapshot failed: {e}"));
             s.save_conf_state(&from_raft_conf(meta.get_conf_state()))
                 .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
+            if self.p.state_machine.is_some() {
+                self.visible.applied_index = meta.index;
+                self.visible.high_watermark = s.next_offset();
+                drop(s);
+                self.publish();
+            }
         }
         self.apply(ready.take_committed_entries());
         let read_states = ready.take_read_states();
@@ -1183,6 +1288,16 @@ impl Group {
                         self.apply_producers(e);
                     }
                 }
+            }
+        }
+        if let Some(sm) = self.p.state_machine.as_mut() {
+            let term = read(&self.p.store)
+                .term(last_index)
+                .unwrap_or_else(|e| panic!("committed index {last_index} not in the log: {e}"));
+            let newest = sm.after_apply(last_index, term);
+            if newest > self.snapshot_index {
+                self.snapshot_index = newest;
+                self.compact_below_snapshot();
             }
         }
         let s = read(&self.p.store);

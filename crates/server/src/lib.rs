@@ -30,6 +30,7 @@ pub mod leaders;
 pub mod liveness;
 pub mod metadata;
 pub mod metadata_codec;
+pub mod metadata_snapshot;
 pub mod node;
 pub mod peer_guard;
 pub mod peer_wire;

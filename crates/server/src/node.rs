@@ -5,9 +5,9 @@
 use crate::inbox::{inbox_with_waker, InboxSender};
 use crate::runtime::{Runtime, Slot};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use logstore::{LogStore, RecordsRead, StoreConfig, SyncPolicy};
@@ -84,6 +84,22 @@ pub enum NodeError {
         last_index: u64,
         /// The stream's directory.
         dir: PathBuf,
+    },
+    /// The metadata snapshot could not be read, is damaged, or does not fit the metadata log.
+    #[error("{0}")]
+    MetadataSnapshot(#[from] crate::metadata_snapshot::SnapshotFileError),
+    /// The metadata log was compacted but no snapshot covers the entries removed.
+    #[error(
+        "the metadata log in {dir} starts at index {first_index} but the newest snapshot covers \
+         only up to {snapshot_index}: the entries between are missing"
+    )]
+    MetadataLogGap {
+        /// The metadata directory.
+        dir: PathBuf,
+        /// The first entry kept.
+        first_index: u64,
+        /// The newest snapshot's index (0: none).
+        snapshot_index: u64,
     },
     /// The data directory's identity files could not be read or written.
     #[error("data directory {dir}: {message}")]
@@ -189,6 +205,13 @@ impl LogStream {
     /// a stream configured at start.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    /// The Raft indexes of the first and last entries stored on this node (entries below the
+    /// first were removed by retention or compaction below a snapshot).
+    pub fn stored_index_range(&self) -> (u64, u64) {
+        let s = read(&self.store);
+        (s.first_index(), s.last_index())
     }
 
     /// The offset after the last record stored on this node (committed or not): the log end
@@ -637,6 +660,10 @@ async fn bind_listener(addr: std::net::SocketAddr) -> Result<TcpListener, NodeEr
 /// Pause between attempts to propose a metadata command while no leader is known.
 const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// Largest segment of the metadata log: compaction below a snapshot deletes whole segments,
+/// so small ones keep what stays on disk close to the snapshot.
+const METADATA_SEGMENT_BYTES: u64 = 1 << 20;
+
 /// A running group: its group id, its inbox, and its slot in the node's runtime.
 type RunningGroup = (u64, InboxSender<GroupInput>, Arc<Slot>);
 
@@ -748,7 +775,12 @@ impl Node {
             peer_versions: versions,
         });
         node.refuse_old_layout()?;
-        let sm = MetadataStateMachine::new(node.metadata.clone(), Arc::downgrade(&node));
+        let sm = MetadataStateMachine::new(
+            node.metadata.clone(),
+            Arc::downgrade(&node),
+            node.config.data_dir.join(METADATA_STREAM),
+            node.config.metadata.snapshot_interval_entries,
+        );
         node.open_group(
             METADATA_STREAM,
             0,
@@ -939,6 +971,20 @@ impl Node {
             },
             ..StoreConfig::default()
         }
+    }
+
+    /// Whether the metadata log may be compacted below a snapshot: every other member has said,
+    /// in its last hello to this node, that it installs metadata snapshots (a member of an
+    /// earlier release, or one not heard from since this node started, could not catch up
+    /// through one, so its entries are kept).
+    pub fn metadata_compaction_allowed(&self) -> bool {
+        let others: Vec<u64> = self
+            .config
+            .member_ids()
+            .into_iter()
+            .filter(|id| *id != self.config.id)
+            .collect();
+        self.peer_versions.all_install_metadata_snapshots(&others)
     }
 
     /// Called as the metadata group applies entries (and once at its start): when `index`
@@ -1224,6 +1270,153 @@ impl Node {
         Ok(())
     }
 
+    /// Loads the newest metadata snapshot in `dir` into the state machine (and the node's
+    /// metadata), makes the metadata log `store` start no later than right after it, and opens
+    /// the topics it holds as the replay of the entries it covers would have. Returns its index
+    /// (None: no snapshot; the log must then start at index 1).
+    fn load_metadata_snapshot(
+        &self,
+        sm: &mut MetadataStateMachine,
+        dir: &Path,
+        store: &mut LogStore,
+    ) -> Result<Option<u64>, NodeError> {
+        let store_err = |source| NodeError::Store {
+            name: METADATA_STREAM.to_owned(),
+            source,
+        };
+        let Some((wire, bytes)) = crate::metadata_snapshot::load_newest(dir)? else {
+            if store.first_index() > 1 {
+                return Err(NodeError::MetadataLogGap {
+                    dir: dir.to_owned(),
+                    first_index: store.first_index(),
+                    snapshot_index: 0,
+                });
+            }
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let (index, term) = sm.load(wire, bytes);
+        if index + 1 < store.first_index() {
+            return Err(NodeError::MetadataLogGap {
+                dir: dir.to_owned(),
+                first_index: store.first_index(),
+                snapshot_index: index,
+            });
+        }
+        // The log ends before the snapshot (a snapshot installed from the leader, then a crash
+        // before the log was reset), or holds another term at its index (entries never
+        // committed): the log restarts right after the snapshot.
+        let matches = index <= store.last_index()
+            && (index + 1 == store.first_index() || store.term(index).ok() == Some(term));
+        if !matches {
+            store
+                .install_snapshot(index, term, store.next_offset())
+                .map_err(store_err)?;
+        }
+        self.apply_metadata_snapshot(index, false);
+        tracing::info!(
+            index,
+            term,
+            took_ms = started.elapsed().as_millis() as u64,
+            "metadata snapshot loaded; replaying the entries after it"
+        );
+        Ok(Some(index))
+    }
+
+    /// Brings the node in line with the metadata state just loaded from a snapshot at `index`,
+    /// as applying the entries it covers would have: removes what is left on disk of topic
+    /// incarnations created at or before `index` that the state does not hold (their delete
+    /// is covered by the snapshot; a crash may have left their files), opens every topic's
+    /// partitions hosted here (an incarnation whose delete is later in the log stays closed),
+    /// sets their records floors, and with `reconcile` (a snapshot installed from the leader
+    /// while running) also drops the incarnations open here that the state no longer has and
+    /// applies every topic's configs. Streams configured at start (incarnation 0) are left
+    /// alone.
+    pub fn apply_metadata_snapshot(&self, index: u64, reconcile: bool) {
+        let topics: Vec<(String, crate::metadata::TopicMeta)> = self
+            .metadata()
+            .topics
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        if reconcile {
+            let open: Vec<(String, u64)> = self
+                .streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter_map(|(name, parts)| {
+                    let incarnation = parts.values().next()?.incarnation;
+                    (incarnation != 0).then(|| (name.clone(), incarnation))
+                })
+                .collect();
+            for (name, incarnation) in open {
+                let current = topics
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, t)| t.created_at_index);
+                if current != Some(incarnation) {
+                    self.drop_topic(&name, Some(incarnation));
+                }
+            }
+        }
+        self.remove_deleted_topic_dirs(index, &topics);
+        for (name, t) in &topics {
+            if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
+                tracing::error!(topic = %name, incarnation = t.created_at_index, "cannot open a topic of the metadata snapshot: {e}");
+            }
+            if reconcile {
+                self.apply_topic_settings(name, t.created_at_index);
+            }
+            for (partition, floor) in (0u32..).zip(&t.deleted_before) {
+                if *floor > 0 {
+                    self.delete_records_before(name, t.created_at_index, partition, *floor);
+                }
+            }
+        }
+    }
+
+    /// Removes the directories under `topics/` of incarnations created at or before `index`
+    /// that are not in `topics` (the metadata state at `index`): they were deleted by then.
+    fn remove_deleted_topic_dirs(
+        &self,
+        index: u64,
+        topics: &[(String, crate::metadata::TopicMeta)],
+    ) {
+        let Ok(entries) = std::fs::read_dir(self.config.data_dir.join("topics")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            // `<name>~<incarnation>-<partition>`, or `<name>~<incarnation>` (before partitions).
+            let Some((name, rest)) = file.rsplit_once('~') else {
+                continue;
+            };
+            let incarnation = rest.split_once('-').map_or(rest, |(i, _)| i);
+            let Ok(incarnation) = incarnation.parse::<u64>() else {
+                continue;
+            };
+            let alive = topics
+                .iter()
+                .any(|(n, t)| n == name && t.created_at_index == incarnation);
+            if incarnation == 0 || incarnation > index || alive {
+                continue;
+            }
+            if self
+                .partitions(name)
+                .iter()
+                .any(|s| s.incarnation == incarnation)
+            {
+                continue;
+            }
+            tracing::info!(topic = %name, incarnation, dir = %entry.path().display(), "removing the data of a topic incarnation deleted before the metadata snapshot");
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(topic = %name, incarnation, "removing a deleted topic's data failed: {e}");
+            }
+        }
+    }
+
     /// Records the topic incarnations deleted by a `DeleteTopic` in the metadata log `store`
     /// (read once at start, before the replay).
     fn note_deleted_incarnations(&self, store: &LogStore) {
@@ -1313,28 +1506,26 @@ impl Node {
             store_config.segment_bytes = settings.segment_bytes;
             store_config.retention = retention_policy(&settings);
         }
-        let (dir, forward_proposals, state_machine): (
-            _,
-            _,
-            Option<Box<dyn crate::group::StateMachine>>,
-        ) = match kind {
+        let (dir, forward_proposals, mut metadata_sm) = match kind {
             GroupKind::Stream(dir) => (dir, false, None),
             GroupKind::Metadata(sm) => {
-                // The metadata log is replayed on restart to rebuild the state: keep it whole.
-                store_config.deletion_allowed = false;
-                (
-                    self.config.data_dir.join(METADATA_STREAM),
-                    true,
-                    Some(Box::new(sm)),
-                )
+                // The metadata log is deleted only below its snapshots (the group compacts it;
+                // retention rules never apply), in small segments so that compaction follows
+                // the snapshots closely.
+                store_config.deletion_allowed = true;
+                store_config.retention = logstore::RetentionPolicy::default();
+                store_config.segment_bytes = store_config.segment_bytes.min(METADATA_SEGMENT_BYTES);
+                (self.config.data_dir.join(METADATA_STREAM), true, Some(sm))
             }
         };
-        let replay = state_machine.is_some();
+        let replay = metadata_sm.is_some();
         let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
         let mut store =
             LogStore::open_shared(&dir, store_config, &self.store_resources).map_err(store_err)?;
-        if replay {
+        let mut snapshot_index = None;
+        if let Some(sm) = metadata_sm.as_mut() {
             self.note_deleted_incarnations(&store);
+            snapshot_index = self.load_metadata_snapshot(sm, &dir, &mut store)?;
         }
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
@@ -1368,11 +1559,12 @@ impl Node {
         let commit = hs
             .commit
             .max(store.first_index().saturating_sub(1))
+            .max(snapshot_index.unwrap_or(0))
             .min(store.last_index());
         // A group with a state machine replays its committed log from the start to rebuild it;
         // a plain stream's state is its log, already on disk.
         let applied = if replay {
-            store.first_index().saturating_sub(1)
+            snapshot_index.unwrap_or_else(|| store.first_index().saturating_sub(1))
         } else {
             commit
         };
@@ -1413,11 +1605,15 @@ impl Node {
             ..Default::default()
         };
         let logger = crate::raft_log::group_logger(name);
-        let raw = RawNode::new(&cfg, RaftStorage::new(shared.clone()), &logger).map_err(|e| {
-            NodeError::Raft {
-                name: name.to_owned(),
-                message: e.to_string(),
-            }
+        let storage = match metadata_sm.as_ref() {
+            Some(sm) => RaftStorage::with_state_snapshots(shared.clone(), sm.latest()),
+            None => RaftStorage::new(shared.clone()),
+        };
+        let state_machine =
+            metadata_sm.map(|sm| Box::new(sm) as Box<dyn crate::group::StateMachine>);
+        let raw = RawNode::new(&cfg, storage, &logger).map_err(|e| NodeError::Raft {
+            name: name.to_owned(),
+            message: e.to_string(),
         })?;
         let slot = self.runtime.slot();
         let waker_slot = slot.clone();

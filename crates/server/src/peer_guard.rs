@@ -31,7 +31,7 @@
 //! | `MsgReadIndex`, `MsgReadIndexResp` carry exactly one entry | index out of bounds |
 //! | `MsgSnapshot`: metadata term in `1..=term`, data decodes, configuration equals the group's | `commit_to` past the log; `unable to restore config` panic |
 //! | `MsgSnapshot` above the commit index | a committed entry replaced (raft-rs restores a snapshot at the commit index whatever its term) |
-//! | no `MsgSnapshot` for the metadata group (never compacted) | its log, replayed at start, replaced |
+//! | the metadata group's `MsgSnapshot`: its state decodes (format byte, CRC, protobuf) at the snapshot's index (checked by the group before stepping) | a follower's metadata replaced by garbage |
 //! | `MsgTransferLeader` only to the leader, in its term | a follower forwarding it panics (`term should not be set`) |
 //! | vote responses only while every entry is persisted | `become_leader` asserts all entries are persisted |
 //!
@@ -294,14 +294,15 @@ impl PeerGuard {
 
     /// The checks a message passes on its own, before it is handed to its group (step 1 of the
     /// module documentation). `hello` is the id the connection announced (already admitted).
-    pub fn check_message(&self, hello: u64, msg: &Message) -> Result<(), Refusal> {
-        check_message(self.self_id, hello, msg)
+    pub fn check_message(&self, hello: u64, group: u64, msg: &Message) -> Result<(), Refusal> {
+        check_message(self.self_id, hello, group, msg)
     }
 }
 
 /// Step 1 of the module documentation as a pure function: what `msg`, received by node
-/// `self_id` on a connection whose hello announced `hello`, must satisfy on its own.
-pub fn check_message(self_id: u64, hello: u64, msg: &Message) -> Result<(), Refusal> {
+/// `self_id` on a connection whose hello announced `hello`, for group `group`, must satisfy on
+/// its own.
+pub fn check_message(self_id: u64, hello: u64, group: u64, msg: &Message) -> Result<(), Refusal> {
     use MessageType::*;
     if msg.from != hello {
         return Err(Refusal::WrongSender {
@@ -381,7 +382,14 @@ pub fn check_message(self_id: u64, hello: u64, msg: &Message) -> Result<(), Refu
         if meta.index == 0 || meta.index > MAX_PEER_TERM_OR_INDEX {
             return Err(Refusal::BadSnapshot("index out of range"));
         }
-        if decode_snapshot_data(&snap.data).is_none() {
+        if group == crate::metadata::METADATA_GROUP_ID {
+            // The metadata state (decoded and checked by the group before raft-rs takes it).
+            if snap.data.is_empty()
+                || snap.data.len() > crate::metadata_snapshot::MAX_SNAPSHOT_BYTES
+            {
+                return Err(Refusal::BadSnapshot("metadata state size out of range"));
+            }
+        } else if decode_snapshot_data(&snap.data).is_none() {
             return Err(Refusal::BadSnapshot("data is not a next offset"));
         }
     }
@@ -445,8 +453,8 @@ fn check_proposal(msg: &Message) -> Result<(), Refusal> {
 pub struct GroupLimits {
     /// The group forwards proposals (the metadata group): `MsgPropose` may arrive.
     pub forward_proposals: bool,
-    /// The group's log may be compacted, so a leader may send a snapshot. False for the
-    /// metadata group, whose whole log every node keeps and replays.
+    /// The group's log may be compacted, so a leader may send a snapshot (every group now:
+    /// the metadata group's log is compacted below its state snapshots).
     pub snapshots: bool,
     /// Largest entry (payload + context) the group's store accepts.
     pub max_entry_bytes: u64,
@@ -681,13 +689,13 @@ mod tests {
             msg(MessageType::MsgRequestVoteResponse, 2, 1, 3),
             msg(MessageType::MsgTimeoutNow, 2, 1, 3),
         ] {
-            assert_eq!(check_message(1, 2, &m), Ok(()), "{m:?}");
+            assert_eq!(check_message(1, 2, 7, &m), Ok(()), "{m:?}");
         }
     }
 
     #[test]
     fn check_message_refuses_what_raft_rs_would_panic_on() {
-        let refused = |m: &Message| check_message(1, 2, m).expect_err("refused");
+        let refused = |m: &Message| check_message(1, 2, 7, m).expect_err("refused");
         // The reproduced crash: an empty proposal.
         assert!(matches!(
             refused(&msg(MessageType::MsgPropose, 2, 1, 0)),
@@ -934,7 +942,8 @@ mod tests {
                 m.mut_snapshot().data = encode_snapshot_data(0);
             }
             let hello = m.from;
-            if check_message(1, hello, &m).is_ok() && check_in_group(&n.raft, &l, &mut m).is_ok() {
+            if check_message(1, hello, 7, &m).is_ok() && check_in_group(&n.raft, &l, &mut m).is_ok()
+            {
                 let _ = n.step(m);
             }
             if i % 3 == 0 {

@@ -27,6 +27,8 @@
 //!   bool receiver_rejoining = 5;
 //!   bool sender_settled = 6;
 //!   string software_version = 7;              // the sender's vdl version, for logs
+//!   bool installs_metadata_snapshots = 8;     // the sender takes metadata snapshots through
+//!                                             // Raft, so metadata logs may be compacted
 //! }
 //! message PeerFrame    { repeated GroupMessage messages = 1; }
 //! message GroupMessage { uint64 group_id = 1; bytes raft_message = 2; }
@@ -140,6 +142,9 @@ pub struct Hello {
     pub dirs: HelloDirs,
     /// The sender's software version (version 3; empty before).
     pub software_version: String,
+    /// The sender installs metadata snapshots sent through Raft (false from releases before
+    /// them): only when every member does may the metadata log be compacted.
+    pub installs_metadata_snapshots: bool,
 }
 
 /// `PeerHello` (see the module documentation for the schema).
@@ -166,6 +171,9 @@ pub struct PeerHelloWire {
     /// The sender's vdl version, for logs.
     #[prost(string, tag = "7")]
     pub software_version: String,
+    /// The sender installs metadata snapshots sent through Raft.
+    #[prost(bool, tag = "8")]
+    pub installs_metadata_snapshots: bool,
 }
 
 /// `PeerFrame`: the envelope of a version 3 frame. [`FrameWriter`] writes the same bytes
@@ -226,6 +234,7 @@ pub fn encode_hello(version: u16, from: u64, advertised: &str, dirs: HelloDirs) 
             receiver_rejoining: dirs.receiver_rejoining,
             sender_settled: dirs.sender_settled,
             software_version: env!("CARGO_PKG_VERSION").to_string(),
+            installs_metadata_snapshots: true,
         };
         let body = wire.encode_to_vec();
         out.put_u32(body.len() as u32);
@@ -317,6 +326,7 @@ pub fn decode_v3_hello(body: &[u8]) -> Result<Hello, WireError> {
         },
         advertised: wire.advertised,
         software_version: wire.software_version,
+        installs_metadata_snapshots: wire.installs_metadata_snapshots,
     };
     check_advertised(&hello.advertised)?;
     Ok(hello)
@@ -522,6 +532,8 @@ fn decode_prost_frame(mut body: Bytes) -> Result<Vec<(u64, Message)>, WireError>
 #[derive(Debug, Default)]
 pub struct PeerVersions {
     heard: Mutex<HashMap<u64, u16>>,
+    /// Per peer: whether its last hello said it installs metadata snapshots.
+    metadata_snapshots: Mutex<HashMap<u64, bool>>,
 }
 
 impl PeerVersions {
@@ -550,6 +562,24 @@ impl PeerVersions {
                 "peer now speaks peer protocol version {version}"
             );
         }
+    }
+
+    /// Records whether `peer`'s last admitted hello said it installs metadata snapshots.
+    pub fn heard_metadata_snapshots(&self, peer: u64, installs: bool) {
+        self.metadata_snapshots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, installs);
+    }
+
+    /// Whether every one of `peers` has said, in its last hello to this node, that it installs
+    /// metadata snapshots (a peer not heard from since this node started has not).
+    pub fn all_install_metadata_snapshots(&self, peers: &[u64]) -> bool {
+        let heard = self
+            .metadata_snapshots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        peers.iter().all(|p| heard.get(p) == Some(&true))
     }
 
     /// Whether some peer's last hello was of an earlier release (version 1 or 2).
@@ -614,6 +644,7 @@ mod tests {
             advertised,
             dirs,
             software_version: String::new(),
+            installs_metadata_snapshots: false,
         })
     }
 
@@ -803,5 +834,14 @@ mod tests {
         assert_eq!(v.dial_version(2), VERSION_3);
         assert!(!v.any_earlier_release());
         assert_eq!(v.dial_version(3), VERSION_3);
+        // Metadata log compaction waits for every peer to have said it installs snapshots.
+        assert!(!v.all_install_metadata_snapshots(&[2, 3]));
+        v.heard_metadata_snapshots(2, true);
+        assert!(!v.all_install_metadata_snapshots(&[2, 3]));
+        v.heard_metadata_snapshots(3, true);
+        assert!(v.all_install_metadata_snapshots(&[2, 3]));
+        v.heard_metadata_snapshots(3, false);
+        assert!(!v.all_install_metadata_snapshots(&[2, 3]));
+        assert!(v.all_install_metadata_snapshots(&[]));
     }
 }

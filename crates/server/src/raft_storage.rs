@@ -9,7 +9,7 @@
 //!   [`EntryKind::Meta`].
 //! - `EntryConfChange` / `EntryConfChangeV2` -> the matching configuration kinds.
 
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bytes::Bytes;
 use logstore::{EntryKind, LogStore, LogStoreError, NewEntry};
@@ -35,15 +35,65 @@ pub fn write(store: &SharedStore) -> RwLockWriteGuard<'_, LogStore> {
     store.write().expect("log store lock poisoned by a panic")
 }
 
+/// A state machine's newest durable snapshot (the metadata group's), shared between the
+/// state machine that writes it and the Raft storage that sends it to followers.
+#[derive(Debug, Clone, Default)]
+pub struct LatestSnapshot(Arc<Mutex<Option<StoredSnapshot>>>);
+
+/// One durable state machine snapshot.
+#[derive(Debug, Clone)]
+pub struct StoredSnapshot {
+    /// The last applied index it covers.
+    pub index: u64,
+    /// That entry's term.
+    pub term: u64,
+    /// The encoded state (the file's bytes).
+    pub data: Bytes,
+}
+
+impl LatestSnapshot {
+    /// Replaces the snapshot (only with a newer one: an older index is ignored).
+    pub fn set(&self, snapshot: StoredSnapshot) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(|s| s.index < snapshot.index) {
+            *slot = Some(snapshot);
+        }
+    }
+
+    /// The newest snapshot, if any.
+    pub fn get(&self) -> Option<StoredSnapshot> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The newest snapshot's index (0: none).
+    pub fn index(&self) -> u64 {
+        self.get().map_or(0, |s| s.index)
+    }
+}
+
 /// raft-rs storage backed by the stream's log store.
 pub struct RaftStorage {
     store: SharedStore,
+    /// For a group with a state machine: its snapshots, sent to followers whose entries were
+    /// compacted. None: a log stream, whose snapshot only says where its log starts.
+    state_snapshots: Option<LatestSnapshot>,
 }
 
 impl RaftStorage {
-    /// Wraps a shared store.
+    /// Wraps a shared store (a log stream).
     pub fn new(store: SharedStore) -> RaftStorage {
-        RaftStorage { store }
+        RaftStorage {
+            store,
+            state_snapshots: None,
+        }
+    }
+
+    /// Wraps the store of a group with a state machine whose snapshots are in `snapshots`.
+    pub fn with_state_snapshots(store: SharedStore, snapshots: LatestSnapshot) -> RaftStorage {
+        RaftStorage {
+            store,
+            state_snapshots: Some(snapshots),
+        }
     }
 
     /// The shared store.
@@ -136,9 +186,16 @@ impl raft::Storage for RaftStorage {
             // committed, and raft-rs requires the commit index to be at least the one before
             // it. A commit beyond the log (a lost synced tail) is refused by the node before
             // raft-rs starts; clamping here keeps raft-rs from panicking on it regardless.
+            // A state machine's snapshot covers only committed entries, so its index is a
+            // lower bound too (the node restarts with it applied).
             commit: hs
                 .commit
                 .max(s.first_index().saturating_sub(1))
+                .max(
+                    self.state_snapshots
+                        .as_ref()
+                        .map_or(0, LatestSnapshot::index),
+                )
                 .min(s.last_index()),
             ..Default::default()
         };
@@ -184,6 +241,27 @@ impl raft::Storage for RaftStorage {
     }
 
     fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if let Some(latest) = &self.state_snapshots {
+            // The state machine's newest durable snapshot; the log is compacted only below
+            // one, so there is always one when raft-rs asks (else it retries later).
+            let Some(stored) = latest.get() else {
+                return Err(raft::Error::Store(
+                    StorageError::SnapshotTemporarilyUnavailable,
+                ));
+            };
+            let s = read(&self.store);
+            let mut snap = Snapshot {
+                data: stored.data,
+                ..Default::default()
+            };
+            let meta = snap.mut_metadata();
+            meta.index = stored.index;
+            meta.term = stored.term;
+            // The metadata group's voters never change (every member), so the current
+            // configuration is the one at the snapshot's index.
+            meta.set_conf_state(to_raft_conf(s.conf_state()));
+            return Ok(snap);
+        }
         // The "state machine" of a log stream is the log itself; a snapshot only tells a far
         // behind follower where the retained log starts, in Raft indexes and Kafka offsets.
         let s = read(&self.store);

@@ -642,6 +642,8 @@ impl Connection {
         drop(hello_slot);
         self.versions
             .heard(from, hello.version, &hello.software_version);
+        self.versions
+            .heard_metadata_snapshots(from, hello.installs_metadata_snapshots);
         let (slot, replaced) = self.slots.take(from, self.limits.per_member);
         self.inbox
             .peer_hello(from, slot.id, hello.advertised, hello.dirs);
@@ -670,7 +672,7 @@ impl Connection {
                 .map_err(|_| PeerFrameError::FrameTimeout)??;
             let messages = peer_wire::decode_frame(format, body).map_err(PeerFrameError::Frame)?;
             for (group, msg) in messages {
-                match self.guard.check_message(from, &msg) {
+                match self.guard.check_message(from, group, &msg) {
                     Ok(()) => self.inbox.deliver(group, msg),
                     Err(why) => self.stats.refuse_message(group, &why),
                 }
@@ -718,6 +720,7 @@ async fn read_hello(sock: &mut TcpStream) -> Result<Hello, PeerFrameError> {
         advertised,
         dirs,
         software_version: String::new(),
+        installs_metadata_snapshots: false,
     })
 }
 
