@@ -34,6 +34,7 @@ use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
 use tokio::sync::{oneshot, watch, Notify};
 
+use crate::kafka::group_deadlines::Deadlines;
 use crate::metadata::{GroupMemberRecord, GroupRecord};
 
 /// How often deadlines are checked.
@@ -827,6 +828,25 @@ impl Group {
     fn is_removable(&self) -> bool {
         self.state == GroupState::Empty && self.members.is_empty() && self.pending.is_empty()
     }
+
+    /// The earliest instant [`Group::tick`] may change something (a session expiring, a member
+    /// id handed out expiring, the sync or join deadline); `now` when the group can be removed;
+    /// None when nothing is due until a request comes. Members waiting in JoinGroup or SyncGroup
+    /// are not expired (as in [`Group::tick`]); their deadline counts again once their waiter is
+    /// answered, which happens in a request or a tick, after which the group is rescheduled.
+    fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        if self.is_removable() {
+            return Some(now);
+        }
+        self.members
+            .values()
+            .filter(|m| m.join_waiter.is_none() && m.sync_waiter.is_none())
+            .map(|m| m.heartbeat_deadline)
+            .chain(self.pending.values().copied())
+            .chain(self.sync_deadline)
+            .chain(self.join_deadline)
+            .min()
+    }
 }
 
 fn session_timeout(ms: i32) -> Duration {
@@ -851,9 +871,20 @@ struct Inner {
     outbox: HashMap<String, (u64, Option<GroupRecord>)>,
     /// The last record sequence number handed out.
     record_seq: u64,
+    /// When each group next needs a tick.
+    deadlines: Deadlines,
 }
 
 impl Inner {
+    /// Schedules group `id`'s next tick after a request changed it (or drops a group that has
+    /// no deadline left and cannot be removed: a request brings it back).
+    fn reschedule(&mut self, id: &str, now: Instant) {
+        match self.groups.get(id).and_then(|g| g.next_deadline(now)) {
+            Some(at) => self.deadlines.schedule(id, at),
+            None => self.deadlines.cancel(id),
+        }
+    }
+
     /// Queues group `id`'s record for the metadata when it needs one; true when queued.
     fn note(&mut self, id: &str) -> bool {
         let Some(g) = self.groups.get_mut(id) else {
@@ -905,6 +936,7 @@ impl Coordinator {
                 groups: HashMap::new(),
                 outbox: HashMap::new(),
                 record_seq: 0,
+                deadlines: Deadlines::new(),
             }),
             ticker: AtomicBool::new(false),
             ids: AtomicU64::new(0),
@@ -933,7 +965,11 @@ impl Coordinator {
         inner.active = true;
         for (id, r) in records() {
             if !r.members.is_empty() {
-                inner.groups.insert(id, Group::from_record(r, now));
+                let group = Group::from_record(r, now);
+                if let Some(at) = group.next_deadline(now) {
+                    inner.deadlines.schedule(&id, at);
+                }
+                inner.groups.insert(id, group);
             }
         }
         if !inner.groups.is_empty() {
@@ -1046,6 +1082,7 @@ impl Coordinator {
         };
         let answer = self.join_in(&mut inner, p, now);
         self.note(&mut inner, &group_id);
+        inner.reschedule(&group_id, now);
         answer
     }
 
@@ -1167,6 +1204,7 @@ impl Coordinator {
         };
         let answer = Self::sync_in(&mut inner, p, now);
         self.note(&mut inner, &group_id);
+        inner.reschedule(&group_id, now);
         answer
     }
 
@@ -1334,6 +1372,7 @@ impl Coordinator {
         if removable {
             inner.groups.remove(group_id);
         }
+        inner.reschedule(group_id, now);
         errors
     }
 
@@ -1415,6 +1454,7 @@ impl Coordinator {
             }
             Some(_) => {
                 inner.groups.remove(group_id);
+                inner.deadlines.cancel(group_id);
                 Ok(true)
             }
         }
@@ -1493,17 +1533,20 @@ impl Coordinator {
         let Some(mut inner) = self.state(term) else {
             return;
         };
-        let mut changed = Vec::new();
-        for (id, g) in inner.groups.iter_mut() {
+        // Only the groups with a deadline due: a heartbeat moves no entry (a session's entry
+        // fires, finds the session renewed, and is scheduled again at the renewed deadline).
+        for id in inner.deadlines.take_due(now) {
+            let Some(g) = inner.groups.get_mut(&id) else {
+                continue;
+            };
             g.tick(now);
-            if g.needs_store() {
-                changed.push(id.clone());
-            }
-        }
-        for id in changed {
+            let removable = g.is_removable();
             self.note(&mut inner, &id);
+            if removable {
+                inner.groups.remove(&id);
+            }
+            inner.reschedule(&id, now);
         }
-        inner.groups.retain(|_, g| !g.is_removable());
     }
 }
 
@@ -1518,6 +1561,7 @@ fn unload(inner: &mut Inner) {
         g.drop_waiters(ErrorCode::NotCoordinator);
     }
     inner.groups.clear();
+    inner.deadlines.clear();
     // Records of a term this node no longer coordinates in are not written: the next
     // coordinator loads what was stored.
     inner.outbox.clear();
