@@ -2153,9 +2153,10 @@ mod tests {
     fn concurrent_requests_on_many_groups() {
         let c = Arc::new(Coordinator::new());
         let t0 = Instant::now();
+        let barrier = Arc::new(std::sync::Barrier::new(4));
         let threads: Vec<_> = (0..4)
             .map(|t| {
-                let c = c.clone();
+                let (c, barrier) = (c.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     let mut joined = Vec::new();
                     for i in 0..200 {
@@ -2165,8 +2166,11 @@ mod tests {
                         let rx = waiting(c.join(1, p, t0));
                         joined.push((format!("t{t}-g{i}"), rx));
                     }
-                    // Every group's initial delay is over: the ticks complete the joins.
+                    // Every group's initial delay is over: the ticks complete the joins (a
+                    // tick may complete another thread's groups: wait for every tick).
+                    barrier.wait();
                     c.tick(Some(1), t0 + INITIAL_REBALANCE_DELAY + TICK);
+                    barrier.wait();
                     let mut members = Vec::new();
                     for (group, mut rx) in joined {
                         let o = rx.try_recv().expect("the join completed");
