@@ -92,7 +92,8 @@ pub struct GroupsResult {
     pub heartbeat_latency: LatencySummary,
     /// Heartbeats answered per second over the measured window.
     pub heartbeats_per_sec: f64,
-    /// Errors by kind (Kafka error name, `IO`, `CLIENT_TIMEOUT`), joins and heartbeats.
+    /// Errors by kind (Kafka error name, `IO`, `CLIENT_TIMEOUT`): of the joins, and of the
+    /// heartbeats sent in the measured window.
     pub errors: BTreeMap<String, u64>,
     /// The server's CPU time over the measured window, percent of one core.
     pub server_cpu_percent: Option<f64>,
@@ -448,16 +449,15 @@ async fn heartbeat_loop(
         let took = sent.elapsed();
         let measured = sent >= measure_from;
         match r {
-            Ok(Response::Heartbeat(h)) => {
-                if measured {
-                    tally.lock().unwrap_or_else(|p| p.into_inner()).record(took);
-                    if h.error_code != 0 {
-                        errors.add(ErrorCode::from_code(h.error_code).name(), 1);
-                    }
+            Ok(Response::Heartbeat(h)) if measured => {
+                tally.lock().unwrap_or_else(|p| p.into_inner()).record(took);
+                if h.error_code != 0 {
+                    errors.add(ErrorCode::from_code(h.error_code).name(), 1);
                 }
             }
-            Ok(_) => errors.add("CLIENT(unexpected response)", 1),
-            Err(e) => errors.add(&error_kind(&e), 1),
+            Ok(_) if measured => errors.add("CLIENT(unexpected response)", 1),
+            Err(e) if measured => errors.add(&error_kind(&e), 1),
+            _ => {}
         }
     }
 }
