@@ -10,6 +10,7 @@
 //! - [`env`]: what the workloads of a run share, and their error type.
 //! - [`progress`]: the live progress display.
 //! - [`produce`], [`consume`], [`mixed`], [`sweep`], [`suite`]: the workloads.
+//! - [`groups`]: the group coordinator workload (joins, then heartbeats).
 //! - [`fake_server`]: a trivial in-memory Kafka server (the client's ceiling; tests).
 //! - [`report`]: text, Markdown, CSV, JSON and SVG output.
 
@@ -18,6 +19,7 @@ pub mod client;
 pub mod consume;
 pub mod env;
 pub mod fake_server;
+pub mod groups;
 pub mod mixed;
 pub mod payload;
 pub mod produce;

@@ -48,6 +48,9 @@ enum Command {
     Ceiling(CeilingArgs),
     /// Run the trivial in-memory server on its own (for manual ceiling runs).
     FakeServer(FakeServerArgs),
+    /// Load a group coordinator: G groups x M members join, then heartbeat; heartbeat latency
+    /// and the server's CPU.
+    Groups(GroupsArgs),
 }
 
 /// Where to connect.
@@ -299,6 +302,53 @@ struct CeilingArgs {
     /// Also write a report folder here.
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct GroupsArgs {
+    /// Bootstrap server, `host:port` (the coordinator is found through it).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// Consumer groups.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    groups: u32,
+    /// Members per group.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    members: u32,
+    /// Connections to the coordinator.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    connections: u32,
+    /// Groups each connection joins at once (keep members x this below the server's in-flight
+    /// limit per connection, 64 by default).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    join_concurrency: u32,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    in_flight: u32,
+    /// Heartbeat interval of each member (Java's `heartbeat.interval.ms` default).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// Heartbeats before measuring starts.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Measured window.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// The members' `session.timeout.ms` (Java's default).
+    #[arg(long, default_value_t = 45_000)]
+    session_timeout_ms: i32,
+    /// The members' `max.poll.interval.ms` (Java's default).
+    #[arg(long, default_value_t = 300_000)]
+    rebalance_timeout_ms: i32,
+    /// Per-request timeout.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// The server's PID: its CPU time over the measured window is reported (Linux /proc).
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Group ids are `<prefix>-<n>`.
+    #[arg(long, default_value = "vdl-perf-group")]
+    group_prefix: String,
 }
 
 #[derive(Debug, Args)]
@@ -571,6 +621,33 @@ async fn run(cli: Cli) -> Result<()> {
                 .context("measuring the ceiling against the in-process server")?;
             write_out(a.out.as_deref(), &m, &results)?;
             emit(&results, cli.json)
+        }
+        Command::Groups(a) => {
+            let cfg = vdl_perf::groups::GroupsConfig {
+                bootstrap: a.bootstrap,
+                groups: a.groups as usize,
+                members: a.members as usize,
+                connections: a.connections as usize,
+                join_concurrency: a.join_concurrency as usize,
+                max_in_flight: a.in_flight as usize,
+                heartbeat_interval: a.heartbeat_interval,
+                warmup: a.warmup,
+                duration: a.duration,
+                session_timeout_ms: a.session_timeout_ms,
+                rebalance_timeout_ms: a.rebalance_timeout_ms,
+                request_timeout: a.timeout,
+                server_pid: a.server_pid,
+                group_prefix: a.group_prefix,
+            };
+            let r = vdl_perf::groups::run(cfg)
+                .await
+                .context("running the groups workload")?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", vdl_perf::groups::render(&r));
+            }
+            Ok(())
         }
         Command::FakeServer(a) => {
             let server = vdl_perf::fake_server::FakeServer::start(&a.listen, a.partitions)

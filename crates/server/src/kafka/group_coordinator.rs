@@ -8,9 +8,13 @@
 //! delivered every member's assignment). A join, a leave, an expired session or a changed
 //! subscription starts the next rebalance. `Dead` is only ever reported for unknown groups.
 //!
-//! Waiting requests are `oneshot` channels completed under the state lock; nothing here blocks or
-//! awaits. Deadlines (join completion, session expiry, pending sync) are enforced by
-//! [`Coordinator::tick`], which the Kafka layer calls every [`TICK`].
+//! Each group has its own lock (groups live in sharded maps of `Arc<Mutex<Group>>`), so requests
+//! for different groups never wait for each other; see [`Coordinator`] for the lock order.
+//! Waiting requests are `oneshot` channels completed under the group's lock; nothing here blocks
+//! or awaits. Deadlines (join completion, session expiry, pending sync, member ids handed out
+//! but unused) are enforced by [`Coordinator::tick`], which the Kafka layer calls every
+//! [`TICK`]; it visits only the groups whose next deadline is due, kept in a heap
+//! ([`crate::kafka::group_deadlines`]), not every group.
 //!
 //! The state belongs to one metadata Raft term: when this node stops leading, or leads again in a
 //! later term, the state is dropped and every waiting request is answered NOT_COORDINATOR, so the
@@ -26,14 +30,16 @@
 //! (FENCED_INSTANCE_ID on every request); LeaveGroup can name members by instance id.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
 use tokio::sync::{oneshot, watch, Notify};
 
+use crate::kafka::group_deadlines::Deadlines;
 use crate::metadata::{GroupMemberRecord, GroupRecord};
 
 /// How often deadlines are checked.
@@ -310,13 +316,15 @@ struct Group {
     pending_sync: HashSet<String>,
     sync_deadline: Option<Instant>,
     next_seq: u64,
-    /// The metadata holds a record of this group's membership (see [`Inner::note`]).
+    /// The metadata holds a record of this group's membership (see [`Shared::note`]).
     stored: bool,
     /// The membership changed in a way the metadata must learn (a rebalance completed, a static
     /// member was replaced).
     dirty: bool,
     /// The sequence number of this group's last queued record (0: none).
     record_seq: u64,
+    /// Taken out of the coordinator's map: a request that found it before must look again.
+    removed: bool,
 }
 
 impl Group {
@@ -339,6 +347,7 @@ impl Group {
             stored: false,
             dirty: false,
             record_seq: 0,
+            removed: false,
         }
     }
 
@@ -424,7 +433,7 @@ impl Group {
         }
     }
 
-    /// Whether the metadata must learn of this group's membership (see [`Inner::note`]).
+    /// Whether the metadata must learn of this group's membership (see [`Shared::note`]).
     fn needs_store(&self) -> bool {
         (self.dirty && self.state == GroupState::Stable) || (self.members.is_empty() && self.stored)
     }
@@ -827,6 +836,25 @@ impl Group {
     fn is_removable(&self) -> bool {
         self.state == GroupState::Empty && self.members.is_empty() && self.pending.is_empty()
     }
+
+    /// The earliest instant [`Group::tick`] may change something (a session expiring, a member
+    /// id handed out expiring, the sync or join deadline); `now` when the group can be removed;
+    /// None when nothing is due until a request comes. Members waiting in JoinGroup or SyncGroup
+    /// are not expired (as in [`Group::tick`]); their deadline counts again once their waiter is
+    /// answered, which happens in a request or a tick, after which the group is rescheduled.
+    fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        if self.is_removable() {
+            return Some(now);
+        }
+        self.members
+            .values()
+            .filter(|m| m.join_waiter.is_none() && m.sync_waiter.is_none())
+            .map(|m| m.heartbeat_deadline)
+            .chain(self.pending.values().copied())
+            .chain(self.sync_deadline)
+            .chain(self.join_deadline)
+            .min()
+    }
 }
 
 fn session_timeout(ms: i32) -> Duration {
@@ -839,26 +867,30 @@ fn rebalance_timeout(ms: i32) -> Duration {
         .clamp(Duration::from_millis(1), MAX_REBALANCE_TIMEOUT)
 }
 
-struct Inner {
-    /// The metadata term this state belongs to (0: none).
+/// The metadata term the coordinator's state belongs to.
+struct TermState {
+    /// The term (0: none).
     term: u64,
     /// This node coordinates in `term` (false once it stopped leading in it).
     active: bool,
-    groups: HashMap<String, Group>,
+}
+
+/// What every group's requests share (taken briefly, after the group's own lock, never the
+/// other way round): the records waiting for the metadata and the groups' deadlines.
+struct Shared {
     /// Membership records for the metadata, newest per group (None: the group became empty),
     /// with their sequence numbers, taken by the persisting task
     /// ([`Coordinator::take_records`]). At most one per group.
     outbox: HashMap<String, (u64, Option<GroupRecord>)>,
     /// The last record sequence number handed out.
     record_seq: u64,
+    /// When each group next needs a tick.
+    deadlines: Deadlines,
 }
 
-impl Inner {
+impl Shared {
     /// Queues group `id`'s record for the metadata when it needs one; true when queued.
-    fn note(&mut self, id: &str) -> bool {
-        let Some(g) = self.groups.get_mut(id) else {
-            return false;
-        };
+    fn note(&mut self, id: &str, g: &mut Group) -> bool {
         if !g.needs_store() {
             return false;
         }
@@ -877,10 +909,30 @@ impl Inner {
     }
 }
 
+/// One group's state, locked on its own.
+type GroupRef = Arc<Mutex<Group>>;
+
+/// Shards of the group map (a group id's hash picks one).
+const SHARDS: usize = 64;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One node's group coordinator: every group's membership state, while this node leads the
 /// metadata group.
+///
+/// Locking: every request holds the term lock shared while it works (a term change takes it
+/// exclusively to drop every group, so no request works on a group of a term being dropped);
+/// a request for a group locks that group alone (found in one of [`SHARDS`] maps, whose lock is
+/// held only to look up, insert or remove); [`Shared`] is locked after a group's lock, briefly.
+/// Heartbeats of different groups therefore never wait for each other.
 pub struct Coordinator {
-    inner: Mutex<Inner>,
+    term: RwLock<TermState>,
+    shards: Vec<Mutex<HashMap<String, GroupRef>>>,
+    /// Groups in the shards (bounded by [`MAX_GROUPS`]).
+    group_count: AtomicUsize,
+    shared: Mutex<Shared>,
     ticker: AtomicBool,
     ids: AtomicU64,
     /// Signalled when records wait in the outbox.
@@ -899,18 +951,124 @@ impl Coordinator {
     /// A coordinator without groups.
     pub fn new() -> Coordinator {
         Coordinator {
-            inner: Mutex::new(Inner {
+            term: RwLock::new(TermState {
                 term: 0,
                 active: false,
-                groups: HashMap::new(),
+            }),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            group_count: AtomicUsize::new(0),
+            shared: Mutex::new(Shared {
                 outbox: HashMap::new(),
                 record_seq: 0,
+                deadlines: Deadlines::new(),
             }),
             ticker: AtomicBool::new(false),
             ids: AtomicU64::new(0),
             records_waiting: Arc::new(Notify::new()),
             stored_seq: watch::Sender::new(0),
         }
+    }
+
+    fn shard(&self, id: &str) -> &Mutex<HashMap<String, GroupRef>> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut h);
+        let i = (h.finish() % SHARDS as u64) as usize;
+        self.shards
+            .get(i)
+            .unwrap_or_else(|| unreachable!("a hash mod SHARDS is a shard"))
+    }
+
+    /// Group `id`'s state, created when `create` (bounded by [`MAX_GROUPS`]: the error then)
+    /// and it has none.
+    fn find(&self, id: &str, create: bool) -> Result<Option<GroupRef>, ErrorCode> {
+        let mut shard = lock(self.shard(id));
+        if let Some(g) = shard.get(id) {
+            return Ok(Some(g.clone()));
+        }
+        if !create {
+            return Ok(None);
+        }
+        if self
+            .group_count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_GROUPS).then_some(n + 1)
+            })
+            .is_err()
+        {
+            // Kafka has no such limit, so no error says it; COORDINATOR_NOT_AVAILABLE is one
+            // every client retries (GROUP_MAX_SIZE_REACHED is fatal to Java's).
+            tracing::warn!(group = %id, "too many consumer groups; join refused");
+            return Err(ErrorCode::CoordinatorNotAvailable);
+        }
+        let g = Arc::new(Mutex::new(Group::new()));
+        shard.insert(id.to_owned(), g.clone());
+        Ok(Some(g))
+    }
+
+    /// Runs `f` on group `id` under its lock; None when the group has no state here.
+    fn with_group<R>(&self, id: &str, f: impl FnOnce(&GroupRef, &mut Group) -> R) -> Option<R> {
+        loop {
+            let g = self.find(id, false).ok().flatten()?;
+            let mut guard = lock(&g);
+            if guard.removed {
+                // Removed between the lookup and the lock: look again.
+                continue;
+            }
+            return Some(f(&g, &mut guard));
+        }
+    }
+
+    /// After a request or a tick changed group `id` (locked by the caller): queues its record
+    /// if it needs one and schedules its next deadline.
+    fn settle(&self, id: &str, g: &mut Group, now: Instant) {
+        let mut shared = lock(&self.shared);
+        if shared.note(id, g) {
+            self.records_waiting.notify_one();
+        }
+        match g.next_deadline(now) {
+            Some(at) => shared.deadlines.schedule(id, at),
+            None => shared.deadlines.cancel(id),
+        }
+    }
+
+    /// Takes group `id` (`arc`, locked by the caller as `g`) out of the map.
+    fn remove(&self, id: &str, arc: &GroupRef, g: &mut Group) {
+        // The deadline first: a group created under the same id after the map removal below
+        // schedules its own.
+        lock(&self.shared).deadlines.cancel(id);
+        let mut shard = lock(self.shard(id));
+        if shard.get(id).is_some_and(|cur| Arc::ptr_eq(cur, arc)) {
+            shard.remove(id);
+            self.group_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        g.removed = true;
+    }
+
+    /// Drops every group (their waiting requests get NOT_COORDINATOR) and every queued record;
+    /// the caller holds the term lock exclusively.
+    fn unload(&self, _term: &mut TermState) {
+        let mut dropped = 0usize;
+        for shard in &self.shards {
+            let groups: Vec<GroupRef> = lock(shard).drain().map(|(_, g)| g).collect();
+            for g in groups {
+                let mut g = lock(&g);
+                g.drop_waiters(ErrorCode::NotCoordinator);
+                g.removed = true;
+                dropped += 1;
+            }
+        }
+        self.group_count.store(0, Ordering::Release);
+        if dropped > 0 {
+            tracing::info!(
+                groups = dropped,
+                "no longer the group coordinator of this term; dropping group membership"
+            );
+        }
+        let mut shared = lock(&self.shared);
+        shared.deadlines.clear();
+        // Records of a term this node no longer coordinates in are not written: the next
+        // coordinator loads what was stored.
+        shared.outbox.clear();
     }
 
     /// Takes over as coordinator in metadata term `term` (once per term; later calls and older
@@ -924,22 +1082,33 @@ impl Coordinator {
         records: impl FnOnce() -> Vec<(String, GroupRecord)>,
         now: Instant,
     ) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if term < inner.term || (term == inner.term && inner.active) {
+        let mut t = self.term.write().unwrap_or_else(|e| e.into_inner());
+        if term < t.term || (term == t.term && t.active) {
             return;
         }
-        unload(&mut inner);
-        inner.term = term;
-        inner.active = true;
+        self.unload(&mut t);
+        t.term = term;
+        t.active = true;
+        let mut loaded = 0usize;
         for (id, r) in records() {
             if !r.members.is_empty() {
-                inner.groups.insert(id, Group::from_record(r, now));
+                let group = Group::from_record(r, now);
+                if let Some(at) = group.next_deadline(now) {
+                    lock(&self.shared).deadlines.schedule(&id, at);
+                }
+                if lock(self.shard(&id))
+                    .insert(id, Arc::new(Mutex::new(group)))
+                    .is_none()
+                {
+                    loaded += 1;
+                }
             }
         }
-        if !inner.groups.is_empty() {
+        self.group_count.store(loaded, Ordering::Release);
+        if loaded > 0 {
             tracing::info!(
                 term,
-                groups = inner.groups.len(),
+                groups = loaded,
                 "group coordinator loaded the stored groups"
             );
         }
@@ -955,22 +1124,19 @@ impl Coordinator {
     /// at most one per group) and the sequence number to pass to
     /// [`Coordinator::records_stored`] once written. None when there are none.
     pub fn take_records(&self) -> Option<(u64, u64, Vec<StoredRecord>)> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if inner.outbox.is_empty() || !inner.active {
+        let t = self.term.read().unwrap_or_else(|e| e.into_inner());
+        let mut shared = lock(&self.shared);
+        if shared.outbox.is_empty() || !t.active {
             return None;
         }
-        let mut records: Vec<(u64, StoredRecord)> = inner
+        let mut records: Vec<(u64, StoredRecord)> = shared
             .outbox
             .drain()
             .map(|(group, (seq, record))| (seq, (group, record)))
             .collect();
         records.sort_by_key(|(seq, _)| *seq);
         let last = records.last().map_or(0, |(seq, _)| *seq);
-        Some((
-            inner.term,
-            last,
-            records.into_iter().map(|(_, r)| r).collect(),
-        ))
+        Some((t.term, last, records.into_iter().map(|(_, r)| r).collect()))
     }
 
     /// The records taken up to sequence number `seq` are written (or given up on): requests
@@ -987,16 +1153,9 @@ impl Coordinator {
     /// its sequence number and a receiver of the written sequence numbers, to wait until it is
     /// (Kafka answers SyncGroup once the group's record is written).
     pub fn unstored(&self, term: u64, group_id: &str) -> Option<(u64, watch::Receiver<u64>)> {
-        let inner = self.state(term)?;
-        let seq = inner.groups.get(group_id)?.record_seq;
+        let _term = self.state(term)?;
+        let seq = self.with_group(group_id, |_, g| g.record_seq)?;
         (seq > *self.stored_seq.borrow()).then(|| (seq, self.stored_seq.subscribe()))
-    }
-
-    /// Queues group `id`'s record if it needs one, and signals the persisting task.
-    fn note(&self, inner: &mut Inner, id: &str) {
-        if inner.note(id) {
-            self.records_waiting.notify_one();
-        }
     }
 
     /// True exactly once: the caller starts the tick task.
@@ -1008,17 +1167,26 @@ impl Coordinator {
     /// requests answered NOT_COORDINATOR). None for a request carrying a term older than the
     /// state's (it was read before this node led again): such a request is answered
     /// NOT_COORDINATOR and leaves the newer state alone.
-    fn state(&self, term: u64) -> Option<MutexGuard<'_, Inner>> {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if term < inner.term || (term == inner.term && !inner.active && term != 0) {
-            return None;
+    ///
+    /// The guard is the term lock held shared: hold it while working on a group.
+    fn state(&self, term: u64) -> Option<RwLockReadGuard<'_, TermState>> {
+        loop {
+            let t = self.term.read().unwrap_or_else(|e| e.into_inner());
+            if term < t.term || (term == t.term && !t.active && term != 0) {
+                return None;
+            }
+            if t.term == term {
+                return Some(t);
+            }
+            drop(t);
+            let mut t = self.term.write().unwrap_or_else(|e| e.into_inner());
+            // Another request may have moved to this term (or a later one) meanwhile.
+            if t.term < term {
+                self.unload(&mut t);
+                t.term = term;
+                t.active = true;
+            }
         }
-        if inner.term != term {
-            unload(&mut inner);
-            inner.term = term;
-            inner.active = true;
-        }
-        Some(inner)
     }
 
     fn new_member_id(&self, client_id: &str) -> String {
@@ -1041,41 +1209,52 @@ impl Coordinator {
     /// Handles a JoinGroup while leading in metadata term `term`.
     pub fn join(&self, term: u64, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
         let group_id = p.group_id.clone();
-        let Some(mut inner) = self.state(term) else {
+        let Some(_term) = self.state(term) else {
             return Pending::Now(JoinOutcome::error(ErrorCode::NotCoordinator, &p.member_id));
         };
-        let answer = self.join_in(&mut inner, p, now);
-        self.note(&mut inner, &group_id);
-        answer
+        if let Err(e) = Self::join_checks(&p) {
+            return Pending::Now(JoinOutcome::error(e, &p.member_id));
+        }
+        loop {
+            // Only a new member (no member id) creates a group.
+            let arc = match self.find(&group_id, p.member_id.is_empty()) {
+                Ok(Some(arc)) => arc,
+                Ok(None) => {
+                    return Pending::Now(JoinOutcome::error(
+                        ErrorCode::UnknownMemberId,
+                        &p.member_id,
+                    ))
+                }
+                Err(e) => return Pending::Now(JoinOutcome::error(e, &p.member_id)),
+            };
+            let mut group = lock(&arc);
+            if group.removed {
+                continue;
+            }
+            let answer = self.join_in(&mut group, p, now);
+            self.settle(&group_id, &mut group, now);
+            return answer;
+        }
     }
 
-    fn join_in(&self, inner: &mut Inner, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
-        let err = |e: ErrorCode| Pending::Now(JoinOutcome::error(e, &p.member_id));
+    /// A JoinGroup's checks that need no group.
+    fn join_checks(p: &JoinParams) -> Result<(), ErrorCode> {
         if p.group_id.is_empty() {
-            return err(ErrorCode::InvalidGroupId);
+            return Err(ErrorCode::InvalidGroupId);
         }
         let session = Duration::from_millis(u64::try_from(p.session_timeout_ms).unwrap_or(0));
         if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&session) {
-            return err(ErrorCode::InvalidSessionTimeout);
+            return Err(ErrorCode::InvalidSessionTimeout);
         }
         if p.protocol_type.is_empty() || p.protocols.is_empty() {
-            return err(ErrorCode::InconsistentGroupProtocol);
+            return Err(ErrorCode::InconsistentGroupProtocol);
         }
-        if !inner.groups.contains_key(&p.group_id) {
-            if !p.member_id.is_empty() {
-                return err(ErrorCode::UnknownMemberId);
-            }
-            if inner.groups.len() >= MAX_GROUPS {
-                // Kafka has no such limit, so no error says it; COORDINATOR_NOT_AVAILABLE is
-                // one every client retries (GROUP_MAX_SIZE_REACHED is fatal to Java's).
-                tracing::warn!(group = %p.group_id, "too many consumer groups; join refused");
-                return err(ErrorCode::CoordinatorNotAvailable);
-            }
-        }
-        let group = inner
-            .groups
-            .entry(p.group_id.clone())
-            .or_insert_with(Group::new);
+        Ok(())
+    }
+
+    /// A JoinGroup on `group` (locked), after [`Coordinator::join_checks`].
+    fn join_in(&self, group: &mut Group, p: JoinParams, now: Instant) -> Pending<JoinOutcome> {
+        let err = |e: ErrorCode| Pending::Now(JoinOutcome::error(e, &p.member_id));
         if group.state == GroupState::Dead {
             return err(ErrorCode::CoordinatorNotAvailable);
         }
@@ -1162,19 +1341,20 @@ impl Coordinator {
     /// Handles a SyncGroup while leading in metadata term `term`.
     pub fn sync(&self, term: u64, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
         let group_id = p.group_id.clone();
-        let Some(mut inner) = self.state(term) else {
+        let Some(_term) = self.state(term) else {
             return Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator));
         };
-        let answer = Self::sync_in(&mut inner, p, now);
-        self.note(&mut inner, &group_id);
-        answer
+        self.with_group(&group_id, |_, group| {
+            let answer = Self::sync_in(group, p, now);
+            self.settle(&group_id, group, now);
+            answer
+        })
+        .unwrap_or_else(|| Pending::Now(SyncOutcome::error(ErrorCode::UnknownMemberId)))
     }
 
-    fn sync_in(inner: &mut Inner, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
+    /// A SyncGroup on `group` (locked).
+    fn sync_in(group: &mut Group, p: SyncParams, now: Instant) -> Pending<SyncOutcome> {
         let err = |e: ErrorCode| Pending::Now(SyncOutcome::error(e));
-        let Some(group) = inner.groups.get_mut(&p.group_id) else {
-            return err(ErrorCode::UnknownMemberId);
-        };
         if group.fenced(&p.member_id, p.group_instance_id.as_deref()) {
             return err(ErrorCode::FencedInstanceId);
         }
@@ -1255,12 +1435,23 @@ impl Coordinator {
         instance_id: Option<&str>,
         now: Instant,
     ) -> ErrorCode {
-        let Some(mut inner) = self.state(term) else {
+        let Some(_term) = self.state(term) else {
             return ErrorCode::NotCoordinator;
         };
-        let Some(group) = inner.groups.get_mut(group_id) else {
-            return ErrorCode::UnknownMemberId;
-        };
+        self.with_group(group_id, |_, group| {
+            Self::heartbeat_in(group, generation_id, member_id, instance_id, now)
+        })
+        .unwrap_or(ErrorCode::UnknownMemberId)
+    }
+
+    /// A Heartbeat on `group` (locked).
+    fn heartbeat_in(
+        group: &mut Group,
+        generation_id: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        now: Instant,
+    ) -> ErrorCode {
         if group.fenced(member_id, instance_id) {
             return ErrorCode::FencedInstanceId;
         }
@@ -1297,13 +1488,27 @@ impl Coordinator {
         members: &[(String, Option<String>)],
         now: Instant,
     ) -> Vec<ErrorCode> {
-        let Some(mut inner) = self.state(term) else {
+        let Some(_term) = self.state(term) else {
             return vec![ErrorCode::NotCoordinator; members.len()];
         };
-        let Some(group) = inner.groups.get_mut(group_id) else {
-            return vec![ErrorCode::UnknownMemberId; members.len()];
-        };
-        let errors = members
+        self.with_group(group_id, |arc, group| {
+            let errors = Self::leave_in(group, members, now);
+            self.settle(group_id, group, now);
+            if group.is_removable() {
+                self.remove(group_id, arc, group);
+            }
+            errors
+        })
+        .unwrap_or_else(|| vec![ErrorCode::UnknownMemberId; members.len()])
+    }
+
+    /// A LeaveGroup on `group` (locked).
+    fn leave_in(
+        group: &mut Group,
+        members: &[(String, Option<String>)],
+        now: Instant,
+    ) -> Vec<ErrorCode> {
+        members
             .iter()
             .map(|(id, instance)| {
                 if let Some(instance) = instance {
@@ -1328,13 +1533,7 @@ impl Coordinator {
                     ErrorCode::UnknownMemberId
                 }
             })
-            .collect();
-        let removable = group.is_removable();
-        self.note(&mut inner, group_id);
-        if removable {
-            inner.groups.remove(group_id);
-        }
-        errors
+            .collect()
     }
 
     /// Checks an OffsetCommit against the group's membership (Kafka's `validateOffsetCommit`):
@@ -1349,20 +1548,33 @@ impl Coordinator {
         instance_id: Option<&str>,
         now: Instant,
     ) -> ErrorCode {
-        let Some(mut inner) = self.state(term) else {
+        let Some(_term) = self.state(term) else {
             return ErrorCode::NotCoordinator;
         };
-        let Some(group) = inner.groups.get_mut(group_id) else {
+        self.with_group(group_id, |_, group| {
+            Self::commit_in(group, generation_id, member_id, instance_id, now)
+        })
+        .unwrap_or({
             // No membership: only a standalone commit (no generation, no member) is valid; a
             // member id names a member this coordinator does not know.
-            return if generation_id >= 0 {
+            if generation_id >= 0 {
                 ErrorCode::IllegalGeneration
             } else if !member_id.is_empty() {
                 ErrorCode::UnknownMemberId
             } else {
                 ErrorCode::None
-            };
-        };
+            }
+        })
+    }
+
+    /// An OffsetCommit's membership check on `group` (locked).
+    fn commit_in(
+        group: &mut Group,
+        generation_id: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+        now: Instant,
+    ) -> ErrorCode {
         if group.fenced(member_id, instance_id) {
             return ErrorCode::FencedInstanceId;
         }
@@ -1389,14 +1601,26 @@ impl Coordinator {
 
     /// Groups with members (or member ids handed out), while leading in metadata term `term`.
     pub fn list(&self, term: u64) -> Result<Vec<GroupListing>, ErrorCode> {
-        let inner = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
-        let mut out: Vec<GroupListing> = inner
-            .groups
+        let _term = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
+        let all: Vec<(String, GroupRef)> = self
+            .shards
             .iter()
-            .map(|(id, g)| GroupListing {
-                group_id: id.clone(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                state: g.state,
+            .flat_map(|shard| {
+                lock(shard)
+                    .iter()
+                    .map(|(id, g)| (id.clone(), g.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut out: Vec<GroupListing> = all
+            .into_iter()
+            .filter_map(|(id, g)| {
+                let g = lock(&g);
+                (!g.removed).then(|| GroupListing {
+                    group_id: id,
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: g.state,
+                })
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -1407,120 +1631,108 @@ impl Coordinator {
     /// term `term`: `Ok(true)` when there was state and it had no members, `Ok(false)` when
     /// there was none, NON_EMPTY_GROUP while members remain (nothing removed then).
     pub fn remove_empty(&self, term: u64, group_id: &str) -> Result<bool, ErrorCode> {
-        let mut inner = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
-        match inner.groups.get(group_id) {
-            None => Ok(false),
-            Some(g) if !g.members.is_empty() || !g.pending.is_empty() => {
-                Err(ErrorCode::NonEmptyGroup)
+        let _term = self.state(term).ok_or(ErrorCode::NotCoordinator)?;
+        self.with_group(group_id, |arc, g| {
+            if !g.members.is_empty() || !g.pending.is_empty() {
+                return Err(ErrorCode::NonEmptyGroup);
             }
-            Some(_) => {
-                inner.groups.remove(group_id);
-                Ok(true)
-            }
-        }
+            self.remove(group_id, arc, g);
+            Ok(true)
+        })
+        .unwrap_or(Ok(false))
     }
 
     /// For a group with members (while leading in `term`): its protocol type and the topics
     /// its members subscribe to (read from their `consumer` protocol subscriptions; empty for
     /// other protocol types). None when the group has no members here.
     pub fn subscriptions(&self, term: u64, group_id: &str) -> Option<(String, HashSet<String>)> {
-        let inner = self.state(term)?;
-        let g = inner
-            .groups
-            .get(group_id)
-            .filter(|g| !g.members.is_empty())?;
-        let protocol_type = g.protocol_type.clone().unwrap_or_default();
-        let mut topics = HashSet::new();
-        if protocol_type == "consumer" {
-            let protocol = g.protocol.clone().unwrap_or_default();
-            for m in g.members.values() {
-                topics.extend(subscribed_topics(&m.metadata_for(&protocol)));
+        let _term = self.state(term)?;
+        self.with_group(group_id, |_, g| {
+            if g.members.is_empty() {
+                return None;
             }
-        }
-        Some((protocol_type, topics))
+            let protocol_type = g.protocol_type.clone().unwrap_or_default();
+            let mut topics = HashSet::new();
+            if protocol_type == "consumer" {
+                let protocol = g.protocol.clone().unwrap_or_default();
+                for m in g.members.values() {
+                    topics.extend(subscribed_topics(&m.metadata_for(&protocol)));
+                }
+            }
+            Some((protocol_type, topics))
+        })
+        .flatten()
     }
 
     /// A group's state and members, while leading in metadata term `term`; None when the group
     /// has no membership state here.
     pub fn describe(&self, term: u64, group_id: &str) -> Option<GroupDescription> {
-        let inner = self.state(term)?;
-        let g = inner.groups.get(group_id)?;
-        let stable = g.state == GroupState::Stable;
-        let protocol = g.protocol.clone().unwrap_or_default();
-        let mut ordered: Vec<(&String, &Member)> = g.members.iter().collect();
-        ordered.sort_by_key(|(_, m)| m.seq);
-        Some(GroupDescription {
-            state: g.state,
-            protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            protocol: if stable {
-                protocol.clone()
-            } else {
-                String::new()
-            },
-            members: ordered
-                .into_iter()
-                .map(|(id, m)| MemberDescription {
-                    member_id: id.clone(),
-                    group_instance_id: m.instance_id.clone(),
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    metadata: if stable {
-                        m.metadata_for(&protocol)
-                    } else {
-                        Bytes::new()
-                    },
-                    assignment: if stable {
-                        m.assignment.clone()
-                    } else {
-                        Bytes::new()
-                    },
-                })
-                .collect(),
+        let _term = self.state(term)?;
+        self.with_group(group_id, |_, g| {
+            let g = &*g;
+            let stable = g.state == GroupState::Stable;
+            let protocol = g.protocol.clone().unwrap_or_default();
+            let mut ordered: Vec<(&String, &Member)> = g.members.iter().collect();
+            ordered.sort_by_key(|(_, m)| m.seq);
+            Some(GroupDescription {
+                state: g.state,
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                protocol: if stable {
+                    protocol.clone()
+                } else {
+                    String::new()
+                },
+                members: ordered
+                    .into_iter()
+                    .map(|(id, m)| MemberDescription {
+                        member_id: id.clone(),
+                        group_instance_id: m.instance_id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        metadata: if stable {
+                            m.metadata_for(&protocol)
+                        } else {
+                            Bytes::new()
+                        },
+                        assignment: if stable {
+                            m.assignment.clone()
+                        } else {
+                            Bytes::new()
+                        },
+                    })
+                    .collect(),
+            })
         })
+        .flatten()
     }
 
     /// Enforces deadlines. `term` is the metadata term this node leads in, None when it does not
     /// lead (then every group is dropped and waiting requests get NOT_COORDINATOR).
     pub fn tick(&self, term: Option<u64>, now: Instant) {
         let Some(term) = term else {
-            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if inner.active || !inner.groups.is_empty() {
-                unload(&mut inner);
-                inner.active = false;
+            let mut t = self.term.write().unwrap_or_else(|e| e.into_inner());
+            if t.active || self.group_count.load(Ordering::Acquire) > 0 {
+                self.unload(&mut t);
+                t.active = false;
             }
             return;
         };
-        let Some(mut inner) = self.state(term) else {
+        let Some(_term) = self.state(term) else {
             return;
         };
-        let mut changed = Vec::new();
-        for (id, g) in inner.groups.iter_mut() {
-            g.tick(now);
-            if g.needs_store() {
-                changed.push(id.clone());
-            }
+        // Only the groups with a deadline due: a heartbeat moves no entry (a session's entry
+        // fires, finds the session renewed, and is scheduled again at the renewed deadline).
+        let due = lock(&self.shared).deadlines.take_due(now);
+        for id in due {
+            self.with_group(&id, |arc, g| {
+                g.tick(now);
+                self.settle(&id, g, now);
+                if g.is_removable() {
+                    self.remove(&id, arc, g);
+                }
+            });
         }
-        for id in changed {
-            self.note(&mut inner, &id);
-        }
-        inner.groups.retain(|_, g| !g.is_removable());
     }
-}
-
-fn unload(inner: &mut Inner) {
-    if !inner.groups.is_empty() {
-        tracing::info!(
-            groups = inner.groups.len(),
-            "no longer the group coordinator of this term; dropping group membership"
-        );
-    }
-    for g in inner.groups.values_mut() {
-        g.drop_waiters(ErrorCode::NotCoordinator);
-    }
-    inner.groups.clear();
-    // Records of a term this node no longer coordinates in are not written: the next
-    // coordinator loads what was stored.
-    inner.outbox.clear();
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -1715,6 +1927,40 @@ mod tests {
         assert!(c.list(2).unwrap().is_empty());
     }
 
+    /// The deadline heap: a heartbeat moves no entry, so the session's first entry fires at the
+    /// old deadline, finds the session renewed, and the member expires only at the renewed
+    /// deadline; the group is removed once empty.
+    #[test]
+    fn renewed_sessions_expire_at_the_renewed_deadline() {
+        let c = Coordinator::new();
+        let t0 = Instant::now();
+        let mut p = params("", &[("range", b"")]);
+        p.require_known_member_id = false;
+        let mut rx = waiting(c.join(1, p, t0));
+        c.tick(Some(1), t0 + INITIAL_REBALANCE_DELAY);
+        let o = rx.try_recv().expect("joined after the initial delay");
+        let (id, generation) = (o.member_id, o.generation_id);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let leader_sync = sync_params(&id, vec![(id.clone(), Bytes::from_static(b"a"))]);
+        let mut synced = waiting(c.sync(1, leader_sync, at(300)));
+        assert_eq!(synced.try_recv().unwrap().error, ErrorCode::None);
+        // Session 10 s from the sync at 0.3 s; renewed at 8 s to 18 s.
+        assert_eq!(
+            c.heartbeat(1, "g", generation, &id, None, at(8_000)),
+            ErrorCode::None
+        );
+        c.tick(Some(1), at(10_400));
+        assert_eq!(c.describe(1, "g").unwrap().members.len(), 1);
+        c.tick(Some(1), at(17_900));
+        assert_eq!(c.describe(1, "g").unwrap().members.len(), 1);
+        c.tick(Some(1), at(18_000));
+        assert!(c.describe(1, "g").is_none(), "expired and removed");
+        assert_eq!(
+            c.heartbeat(1, "g", generation, &id, None, at(18_000)),
+            ErrorCode::UnknownMemberId
+        );
+    }
+
     #[test]
     fn old_clients_join_without_member_id_required_and_rejoin_unchanged() {
         let c = Coordinator::new();
@@ -1898,6 +2144,96 @@ mod tests {
             now_outcome(c.join(1, p, t0)).error,
             ErrorCode::CoordinatorNotAvailable
         );
+    }
+
+    /// Lock per group: threads working on different groups at once (joins, heartbeats, leaves,
+    /// ticks) leave each group consistent; the group-count limit holds exactly under
+    /// concurrent creation; a term change in the middle drops everything.
+    #[test]
+    fn concurrent_requests_on_many_groups() {
+        let c = Arc::new(Coordinator::new());
+        let t0 = Instant::now();
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (c, barrier) = (c.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut joined = Vec::new();
+                    for i in 0..200 {
+                        let mut p = params("", &[("range", b"")]);
+                        p.group_id = format!("t{t}-g{i}");
+                        p.require_known_member_id = false;
+                        let rx = waiting(c.join(1, p, t0));
+                        joined.push((format!("t{t}-g{i}"), rx));
+                    }
+                    // Every group's initial delay is over: the ticks complete the joins (a
+                    // tick may complete another thread's groups: wait for every tick).
+                    barrier.wait();
+                    c.tick(Some(1), t0 + INITIAL_REBALANCE_DELAY + TICK);
+                    barrier.wait();
+                    let mut members = Vec::new();
+                    for (group, mut rx) in joined {
+                        let o = rx.try_recv().expect("the join completed");
+                        assert_eq!(o.error, ErrorCode::None);
+                        assert_eq!(o.generation_id, 1);
+                        members.push((group, o.member_id));
+                    }
+                    for round in 0..5 {
+                        for (group, member) in &members {
+                            assert_eq!(
+                                c.heartbeat(1, group, 1, member, None, t0),
+                                ErrorCode::None,
+                                "round {round}"
+                            );
+                        }
+                        c.tick(Some(1), t0 + INITIAL_REBALANCE_DELAY + TICK);
+                    }
+                    for (group, member) in members.iter().step_by(2) {
+                        let errors = c.leave(1, group, &[(member.clone(), None)], t0);
+                        assert_eq!(errors, vec![ErrorCode::None]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no thread panicked");
+        }
+        let listed = c.list(1).expect("coordinating");
+        // Half the groups lost their only member: they are removed (at once, by the leave).
+        assert_eq!(listed.len(), 400, "{}", listed.len());
+        assert!(listed
+            .iter()
+            .all(|g| g.state == GroupState::CompletingRebalance));
+        // The limit holds exactly while threads create groups at once.
+        let refused = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (c, refused) = (c.clone(), refused.clone());
+                std::thread::spawn(move || {
+                    for i in 0..MAX_GROUPS / 2 {
+                        let mut p = params("", &[("range", b"")]);
+                        p.group_id = format!("limit-{t}-{i}");
+                        let o = now_outcome(c.join(1, p, t0));
+                        if o.error == ErrorCode::CoordinatorNotAvailable {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            assert_eq!(o.error, ErrorCode::MemberIdRequired);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no thread panicked");
+        }
+        assert_eq!(c.list(1).expect("coordinating").len(), MAX_GROUPS);
+        assert_eq!(
+            refused.load(Ordering::Relaxed),
+            4 * (MAX_GROUPS / 2) + 400 - MAX_GROUPS
+        );
+        // A newer term drops every group; the older term is refused from then on.
+        assert_eq!(c.list(2).expect("coordinating").len(), 0);
+        assert_eq!(c.list(1), Err(ErrorCode::NotCoordinator));
     }
 
     /// Item 2 of issue 20 (KIP-345): a restarted static member takes its old member's place

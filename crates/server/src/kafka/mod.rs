@@ -8,8 +8,9 @@
 //! - [`configs`]: AlterConfigs and IncrementalAlterConfigs (topic config overrides).
 //! - [`partition_admin`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
 //!   ListPartitionReassignments.
-//! - [`groups`], [`group_coordinator`]: consumer groups (classic protocol): coordinator
-//!   lookup, membership and rebalances, committed offsets.
+//! - [`groups`], [`group_coordinator`], [`group_deadlines`]: consumer groups (classic
+//!   protocol): coordinator lookup, membership and rebalances (with each group's next deadline
+//!   in a heap), committed offsets.
 //!
 //! A topic is a log stream with one partition (partition 0).
 
@@ -17,6 +18,7 @@ pub mod cluster;
 pub mod configs;
 pub mod fetch;
 pub mod group_coordinator;
+pub mod group_deadlines;
 pub mod groups;
 pub mod handlers;
 pub mod listener;
