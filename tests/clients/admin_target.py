@@ -39,7 +39,8 @@ def kafka_libs():
     return r.stdout.strip().splitlines()[-1]
 
 
-def _ports_free(ports):
+def ports_free(ports):
+    """Whether every port in `ports` can be bound on 127.0.0.1 now."""
     socks = []
     try:
         for p in ports:
@@ -60,7 +61,7 @@ def _free_kafka_base():
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(30000, 40000)
-        if _ports_free([base + off + i for off in (0, 10) for i in range(NODES)]):
+        if ports_free([base + off + i for off in (0, 10) for i in range(NODES)]):
             return base
     raise RuntimeError("no free port range found")
 

@@ -13,7 +13,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,27 +20,14 @@ import urllib.request
 
 import pytest
 
+from admin_target import ports_free
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(REPO, "deploy", "local-cluster.sh")
 NODES = 3
 # Short election timeout: a killed leader is replaced within ~2 s, keeping the failover test
 # quick (the processes.rs tests use the same value).
 ELECTION_TIMEOUT_MS = 1000
-
-
-def _ports_free(ports):
-    socks = []
-    try:
-        for p in ports:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", p))
-        return True
-    except OSError:
-        return False
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _free_base():
@@ -52,7 +38,7 @@ def _free_base():
     for _ in range(200):
         base = rng.randrange(20000, 30000)
         ports = [base + off + i for off in (0, 100, 200) for i in range(NODES)]
-        if _ports_free(ports):
+        if ports_free(ports):
             return base
     raise RuntimeError("no free port range found")
 
