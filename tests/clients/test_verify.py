@@ -88,7 +88,11 @@ def _assert_clean(status, report, lines):
     assert kinds.count("send") == total["acked"] + total["unknown"]
     assert kinds.count("poll") == report["polled_records"]
     assert kinds.count("final") == report["final_records"]
-    acked = {line["value"] for line in lines if line["type"] == "send" and line["outcome"] == "acked"}
+    acked = {
+        line["value"]
+        for line in lines
+        if line["type"] == "send" and line["outcome"] == "acked"
+    }
     final = {line["value"] for line in lines if line["type"] == "final"}
     assert acked <= final
 

@@ -746,6 +746,39 @@ mod tests {
     }
 
     #[test]
+    fn verify_flags_of_the_issue() {
+        let cli = parse(&[
+            "verify",
+            "--bootstrap",
+            "h:1,h:2",
+            "--topic",
+            "T",
+            "--partitions",
+            "6",
+            "--duration",
+            "60s",
+            "--producers",
+            "4",
+            "--consumers",
+            "2",
+            "--history",
+            "h.jsonl",
+        ]);
+        let Command::Verify(a) = cli.command else {
+            panic!("not verify: {:?}", cli.command)
+        };
+        assert_eq!((a.bootstrap.as_str(), a.topic.as_str()), ("h:1,h:2", "T"));
+        assert_eq!((a.partitions, a.producers, a.consumers), (6, 4, 2));
+        assert_eq!(a.duration, Duration::from_secs(60));
+        assert_eq!(a.max_records, 1_000_000);
+        assert_eq!(a.history.as_deref(), Some(std::path::Path::new("h.jsonl")));
+        assert!(
+            Cli::try_parse_from(["vdl-perf", "verify"]).is_err(),
+            "--topic is required"
+        );
+    }
+
+    #[test]
     fn produce_flags_of_the_issue() {
         let cli = parse(&[
             "produce",
