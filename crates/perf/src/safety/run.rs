@@ -28,6 +28,8 @@ use crate::client::{
 const MAX_DECOMPRESSED: usize = 64 << 20;
 /// Bytes asked for per partition in one Fetch.
 const FETCH_BYTES: i32 = 1 << 20;
+/// How long the final read of a partition may go without progress before the run fails.
+const FINAL_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long consumers keep reading after the producers stop, at most.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -364,7 +366,9 @@ async fn list_offset(
     protocol::listed_offset(resp, partition)
 }
 
-/// Reads a partition from the log start to the high watermark.
+/// Reads a partition from the log start to the high watermark. Fetch failures and empty
+/// answers (a new leader catching up) are retried on a new connection until
+/// [`FINAL_READ_TIMEOUT`] passes without progress.
 async fn final_read(cluster: &Cluster, topic: &str, partition: i32) -> Result<Vec<Read>, RunError> {
     let what = |w: &str| format!("final read of {topic}-{partition}: {w}");
     let start = list_offset(cluster, topic, partition, EARLIEST_TIMESTAMP)
@@ -373,46 +377,67 @@ async fn final_read(cluster: &Cluster, topic: &str, partition: i32) -> Result<Ve
     let end = list_offset(cluster, topic, partition, LATEST_TIMESTAMP)
         .await
         .map_err(client(what("high watermark")))?;
-    let deadline = Instant::now() + cluster.timeout();
-    let mut conn = cluster
-        .connect_leader(topic, partition, deadline, &mut |_| {})
-        .await
-        .map_err(client(what("connecting")))?;
+    let mut conn: Option<Connection> = None;
     let mut reads = Vec::new();
     let mut next = start;
+    let mut give_up = Instant::now() + FINAL_READ_TIMEOUT;
     while next < end {
-        let spec = FetchSpec {
-            offset: next,
-            partition_max_bytes: FETCH_BYTES,
-            max_wait_ms: 100,
-            min_bytes: 1,
-        };
-        let resp = conn
-            .request(FETCH_VERSION, &protocol::fetch(topic, partition, spec))
-            .await
-            .map_err(client(what("fetch")))?;
-        let data = protocol::fetched(resp, partition)
-            .map_err(client(what("fetch")))?
-            .records;
-        let batch_end = split_batches_lenient(data.clone())
-            .filter_map(Result::ok)
-            .map(|b| b.next_offset())
-            .max();
-        let got = records_from(data, partition, next)?;
-        match (got.last(), batch_end) {
-            (Some(r), _) => next = r.offset + 1,
-            // Only control batches: move past them.
-            (None, Some(e)) if e > next => next = e,
-            _ => {
-                return Err(RunError::Client {
-                    what: what("no progress"),
-                    source: ClientError::Unexpected(format!(
-                        "fetch at {next} returned nothing below the high watermark {end}"
-                    )),
-                })
+        let step = async {
+            if conn.is_none() {
+                let deadline = Instant::now() + cluster.timeout();
+                conn = Some(
+                    cluster
+                        .connect_leader(topic, partition, deadline, &mut |_| {})
+                        .await?,
+                );
             }
+            let c = conn.as_mut().expect("connected above");
+            let spec = FetchSpec {
+                offset: next,
+                partition_max_bytes: FETCH_BYTES,
+                max_wait_ms: 100,
+                min_bytes: 1,
+            };
+            let resp = c
+                .request(FETCH_VERSION, &protocol::fetch(topic, partition, spec))
+                .await?;
+            Ok::<_, ClientError>(protocol::fetched(resp, partition)?.records)
+        };
+        let failure = match step.await {
+            Ok(data) => {
+                let batch_end = split_batches_lenient(data.clone())
+                    .filter_map(Result::ok)
+                    .map(|b| b.next_offset())
+                    .max();
+                let got = records_from(data, partition, next)?;
+                let before = next;
+                match (got.last(), batch_end) {
+                    (Some(r), _) => next = r.offset + 1,
+                    // Only control batches: move past them.
+                    (None, Some(e)) if e > next => next = e,
+                    _ => {}
+                }
+                reads.extend(got.into_iter().filter(|r| r.offset < end));
+                if next > before {
+                    give_up = Instant::now() + FINAL_READ_TIMEOUT;
+                    continue;
+                }
+                ClientError::Unexpected(format!(
+                    "fetch at {next} returned nothing below the high watermark {end}"
+                ))
+            }
+            Err(e) => {
+                conn = None;
+                e
+            }
+        };
+        if Instant::now() >= give_up {
+            return Err(RunError::Client {
+                what: what("no progress"),
+                source: failure,
+            });
         }
-        reads.extend(got.into_iter().filter(|r| r.offset < end));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(reads)
 }
