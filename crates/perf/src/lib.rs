@@ -7,6 +7,7 @@
 //! - [`stats`]: HDR latency histograms, summaries, latency buckets, run results.
 //! - [`payload`]: the record batches producers send.
 //! - [`verify`]: the consumer's dense-offset check.
+//! - [`safety`]: `vdl-perf verify`, the Jepsen-style safety checker (history, checker, run).
 //! - [`env`]: what the workloads of a run share, and their error type.
 //! - [`progress`]: the live progress display.
 //! - [`produce`], [`consume`], [`mixed`], [`sweep`], [`suite`]: the workloads.
@@ -25,6 +26,7 @@ pub mod payload;
 pub mod produce;
 pub mod progress;
 pub mod report;
+pub mod safety;
 pub mod stats;
 pub mod suite;
 pub mod sweep;

@@ -51,6 +51,41 @@ enum Command {
     /// Load a group coordinator: G groups x M members join, then heartbeat; heartbeat latency
     /// and the server's CPU.
     Groups(GroupsArgs),
+    /// Jepsen-style safety check: unique values produced with acks=all, tailing consumers, a
+    /// final read; reports lost, duplicate, inconsistent-offset, non-monotonic and skipped
+    /// records (exit status 1 on any), unseen records, availability and latency.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+struct VerifyArgs {
+    /// Bootstrap servers, `host:port[,host:port...]`.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// Topic (created with --partitions partitions when missing; use a fresh one per run).
+    #[arg(long)]
+    topic: String,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    partitions: i32,
+    /// How long the producers send.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Concurrent producers (one request in flight each).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    producers: u32,
+    /// Concurrent tailing consumers (assign mode: each reads every partition).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64))]
+    consumers: u32,
+    /// Most sends in all (and most records kept per consumer and partition): bounds memory.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_records: u64,
+    /// Per-request timeout (a produce that times out has an unknown outcome).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Write the history (sends, polls, final read) as JSON lines to this file.
+    #[arg(long)]
+    history: Option<std::path::PathBuf>,
 }
 
 /// Where to connect.
@@ -649,6 +684,40 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Verify(a) => {
+            let cfg = vdl_perf::safety::run::VerifyConfig {
+                bootstrap: a.bootstrap,
+                topic: a.topic,
+                partitions: a.partitions,
+                duration: a.duration,
+                producers: a.producers,
+                consumers: a.consumers,
+                max_records: a.max_records,
+                request_timeout: a.timeout,
+            };
+            let history = vdl_perf::safety::run::run(cfg)
+                .await
+                .context("running the verify workload")?;
+            if let Some(path) = &a.history {
+                let file = std::fs::File::create(path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                let mut out = std::io::BufWriter::new(file);
+                history
+                    .write_jsonl(&mut out)
+                    .and_then(|()| std::io::Write::flush(&mut out))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            let report = vdl_perf::safety::checker::check(&history);
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", vdl_perf::safety::checker::render(&report));
+            }
+            if !report.safe {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::FakeServer(a) => {
             let server = vdl_perf::fake_server::FakeServer::start(&a.listen, a.partitions)
                 .await
@@ -674,6 +743,39 @@ mod tests {
     fn parse(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("vdl-perf").chain(args.iter().copied()))
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn verify_flags_of_the_issue() {
+        let cli = parse(&[
+            "verify",
+            "--bootstrap",
+            "h:1,h:2",
+            "--topic",
+            "T",
+            "--partitions",
+            "6",
+            "--duration",
+            "60s",
+            "--producers",
+            "4",
+            "--consumers",
+            "2",
+            "--history",
+            "h.jsonl",
+        ]);
+        let Command::Verify(a) = cli.command else {
+            panic!("not verify: {:?}", cli.command)
+        };
+        assert_eq!((a.bootstrap.as_str(), a.topic.as_str()), ("h:1,h:2", "T"));
+        assert_eq!((a.partitions, a.producers, a.consumers), (6, 4, 2));
+        assert_eq!(a.duration, Duration::from_secs(60));
+        assert_eq!(a.max_records, 1_000_000);
+        assert_eq!(a.history.as_deref(), Some(std::path::Path::new("h.jsonl")));
+        assert!(
+            Cli::try_parse_from(["vdl-perf", "verify"]).is_err(),
+            "--topic is required"
+        );
     }
 
     #[test]

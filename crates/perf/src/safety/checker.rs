@@ -1,0 +1,503 @@
+//! Finds, in a [`History`], the anomalies of Jepsen's Kafka (queue) workload, per partition
+//! and in total:
+//! - lost: acknowledged, absent from the final read;
+//! - duplicate: one value at two or more (partition, offset) positions;
+//! - inconsistent offset: one offset read with different values, or an acknowledged value
+//!   found at another position than the one acknowledged;
+//! - non-monotonic poll: a consumer seeing a partition's offsets go backwards or repeat;
+//! - poll skip: a consumer jumping over offsets that the final read shows exist;
+//! - unseen: acknowledged but polled by no consumer (reported; not a safety failure).
+//!
+//! Plus availability (the longest window without an acknowledged send) and latency.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::history::{History, SendOutcome};
+
+/// How many example values are kept per anomaly kind.
+pub const MAX_EXAMPLES: usize = 10;
+
+/// Counts of each anomaly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Anomalies {
+    /// Acknowledged sends.
+    pub acked: u64,
+    /// Sends with an unknown outcome (error or timeout).
+    pub unknown: u64,
+    /// Acknowledged values missing from the final read.
+    pub lost: u64,
+    /// Values found at more than one position.
+    pub duplicate: u64,
+    /// Offsets read with different values, plus values found away from their acknowledged offset.
+    pub inconsistent_offsets: u64,
+    /// Polls at an offset not after the same consumer's previous poll of the partition.
+    pub non_monotonic_poll: u64,
+    /// Jumps of a consumer over offsets the final read holds.
+    pub poll_skip: u64,
+    /// Acknowledged values no consumer polled.
+    pub unseen: u64,
+}
+
+impl Anomalies {
+    /// Whether any safety anomaly was found (unseen is not one).
+    pub fn is_safe(&self) -> bool {
+        self.lost == 0
+            && self.duplicate == 0
+            && self.inconsistent_offsets == 0
+            && self.non_monotonic_poll == 0
+            && self.poll_skip == 0
+    }
+
+    fn add(&mut self, o: &Anomalies) {
+        self.acked += o.acked;
+        self.unknown += o.unknown;
+        self.lost += o.lost;
+        self.duplicate += o.duplicate;
+        self.inconsistent_offsets += o.inconsistent_offsets;
+        self.non_monotonic_poll += o.non_monotonic_poll;
+        self.poll_skip += o.poll_skip;
+        self.unseen += o.unseen;
+    }
+}
+
+/// The checker's verdict.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Report {
+    /// Whether no safety anomaly was found.
+    pub safe: bool,
+    /// Totals over all partitions.
+    pub total: Anomalies,
+    /// By partition index.
+    pub partitions: BTreeMap<i32, Anomalies>,
+    /// Records in the final read.
+    pub final_records: u64,
+    /// Records polled by all consumers.
+    pub polled_records: u64,
+    /// Longest time without an acknowledged send, in milliseconds (from the start, between
+    /// acknowledgements, to the end of the run).
+    pub longest_unavailable_ms: u64,
+    /// Median latency of acknowledged sends, in milliseconds.
+    pub produce_latency_ms_p50: f64,
+    /// 99th percentile latency of acknowledged sends, in milliseconds.
+    pub produce_latency_ms_p99: f64,
+    /// Up to [`MAX_EXAMPLES`] descriptions per anomaly kind.
+    pub examples: BTreeMap<&'static str, Vec<String>>,
+}
+
+impl Report {
+    fn note(&mut self, partition: i32, kind: &'static str, example: impl FnOnce() -> String) {
+        let a = self.partitions.entry(partition).or_default();
+        match kind {
+            "lost" => a.lost += 1,
+            "duplicate" => a.duplicate += 1,
+            "inconsistent_offsets" => a.inconsistent_offsets += 1,
+            "non_monotonic_poll" => a.non_monotonic_poll += 1,
+            "poll_skip" => a.poll_skip += 1,
+            "unseen" => a.unseen += 1,
+            other => unreachable!("unknown anomaly kind {other}"),
+        }
+        let list = self.examples.entry(kind).or_default();
+        if list.len() < MAX_EXAMPLES {
+            list.push(example());
+        }
+    }
+}
+
+/// Checks a history.
+pub fn check(h: &History) -> Report {
+    let mut report = Report::default();
+    for p in 0..h.partitions {
+        report.partitions.insert(p, Anomalies::default());
+    }
+
+    // Every position each value was read at, and every value each position was read with.
+    let mut positions_of: HashMap<&str, BTreeSet<(i32, i64)>> = HashMap::new();
+    let mut values_at: BTreeMap<(i32, i64), BTreeSet<&str>> = BTreeMap::new();
+    let reads = h.final_read.iter().chain(h.polls.iter().map(|p| &p.read));
+    for r in reads {
+        positions_of
+            .entry(r.value.as_str())
+            .or_default()
+            .insert((r.partition, r.offset));
+        values_at
+            .entry((r.partition, r.offset))
+            .or_default()
+            .insert(r.value.as_str());
+    }
+    let final_values: HashMap<&str, (i32, i64)> = h
+        .final_read
+        .iter()
+        .map(|r| (r.value.as_str(), (r.partition, r.offset)))
+        .collect();
+    let final_offsets: BTreeSet<(i32, i64)> = h
+        .final_read
+        .iter()
+        .map(|r| (r.partition, r.offset))
+        .collect();
+    let polled_values: BTreeSet<&str> = h.polls.iter().map(|p| p.read.value.as_str()).collect();
+
+    for (value, positions) in &positions_of {
+        if positions.len() > 1 {
+            let first = positions.iter().next().map_or(0, |p| p.0);
+            report.note(first, "duplicate", || format!("{value} at {positions:?}"));
+        }
+    }
+    for ((partition, offset), values) in &values_at {
+        if values.len() > 1 {
+            report.note(*partition, "inconsistent_offsets", || {
+                format!("offset {partition}/{offset} read as {values:?}")
+            });
+        }
+    }
+
+    let mut ack_times_ms = Vec::new();
+    let mut latencies_us = Vec::new();
+    for s in &h.sends {
+        let a = report.partitions.entry(s.partition).or_default();
+        let SendOutcome::Acked { offset } = s.outcome else {
+            a.unknown += 1;
+            continue;
+        };
+        a.acked += 1;
+        ack_times_ms.push(s.done_ms);
+        latencies_us.push(s.latency_us);
+        let acked_at = (s.partition, offset);
+        let value = s.value.as_str();
+        if !final_values.contains_key(value) {
+            report.note(s.partition, "lost", || {
+                format!("{value} acknowledged at {}/{offset}", s.partition)
+            });
+        }
+        if let Some(seen) = positions_of.get(value) {
+            if seen.iter().any(|pos| *pos != acked_at) {
+                report.note(s.partition, "inconsistent_offsets", || {
+                    format!("{value} acknowledged at {acked_at:?}, read at {seen:?}")
+                });
+            }
+        }
+        if !polled_values.contains(value) {
+            report.note(s.partition, "unseen", || value.to_string());
+        }
+    }
+
+    // Poll order, per consumer and partition.
+    let mut last: HashMap<(u32, i32), i64> = HashMap::new();
+    for p in &h.polls {
+        let (partition, offset) = (p.read.partition, p.read.offset);
+        if let Some(prev) = last.insert((p.consumer, partition), offset) {
+            if offset <= prev {
+                report.note(partition, "non_monotonic_poll", || {
+                    format!(
+                        "consumer {} polled {partition}/{offset} after {prev}",
+                        p.consumer
+                    )
+                });
+            } else if final_offsets
+                .range((partition, prev + 1)..(partition, offset))
+                .next()
+                .is_some()
+            {
+                report.note(partition, "poll_skip", || {
+                    format!(
+                        "consumer {} jumped {partition}/{prev} -> {offset}",
+                        p.consumer
+                    )
+                });
+            }
+        }
+    }
+
+    for a in report.partitions.values() {
+        let a = *a;
+        report.total.add(&a);
+    }
+    report.safe = report.total.is_safe();
+    report.final_records = h.final_read.len() as u64;
+    report.polled_records = h.polls.len() as u64;
+    report.longest_unavailable_ms = longest_gap_ms(ack_times_ms, h.run_ms);
+    latencies_us.sort_unstable();
+    report.produce_latency_ms_p50 = percentile_ms(&latencies_us, 0.50);
+    report.produce_latency_ms_p99 = percentile_ms(&latencies_us, 0.99);
+    report
+}
+
+/// The report as text: totals, one line per partition, then examples of each anomaly.
+pub fn render(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let line = |a: &Anomalies| {
+        format!(
+            "acked={} unknown={} lost={} duplicate={} inconsistent_offsets={} \
+             non_monotonic_poll={} poll_skip={} unseen={}",
+            a.acked,
+            a.unknown,
+            a.lost,
+            a.duplicate,
+            a.inconsistent_offsets,
+            a.non_monotonic_poll,
+            a.poll_skip,
+            a.unseen
+        )
+    };
+    let mut s = String::new();
+    let verdict = if r.safe { "SAFE" } else { "UNSAFE" };
+    let _ = writeln!(s, "verify: {verdict}");
+    let _ = writeln!(s, "total: {}", line(&r.total));
+    for (p, a) in &r.partitions {
+        let _ = writeln!(s, "partition {p}: {}", line(a));
+    }
+    let _ = writeln!(
+        s,
+        "final_records={} polled_records={} longest_unavailable_ms={} \
+         produce_latency_ms_p50={:.2} produce_latency_ms_p99={:.2}",
+        r.final_records,
+        r.polled_records,
+        r.longest_unavailable_ms,
+        r.produce_latency_ms_p50,
+        r.produce_latency_ms_p99
+    );
+    for (kind, examples) in &r.examples {
+        for e in examples {
+            let _ = writeln!(s, "{kind}: {e}");
+        }
+    }
+    s
+}
+
+/// The longest interval between 0, each acknowledgement time and `end_ms`.
+fn longest_gap_ms(mut times_ms: Vec<u64>, end_ms: u64) -> u64 {
+    times_ms.sort_unstable();
+    let mut prev = 0;
+    let mut longest = 0;
+    for t in times_ms.into_iter().chain(std::iter::once(end_ms)) {
+        longest = longest.max(t.saturating_sub(prev));
+        prev = prev.max(t);
+    }
+    longest
+}
+
+/// The `q` quantile of sorted microsecond values, in milliseconds (0 when empty).
+fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted_us.len() as f64 - 1.0) * q).round() as usize;
+    sorted_us[i.min(sorted_us.len() - 1)] as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::safety::history::{Poll, Read, Send};
+
+    fn read(partition: i32, offset: i64, value: &str) -> Read {
+        Read {
+            partition,
+            offset,
+            value: value.to_string(),
+        }
+    }
+
+    fn acked(value: &str, partition: i32, offset: i64, done_ms: u64) -> Send {
+        Send {
+            value: value.to_string(),
+            partition,
+            done_ms,
+            latency_us: 1000 + offset as u64 * 1000,
+            outcome: SendOutcome::Acked { offset },
+        }
+    }
+
+    fn poll(consumer: u32, partition: i32, offset: i64, value: &str) -> Poll {
+        Poll {
+            consumer,
+            read: read(partition, offset, value),
+        }
+    }
+
+    /// Two partitions, three acknowledged values, an unknown one that was written, two
+    /// consumers that saw everything in order.
+    fn clean() -> History {
+        History {
+            partitions: 2,
+            run_ms: 1000,
+            sends: vec![
+                acked("p0-0", 0, 0, 100),
+                acked("p0-1", 1, 0, 400),
+                acked("p1-0", 0, 1, 700),
+                Send {
+                    value: "p1-1".into(),
+                    partition: 1,
+                    done_ms: 900,
+                    latency_us: 5_000_000,
+                    outcome: SendOutcome::Unknown {
+                        error: "CLIENT_TIMEOUT".into(),
+                    },
+                },
+            ],
+            polls: vec![
+                poll(0, 0, 0, "p0-0"),
+                poll(0, 0, 1, "p1-0"),
+                poll(0, 1, 0, "p0-1"),
+                poll(1, 1, 0, "p0-1"),
+                poll(1, 1, 1, "p1-1"),
+                poll(1, 0, 0, "p0-0"),
+                poll(1, 0, 1, "p1-0"),
+            ],
+            final_read: vec![
+                read(0, 0, "p0-0"),
+                read(0, 1, "p1-0"),
+                read(1, 0, "p0-1"),
+                read(1, 1, "p1-1"),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let r = check(&clean());
+        assert!(r.safe, "{r:?}");
+        assert_eq!(
+            r.total,
+            Anomalies {
+                acked: 3,
+                unknown: 1,
+                ..Anomalies::default()
+            }
+        );
+        assert_eq!(r.partitions[&0].acked, 2);
+        assert_eq!(r.final_records, 4);
+        assert_eq!(r.polled_records, 7);
+        assert_eq!(r.longest_unavailable_ms, 300);
+        assert_eq!(r.produce_latency_ms_p50, 1.0);
+        assert_eq!(r.produce_latency_ms_p99, 2.0);
+    }
+
+    #[test]
+    fn a_lost_record_is_found() {
+        let mut h = clean();
+        h.final_read.retain(|r| r.value != "p1-0");
+        h.polls.retain(|p| p.read.value != "p1-0");
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.lost, 1);
+        assert_eq!(r.partitions[&0].lost, 1);
+        assert_eq!(r.total.unseen, 1);
+        assert_eq!(r.examples["lost"], vec!["p1-0 acknowledged at 0/1"]);
+    }
+
+    #[test]
+    fn a_duplicate_is_found() {
+        let mut h = clean();
+        h.final_read.push(read(1, 2, "p0-0"));
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.duplicate, 1);
+        // p0-0 was acknowledged at 0/0 and is also at 1/2.
+        assert_eq!(r.total.inconsistent_offsets, 1);
+    }
+
+    #[test]
+    fn an_offset_read_with_two_values_is_inconsistent() {
+        let mut h = clean();
+        // Consumer 1 read another value at 1/1 than the final read.
+        h.polls[4] = poll(1, 1, 1, "p9-9");
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.inconsistent_offsets, 1);
+        assert_eq!(r.partitions[&1].inconsistent_offsets, 1);
+        assert_eq!(r.total.duplicate, 0);
+    }
+
+    #[test]
+    fn a_value_away_from_its_acknowledged_offset_is_inconsistent() {
+        let mut h = clean();
+        h.sends[0].outcome = SendOutcome::Acked { offset: 5 };
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.inconsistent_offsets, 1);
+        assert_eq!(r.total.lost, 0);
+    }
+
+    #[test]
+    fn offsets_going_backwards_are_non_monotonic() {
+        let mut h = clean();
+        h.polls.push(poll(0, 0, 0, "p0-0"));
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.non_monotonic_poll, 1);
+        assert_eq!(r.total.poll_skip, 0);
+    }
+
+    #[test]
+    fn jumping_over_existing_offsets_is_a_skip() {
+        let mut h = clean();
+        h.final_read.push(read(0, 2, "p2-0"));
+        h.final_read.push(read(0, 3, "p2-1"));
+        h.polls.push(poll(0, 0, 3, "p2-1"));
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.poll_skip, 1);
+        assert_eq!(r.examples["poll_skip"], vec!["consumer 0 jumped 0/1 -> 3"]);
+    }
+
+    #[test]
+    fn a_jump_over_offsets_that_do_not_exist_is_not_a_skip() {
+        let mut h = clean();
+        // Offset 2 is absent (e.g. a transaction marker): 1 -> 3 skips nothing.
+        h.final_read.push(read(0, 3, "p2-1"));
+        h.polls.push(poll(0, 0, 3, "p2-1"));
+        assert!(check(&h).safe);
+    }
+
+    #[test]
+    fn unseen_is_reported_but_safe() {
+        let mut h = clean();
+        h.polls.retain(|p| p.read.value != "p0-1");
+        let r = check(&h);
+        assert!(r.safe);
+        assert_eq!(r.total.unseen, 1);
+    }
+
+    #[test]
+    fn no_acknowledgement_means_the_whole_run_was_unavailable() {
+        let mut h = clean();
+        h.sends.clear();
+        assert_eq!(check(&h).longest_unavailable_ms, 1000);
+    }
+
+    #[test]
+    fn the_text_report_says_safe_or_unsafe() {
+        let text = render(&check(&clean()));
+        assert!(text.starts_with("verify: SAFE\n"), "{text}");
+        assert!(
+            text.contains("total: acked=3 unknown=1 lost=0 duplicate=0"),
+            "{text}"
+        );
+        let mut h = clean();
+        h.final_read.clear();
+        let text = render(&check(&h));
+        assert!(text.starts_with("verify: UNSAFE\n"), "{text}");
+        assert!(text.contains("lost: p0-0 acknowledged at 0/0"), "{text}");
+    }
+
+    #[test]
+    fn history_lines_are_json() {
+        let mut out = Vec::new();
+        clean().write_jsonl(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4 + 7 + 4);
+        assert_eq!(lines[0]["type"], "send");
+        assert_eq!(lines[0]["outcome"], "acked");
+        assert_eq!(lines[0]["offset"], 0);
+        assert_eq!(lines[3]["error"], "CLIENT_TIMEOUT");
+        assert_eq!(lines[4]["type"], "poll");
+        assert_eq!(lines[4]["consumer"], 0);
+        assert_eq!(lines[14]["type"], "final");
+    }
+}

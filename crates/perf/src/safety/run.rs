@@ -1,0 +1,443 @@
+//! Runs the verify workload against a cluster and returns its [`History`]:
+//! - producers, each with one request in flight, send unique values `p<producer>-<seq>`
+//!   (one record per Produce, acks=all) round-robin over the partitions and record the
+//!   acknowledged offset, or the error as an unknown outcome (then reconnect to the leader);
+//! - consumers (assign mode: each consumer tails every partition from the log start, one
+//!   task per partition) record every record they poll, in poll order, until the producers
+//!   stop and they have reached the high watermark seen then (or a drain deadline);
+//! - a final read of every partition from the log start to the high watermark.
+//!
+//! Bounded: the run's duration, one request in flight per producer and per tailer, at most
+//! `max_records` sends in all and `max_records` polled records per tailer.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_proto::records::{split_batches_lenient, Compression, RecordBatchBuilder};
+use thiserror::Error;
+
+use super::history::{History, Poll, Read, Send, SendOutcome};
+use crate::client::protocol::{self, FetchSpec, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+use crate::client::{
+    ClientError, Cluster, Connection, FETCH_VERSION, LIST_OFFSETS_VERSION, PRODUCE_VERSION,
+};
+
+/// The most one compressed batch may decompress to.
+const MAX_DECOMPRESSED: usize = 64 << 20;
+/// Bytes asked for per partition in one Fetch.
+const FETCH_BYTES: i32 = 1 << 20;
+/// How long the final read of a partition may go without progress before the run fails.
+const FINAL_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long consumers keep reading after the producers stop, at most.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a verify run does.
+#[derive(Debug, Clone)]
+pub struct VerifyConfig {
+    /// Bootstrap servers.
+    pub bootstrap: String,
+    /// Topic (created with `partitions` partitions when missing).
+    pub topic: String,
+    /// Partitions of the topic.
+    pub partitions: i32,
+    /// How long the producers send.
+    pub duration: Duration,
+    /// Concurrent producers (one request in flight each).
+    pub producers: u32,
+    /// Concurrent tailing consumers (each reads every partition).
+    pub consumers: u32,
+    /// Most sends in all, and most polled records per consumer and partition.
+    pub max_records: u64,
+    /// Per-request timeout (a produce that times out has an unknown outcome).
+    pub request_timeout: Duration,
+}
+
+/// Why a run could not produce a history.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// The topic could not be prepared, or a read of the final state failed.
+    #[error("{what}: {source}")]
+    Client {
+        /// What was being done.
+        what: String,
+        /// The failure.
+        #[source]
+        source: ClientError,
+    },
+    /// Fetched data did not parse.
+    #[error("corrupt fetch data from partition {partition}: {source}")]
+    Corrupt {
+        /// Partition.
+        partition: i32,
+        /// The failure.
+        #[source]
+        source: kafka_proto::DecodeError,
+    },
+    /// A task panicked.
+    #[error("a worker task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+fn client(what: impl Into<String>) -> impl FnOnce(ClientError) -> RunError {
+    let what = what.into();
+    move |source| RunError::Client { what, source }
+}
+
+/// Runs the workload and returns what it observed.
+pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
+    assert!(
+        cfg.partitions > 0 && cfg.producers > 0,
+        "checked by the caller"
+    );
+    let cluster = Arc::new(Cluster::new(
+        &cfg.bootstrap,
+        "vdl-perf-verify",
+        cfg.request_timeout,
+    ));
+    let setup_deadline = Instant::now() + cfg.request_timeout.max(Duration::from_secs(60));
+    cluster
+        .ensure_partitions(&cfg.topic, cfg.partitions, setup_deadline)
+        .await
+        .map_err(client(format!("preparing topic {}", cfg.topic)))?;
+
+    let start = Instant::now();
+    let producing = Arc::new(AtomicBool::new(true));
+    let sent = Arc::new(AtomicU64::new(0));
+    let cfg = Arc::new(cfg);
+
+    let mut tailers = Vec::new();
+    for consumer in 0..cfg.consumers {
+        for partition in 0..cfg.partitions {
+            tailers.push(tokio::spawn(tail(
+                cluster.clone(),
+                cfg.clone(),
+                consumer,
+                partition,
+                producing.clone(),
+            )));
+        }
+    }
+    let mut producers = Vec::new();
+    for producer in 0..cfg.producers {
+        producers.push(tokio::spawn(produce(
+            cluster.clone(),
+            cfg.clone(),
+            producer,
+            start,
+            sent.clone(),
+        )));
+    }
+    let mut history = History {
+        partitions: cfg.partitions,
+        ..History::default()
+    };
+    for p in producers {
+        history.sends.extend(p.await?);
+    }
+    history.run_ms = start.elapsed().as_millis() as u64;
+    producing.store(false, Ordering::Release);
+    for t in tailers {
+        history.polls.extend(t.await?);
+    }
+    for partition in 0..cfg.partitions {
+        history
+            .final_read
+            .extend(final_read(&cluster, &cfg.topic, partition).await?);
+    }
+    Ok(history)
+}
+
+/// One producer: sends until the duration is over or `max_records` sends were made in all.
+async fn produce(
+    cluster: Arc<Cluster>,
+    cfg: Arc<VerifyConfig>,
+    producer: u32,
+    start: Instant,
+    sent: Arc<AtomicU64>,
+) -> Vec<Send> {
+    let deadline = start + cfg.duration;
+    let mut sends = Vec::new();
+    let mut conns: Vec<Option<Connection>> = (0..cfg.partitions).map(|_| None).collect();
+    let timeout_ms = i32::try_from(cfg.request_timeout.as_millis()).unwrap_or(i32::MAX);
+    let mut seq: u64 = 0;
+    while Instant::now() < deadline && sent.fetch_add(1, Ordering::AcqRel) < cfg.max_records {
+        let partition = ((u64::from(producer) + seq) % cfg.partitions as u64) as i32;
+        let value = format!("p{producer}-{seq}");
+        seq += 1;
+        let t0 = Instant::now();
+        let outcome = send_one(
+            &cluster,
+            &cfg.topic,
+            partition,
+            &mut conns[partition as usize],
+            deadline,
+            timeout_ms,
+            &value,
+        )
+        .await;
+        let outcome = match outcome {
+            Ok(offset) => SendOutcome::Acked { offset },
+            Err(e) => {
+                conns[partition as usize] = None;
+                // Back off a little so an unavailable cluster is not hammered.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                SendOutcome::Unknown { error: e.kind() }
+            }
+        };
+        sends.push(Send {
+            value,
+            partition,
+            done_ms: start.elapsed().as_millis() as u64,
+            latency_us: t0.elapsed().as_micros() as u64,
+            outcome,
+        });
+    }
+    sends
+}
+
+async fn send_one(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    conn: &mut Option<Connection>,
+    deadline: Instant,
+    timeout_ms: i32,
+    value: &str,
+) -> Result<i64, ClientError> {
+    if conn.is_none() {
+        let c = cluster
+            .connect_leader(topic, partition, deadline, &mut |_| {})
+            .await?;
+        *conn = Some(c);
+    }
+    let c = conn.as_mut().expect("connected above");
+    let ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut builder = RecordBatchBuilder::new(Compression::None);
+    builder.push(
+        ts,
+        None,
+        Some(&Bytes::copy_from_slice(value.as_bytes())),
+        &[],
+    )?;
+    let batch = builder.build()?;
+    let req = protocol::produce(topic, partition, -1, timeout_ms, batch);
+    let resp = c.request(PRODUCE_VERSION, &req).await?;
+    Ok(protocol::produce_ack(resp, partition)?.base_offset)
+}
+
+/// One consumer's tail of one partition: from the log start, until the producers stopped and
+/// the high watermark of that moment is reached (or [`DRAIN_TIMEOUT`] after they stopped).
+async fn tail(
+    cluster: Arc<Cluster>,
+    cfg: Arc<VerifyConfig>,
+    consumer: u32,
+    partition: i32,
+    producing: Arc<AtomicBool>,
+) -> Vec<Poll> {
+    let mut polls = Vec::new();
+    let mut conn: Option<Connection> = None;
+    let mut next: Option<i64> = None;
+    let mut drain_until: Option<(Instant, i64)> = None;
+    loop {
+        if drain_until.is_none() && !producing.load(Ordering::Acquire) {
+            // The producers stopped: read up to the high watermark as it is now.
+            let hw = list_offset(&cluster, &cfg.topic, partition, LATEST_TIMESTAMP)
+                .await
+                .unwrap_or(i64::MAX);
+            drain_until = Some((Instant::now() + DRAIN_TIMEOUT, hw));
+        }
+        if let Some((until, hw)) = drain_until {
+            if Instant::now() >= until || next.is_some_and(|n| n >= hw) {
+                return polls;
+            }
+        }
+        if polls.len() as u64 >= cfg.max_records {
+            return polls;
+        }
+        let step = async {
+            if conn.is_none() {
+                let deadline = Instant::now() + cfg.request_timeout;
+                conn = Some(
+                    cluster
+                        .connect_leader(&cfg.topic, partition, deadline, &mut |_| {})
+                        .await?,
+                );
+            }
+            let c = conn.as_mut().expect("connected above");
+            let offset = match next {
+                Some(n) => n,
+                None => {
+                    let resp = c
+                        .request(
+                            LIST_OFFSETS_VERSION,
+                            &protocol::list_offsets(&cfg.topic, partition, EARLIEST_TIMESTAMP),
+                        )
+                        .await?;
+                    protocol::listed_offset(resp, partition)?
+                }
+            };
+            next = Some(offset);
+            let spec = FetchSpec {
+                offset,
+                partition_max_bytes: FETCH_BYTES,
+                max_wait_ms: 100,
+                min_bytes: 1,
+            };
+            let resp = c
+                .request(FETCH_VERSION, &protocol::fetch(&cfg.topic, partition, spec))
+                .await?;
+            Ok::<_, ClientError>(protocol::fetched(resp, partition)?.records)
+        };
+        match step.await {
+            Ok(data) => {
+                let from = next.unwrap_or(0);
+                match records_from(data, partition, from) {
+                    Ok(reads) => {
+                        for r in reads {
+                            next = Some(r.offset + 1);
+                            polls.push(Poll { consumer, read: r });
+                        }
+                    }
+                    Err(_) => {
+                        // Recorded as nothing read; the final read reports corrupt data.
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            Err(_) => {
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The records at or after `from` in fetched data (the first batch may start earlier), with
+/// control batches (transaction markers) left out.
+fn records_from(data: Bytes, partition: i32, from: i64) -> Result<Vec<Read>, RunError> {
+    let corrupt = |source| RunError::Corrupt { partition, source };
+    let mut reads = Vec::new();
+    for batch in split_batches_lenient(data) {
+        let batch = batch.map_err(corrupt)?;
+        if batch.is_control() || batch.last_offset() < from {
+            continue;
+        }
+        batch.validate().map_err(corrupt)?;
+        for r in batch.records_vec(MAX_DECOMPRESSED).map_err(corrupt)? {
+            if r.offset < from {
+                continue;
+            }
+            let value = r
+                .value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default();
+            reads.push(Read {
+                partition,
+                offset: r.offset,
+                value,
+            });
+        }
+    }
+    Ok(reads)
+}
+
+async fn list_offset(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Result<i64, ClientError> {
+    let deadline = Instant::now() + cluster.timeout();
+    let mut c = cluster
+        .connect_leader(topic, partition, deadline, &mut |_| {})
+        .await?;
+    let resp = c
+        .request(
+            LIST_OFFSETS_VERSION,
+            &protocol::list_offsets(topic, partition, timestamp),
+        )
+        .await?;
+    protocol::listed_offset(resp, partition)
+}
+
+/// Reads a partition from the log start to the high watermark. Fetch failures and empty
+/// answers (a new leader catching up) are retried on a new connection until
+/// [`FINAL_READ_TIMEOUT`] passes without progress.
+async fn final_read(cluster: &Cluster, topic: &str, partition: i32) -> Result<Vec<Read>, RunError> {
+    let what = |w: &str| format!("final read of {topic}-{partition}: {w}");
+    let start = list_offset(cluster, topic, partition, EARLIEST_TIMESTAMP)
+        .await
+        .map_err(client(what("log start")))?;
+    let end = list_offset(cluster, topic, partition, LATEST_TIMESTAMP)
+        .await
+        .map_err(client(what("high watermark")))?;
+    let mut conn: Option<Connection> = None;
+    let mut reads = Vec::new();
+    let mut next = start;
+    let mut give_up = Instant::now() + FINAL_READ_TIMEOUT;
+    while next < end {
+        let step = async {
+            if conn.is_none() {
+                let deadline = Instant::now() + cluster.timeout();
+                conn = Some(
+                    cluster
+                        .connect_leader(topic, partition, deadline, &mut |_| {})
+                        .await?,
+                );
+            }
+            let c = conn.as_mut().expect("connected above");
+            let spec = FetchSpec {
+                offset: next,
+                partition_max_bytes: FETCH_BYTES,
+                max_wait_ms: 100,
+                min_bytes: 1,
+            };
+            let resp = c
+                .request(FETCH_VERSION, &protocol::fetch(topic, partition, spec))
+                .await?;
+            Ok::<_, ClientError>(protocol::fetched(resp, partition)?.records)
+        };
+        let failure = match step.await {
+            Ok(data) => {
+                let batch_end = split_batches_lenient(data.clone())
+                    .filter_map(Result::ok)
+                    .map(|b| b.next_offset())
+                    .max();
+                let got = records_from(data, partition, next)?;
+                let before = next;
+                match (got.last(), batch_end) {
+                    (Some(r), _) => next = r.offset + 1,
+                    // Only control batches: move past them.
+                    (None, Some(e)) if e > next => next = e,
+                    _ => {}
+                }
+                reads.extend(got.into_iter().filter(|r| r.offset < end));
+                if next > before {
+                    give_up = Instant::now() + FINAL_READ_TIMEOUT;
+                    continue;
+                }
+                ClientError::Unexpected(format!(
+                    "fetch at {next} returned nothing below the high watermark {end}"
+                ))
+            }
+            Err(e) => {
+                conn = None;
+                e
+            }
+        };
+        if Instant::now() >= give_up {
+            return Err(RunError::Client {
+                what: what("no progress"),
+                source: failure,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(reads)
+}
