@@ -495,3 +495,62 @@ async fn group_offsets_are_deleted_and_preferred_leaders_elected() {
     assert_eq!(elect(b.clone()).await.unwrap(), ELECTION_NOT_NEEDED);
     drop(nodes);
 }
+
+/// `min.insync.replicas` above the majority: with all three replicas in sync an acks=all
+/// produce succeeds; with one replica's node stopped the leader refuses it with
+/// NOT_ENOUGH_REPLICAS (a majority could still commit it, but the topic asks for three), while
+/// a topic without the setting keeps committing on the majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_insync_replicas_above_the_majority_refuses_acks_all() {
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    let dir = tempfile::tempdir().unwrap();
+    let configs = configs(dir.path());
+    let b = brokers(&configs);
+    let mut nodes = start(&configs).await;
+    let b2 = b.clone();
+    let leader = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b2[0]).unwrap();
+        assert_eq!(
+            create(&mut c, "strict", &[("min.insync.replicas", "3")]),
+            (0, None)
+        );
+        assert_eq!(create(&mut c, "relaxed", &[]), (0, None));
+        produce(&b2, "strict", 1, 10);
+        produce(&b2, "relaxed", 1, 10);
+        // Four replicas cannot be in sync on three nodes.
+        assert_eq!(
+            set_config(&mut c, "strict", "min.insync.replicas", "4").0,
+            INVALID_CONFIG
+        );
+        leader_of(&b2, "strict")
+    })
+    .await
+    .unwrap();
+    // Stop a node that does not lead "strict".
+    let victim = b.iter().position(|a| *a != leader).unwrap();
+    let (node, kafka) = nodes.0.remove(victim);
+    kafka.abort();
+    node.shutdown();
+    let live: Vec<SocketAddr> = b.iter().copied().filter(|a| *a != b[victim]).collect();
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + T;
+        loop {
+            // (Node ids index `b`; the stopped node just does not answer.)
+            let l = leader_of(&b, "strict");
+            let r = KafkaConn::connect(l).and_then(|mut c| c.produce("strict", fresh_batch(10)));
+            match r {
+                Ok((NOT_ENOUGH_REPLICAS, _)) => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "still accepted with a replica down: {other:?}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The topic without the setting commits on the majority.
+        produce(&live, "relaxed", 1, 10);
+    })
+    .await
+    .unwrap();
+    drop(nodes);
+}

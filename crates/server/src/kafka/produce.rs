@@ -353,10 +353,10 @@ fn submit_partition(
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return PartitionOutcome::Failed(ErrorCode::InvalidRecord);
     };
-    if acks == -1 {
+    if acks == -1 && rules.settings.min_insync_replicas.is_some() {
         // Kafka's min.insync.replicas: an acks=all produce is refused while fewer replicas
         // are in sync. Only a setting above the majority needs a check here: the Raft commit
-        // waits for a majority anyway.
+        // waits for a majority anyway. (Topics without the setting skip the replica lookup.)
         let replicas = node.replicas_of(&stream).len();
         if let Some(required) = rules.settings.in_sync_required_beyond_majority(replicas) {
             let in_sync = v.in_sync.iter().filter(|id| **id != 0).count();
