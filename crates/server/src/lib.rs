@@ -18,6 +18,7 @@
 //! - [`producers`]: idempotent producers' state, derived from the replicated log.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
+//! - [`security`]: principals (who a connection is).
 //! - [`admin`]: the admin HTTP API (status, append and read without Kafka).
 
 pub mod admin;
@@ -41,6 +42,7 @@ pub mod raft_log;
 pub mod raft_storage;
 pub mod replicas;
 pub mod runtime;
+pub mod security;
 pub mod topic_config;
 pub mod transport;
 

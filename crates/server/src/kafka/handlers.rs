@@ -10,6 +10,7 @@ use kafka_proto::frame::{encode_response, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
+use crate::kafka::connection::ConnectionContext;
 use crate::kafka::{cluster, configs, fetch, groups, metadata, partition_admin, produce, topics};
 use crate::node::Node;
 
@@ -105,7 +106,7 @@ pub fn dispatch(
     node: &Arc<Node>,
     header: RequestHeader,
     request: Request,
-    peer: std::net::SocketAddr,
+    conn: &ConnectionContext,
     chain: &mut produce::ProduceChain,
 ) -> Reply {
     let version = header.api_version;
@@ -156,7 +157,7 @@ pub fn dispatch(
         Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
-            let client_host = format!("/{}", peer.ip());
+            let client_host = format!("/{}", conn.peer.ip());
             groups::join_group(
                 node,
                 header.client_id.clone(),

@@ -18,6 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::kafka::connection::ConnectionContext;
 use crate::kafka::handlers::{dispatch, Reply};
 use crate::node::Node;
 
@@ -154,6 +155,7 @@ async fn connection_loop(
     let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
     let mut reading = true;
     let mut chain = crate::kafka::produce::ProduceChain::default();
+    let conn = ConnectionContext::unauthenticated(peer, "PLAINTEXT");
     loop {
         let can_read = reading && pending.len() < max_in_flight;
         tokio::select! {
@@ -171,7 +173,7 @@ async fn connection_loop(
                 };
                 match decode_request(frame) {
                     Ok((header, request)) => {
-                        match dispatch(node, header, request, peer, &mut chain) {
+                        match dispatch(node, header, request, &conn, &mut chain) {
                             Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
                             Reply::Later(fut) => pending.push_back(fut),
                             Reply::None => pending.push_back(Box::pin(async { None })),

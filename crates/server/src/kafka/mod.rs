@@ -2,6 +2,7 @@
 //!
 //! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
 //!   and writes responses in request order.
+//! - [`connection`]: what a handler knows of its connection (peer, principal, listener).
 //! - [`handlers`]: turns one decoded request into its response.
 //! - [`produce`], [`fetch`], [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log
 //!   streams and the replicated cluster metadata.
@@ -12,10 +13,11 @@
 //!   protocol): coordinator lookup, membership and rebalances (with each group's next deadline
 //!   in a heap), committed offsets.
 //!
-//! A topic is a log stream with one partition (partition 0).
+//! Each partition of a topic is its own log stream and Raft group (see the crate README).
 
 pub mod cluster;
 pub mod configs;
+pub mod connection;
 pub mod fetch;
 pub mod group_coordinator;
 pub mod group_deadlines;
