@@ -2,8 +2,12 @@
 //!
 //! - [`Principal`]: the authenticated identity of a connection, in Kafka's `Type:name` form.
 //!   A connection on a listener without authentication is `User:ANONYMOUS`, as in Kafka.
+//! - [`scram`]: SCRAM credentials (salt, iterations, stored and server keys) and their
+//!   derivation; what is stored per user, never a password.
 
 use std::fmt;
+
+pub mod scram;
 
 /// The identity a connection acts as, as Kafka's `KafkaPrincipal`: a type (always `User` for
 /// the principals vdl derives: SASL user names and TLS certificate subjects) and a name.
