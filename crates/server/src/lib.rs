@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //! - [`fd_budget`]: the open-file limit, raised at start and split between clients and storage.
+//! - [`flow`]: flow control: node-wide rate limits and Kafka client quotas, throttling.
 //! - [`transport`]: Raft messages between nodes over TCP.
 //! - [`peer_wire`]: the bytes of the peer protocol (hellos, frames; current and earlier versions).
 //! - [`peer_guard`]: which connections, hellos and Raft messages the peer port admits.
@@ -24,6 +25,7 @@
 pub mod admin;
 pub mod config;
 pub mod fd_budget;
+pub mod flow;
 pub mod group;
 pub mod inbox;
 pub mod kafka;

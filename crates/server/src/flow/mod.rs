@@ -1,0 +1,12 @@
+//! Flow control: node-wide rate limits (VDL's six knobs: requests and bytes per second for
+//! produce, catch-up reads and tail reads) and Kafka's client quotas (`producer_byte_rate`,
+//! `consumer_byte_rate`, `request_percentage` per user and/or client id), both kept in the
+//! replicated metadata and applied at runtime on every node.
+//!
+//! - [`settings`]: what is enforced, as stored; Kafka's quota precedence.
+//! - [`token_bucket`]: the rate each limit or quota allows.
+//! - [`throttle`]: charging requests, the resulting throttle, a connection's mute.
+
+pub mod settings;
+pub mod throttle;
+pub mod token_bucket;
