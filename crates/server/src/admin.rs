@@ -11,6 +11,7 @@
 //!   `421` with `{"error":..,"leader":id}` on a follower, `504` on timeout, `400` on bad input.
 //! - `GET /streams/{name}/records?offset=N&max_bytes=M&partition=P` — committed record batches from offset
 //!   N, whole batches, as `application/octet-stream`; header `x-high-watermark`.
+//! - `GET /rates`, `PUT /rates` — the node-wide flow limits (see [`crate::flow::admin`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +77,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/status", get(status))
         .route("/streams/{name}/append", post(append))
         .route("/streams/{name}/records", get(records))
+        .merge(crate::flow::admin::routes())
         .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
         .with_state(node)
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock, Weak};
 
 use serde::{Deserialize, Serialize};
 
+use crate::flow::settings::{FlowLimits, FlowSettings, QuotaAlteration};
 use crate::group::StateMachine;
 use crate::node::Node;
 
@@ -158,6 +159,17 @@ pub enum MetaCommand {
         group: String,
         /// The group's last activity (ms since the epoch) the proposer saw.
         activity_ms: i64,
+    },
+    /// Replace the node-wide flow limits (`vdlctl rate update`, the admin API's `PUT /rates`):
+    /// every node then enforces them on its own traffic.
+    SetFlowLimits {
+        /// The new limits (all six; `None` is unlimited).
+        limits: FlowLimits,
+    },
+    /// Change client quotas (AlterClientQuotas), each alteration validated by the proposer.
+    AlterClientQuotas {
+        /// Per entity: quotas set, then quotas removed.
+        alterations: Vec<QuotaAlteration>,
     },
 }
 
@@ -324,6 +336,9 @@ pub struct ClusterMeta {
     /// stored), ms since the epoch on the proposer's clock. Absent: none recorded (offsets
     /// committed before offset expiry; they do not expire until the group commits again).
     pub group_activity_ms: HashMap<String, i64>,
+    /// Flow control: node-wide limits and client quotas (shared with request handlers,
+    /// replaced on change).
+    pub flow: Arc<FlowSettings>,
     /// Recently applied requests, oldest first, and the same as a set.
     applied_order: VecDeque<RequestId>,
     applied: HashSet<RequestId>,
@@ -433,6 +448,12 @@ impl ClusterMeta {
                 .iter()
                 .map(|id| RequestIdWire::from(*id))
                 .collect(),
+            flow_limits: self
+                .flow
+                .limits
+                .any()
+                .then(|| FlowLimitsWire::from(&self.flow.limits)),
+            client_quotas: client_quotas_to_wire(&self.flow.client_quotas),
         }
     }
 
@@ -488,6 +509,10 @@ impl ClusterMeta {
         for id in wire.applied {
             meta.remember(RequestId::from(id));
         }
+        meta.flow = Arc::new(FlowSettings {
+            limits: wire.flow_limits.map(FlowLimits::from).unwrap_or_default(),
+            client_quotas: client_quotas_from_wire(wire.client_quotas),
+        });
         meta
     }
 
@@ -765,6 +790,18 @@ impl ClusterMeta {
                 if unchanged && !self.groups.contains_key(&group) {
                     self.offsets.remove(&group);
                     self.group_activity_ms.remove(&group);
+                }
+                None
+            }
+            MetaCommand::SetFlowLimits { limits } => {
+                Arc::make_mut(&mut self.flow).limits = limits;
+                tracing::info!(?limits, "flow limits changed");
+                None
+            }
+            MetaCommand::AlterClientQuotas { alterations } => {
+                let flow = Arc::make_mut(&mut self.flow);
+                for a in &alterations {
+                    flow.alter(a);
                 }
                 None
             }
@@ -1480,6 +1517,36 @@ mod tests {
                 group: "idle".into(),
                 activity_ms: 2_000,
             },
+            MetaCommand::SetFlowLimits {
+                limits: crate::flow::settings::FlowLimits {
+                    produce_bytes_per_sec: Some(1 << 20),
+                    tail_read_requests_per_sec: Some(100),
+                    ..Default::default()
+                },
+            },
+            MetaCommand::AlterClientQuotas {
+                alterations: vec![
+                    crate::flow::settings::QuotaAlteration {
+                        entity: crate::flow::settings::QuotaEntity {
+                            user: Some(crate::flow::settings::EntityName::Named("alice".into())),
+                            client_id: Some(crate::flow::settings::EntityName::Default),
+                        },
+                        set: vec![
+                            ("producer_byte_rate".into(), 1024.0),
+                            ("request_percentage".into(), 12.5),
+                        ],
+                        remove: vec![],
+                    },
+                    crate::flow::settings::QuotaAlteration {
+                        entity: crate::flow::settings::QuotaEntity {
+                            user: None,
+                            client_id: Some(crate::flow::settings::EntityName::Named("x".into())),
+                        },
+                        set: vec![("consumer_byte_rate".into(), 2048.0)],
+                        remove: vec![],
+                    },
+                ],
+            },
             MetaCommand::CreateTopic {
                 name: "gone".into(),
                 partitions: 1,
@@ -1518,6 +1585,7 @@ mod tests {
         }
         assert!(!m.topics.is_empty() && !m.offsets.is_empty() && !m.groups.is_empty());
         assert!(!m.allocations.is_empty() && !m.group_activity_ms.is_empty());
+        assert!(m.flow.limits.any() && m.flow.client_quotas.len() == 2);
         assert!(m.topics["t"].deleted_before(1) == 77 && m.topics["t"].configs.len() == 2);
         let bytes = crate::metadata_codec::encode_snapshot(&m.to_snapshot(60, 7));
         let wire = crate::metadata_codec::decode_snapshot(&bytes).unwrap();

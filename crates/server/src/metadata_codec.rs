@@ -24,6 +24,8 @@
 //!     ElectPreferredLeader elect_preferred_leader = 10;
 //!     StoreGroup         store_group          = 11;
 //!     ExpireGroupOffsets expire_group_offsets = 12;
+//!     SetFlowLimits      set_flow_limits      = 27;
+//!     AlterClientQuotas  alter_client_quotas  = 28;
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
@@ -52,6 +54,19 @@
 //! message StoreGroup         { string group = 1; optional GroupRecord record = 2;
 //!                              int64 time_ms = 3; }
 //! message ExpireGroupOffsets { string group = 1; int64 activity_ms = 2; }
+//! message SetFlowLimits      { FlowLimits limits = 1; }
+//! message FlowLimits         { optional uint64 produce_requests_per_sec = 1;
+//!                              optional uint64 produce_bytes_per_sec = 2;
+//!                              optional uint64 catchup_read_requests_per_sec = 3;
+//!                              optional uint64 catchup_read_bytes_per_sec = 4;
+//!                              optional uint64 tail_read_requests_per_sec = 5;
+//!                              optional uint64 tail_read_bytes_per_sec = 6; }
+//! message AlterClientQuotas  { repeated QuotaAlteration alterations = 1; }
+//! message QuotaAlteration    { QuotaEntity entity = 1; repeated QuotaValue set = 2;
+//!                              repeated string remove = 3; }
+//! message QuotaEntity        { optional EntityName user = 1; optional EntityName client_id = 2; }
+//! message EntityName         { bool is_default = 1; string name = 2; }
+//! message QuotaValue         { string key = 1; double value = 2; }
 //! message GroupRecord        { int32 generation = 1; string protocol_type = 2;
 //!                              string protocol = 3; string leader = 4;
 //!                              repeated GroupMember members = 5; }  // in join order
@@ -81,6 +96,9 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 use thiserror::Error;
 
+use crate::flow::settings::{
+    EntityName, FlowLimits, QuotaAlteration, QuotaEntity, QuotaKind, QuotaValues,
+};
 use crate::metadata::{
     CommittedOffset, GroupMemberRecord, GroupRecord, MetaCommand, MetaEntry, RequestId,
 };
@@ -160,7 +178,10 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
+    #[prost(
+        oneof = "CommandWire",
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 27, 28"
+    )]
     pub command: Option<CommandWire>,
 }
 
@@ -214,6 +235,242 @@ pub enum CommandWire {
     /// [`MetaCommand::ExpireGroupOffsets`].
     #[prost(message, tag = "12")]
     ExpireGroupOffsets(ExpireGroupOffsetsWire),
+    /// [`MetaCommand::SetFlowLimits`].
+    #[prost(message, tag = "27")]
+    SetFlowLimits(SetFlowLimitsWire),
+    /// [`MetaCommand::AlterClientQuotas`].
+    #[prost(message, tag = "28")]
+    AlterClientQuotas(AlterClientQuotasWire),
+}
+
+/// `SetFlowLimits` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SetFlowLimitsWire {
+    /// The new limits.
+    #[prost(message, optional, tag = "1")]
+    pub limits: Option<FlowLimitsWire>,
+}
+
+/// `FlowLimits` on the wire (absent: unlimited).
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct FlowLimitsWire {
+    /// Produce requests per second.
+    #[prost(uint64, optional, tag = "1")]
+    pub produce_requests_per_sec: Option<u64>,
+    /// Produced bytes per second.
+    #[prost(uint64, optional, tag = "2")]
+    pub produce_bytes_per_sec: Option<u64>,
+    /// Catch-up fetch requests per second.
+    #[prost(uint64, optional, tag = "3")]
+    pub catchup_read_requests_per_sec: Option<u64>,
+    /// Catch-up fetched bytes per second.
+    #[prost(uint64, optional, tag = "4")]
+    pub catchup_read_bytes_per_sec: Option<u64>,
+    /// Tail fetch requests per second.
+    #[prost(uint64, optional, tag = "5")]
+    pub tail_read_requests_per_sec: Option<u64>,
+    /// Tail fetched bytes per second.
+    #[prost(uint64, optional, tag = "6")]
+    pub tail_read_bytes_per_sec: Option<u64>,
+}
+
+impl From<&FlowLimits> for FlowLimitsWire {
+    fn from(l: &FlowLimits) -> Self {
+        FlowLimitsWire {
+            produce_requests_per_sec: l.produce_requests_per_sec,
+            produce_bytes_per_sec: l.produce_bytes_per_sec,
+            catchup_read_requests_per_sec: l.catchup_read_requests_per_sec,
+            catchup_read_bytes_per_sec: l.catchup_read_bytes_per_sec,
+            tail_read_requests_per_sec: l.tail_read_requests_per_sec,
+            tail_read_bytes_per_sec: l.tail_read_bytes_per_sec,
+        }
+    }
+}
+
+impl From<FlowLimitsWire> for FlowLimits {
+    fn from(w: FlowLimitsWire) -> Self {
+        let mut l = FlowLimits::default();
+        // Through `set`, so a 0 from any writer means unlimited here too.
+        l.set("produce_requests_per_sec", w.produce_requests_per_sec);
+        l.set("produce_bytes_per_sec", w.produce_bytes_per_sec);
+        l.set(
+            "catchup_read_requests_per_sec",
+            w.catchup_read_requests_per_sec,
+        );
+        l.set("catchup_read_bytes_per_sec", w.catchup_read_bytes_per_sec);
+        l.set("tail_read_requests_per_sec", w.tail_read_requests_per_sec);
+        l.set("tail_read_bytes_per_sec", w.tail_read_bytes_per_sec);
+        l
+    }
+}
+
+/// `AlterClientQuotas` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AlterClientQuotasWire {
+    /// The alterations.
+    #[prost(message, repeated, tag = "1")]
+    pub alterations: Vec<QuotaAlterationWire>,
+}
+
+/// One entity's quota change on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct QuotaAlterationWire {
+    /// The entity.
+    #[prost(message, optional, tag = "1")]
+    pub entity: Option<QuotaEntityWire>,
+    /// Quotas set.
+    #[prost(message, repeated, tag = "2")]
+    pub set: Vec<QuotaValueWire>,
+    /// Quota keys removed.
+    #[prost(string, repeated, tag = "3")]
+    pub remove: Vec<String>,
+}
+
+/// A quota entity on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct QuotaEntityWire {
+    /// The user side, if any.
+    #[prost(message, optional, tag = "1")]
+    pub user: Option<EntityNameWire>,
+    /// The client id side, if any.
+    #[prost(message, optional, tag = "2")]
+    pub client_id: Option<EntityNameWire>,
+}
+
+/// One side of a quota entity on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EntityNameWire {
+    /// The default for the entity type (then `name` is empty).
+    #[prost(bool, tag = "1")]
+    pub is_default: bool,
+    /// The name.
+    #[prost(string, tag = "2")]
+    pub name: String,
+}
+
+/// One quota value on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct QuotaValueWire {
+    /// Kafka's key (`producer_byte_rate`, ...).
+    #[prost(string, tag = "1")]
+    pub key: String,
+    /// The value.
+    #[prost(double, tag = "2")]
+    pub value: f64,
+}
+
+/// One entity's quotas in a snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ClientQuotaWire {
+    /// The entity.
+    #[prost(message, optional, tag = "1")]
+    pub entity: Option<QuotaEntityWire>,
+    /// Its quotas.
+    #[prost(message, repeated, tag = "2")]
+    pub values: Vec<QuotaValueWire>,
+}
+
+fn entity_name_to_wire(n: &EntityName) -> EntityNameWire {
+    match n {
+        EntityName::Default => EntityNameWire {
+            is_default: true,
+            name: String::new(),
+        },
+        EntityName::Named(s) => EntityNameWire {
+            is_default: false,
+            name: s.clone(),
+        },
+    }
+}
+
+fn entity_name_from_wire(w: EntityNameWire) -> EntityName {
+    if w.is_default {
+        EntityName::Default
+    } else {
+        EntityName::Named(w.name)
+    }
+}
+
+impl From<&QuotaEntity> for QuotaEntityWire {
+    fn from(e: &QuotaEntity) -> Self {
+        QuotaEntityWire {
+            user: e.user.as_ref().map(entity_name_to_wire),
+            client_id: e.client_id.as_ref().map(entity_name_to_wire),
+        }
+    }
+}
+
+impl From<QuotaEntityWire> for QuotaEntity {
+    fn from(w: QuotaEntityWire) -> Self {
+        QuotaEntity {
+            user: w.user.map(entity_name_from_wire),
+            client_id: w.client_id.map(entity_name_from_wire),
+        }
+    }
+}
+
+impl From<&QuotaAlteration> for QuotaAlterationWire {
+    fn from(a: &QuotaAlteration) -> Self {
+        QuotaAlterationWire {
+            entity: Some(QuotaEntityWire::from(&a.entity)),
+            set: a
+                .set
+                .iter()
+                .map(|(key, value)| QuotaValueWire {
+                    key: key.clone(),
+                    value: *value,
+                })
+                .collect(),
+            remove: a.remove.clone(),
+        }
+    }
+}
+
+impl From<QuotaAlterationWire> for QuotaAlteration {
+    fn from(w: QuotaAlterationWire) -> Self {
+        QuotaAlteration {
+            entity: QuotaEntity::from(w.entity.unwrap_or_default()),
+            set: w.set.into_iter().map(|v| (v.key, v.value)).collect(),
+            remove: w.remove,
+        }
+    }
+}
+
+/// Client quotas for a snapshot, in entity order.
+pub(crate) fn client_quotas_to_wire(
+    quotas: &BTreeMap<QuotaEntity, QuotaValues>,
+) -> Vec<ClientQuotaWire> {
+    quotas
+        .iter()
+        .map(|(entity, values)| ClientQuotaWire {
+            entity: Some(QuotaEntityWire::from(entity)),
+            values: values
+                .iter()
+                .map(|(kind, value)| QuotaValueWire {
+                    key: kind.key().to_string(),
+                    value: *value,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Client quotas from a snapshot (keys this version does not know are dropped).
+pub(crate) fn client_quotas_from_wire(
+    quotas: Vec<ClientQuotaWire>,
+) -> BTreeMap<QuotaEntity, QuotaValues> {
+    let mut out = BTreeMap::new();
+    for q in quotas {
+        let values: QuotaValues = q
+            .values
+            .into_iter()
+            .filter_map(|v| QuotaKind::from_key(&v.key).map(|k| (k, v.value)))
+            .collect();
+        if !values.is_empty() {
+            out.insert(QuotaEntity::from(q.entity.unwrap_or_default()), values);
+        }
+    }
+    out
 }
 
 /// `StoreGroup` on the wire.
@@ -703,6 +960,16 @@ impl From<&MetaCommand> for CommandWire {
                     activity_ms: *activity_ms,
                 })
             }
+            MetaCommand::SetFlowLimits { limits } => {
+                CommandWire::SetFlowLimits(SetFlowLimitsWire {
+                    limits: Some(FlowLimitsWire::from(limits)),
+                })
+            }
+            MetaCommand::AlterClientQuotas { alterations } => {
+                CommandWire::AlterClientQuotas(AlterClientQuotasWire {
+                    alterations: alterations.iter().map(QuotaAlterationWire::from).collect(),
+                })
+            }
         }
     }
 }
@@ -769,6 +1036,16 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
                 group: c.group,
                 activity_ms: c.activity_ms,
+            },
+            CommandWire::SetFlowLimits(c) => MetaCommand::SetFlowLimits {
+                limits: c.limits.map(FlowLimits::from).unwrap_or_default(),
+            },
+            CommandWire::AlterClientQuotas(c) => MetaCommand::AlterClientQuotas {
+                alterations: c
+                    .alterations
+                    .into_iter()
+                    .map(QuotaAlteration::from)
+                    .collect(),
             },
         }
     }
@@ -866,7 +1143,10 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   repeated StoredGroup groups = 7;
 ///   repeated GroupActivity activity = 8;
 ///   repeated RequestId applied = 9;         // remembered request ids, oldest first
+///   FlowLimits flow_limits = 21;            // absent: unlimited
+///   repeated ClientQuota client_quotas = 22; // in entity order
 /// }
+/// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
 ///                        repeated ReplicaList replicas = 4; repeated ConfigEntry configs = 5;
 ///                        repeated uint64 deleted_before = 6; }
@@ -905,6 +1185,12 @@ pub struct MetaSnapshotWire {
     /// Remembered request ids, oldest first.
     #[prost(message, repeated, tag = "9")]
     pub applied: Vec<RequestIdWire>,
+    /// The node-wide flow limits (absent: unlimited).
+    #[prost(message, optional, tag = "21")]
+    pub flow_limits: Option<FlowLimitsWire>,
+    /// Client quotas, in entity order.
+    #[prost(message, repeated, tag = "22")]
+    pub client_quotas: Vec<ClientQuotaWire>,
 }
 
 /// One topic in a snapshot.
@@ -1122,6 +1408,26 @@ mod tests {
             MetaCommand::ExpireGroupOffsets {
                 group: "g".into(),
                 activity_ms: 1_795_000_000_000,
+            },
+            MetaCommand::SetFlowLimits {
+                limits: FlowLimits {
+                    produce_requests_per_sec: Some(10),
+                    catchup_read_bytes_per_sec: Some(1 << 30),
+                    ..FlowLimits::default()
+                },
+            },
+            MetaCommand::SetFlowLimits {
+                limits: FlowLimits::default(),
+            },
+            MetaCommand::AlterClientQuotas {
+                alterations: vec![QuotaAlteration {
+                    entity: QuotaEntity {
+                        user: Some(EntityName::Default),
+                        client_id: Some(EntityName::Named("app".into())),
+                    },
+                    set: vec![("consumer_byte_rate".into(), 4096.0)],
+                    remove: vec!["producer_byte_rate".into()],
+                }],
             },
         ]
     }

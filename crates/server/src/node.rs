@@ -509,6 +509,8 @@ pub struct Node {
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
+    /// Flow control: the buckets of the node-wide limits and client quotas in use here.
+    flow: crate::flow::throttle::FlowControl,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -773,6 +775,7 @@ impl Node {
             retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
             peer_versions: versions,
+            flow: crate::flow::throttle::FlowControl::default(),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -1752,6 +1755,16 @@ impl Node {
     /// The cluster metadata as applied on this node.
     pub fn metadata(&self) -> std::sync::RwLockReadGuard<'_, ClusterMeta> {
         self.metadata.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This node's flow control (limits and quotas are in [`Node::flow_settings`]).
+    pub fn flow(&self) -> &crate::flow::throttle::FlowControl {
+        &self.flow
+    }
+
+    /// The flow limits and client quotas in force, as the replicated metadata holds them.
+    pub fn flow_settings(&self) -> Arc<crate::flow::settings::FlowSettings> {
+        self.metadata().flow.clone()
     }
 
     /// This node's consumer group coordinator state (see `kafka::groups`).

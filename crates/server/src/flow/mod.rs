@@ -6,7 +6,9 @@
 //! - [`settings`]: what is enforced, as stored; Kafka's quota precedence.
 //! - [`token_bucket`]: the rate each limit or quota allows.
 //! - [`throttle`]: charging requests, the resulting throttle, a connection's mute.
+//! - [`admin`]: `GET`/`PUT /rates` on the admin HTTP API.
 
+pub mod admin;
 pub mod settings;
 pub mod throttle;
 pub mod token_bucket;

@@ -289,7 +289,7 @@ impl Eq for FlowSettings {}
 pub const MAX_QUOTA_ENTITIES: usize = 10_000;
 
 /// A change to one entity's quotas: keys set, then keys removed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QuotaAlteration {
     /// The entity.
     pub entity: QuotaEntity,
@@ -298,6 +298,22 @@ pub struct QuotaAlteration {
     /// Kafka keys to remove.
     pub remove: Vec<String>,
 }
+
+impl PartialEq for QuotaAlteration {
+    fn eq(&self, other: &Self) -> bool {
+        // Values compare by bits, so equality is an equivalence (commands are `Eq`).
+        self.entity == other.entity
+            && self.remove == other.remove
+            && self.set.len() == other.set.len()
+            && self
+                .set
+                .iter()
+                .zip(&other.set)
+                .all(|((ka, va), (kb, vb))| ka == kb && va.to_bits() == vb.to_bits())
+    }
+}
+
+impl Eq for QuotaAlteration {}
 
 impl FlowSettings {
     /// Whether nothing is limited (the request path then skips flow control entirely).

@@ -18,6 +18,7 @@ use kafka_proto::messages::fetch_response::{FetchResponse, FetchableTopicRespons
 use kafka_proto::records::batches_to_message_set;
 use kafka_proto::RecordChunks;
 
+use crate::flow::throttle::{throttle_ms, ClientIdentity, Mute, ReadKind};
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 
@@ -32,10 +33,47 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 /// Bound on what converting one partition's batches to a legacy message set may decompress.
 const MAX_DOWN_CONVERT_BYTES: usize = 64 << 20;
 
-/// Handles a Fetch request (answered later: it may wait for data).
-pub fn fetch(node: Arc<Node>, req: FetchRequest, version: i16, correlation_id: i32) -> Reply {
+/// Who a fetch is charged to, and the connection to mute when it is throttled.
+pub struct Charged {
+    /// The connection's mute.
+    pub mute: Arc<Mute>,
+    /// The principal's name.
+    pub user: String,
+    /// The request's client id.
+    pub client_id: String,
+}
+
+/// Handles a Fetch request (answered later: it may wait for data). The response's bytes are
+/// charged to the flow limits and quotas that apply; a throttled fetch is answered with its
+/// data and `throttle_time_ms`, and its connection muted for that long (see [`crate::flow`]).
+pub fn fetch(
+    node: Arc<Node>,
+    req: FetchRequest,
+    version: i16,
+    correlation_id: i32,
+    charged: Charged,
+) -> Reply {
     Reply::Later(Box::pin(async move {
-        let response = fetch_response(&node, &req, version).await;
+        let (mut response, read_kind) = fetch_response(&node, &req, version).await;
+        let settings = node.flow_settings();
+        if !settings.is_unlimited() {
+            let bytes: u64 = response
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+                .sum();
+            let who = ClientIdentity {
+                user: &charged.user,
+                client_id: &charged.client_id,
+            };
+            let now = Instant::now();
+            let throttle = node
+                .flow()
+                .charge_fetch(&settings, who, bytes, read_kind, now);
+            charged.mute.mute_for(throttle, now);
+            response.throttle_time_ms = throttle_ms(throttle);
+        }
         frame(correlation_id, version, &Response::Fetch(response))
     }))
 }
@@ -43,9 +81,17 @@ pub fn fetch(node: Arc<Node>, req: FetchRequest, version: i16, correlation_id: i
 struct Target {
     stream: Option<LogStream>,
     hw_seen: u64,
+    /// The offset the read stopped at (the high watermark when it read everything).
+    read_to: u64,
 }
 
-async fn fetch_response(node: &Arc<Node>, req: &FetchRequest, version: i16) -> FetchResponse {
+/// The response, and whether it read behind the tail (some partition's read stopped at its
+/// byte limit with more committed data behind it) or at it.
+async fn fetch_response(
+    node: &Arc<Node>,
+    req: &FetchRequest,
+    version: i16,
+) -> (FetchResponse, ReadKind) {
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     let deadline = Instant::now() + wait;
     let min_bytes = u64::try_from(req.min_bytes).unwrap_or(0);
@@ -53,7 +99,13 @@ async fn fetch_response(node: &Arc<Node>, req: &FetchRequest, version: i16) -> F
         let (response, bytes, targets, any_error) = read_once(node, req, version);
         let now = Instant::now();
         if bytes >= min_bytes || any_error || now >= deadline {
-            return response;
+            let behind = targets.iter().any(|t| t.read_to < t.hw_seen);
+            let kind = if behind {
+                ReadKind::CatchUp
+            } else {
+                ReadKind::Tail
+            };
+            return (response, kind);
         }
         // Wait for a commit on any of the partitions asked for, then read again.
         let waits: Vec<_> = targets
@@ -134,6 +186,7 @@ fn read_once(
             targets.push(Target {
                 stream: Some(stream.clone()),
                 hw_seen: v.high_watermark,
+                read_to: v.high_watermark,
             });
             if v.leader != node.config().id {
                 out.error_code = ErrorCode::NotLeaderOrFollower.code();
@@ -161,9 +214,15 @@ fn read_once(
             } else {
                 partition_max.min(budget)
             };
+            if let Some(t) = targets.last_mut() {
+                t.read_to = offset.min(v.high_watermark);
+            }
             if offset < v.high_watermark && limit > 0 {
                 match stream.read(offset, limit) {
                     Ok(read) if read.bytes > 0 => {
+                        if let Some(t) = targets.last_mut() {
+                            t.read_to = read.next_offset;
+                        }
                         total += read.bytes;
                         budget = budget.saturating_sub(read.bytes);
                         out.records = Some(records_for_version(read.chunks, version));

@@ -11,7 +11,9 @@ use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
 use crate::kafka::connection::ConnectionContext;
-use crate::kafka::{cluster, configs, fetch, groups, metadata, partition_admin, produce, topics};
+use crate::kafka::{
+    cluster, configs, fetch, groups, metadata, partition_admin, produce, quotas, topics,
+};
 use crate::node::Node;
 
 /// What to send back for a request.
@@ -59,6 +61,8 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -152,8 +156,24 @@ pub fn dispatch(
             version,
             Response::ListOffsets(metadata::list_offsets(node, &req, version)),
         ),
-        Request::Produce(req) => produce::produce(node, req, version, cid, chain),
-        Request::Fetch(req) => fetch::fetch(node.clone(), req, version, cid),
+        Request::Produce(req) => {
+            let client_id = header.client_id.as_deref().unwrap_or("");
+            let throttle = produce::charge(node, &req, conn.client(client_id));
+            conn.mute.mute_for(throttle, std::time::Instant::now());
+            produce::produce(node, req, version, cid, chain, throttle)
+        }
+        Request::Fetch(req) => {
+            let charged = fetch::Charged {
+                mute: conn.mute.clone(),
+                user: conn.principal.name.clone(),
+                client_id: header.client_id.clone().unwrap_or_default(),
+            };
+            fetch::fetch(node.clone(), req, version, cid, charged)
+        }
+        Request::DescribeClientQuotas(req) => {
+            quotas::describe_client_quotas(node, req, version, cid)
+        }
+        Request::AlterClientQuotas(req) => quotas::alter_client_quotas(node, req, version, cid),
         Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).

@@ -157,8 +157,12 @@ async fn connection_loop(
     let mut chain = crate::kafka::produce::ProduceChain::default();
     let conn = ConnectionContext::unauthenticated(peer, "PLAINTEXT");
     loop {
-        let can_read = reading && pending.len() < max_in_flight;
+        // A throttled request mutes its connection (KIP-219): responses still go out, but
+        // no further request is read until the mute ends.
+        let muted_until = conn.mute.muted_until(std::time::Instant::now());
+        let can_read = reading && pending.len() < max_in_flight && muted_until.is_none();
         tokio::select! {
+            _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
             // Responses go out in request order as they complete.
             Some(response) = pending.next(), if !pending.is_empty() => {
                 if let Some(segments) = response {
@@ -173,7 +177,23 @@ async fn connection_loop(
                 };
                 match decode_request(frame) {
                     Ok((header, request)) => {
-                        match dispatch(node, header, request, &conn, &mut chain) {
+                        // request_percentage quotas charge the time spent handling.
+                        let settings = node.flow_settings();
+                        let quota_client = (!settings.client_quotas.is_empty())
+                            .then(|| header.client_id.clone().unwrap_or_default());
+                        let started = std::time::Instant::now();
+                        let reply = dispatch(node, header, request, &conn, &mut chain);
+                        if let Some(client_id) = quota_client {
+                            let now = std::time::Instant::now();
+                            let throttle = node.flow().charge_request_time(
+                                &settings,
+                                conn.client(&client_id),
+                                now - started,
+                                now,
+                            );
+                            conn.mute.mute_for(throttle, now);
+                        }
+                        match reply {
                             Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
                             Reply::Later(fut) => pending.push_back(fut),
                             Reply::None => pending.push_back(Box::pin(async { None })),
@@ -201,6 +221,13 @@ async fn connection_loop(
                 return Ok(());
             }
         }
+    }
+}
+
+/// Waits until a connection's mute ends.
+async fn sleep_until_muted(until: Option<std::time::Instant>) {
+    if let Some(until) = until {
+        tokio::time::sleep_until(until.into()).await;
     }
 }
 

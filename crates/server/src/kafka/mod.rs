@@ -9,6 +9,7 @@
 //! - [`configs`]: AlterConfigs and IncrementalAlterConfigs (topic config overrides).
 //! - [`partition_admin`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
 //!   ListPartitionReassignments.
+//! - [`quotas`]: DescribeClientQuotas and AlterClientQuotas (client quotas, see [`crate::flow`]).
 //! - [`groups`], [`group_coordinator`], [`group_deadlines`]: consumer groups (classic
 //!   protocol): coordinator lookup, membership and rebalances (with each group's next deadline
 //!   in a heap), committed offsets.
@@ -27,6 +28,7 @@ pub mod listener;
 pub mod metadata;
 pub mod partition_admin;
 pub mod produce;
+pub mod quotas;
 pub mod topics;
 
 pub use listener::serve;

@@ -37,6 +37,7 @@ use kafka_proto::records::{
 use kafka_proto::DecodeError;
 
 use crate::config::KafkaSettings;
+use crate::flow::throttle::{throttle_ms, ClientIdentity};
 use crate::group::AppendError;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
@@ -216,14 +217,32 @@ impl TopicRules {
     }
 }
 
+/// Charges a Produce request's record bytes to the flow limits and quotas that apply (see
+/// [`crate::flow`]); returns its throttle (zero when nothing is limited).
+pub fn charge(node: &Node, req: &ProduceRequest, who: ClientIdentity<'_>) -> Duration {
+    let settings = node.flow_settings();
+    if settings.is_unlimited() {
+        return Duration::ZERO;
+    }
+    let bytes: u64 = req
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+        .sum();
+    node.flow()
+        .charge_produce(&settings, who, bytes, std::time::Instant::now())
+}
+
 /// Handles a Produce request: submits now, answers (unless acks=0) once every partition's
-/// append is committed or failed.
+/// append is committed or failed, with `throttle` as its `throttle_time_ms`.
 pub fn produce(
     node: &Arc<Node>,
     req: ProduceRequest,
     version: i16,
     correlation_id: i32,
     chain: &mut ProduceChain,
+    throttle: Duration,
 ) -> Reply {
     let now = now_ms();
     let timeout =
@@ -316,6 +335,7 @@ pub fn produce(
             version,
             &Response::Produce(ProduceResponse {
                 responses,
+                throttle_time_ms: throttle_ms(throttle),
                 ..Default::default()
             }),
         )

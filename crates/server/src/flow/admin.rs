@@ -1,0 +1,130 @@
+//! The flow limits on the admin HTTP API (what `vdlctl rate list | update` calls):
+//!
+//! - `GET /rates` — JSON object: each of the six limits ([`FLOW_LIMIT_NAMES`]) by name, a
+//!   number per second or `null` (unlimited); plus `throttled_requests` and
+//!   `throttle_time_ms_total` of this node.
+//! - `PUT /rates` — JSON object with some of the six names, each a positive number or `null`
+//!   (0 means unlimited too); the others keep their values. The new limits are committed to the
+//!   replicated metadata (any node accepts the request) and every node applies them; answers the
+//!   limits now in force, `400` naming an unknown limit or a bad value, `503` when the metadata
+//!   group cannot commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Map, Value};
+
+use crate::flow::settings::{FlowLimits, FLOW_LIMIT_NAMES};
+use crate::metadata::MetaCommand;
+use crate::node::Node;
+
+/// How long `PUT /rates` waits for the commit.
+const UPDATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The routes above, to merge into the admin router.
+pub fn routes() -> Router<Arc<Node>> {
+    Router::new().route("/rates", get(list).put(update))
+}
+
+fn limits_json(node: &Node, limits: &FlowLimits) -> Value {
+    let mut out = Map::new();
+    for name in FLOW_LIMIT_NAMES {
+        let v = limits.get(name).flatten();
+        out.insert(name.to_string(), v.map_or(Value::Null, Value::from));
+    }
+    out.insert(
+        "throttled_requests".into(),
+        Value::from(node.flow().throttled_requests()),
+    );
+    out.insert(
+        "throttle_time_ms_total".into(),
+        Value::from(node.flow().throttle_time_ms_total()),
+    );
+    Value::Object(out)
+}
+
+async fn list(State(node): State<Arc<Node>>) -> Json<Value> {
+    let limits = node.flow_settings().limits;
+    Json(limits_json(&node, &limits))
+}
+
+fn bad_request(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({ "error": message })),
+    )
+        .into_response()
+}
+
+/// The limits `current` becomes with the changes in `body`.
+pub fn apply_changes(current: FlowLimits, body: &Map<String, Value>) -> Result<FlowLimits, String> {
+    let mut limits = current;
+    for (name, value) in body {
+        let parsed = match value {
+            Value::Null => None,
+            v => Some(v.as_u64().ok_or_else(|| {
+                format!("limit {name}: expected a whole number per second or null, got {v}")
+            })?),
+        };
+        if !limits.set(name, parsed) {
+            return Err(format!(
+                "unknown limit {name} (known: {})",
+                FLOW_LIMIT_NAMES.join(", ")
+            ));
+        }
+    }
+    Ok(limits)
+}
+
+async fn update(State(node): State<Arc<Node>>, Json(body): Json<Value>) -> Response {
+    let Value::Object(body) = body else {
+        return bad_request("expected a JSON object of limits".into());
+    };
+    let limits = match apply_changes(node.flow_settings().limits, &body) {
+        Ok(l) => l,
+        Err(e) => return bad_request(e),
+    };
+    let command = MetaCommand::SetFlowLimits { limits };
+    match node.propose_metadata(&command, UPDATE_TIMEOUT).await {
+        Ok(_) => Json(limits_json(&node, &node.flow_settings().limits)).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_apply_to_the_named_limits_only() {
+        let current = FlowLimits {
+            produce_bytes_per_sec: Some(100),
+            tail_read_bytes_per_sec: Some(7),
+            ..FlowLimits::default()
+        };
+        let body: Map<String, Value> = serde_json::from_str(
+            r#"{"produce_requests_per_sec": 5, "tail_read_bytes_per_sec": null}"#,
+        )
+        .unwrap();
+        let l = apply_changes(current, &body).unwrap();
+        assert_eq!(l.produce_requests_per_sec, Some(5));
+        assert_eq!(l.produce_bytes_per_sec, Some(100));
+        assert_eq!(l.tail_read_bytes_per_sec, None);
+        let bad: Map<String, Value> = serde_json::from_str(r#"{"nope": 1}"#).unwrap();
+        assert!(apply_changes(current, &bad)
+            .unwrap_err()
+            .contains("unknown limit nope"));
+        let neg: Map<String, Value> =
+            serde_json::from_str(r#"{"produce_bytes_per_sec": -1}"#).unwrap();
+        assert!(apply_changes(current, &neg).is_err());
+    }
+}
