@@ -1,7 +1,8 @@
 //! Deterministic simulation of the group runtime: many Raft groups (the real [`new_group`]
 //! state machines, the real log stores on disk) on three simulated nodes, driven turn by turn
 //! by one thread on a simulated clock, over a simulated network that loses, delays and reorders
-//! messages, cuts nodes off and restarts them. Everything random comes from one seed.
+//! messages, cuts nodes off or single links between two nodes (the bridge shape: the third node
+//! sees both), and restarts nodes. Everything random comes from one seed.
 //!
 //! After the faults stop and the network heals, it checks, for every group:
 //! - every replica holds the same committed entries (index, term, payload);
@@ -224,6 +225,9 @@ struct World {
     nodes: Vec<SimNode>,
     /// Nodes cut off from every other node (both directions).
     isolated: HashSet<u64>,
+    /// Single links cut (both directions), lower id first: with one link cut, the third node
+    /// still sees both ends (the "bridge" shape).
+    cut_links: HashSet<(u64, u64)>,
     /// Per mille of messages lost.
     loss: u64,
     /// Largest delivery delay in steps (delays reorder messages).
@@ -260,6 +264,7 @@ impl World {
             rng: Rng(seed),
             nodes,
             isolated: HashSet::new(),
+            cut_links: HashSet::new(),
             loss: 0,
             max_delay: 1,
             net: Vec::new(),
@@ -272,7 +277,9 @@ impl World {
     }
 
     fn link_up(&self, a: u64, b: u64) -> bool {
-        !self.isolated.contains(&a) && !self.isolated.contains(&b)
+        !self.isolated.contains(&a)
+            && !self.isolated.contains(&b)
+            && !self.cut_links.contains(&(a.min(b), a.max(b)))
     }
 
     /// Node liveness, as the real node's pings report it: every group on `to` hears that
@@ -290,7 +297,7 @@ impl World {
             return;
         }
         let victim = NODES[self.rng.below(3) as usize];
-        match self.rng.below(5) {
+        match self.rng.below(6) {
             0 => {
                 // Cut one node off (never two: a majority stays connected).
                 self.isolated.clear();
@@ -306,7 +313,25 @@ impl World {
                     }
                 }
             }
-            1 => self.isolated.clear(),
+            1 => {
+                self.isolated.clear();
+                self.cut_links.clear();
+            }
+            5 => {
+                // Cut the link between the victim and one other node: each end's liveness
+                // reports the other silent; the third node still reaches both.
+                let other = NODES[((victim - 1 + 1 + self.rng.below(2)) % 3) as usize];
+                self.cut_links
+                    .insert((victim.min(other), victim.max(other)));
+                self.faults.0 += 1;
+                for (from, silent) in [(victim, other), (other, victim)] {
+                    if let Some(n) = self.nodes.iter().find(|n| n.id == from && n.up) {
+                        for g in n.groups.values() {
+                            try_deliver(&g.inbox, GroupInput::PeerDown(silent));
+                        }
+                    }
+                }
+            }
             2 => {
                 let up = self.nodes.iter().filter(|n| n.up).count();
                 let node = &mut self.nodes[(victim - 1) as usize];
@@ -502,6 +527,7 @@ fn run(seed: u64, steps: u64) -> Outcome {
     }
     // Heal: every node up and connected, no loss; let the last appends settle.
     w.isolated.clear();
+    w.cut_links.clear();
     w.loss = 0;
     for n in &mut w.nodes {
         if !n.up {
