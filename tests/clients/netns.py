@@ -12,9 +12,21 @@ its admin API calls keep working. Everything is removed by `teardown`, also afte
 Needs root and iproute2 (`ip netns`).
 """
 
+import contextlib
+import json
 import os
 import random
 import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+NODES = 3
+KAFKA_PORT, PEER_PORT, ADMIN_PORT = 9092, 9100, 9292
+ELECTION_TIMEOUT_MS = 1000
 
 
 def _ip(*args, ns=None, check=True):
@@ -117,3 +129,131 @@ class Net:
             else:
                 _ip("link", "del", name, check=False)
         self.created.clear()
+
+
+def _binary():
+    b = os.environ.get("VDL_BIN") or os.path.join(REPO, "target", "debug", "vdl")
+    assert os.path.exists(b), f"{b} missing: cargo build -p vdl-server first"
+    return os.path.abspath(b)
+
+
+class NetCluster:
+    """Three vdl processes, node i in namespace i, started and stopped by PID."""
+
+    def __init__(self, net, data_dir, extra_config="", env_for=None):
+        self.net = net
+        self.data_dir = data_dir
+        self.extra_config = extra_config
+        self.env_for = env_for or (lambda i: {})
+        self.procs = {}
+        self.bootstrap = ",".join(f"{net.addr(i)}:{KAFKA_PORT}" for i in range(1, NODES + 1))
+
+    def config(self, i):
+        members = ", ".join(
+            f'"vdl{j}={j}@{self.net.addr(j)}:{PEER_PORT}"' for j in range(1, NODES + 1)
+        )
+        path = os.path.join(self.data_dir, f"vdl{i}.toml")
+        with open(path, "w") as f:
+            f.write(
+                f"""initial_cluster = [{members}]
+
+[node]
+id = {i}
+name = "vdl{i}"
+data_dir = "{self.data_dir}/vdl{i}"
+
+[listeners]
+peer = "{self.net.addr(i)}:{PEER_PORT}"
+kafka = "{self.net.addr(i)}:{KAFKA_PORT}"
+kafka_advertised = "{self.net.addr(i)}:{KAFKA_PORT}"
+admin = "{self.net.addr(i)}:{ADMIN_PORT}"
+
+[raft]
+election_timeout_ms = {ELECTION_TIMEOUT_MS}
+{self.extra_config}
+"""
+            )
+        return path
+
+    def start(self):
+        for i in range(1, NODES + 1):
+            log = open(os.path.join(self.data_dir, f"vdl{i}.log"), "w")
+            # `ip netns exec` execs the program: the PID is the node's own.
+            self.procs[i] = subprocess.Popen(
+                self.net.exec_prefix(i) + [_binary(), "start", "--config", self.config(i)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(
+                    os.environ, RUST_LOG=os.environ.get("RUST_LOG", "info"), **self.env_for(i)
+                ),
+            )
+        deadline = time.monotonic() + 60
+        while not all(self.status(i) for i in range(1, NODES + 1)):
+            assert time.monotonic() < deadline, "nodes did not start"
+            for i, p in self.procs.items():
+                assert p.poll() is None, f"vdl{i} exited: {self.log(i)}"
+            time.sleep(0.2)
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def log(self, i):
+        with open(os.path.join(self.data_dir, f"vdl{i}.log")) as f:
+            return f.read()[-3000:]
+
+    def status(self, i, timeout=2.0):
+        url = f"http://{self.net.addr(i)}:{ADMIN_PORT}/status"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def leader_of(self, topic, partition=0):
+        """The leader of a partition as most nodes report it (None when unknown)."""
+        votes = {}
+        for i in range(1, NODES + 1):
+            st = self.status(i) or {"streams": []}
+            for s in st["streams"]:
+                if s["name"] == topic and s.get("partition", 0) == partition and s["leader"]:
+                    votes[s["leader"]] = votes.get(s["leader"], 0) + 1
+        return max(votes, key=votes.get) if votes else None
+
+    def watermarks(self, topic):
+        """{partition: [high watermark on node 1..3]} (None where a node does not answer)."""
+        out = {}
+        for i in range(1, NODES + 1):
+            st = self.status(i) or {"streams": []}
+            for s in st["streams"]:
+                if s["name"] == topic:
+                    out.setdefault(s.get("partition", 0), [None] * NODES)[i - 1] = s[
+                        "high_watermark"
+                    ]
+        return out
+
+
+@contextlib.contextmanager
+def running_cluster(extra_config="", env_for=None):
+    """A NetCluster on a fresh Net (skips the test when namespaces cannot be used); everything
+    is stopped and removed on exit, also after a failure."""
+    why = available()
+    if why:
+        pytest.skip(why)
+    net = Net(NODES)
+    data_dir = tempfile.mkdtemp(prefix="vdl-nemesis-")
+    cluster = NetCluster(net, data_dir, extra_config, env_for)
+    try:
+        net.setup()
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        net.teardown()

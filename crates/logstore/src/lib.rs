@@ -28,6 +28,7 @@
 mod batch;
 mod budget;
 mod cache;
+pub mod clock;
 mod config;
 mod entry;
 mod error;

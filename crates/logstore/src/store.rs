@@ -844,7 +844,9 @@ impl LogStore {
                 },
             })
             .collect();
-        let n = segments_to_delete(&infos, &self.config.retention, floor_index, now_ms(), all);
+        // Never ahead of the monotonic clock: a wall clock jumping forward deletes nothing early.
+        let now = crate::clock::retention_now_ms();
+        let n = segments_to_delete(&infos, &self.config.retention, floor_index, now, all);
         let mut bytes = 0;
         for s in self.segments.drain(..n) {
             assert!(

@@ -148,9 +148,13 @@ pub async fn expire_offsets(node: &Arc<Node>) -> usize {
     };
     let retention_ms =
         i64::try_from(node.config().kafka.offsets_retention.as_millis()).unwrap_or(i64::MAX);
-    let due = node
-        .metadata()
-        .expired_groups(wall_clock_ms(), retention_ms, MAX_EXPIRIES_PER_CHECK);
+    let due = node.metadata().expired_groups(
+        // Not ahead of the monotonic clock: a forward jump of this node's wall clock
+        // expires nothing early (logstore::clock).
+        logstore::clock::retention_now_ms() as i64,
+        retention_ms,
+        MAX_EXPIRIES_PER_CHECK,
+    );
     let mut expired = 0;
     for (group, activity_ms) in due {
         // Members here whose membership is not stored yet keep the group's offsets.
