@@ -65,7 +65,10 @@ fn every_request_body_round_trips_at_every_version() {
         }
     }
     // Every version of every API in the table (187 with the client quota APIs).
-    let all_versions = ApiKey::ALL.iter().map(|a| versions(*a).count()).sum::<usize>() as u64;
+    let all_versions = ApiKey::ALL
+        .iter()
+        .map(|a| versions(*a).count())
+        .sum::<usize>() as u64;
     assert!(all_versions >= 187);
     assert_eq!(cases, all_versions * SEEDS);
 }

@@ -572,6 +572,13 @@ impl ClusterMeta {
         }
     }
 
+    /// Applies `cmd` (committed at `index`, proposed as `request`) to this state alone, without
+    /// the effects on a node (opening or dropping streams): for tools, tests and fuzzing. The
+    /// same rules as the metadata group's apply, so the same commands give the same state.
+    pub fn apply_to_state(&mut self, index: u64, request: Option<RequestId>, cmd: MetaCommand) {
+        let _ = self.apply(index, request, cmd);
+    }
+
     fn apply(
         &mut self,
         index: u64,
@@ -1588,6 +1595,10 @@ mod tests {
         assert!(m.flow.limits.any() && m.flow.client_quotas.len() == 2);
         assert!(m.topics["t"].deleted_before(1) == 77 && m.topics["t"].configs.len() == 2);
         let bytes = crate::metadata_codec::encode_snapshot(&m.to_snapshot(60, 7));
+        // A seed for the metadata_command fuzz target (fuzz/seed-corpus.sh sets the variable).
+        if let Some(dir) = std::env::var_os("VDL_FUZZ_SEEDS_DIR") {
+            std::fs::write(std::path::Path::new(&dir).join("snapshot"), &bytes).unwrap();
+        }
         let wire = crate::metadata_codec::decode_snapshot(&bytes).unwrap();
         assert_eq!((wire.index, wire.term), (60, 7));
         let back = ClusterMeta::from_snapshot(vec![3, 2, 1], wire);

@@ -1432,6 +1432,29 @@ mod tests {
         ]
     }
 
+    /// With `VDL_FUZZ_SEEDS_DIR` set, writes every command's encoded entry (protobuf and
+    /// JSON) there as seeds for the `metadata_command` fuzz target (fuzz/seed-corpus.sh);
+    /// otherwise checks only that they decode.
+    #[test]
+    fn fuzz_seeds_decode() {
+        let dir = std::env::var_os("VDL_FUZZ_SEEDS_DIR").map(std::path::PathBuf::from);
+        for (seq, command) in every_command().into_iter().enumerate() {
+            let entry = MetaEntry {
+                request: request(seq as u64),
+                command,
+            };
+            for (kind, bytes) in [
+                ("pb", encode_entry(&entry)),
+                ("json", encode_entry_json(&entry)),
+            ] {
+                decode_entry(&bytes).unwrap();
+                if let Some(dir) = &dir {
+                    std::fs::write(dir.join(format!("entry-{seq:02}-{kind}")), &bytes).unwrap();
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_command_round_trips_with_its_request_id() {
         for (seq, command) in every_command().into_iter().enumerate() {
