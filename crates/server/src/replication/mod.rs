@@ -1,0 +1,25 @@
+//! Raft replication: one Raft group per partition (and one for the cluster metadata), the
+//! transport between nodes, and where replicas and leaders live.
+//!
+//! - [`group`]: one group's Ready loop, proposals, commit notification.
+//! - [`raft_storage`]: raft-rs's `Storage` over the log store; [`raft_log`]: raft-rs's log
+//!   records forwarded to `tracing`.
+//! - [`transport`]: Raft messages between nodes over TCP; [`peer_wire`]: the bytes of the peer
+//!   protocol; [`peer_guard`]: which connections, hellos and messages the peer port admits.
+//! - [`liveness`]: one ping per peer per heartbeat interval, whatever the partition count.
+//! - [`placement`]: which nodes hold each partition's replicas, and which should lead;
+//!   [`leaders`]: who leads the partitions a node does not host.
+//! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
+//! - [`producers`]: idempotent producers' state, derived from each partition's replicated log.
+
+pub mod group;
+pub mod leaders;
+pub mod liveness;
+pub mod peer_guard;
+pub mod peer_wire;
+pub mod placement;
+pub mod producers;
+pub mod raft_log;
+pub mod raft_storage;
+pub mod replicas;
+pub mod transport;
