@@ -4,7 +4,7 @@
 //! and group commit each on and off; next to the raw append+fdatasync latency of a plain file
 //! on the same disk, measured in the same run.
 //!
-//! Run: `cargo bench -p vdl-server --bench commit_latency` (about a minute on 2 cores).
+//! Run: `cargo bench -p vdl-benches --bench commit_latency` (about a minute on 2 cores).
 //! `VDL_BENCH_SECONDS` sets the seconds per cell (default 3). With `--test` (as CI runs
 //! benches) every cell runs for a moment, to prove the benchmark works.
 
