@@ -80,3 +80,12 @@ PY
 else
   echo "python3 not found: fuzz/corpus/peer_message starts empty" >&2
 fi
+
+# metadata_command: every metadata command's entry (protobuf and JSON) and a metadata snapshot,
+# written by the server's unit tests; segment_recovery: real store files (segment + index).
+mkdir -p corpus/metadata_command corpus/segment_recovery
+seeds_meta="$(cd corpus/metadata_command && pwd)"
+seeds_store="$(cd corpus/segment_recovery && pwd)"
+(cd .. && VDL_FUZZ_SEEDS_DIR="$seeds_meta" cargo test -q -p vdl-server --lib -- fuzz_seeds_decode snapshot_round_trips_every_field >/dev/null)
+(cd .. && VDL_FUZZ_SEEDS_DIR="$seeds_store" cargo test -q -p logstore --test fuzz_seeds >/dev/null)
+echo "seeded $(ls corpus/metadata_command | wc -l) metadata entries/snapshots, $(ls corpus/segment_recovery | wc -l) store files"

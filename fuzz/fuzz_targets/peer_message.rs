@@ -78,7 +78,8 @@ fuzz_target!(|data: &[u8]| {
             batch_bytes_left: 64 << 20,
         };
         let hello = m.from;
-        if check_message(1, hello, &m).is_ok() && check_in_group(&n.raft, &limits, &mut m).is_ok()
+        if check_message(1, hello, group, &m).is_ok()
+            && check_in_group(&n.raft, &limits, &mut m).is_ok()
         {
             let _ = n.step(m);
         }
