@@ -32,6 +32,9 @@ macro_rules! for_each_api {
             DeleteTopics = 20, "DeleteTopics", 0..=6, DeleteTopicsRequest, DeleteTopicsResponse;
             DeleteRecords = 21, "DeleteRecords", 0..=2, DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
+            DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;
+            CreateAcls = 30, "CreateAcls", 0..=3, CreateAclsRequest, CreateAclsResponse;
+            DeleteAcls = 31, "DeleteAcls", 0..=3, DeleteAclsRequest, DeleteAclsResponse;
             DescribeConfigs = 32, "DescribeConfigs", 0..=4, DescribeConfigsRequest, DescribeConfigsResponse;
             AlterConfigs = 33, "AlterConfigs", 0..=2, AlterConfigsRequest, AlterConfigsResponse;
             DescribeLogDirs = 35, "DescribeLogDirs", 0..=4, DescribeLogDirsRequest, DescribeLogDirsResponse;
@@ -42,6 +45,9 @@ macro_rules! for_each_api {
             IncrementalAlterConfigs = 44, "IncrementalAlterConfigs", 0..=1, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse;
             ListPartitionReassignments = 46, "ListPartitionReassignments", 0..=0, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse;
             OffsetDelete = 47, "OffsetDelete", 0..=0, OffsetDeleteRequest, OffsetDeleteResponse;
+            DescribeClientQuotas = 48, "DescribeClientQuotas", 0..=1, DescribeClientQuotasRequest, DescribeClientQuotasResponse;
+            DescribeUserScramCredentials = 50, "DescribeUserScramCredentials", 0..=0, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse;
+            AlterUserScramCredentials = 51, "AlterUserScramCredentials", 0..=0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse;
             DescribeCluster = 60, "DescribeCluster", 0..=1, DescribeClusterRequest, DescribeClusterResponse;
             DescribeProducers = 61, "DescribeProducers", 0..=0, DescribeProducersRequest, DescribeProducersResponse;
         }
@@ -183,7 +189,7 @@ mod tests {
     #[test]
     fn table_matches_the_schemas() {
         for_each_api!(check_table);
-        assert_eq!(ApiKey::ALL.len(), 31);
+        assert_eq!(ApiKey::ALL.len(), 37);
         assert_eq!(ApiKey::from_i16(4), None);
         assert_eq!(ApiKey::from_i16(-1), None);
     }

@@ -582,7 +582,7 @@ mod tests {
     #[test]
     fn our_api_versions_response() {
         let r = api_versions_response();
-        assert_eq!(r.api_keys.len(), 31);
+        assert_eq!(r.api_keys.len(), 37);
         let fetch = r.api_keys.iter().find(|k| k.api_key == 1).unwrap();
         assert_eq!((fetch.min_version, fetch.max_version), (0, 17));
         // v3 response: header v0, flexible body.

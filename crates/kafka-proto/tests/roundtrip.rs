@@ -64,7 +64,7 @@ fn every_request_body_round_trips_at_every_version() {
             }
         }
     }
-    assert_eq!(cases, 183 * SEEDS);
+    assert_eq!(cases, 199 * SEEDS);
 }
 
 #[test]
