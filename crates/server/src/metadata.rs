@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::group::StateMachine;
 use crate::node::Node;
+use crate::security::acl::{AclBinding, AclSet};
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 /// Group id of the metadata group.
 pub const METADATA_GROUP_ID: u64 = 1;
@@ -158,6 +160,41 @@ pub enum MetaCommand {
         group: String,
         /// The group's last activity (ms since the epoch) the proposer saw.
         activity_ms: i64,
+    },
+    /// Add ACLs (CreateAcls); bindings present already stay (adding one twice is no error).
+    CreateAcls {
+        /// The bindings, validated by the proposer.
+        acls: Vec<AclBinding>,
+    },
+    /// Remove ACLs (DeleteAcls): the bindings the proposer found matching the request's
+    /// filters; ones gone already are skipped.
+    DeleteAcls {
+        /// The bindings to remove.
+        acls: Vec<AclBinding>,
+    },
+    /// Set a user's SCRAM credential for one mechanism (AlterUserScramCredentials): salt,
+    /// iterations and the derived keys, never a password.
+    UpsertScramCredential {
+        /// The user name (the SASL user name, principal `User:{user}`).
+        user: String,
+        /// Kafka's mechanism type (1: SCRAM-SHA-256, 2: SCRAM-SHA-512); an unknown one is not
+        /// applied.
+        mechanism: i8,
+        /// The salt.
+        salt: Vec<u8>,
+        /// PBKDF2 iterations.
+        iterations: u32,
+        /// `H(ClientKey)`.
+        stored_key: Vec<u8>,
+        /// `HMAC(SaltedPassword, "Server Key")`.
+        server_key: Vec<u8>,
+    },
+    /// Remove a user's SCRAM credential for one mechanism.
+    DeleteScramCredential {
+        /// The user name.
+        user: String,
+        /// Kafka's mechanism type.
+        mechanism: i8,
     },
 }
 
@@ -324,6 +361,10 @@ pub struct ClusterMeta {
     /// stored), ms since the epoch on the proposer's clock. Absent: none recorded (offsets
     /// committed before offset expiry; they do not expire until the group commits again).
     pub group_activity_ms: HashMap<String, i64>,
+    /// Every ACL (see [`crate::security::acl`]).
+    pub acls: AclSet,
+    /// SCRAM credentials by user and mechanism.
+    pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
     /// Recently applied requests, oldest first, and the same as a set.
     applied_order: VecDeque<RequestId>,
     applied: HashSet<RequestId>,
@@ -433,6 +474,12 @@ impl ClusterMeta {
                 .iter()
                 .map(|id| RequestIdWire::from(*id))
                 .collect(),
+            acls: self.acls.iter().map(AclBindingWire::from).collect(),
+            scram_credentials: self
+                .scram_credentials
+                .iter()
+                .map(|((user, _), c)| ScramCredentialWire::new(user, c))
+                .collect(),
         }
     }
 
@@ -487,6 +534,17 @@ impl ClusterMeta {
         }
         for id in wire.applied {
             meta.remember(RequestId::from(id));
+        }
+        for b in wire.acls {
+            if let Some(b) = b.to_binding() {
+                meta.acls.insert(b);
+            }
+        }
+        for c in wire.scram_credentials {
+            if let Some((user, credential)) = c.to_credential() {
+                meta.scram_credentials
+                    .insert((user, credential.mechanism), credential);
+            }
         }
         meta
     }
@@ -765,6 +823,48 @@ impl ClusterMeta {
                 if unchanged && !self.groups.contains_key(&group) {
                     self.offsets.remove(&group);
                     self.group_activity_ms.remove(&group);
+                }
+                None
+            }
+            MetaCommand::CreateAcls { acls } => {
+                for b in acls {
+                    self.acls.insert(b);
+                }
+                None
+            }
+            MetaCommand::DeleteAcls { acls } => {
+                for b in &acls {
+                    self.acls.remove(b);
+                }
+                None
+            }
+            MetaCommand::UpsertScramCredential {
+                user,
+                mechanism,
+                salt,
+                iterations,
+                stored_key,
+                server_key,
+            } => {
+                let Some(mechanism) = ScramMechanism::from_kafka_type(mechanism) else {
+                    tracing::error!(%user, mechanism, "SCRAM credential of an unknown mechanism not applied");
+                    return None;
+                };
+                self.scram_credentials.insert(
+                    (user, mechanism),
+                    ScramCredential {
+                        mechanism,
+                        salt,
+                        iterations,
+                        stored_key,
+                        server_key,
+                    },
+                );
+                None
+            }
+            MetaCommand::DeleteScramCredential { user, mechanism } => {
+                if let Some(mechanism) = ScramMechanism::from_kafka_type(mechanism) {
+                    self.scram_credentials.remove(&(user, mechanism));
                 }
                 None
             }
@@ -1486,6 +1586,45 @@ mod tests {
                 replicas: Vec::new(),
                 configs: BTreeMap::new(),
             },
+            MetaCommand::CreateAcls {
+                acls: vec![
+                    AclBinding::from_kafka(2, "t", 3, "User:a", "*", 3, 3).unwrap(),
+                    AclBinding::from_kafka(2, "t", 3, "User:b", "*", 3, 3).unwrap(),
+                    AclBinding::from_kafka(3, "g-", 4, "User:*", "*", 2, 2).unwrap(),
+                ],
+            },
+            MetaCommand::DeleteAcls {
+                acls: vec![AclBinding::from_kafka(2, "t", 3, "User:b", "*", 3, 3).unwrap()],
+            },
+            MetaCommand::UpsertScramCredential {
+                user: "alice".into(),
+                mechanism: 2,
+                salt: vec![5; 16],
+                iterations: 8192,
+                stored_key: vec![1; 64],
+                server_key: vec![2; 64],
+            },
+            MetaCommand::UpsertScramCredential {
+                user: "bob".into(),
+                mechanism: 1,
+                salt: vec![6; 16],
+                iterations: 4096,
+                stored_key: vec![3; 32],
+                server_key: vec![4; 32],
+            },
+            MetaCommand::DeleteScramCredential {
+                user: "bob".into(),
+                mechanism: 1,
+            },
+            // An unknown mechanism is not applied.
+            MetaCommand::UpsertScramCredential {
+                user: "carol".into(),
+                mechanism: 9,
+                salt: vec![],
+                iterations: 4096,
+                stored_key: vec![],
+                server_key: vec![],
+            },
         ];
         for i in 0..40 {
             cmds.push(commit(
@@ -1519,6 +1658,11 @@ mod tests {
         assert!(!m.topics.is_empty() && !m.offsets.is_empty() && !m.groups.is_empty());
         assert!(!m.allocations.is_empty() && !m.group_activity_ms.is_empty());
         assert!(m.topics["t"].deleted_before(1) == 77 && m.topics["t"].configs.len() == 2);
+        assert_eq!(m.acls.len(), 2);
+        assert_eq!(
+            m.scram_credentials.keys().cloned().collect::<Vec<_>>(),
+            vec![("alice".to_string(), ScramMechanism::Sha512)]
+        );
         let bytes = crate::metadata_codec::encode_snapshot(&m.to_snapshot(60, 7));
         let wire = crate::metadata_codec::decode_snapshot(&bytes).unwrap();
         assert_eq!((wire.index, wire.term), (60, 7));
