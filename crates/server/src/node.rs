@@ -509,6 +509,8 @@ pub struct Node {
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
+    /// Decides what each Kafka request may do (`[security]`; the ACLs are in `metadata`).
+    authorizer: crate::security::authorizer::Authorizer,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -753,7 +755,13 @@ impl Node {
             config.storage.max_open_segment_files,
         );
         let metadata = ClusterMeta::new(config.member_ids());
+        let authorizer = crate::security::authorizer::Authorizer::new(
+            config.security.authorizer,
+            config.security.super_users.iter().cloned(),
+            config.security.allow_everyone_if_no_acl_found,
+        );
         let node = Arc::new(Node {
+            authorizer,
             config,
             registry,
             peers,
@@ -2167,6 +2175,33 @@ impl Node {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Commits a metadata command that changes nothing and returns once this node applied it:
+    /// afterwards this node's metadata holds every change committed before the call (a read
+    /// barrier that works on any node, leader or not).
+    pub async fn metadata_barrier(&self, timeout: Duration) -> Result<(), AppendError> {
+        self.propose_metadata(&MetaCommand::DeleteAcls { acls: Vec::new() }, timeout)
+            .await
+            .map(|_| ())
+    }
+
+    /// The authorizer configured for this node (`[security]`).
+    pub fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
+        &self.authorizer
+    }
+
+    /// The SCRAM credential of `user` for `mechanism` stored in the replicated metadata
+    /// (AlterUserScramCredentials), as this node has applied it; `None` when there is none.
+    pub fn replicated_scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        self.metadata()
+            .scram_credentials
+            .get(&(user.to_owned(), mechanism))
+            .cloned()
     }
 
     /// Whether `name` is a topic (created through the metadata group, hosted here or not, or

@@ -3,6 +3,9 @@
 //! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
 //!   and writes responses in request order.
 //! - [`connection`]: what a handler knows of its connection (peer, principal, listener).
+//! - [`access`]: what the request's principal may do (the authorizer over the replicated ACLs).
+//! - [`acls`]: CreateAcls, DescribeAcls, DeleteAcls.
+//! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials, DescribeClientQuotas.
 //! - [`handlers`]: turns one decoded request into its response.
 //! - [`produce`], [`fetch`], [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log
 //!   streams and the replicated cluster metadata.
@@ -15,6 +18,8 @@
 //!
 //! Each partition of a topic is its own log stream and Raft group (see the crate README).
 
+pub mod access;
+pub mod acls;
 pub mod cluster;
 pub mod configs;
 pub mod connection;
@@ -28,5 +33,6 @@ pub mod metadata;
 pub mod partition_admin;
 pub mod produce;
 pub mod topics;
+pub mod users;
 
 pub use listener::serve;
