@@ -959,6 +959,46 @@ mod tests {
         };
         assert_eq!(spelled_out, KafkaSettings::default());
         assert_eq!(c.metadata, MetadataSettings::default());
+        // The example names a super user but keeps the default: no authorizer.
+        assert_eq!(
+            c.security,
+            SecuritySettings {
+                super_users: vec!["User:admin".into()],
+                ..SecuritySettings::default()
+            }
+        );
+    }
+
+    /// `[security]`: the authorizer is "none" unless "acl", super users are principals, and
+    /// allow_everyone_if_no_acl_found defaults to false.
+    #[test]
+    fn the_security_table_is_checked() {
+        use crate::security::authorizer::AuthorizerMode;
+        let with = |table: &str| NodeConfig::from_toml(&format!("{THREE}\n[security]\n{table}\n"));
+        assert_eq!(
+            NodeConfig::from_toml(THREE).unwrap().security,
+            SecuritySettings::default()
+        );
+        assert_eq!(SecuritySettings::default().authorizer, AuthorizerMode::None);
+        let on = with(
+            "authorizer = \"acl\"\nsuper_users = [\"User:admin\", \"User:CN=ops,O=x\"]\n\
+             allow_everyone_if_no_acl_found = true",
+        )
+        .unwrap()
+        .security;
+        assert_eq!(on.authorizer, AuthorizerMode::Acl);
+        assert_eq!(on.super_users, vec!["User:admin", "User:CN=ops,O=x"]);
+        assert!(on.allow_everyone_if_no_acl_found);
+        for (table, key) in [
+            ("authorizer = \"simple\"", "security.authorizer"),
+            ("super_users = [\"admin\"]", "security.super_users"),
+        ] {
+            match with(table).unwrap_err() {
+                ConfigError::Invalid { key: k, .. } => assert_eq!(k, key, "{table}"),
+                other => panic!("{table}: {other}"),
+            }
+        }
+        assert!(with("authorizer_typo = \"acl\"").is_err());
     }
 
     /// `metadata.snapshot_interval_entries`: 0 (never) or at least the minimum.

@@ -57,11 +57,17 @@ pub struct Access {
 impl Access {
     /// The access of requests arriving on `conn`.
     pub fn new(node: &Arc<Node>, conn: &ConnectionContext) -> Access {
+        // Without an authorizer the host is never asked for: not formatted per request.
+        let enabled = node.authorizer().is_enabled();
         Access {
             node: node.clone(),
             principal: conn.principal.clone(),
             // As Kafka prints a client address in ACLs (`InetAddress.getHostAddress`).
-            host: conn.peer.ip().to_canonical().to_string(),
+            host: if enabled {
+                conn.peer.ip().to_canonical().to_string()
+            } else {
+                String::new()
+            },
         }
     }
 
