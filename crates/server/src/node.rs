@@ -511,6 +511,9 @@ pub struct Node {
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
     /// Decides what each Kafka request may do (`[security]`; the ACLs are in `metadata`).
     authorizer: crate::security::authorizer::Authorizer,
+    /// Set once a metadata barrier committed after start was applied here (see
+    /// [`Node::acls_current`]).
+    acls_current: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -762,6 +765,7 @@ impl Node {
         );
         let node = Arc::new(Node {
             authorizer,
+            acls_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             config,
             registry,
             peers,
@@ -816,7 +820,51 @@ impl Node {
         // The group coordinator's background tasks (deadlines, stored membership, offset
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::coordinator(self);
+        self.start_acl_catch_up();
         Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
+    }
+
+    /// Whether this node's ACLs are known to be current: a metadata barrier committed after
+    /// this node started has been applied here, so every ACL change committed before the start
+    /// (also ones this node had not heard were committed when it stopped) is applied. Until
+    /// then, with the ACL authorizer, only super users are allowed anything: a node must not
+    /// decide with a DENY it has not replayed yet. Always true without an authorizer.
+    pub fn acls_current(&self) -> bool {
+        self.acls_current.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// With the ACL authorizer, commits one metadata barrier (retried every 200 ms, 5 s per
+    /// attempt, until it commits or the node ends) and then marks the ACLs current.
+    fn start_acl_catch_up(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if !self.authorizer.is_enabled() {
+            self.acls_current.store(true, Ordering::Release);
+            return;
+        }
+        if self.acls_current() {
+            return;
+        }
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(n) = node.upgrade() else {
+                    return;
+                };
+                if n.metadata_group().is_none() {
+                    return;
+                }
+                match n.metadata_barrier(Duration::from_secs(5)).await {
+                    Ok(()) => {
+                        n.acls_current.store(true, Ordering::Release);
+                        tracing::info!("ACLs caught up with the cluster metadata");
+                        return;
+                    }
+                    Err(e) => tracing::debug!("ACL catch-up barrier not committed yet: {e}"),
+                }
+                drop(n);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
     }
 
     /// This node's configuration.

@@ -401,6 +401,9 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
                 upsert("dup", 2, 8192),
                 upsert("dave", 7, 8192),
                 upsert("", 2, 8192),
+                // Two mechanisms of one user: still altered twice (as Kafka 3.9 answers).
+                upsert("erin", 1, 8192),
+                upsert("erin", 2, 8192),
             ],
             ..Default::default()
         }),
@@ -410,6 +413,7 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
             ("carol".to_string(), 93),
             ("dave".to_string(), 33),
             (String::new(), 93),
+            ("erin".to_string(), 92),
         ]
     );
     // Asked of the node that altered (it applied the change before answering).

@@ -324,14 +324,18 @@ pub fn find_coordinator(
 ) -> Reply {
     let located = locate(node, req.key_type);
     let refused = |key: &str| -> Option<(ErrorCode, String)> {
-        let code = match req.key_type {
-            0 if !access.group(AclOperation::Describe, key) => ErrorCode::GroupAuthorizationFailed,
-            1 if !access.transactional_id(AclOperation::Describe, key) => {
-                ErrorCode::TransactionalIdAuthorizationFailed
-            }
-            _ => return None,
-        };
-        Some((code, "Authorization failed.".into()))
+        // Kafka's messages for these errors.
+        match req.key_type {
+            0 if !access.group(AclOperation::Describe, key) => Some((
+                ErrorCode::GroupAuthorizationFailed,
+                "Group authorization failed.".into(),
+            )),
+            1 if !access.transactional_id(AclOperation::Describe, key) => Some((
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "Transactional Id authorization failed.".into(),
+            )),
+            _ => None,
+        }
     };
     let mut resp = FindCoordinatorResponse::default();
     if version >= 4 {

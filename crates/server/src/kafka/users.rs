@@ -9,7 +9,9 @@
 //! - Alterations are answered per user, in the order users first appear. A user whose
 //!   alterations include an error gets the first one and none of them is applied:
 //!   UNACCEPTABLE_CREDENTIAL for an empty user name or iterations outside 4096..=16384,
-//!   DUPLICATE_RESOURCE for the same user and mechanism twice in one request,
+//!   DUPLICATE_RESOURCE for a user altered twice in one request (any two alterations, whatever
+//!   their mechanisms: checked against Kafka 3.9, which refuses `--add-config SCRAM-SHA-256=..
+//!   --delete-config SCRAM-SHA-512` for one user),
 //!   UNSUPPORTED_SASL_MECHANISM for a mechanism other than SCRAM-SHA-256/512,
 //!   RESOURCE_NOT_FOUND for deleting a credential that does not exist. vdl also refuses an
 //!   empty salt and a salted password whose length is not the hash's (UNACCEPTABLE_CREDENTIAL):
@@ -122,7 +124,7 @@ fn check_user(
     node: &Node,
     user: &str,
     req: &AlterUserScramCredentialsRequest,
-    pairs: &HashMap<(&str, i8), usize>,
+    alterations: &HashMap<&str, usize>,
 ) -> Result<Vec<Alteration>, (ErrorCode, String)> {
     let unacceptable = |m: &str| Err((ErrorCode::UnacceptableCredential, m.to_owned()));
     if user.is_empty() {
@@ -134,20 +136,14 @@ fn check_user(
             "Unknown SCRAM mechanism".to_owned(),
         ))
     };
+    if alterations.get(user).copied().unwrap_or(0) > 1 {
+        return Err((
+            ErrorCode::DuplicateResource,
+            "A user credential cannot be altered twice in the same request".into(),
+        ));
+    }
     let deletions = req.deletions.iter().filter(|d| d.name == user);
     let upsertions = req.upsertions.iter().filter(|u| u.name == user);
-    let mechanisms = deletions
-        .clone()
-        .map(|d| d.mechanism)
-        .chain(upsertions.clone().map(|u| u.mechanism));
-    for m in mechanisms {
-        if pairs.get(&(user, m)).copied().unwrap_or(0) > 1 {
-            return Err((
-                ErrorCode::DuplicateResource,
-                "A user credential cannot be altered twice in the same request".into(),
-            ));
-        }
-    }
     let mut out = Vec::new();
     for d in deletions {
         let mechanism = mechanism_of(d.mechanism)?;
@@ -194,23 +190,20 @@ pub fn alter_user_scram_credentials(
     let authorized = access.cluster(AclOperation::Alter);
     let node = node.clone();
     Reply::Later(Box::pin(async move {
-        // Users in order of first appearance, and how often each (user, mechanism) appears.
+        // Users in order of first appearance, and how many alterations each has.
         let mut users: Vec<&str> = Vec::new();
-        let mut pairs: HashMap<(&str, i8), usize> = HashMap::new();
+        let mut alterations: HashMap<&str, usize> = HashMap::new();
         let names = req
             .deletions
             .iter()
-            .map(|d| (d.name.as_str(), d.mechanism))
-            .chain(
-                req.upsertions
-                    .iter()
-                    .map(|u| (u.name.as_str(), u.mechanism)),
-            );
-        for (name, mechanism) in names {
-            if !users.contains(&name) {
+            .map(|d| d.name.as_str())
+            .chain(req.upsertions.iter().map(|u| u.name.as_str()));
+        for name in names {
+            let count = alterations.entry(name).or_default();
+            if *count == 0 {
                 users.push(name);
             }
-            *pairs.entry((name, mechanism)).or_default() += 1;
+            *count += 1;
         }
         // Deletions are checked against what every node committed before this request.
         let barrier = if authorized {
@@ -233,7 +226,7 @@ pub fn alter_user_scram_credentials(
             } else if let Some(e) = &barrier {
                 Err((metadata_error(e), e.to_string()))
             } else {
-                match check_user(&node, user, &req, &pairs) {
+                match check_user(&node, user, &req, &alterations) {
                     Ok(alterations) => apply(&node, user, alterations).await,
                     Err(e) => Err(e),
                 }
