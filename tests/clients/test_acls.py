@@ -253,8 +253,8 @@ def test_prefixed_acls_cover_names_with_the_prefix_only(acl_cluster):
     )
     eventually("prefixed allow applied", lambda: produce(c.bootstrap, PREFIXED, b"p") is None)
     assert produce(c.bootstrap, OTHER, b"x", timeout=8) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-    topics = listed_topics(c.bootstrap)
-    assert PREFIXED in topics and OTHER not in topics, topics
+    eventually("prefixed topic listed", lambda: PREFIXED in listed_topics(c.bootstrap))
+    assert OTHER not in listed_topics(c.bootstrap)
 
     listed = acl_list(tools, "--topic", prefix, "--resource-pattern-type", "prefixed")
     assert listed == {pattern(prefix, pattern_type="PREFIXED"): [entry("ALL")]}, listed
