@@ -3,7 +3,8 @@
 //! sees no topic; ACLs created through one node (CreateAcls) apply on every node, a DENY wins
 //! over an ALLOW and DeleteAcls removes it again; SCRAM credentials altered through one node
 //! (AlterUserScramCredentials) are stored as derived keys on every node, with Kafka's errors for
-//! bad alterations.
+//! bad alterations; and a started node refuses everyone (but super users) until its ACLs are
+//! current.
 
 mod common;
 
@@ -454,6 +455,66 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         });
     }
     for n in &nodes {
+        n.shutdown();
+    }
+}
+
+/// A started node decides nothing until its ACLs are current: with
+/// `allow_everyone_if_no_acl_found` (every resource open while no ACL exists), a node alone in
+/// its three-node cluster (no metadata majority, so no barrier can commit) still refuses; once
+/// the other nodes are up it allows.
+#[test]
+fn a_node_refuses_until_its_acls_are_current() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = configs(dir.path());
+    for c in &mut configs {
+        c.security.allow_everyone_if_no_acl_found = true;
+    }
+    let first = rt.block_on(async {
+        let n = Node::start(configs[0].clone()).await.expect("node starts");
+        n.serve_kafka().await.expect("kafka listener");
+        n
+    });
+    let addr = configs[0].kafka_listen;
+    let describe_acls = || match call(
+        addr,
+        ApiKey::DescribeAcls,
+        3,
+        &Request::DescribeAcls(DescribeAclsRequest {
+            resource_type_filter: 1,
+            resource_name_filter: None,
+            principal_filter: None,
+            host_filter: None,
+            pattern_type_filter: 1,
+            operation: 1,
+            permission_type: 1,
+            ..Default::default()
+        }),
+    ) {
+        Response::DescribeAcls(r) => r.error_code,
+        other => panic!("{other:?}"),
+    };
+    // Alone: no majority, nothing current, refused although no ACL exists.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!first.acls_current());
+    assert_eq!(describe_acls(), CLUSTER_AUTHORIZATION_FAILED);
+    // With the others up, the barrier commits and the open cluster resource is allowed.
+    let others: Vec<Arc<Node>> = rt.block_on(async {
+        let mut nodes = Vec::new();
+        for c in &configs[1..] {
+            nodes.push(Node::start(c.clone()).await.expect("node starts"));
+        }
+        nodes
+    });
+    eventually("the first node's ACLs current", || first.acls_current());
+    assert_eq!(describe_acls(), 0);
+    first.shutdown();
+    for n in &others {
         n.shutdown();
     }
 }
