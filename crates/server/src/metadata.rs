@@ -828,6 +828,11 @@ impl ClusterMeta {
             }
             MetaCommand::CreateAcls { acls } => {
                 for b in acls {
+                    if self.acls.len() >= crate::security::acl::MAX_ACLS && !self.acls.contains(&b)
+                    {
+                        tracing::error!("ACL not added: the cluster holds the most it may");
+                        continue;
+                    }
                     self.acls.insert(b);
                 }
                 None
@@ -850,8 +855,15 @@ impl ClusterMeta {
                     tracing::error!(%user, mechanism, "SCRAM credential of an unknown mechanism not applied");
                     return None;
                 };
+                let key = (user, mechanism);
+                if self.scram_credentials.len() >= crate::security::scram::MAX_CREDENTIALS
+                    && !self.scram_credentials.contains_key(&key)
+                {
+                    tracing::error!(user = %key.0, "SCRAM credential not added: the cluster holds the most it may");
+                    return None;
+                }
                 self.scram_credentials.insert(
-                    (user, mechanism),
+                    key,
                     ScramCredential {
                         mechanism,
                         salt,
@@ -1646,6 +1658,56 @@ mod tests {
         out.push((n + 2, id(7), commit("g", "t", 0, 999, 9_000)));
         out.push((n + 3, None, MetaCommand::AllocateProducerId));
         out
+    }
+
+    /// ACLs and SCRAM credentials stop at their bounds, on every node alike; what exists may
+    /// still be replaced or removed.
+    #[test]
+    fn acls_and_credentials_are_bounded() {
+        use crate::security::acl::MAX_ACLS;
+        use crate::security::scram::MAX_CREDENTIALS;
+        let mut m = ClusterMeta::new(vec![1]);
+        let binding =
+            |i: usize| AclBinding::from_kafka(2, &format!("t{i}"), 3, "User:a", "*", 3, 3).unwrap();
+        m.apply(
+            1,
+            id(1),
+            MetaCommand::CreateAcls {
+                acls: (0..=MAX_ACLS).map(binding).collect(),
+            },
+        );
+        assert_eq!(m.acls.len(), MAX_ACLS);
+        assert!(!m.acls.contains(&binding(MAX_ACLS)));
+        m.apply(
+            2,
+            id(2),
+            MetaCommand::DeleteAcls {
+                acls: vec![binding(0)],
+            },
+        );
+        m.apply(
+            3,
+            id(3),
+            MetaCommand::CreateAcls {
+                acls: vec![binding(MAX_ACLS)],
+            },
+        );
+        assert!(m.acls.contains(&binding(MAX_ACLS)));
+        let upsert = |user: String| MetaCommand::UpsertScramCredential {
+            user,
+            mechanism: 1,
+            salt: vec![1],
+            iterations: 4096,
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+        };
+        for i in 0..=MAX_CREDENTIALS {
+            m.apply(10 + i as u64, None, upsert(format!("u{i}")));
+        }
+        assert_eq!(m.scram_credentials.len(), MAX_CREDENTIALS);
+        // Replacing an existing credential is still allowed.
+        m.apply(1 << 40, None, upsert("u0".into()));
+        assert_eq!(m.scram_credentials.len(), MAX_CREDENTIALS);
     }
 
     /// A snapshot round-trips every kind of content exactly.

@@ -6,7 +6,8 @@
 //!   (CLUSTER_AUTHORIZATION_FAILED otherwise).
 //! - A creation is checked as Kafka's controller checks new ACLs (INVALID_REQUEST with
 //!   Kafka's message otherwise); the valid ones of a request are committed in one metadata
-//!   command. Creating an ACL that exists is no error.
+//!   command. Creating an ACL that exists is no error. Beyond [`MAX_ACLS`] in all, the
+//!   creations answer POLICY_VIOLATION.
 //! - A deletion first commits a no-op barrier (so this node has applied every ACL change
 //!   committed before the request), then finds the ACLs each filter matches and commits their
 //!   removal; the response lists them per filter.
@@ -32,7 +33,7 @@ use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::topics::metadata_error;
 use crate::metadata::MetaCommand;
 use crate::node::Node;
-use crate::security::acl::{AclBinding, AclBindingFilter, AclOperation};
+use crate::security::acl::{AclBinding, AclBindingFilter, AclOperation, MAX_ACLS};
 
 /// How long an ACL change waits for the metadata commit.
 const ACL_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -94,6 +95,17 @@ pub fn create_acls(
                 }
             }
             results.push(r);
+        }
+        let new_count = {
+            let meta = node.metadata();
+            valid.iter().filter(|(_, b)| !meta.acls.contains(b)).count() + meta.acls.len()
+        };
+        if new_count > MAX_ACLS {
+            for (i, _) in valid.drain(..) {
+                results[i].error_code = ErrorCode::PolicyViolation.code();
+                results[i].error_message =
+                    Some(format!("the cluster holds at most {MAX_ACLS} ACLs"));
+            }
         }
         if !valid.is_empty() {
             let cmd = MetaCommand::CreateAcls {

@@ -15,7 +15,8 @@
 //!   UNSUPPORTED_SASL_MECHANISM for a mechanism other than SCRAM-SHA-256/512,
 //!   RESOURCE_NOT_FOUND for deleting a credential that does not exist. vdl also refuses an
 //!   empty salt and a salted password whose length is not the hash's (UNACCEPTABLE_CREDENTIAL):
-//!   no client sends them, and a credential built from them could never be used.
+//!   no client sends them, and a credential built from them could never be used; and a new
+//!   credential beyond [`MAX_CREDENTIALS`] in the cluster (POLICY_VIOLATION).
 //! - The server keeps the salt, the iterations and the keys derived from the salted password
 //!   (StoredKey, ServerKey), never the salted password itself.
 //! - Describing a user without credentials is RESOURCE_NOT_FOUND, a user named twice
@@ -43,7 +44,9 @@ use crate::kafka::topics::metadata_error;
 use crate::metadata::MetaCommand;
 use crate::node::Node;
 use crate::security::acl::AclOperation;
-use crate::security::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+use crate::security::scram::{
+    ScramCredential, ScramMechanism, MAX_CREDENTIALS, MAX_ITERATIONS, MIN_ITERATIONS,
+};
 
 /// How long a credential change waits for the metadata commit.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -157,6 +160,14 @@ fn check_user(
     }
     for u in upsertions {
         let mechanism = mechanism_of(u.mechanism)?;
+        let stored = node.metadata().scram_credentials.len();
+        if stored >= MAX_CREDENTIALS && node.replicated_scram_credential(user, mechanism).is_none()
+        {
+            return Err((
+                ErrorCode::PolicyViolation,
+                format!("the cluster holds at most {MAX_CREDENTIALS} SCRAM credentials"),
+            ));
+        }
         if u.iterations < MIN_ITERATIONS as i32 {
             return unacceptable("Too few iterations");
         }

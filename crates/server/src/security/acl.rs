@@ -344,6 +344,11 @@ impl AclBindingFilter {
     }
 }
 
+/// Most ACLs a cluster holds (they are in every metadata snapshot and walked by every check of
+/// their resource type): CreateAcls beyond it answers POLICY_VIOLATION, and a command that
+/// would pass it anyway adds nothing more.
+pub const MAX_ACLS: usize = 100_000;
+
 /// Every ACL of the cluster, ordered by resource type first (so one type's bindings are one
 /// range of the set).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -355,6 +360,11 @@ impl AclSet {
     /// Adds a binding; false when it was there already.
     pub fn insert(&mut self, binding: AclBinding) -> bool {
         self.bindings.insert(binding)
+    }
+
+    /// Whether the binding is there.
+    pub fn contains(&self, binding: &AclBinding) -> bool {
+        self.bindings.contains(binding)
     }
 
     /// Removes a binding; false when it was not there.
