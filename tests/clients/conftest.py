@@ -8,6 +8,7 @@ Environment:
   VDL_KEEP  1 = keep the data directory (configs, node logs) after the session, for debugging
 """
 
+import contextlib
 import json
 import os
 import random
@@ -44,12 +45,15 @@ def _free_base():
 
 
 class Cluster:
-    """A running three-node cluster, and the operations the tests need on it."""
+    """A running three-node cluster, and the operations the tests need on it. `extra_config` is
+    TOML appended to every node's configuration (local-cluster.sh's VDL_EXTRA_CONFIG), e.g. a
+    `[security]` table."""
 
-    def __init__(self, data_dir, base, binary):
+    def __init__(self, data_dir, base, binary, extra_config=""):
         self.data_dir = data_dir
         self.base = base
         self.binary = binary
+        self.extra_config = extra_config
         self.bootstrap = ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
         self.env = dict(
             os.environ,
@@ -62,6 +66,7 @@ class Cluster:
             VDL_START_TIMEOUT="60",
             VDL_STOP_TIMEOUT="10",
             RUST_LOG=os.environ.get("RUST_LOG", "info"),
+            VDL_EXTRA_CONFIG=extra_config,
         )
 
     def _script(self, cmd, timeout):
@@ -82,6 +87,13 @@ class Cluster:
 
     def stop(self):
         self._script("stop", timeout=60)
+
+    def restart(self, extra_config):
+        """Stops every node and starts them again, on the same data, with `extra_config`."""
+        self.stop()
+        self.extra_config = extra_config
+        self.env["VDL_EXTRA_CONFIG"] = extra_config
+        self.start()
 
     def pid(self, node):
         """PID of node `node` (1-based) if it runs, else None."""
@@ -177,10 +189,12 @@ def _binary():
     return os.path.abspath(b)
 
 
-@pytest.fixture(scope="session")
-def cluster():
+@contextlib.contextmanager
+def running_cluster(extra_config=""):
+    """A three-node cluster in a new data directory, configured with `extra_config` (see
+    Cluster); stopped and removed (unless VDL_KEEP=1) on exit."""
     data_dir = tempfile.mkdtemp(prefix="vdl-clients-")
-    c = Cluster(data_dir, _free_base(), _binary())
+    c = Cluster(data_dir, _free_base(), _binary(), extra_config)
     try:
         c.start()
         yield c
@@ -190,6 +204,12 @@ def cluster():
             print(f"\nvdl cluster data kept in {data_dir}")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    with running_cluster() as c:
+        yield c
 
 
 @pytest.fixture

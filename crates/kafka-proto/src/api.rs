@@ -32,6 +32,9 @@ macro_rules! for_each_api {
             DeleteTopics = 20, "DeleteTopics", 0..=6, DeleteTopicsRequest, DeleteTopicsResponse;
             DeleteRecords = 21, "DeleteRecords", 0..=2, DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
+            DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;
+            CreateAcls = 30, "CreateAcls", 0..=3, CreateAclsRequest, CreateAclsResponse;
+            DeleteAcls = 31, "DeleteAcls", 0..=3, DeleteAclsRequest, DeleteAclsResponse;
             DescribeConfigs = 32, "DescribeConfigs", 0..=4, DescribeConfigsRequest, DescribeConfigsResponse;
             AlterConfigs = 33, "AlterConfigs", 0..=2, AlterConfigsRequest, AlterConfigsResponse;
             DescribeLogDirs = 35, "DescribeLogDirs", 0..=4, DescribeLogDirsRequest, DescribeLogDirsResponse;
@@ -44,6 +47,8 @@ macro_rules! for_each_api {
             OffsetDelete = 47, "OffsetDelete", 0..=0, OffsetDeleteRequest, OffsetDeleteResponse;
             DescribeClientQuotas = 48, "DescribeClientQuotas", 0..=1, DescribeClientQuotasRequest, DescribeClientQuotasResponse;
             AlterClientQuotas = 49, "AlterClientQuotas", 0..=1, AlterClientQuotasRequest, AlterClientQuotasResponse;
+            DescribeUserScramCredentials = 50, "DescribeUserScramCredentials", 0..=0, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse;
+            AlterUserScramCredentials = 51, "AlterUserScramCredentials", 0..=0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse;
             DescribeCluster = 60, "DescribeCluster", 0..=1, DescribeClusterRequest, DescribeClusterResponse;
             DescribeProducers = 61, "DescribeProducers", 0..=0, DescribeProducersRequest, DescribeProducersResponse;
         }

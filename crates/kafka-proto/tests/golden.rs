@@ -188,6 +188,8 @@ fn golden_frames_decode_and_reencode_byte_for_byte() {
         ApiKey::ListPartitionReassignments,
         ApiKey::OffsetDelete,
         ApiKey::DescribeProducers,
+        ApiKey::DescribeAcls,
+        ApiKey::DescribeUserScramCredentials,
     ] {
         assert!(
             checked.get(&api).copied().unwrap_or(0) >= 1,

@@ -75,6 +75,20 @@ pub struct NodeConfig {
     pub kafka: KafkaSettings,
     /// The replicated cluster metadata's snapshots.
     pub metadata: MetadataSettings,
+    /// Authorization (`[security]`: authorizer, super users).
+    pub security: SecuritySettings,
+}
+
+/// Who may do what (`[security]`), see [`crate::security::authorizer`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SecuritySettings {
+    /// `authorizer`: `"none"` (every request allowed, the default) or `"acl"` (Kafka's ACLs).
+    pub authorizer: crate::security::authorizer::AuthorizerMode,
+    /// `super_users`: principals (`User:name`) allowed everything whatever the ACLs say.
+    pub super_users: Vec<String>,
+    /// `allow_everyone_if_no_acl_found`: with the ACL authorizer, a resource no ACL names is
+    /// open to everyone (Kafka's `allow.everyone.if.no.acl.found`); default false: denied.
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// Snapshots of the replicated cluster metadata (see [`crate::metadata_snapshot`]).
@@ -283,6 +297,35 @@ impl Default for StorageSettings {
     }
 }
 
+/// Validates `[security]`.
+fn security_settings(file: FileSecurity) -> Result<SecuritySettings, ConfigError> {
+    use crate::security::authorizer::AuthorizerMode;
+    let authorizer = match file.authorizer.as_deref() {
+        None | Some("none") => AuthorizerMode::None,
+        Some("acl") => AuthorizerMode::Acl,
+        Some(other) => {
+            return invalid(
+                "security.authorizer",
+                &format!("`{other}` is not one of \"none\", \"acl\""),
+            )
+        }
+    };
+    let super_users = file.super_users.unwrap_or_default();
+    for u in &super_users {
+        if crate::security::Principal::parse(u).is_none() {
+            return invalid(
+                "security.super_users",
+                &format!("`{u}` is not a principal of the form Type:name (User:admin)"),
+            );
+        }
+    }
+    Ok(SecuritySettings {
+        authorizer,
+        super_users,
+        allow_everyone_if_no_acl_found: file.allow_everyone_if_no_acl_found.unwrap_or(false),
+    })
+}
+
 // ---- the file format ----------------------------------------------------------------------
 
 #[derive(Debug, Deserialize)]
@@ -302,6 +345,16 @@ struct FileConfig {
     kafka: FileKafka,
     #[serde(default)]
     metadata: FileMetadata,
+    #[serde(default)]
+    security: FileSecurity,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSecurity {
+    authorizer: Option<String>,
+    super_users: Option<Vec<String>>,
+    allow_everyone_if_no_acl_found: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -419,6 +472,7 @@ impl NodeConfig {
             initial_streams: Vec::new(),
             kafka: KafkaSettings::default(),
             metadata: MetadataSettings::default(),
+            security: SecuritySettings::default(),
         }
     }
 
@@ -660,6 +714,8 @@ impl NodeConfig {
             metadata.snapshot_interval_entries = n;
         }
 
+        let security = security_settings(file.security)?;
+
         let initial_streams = file.streams.initial.unwrap_or_default();
         for s in &initial_streams {
             if !valid_stream_name(s) {
@@ -684,6 +740,7 @@ impl NodeConfig {
             initial_streams,
             kafka,
             metadata,
+            security,
         })
     }
 
@@ -902,6 +959,46 @@ mod tests {
         };
         assert_eq!(spelled_out, KafkaSettings::default());
         assert_eq!(c.metadata, MetadataSettings::default());
+        // The example names a super user but keeps the default: no authorizer.
+        assert_eq!(
+            c.security,
+            SecuritySettings {
+                super_users: vec!["User:admin".into()],
+                ..SecuritySettings::default()
+            }
+        );
+    }
+
+    /// `[security]`: the authorizer is "none" unless "acl", super users are principals, and
+    /// allow_everyone_if_no_acl_found defaults to false.
+    #[test]
+    fn the_security_table_is_checked() {
+        use crate::security::authorizer::AuthorizerMode;
+        let with = |table: &str| NodeConfig::from_toml(&format!("{THREE}\n[security]\n{table}\n"));
+        assert_eq!(
+            NodeConfig::from_toml(THREE).unwrap().security,
+            SecuritySettings::default()
+        );
+        assert_eq!(SecuritySettings::default().authorizer, AuthorizerMode::None);
+        let on = with(
+            "authorizer = \"acl\"\nsuper_users = [\"User:admin\", \"User:CN=ops,O=x\"]\n\
+             allow_everyone_if_no_acl_found = true",
+        )
+        .unwrap()
+        .security;
+        assert_eq!(on.authorizer, AuthorizerMode::Acl);
+        assert_eq!(on.super_users, vec!["User:admin", "User:CN=ops,O=x"]);
+        assert!(on.allow_everyone_if_no_acl_found);
+        for (table, key) in [
+            ("authorizer = \"simple\"", "security.authorizer"),
+            ("super_users = [\"admin\"]", "security.super_users"),
+        ] {
+            match with(table).unwrap_err() {
+                ConfigError::Invalid { key: k, .. } => assert_eq!(k, key, "{table}"),
+                other => panic!("{table}: {other}"),
+            }
+        }
+        assert!(with("authorizer_typo = \"acl\"").is_err());
     }
 
     /// `metadata.snapshot_interval_entries`: 0 (never) or at least the minimum.

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::flow::settings::{FlowLimits, FlowSettings, QuotaAlteration};
 use crate::group::StateMachine;
 use crate::node::Node;
+use crate::security::acl::{AclBinding, AclSet};
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 /// Group id of the metadata group.
 pub const METADATA_GROUP_ID: u64 = 1;
@@ -159,6 +161,41 @@ pub enum MetaCommand {
         group: String,
         /// The group's last activity (ms since the epoch) the proposer saw.
         activity_ms: i64,
+    },
+    /// Add ACLs (CreateAcls); bindings present already stay (adding one twice is no error).
+    CreateAcls {
+        /// The bindings, validated by the proposer.
+        acls: Vec<AclBinding>,
+    },
+    /// Remove ACLs (DeleteAcls): the bindings the proposer found matching the request's
+    /// filters; ones gone already are skipped.
+    DeleteAcls {
+        /// The bindings to remove.
+        acls: Vec<AclBinding>,
+    },
+    /// Set a user's SCRAM credential for one mechanism (AlterUserScramCredentials): salt,
+    /// iterations and the derived keys, never a password.
+    UpsertScramCredential {
+        /// The user name (the SASL user name, principal `User:{user}`).
+        user: String,
+        /// Kafka's mechanism type (1: SCRAM-SHA-256, 2: SCRAM-SHA-512); an unknown one is not
+        /// applied.
+        mechanism: i8,
+        /// The salt.
+        salt: Vec<u8>,
+        /// PBKDF2 iterations.
+        iterations: u32,
+        /// `H(ClientKey)`.
+        stored_key: Vec<u8>,
+        /// `HMAC(SaltedPassword, "Server Key")`.
+        server_key: Vec<u8>,
+    },
+    /// Remove a user's SCRAM credential for one mechanism.
+    DeleteScramCredential {
+        /// The user name.
+        user: String,
+        /// Kafka's mechanism type.
+        mechanism: i8,
     },
     /// Replace the node-wide flow limits (`vdlctl rate update`, the admin API's `PUT /rates`):
     /// every node then enforces them on its own traffic.
@@ -336,6 +373,10 @@ pub struct ClusterMeta {
     /// stored), ms since the epoch on the proposer's clock. Absent: none recorded (offsets
     /// committed before offset expiry; they do not expire until the group commits again).
     pub group_activity_ms: HashMap<String, i64>,
+    /// Every ACL (see [`crate::security::acl`]).
+    pub acls: AclSet,
+    /// SCRAM credentials by user and mechanism.
+    pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
     /// Flow control: node-wide limits and client quotas (shared with request handlers,
     /// replaced on change).
     pub flow: Arc<FlowSettings>,
@@ -448,12 +489,18 @@ impl ClusterMeta {
                 .iter()
                 .map(|id| RequestIdWire::from(*id))
                 .collect(),
+            acls: self.acls.iter().map(AclBindingWire::from).collect(),
+            scram_credentials: self
+                .scram_credentials
+                .iter()
+                .map(|((user, _), c)| ScramCredentialWire::new(user, c))
+                .collect(),
             flow_limits: self
                 .flow
                 .limits
                 .any()
-                .then(|| FlowLimitsWire::from(&self.flow.limits)),
-            client_quotas: client_quotas_to_wire(&self.flow.client_quotas),
+                .then(|| crate::flow::wire::FlowLimitsWire::from(&self.flow.limits)),
+            client_quotas: crate::flow::wire::client_quotas_to_wire(&self.flow.client_quotas),
         }
     }
 
@@ -509,9 +556,20 @@ impl ClusterMeta {
         for id in wire.applied {
             meta.remember(RequestId::from(id));
         }
+        for b in wire.acls {
+            if let Some(b) = b.to_binding() {
+                meta.acls.insert(b);
+            }
+        }
+        for c in wire.scram_credentials {
+            if let Some((user, credential)) = c.to_credential() {
+                meta.scram_credentials
+                    .insert((user, credential.mechanism), credential);
+            }
+        }
         meta.flow = Arc::new(FlowSettings {
             limits: wire.flow_limits.map(FlowLimits::from).unwrap_or_default(),
-            client_quotas: client_quotas_from_wire(wire.client_quotas),
+            client_quotas: crate::flow::wire::client_quotas_from_wire(wire.client_quotas),
         });
         meta
     }
@@ -797,6 +855,60 @@ impl ClusterMeta {
                 if unchanged && !self.groups.contains_key(&group) {
                     self.offsets.remove(&group);
                     self.group_activity_ms.remove(&group);
+                }
+                None
+            }
+            MetaCommand::CreateAcls { acls } => {
+                for b in acls {
+                    if self.acls.len() >= crate::security::acl::MAX_ACLS && !self.acls.contains(&b)
+                    {
+                        tracing::error!("ACL not added: the cluster holds the most it may");
+                        continue;
+                    }
+                    self.acls.insert(b);
+                }
+                None
+            }
+            MetaCommand::DeleteAcls { acls } => {
+                for b in &acls {
+                    self.acls.remove(b);
+                }
+                None
+            }
+            MetaCommand::UpsertScramCredential {
+                user,
+                mechanism,
+                salt,
+                iterations,
+                stored_key,
+                server_key,
+            } => {
+                let Some(mechanism) = ScramMechanism::from_kafka_type(mechanism) else {
+                    tracing::error!(%user, mechanism, "SCRAM credential of an unknown mechanism not applied");
+                    return None;
+                };
+                let key = (user, mechanism);
+                if self.scram_credentials.len() >= crate::security::scram::MAX_CREDENTIALS
+                    && !self.scram_credentials.contains_key(&key)
+                {
+                    tracing::error!(user = %key.0, "SCRAM credential not added: the cluster holds the most it may");
+                    return None;
+                }
+                self.scram_credentials.insert(
+                    key,
+                    ScramCredential {
+                        mechanism,
+                        salt,
+                        iterations,
+                        stored_key,
+                        server_key,
+                    },
+                );
+                None
+            }
+            MetaCommand::DeleteScramCredential { user, mechanism } => {
+                if let Some(mechanism) = ScramMechanism::from_kafka_type(mechanism) {
+                    self.scram_credentials.remove(&(user, mechanism));
                 }
                 None
             }
@@ -1560,6 +1672,45 @@ mod tests {
                 replicas: Vec::new(),
                 configs: BTreeMap::new(),
             },
+            MetaCommand::CreateAcls {
+                acls: vec![
+                    AclBinding::from_kafka(2, "t", 3, "User:a", "*", 3, 3).unwrap(),
+                    AclBinding::from_kafka(2, "t", 3, "User:b", "*", 3, 3).unwrap(),
+                    AclBinding::from_kafka(3, "g-", 4, "User:*", "*", 2, 2).unwrap(),
+                ],
+            },
+            MetaCommand::DeleteAcls {
+                acls: vec![AclBinding::from_kafka(2, "t", 3, "User:b", "*", 3, 3).unwrap()],
+            },
+            MetaCommand::UpsertScramCredential {
+                user: "alice".into(),
+                mechanism: 2,
+                salt: vec![5; 16],
+                iterations: 8192,
+                stored_key: vec![1; 64],
+                server_key: vec![2; 64],
+            },
+            MetaCommand::UpsertScramCredential {
+                user: "bob".into(),
+                mechanism: 1,
+                salt: vec![6; 16],
+                iterations: 4096,
+                stored_key: vec![3; 32],
+                server_key: vec![4; 32],
+            },
+            MetaCommand::DeleteScramCredential {
+                user: "bob".into(),
+                mechanism: 1,
+            },
+            // An unknown mechanism is not applied.
+            MetaCommand::UpsertScramCredential {
+                user: "carol".into(),
+                mechanism: 9,
+                salt: vec![],
+                iterations: 4096,
+                stored_key: vec![],
+                server_key: vec![],
+            },
         ];
         for i in 0..40 {
             cmds.push(commit(
@@ -1583,6 +1734,56 @@ mod tests {
         out
     }
 
+    /// ACLs and SCRAM credentials stop at their bounds, on every node alike; what exists may
+    /// still be replaced or removed.
+    #[test]
+    fn acls_and_credentials_are_bounded() {
+        use crate::security::acl::MAX_ACLS;
+        use crate::security::scram::MAX_CREDENTIALS;
+        let mut m = ClusterMeta::new(vec![1]);
+        let binding =
+            |i: usize| AclBinding::from_kafka(2, &format!("t{i}"), 3, "User:a", "*", 3, 3).unwrap();
+        m.apply(
+            1,
+            id(1),
+            MetaCommand::CreateAcls {
+                acls: (0..=MAX_ACLS).map(binding).collect(),
+            },
+        );
+        assert_eq!(m.acls.len(), MAX_ACLS);
+        assert!(!m.acls.contains(&binding(MAX_ACLS)));
+        m.apply(
+            2,
+            id(2),
+            MetaCommand::DeleteAcls {
+                acls: vec![binding(0)],
+            },
+        );
+        m.apply(
+            3,
+            id(3),
+            MetaCommand::CreateAcls {
+                acls: vec![binding(MAX_ACLS)],
+            },
+        );
+        assert!(m.acls.contains(&binding(MAX_ACLS)));
+        let upsert = |user: String| MetaCommand::UpsertScramCredential {
+            user,
+            mechanism: 1,
+            salt: vec![1],
+            iterations: 4096,
+            stored_key: vec![2; 32],
+            server_key: vec![3; 32],
+        };
+        for i in 0..=MAX_CREDENTIALS {
+            m.apply(10 + i as u64, None, upsert(format!("u{i}")));
+        }
+        assert_eq!(m.scram_credentials.len(), MAX_CREDENTIALS);
+        // Replacing an existing credential is still allowed.
+        m.apply(1 << 40, None, upsert("u0".into()));
+        assert_eq!(m.scram_credentials.len(), MAX_CREDENTIALS);
+    }
+
     /// A snapshot round-trips every kind of content exactly.
     #[test]
     fn snapshot_round_trips_every_field() {
@@ -1594,6 +1795,11 @@ mod tests {
         assert!(!m.allocations.is_empty() && !m.group_activity_ms.is_empty());
         assert!(m.flow.limits.any() && m.flow.client_quotas.len() == 2);
         assert!(m.topics["t"].deleted_before(1) == 77 && m.topics["t"].configs.len() == 2);
+        assert_eq!(m.acls.len(), 2);
+        assert_eq!(
+            m.scram_credentials.keys().cloned().collect::<Vec<_>>(),
+            vec![("alice".to_string(), ScramMechanism::Sha512)]
+        );
         let bytes = crate::metadata_codec::encode_snapshot(&m.to_snapshot(60, 7));
         // A seed for the metadata_command fuzz target (fuzz/seed-corpus.sh sets the variable).
         if let Some(dir) = std::env::var_os("VDL_FUZZ_SEEDS_DIR") {

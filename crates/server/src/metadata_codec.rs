@@ -24,6 +24,10 @@
 //!     ElectPreferredLeader elect_preferred_leader = 10;
 //!     StoreGroup         store_group          = 11;
 //!     ExpireGroupOffsets expire_group_offsets = 12;
+//!     CreateAcls         create_acls          = 13;
+//!     DeleteAcls         delete_acls          = 14;
+//!     ScramCredential    upsert_scram_credential = 15;
+//!     DeleteScramCredential delete_scram_credential = 16;
 //!     SetFlowLimits      set_flow_limits      = 27;
 //!     AlterClientQuotas  alter_client_quotas  = 28;
 //!   }
@@ -75,6 +79,15 @@
 //!                              int32 session_timeout_ms = 5; int32 rebalance_timeout_ms = 6;
 //!                              repeated GroupProtocol protocols = 7; bytes assignment = 8; }
 //! message GroupProtocol      { string name = 1; bytes metadata = 2; }
+//! message CreateAcls         { repeated AclBinding acls = 1; }
+//! message DeleteAcls         { repeated AclBinding acls = 1; }
+//! message AclBinding         { int32 resource_type = 1; string resource_name = 2;
+//!                              int32 pattern_type = 3; string principal = 4; string host = 5;
+//!                              int32 operation = 6; int32 permission = 7; }  // Kafka's codes
+//! message ScramCredential    { string user = 1; int32 mechanism = 2; bytes salt = 3;
+//!                              uint32 iterations = 4; bytes stored_key = 5;
+//!                              bytes server_key = 6; }  // mechanism: Kafka's type (1, 2)
+//! message DeleteScramCredential { string user = 1; int32 mechanism = 2; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -96,12 +109,15 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 use thiserror::Error;
 
-use crate::flow::settings::{
-    EntityName, FlowLimits, QuotaAlteration, QuotaEntity, QuotaKind, QuotaValues,
+use crate::flow::settings::{FlowLimits, QuotaAlteration};
+use crate::flow::wire::{
+    AlterClientQuotasWire, ClientQuotaWire, FlowLimitsWire, QuotaAlterationWire, SetFlowLimitsWire,
 };
 use crate::metadata::{
     CommittedOffset, GroupMemberRecord, GroupRecord, MetaCommand, MetaEntry, RequestId,
 };
+use crate::security::acl::AclBinding;
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 /// First byte of a metadata entry in the protobuf format, version 1. JSON entries of older
 /// versions start with `{` or `"`.
@@ -180,7 +196,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 27, 28"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 27, 28"
     )]
     pub command: Option<CommandWire>,
 }
@@ -199,7 +215,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=12 of `MetaEntry`.
+/// The command kinds, fields 2..=16, 27 and 28 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -235,6 +251,18 @@ pub enum CommandWire {
     /// [`MetaCommand::ExpireGroupOffsets`].
     #[prost(message, tag = "12")]
     ExpireGroupOffsets(ExpireGroupOffsetsWire),
+    /// [`MetaCommand::CreateAcls`].
+    #[prost(message, tag = "13")]
+    CreateAcls(AclListWire),
+    /// [`MetaCommand::DeleteAcls`].
+    #[prost(message, tag = "14")]
+    DeleteAcls(AclListWire),
+    /// [`MetaCommand::UpsertScramCredential`].
+    #[prost(message, tag = "15")]
+    UpsertScramCredential(ScramCredentialWire),
+    /// [`MetaCommand::DeleteScramCredential`].
+    #[prost(message, tag = "16")]
+    DeleteScramCredential(DeleteScramCredentialWire),
     /// [`MetaCommand::SetFlowLimits`].
     #[prost(message, tag = "27")]
     SetFlowLimits(SetFlowLimitsWire),
@@ -243,234 +271,152 @@ pub enum CommandWire {
     AlterClientQuotas(AlterClientQuotasWire),
 }
 
-/// `SetFlowLimits` on the wire.
+/// `CreateAcls` and `DeleteAcls` on the wire.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SetFlowLimitsWire {
-    /// The new limits.
-    #[prost(message, optional, tag = "1")]
-    pub limits: Option<FlowLimitsWire>,
-}
-
-/// `FlowLimits` on the wire (absent: unlimited).
-#[derive(Clone, Copy, PartialEq, prost::Message)]
-pub struct FlowLimitsWire {
-    /// Produce requests per second.
-    #[prost(uint64, optional, tag = "1")]
-    pub produce_requests_per_sec: Option<u64>,
-    /// Produced bytes per second.
-    #[prost(uint64, optional, tag = "2")]
-    pub produce_bytes_per_sec: Option<u64>,
-    /// Catch-up fetch requests per second.
-    #[prost(uint64, optional, tag = "3")]
-    pub catchup_read_requests_per_sec: Option<u64>,
-    /// Catch-up fetched bytes per second.
-    #[prost(uint64, optional, tag = "4")]
-    pub catchup_read_bytes_per_sec: Option<u64>,
-    /// Tail fetch requests per second.
-    #[prost(uint64, optional, tag = "5")]
-    pub tail_read_requests_per_sec: Option<u64>,
-    /// Tail fetched bytes per second.
-    #[prost(uint64, optional, tag = "6")]
-    pub tail_read_bytes_per_sec: Option<u64>,
-}
-
-impl From<&FlowLimits> for FlowLimitsWire {
-    fn from(l: &FlowLimits) -> Self {
-        FlowLimitsWire {
-            produce_requests_per_sec: l.produce_requests_per_sec,
-            produce_bytes_per_sec: l.produce_bytes_per_sec,
-            catchup_read_requests_per_sec: l.catchup_read_requests_per_sec,
-            catchup_read_bytes_per_sec: l.catchup_read_bytes_per_sec,
-            tail_read_requests_per_sec: l.tail_read_requests_per_sec,
-            tail_read_bytes_per_sec: l.tail_read_bytes_per_sec,
-        }
-    }
-}
-
-impl From<FlowLimitsWire> for FlowLimits {
-    fn from(w: FlowLimitsWire) -> Self {
-        let mut l = FlowLimits::default();
-        // Through `set`, so a 0 from any writer means unlimited here too.
-        l.set("produce_requests_per_sec", w.produce_requests_per_sec);
-        l.set("produce_bytes_per_sec", w.produce_bytes_per_sec);
-        l.set(
-            "catchup_read_requests_per_sec",
-            w.catchup_read_requests_per_sec,
-        );
-        l.set("catchup_read_bytes_per_sec", w.catchup_read_bytes_per_sec);
-        l.set("tail_read_requests_per_sec", w.tail_read_requests_per_sec);
-        l.set("tail_read_bytes_per_sec", w.tail_read_bytes_per_sec);
-        l
-    }
-}
-
-/// `AlterClientQuotas` on the wire.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct AlterClientQuotasWire {
-    /// The alterations.
+pub struct AclListWire {
+    /// The bindings.
     #[prost(message, repeated, tag = "1")]
-    pub alterations: Vec<QuotaAlterationWire>,
+    pub acls: Vec<AclBindingWire>,
 }
 
-/// One entity's quota change on the wire.
+/// One ACL on the wire, with Kafka's codes.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct QuotaAlterationWire {
-    /// The entity.
-    #[prost(message, optional, tag = "1")]
-    pub entity: Option<QuotaEntityWire>,
-    /// Quotas set.
-    #[prost(message, repeated, tag = "2")]
-    pub set: Vec<QuotaValueWire>,
-    /// Quota keys removed.
-    #[prost(string, repeated, tag = "3")]
-    pub remove: Vec<String>,
-}
-
-/// A quota entity on the wire.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct QuotaEntityWire {
-    /// The user side, if any.
-    #[prost(message, optional, tag = "1")]
-    pub user: Option<EntityNameWire>,
-    /// The client id side, if any.
-    #[prost(message, optional, tag = "2")]
-    pub client_id: Option<EntityNameWire>,
-}
-
-/// One side of a quota entity on the wire.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct EntityNameWire {
-    /// The default for the entity type (then `name` is empty).
-    #[prost(bool, tag = "1")]
-    pub is_default: bool,
-    /// The name.
+pub struct AclBindingWire {
+    /// Kafka's resource type code.
+    #[prost(int32, tag = "1")]
+    pub resource_type: i32,
+    /// Resource name or prefix.
     #[prost(string, tag = "2")]
-    pub name: String,
+    pub resource_name: String,
+    /// Kafka's pattern type code.
+    #[prost(int32, tag = "3")]
+    pub pattern_type: i32,
+    /// `Type:name`.
+    #[prost(string, tag = "4")]
+    pub principal: String,
+    /// Host or `*`.
+    #[prost(string, tag = "5")]
+    pub host: String,
+    /// Kafka's operation code.
+    #[prost(int32, tag = "6")]
+    pub operation: i32,
+    /// Kafka's permission type code.
+    #[prost(int32, tag = "7")]
+    pub permission: i32,
 }
 
-/// One quota value on the wire.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct QuotaValueWire {
-    /// Kafka's key (`producer_byte_rate`, ...).
-    #[prost(string, tag = "1")]
-    pub key: String,
-    /// The value.
-    #[prost(double, tag = "2")]
-    pub value: f64,
-}
-
-/// One entity's quotas in a snapshot.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ClientQuotaWire {
-    /// The entity.
-    #[prost(message, optional, tag = "1")]
-    pub entity: Option<QuotaEntityWire>,
-    /// Its quotas.
-    #[prost(message, repeated, tag = "2")]
-    pub values: Vec<QuotaValueWire>,
-}
-
-fn entity_name_to_wire(n: &EntityName) -> EntityNameWire {
-    match n {
-        EntityName::Default => EntityNameWire {
-            is_default: true,
-            name: String::new(),
-        },
-        EntityName::Named(s) => EntityNameWire {
-            is_default: false,
-            name: s.clone(),
-        },
-    }
-}
-
-fn entity_name_from_wire(w: EntityNameWire) -> EntityName {
-    if w.is_default {
-        EntityName::Default
-    } else {
-        EntityName::Named(w.name)
-    }
-}
-
-impl From<&QuotaEntity> for QuotaEntityWire {
-    fn from(e: &QuotaEntity) -> Self {
-        QuotaEntityWire {
-            user: e.user.as_ref().map(entity_name_to_wire),
-            client_id: e.client_id.as_ref().map(entity_name_to_wire),
+impl From<&AclBinding> for AclBindingWire {
+    fn from(b: &AclBinding) -> Self {
+        AclBindingWire {
+            resource_type: i32::from(b.resource_type.code()),
+            resource_name: b.resource_name.clone(),
+            pattern_type: i32::from(b.pattern_type.code()),
+            principal: b.principal.clone(),
+            host: b.host.clone(),
+            operation: i32::from(b.operation.code()),
+            permission: i32::from(b.permission.code()),
         }
     }
 }
 
-impl From<QuotaEntityWire> for QuotaEntity {
-    fn from(w: QuotaEntityWire) -> Self {
-        QuotaEntity {
-            user: w.user.map(entity_name_from_wire),
-            client_id: w.client_id.map(entity_name_from_wire),
+impl AclBindingWire {
+    /// The binding, or `None` (logged) when a code is not one this version knows: every node
+    /// of a version drops the same ones.
+    pub fn to_binding(&self) -> Option<AclBinding> {
+        let code = |c: i32| i8::try_from(c).unwrap_or(0);
+        match AclBinding::from_kafka(
+            code(self.resource_type),
+            &self.resource_name,
+            code(self.pattern_type),
+            &self.principal,
+            &self.host,
+            code(self.operation),
+            code(self.permission),
+        ) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::error!("an ACL in the metadata is not applied: {e}");
+                None
+            }
         }
     }
 }
 
-impl From<&QuotaAlteration> for QuotaAlterationWire {
-    fn from(a: &QuotaAlteration) -> Self {
-        QuotaAlterationWire {
-            entity: Some(QuotaEntityWire::from(&a.entity)),
-            set: a
-                .set
-                .iter()
-                .map(|(key, value)| QuotaValueWire {
-                    key: key.clone(),
-                    value: *value,
-                })
-                .collect(),
-            remove: a.remove.clone(),
-        }
-    }
-}
-
-impl From<QuotaAlterationWire> for QuotaAlteration {
-    fn from(w: QuotaAlterationWire) -> Self {
-        QuotaAlteration {
-            entity: QuotaEntity::from(w.entity.unwrap_or_default()),
-            set: w.set.into_iter().map(|v| (v.key, v.value)).collect(),
-            remove: w.remove,
-        }
-    }
-}
-
-/// Client quotas for a snapshot, in entity order.
-pub(crate) fn client_quotas_to_wire(
-    quotas: &BTreeMap<QuotaEntity, QuotaValues>,
-) -> Vec<ClientQuotaWire> {
-    quotas
+fn acls_from_wire(list: AclListWire) -> Vec<AclBinding> {
+    list.acls
         .iter()
-        .map(|(entity, values)| ClientQuotaWire {
-            entity: Some(QuotaEntityWire::from(entity)),
-            values: values
-                .iter()
-                .map(|(kind, value)| QuotaValueWire {
-                    key: kind.key().to_string(),
-                    value: *value,
-                })
-                .collect(),
-        })
+        .filter_map(AclBindingWire::to_binding)
         .collect()
 }
 
-/// Client quotas from a snapshot (keys this version does not know are dropped).
-pub(crate) fn client_quotas_from_wire(
-    quotas: Vec<ClientQuotaWire>,
-) -> BTreeMap<QuotaEntity, QuotaValues> {
-    let mut out = BTreeMap::new();
-    for q in quotas {
-        let values: QuotaValues = q
-            .values
-            .into_iter()
-            .filter_map(|v| QuotaKind::from_key(&v.key).map(|k| (k, v.value)))
-            .collect();
-        if !values.is_empty() {
-            out.insert(QuotaEntity::from(q.entity.unwrap_or_default()), values);
+fn acls_to_wire(acls: &[AclBinding]) -> AclListWire {
+    AclListWire {
+        acls: acls.iter().map(AclBindingWire::from).collect(),
+    }
+}
+
+/// A user's SCRAM credential for one mechanism on the wire (`UpsertScramCredential`, and in
+/// snapshots).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ScramCredentialWire {
+    /// The user name.
+    #[prost(string, tag = "1")]
+    pub user: String,
+    /// Kafka's mechanism type (1, 2).
+    #[prost(int32, tag = "2")]
+    pub mechanism: i32,
+    /// The salt.
+    #[prost(bytes = "vec", tag = "3")]
+    pub salt: Vec<u8>,
+    /// PBKDF2 iterations.
+    #[prost(uint32, tag = "4")]
+    pub iterations: u32,
+    /// `H(ClientKey)`.
+    #[prost(bytes = "vec", tag = "5")]
+    pub stored_key: Vec<u8>,
+    /// `HMAC(SaltedPassword, "Server Key")`.
+    #[prost(bytes = "vec", tag = "6")]
+    pub server_key: Vec<u8>,
+}
+
+impl ScramCredentialWire {
+    /// `credential` of `user`.
+    pub fn new(user: &str, credential: &ScramCredential) -> ScramCredentialWire {
+        ScramCredentialWire {
+            user: user.to_owned(),
+            mechanism: i32::from(credential.mechanism.kafka_type()),
+            salt: credential.salt.clone(),
+            iterations: credential.iterations,
+            stored_key: credential.stored_key.clone(),
+            server_key: credential.server_key.clone(),
         }
     }
-    out
+
+    /// The user and credential; `None` for a mechanism this version does not know.
+    pub fn to_credential(self) -> Option<(String, ScramCredential)> {
+        let mechanism = ScramMechanism::from_kafka_type(i8::try_from(self.mechanism).unwrap_or(0))?;
+        Some((
+            self.user,
+            ScramCredential {
+                mechanism,
+                salt: self.salt,
+                iterations: self.iterations,
+                stored_key: self.stored_key,
+                server_key: self.server_key,
+            },
+        ))
+    }
+}
+
+/// `DeleteScramCredential` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DeleteScramCredentialWire {
+    /// The user name.
+    #[prost(string, tag = "1")]
+    pub user: String,
+    /// Kafka's mechanism type.
+    #[prost(int32, tag = "2")]
+    pub mechanism: i32,
 }
 
 /// `StoreGroup` on the wire.
@@ -960,6 +906,29 @@ impl From<&MetaCommand> for CommandWire {
                     activity_ms: *activity_ms,
                 })
             }
+            MetaCommand::CreateAcls { acls } => CommandWire::CreateAcls(acls_to_wire(acls)),
+            MetaCommand::DeleteAcls { acls } => CommandWire::DeleteAcls(acls_to_wire(acls)),
+            MetaCommand::UpsertScramCredential {
+                user,
+                mechanism,
+                salt,
+                iterations,
+                stored_key,
+                server_key,
+            } => CommandWire::UpsertScramCredential(ScramCredentialWire {
+                user: user.clone(),
+                mechanism: i32::from(*mechanism),
+                salt: salt.clone(),
+                iterations: *iterations,
+                stored_key: stored_key.clone(),
+                server_key: server_key.clone(),
+            }),
+            MetaCommand::DeleteScramCredential { user, mechanism } => {
+                CommandWire::DeleteScramCredential(DeleteScramCredentialWire {
+                    user: user.clone(),
+                    mechanism: i32::from(*mechanism),
+                })
+            }
             MetaCommand::SetFlowLimits { limits } => {
                 CommandWire::SetFlowLimits(SetFlowLimitsWire {
                     limits: Some(FlowLimitsWire::from(limits)),
@@ -1036,6 +1005,25 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
                 group: c.group,
                 activity_ms: c.activity_ms,
+            },
+            CommandWire::CreateAcls(c) => MetaCommand::CreateAcls {
+                acls: acls_from_wire(c),
+            },
+            CommandWire::DeleteAcls(c) => MetaCommand::DeleteAcls {
+                acls: acls_from_wire(c),
+            },
+            // A mechanism code that does not fit is kept as 0 (unknown): not applied.
+            CommandWire::UpsertScramCredential(c) => MetaCommand::UpsertScramCredential {
+                user: c.user,
+                mechanism: i8::try_from(c.mechanism).unwrap_or(0),
+                salt: c.salt,
+                iterations: c.iterations,
+                stored_key: c.stored_key,
+                server_key: c.server_key,
+            },
+            CommandWire::DeleteScramCredential(c) => MetaCommand::DeleteScramCredential {
+                user: c.user,
+                mechanism: i8::try_from(c.mechanism).unwrap_or(0),
             },
             CommandWire::SetFlowLimits(c) => MetaCommand::SetFlowLimits {
                 limits: c.limits.map(FlowLimits::from).unwrap_or_default(),
@@ -1143,6 +1131,8 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   repeated StoredGroup groups = 7;
 ///   repeated GroupActivity activity = 8;
 ///   repeated RequestId applied = 9;         // remembered request ids, oldest first
+///   repeated AclBinding acls = 13;          // every ACL, in binding order
+///   repeated ScramCredential scram_credentials = 14;  // by user, then mechanism
 ///   FlowLimits flow_limits = 21;            // absent: unlimited
 ///   repeated ClientQuota client_quotas = 22; // in entity order
 /// }
@@ -1185,6 +1175,12 @@ pub struct MetaSnapshotWire {
     /// Remembered request ids, oldest first.
     #[prost(message, repeated, tag = "9")]
     pub applied: Vec<RequestIdWire>,
+    /// Every ACL.
+    #[prost(message, repeated, tag = "13")]
+    pub acls: Vec<AclBindingWire>,
+    /// Every SCRAM credential.
+    #[prost(message, repeated, tag = "14")]
+    pub scram_credentials: Vec<ScramCredentialWire>,
     /// The node-wide flow limits (absent: unlimited).
     #[prost(message, optional, tag = "21")]
     pub flow_limits: Option<FlowLimitsWire>,
@@ -1263,6 +1259,7 @@ pub struct GroupActivityWire {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::settings::{EntityName, QuotaEntity};
 
     fn request(seq: u64) -> RequestId {
         RequestId {
@@ -1408,6 +1405,29 @@ mod tests {
             MetaCommand::ExpireGroupOffsets {
                 group: "g".into(),
                 activity_ms: 1_795_000_000_000,
+            },
+            MetaCommand::CreateAcls {
+                acls: vec![
+                    AclBinding::from_kafka(2, "orders-", 4, "User:alice", "*", 3, 3).unwrap(),
+                    AclBinding::from_kafka(4, "kafka-cluster", 3, "User:*", "10.0.0.1", 2, 2)
+                        .unwrap(),
+                ],
+            },
+            MetaCommand::DeleteAcls { acls: vec![] },
+            MetaCommand::DeleteAcls {
+                acls: vec![AclBinding::from_kafka(3, "g", 3, "User:b", "*", 8, 3).unwrap()],
+            },
+            MetaCommand::UpsertScramCredential {
+                user: "alice".into(),
+                mechanism: 2,
+                salt: vec![1, 2, 3],
+                iterations: 8192,
+                stored_key: vec![7; 64],
+                server_key: vec![9; 64],
+            },
+            MetaCommand::DeleteScramCredential {
+                user: "alice".into(),
+                mechanism: 1,
             },
             MetaCommand::SetFlowLimits {
                 limits: FlowLimits {
@@ -1580,12 +1600,25 @@ mod tests {
             0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0x5a, 0x03, 0x0a, 0x01, b'g',
         ];
         assert_eq!(encode_entry(&store), expected);
+        // DeleteScramCredential is field 16: 0x82 0x01 = (16 << 3) | 2.
+        let delete = MetaEntry {
+            request: entry.request,
+            command: MetaCommand::DeleteScramCredential {
+                user: "u".into(),
+                mechanism: 2,
+            },
+        };
+        let expected = [
+            0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0x82, 0x01, 0x05, 0x0a, 0x01,
+            b'u', 0x10, 0x02,
+        ];
+        assert_eq!(encode_entry(&delete), expected);
     }
 
     #[test]
     fn unknown_kinds_formats_and_damaged_entries_are_errors() {
-        // A newer version's command kind (field 15) with a request id: no command we know.
-        let newer = [FORMAT_PROST_V1, 0x0a, 0x02, 0x08, 0x01, 0x7a, 0x00];
+        // A newer version's command kind (field 100) with a request id: no command we know.
+        let newer = [FORMAT_PROST_V1, 0x0a, 0x02, 0x08, 0x01, 0xa2, 0x06, 0x00];
         assert!(matches!(
             decode_entry(&newer),
             Err(MetaDecodeError::UnknownCommand)
@@ -1601,7 +1634,7 @@ mod tests {
             0x10,
             0x02,
             0x78,
-            0x05, // field 15, varint 5: unknown to this version
+            0x05, // field 15 of CreateTopic, varint 5: unknown to this version
         ];
         assert_eq!(
             decode_entry(&extra).unwrap(),

@@ -511,6 +511,11 @@ pub struct Node {
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
     /// Flow control: the buckets of the node-wide limits and client quotas in use here.
     flow: crate::flow::throttle::FlowControl,
+    /// Decides what each Kafka request may do (`[security]`; the ACLs are in `metadata`).
+    authorizer: crate::security::authorizer::Authorizer,
+    /// Set once a metadata barrier committed after start was applied here (see
+    /// [`Node::acls_current`]).
+    acls_current: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -755,7 +760,14 @@ impl Node {
             config.storage.max_open_segment_files,
         );
         let metadata = ClusterMeta::new(config.member_ids());
+        let authorizer = crate::security::authorizer::Authorizer::new(
+            config.security.authorizer,
+            config.security.super_users.iter().cloned(),
+            config.security.allow_everyone_if_no_acl_found,
+        );
         let node = Arc::new(Node {
+            authorizer,
+            acls_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             config,
             registry,
             peers,
@@ -811,7 +823,51 @@ impl Node {
         // The group coordinator's background tasks (deadlines, stored membership, offset
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::coordinator(self);
+        self.start_acl_catch_up();
         Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
+    }
+
+    /// Whether this node's ACLs are known to be current: a metadata barrier committed after
+    /// this node started has been applied here, so every ACL change committed before the start
+    /// (also ones this node had not heard were committed when it stopped) is applied. Until
+    /// then, with the ACL authorizer, only super users are allowed anything: a node must not
+    /// decide with a DENY it has not replayed yet. Always true without an authorizer.
+    pub fn acls_current(&self) -> bool {
+        self.acls_current.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// With the ACL authorizer, commits one metadata barrier (retried every 200 ms, 5 s per
+    /// attempt, until it commits or the node ends) and then marks the ACLs current.
+    fn start_acl_catch_up(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if !self.authorizer.is_enabled() {
+            self.acls_current.store(true, Ordering::Release);
+            return;
+        }
+        if self.acls_current() {
+            return;
+        }
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(n) = node.upgrade() else {
+                    return;
+                };
+                if n.metadata_group().is_none() {
+                    return;
+                }
+                match n.metadata_barrier(Duration::from_secs(5)).await {
+                    Ok(()) => {
+                        n.acls_current.store(true, Ordering::Release);
+                        tracing::info!("ACLs caught up with the cluster metadata");
+                        return;
+                    }
+                    Err(e) => tracing::debug!("ACL catch-up barrier not committed yet: {e}"),
+                }
+                drop(n);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
     }
 
     /// This node's configuration.
@@ -2180,6 +2236,33 @@ impl Node {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Commits a metadata command that changes nothing and returns once this node applied it:
+    /// afterwards this node's metadata holds every change committed before the call (a read
+    /// barrier that works on any node, leader or not).
+    pub async fn metadata_barrier(&self, timeout: Duration) -> Result<(), AppendError> {
+        self.propose_metadata(&MetaCommand::DeleteAcls { acls: Vec::new() }, timeout)
+            .await
+            .map(|_| ())
+    }
+
+    /// The authorizer configured for this node (`[security]`).
+    pub fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
+        &self.authorizer
+    }
+
+    /// The SCRAM credential of `user` for `mechanism` stored in the replicated metadata
+    /// (AlterUserScramCredentials), as this node has applied it; `None` when there is none.
+    pub fn replicated_scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        self.metadata()
+            .scram_credentials
+            .get(&(user.to_owned(), mechanism))
+            .cloned()
     }
 
     /// Whether `name` is a topic (created through the metadata group, hosted here or not, or

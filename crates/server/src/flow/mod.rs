@@ -7,8 +7,10 @@
 //! - [`token_bucket`]: the rate each limit or quota allows.
 //! - [`throttle`]: charging requests, the resulting throttle, a connection's mute.
 //! - [`admin`]: `GET`/`PUT /rates` on the admin HTTP API.
+//! - [`wire`]: how they are stored in the metadata log and snapshots (protobuf).
 
 pub mod admin;
 pub mod settings;
 pub mod throttle;
 pub mod token_bucket;
+pub mod wire;

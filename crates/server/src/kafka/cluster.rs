@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
+use kafka_proto::messages::describe_cluster_request::DescribeClusterRequest;
 use kafka_proto::messages::describe_cluster_response::{
     DescribeClusterBroker, DescribeClusterResponse,
 };
@@ -16,9 +17,11 @@ use kafka_proto::messages::describe_configs_response::{
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
 
+use crate::kafka::access::{Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED};
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{cluster_id, split_host_port};
 use crate::node::Node;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 use crate::topic_config::{ConfigSource, ConfigType, DescribedConfig};
 
 /// How long InitProducerId waits for the replicated allocation.
@@ -27,12 +30,29 @@ const ALLOCATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handles InitProducerId: a new cluster-unique producer id with epoch 0 for an idempotent
 /// producer; the same id with the next epoch when a producer asks to bump its epoch (KIP-360,
 /// v3+); transactional producers get UNSUPPORTED_VERSION (transactions are not served).
+///
+/// Authorization as Kafka's: with a transactional id, WRITE on it (else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without, IDEMPOTENT_WRITE on the cluster or WRITE on
+/// at least one topic (else CLUSTER_AUTHORIZATION_FAILED).
 pub fn init_producer_id(
     node: &Arc<Node>,
+    access: &Access,
     req: InitProducerIdRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
+    let refused = match &req.transactional_id {
+        Some(id) if !access.transactional_id(AclOperation::Write, id) => {
+            Some(ErrorCode::TransactionalIdAuthorizationFailed)
+        }
+        Some(_) => None,
+        None if access.cluster(AclOperation::IdempotentWrite)
+            || access.any_topic(AclOperation::Write) =>
+        {
+            None
+        }
+        None => Some(ErrorCode::ClusterAuthorizationFailed),
+    };
     let node = node.clone();
     Reply::Later(Box::pin(async move {
         let mut r = InitProducerIdResponse {
@@ -40,7 +60,9 @@ pub fn init_producer_id(
             producer_epoch: -1,
             ..Default::default()
         };
-        if req.transactional_id.is_some() {
+        if let Some(code) = refused {
+            r.error_code = code.code();
+        } else if req.transactional_id.is_some() {
             r.error_code = ErrorCode::UnsupportedVersion.code();
         } else if req.producer_id >= 0
             && req.producer_epoch >= 0
@@ -65,8 +87,24 @@ pub fn init_producer_id(
 }
 
 /// Handles DescribeCluster: the cluster id, a controller (the metadata group's leader) and every
-/// live broker.
-pub fn describe_cluster(node: &Arc<Node>) -> DescribeClusterResponse {
+/// live broker. As in Kafka anyone may ask; the cluster's authorized operations, when asked
+/// for, are reported only to a principal with DESCRIBE on the cluster (else 0).
+pub fn describe_cluster(
+    node: &Arc<Node>,
+    access: &Access,
+    req: &DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let cluster_authorized_operations = if !req.include_cluster_authorized_operations {
+        OPERATIONS_NOT_REQUESTED
+    } else if access.cluster(AclOperation::Describe) {
+        access.operations(
+            ResourceType::Cluster,
+            CLUSTER_RESOURCE_NAME,
+            CLUSTER_OPERATIONS,
+        )
+    } else {
+        0
+    };
     let controller = node
         .metadata_group()
         .map(|g| g.visible().leader)
@@ -89,6 +127,7 @@ pub fn describe_cluster(node: &Arc<Node>) -> DescribeClusterResponse {
                 }
             })
             .collect(),
+        cluster_authorized_operations,
         ..Default::default()
     }
 }
@@ -195,9 +234,12 @@ fn broker_entry((name, value, config_type, source): ConfigEntry) -> DescribedCon
     }
 }
 
-/// Handles DescribeConfigs for topics (their effective settings) and brokers.
+/// Handles DescribeConfigs for topics (their effective settings) and brokers. A topic needs
+/// DESCRIBE_CONFIGS on it (else TOPIC_AUTHORIZATION_FAILED), a broker DESCRIBE_CONFIGS on the
+/// cluster (else CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 pub fn describe_configs(
     node: &Arc<Node>,
+    access: &Access,
     req: &DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
@@ -210,6 +252,20 @@ pub fn describe_configs(
                 resource_name: res.resource_name.clone(),
                 ..Default::default()
             };
+            let refused = match res.resource_type {
+                TOPIC if !access.topic(AclOperation::DescribeConfigs, &res.resource_name) => {
+                    Some(ErrorCode::TopicAuthorizationFailed)
+                }
+                BROKER if !access.cluster(AclOperation::DescribeConfigs) => {
+                    Some(ErrorCode::ClusterAuthorizationFailed)
+                }
+                _ => None,
+            };
+            if let Some(code) = refused {
+                out.error_code = code.code();
+                out.error_message = Some("Authorization failed.".into());
+                return out;
+            }
             let entries = match res.resource_type {
                 TOPIC if node.is_topic(&res.resource_name) => {
                     let replicas = node

@@ -28,10 +28,12 @@ use kafka_proto::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse as IncrementalResourceResponse, IncrementalAlterConfigsResponse,
 };
 
+use crate::kafka::access::Access;
 use crate::kafka::cluster::{BROKER, TOPIC};
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::topics::metadata_error;
 use crate::node::Node;
+use crate::security::acl::AclOperation;
 use crate::topic_config::{self, ConfigError};
 
 /// How long an alter waits for the metadata commit (the requests carry no timeout).
@@ -130,13 +132,29 @@ async fn apply(
 /// Alters one resource of a request whose resources are `all` (type, name): refuses a resource
 /// named twice and anything but an existing topic, then asks `change` for the change given the
 /// topic's current overrides, validates the result and (unless `validate_only`) proposes it.
+/// Authorization first, as in Kafka: ALTER_CONFIGS on the topic (else
+/// TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the cluster (else
+/// CLUSTER_AUTHORIZATION_FAILED).
 async fn alter_resource(
     node: &Node,
+    access: &Access,
     all: &[(i8, &str)],
     (resource_type, name): (i8, &str),
     validate_only: bool,
     change: impl FnOnce(&BTreeMap<String, String>) -> Result<TopicChange, (ErrorCode, String)>,
 ) -> Outcome {
+    let refused = match resource_type {
+        TOPIC if !access.topic(AclOperation::AlterConfigs, name) => {
+            Some(ErrorCode::TopicAuthorizationFailed)
+        }
+        BROKER if !access.cluster(AclOperation::AlterConfigs) => {
+            Some(ErrorCode::ClusterAuthorizationFailed)
+        }
+        _ => None,
+    };
+    if let Some(code) = refused {
+        return Err((code, "Authorization failed.".into()));
+    }
     if all.iter().filter(|r| **r == (resource_type, name)).count() > 1 {
         return Err(duplicate_error());
     }
@@ -186,11 +204,13 @@ fn replacement(configs: &[(String, Option<String>)]) -> Result<TopicChange, (Err
 /// Handles AlterConfigs (API 33): each topic's overrides become exactly the given set.
 pub fn alter_configs(
     node: &Arc<Node>,
+    access: &Access,
     req: AlterConfigsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let all: Vec<(i8, &str)> = req
             .resources
@@ -205,7 +225,7 @@ pub fn alter_configs(
                 .map(|c| (c.name.clone(), c.value.clone()))
                 .collect();
             let this = (r.resource_type, r.resource_name.as_str());
-            let outcome = alter_resource(&node, &all, this, req.validate_only, |_| {
+            let outcome = alter_resource(&node, &access, &all, this, req.validate_only, |_| {
                 replacement(&configs)
             })
             .await;
@@ -309,11 +329,13 @@ fn incremental_change(
 /// Handles IncrementalAlterConfigs (API 44): SET / DELETE / APPEND / SUBTRACT per topic config.
 pub fn incremental_alter_configs(
     node: &Arc<Node>,
+    access: &Access,
     req: IncrementalAlterConfigsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let all: Vec<(i8, &str)> = req
             .resources
@@ -328,10 +350,11 @@ pub fn incremental_alter_configs(
                 .map(|c| (c.name.clone(), c.config_operation, c.value.clone()))
                 .collect();
             let this = (r.resource_type, r.resource_name.as_str());
-            let outcome = alter_resource(&node, &all, this, req.validate_only, |current| {
-                incremental_change(current, &ops)
-            })
-            .await;
+            let outcome =
+                alter_resource(&node, &access, &all, this, req.validate_only, |current| {
+                    incremental_change(current, &ops)
+                })
+                .await;
             let (error_code, error_message) = outcome_fields(outcome);
             responses.push(IncrementalResourceResponse {
                 error_code,

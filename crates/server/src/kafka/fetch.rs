@@ -8,6 +8,7 @@
 //! as the store's zero-copy chunks. Old versions (v0-3) get the batches converted to message
 //! sets of magic 0 (v0-1) or 1 (v2-3).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,7 @@ use kafka_proto::records::batches_to_message_set;
 use kafka_proto::RecordChunks;
 
 use crate::flow::throttle::{throttle_ms, ClientIdentity, Mute, ReadKind};
+use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 
@@ -27,6 +29,7 @@ use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 /// what is left is still returned whole for the first partition with data (KIP-74).
 pub const FETCH_MAX_BYTES: u64 = 55 << 20;
 use crate::node::{LogStream, Node};
+use crate::security::acl::AclOperation;
 
 /// Longest a fetch long-polls, whatever the client asked for.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -43,18 +46,35 @@ pub struct Charged {
     pub client_id: String,
 }
 
-/// Handles a Fetch request (answered later: it may wait for data). The response's bytes are
-/// charged to the flow limits and quotas that apply; a throttled fetch is answered with its
-/// data and `throttle_time_ms`, and its connection muted for that long (see [`crate::flow`]).
+/// Handles a Fetch request (answered later: it may wait for data). Topics the principal may
+/// not READ answer TOPIC_AUTHORIZATION_FAILED (Kafka's rule). The response's bytes are charged
+/// to the flow limits and quotas that apply; a throttled fetch is answered with its data and
+/// `throttle_time_ms`, and its connection muted for that long (see [`crate::flow`]).
 pub fn fetch(
     node: Arc<Node>,
+    access: &Access,
     req: FetchRequest,
     version: i16,
     correlation_id: i32,
     charged: Charged,
 ) -> Reply {
+    let mut denied = HashSet::new();
+    if access.enabled() {
+        for topic in &req.topics {
+            let name = if version >= 13 {
+                topic_name_by_id(&node, topic.topic_id)
+            } else {
+                Some(topic.topic.clone())
+            };
+            if let Some(name) = name {
+                if !access.topic(AclOperation::Read, &name) {
+                    denied.insert(name);
+                }
+            }
+        }
+    }
     Reply::Later(Box::pin(async move {
-        let (mut response, read_kind) = fetch_response(&node, &req, version).await;
+        let (mut response, read_kind) = fetch_response(&node, &req, version, &denied).await;
         let settings = node.flow_settings();
         if !settings.is_unlimited() {
             let bytes: u64 = response
@@ -91,12 +111,13 @@ async fn fetch_response(
     node: &Arc<Node>,
     req: &FetchRequest,
     version: i16,
+    denied: &HashSet<String>,
 ) -> (FetchResponse, ReadKind) {
     let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     let deadline = Instant::now() + wait;
     let min_bytes = u64::try_from(req.min_bytes).unwrap_or(0);
     loop {
-        let (response, bytes, targets, any_error) = read_once(node, req, version);
+        let (response, bytes, targets, any_error) = read_once(node, req, version, denied);
         let now = Instant::now();
         if bytes >= min_bytes || any_error || now >= deadline {
             let behind = targets.iter().any(|t| t.read_to < t.hw_seen);
@@ -130,6 +151,7 @@ fn read_once(
     node: &Arc<Node>,
     req: &FetchRequest,
     version: i16,
+    denied: &HashSet<String>,
 ) -> (FetchResponse, u64, Vec<Target>, bool) {
     // The broker's own cap (Kafka's `fetch.max.bytes`), whatever the client asks for.
     let mut budget = u64::try_from(req.max_bytes)
@@ -156,6 +178,12 @@ fn read_once(
                 records: Some(RecordChunks::default()),
                 ..Default::default()
             };
+            if name.as_ref().is_some_and(|n| denied.contains(n)) {
+                out.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                any_error = true;
+                partitions.push(out);
+                continue;
+            }
             let home = name.as_deref().map_or(PartitionHome::Unknown, |n| {
                 locate_partition(node, n, p.partition)
             });

@@ -58,6 +58,7 @@ use kafka_proto::messages::sync_group_request::SyncGroupRequest;
 use kafka_proto::messages::sync_group_response::SyncGroupResponse;
 
 use crate::group::AppendError;
+use crate::kafka::access::{Access, GROUP_OPERATIONS};
 use crate::kafka::group_coordinator::{
     self, GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams,
 };
@@ -65,6 +66,7 @@ use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use crate::node::Node;
+use crate::security::acl::{AclOperation, ResourceType};
 
 /// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -313,39 +315,61 @@ fn locate(node: &Node, key_type: i8) -> Result<(i32, String, i32), (ErrorCode, S
 }
 
 /// Handles FindCoordinator (v4+: several keys at once).
+///
+/// As in Kafka a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED) and a
+/// transaction key DESCRIBE on the transactional id (else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 pub fn find_coordinator(
     node: &Arc<Node>,
+    access: &Access,
     req: FindCoordinatorRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let located = locate(node, req.key_type);
+    let refused = |key: &str| -> Option<(ErrorCode, String)> {
+        // Kafka's messages for these errors.
+        match req.key_type {
+            0 if !access.group(AclOperation::Describe, key) => Some((
+                ErrorCode::GroupAuthorizationFailed,
+                "Group authorization failed.".into(),
+            )),
+            1 if !access.transactional_id(AclOperation::Describe, key) => Some((
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "Transactional Id authorization failed.".into(),
+            )),
+            _ => None,
+        }
+    };
     let mut resp = FindCoordinatorResponse::default();
     if version >= 4 {
         resp.coordinators = req
             .coordinator_keys
-            .into_iter()
-            .map(|key| match &located {
-                Ok((id, host, port)) => Coordinator {
-                    key,
-                    node_id: *id,
-                    host: host.clone(),
-                    port: *port,
-                    ..Default::default()
+            .iter()
+            .cloned()
+            .map(
+                |key| match refused(&key).map(Err).unwrap_or(located.clone()) {
+                    Ok((id, host, port)) => Coordinator {
+                        key,
+                        node_id: id,
+                        host,
+                        port,
+                        ..Default::default()
+                    },
+                    Err((code, message)) => Coordinator {
+                        key,
+                        node_id: -1,
+                        host: String::new(),
+                        port: -1,
+                        error_code: code.code(),
+                        error_message: Some(message),
+                        ..Default::default()
+                    },
                 },
-                Err((code, message)) => Coordinator {
-                    key,
-                    node_id: -1,
-                    host: String::new(),
-                    port: -1,
-                    error_code: code.code(),
-                    error_message: Some(message.clone()),
-                    ..Default::default()
-                },
-            })
+            )
             .collect();
     } else {
-        match located {
+        match refused(&req.key).map(Err).unwrap_or(located) {
             Ok((id, host, port)) => {
                 resp.node_id = id;
                 resp.host = host;
@@ -390,6 +414,7 @@ fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
 /// MEMBER_ID_REQUIRED and rejoins that change nothing).
 pub fn join_group(
     node: &Arc<Node>,
+    access: &Access,
     client_id: Option<String>,
     client_host: String,
     req: JoinGroupRequest,
@@ -403,6 +428,16 @@ pub fn join_group(
             &Response::JoinGroup(join_response(o, version)),
         )
     };
+    // Kafka: READ on the group.
+    if !access.group(AclOperation::Read, &req.group_id) {
+        return match respond(JoinOutcome::error(
+            ErrorCode::GroupAuthorizationFailed,
+            &req.member_id,
+        )) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        };
+    }
     let Some(term) = coordinator_term(node) else {
         return match respond(JoinOutcome::error(
             ErrorCode::NotCoordinator,
@@ -462,6 +497,7 @@ fn sync_response(o: SyncOutcome) -> SyncGroupResponse {
 /// own assignment once the leader's arrives.
 pub fn sync_group(
     node: &Arc<Node>,
+    access: &Access,
     req: SyncGroupRequest,
     version: i16,
     correlation_id: i32,
@@ -475,7 +511,9 @@ pub fn sync_group(
     };
     let term = coordinator_term(node);
     let req_group_id = req.group_id.clone();
+    let allowed = access.group(AclOperation::Read, &req.group_id);
     let pending = match term {
+        _ if !allowed => Pending::Now(SyncOutcome::error(ErrorCode::GroupAuthorizationFailed)),
         None => Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator)),
         Some(term) => coordinator(node).sync(
             term,
@@ -544,11 +582,15 @@ async fn wait_stored(node: &Arc<Node>, term: u64, group_id: &str) -> Result<(), 
 /// Handles Heartbeat.
 pub fn heartbeat(
     node: &Arc<Node>,
+    access: &Access,
     req: HeartbeatRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let error = match coordinator_term(node) {
+        _ if !access.group(AclOperation::Read, &req.group_id) => {
+            ErrorCode::GroupAuthorizationFailed
+        }
         None => ErrorCode::NotCoordinator,
         Some(term) => coordinator(node).heartbeat(
             term,
@@ -572,6 +614,7 @@ pub fn heartbeat(
 /// Handles LeaveGroup (v3+: several members at once).
 pub fn leave_group(
     node: &Arc<Node>,
+    access: &Access,
     req: LeaveGroupRequest,
     version: i16,
     correlation_id: i32,
@@ -586,6 +629,9 @@ pub fn leave_group(
     };
     let mut resp = LeaveGroupResponse::default();
     match coordinator_term(node) {
+        _ if !access.group(AclOperation::Read, &req.group_id) => {
+            resp.error_code = ErrorCode::GroupAuthorizationFailed.code()
+        }
         None => resp.error_code = ErrorCode::NotCoordinator.code(),
         Some(term) => {
             let errors = coordinator(node).leave(term, &req.group_id, &identities, Instant::now());
@@ -623,8 +669,12 @@ fn commit_error(e: &AppendError) -> ErrorCode {
 
 /// Handles OffsetCommit: checks the member and generation, then commits the offsets through the
 /// metadata group and answers once they are committed.
+///
+/// As in Kafka: READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition), and
+/// READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
 pub fn offset_commit(
     node: &Arc<Node>,
+    access: &Access,
     req: OffsetCommitRequest,
     version: i16,
     correlation_id: i32,
@@ -632,6 +682,9 @@ pub fn offset_commit(
     // Per topic: (name, [(partition, error)]); NONE entries are in `offsets`.
     let term = coordinator_term(node);
     let group_error = match term {
+        _ if !access.group(AclOperation::Read, &req.group_id) => {
+            ErrorCode::GroupAuthorizationFailed
+        }
         None => ErrorCode::NotCoordinator,
         Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
         Some(term) => coordinator(node).validate_commit(
@@ -653,12 +706,16 @@ pub fn offset_commit(
         .into_iter()
         .map(|t| {
             let partition_count = node.topic_layout(&t.name).map_or(0, |l| l.replicas.len());
+            let topic_allowed =
+                group_error != ErrorCode::None || access.topic(AclOperation::Read, &t.name);
             let partitions = t
                 .partitions
                 .into_iter()
                 .map(|p| {
                     let error = if group_error != ErrorCode::None {
                         group_error
+                    } else if !topic_allowed {
+                        ErrorCode::TopicAuthorizationFailed
                     } else if usize::try_from(p.partition_index)
                         .map_or(true, |i| i >= partition_count)
                     {
@@ -810,8 +867,13 @@ async fn read_barrier(node: &Node) -> Option<ErrorCode> {
 }
 
 /// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
+///
+/// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it) and on each
+/// topic: a named topic without it answers TOPIC_AUTHORIZATION_FAILED per partition, and a
+/// group's "all topics" leaves such topics out.
 pub fn offset_fetch(
     node: &Arc<Node>,
+    access: &Access,
     req: OffsetFetchRequest,
     version: i16,
     correlation_id: i32,
@@ -838,6 +900,7 @@ pub fn offset_fetch(
     };
     let term = coordinator_term(node);
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let error = match (term, groups.first()) {
             (None, _) => Some(ErrorCode::NotCoordinator),
@@ -849,12 +912,27 @@ pub fn offset_fetch(
             .into_iter()
             .map(|(g, topics)| {
                 let r = match error {
+                    _ if !access.group(AclOperation::Describe, &g) => {
+                        Err(ErrorCode::GroupAuthorizationFailed)
+                    }
                     Some(e) => Err(e),
-                    None => Ok(read_offsets(&node, &g, &topics)),
+                    None => Ok(read_offsets(&node, &g, &topics)
+                        .into_iter()
+                        .filter(|(t, _)| {
+                            topics.is_some() || access.topic(AclOperation::Describe, t)
+                        })
+                        .collect()),
                 };
                 (g, topics, r)
             })
             .collect();
+        let topic_error = |name: &str| {
+            if access.topic(AclOperation::Describe, name) {
+                0
+            } else {
+                ErrorCode::TopicAuthorizationFailed.code()
+            }
+        };
         let resp = if version >= 8 {
             OffsetFetchResponse {
                 groups: results
@@ -864,21 +942,30 @@ pub fn offset_fetch(
                             group_id,
                             topics: topics
                                 .into_iter()
-                                .map(|(name, parts)| OffsetFetchResponseTopics {
-                                    name,
-                                    partitions: parts
-                                        .into_iter()
-                                        .map(|(p, o, epoch, metadata)| {
-                                            OffsetFetchResponsePartitions {
-                                                partition_index: p,
-                                                committed_offset: o,
-                                                committed_leader_epoch: epoch,
-                                                metadata,
-                                                ..Default::default()
-                                            }
-                                        })
-                                        .collect(),
-                                    ..Default::default()
+                                .map(|(name, parts)| {
+                                    let error = topic_error(&name);
+                                    OffsetFetchResponseTopics {
+                                        partitions: parts
+                                            .into_iter()
+                                            .map(|(p, o, epoch, metadata)| {
+                                                let refused = error != 0;
+                                                OffsetFetchResponsePartitions {
+                                                    partition_index: p,
+                                                    committed_offset: if refused { -1 } else { o },
+                                                    committed_leader_epoch: if refused {
+                                                        -1
+                                                    } else {
+                                                        epoch
+                                                    },
+                                                    metadata,
+                                                    error_code: error,
+                                                    ..Default::default()
+                                                }
+                                            })
+                                            .collect(),
+                                        name,
+                                        ..Default::default()
+                                    }
                                 })
                                 .collect(),
                             ..Default::default()
@@ -910,10 +997,22 @@ pub fn offset_fetch(
                 Ok(topics) => OffsetFetchResponse {
                     topics: topics
                         .into_iter()
-                        .map(|(name, parts)| OffsetFetchResponseTopic {
-                            name,
-                            partitions: parts.into_iter().map(|p| partition(p, 0)).collect(),
-                            ..Default::default()
+                        .map(|(name, parts)| {
+                            let error = topic_error(&name);
+                            OffsetFetchResponseTopic {
+                                partitions: parts
+                                    .into_iter()
+                                    .map(|(p, o, epoch, metadata)| {
+                                        if error != 0 {
+                                            partition((p, -1, -1, metadata), error)
+                                        } else {
+                                            partition((p, o, epoch, metadata), 0)
+                                        }
+                                    })
+                                    .collect(),
+                                name,
+                                ..Default::default()
+                            }
                         })
                         .collect(),
                     ..Default::default()
@@ -960,8 +1059,12 @@ fn offset_only_groups(node: &Node, known: &HashSet<String>) -> Vec<String> {
 
 /// Handles ListGroups: the coordinator lists every group; other nodes list none (clients ask
 /// every broker and merge).
+///
+/// As in Kafka: with DESCRIBE on the cluster every group, else only the groups the principal
+/// may DESCRIBE.
 pub fn list_groups(
     node: &Arc<Node>,
+    access: &Access,
     req: ListGroupsRequest,
     version: i16,
     correlation_id: i32,
@@ -974,6 +1077,7 @@ pub fn list_groups(
         );
     };
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let listed = match read_barrier(&node).await {
             Some(e) => Err(e),
@@ -1000,6 +1104,9 @@ pub fn list_groups(
                 .map(|g| (g, String::new(), GroupState::Empty)),
         );
         all.sort_by(|a, b| a.0.cmp(&b.0));
+        if !access.cluster(AclOperation::Describe) {
+            all.retain(|(g, _, _)| access.group(AclOperation::Describe, g));
+        }
         let type_ok = req.types_filter.is_empty()
             || req
                 .types_filter
@@ -1036,14 +1143,19 @@ pub fn list_groups(
 
 /// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
 /// does); one that only has committed offsets, Empty.
+///
+/// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it); its authorized
+/// operations when asked for (v3+).
 pub fn describe_groups(
     node: &Arc<Node>,
+    access: &Access,
     req: DescribeGroupsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let term = coordinator_term(node);
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let barrier = match (term, req.groups.first()) {
             (Some(_), Some(_)) => read_barrier(&node).await,
@@ -1053,6 +1165,13 @@ pub fn describe_groups(
             .groups
             .into_iter()
             .map(|group_id| {
+                if !access.group(AclOperation::Describe, &group_id) {
+                    return DescribedGroup {
+                        error_code: ErrorCode::GroupAuthorizationFailed.code(),
+                        group_id,
+                        ..Default::default()
+                    };
+                }
                 let (Some(term), None) = (term, barrier) else {
                     return DescribedGroup {
                         error_code: barrier.unwrap_or(ErrorCode::NotCoordinator).code(),
@@ -1100,6 +1219,13 @@ pub fn describe_groups(
                         }
                     }
                 }
+            })
+            .map(|mut g: DescribedGroup| {
+                if req.include_authorized_operations && g.error_code == 0 {
+                    g.authorized_operations =
+                        access.operations(ResourceType::Group, &g.group_id, GROUP_OPERATIONS);
+                }
+                g
             })
             .collect();
         frame(
@@ -1151,17 +1277,24 @@ async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
 /// Handles DeleteGroups (API 42): a group with members gets NON_EMPTY_GROUP, an unknown one
 /// GROUP_ID_NOT_FOUND, as in Kafka; otherwise its committed offsets (replicated) and its
 /// membership state go.
+/// Each group needs DELETE on it (else GROUP_AUTHORIZATION_FAILED).
 pub fn delete_groups(
     node: &Arc<Node>,
+    access: &Access,
     req: DeleteGroupsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let mut results = Vec::with_capacity(req.groups_names.len());
         for group_id in &req.groups_names {
-            let code = delete_group(&node, group_id).await;
+            let code = if access.group(AclOperation::Delete, group_id) {
+                delete_group(&node, group_id).await
+            } else {
+                ErrorCode::GroupAuthorizationFailed
+            };
             results.push(DeletableGroupResult {
                 group_id: group_id.clone(),
                 error_code: code.code(),
@@ -1184,16 +1317,23 @@ pub fn delete_groups(
 /// NON_EMPTY_GROUP for a group with members that does not use the consumer protocol, and per
 /// partition GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to its topic and
 /// UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+/// Authorization as Kafka's: DELETE on the group (else GROUP_AUTHORIZATION_FAILED), READ on
+/// each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
 pub fn offset_delete(
     node: &Arc<Node>,
+    access: &Access,
     req: OffsetDeleteRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let mut resp = OffsetDeleteResponse::default();
         let group_error = match coordinator_term(&node) {
+            _ if !access.group(AclOperation::Delete, &req.group_id) => {
+                Some(ErrorCode::GroupAuthorizationFailed)
+            }
             None => Some(ErrorCode::NotCoordinator),
             Some(term) if !group_exists(&node, term, &req.group_id) => {
                 Some(ErrorCode::GroupIdNotFound)
@@ -1212,7 +1352,9 @@ pub fn offset_delete(
                                 locate_partition(&node, &t.name, p.partition_index),
                                 PartitionHome::Here(_) | PartitionHome::Elsewhere
                             );
-                            let code = if topics.contains(&t.name) {
+                            let code = if !access.topic(AclOperation::Read, &t.name) {
+                                ErrorCode::TopicAuthorizationFailed
+                            } else if topics.contains(&t.name) {
                                 ErrorCode::GroupSubscribedToTopic
                             } else if !exists {
                                 ErrorCode::UnknownTopicOrPartition

@@ -10,9 +10,11 @@ use kafka_proto::frame::{encode_response, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
+use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::{
-    cluster, configs, fetch, groups, metadata, partition_admin, produce, quotas, topics,
+    acls, cluster, configs, fetch, groups, metadata, partition_admin, produce, quotas, topics,
+    users,
 };
 use crate::node::Node;
 
@@ -61,8 +63,13 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeAcls, 0, 3),
+    (ApiKey::CreateAcls, 0, 3),
+    (ApiKey::DeleteAcls, 0, 3),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -115,52 +122,62 @@ pub fn dispatch(
 ) -> Reply {
     let version = header.api_version;
     let cid = header.correlation_id;
+    // Every handler checks what the connection's principal may do (see `access`).
+    let access = &Access::new(node, conn);
     match request {
         Request::ApiVersions(_) => now(cid, version, Response::ApiVersions(api_versions())),
-        Request::Metadata(req) => metadata::handle(node, req, version, cid),
-        Request::CreateTopics(req) => topics::create_topics(node, req, version, cid),
-        Request::DeleteTopics(req) => topics::delete_topics(node, req, version, cid),
-        Request::CreatePartitions(req) => topics::create_partitions(node, req, version, cid),
-        Request::InitProducerId(req) => cluster::init_producer_id(node, req, version, cid),
-        Request::DescribeCluster(_) => now(
+        Request::Metadata(req) => metadata::handle(node, access, req, version, cid),
+        Request::CreateTopics(req) => topics::create_topics(node, access, req, version, cid),
+        Request::DeleteTopics(req) => topics::delete_topics(node, access, req, version, cid),
+        Request::CreatePartitions(req) => {
+            topics::create_partitions(node, access, req, version, cid)
+        }
+        Request::InitProducerId(req) => cluster::init_producer_id(node, access, req, version, cid),
+        Request::DescribeCluster(req) => now(
             cid,
             version,
-            Response::DescribeCluster(cluster::describe_cluster(node)),
+            Response::DescribeCluster(cluster::describe_cluster(node, access, &req)),
         ),
         Request::DescribeConfigs(req) => now(
             cid,
             version,
-            Response::DescribeConfigs(cluster::describe_configs(node, &req, version)),
+            Response::DescribeConfigs(cluster::describe_configs(node, access, &req, version)),
         ),
-        Request::AlterConfigs(req) => configs::alter_configs(node, req, version, cid),
+        Request::AlterConfigs(req) => configs::alter_configs(node, access, req, version, cid),
         Request::IncrementalAlterConfigs(req) => {
-            configs::incremental_alter_configs(node, req, version, cid)
+            configs::incremental_alter_configs(node, access, req, version, cid)
         }
-        Request::DeleteRecords(req) => partition_admin::delete_records(node, req, version, cid),
+        Request::DeleteRecords(req) => {
+            partition_admin::delete_records(node, access, req, version, cid)
+        }
         Request::DescribeLogDirs(req) => now(
             cid,
             version,
-            Response::DescribeLogDirs(partition_admin::describe_log_dirs(node, &req)),
+            Response::DescribeLogDirs(partition_admin::describe_log_dirs(node, access, &req)),
         ),
         Request::DescribeProducers(req) => {
-            partition_admin::describe_producers(node, req, version, cid)
+            partition_admin::describe_producers(node, access, req, version, cid)
         }
-        Request::ElectLeaders(req) => partition_admin::elect_leaders(node, req, version, cid),
+        Request::ElectLeaders(req) => {
+            partition_admin::elect_leaders(node, access, req, version, cid)
+        }
         Request::ListPartitionReassignments(_) => now(
             cid,
             version,
-            Response::ListPartitionReassignments(partition_admin::list_partition_reassignments()),
+            Response::ListPartitionReassignments(partition_admin::list_partition_reassignments(
+                access,
+            )),
         ),
         Request::ListOffsets(req) => now(
             cid,
             version,
-            Response::ListOffsets(metadata::list_offsets(node, &req, version)),
+            Response::ListOffsets(metadata::list_offsets(node, access, &req, version)),
         ),
         Request::Produce(req) => {
             let client_id = header.client_id.as_deref().unwrap_or("");
             let throttle = produce::charge(node, &req, conn.client(client_id));
             conn.mute.mute_for(throttle, std::time::Instant::now());
-            produce::produce(node, req, version, cid, chain, throttle)
+            produce::produce(node, access, req, version, cid, chain, throttle)
         }
         Request::Fetch(req) => {
             let charged = fetch::Charged {
@@ -168,18 +185,15 @@ pub fn dispatch(
                 user: conn.principal.name.clone(),
                 client_id: header.client_id.clone().unwrap_or_default(),
             };
-            fetch::fetch(node.clone(), req, version, cid, charged)
+            fetch::fetch(node.clone(), access, req, version, cid, charged)
         }
-        Request::DescribeClientQuotas(req) => {
-            quotas::describe_client_quotas(node, req, version, cid)
-        }
-        Request::AlterClientQuotas(req) => quotas::alter_client_quotas(node, req, version, cid),
-        Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
+        Request::FindCoordinator(req) => groups::find_coordinator(node, access, req, version, cid),
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
             let client_host = format!("/{}", conn.peer.ip());
             groups::join_group(
                 node,
+                access,
                 header.client_id.clone(),
                 client_host,
                 req,
@@ -187,15 +201,38 @@ pub fn dispatch(
                 cid,
             )
         }
-        Request::SyncGroup(req) => groups::sync_group(node, req, version, cid),
-        Request::Heartbeat(req) => groups::heartbeat(node, req, version, cid),
-        Request::LeaveGroup(req) => groups::leave_group(node, req, version, cid),
-        Request::OffsetCommit(req) => groups::offset_commit(node, req, version, cid),
-        Request::OffsetFetch(req) => groups::offset_fetch(node, req, version, cid),
-        Request::ListGroups(req) => groups::list_groups(node, req, version, cid),
-        Request::DescribeGroups(req) => groups::describe_groups(node, req, version, cid),
-        Request::DeleteGroups(req) => groups::delete_groups(node, req, version, cid),
-        Request::OffsetDelete(req) => groups::offset_delete(node, req, version, cid),
+        Request::SyncGroup(req) => groups::sync_group(node, access, req, version, cid),
+        Request::Heartbeat(req) => groups::heartbeat(node, access, req, version, cid),
+        Request::LeaveGroup(req) => groups::leave_group(node, access, req, version, cid),
+        Request::OffsetCommit(req) => groups::offset_commit(node, access, req, version, cid),
+        Request::OffsetFetch(req) => groups::offset_fetch(node, access, req, version, cid),
+        Request::ListGroups(req) => groups::list_groups(node, access, req, version, cid),
+        Request::DescribeGroups(req) => groups::describe_groups(node, access, req, version, cid),
+        Request::DeleteGroups(req) => groups::delete_groups(node, access, req, version, cid),
+        Request::OffsetDelete(req) => groups::offset_delete(node, access, req, version, cid),
+        Request::CreateAcls(req) => acls::create_acls(node, access, req, version, cid),
+        Request::DescribeAcls(req) => now(
+            cid,
+            version,
+            Response::DescribeAcls(acls::describe_acls(node, access, &req)),
+        ),
+        Request::DeleteAcls(req) => acls::delete_acls(node, access, req, version, cid),
+        Request::DescribeUserScramCredentials(req) => now(
+            cid,
+            version,
+            Response::DescribeUserScramCredentials(users::describe_user_scram_credentials(
+                node, access, &req,
+            )),
+        ),
+        Request::AlterUserScramCredentials(req) => {
+            users::alter_user_scram_credentials(node, access, req, version, cid)
+        }
+        Request::DescribeClientQuotas(req) => {
+            quotas::describe_client_quotas(node, access, req, version, cid)
+        }
+        Request::AlterClientQuotas(req) => {
+            quotas::alter_client_quotas(node, access, req, version, cid)
+        }
         other => {
             // Not advertised in ApiVersions; a client sending it anyway gets the connection
             // closed, as Kafka does for requests it cannot parse.

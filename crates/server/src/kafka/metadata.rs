@@ -1,12 +1,17 @@
 //! Metadata and ListOffsets: where each topic lives, and its offsets.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_proto::frame::Response;
 
 use crate::config::valid_stream_name;
+use crate::kafka::access::{
+    Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, TOPIC_OPERATIONS,
+};
 use crate::kafka::handlers::{frame, Reply};
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::messages::list_offsets_request::ListOffsetsRequest;
@@ -240,27 +245,51 @@ fn partition_metadata(
 
 /// Handles Metadata: creates the unknown topics asked for first when both the client and the
 /// server allow it (`auto_create_topics`), then answers.
-pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_id: i32) -> Reply {
-    let to_create: Vec<String> = match &req.topics {
-        Some(list) if req.allow_auto_topic_creation && node.config().kafka.auto_create_topics => {
-            list.iter()
-                .filter_map(|t| t.name.clone())
-                .filter(|n| !node.is_topic(n) && valid_stream_name(n) && !n.starts_with("__"))
-                .collect()
+pub fn handle(
+    node: &Arc<Node>,
+    access: &Access,
+    req: MetadataRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    // Kafka's rules: a topic named in the request that the principal may not DESCRIBE is
+    // answered TOPIC_AUTHORIZATION_FAILED (and not created); auto-creating one needs CREATE on
+    // the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED).
+    let mut refused: HashSet<String> = HashSet::new();
+    let mut to_create: Vec<String> = Vec::new();
+    let auto_create = req.allow_auto_topic_creation && node.config().kafka.auto_create_topics;
+    if let Some(list) = &req.topics {
+        let may_create_any = || access.cluster(AclOperation::Create);
+        for name in list.iter().filter_map(|t| t.name.clone()) {
+            if !access.topic(AclOperation::Describe, &name) {
+                refused.insert(name);
+                continue;
+            }
+            if !auto_create || node.is_topic(&name) {
+                continue;
+            }
+            if !valid_stream_name(&name) || name.starts_with("__") {
+                continue;
+            }
+            if may_create_any() || access.topic(AclOperation::Create, &name) {
+                to_create.push(name);
+            } else {
+                refused.insert(name);
+            }
         }
-        _ => Vec::new(),
-    };
+    }
     if to_create.is_empty() {
         return match frame(
             correlation_id,
             version,
-            &Response::Metadata(metadata(node, &req, version)),
+            &Response::Metadata(metadata(node, access, &req, version, &refused)),
         ) {
             Some(s) => Reply::Now(s),
             None => Reply::Close,
         };
     }
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         for name in to_create {
             let partitions = node.config().kafka.num_partitions;
@@ -274,7 +303,7 @@ pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_
         frame(
             correlation_id,
             version,
-            &Response::Metadata(metadata(&node, &req, version)),
+            &Response::Metadata(metadata(&node, &access, &req, version, &refused)),
         )
     }))
 }
@@ -283,8 +312,16 @@ pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_
 const AUTO_CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Answers Metadata: every live broker with its advertised address, and the requested topics
-/// (all when the list is null) with their leader, replicas and in-sync replicas.
-pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> MetadataResponse {
+/// (all when the list is null) with their leader, replicas and in-sync replicas. Topics in
+/// `refused` answer TOPIC_AUTHORIZATION_FAILED; of all topics, only those the principal may
+/// DESCRIBE are listed (Kafka leaves the others out).
+pub fn metadata(
+    node: &Arc<Node>,
+    access: &Access,
+    req: &MetadataRequest,
+    _version: i16,
+    refused: &HashSet<String>,
+) -> MetadataResponse {
     let brokers = node
         .live_brokers()
         .into_iter()
@@ -299,10 +336,11 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
             }
         })
         .collect();
-    let topics = match &req.topics {
+    let mut topics: Vec<MetadataResponseTopic> = match &req.topics {
         None => node
             .topic_names()
             .into_iter()
+            .filter(|n| access.topic(AclOperation::Describe, n))
             .map(|n| topic_metadata(node, &n))
             .collect(),
         Some(list) => list
@@ -312,6 +350,16 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
                     Some(n) => n.clone(),
                     None => topic_name_by_id(node, t.topic_id).unwrap_or_default(),
                 };
+                if refused.contains(&name)
+                    || (t.name.is_none() && !access.topic(AclOperation::Describe, &name))
+                {
+                    return MetadataResponseTopic {
+                        error_code: ErrorCode::TopicAuthorizationFailed.code(),
+                        name: t.name.clone(),
+                        topic_id: t.topic_id,
+                        ..Default::default()
+                    };
+                }
                 let mut m = topic_metadata(node, &name);
                 m.topic_id = if m.error_code == 0 {
                     topic_id_of(node, &name)
@@ -322,11 +370,29 @@ pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> Metad
             })
             .collect(),
     };
+    if req.include_topic_authorized_operations {
+        for t in topics.iter_mut().filter(|t| t.error_code == 0) {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations =
+                    access.operations(ResourceType::Topic, name, TOPIC_OPERATIONS);
+            }
+        }
+    }
+    let cluster_authorized_operations = if req.include_cluster_authorized_operations {
+        access.operations(
+            ResourceType::Cluster,
+            CLUSTER_RESOURCE_NAME,
+            CLUSTER_OPERATIONS,
+        )
+    } else {
+        OPERATIONS_NOT_REQUESTED
+    };
     MetadataResponse {
         brokers,
         cluster_id: Some(cluster_id(node)),
         controller_id: as_i32(node.config().member_ids().first().copied().unwrap_or(0)),
         topics,
+        cluster_authorized_operations,
         ..Default::default()
     }
 }
@@ -392,6 +458,7 @@ fn offset_for_timestamp(stream: &LogStream, ts: i64, v: &crate::Visible) -> Opti
 /// whose timestamp is at or after the one asked for, with that timestamp.
 pub fn list_offsets(
     node: &Arc<Node>,
+    access: &Access,
     req: &ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
@@ -408,6 +475,11 @@ pub fn list_offsets(
                         partition_index: p.partition_index,
                         ..Default::default()
                     };
+                    // Kafka: DESCRIBE on the topic.
+                    if !access.topic(AclOperation::Describe, &t.name) {
+                        r.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                        return r;
+                    }
                     let stream = match locate_partition(node, &t.name, p.partition_index) {
                         PartitionHome::Here(stream) => stream,
                         PartitionHome::Elsewhere => {

@@ -3,6 +3,9 @@
 //! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
 //!   and writes responses in request order.
 //! - [`connection`]: what a handler knows of its connection (peer, principal, listener).
+//! - [`access`]: what the request's principal may do (the authorizer over the replicated ACLs).
+//! - [`acls`]: CreateAcls, DescribeAcls, DeleteAcls.
+//! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
 //! - [`produce`], [`fetch`], [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log
 //!   streams and the replicated cluster metadata.
@@ -16,6 +19,8 @@
 //!
 //! Each partition of a topic is its own log stream and Raft group (see the crate README).
 
+pub mod access;
+pub mod acls;
 pub mod cluster;
 pub mod configs;
 pub mod connection;
@@ -30,5 +35,6 @@ pub mod partition_admin;
 pub mod produce;
 pub mod quotas;
 pub mod topics;
+pub mod users;
 
 pub use listener::serve;

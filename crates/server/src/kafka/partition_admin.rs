@@ -47,10 +47,12 @@ use kafka_proto::messages::elect_leaders_response::{
 };
 use kafka_proto::messages::list_partition_reassignments_response::ListPartitionReassignmentsResponse;
 
+use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::topics::metadata_error;
 use crate::node::{LogStream, Node};
+use crate::security::acl::AclOperation;
 
 /// Longest DeleteRecords or ElectLeaders waits, whatever the client's timeout says.
 const MAX_TIMEOUT: Duration = Duration::from_secs(60);
@@ -102,25 +104,33 @@ async fn delete_partition(
     Ok(stream.visible().log_start_offset.max(target) as i64)
 }
 
-/// Handles DeleteRecords (API 21).
+/// Handles DeleteRecords (API 21). Needs DELETE on each topic (else TOPIC_AUTHORIZATION_FAILED).
 pub fn delete_records(
     node: &Arc<Node>,
+    access: &Access,
     req: DeleteRecordsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let wait = timeout(req.timeout_ms);
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
+            let allowed = access.topic(AclOperation::Delete, &t.name);
             for p in &t.partitions {
                 let mut r = DeleteRecordsPartitionResult {
                     partition_index: p.partition_index,
                     low_watermark: -1,
                     ..Default::default()
                 };
+                if !allowed {
+                    r.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                    partitions.push(r);
+                    continue;
+                }
                 match delete_partition(&node, &t.name, p.partition_index, p.offset, wait).await {
                     Ok(low) => r.low_watermark = low,
                     Err(code) => r.error_code = code.code(),
@@ -160,11 +170,19 @@ fn file_system_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
     ))
 }
 
-/// Handles DescribeLogDirs (API 35): this node's data directory and the replicas in it.
+/// Handles DescribeLogDirs (API 35): this node's data directory and the replicas in it. Needs
+/// DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED and no directories, as Kafka).
 pub fn describe_log_dirs(
     node: &Arc<Node>,
+    access: &Access,
     req: &DescribeLogDirsRequest,
 ) -> DescribeLogDirsResponse {
+    if !access.cluster(AclOperation::Describe) {
+        return DescribeLogDirsResponse {
+            error_code: ErrorCode::ClusterAuthorizationFailed.code(),
+            ..Default::default()
+        };
+    }
     let wanted = |topic: &str, partition: u32| match &req.topics {
         None => true,
         Some(list) => list
@@ -208,14 +226,17 @@ pub fn describe_log_dirs(
     }
 }
 
-/// Handles DescribeProducers (API 61).
+/// Handles DescribeProducers (API 61). Needs READ on each topic (else
+/// TOPIC_AUTHORIZATION_FAILED).
 pub fn describe_producers(
     node: &Arc<Node>,
+    access: &Access,
     req: DescribeProducersRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
@@ -225,6 +246,11 @@ pub fn describe_producers(
                     partition_index: index,
                     ..Default::default()
                 };
+                if !access.topic(AclOperation::Read, &t.name) {
+                    r.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                    partitions.push(r);
+                    continue;
+                }
                 match led_here(&node, &t.name, index) {
                     Ok(stream) => {
                         r.active_producers = stream
@@ -339,13 +365,45 @@ async fn elect(
     }
 }
 
-/// Handles ElectLeaders (API 43).
+/// Handles ElectLeaders (API 43). Needs ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED
+/// for the request and each partition named, as Kafka answers).
 pub fn elect_leaders(
     node: &Arc<Node>,
+    access: &Access,
     req: ElectLeadersRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
+    if !access.cluster(AclOperation::Alter) {
+        let refused = |index: i32| PartitionResult {
+            partition_id: index,
+            error_code: ErrorCode::ClusterAuthorizationFailed.code(),
+            error_message: Some("Cluster authorization failed.".into()),
+            ..Default::default()
+        };
+        let results = req
+            .topic_partitions
+            .iter()
+            .flatten()
+            .map(|t| ReplicaElectionResult {
+                topic: t.topic.clone(),
+                partition_result: t.partitions.iter().copied().map(refused).collect(),
+                ..Default::default()
+            })
+            .collect();
+        return match frame(
+            correlation_id,
+            version,
+            &Response::ElectLeaders(ElectLeadersResponse {
+                error_code: ErrorCode::ClusterAuthorizationFailed.code(),
+                replica_election_results: results,
+                ..Default::default()
+            }),
+        ) {
+            Some(s) => Reply::Now(s),
+            None => Reply::Close,
+        };
+    }
     let node = node.clone();
     Reply::Later(Box::pin(async move {
         let deadline = tokio::time::Instant::now() + timeout(req.timeout_ms);
@@ -406,7 +464,15 @@ pub fn elect_leaders(
 }
 
 /// Handles ListPartitionReassignments (API 46): none, ever (see the module documentation).
-pub fn list_partition_reassignments() -> ListPartitionReassignmentsResponse {
+/// Needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
+pub fn list_partition_reassignments(access: &Access) -> ListPartitionReassignmentsResponse {
+    if !access.cluster(AclOperation::Describe) {
+        return ListPartitionReassignmentsResponse {
+            error_code: ErrorCode::ClusterAuthorizationFailed.code(),
+            error_message: Some("Cluster authorization failed.".into()),
+            ..Default::default()
+        };
+    }
     ListPartitionReassignmentsResponse {
         error_message: None,
         ..Default::default()

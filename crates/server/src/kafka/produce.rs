@@ -39,10 +39,12 @@ use kafka_proto::DecodeError;
 use crate::config::KafkaSettings;
 use crate::flow::throttle::{throttle_ms, ClientIdentity};
 use crate::group::AppendError;
+use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::node::{Node, PendingAppend};
 use crate::producers::SequenceError;
+use crate::security::acl::AclOperation;
 use crate::topic_config::{TimestampType, TopicSettings};
 
 /// Longest a produce waits for commit, whatever timeout the client asked for.
@@ -236,8 +238,14 @@ pub fn charge(node: &Node, req: &ProduceRequest, who: ClientIdentity<'_>) -> Dur
 
 /// Handles a Produce request: submits now, answers (unless acks=0) once every partition's
 /// append is committed or failed, with `throttle` as its `throttle_time_ms`.
+///
+/// Authorization as Kafka's: a transactional producer needs WRITE on its transactional id
+/// (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic WRITE
+/// (else its partitions answer TOPIC_AUTHORIZATION_FAILED); nothing of a refused topic is
+/// stored.
 pub fn produce(
     node: &Arc<Node>,
+    access: &Access,
     req: ProduceRequest,
     version: i16,
     correlation_id: i32,
@@ -252,11 +260,24 @@ pub fn produce(
     // occurrence) is refused the second time: one request carries at most one batch, and so at
     // most one producer id, per partition.
     let mut seen: std::collections::HashSet<(String, i32)> = std::collections::HashSet::new();
+    let transaction_refused = req
+        .transactional_id
+        .as_deref()
+        .is_some_and(|id| !access.transactional_id(AclOperation::Write, id));
     for topic in req.topic_data {
         let mut partitions = Vec::new();
+        let refused = if transaction_refused {
+            Some(ErrorCode::TransactionalIdAuthorizationFailed)
+        } else if !access.topic(AclOperation::Write, &topic.name) {
+            Some(ErrorCode::TopicAuthorizationFailed)
+        } else {
+            None
+        };
         let rules = TopicRules::of(node, &topic.name, now);
         for p in topic.partition_data {
-            let outcome = if seen.insert((topic.name.clone(), p.index)) {
+            let outcome = if let Some(code) = refused {
+                PartitionOutcome::Failed(code)
+            } else if seen.insert((topic.name.clone(), p.index)) {
                 submit_partition(
                     node,
                     &topic.name,

@@ -9,6 +9,10 @@
 //! filter leaves out entities with types it does not name. Where vdl differs: `ip` entities
 //! (connection-creation-rate quotas) and `controller_mutation_rate` are refused with a message
 //! saying vdl does not enforce them, where Kafka stores and enforces them.
+//!
+//! Authorization as Kafka's: describing needs DESCRIBE_CONFIGS on the cluster (else the
+//! response carries CLUSTER_AUTHORIZATION_FAILED), altering ALTER_CONFIGS on the cluster (else
+//! every entry does).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,10 +33,12 @@ use crate::flow::settings::{
     check_quota_value, entity_from_parts, EntityName, FlowSettings, QuotaAlteration, QuotaEntity,
     ENTITY_CLIENT_ID, ENTITY_USER,
 };
+use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::topics::metadata_error;
 use crate::metadata::MetaCommand;
 use crate::node::Node;
+use crate::security::acl::AclOperation;
 
 /// How long an alteration waits for the metadata commit (the request carries no timeout).
 const ALTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -157,12 +163,21 @@ fn entity_to_wire(entity: &QuotaEntity) -> Vec<(String, Option<String>)> {
 /// Handles DescribeClientQuotas (API 48).
 pub fn describe_client_quotas(
     node: &Arc<Node>,
+    access: &Access,
     req: DescribeClientQuotasRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let mut response = DescribeClientQuotasResponse::default();
-    match components(&req) {
+    let checked = if access.cluster(AclOperation::DescribeConfigs) {
+        components(&req)
+    } else {
+        Err((
+            ErrorCode::ClusterAuthorizationFailed,
+            "Cluster authorization failed.".to_string(),
+        ))
+    };
+    match checked {
         Ok(filter) => {
             response.entries = Some(describe(&node.flow_settings(), &filter, req.strict));
         }
@@ -222,16 +237,26 @@ fn alteration(
 /// command; each entry is answered with its own outcome.
 pub fn alter_client_quotas(
     node: &Arc<Node>,
+    access: &Access,
     req: AlterClientQuotasRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let allowed = access.cluster(AclOperation::AlterConfigs);
     Reply::Later(Box::pin(async move {
         let mut outcomes: Vec<Result<(), (ErrorCode, String)>> = Vec::new();
         let mut valid = Vec::new();
         for entry in &req.entries {
-            match alteration(entry) {
+            let checked = if allowed {
+                alteration(entry)
+            } else {
+                Err((
+                    ErrorCode::ClusterAuthorizationFailed,
+                    "Cluster authorization failed.".to_string(),
+                ))
+            };
+            match checked {
                 Ok(a) => {
                     valid.push(a);
                     outcomes.push(Ok(()));

@@ -29,9 +29,11 @@ use kafka_proto::messages::delete_topics_response::{DeletableTopicResult, Delete
 
 use crate::config::valid_stream_name;
 use crate::group::AppendError;
+use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{topic_id_of, topic_name_by_id};
 use crate::node::Node;
+use crate::security::acl::AclOperation;
 use crate::topic_config;
 
 /// Longest a topic creation or deletion waits for the metadata commit.
@@ -134,18 +136,34 @@ fn created_configs(
         .collect()
 }
 
-/// Handles CreateTopics.
+/// Kafka's message for a refused topic operation.
+const AUTHORIZATION_FAILED: &str = "Authorization failed.";
+
+/// Handles CreateTopics. Each topic needs CREATE on the cluster or on the topic (else
+/// TOPIC_AUTHORIZATION_FAILED); its configs are reported only with DESCRIBE_CONFIGS on it.
 pub fn create_topics(
     node: &Arc<Node>,
+    access: &Access,
     req: CreateTopicsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let may_create_any = access.cluster(AclOperation::Create);
+    let authorized: Vec<(bool, bool)> = req
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                may_create_any || access.topic(AclOperation::Create, &t.name),
+                access.topic(AclOperation::DescribeConfigs, &t.name),
+            )
+        })
+        .collect();
     Reply::Later(Box::pin(async move {
         let wait = timeout(req.timeout_ms);
         let mut results = Vec::with_capacity(req.topics.len());
-        for t in &req.topics {
+        for (t, (may_create, may_describe_configs)) in req.topics.iter().zip(authorized) {
             let mut r = CreatableTopicResult {
                 name: t.name.clone(),
                 // Null unless there is an error, as Kafka sends it.
@@ -154,7 +172,14 @@ pub fn create_topics(
                 replication_factor: -1,
                 ..Default::default()
             };
-            let checked = check_creatable(&node, t);
+            let checked = if may_create {
+                check_creatable(&node, t)
+            } else {
+                Err((
+                    ErrorCode::TopicAuthorizationFailed,
+                    AUTHORIZATION_FAILED.to_owned(),
+                ))
+            };
             let outcome = match checked {
                 Err(e) => Err(e),
                 Ok(created) if req.validate_only => Ok(created),
@@ -175,7 +200,11 @@ pub fn create_topics(
                     r.topic_id = topic_id_of(&node, &t.name);
                     r.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                     r.replication_factor = i16::try_from(replication).unwrap_or(i16::MAX);
-                    r.configs = Some(created_configs(&node, &configs, replication));
+                    if may_describe_configs {
+                        r.configs = Some(created_configs(&node, &configs, replication));
+                    } else {
+                        r.topic_config_error_code = ErrorCode::TopicAuthorizationFailed.code();
+                    }
                 }
                 Err((code, message)) => {
                     r.error_code = code.code();
@@ -195,14 +224,17 @@ pub fn create_topics(
     }))
 }
 
-/// Handles DeleteTopics (by name, or by topic id in v6).
+/// Handles DeleteTopics (by name, or by topic id in v6). Each topic needs DELETE on it (else
+/// TOPIC_AUTHORIZATION_FAILED).
 pub fn delete_topics(
     node: &Arc<Node>,
+    access: &Access,
     req: DeleteTopicsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let wait = timeout(req.timeout_ms);
         let wanted: Vec<(Option<String>, kafka_proto::Uuid)> = if version >= 6 {
@@ -229,6 +261,15 @@ pub fn delete_topics(
                 topic_id: id,
                 ..Default::default()
             };
+            if name
+                .as_deref()
+                .is_some_and(|n| !access.topic(AclOperation::Delete, n))
+            {
+                r.error_code = ErrorCode::TopicAuthorizationFailed.code();
+                r.error_message = Some(AUTHORIZATION_FAILED.to_owned());
+                results.push(r);
+                continue;
+            }
             match name.filter(|n| node.is_topic(n)) {
                 None => {
                     r.error_code = if version >= 6 && !id.is_zero() {
@@ -301,14 +342,17 @@ fn check_growable(
 }
 
 /// Handles CreatePartitions: grows each topic to its new count (partitions are only added, as
-/// in Kafka). A topic named twice in one request gets INVALID_REQUEST each time.
+/// in Kafka). A topic named twice in one request gets INVALID_REQUEST each time; one the
+/// principal may not ALTER gets TOPIC_AUTHORIZATION_FAILED.
 pub fn create_partitions(
     node: &Arc<Node>,
+    access: &Access,
     req: CreatePartitionsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
     let node = node.clone();
+    let access = access.clone();
     Reply::Later(Box::pin(async move {
         let wait = timeout(req.timeout_ms);
         let mut results = Vec::with_capacity(req.topics.len());
@@ -318,6 +362,11 @@ pub fn create_partitions(
                 Err((
                     ErrorCode::InvalidRequest,
                     "Duplicate topic in request.".to_owned(),
+                ))
+            } else if !access.topic(AclOperation::Alter, &t.name) {
+                Err((
+                    ErrorCode::TopicAuthorizationFailed,
+                    AUTHORIZATION_FAILED.to_owned(),
                 ))
             } else {
                 match check_growable(&node, &t.name, t.count, t.assignments.is_some()) {

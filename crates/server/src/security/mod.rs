@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+pub mod acl;
+pub mod authorizer;
 pub mod scram;
 
 /// The identity a connection acts as, as Kafka's `KafkaPrincipal`: a type (always `User` for

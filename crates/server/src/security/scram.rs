@@ -20,6 +20,10 @@ pub enum ScramMechanism {
     Sha512,
 }
 
+/// Most SCRAM credentials (user and mechanism pairs) a cluster holds: AlterUserScramCredentials
+/// beyond it answers POLICY_VIOLATION, and a command that would pass it adds nothing more.
+pub const MAX_CREDENTIALS: usize = 100_000;
+
 /// Fewest iterations accepted for a credential (Kafka's minimum, 4096).
 pub const MIN_ITERATIONS: u32 = 4096;
 /// Most iterations accepted for a credential (Kafka's maximum, 16384).
