@@ -29,6 +29,7 @@ pub mod inbox;
 pub mod kafka;
 pub mod leaders;
 pub mod liveness;
+pub mod membership;
 pub mod metadata;
 pub mod metadata_codec;
 pub mod metadata_snapshot;

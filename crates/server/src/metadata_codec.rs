@@ -24,8 +24,17 @@
 //!     ElectPreferredLeader elect_preferred_leader = 10;
 //!     StoreGroup         store_group          = 11;
 //!     ExpireGroupOffsets expire_group_offsets = 12;
+//!     AddMember          add_member           = 23;
+//!     RemoveMember       remove_member        = 24;
+//!     FinishReassignment finish_reassignment  = 25;
 //!   }
 //! }
+//! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
+//!                              string kafka_addr = 4; repeated Member members = 5; }
+//! message RemoveMember       { uint64 id = 1; repeated Member members = 2; }
+//! message Member             { uint64 id = 1; string name = 2; string peer_addr = 3;
+//!                              string kafka_addr = 4; bool leaving = 5; }
+//! message FinishReassignment { string name = 1; uint64 incarnation = 2; uint32 partition = 3; }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
 //! message CreateTopic        { string name = 1; uint32 partitions = 2;
 //!                              repeated ReplicaList replicas = 3;
@@ -160,7 +169,10 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
+    #[prost(
+        oneof = "CommandWire",
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 23, 24, 25"
+    )]
     pub command: Option<CommandWire>,
 }
 
@@ -178,7 +190,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=12 of `MetaEntry`.
+/// The command kinds, fields 2..=12 and 23..=25 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -214,6 +226,123 @@ pub enum CommandWire {
     /// [`MetaCommand::ExpireGroupOffsets`].
     #[prost(message, tag = "12")]
     ExpireGroupOffsets(ExpireGroupOffsetsWire),
+    /// [`MetaCommand::AddMember`].
+    #[prost(message, tag = "23")]
+    AddMember(AddMemberWire),
+    /// [`MetaCommand::RemoveMember`].
+    #[prost(message, tag = "24")]
+    RemoveMember(RemoveMemberWire),
+    /// [`MetaCommand::FinishReassignment`].
+    #[prost(message, tag = "25")]
+    FinishReassignment(FinishReassignmentWire),
+}
+
+/// `AddMember` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AddMemberWire {
+    /// Raft id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Name.
+    #[prost(string, tag = "2")]
+    pub name: String,
+    /// Raft peer address.
+    #[prost(string, tag = "3")]
+    pub peer_addr: String,
+    /// Advertised Kafka address.
+    #[prost(string, tag = "4")]
+    pub kafka_addr: String,
+    /// The member list the proposer knew.
+    #[prost(message, repeated, tag = "5")]
+    pub members: Vec<MemberWire>,
+}
+
+/// `RemoveMember` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RemoveMemberWire {
+    /// Raft id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// The member list the proposer knew.
+    #[prost(message, repeated, tag = "2")]
+    pub members: Vec<MemberWire>,
+}
+
+/// A member list on the wire.
+pub fn members_to_wire(members: &BTreeMap<u64, crate::metadata::MemberRecord>) -> Vec<MemberWire> {
+    members
+        .iter()
+        .map(|(id, m)| MemberWire {
+            id: *id,
+            name: m.name.clone(),
+            peer_addr: m.peer_addr.clone(),
+            kafka_addr: m.kafka_addr.clone(),
+            leaving: m.leaving,
+        })
+        .collect()
+}
+
+/// A member list from the wire.
+pub fn members_from_wire(members: Vec<MemberWire>) -> BTreeMap<u64, crate::metadata::MemberRecord> {
+    members
+        .into_iter()
+        .map(|m| {
+            (
+                m.id,
+                crate::metadata::MemberRecord {
+                    name: m.name,
+                    peer_addr: m.peer_addr,
+                    kafka_addr: m.kafka_addr,
+                    leaving: m.leaving,
+                },
+            )
+        })
+        .collect()
+}
+
+/// `FinishReassignment` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FinishReassignmentWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Incarnation.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Partition index.
+    #[prost(uint32, tag = "3")]
+    pub partition: u32,
+}
+
+/// A member in a snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemberWire {
+    /// Raft id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Name.
+    #[prost(string, tag = "2")]
+    pub name: String,
+    /// Raft peer address (empty for an initial member: from the configuration).
+    #[prost(string, tag = "3")]
+    pub peer_addr: String,
+    /// Advertised Kafka address (empty: from its hellos).
+    #[prost(string, tag = "4")]
+    pub kafka_addr: String,
+    /// Being removed.
+    #[prost(bool, tag = "5")]
+    pub leaving: bool,
+}
+
+/// A partition being reassigned, in a snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MovingWire {
+    /// Partition index.
+    #[prost(uint32, tag = "1")]
+    pub partition: u32,
+    /// Its replicas before the reassignment.
+    #[prost(uint64, repeated, tag = "2")]
+    pub old_replicas: Vec<u64>,
 }
 
 /// `StoreGroup` on the wire.
@@ -703,6 +832,34 @@ impl From<&MetaCommand> for CommandWire {
                     activity_ms: *activity_ms,
                 })
             }
+            MetaCommand::AddMember {
+                id,
+                name,
+                peer_addr,
+                kafka_addr,
+                members,
+            } => CommandWire::AddMember(AddMemberWire {
+                id: *id,
+                name: name.clone(),
+                peer_addr: peer_addr.clone(),
+                kafka_addr: kafka_addr.clone(),
+                members: members_to_wire(members),
+            }),
+            MetaCommand::RemoveMember { id, members } => {
+                CommandWire::RemoveMember(RemoveMemberWire {
+                    id: *id,
+                    members: members_to_wire(members),
+                })
+            }
+            MetaCommand::FinishReassignment {
+                name,
+                incarnation,
+                partition,
+            } => CommandWire::FinishReassignment(FinishReassignmentWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                partition: *partition,
+            }),
         }
     }
 }
@@ -769,6 +926,22 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
                 group: c.group,
                 activity_ms: c.activity_ms,
+            },
+            CommandWire::AddMember(c) => MetaCommand::AddMember {
+                id: c.id,
+                name: c.name,
+                peer_addr: c.peer_addr,
+                kafka_addr: c.kafka_addr,
+                members: members_from_wire(c.members),
+            },
+            CommandWire::RemoveMember(c) => MetaCommand::RemoveMember {
+                id: c.id,
+                members: members_from_wire(c.members),
+            },
+            CommandWire::FinishReassignment(c) => MetaCommand::FinishReassignment {
+                name: c.name,
+                incarnation: c.incarnation,
+                partition: c.partition,
             },
         }
     }
@@ -905,6 +1078,9 @@ pub struct MetaSnapshotWire {
     /// Remembered request ids, oldest first.
     #[prost(message, repeated, tag = "9")]
     pub applied: Vec<RequestIdWire>,
+    /// Members, by id (empty in snapshots from before runtime membership).
+    #[prost(message, repeated, tag = "10")]
+    pub members: Vec<MemberWire>,
 }
 
 /// One topic in a snapshot.
@@ -928,6 +1104,9 @@ pub struct TopicStateWire {
     /// DeleteRecords floors per partition.
     #[prost(uint64, repeated, tag = "6")]
     pub deleted_before: Vec<u64>,
+    /// Partitions being reassigned.
+    #[prost(message, repeated, tag = "7")]
+    pub moving: Vec<MovingWire>,
 }
 
 /// A remembered producer id allocation.
