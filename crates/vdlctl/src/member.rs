@@ -144,13 +144,13 @@ fn table(members: &serde_json::Value) -> String {
     for m in members.as_array().into_iter().flatten() {
         out.push_str(&format!(
             "{:>4}  {:<10} {:<22} {:<22} {:<8} {:<5} {}\n",
-            m["id"],
+            m["id"].as_u64().unwrap_or(0),
             m["name"].as_str().unwrap_or(""),
             m["peer_addr"].as_str().unwrap_or(""),
             m["kafka_addr"].as_str().unwrap_or(""),
             m["state"].as_str().unwrap_or(""),
             m["live"].as_bool().unwrap_or(false),
-            m["replicas"],
+            m["replicas"].as_u64().unwrap_or(0),
         ));
     }
     out
@@ -171,5 +171,6 @@ mod tests {
         let t = table(&members);
         assert_eq!(t.lines().count(), 3);
         assert!(t.lines().nth(2).unwrap().contains("joining"));
+        assert!(t.lines().nth(1).unwrap().starts_with("   1  vdl1"));
     }
 }
