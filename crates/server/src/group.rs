@@ -438,7 +438,7 @@ impl Group {
     /// metadata group never quiesces.
     fn maybe_quiesce(&mut self) {
         let idle = !self.p.forward_proposals
-            && self.target_voters.is_none()
+            && (self.target_voters.is_none() || self.visible.membership_settled)
             && self.queued.is_empty()
             && self.proposed.is_empty()
             && self.appended.is_empty()
@@ -1278,8 +1278,11 @@ impl Group {
                 .prs()
                 .iter()
                 .filter(|(id, pr)| {
+                    // Voters only: a learner catching up is not a replica clients count on.
+                    let voter = raft.prs().conf().voters().contains(**id);
                     **id == me
-                        || (pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
+                        || (voter
+                            && pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
                             && (pr.recent_active || quiesced || heard(id)))
                 })
                 .map(|(id, _)| *id)

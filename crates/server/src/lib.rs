@@ -27,6 +27,7 @@ pub mod fd_budget;
 pub mod group;
 pub mod inbox;
 pub mod kafka;
+pub mod known_peers;
 pub mod leaders;
 pub mod liveness;
 pub mod membership;

@@ -363,8 +363,12 @@ pub struct ClusterMeta {
     /// commands from before placement.
     members: Vec<u64>,
     /// Every member by id, with its addresses: the initial members, then those added and
-    /// removed at runtime (see [`crate::membership`]). What replica lists may name.
+    /// removed at runtime (see [`crate::membership`]).
     pub member_records: BTreeMap<u64, MemberRecord>,
+    /// A membership command was applied: from then on the member list, not the configured
+    /// voters, says who the metadata group's voters are (until then a node's configuration
+    /// alone, possibly edited by hand, must never reshape the group).
+    pub membership_changed: bool,
     /// Topics by name.
     pub topics: BTreeMap<String, TopicMeta>,
     /// The next producer id to hand out.
@@ -591,6 +595,7 @@ impl ClusterMeta {
                 })
                 .collect(),
             members: members_to_wire(&self.member_records),
+            membership_changed: self.membership_changed,
             next_producer_id: self.next_producer_id,
             allocations: self
                 .allocation_order
@@ -626,6 +631,7 @@ impl ClusterMeta {
         if !wire.members.is_empty() {
             meta.member_records = members_from_wire(wire.members);
         }
+        meta.membership_changed = wire.membership_changed;
         for t in wire.topics {
             meta.topics.insert(
                 t.name,
@@ -966,6 +972,7 @@ impl ClusterMeta {
                 if !members.is_empty() {
                     self.member_records = members;
                 }
+                self.membership_changed = true;
                 if id == 0
                     || self.member_records.contains_key(&id)
                     || peer_addr.parse::<std::net::SocketAddr>().is_err()
@@ -987,6 +994,7 @@ impl ClusterMeta {
                 if !members.is_empty() {
                     self.member_records = members;
                 }
+                self.membership_changed = true;
                 self.remove_member(id).then_some(Effect::MembershipChanged)
             }
             MetaCommand::FinishReassignment {
@@ -1735,6 +1743,22 @@ mod tests {
                 replicas: Vec::new(),
                 configs: BTreeMap::new(),
             },
+            MetaCommand::AddMember {
+                id: 4,
+                name: "vdl4".into(),
+                peer_addr: "127.0.0.1:9195".into(),
+                kafka_addr: "127.0.0.1:9095".into(),
+                members: BTreeMap::new(),
+            },
+            MetaCommand::RemoveMember {
+                id: 1,
+                members: BTreeMap::new(),
+            },
+            MetaCommand::FinishReassignment {
+                name: "t".into(),
+                incarnation: 1,
+                partition: 0,
+            },
         ];
         for i in 0..40 {
             cmds.push(commit(
@@ -1758,6 +1782,74 @@ mod tests {
         out
     }
 
+    /// Removing a member moves each of its replicas, in its place, to the member holding none
+    /// of that partition and the fewest replicas; the old lists wait in `moving` until the
+    /// partition's reassignment finishes; the metadata group keeps the leaving member while it
+    /// holds replicas. A member list carried by a command replaces the node's own first.
+    #[test]
+    fn removing_a_member_reassigns_its_replicas() {
+        let mut m = ClusterMeta::new(vec![1, 2, 3]);
+        let create = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
+            configs: BTreeMap::new(),
+        };
+        assert!(m.apply(1, id(1), create).is_some());
+        // A joined node's own list lacks node 1; the command's list is applied first.
+        let proposer_view = m.member_records.clone();
+        let mut joined = ClusterMeta::new(vec![2, 3]);
+        let create_again = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
+            configs: BTreeMap::new(),
+        };
+        assert!(joined.apply(1, id(1), create_again).is_some());
+        let add = MetaCommand::AddMember {
+            id: 4,
+            name: "vdl4".into(),
+            peer_addr: "127.0.0.1:9195".into(),
+            kafka_addr: "127.0.0.1:9095".into(),
+            members: proposer_view,
+        };
+        for meta in [&mut m, &mut joined] {
+            assert!(meta.apply(2, id(2), add.clone()).is_some());
+            let remove = MetaCommand::RemoveMember {
+                id: 1,
+                members: meta.member_records.clone(),
+            };
+            assert!(meta.apply(3, id(3), remove).is_some());
+        }
+        // The same state, but for the configured (bootstrap) list each started from.
+        assert_eq!(m.member_records, joined.member_records);
+        assert_eq!(m.topics, joined.topics);
+        let t = &m.topics["t"];
+        assert_eq!(t.replicas, vec![vec![4, 2, 3], vec![2, 3, 4]]);
+        assert_eq!(t.moving[&0], vec![1, 2, 3]);
+        assert_eq!(m.active_members(), vec![2, 3, 4]);
+        assert_eq!(m.metadata_voters(), vec![1, 2, 3, 4]);
+        // Removing it again, or an unknown id, changes nothing.
+        let again = MetaCommand::RemoveMember {
+            id: 1,
+            members: BTreeMap::new(),
+        };
+        assert!(m.apply(4, id(4), again).is_none());
+        for p in 0..2 {
+            let finish = MetaCommand::FinishReassignment {
+                name: "t".into(),
+                incarnation: 1,
+                partition: p,
+            };
+            assert!(m
+                .apply(5 + u64::from(p), id(5 + u64::from(p)), finish)
+                .is_some());
+        }
+        assert!(m.topics["t"].moving.is_empty());
+        assert!(!m.hosts_replicas(1));
+        assert_eq!(m.metadata_voters(), vec![2, 3, 4]);
+    }
+
     /// A snapshot round-trips every kind of content exactly.
     #[test]
     fn snapshot_round_trips_every_field() {
@@ -1768,6 +1860,8 @@ mod tests {
         assert!(!m.topics.is_empty() && !m.offsets.is_empty() && !m.groups.is_empty());
         assert!(!m.allocations.is_empty() && !m.group_activity_ms.is_empty());
         assert!(m.topics["t"].deleted_before(1) == 77 && m.topics["t"].configs.len() == 2);
+        assert!(m.member_records.len() == 4 && m.member_records[&1].leaving);
+        assert!(m.membership_changed && !m.topics["t"].moving.is_empty());
         let bytes = crate::metadata_codec::encode_snapshot(&m.to_snapshot(60, 7));
         let wire = crate::metadata_codec::decode_snapshot(&bytes).unwrap();
         assert_eq!((wire.index, wire.term), (60, 7));

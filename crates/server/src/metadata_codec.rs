@@ -1081,6 +1081,9 @@ pub struct MetaSnapshotWire {
     /// Members, by id (empty in snapshots from before runtime membership).
     #[prost(message, repeated, tag = "10")]
     pub members: Vec<MemberWire>,
+    /// A membership command was applied (see `ClusterMeta::membership_changed`).
+    #[prost(bool, tag = "11")]
+    pub membership_changed: bool,
 }
 
 /// One topic in a snapshot.

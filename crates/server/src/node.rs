@@ -516,6 +516,8 @@ pub struct Node {
     /// Proposes `FinishReassignment` for the partitions this node leads whose reassignment is
     /// done (see [`crate::membership`]).
     membership_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Members added at runtime, as saved in `known_peers` (see [`crate::known_peers`]).
+    known_peers: Mutex<BTreeMap<u64, std::net::SocketAddr>>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -732,9 +734,22 @@ impl Node {
             }
         })?;
         let peer_stats = Arc::new(PeerStats::default());
-        let others: Vec<u64> = config
-            .member_ids()
-            .into_iter()
+        // The configured members, and those added at runtime this node heard of before.
+        let known_peers =
+            crate::known_peers::load(&config.data_dir).map_err(|e| NodeError::Directory {
+                dir: config.data_dir.clone(),
+                message: e.to_string(),
+            })?;
+        let mut peer_list: Vec<(u64, std::net::SocketAddr)> =
+            config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
+        for (id, addr) in &known_peers {
+            if config.member(*id).is_none() {
+                peer_list.push((*id, *addr));
+            }
+        }
+        let others: Vec<u64> = peer_list
+            .iter()
+            .map(|(id, _)| *id)
             .filter(|m| *m != config.id)
             .collect();
         // A peer leads at most every partition (and the configured streams); the limit is
@@ -750,7 +765,6 @@ impl Node {
             liveness: crate::liveness::Liveness::new(&others),
             leaders: crate::leaders::LeaderBook::new(&others, max_reported),
         });
-        let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
         let ping_peers = Arc::new(RwLock::new(others.clone()));
         let versions = Arc::new(crate::peer_wire::PeerVersions::default());
@@ -833,6 +847,7 @@ impl Node {
             guard,
             ping_peers,
             membership_task: Mutex::new(None),
+            known_peers: Mutex::new(known_peers),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -1277,7 +1292,7 @@ impl Node {
             let meta = self.metadata();
             (
                 meta.member_records.clone(),
-                meta.metadata_voters(),
+                meta.membership_changed.then(|| meta.metadata_voters()),
                 meta.topics
                     .iter()
                     .map(|(n, t)| (n.clone(), t.clone()))
@@ -1291,6 +1306,9 @@ impl Node {
             if *id == self.config.id {
                 continue;
             }
+            if self.config.member(*id).is_none() {
+                self.remember_peer(*id, addr);
+            }
             self.guard.add_member(*id, addr);
             self.peers.add_peer(*id, addr);
             self.registry.liveness.add_peer(*id);
@@ -1303,8 +1321,8 @@ impl Node {
         if !replayed {
             return;
         }
-        if let Some(g) = self.metadata_group() {
-            let _ = g.inbox.try_send(GroupInput::SetVoters(metadata_voters));
+        if let (Some(g), Some(voters)) = (self.metadata_group(), metadata_voters) {
+            let _ = g.inbox.try_send(GroupInput::SetVoters(voters));
         }
         let me = self.config.id;
         for (name, t) in &topics {
@@ -1333,6 +1351,23 @@ impl Node {
                     self.drop_partition(name, t.created_at_index, p);
                 }
             }
+        }
+    }
+
+    /// Saves a runtime member's address in `known_peers` (when new or changed), so a restart
+    /// admits and dials it at once.
+    fn remember_peer(&self, id: u64, addr: std::net::SocketAddr) {
+        let mut known = self.known_peers.lock().unwrap_or_else(|e| e.into_inner());
+        if known.get(&id) == Some(&addr) {
+            return;
+        }
+        known.insert(id, addr);
+        if let Err(e) = crate::known_peers::save(&self.config.data_dir, &known) {
+            tracing::warn!(
+                peer = id,
+                "saving {} failed: {e}",
+                crate::known_peers::KNOWN_PEERS_FILE
+            );
         }
     }
 

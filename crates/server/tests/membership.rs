@@ -432,6 +432,47 @@ async fn replace_nodes() {
         wait_replicas_equal(&last, TOPIC, p).await;
     }
     assert!(n2.partitions(TOPIC).is_empty() && n2.partitions(RETAINED).is_empty());
+
+    // The two joined nodes and an initial one restart: each comes back with its replicas and
+    // the cluster still commits on every partition, now replicated by 3, 4 and 5.
+    let c3 = configs[2].clone();
     drop(r5);
     drop(r4);
+    let r3 = running.remove(2);
+    drop(r3);
+    let r3 = start(c3).await;
+    let r4 = start(c4).await;
+    let r5 = start(c5).await;
+    let last: Vec<Arc<Node>> = vec![r3.node.clone(), r4.node.clone(), r5.node.clone()];
+    for p in 0..3u32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let leader = leader_of(&last, TOPIC, p).and_then(|n| n.partition(TOPIC, p));
+            if let Some(s) = leader {
+                if s.append(batch(1, b"after restart"), 1, Duration::from_secs(5))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{TOPIC}-{p} commits after restarts"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        wait_replicas_equal(&last, TOPIC, p).await;
+    }
+    let (status, members) = http(r5.admin, "GET", "/members".into(), None).await;
+    assert_eq!(status, 200);
+    for (id, state) in [
+        (1, "removed"),
+        (2, "removed"),
+        (3, "voter"),
+        (4, "voter"),
+        (5, "voter"),
+    ] {
+        assert_eq!(state_of(&members, id), state, "{members}");
+    }
 }
