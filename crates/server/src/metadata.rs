@@ -424,6 +424,12 @@ impl ClusterMeta {
         }
     }
 
+    /// Applies `cmd` at `index` without a request id (unit tests of other modules).
+    #[cfg(test)]
+    pub(crate) fn apply_for_test(&mut self, index: u64, cmd: MetaCommand) {
+        let _ = self.apply(index, None, cmd);
+    }
+
     /// Ids of the members that are not leaving, ascending: where new replicas may go.
     pub fn active_members(&self) -> Vec<u64> {
         self.member_records

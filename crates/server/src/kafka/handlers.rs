@@ -142,10 +142,12 @@ pub fn dispatch(
             partition_admin::describe_producers(node, req, version, cid)
         }
         Request::ElectLeaders(req) => partition_admin::elect_leaders(node, req, version, cid),
-        Request::ListPartitionReassignments(_) => now(
+        Request::ListPartitionReassignments(req) => now(
             cid,
             version,
-            Response::ListPartitionReassignments(partition_admin::list_partition_reassignments()),
+            Response::ListPartitionReassignments(partition_admin::list_partition_reassignments(
+                node, &req,
+            )),
         ),
         Request::ListOffsets(req) => now(
             cid,
