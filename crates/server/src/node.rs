@@ -518,6 +518,9 @@ pub struct Node {
     membership_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Members added at runtime, as saved in `known_peers` (see [`crate::known_peers`]).
     known_peers: Mutex<BTreeMap<u64, std::net::SocketAddr>>,
+    /// Held while partitions are opened: the metadata group's thread and a membership
+    /// reconcile from another thread must not both open the same partition.
+    open_lock: Mutex<()>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -848,6 +851,7 @@ impl Node {
             ping_peers,
             membership_task: Mutex::new(None),
             known_peers: Mutex::new(known_peers),
+            open_lock: Mutex::new(()),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -1647,6 +1651,7 @@ impl Node {
         incarnation: u64,
         replicas: &[Vec<u64>],
     ) -> Result<(), NodeError> {
+        let _opening = self.open_lock.lock().unwrap_or_else(|e| e.into_inner());
         let open = self.partitions(name);
         if let Some(s) = open.first() {
             if s.incarnation != incarnation {
