@@ -23,7 +23,7 @@
 //! | `MsgPropose`, `MsgReadIndex` carry term 0 | a follower forwarding them panics (`term should not be set`) |
 //! | every other type carries a term in `1..=MAX_PEER_TERM_OR_INDEX` | term 0 skips term checks (candidates `debug_assert` on it; vote responses panic); `term + 1` overflows |
 //! | no `MsgHup`, `MsgBeat`, `MsgUnreachable`, `MsgSnapStatus`, `MsgCheckQuorum`; `request_snapshot == 0` | local-only messages act as this node's own decisions |
-//! | `MsgAppend`: entries at `index + 1, + 2, ...`, terms in `1..=term`, non-decreasing from `log_term`; `log_term > 0` when `index > 0`; no conf changes | `entry conflict with committed entry`, out-of-bounds slicing, entries of term 0 "matching" past the log then `commit_to` panics, store `TermRegression` panics |
+//! | `MsgAppend`: entries at `index + 1, + 2, ...`, terms in `1..=term`, non-decreasing from `log_term`; `log_term > 0` when `index > 0`; conf changes only as `EntryConfChangeV2` (the leader's membership steps; raft-rs returns an error, not a panic, for an invalid one when it applies) | `entry conflict with committed entry`, out-of-bounds slicing, entries of term 0 "matching" past the log then `commit_to` panics, store `TermRegression` panics |
 //! | `MsgAppend`, `MsgPropose`: Records payloads are valid batches, entries within the store's size limits | the store refuses the append and the group thread panics |
 //! | `MsgPropose` entries are metadata entries whose context names the sender | record batches nobody validated; another node's client answered |
 //! | `MsgAppendResponse`: `index`, `reject_hint` <= this node's last index | the leader commits past its log (`commit_to` panics) or overflows |
