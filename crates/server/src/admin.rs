@@ -12,6 +12,16 @@
 //! - `GET /streams/{name}/records?offset=N&max_bytes=M&partition=P` — committed record batches from offset
 //!   N, whole batches, as `application/octet-stream`; header `x-high-watermark`.
 //! - `GET /rates`, `PUT /rates` — the node-wide flow limits (see [`crate::flow::admin`]).
+//! - `GET /members` — JSON list of every member: id, name, peer and Kafka addresses, state
+//!   (`joining`, `voter`, `leaving`, `removed`), whether it is connected, replicas held.
+//! - `POST /members?timeout_ms=N` — body `{"id":4,"peer":"IP:PORT","kafka":"HOST:PORT",
+//!   "name":"vdl4"}` (name optional): adds the member and answers `200` with the member once
+//!   it is a voter of the metadata group (it must be running with `join = true`); `400` bad
+//!   input, `409` refused (id removed, or a member at another address), `504` not finished in
+//!   time (the change goes on), `503` the command did not commit.
+//! - `DELETE /members/{id}?timeout_ms=N` — moves the member's replicas to other members and
+//!   removes it from the metadata group; `200` once done, `404` unknown id, `409` refused (last
+//!   member, a replica with nowhere to go), `504`, `503` as above. See [`crate::membership`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +30,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use kafka_proto::records::{split_batches, validate_producer_batch};
 use serde::{Deserialize, Serialize};
@@ -32,6 +42,8 @@ use crate::node::Node;
 pub const MAX_APPEND_BYTES: usize = 1 << 20;
 /// Longest an append may wait for commit.
 const MAX_APPEND_TIMEOUT_MS: u64 = 60_000;
+/// Longest a membership change is waited for (default 60 s).
+const MAX_MEMBERSHIP_TIMEOUT_MS: u64 = 600_000;
 
 /// One stream's state in `/status`.
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -77,6 +89,8 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/status", get(status))
         .route("/streams/{name}/append", post(append))
         .route("/streams/{name}/records", get(records))
+        .route("/members", get(members).post(add_member))
+        .route("/members/{id}", delete(remove_member))
         .merge(crate::flow::admin::routes())
         .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
         .with_state(node)
@@ -241,5 +255,99 @@ async fn records(
             resp
         }
         Err(e) => error(StatusCode::RANGE_NOT_SATISFIABLE, e.to_string(), None),
+    }
+}
+
+async fn members(State(node): State<Arc<Node>>) -> Json<Vec<crate::membership::MemberView>> {
+    Json(node.members())
+}
+
+/// The body of `POST /members`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddMemberBody {
+    id: u64,
+    peer: String,
+    kafka: String,
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct MembershipParams {
+    timeout_ms: Option<u64>,
+}
+
+fn membership_timeout(params: &MembershipParams) -> Duration {
+    Duration::from_millis(
+        params
+            .timeout_ms
+            .unwrap_or(60_000)
+            .min(MAX_MEMBERSHIP_TIMEOUT_MS),
+    )
+}
+
+fn membership_error(e: crate::membership::MembershipError) -> Response {
+    use crate::membership::MembershipError as E;
+    let status = match &e {
+        E::Unknown(_) => StatusCode::NOT_FOUND,
+        E::Removed(_) | E::Conflict(..) | E::LastMember | E::NoRoom(_) => StatusCode::CONFLICT,
+        E::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        E::Propose(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(status, e.to_string(), None)
+}
+
+async fn add_member(
+    State(node): State<Arc<Node>>,
+    Query(params): Query<MembershipParams>,
+    body: Bytes,
+) -> Response {
+    let body: AddMemberBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad body: {e}"), None),
+    };
+    if body.id == 0 {
+        return error(StatusCode::BAD_REQUEST, "id must be non-zero".into(), None);
+    }
+    let Ok(peer) = body.peer.parse::<std::net::SocketAddr>() else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("peer `{}` is not IP:PORT", body.peer),
+            None,
+        );
+    };
+    if !crate::peer_wire::valid_advertised(&body.kafka) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("kafka `{}` is not HOST:PORT", body.kafka),
+            None,
+        );
+    }
+    let name = body.name.unwrap_or_else(|| format!("vdl{}", body.id));
+    let timeout = membership_timeout(&params);
+    match node
+        .add_member(body.id, name, peer, body.kafka, timeout)
+        .await
+    {
+        Ok(()) => match node.members().into_iter().find(|m| m.id == body.id) {
+            Some(m) => Json(m).into_response(),
+            None => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "added member not listed".into(),
+                None,
+            ),
+        },
+        Err(e) => membership_error(e),
+    }
+}
+
+async fn remove_member(
+    State(node): State<Arc<Node>>,
+    Path(id): Path<u64>,
+    Query(params): Query<MembershipParams>,
+) -> Response {
+    match node.remove_member(id, membership_timeout(&params)).await {
+        Ok(()) => Json(serde_json::json!({ "removed": id })).into_response(),
+        Err(e) => membership_error(e),
     }
 }

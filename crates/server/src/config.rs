@@ -65,6 +65,12 @@ pub struct NodeConfig {
     pub admin_listen: Option<SocketAddr>,
     /// Every member of the cluster, this node included.
     pub members: Vec<Member>,
+    /// This node joins a running cluster (`[node] join = true`, see
+    /// [`crate::membership`]): `members` are the cluster's current members and this node; at
+    /// first start its metadata group starts as a learner of the others, whose metadata it
+    /// receives once an operator added it (`POST /members`). Ignored once the data directory
+    /// holds the metadata group's state.
+    pub join: bool,
     /// Raft timing and limits.
     pub raft: RaftTiming,
     /// Storage settings applied to every log stream.
@@ -385,6 +391,7 @@ struct FileKafka {
 #[serde(deny_unknown_fields)]
 struct FileNode {
     id: u64,
+    join: Option<bool>,
     name: Option<String>,
     data_dir: Option<PathBuf>,
 }
@@ -467,6 +474,7 @@ impl NodeConfig {
                 id: 1,
                 peer_addr: peer,
             }],
+            join: false,
             raft: RaftTiming::default(),
             storage: StorageSettings::default(),
             initial_streams: Vec::new(),
@@ -735,6 +743,7 @@ impl NodeConfig {
             kafka_advertised,
             admin_listen,
             members,
+            join: file.node.join.unwrap_or(false),
             raft,
             storage,
             initial_streams,

@@ -33,8 +33,8 @@ pub mod security;
 pub mod topic_config;
 
 pub use replication::{
-    group, leaders, liveness, peer_guard, peer_wire, placement, producers, raft_log, raft_storage,
-    replicas, transport,
+    group, known_peers, leaders, liveness, membership, peer_guard, peer_wire, placement, producers,
+    raft_log, raft_storage, replicas, transport,
 };
 pub use runtime::{fd_budget, inbox, quiesce};
 

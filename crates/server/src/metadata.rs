@@ -208,6 +208,56 @@ pub enum MetaCommand {
         /// Per entity: quotas set, then quotas removed.
         alterations: Vec<QuotaAlteration>,
     },
+    /// Add a member to the cluster (see [`crate::membership`]): every node learns its peer
+    /// address, and the metadata group's leader adds it as a learner and promotes it once
+    /// caught up. A known id is not changed.
+    AddMember {
+        /// Its Raft id (non-zero).
+        id: u64,
+        /// Its name.
+        name: String,
+        /// Its Raft peer address (`IP:PORT`).
+        peer_addr: String,
+        /// The Kafka address it advertises (`HOST:PORT`).
+        kafka_addr: String,
+        /// The member list as the proposer knew it, which applying replaces the list with
+        /// first: a node that joined later replays this command with the member list everyone
+        /// else had (it started from its own configuration's).
+        members: BTreeMap<u64, MemberRecord>,
+    },
+    /// Remove a member: it is marked leaving, each partition replica it holds moves to another
+    /// member (the partition is reassigned, see [`TopicMeta::moving`]), and once it holds none
+    /// the metadata group's leader removes it from the metadata group.
+    RemoveMember {
+        /// Its Raft id.
+        id: u64,
+        /// The member list as the proposer knew it (see [`MetaCommand::AddMember`]).
+        members: BTreeMap<u64, MemberRecord>,
+    },
+    /// A reassigned partition's Raft group has exactly its new replicas as voters (proposed
+    /// by its leader): the replicas that left it stop their group and delete its data.
+    FinishReassignment {
+        /// Topic name.
+        name: String,
+        /// The incarnation.
+        incarnation: u64,
+        /// Partition index.
+        partition: u32,
+    },
+}
+
+/// A cluster member as the replicated metadata knows it (see [`crate::membership`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    /// Its name.
+    pub name: String,
+    /// Its Raft peer address (`IP:PORT`).
+    pub peer_addr: String,
+    /// The Kafka address it advertises (empty for members of the initial configuration, whose
+    /// Kafka address is known from their peer hellos).
+    pub kafka_addr: String,
+    /// A [`MetaCommand::RemoveMember`] was applied: it is being, or has been, removed.
+    pub leaving: bool,
 }
 
 /// A consumer group's membership in the metadata (see [`MetaCommand::StoreGroup`]).
@@ -335,6 +385,10 @@ pub struct TopicMeta {
     /// Per partition (by index; shorter when none was set), the offset below which records
     /// were deleted by DeleteRecords (0: none).
     pub deleted_before: Vec<u64>,
+    /// Partitions being reassigned (a member is leaving): their replica list before the
+    /// reassignment. The old replicas keep their group until
+    /// [`MetaCommand::FinishReassignment`].
+    pub moving: BTreeMap<u32, Vec<u64>>,
 }
 
 impl TopicMeta {
@@ -354,9 +408,16 @@ const MAX_REMEMBERED_REQUESTS: usize = 65_536;
 /// The replicated metadata, as applied on this node.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ClusterMeta {
-    /// The cluster's members (ascending ids): the replicas of partitions created by commands
-    /// from before placement, and what replica lists may name.
+    /// The cluster's initial members (ascending ids): the replicas of partitions created by
+    /// commands from before placement.
     members: Vec<u64>,
+    /// Every member by id, with its addresses: the initial members, then those added and
+    /// removed at runtime (see [`crate::membership`]).
+    pub member_records: BTreeMap<u64, MemberRecord>,
+    /// A membership command was applied: from then on the member list, not the configured
+    /// voters, says who the metadata group's voters are (until then a node's configuration
+    /// alone, possibly edited by hand, must never reshape the group).
+    pub membership_changed: bool,
     /// Topics by name.
     pub topics: BTreeMap<String, TopicMeta>,
     /// The next producer id to hand out.
@@ -389,10 +450,118 @@ impl ClusterMeta {
     /// Empty metadata of a cluster of `members`.
     pub fn new(mut members: Vec<u64>) -> ClusterMeta {
         members.sort_unstable();
+        let member_records = members
+            .iter()
+            .map(|id| {
+                (
+                    *id,
+                    MemberRecord {
+                        name: format!("node{id}"),
+                        peer_addr: String::new(),
+                        kafka_addr: String::new(),
+                        leaving: false,
+                    },
+                )
+            })
+            .collect();
         ClusterMeta {
             members,
+            member_records,
             ..ClusterMeta::default()
         }
+    }
+
+    /// Empty metadata of a cluster whose initial members are `records`.
+    pub fn with_members(records: BTreeMap<u64, MemberRecord>) -> ClusterMeta {
+        ClusterMeta {
+            members: records.keys().copied().collect(),
+            member_records: records,
+            ..ClusterMeta::default()
+        }
+    }
+
+    /// Applies `cmd` at `index` without a request id (unit tests of other modules).
+    #[cfg(test)]
+    pub(crate) fn apply_for_test(&mut self, index: u64, cmd: MetaCommand) {
+        let _ = self.apply(index, None, cmd);
+    }
+
+    /// Ids of the members that are not leaving, ascending: where new replicas may go.
+    pub fn active_members(&self) -> Vec<u64> {
+        self.member_records
+            .iter()
+            .filter(|(_, m)| !m.leaving)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Whether node `id` holds a replica of any partition, or of one being reassigned away
+    /// from it.
+    pub fn hosts_replicas(&self, id: u64) -> bool {
+        self.topics.values().any(|t| {
+            t.replicas.iter().any(|r| r.contains(&id))
+                || t.moving.values().any(|old| old.contains(&id))
+        })
+    }
+
+    /// The voters the metadata group should have: every member not leaving, and leaving
+    /// ones while they still hold replicas (they are removed last).
+    pub fn metadata_voters(&self) -> Vec<u64> {
+        self.member_records
+            .iter()
+            .filter(|(id, m)| !m.leaving || self.hosts_replicas(**id))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Replicas each member holds (for picking where a moved replica goes).
+    fn replica_counts(&self) -> BTreeMap<u64, usize> {
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        for t in self.topics.values() {
+            for r in t.replicas.iter().flatten() {
+                *counts.entry(*r).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Marks member `id` leaving and moves each of its replicas to the active member holding
+    /// none of that partition with the fewest replicas (lowest id on ties), in the leaving
+    /// member's place in the list (so a preferred leader's successor is preferred). A
+    /// partition with no such member keeps its replica on the leaving member.
+    fn remove_member(&mut self, id: u64) -> bool {
+        let active = self.active_members();
+        if !active.contains(&id) || active.len() < 2 {
+            return false;
+        }
+        if let Some(m) = self.member_records.get_mut(&id) {
+            m.leaving = true;
+        }
+        let candidates: Vec<u64> = active.into_iter().filter(|m| *m != id).collect();
+        let mut counts = self.replica_counts();
+        for t in self.topics.values_mut() {
+            for (p, list) in (0u32..).zip(t.replicas.iter_mut()) {
+                let Some(pos) = list.iter().position(|r| *r == id) else {
+                    continue;
+                };
+                let Some(&to) = candidates
+                    .iter()
+                    .filter(|c| !list.contains(c))
+                    .min_by_key(|c| (counts.get(c).copied().unwrap_or(0), **c))
+                else {
+                    tracing::warn!(
+                        partition = p,
+                        member = id,
+                        "no member can take this replica: it stays"
+                    );
+                    continue;
+                };
+                t.moving.entry(p).or_insert_with(|| list.clone());
+                list[pos] = to;
+                *counts.entry(to).or_default() += 1;
+            }
+        }
+        true
     }
 
     /// The replica lists of partitions `first..count` of incarnation `incarnation` of topic
@@ -414,7 +583,16 @@ impl ClusterMeta {
                     .collect(),
             );
         }
-        if let Err(e) = crate::placement::check(&lists, count as usize, &self.members) {
+        // Any non-zero id may be named: a node that joined later replays commands from before
+        // it knew the members then, and must apply them as everyone did. Proposers place
+        // replicas only on members.
+        let named: Vec<u64> = lists
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|id| *id != 0)
+            .collect();
+        if let Err(e) = crate::placement::check(&lists, count as usize, &named) {
             tracing::error!(topic = %name, "metadata command with bad replica lists not applied: {e}");
             return None;
         }
@@ -468,8 +646,18 @@ impl ClusterMeta {
                     replicas: replicas_to_wire(&t.replicas),
                     configs: configs_to_wire(&t.configs),
                     deleted_before: t.deleted_before.clone(),
+                    moving: t
+                        .moving
+                        .iter()
+                        .map(|(p, old)| MovingWire {
+                            partition: *p,
+                            old_replicas: old.clone(),
+                        })
+                        .collect(),
                 })
                 .collect(),
+            members: members_to_wire(&self.member_records),
+            membership_changed: self.membership_changed,
             next_producer_id: self.next_producer_id,
             allocations: self
                 .allocation_order
@@ -512,6 +700,12 @@ impl ClusterMeta {
     ) -> ClusterMeta {
         use crate::metadata_codec::*;
         let mut meta = ClusterMeta::new(members);
+        // Snapshots from before runtime membership have no member list: the initial one
+        // stands.
+        if !wire.members.is_empty() {
+            meta.member_records = members_from_wire(wire.members);
+        }
+        meta.membership_changed = wire.membership_changed;
         for t in wire.topics {
             meta.topics.insert(
                 t.name,
@@ -521,6 +715,11 @@ impl ClusterMeta {
                     replicas: replicas_from_wire(t.replicas),
                     configs: configs_from_wire(t.configs),
                     deleted_before: t.deleted_before,
+                    moving: t
+                        .moving
+                        .into_iter()
+                        .map(|m| (m.partition, m.old_replicas))
+                        .collect(),
                 },
             );
         }
@@ -669,6 +868,7 @@ impl ClusterMeta {
                         replicas: replicas.clone(),
                         configs: valid_overrides(configs),
                         deleted_before: Vec::new(),
+                        moving: BTreeMap::new(),
                     },
                 );
                 Some(Effect::OpenTopic(name, index, replicas))
@@ -924,6 +1124,53 @@ impl ClusterMeta {
                 }
                 None
             }
+            MetaCommand::AddMember {
+                id,
+                name,
+                peer_addr,
+                kafka_addr,
+                members,
+            } => {
+                if !members.is_empty() {
+                    self.member_records = members;
+                }
+                self.membership_changed = true;
+                if id == 0
+                    || self.member_records.contains_key(&id)
+                    || peer_addr.parse::<std::net::SocketAddr>().is_err()
+                {
+                    return None;
+                }
+                self.member_records.insert(
+                    id,
+                    MemberRecord {
+                        name,
+                        peer_addr,
+                        kafka_addr,
+                        leaving: false,
+                    },
+                );
+                Some(Effect::MembershipChanged)
+            }
+            MetaCommand::RemoveMember { id, members } => {
+                if !members.is_empty() {
+                    self.member_records = members;
+                }
+                self.membership_changed = true;
+                self.remove_member(id).then_some(Effect::MembershipChanged)
+            }
+            MetaCommand::FinishReassignment {
+                name,
+                incarnation,
+                partition,
+            } => {
+                let topic = self
+                    .topics
+                    .get_mut(&name)
+                    .filter(|t| t.created_at_index == incarnation)?;
+                topic.moving.remove(&partition)?;
+                Some(Effect::MembershipChanged)
+            }
         }
     }
 }
@@ -944,6 +1191,9 @@ enum Effect {
     /// The leader of a partition should hand leadership to its preferred replica: (name,
     /// incarnation, partition, preferred replica).
     ElectPreferred(String, u64, u32, u64),
+    /// Members or replica lists changed (see [`crate::membership`]): the node opens, retargets
+    /// or drops its groups to match.
+    MembershipChanged,
 }
 
 /// The overrides of a command that pass validation (every node keeps the same ones: the check
@@ -1010,7 +1260,14 @@ impl MetadataStateMachine {
     ) -> (u64, u64) {
         let (index, term) = (wire.index, wire.term);
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        let keep = wire
+            .members
+            .is_empty()
+            .then(|| state.member_records.clone());
         *state = ClusterMeta::from_snapshot(state.members.clone(), wire);
+        if let Some(records) = keep {
+            state.member_records = records;
+        }
         drop(state);
         self.latest.set(crate::raft_storage::StoredSnapshot {
             index,
@@ -1059,6 +1316,7 @@ impl StateMachine for MetadataStateMachine {
             Some(Effect::ElectPreferred(name, incarnation, partition, preferred)) => {
                 node.hand_leadership_to(&name, incarnation, partition, preferred)
             }
+            Some(Effect::MembershipChanged) => node.reconcile_membership(),
             None => {}
         }
         node.note_metadata_applied(index);
@@ -1253,8 +1511,13 @@ mod tests {
         };
         assert!(m.apply(1, id(1), create("t", lists.clone())).is_some());
         assert_eq!(m.topics["t"].replicas, lists);
-        // Malformed: a node that is not a member; a partition without replicas.
-        assert!(m.apply(2, id(2), create("bad", vec![vec![1, 9]])).is_none());
+        // Malformed: node id 0, a duplicate, a partition without replicas. An id this node
+        // does not know is applied (a node that joined later replays commands from before it
+        // knew every member; see `resolve_replicas`).
+        assert!(m.apply(2, id(2), create("bad", vec![vec![1, 0]])).is_none());
+        assert!(m
+            .apply(2, id(20), create("bad", vec![vec![1, 1]]))
+            .is_none());
         assert!(m.apply(3, id(3), create("bad", vec![vec![]])).is_none());
         assert!(!m.topics.contains_key("bad"));
         // Before placement: every member, rotated.
@@ -1711,6 +1974,22 @@ mod tests {
                 stored_key: vec![],
                 server_key: vec![],
             },
+            MetaCommand::AddMember {
+                id: 4,
+                name: "vdl4".into(),
+                peer_addr: "127.0.0.1:9195".into(),
+                kafka_addr: "127.0.0.1:9095".into(),
+                members: BTreeMap::new(),
+            },
+            MetaCommand::RemoveMember {
+                id: 1,
+                members: BTreeMap::new(),
+            },
+            MetaCommand::FinishReassignment {
+                name: "t".into(),
+                incarnation: 1,
+                partition: 0,
+            },
         ];
         for i in 0..40 {
             cmds.push(commit(
@@ -1784,6 +2063,74 @@ mod tests {
         assert_eq!(m.scram_credentials.len(), MAX_CREDENTIALS);
     }
 
+    /// Removing a member moves each of its replicas, in its place, to the member holding none
+    /// of that partition and the fewest replicas; the old lists wait in `moving` until the
+    /// partition's reassignment finishes; the metadata group keeps the leaving member while it
+    /// holds replicas. A member list carried by a command replaces the node's own first.
+    #[test]
+    fn removing_a_member_reassigns_its_replicas() {
+        let mut m = ClusterMeta::new(vec![1, 2, 3]);
+        let create = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
+            configs: BTreeMap::new(),
+        };
+        assert!(m.apply(1, id(1), create).is_some());
+        // A joined node's own list lacks node 1; the command's list is applied first.
+        let proposer_view = m.member_records.clone();
+        let mut joined = ClusterMeta::new(vec![2, 3]);
+        let create_again = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replicas: vec![vec![1, 2, 3], vec![2, 3, 1]],
+            configs: BTreeMap::new(),
+        };
+        assert!(joined.apply(1, id(1), create_again).is_some());
+        let add = MetaCommand::AddMember {
+            id: 4,
+            name: "vdl4".into(),
+            peer_addr: "127.0.0.1:9195".into(),
+            kafka_addr: "127.0.0.1:9095".into(),
+            members: proposer_view,
+        };
+        for meta in [&mut m, &mut joined] {
+            assert!(meta.apply(2, id(2), add.clone()).is_some());
+            let remove = MetaCommand::RemoveMember {
+                id: 1,
+                members: meta.member_records.clone(),
+            };
+            assert!(meta.apply(3, id(3), remove).is_some());
+        }
+        // The same state, but for the configured (bootstrap) list each started from.
+        assert_eq!(m.member_records, joined.member_records);
+        assert_eq!(m.topics, joined.topics);
+        let t = &m.topics["t"];
+        assert_eq!(t.replicas, vec![vec![4, 2, 3], vec![2, 3, 4]]);
+        assert_eq!(t.moving[&0], vec![1, 2, 3]);
+        assert_eq!(m.active_members(), vec![2, 3, 4]);
+        assert_eq!(m.metadata_voters(), vec![1, 2, 3, 4]);
+        // Removing it again, or an unknown id, changes nothing.
+        let again = MetaCommand::RemoveMember {
+            id: 1,
+            members: BTreeMap::new(),
+        };
+        assert!(m.apply(4, id(4), again).is_none());
+        for p in 0..2 {
+            let finish = MetaCommand::FinishReassignment {
+                name: "t".into(),
+                incarnation: 1,
+                partition: p,
+            };
+            assert!(m
+                .apply(5 + u64::from(p), id(5 + u64::from(p)), finish)
+                .is_some());
+        }
+        assert!(m.topics["t"].moving.is_empty());
+        assert!(!m.hosts_replicas(1));
+        assert_eq!(m.metadata_voters(), vec![2, 3, 4]);
+    }
+
     /// A snapshot round-trips every kind of content exactly.
     #[test]
     fn snapshot_round_trips_every_field() {
@@ -1800,6 +2147,8 @@ mod tests {
             m.scram_credentials.keys().cloned().collect::<Vec<_>>(),
             vec![("alice".to_string(), ScramMechanism::Sha512)]
         );
+        assert!(m.member_records.len() == 4 && m.member_records[&1].leaving);
+        assert!(m.membership_changed && !m.topics["t"].moving.is_empty());
         let bytes = crate::metadata_codec::encode_snapshot(&m.to_snapshot(60, 7));
         // A seed for the metadata_command fuzz target (fuzz/seed-corpus.sh sets the variable).
         if let Some(dir) = std::env::var_os("VDL_FUZZ_SEEDS_DIR") {

@@ -30,8 +30,17 @@
 //!     DeleteScramCredential delete_scram_credential = 16;
 //!     SetFlowLimits      set_flow_limits      = 27;
 //!     AlterClientQuotas  alter_client_quotas  = 28;
+//!     AddMember          add_member           = 23;
+//!     RemoveMember       remove_member        = 24;
+//!     FinishReassignment finish_reassignment  = 25;
 //!   }
 //! }
+//! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
+//!                              string kafka_addr = 4; repeated Member members = 5; }
+//! message RemoveMember       { uint64 id = 1; repeated Member members = 2; }
+//! message Member             { uint64 id = 1; string name = 2; string peer_addr = 3;
+//!                              string kafka_addr = 4; bool leaving = 5; }
+//! message FinishReassignment { string name = 1; uint64 incarnation = 2; uint32 partition = 3; }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
 //! message CreateTopic        { string name = 1; uint32 partitions = 2;
 //!                              repeated ReplicaList replicas = 3;
@@ -196,7 +205,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 27, 28"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 23, 24, 25, 27, 28"
     )]
     pub command: Option<CommandWire>,
 }
@@ -215,7 +224,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=16, 27 and 28 of `MetaEntry`.
+/// The command kinds, fields 2..=16, 23..=25, 27 and 28 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -269,6 +278,16 @@ pub enum CommandWire {
     /// [`MetaCommand::AlterClientQuotas`].
     #[prost(message, tag = "28")]
     AlterClientQuotas(AlterClientQuotasWire),
+
+    /// [`MetaCommand::AddMember`].
+    #[prost(message, tag = "23")]
+    AddMember(AddMemberWire),
+    /// [`MetaCommand::RemoveMember`].
+    #[prost(message, tag = "24")]
+    RemoveMember(RemoveMemberWire),
+    /// [`MetaCommand::FinishReassignment`].
+    #[prost(message, tag = "25")]
+    FinishReassignment(FinishReassignmentWire),
 }
 
 /// `CreateAcls` and `DeleteAcls` on the wire.
@@ -417,6 +436,114 @@ pub struct DeleteScramCredentialWire {
     /// Kafka's mechanism type.
     #[prost(int32, tag = "2")]
     pub mechanism: i32,
+}
+
+/// `AddMember` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AddMemberWire {
+    /// Raft id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Name.
+    #[prost(string, tag = "2")]
+    pub name: String,
+    /// Raft peer address.
+    #[prost(string, tag = "3")]
+    pub peer_addr: String,
+    /// Advertised Kafka address.
+    #[prost(string, tag = "4")]
+    pub kafka_addr: String,
+    /// The member list the proposer knew.
+    #[prost(message, repeated, tag = "5")]
+    pub members: Vec<MemberWire>,
+}
+
+/// `RemoveMember` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RemoveMemberWire {
+    /// Raft id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// The member list the proposer knew.
+    #[prost(message, repeated, tag = "2")]
+    pub members: Vec<MemberWire>,
+}
+
+/// A member list on the wire.
+pub fn members_to_wire(members: &BTreeMap<u64, crate::metadata::MemberRecord>) -> Vec<MemberWire> {
+    members
+        .iter()
+        .map(|(id, m)| MemberWire {
+            id: *id,
+            name: m.name.clone(),
+            peer_addr: m.peer_addr.clone(),
+            kafka_addr: m.kafka_addr.clone(),
+            leaving: m.leaving,
+        })
+        .collect()
+}
+
+/// A member list from the wire.
+pub fn members_from_wire(members: Vec<MemberWire>) -> BTreeMap<u64, crate::metadata::MemberRecord> {
+    members
+        .into_iter()
+        .map(|m| {
+            (
+                m.id,
+                crate::metadata::MemberRecord {
+                    name: m.name,
+                    peer_addr: m.peer_addr,
+                    kafka_addr: m.kafka_addr,
+                    leaving: m.leaving,
+                },
+            )
+        })
+        .collect()
+}
+
+/// `FinishReassignment` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FinishReassignmentWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Incarnation.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Partition index.
+    #[prost(uint32, tag = "3")]
+    pub partition: u32,
+}
+
+/// A member in a snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MemberWire {
+    /// Raft id.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Name.
+    #[prost(string, tag = "2")]
+    pub name: String,
+    /// Raft peer address (empty for an initial member: from the configuration).
+    #[prost(string, tag = "3")]
+    pub peer_addr: String,
+    /// Advertised Kafka address (empty: from its hellos).
+    #[prost(string, tag = "4")]
+    pub kafka_addr: String,
+    /// Being removed.
+    #[prost(bool, tag = "5")]
+    pub leaving: bool,
+}
+
+/// A partition being reassigned, in a snapshot.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MovingWire {
+    /// Partition index.
+    #[prost(uint32, tag = "1")]
+    pub partition: u32,
+    /// Its replicas before the reassignment.
+    #[prost(uint64, repeated, tag = "2")]
+    pub old_replicas: Vec<u64>,
 }
 
 /// `StoreGroup` on the wire.
@@ -939,6 +1066,34 @@ impl From<&MetaCommand> for CommandWire {
                     alterations: alterations.iter().map(QuotaAlterationWire::from).collect(),
                 })
             }
+            MetaCommand::AddMember {
+                id,
+                name,
+                peer_addr,
+                kafka_addr,
+                members,
+            } => CommandWire::AddMember(AddMemberWire {
+                id: *id,
+                name: name.clone(),
+                peer_addr: peer_addr.clone(),
+                kafka_addr: kafka_addr.clone(),
+                members: members_to_wire(members),
+            }),
+            MetaCommand::RemoveMember { id, members } => {
+                CommandWire::RemoveMember(RemoveMemberWire {
+                    id: *id,
+                    members: members_to_wire(members),
+                })
+            }
+            MetaCommand::FinishReassignment {
+                name,
+                incarnation,
+                partition,
+            } => CommandWire::FinishReassignment(FinishReassignmentWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                partition: *partition,
+            }),
         }
     }
 }
@@ -1034,6 +1189,22 @@ impl From<CommandWire> for MetaCommand {
                     .into_iter()
                     .map(QuotaAlteration::from)
                     .collect(),
+            },
+            CommandWire::AddMember(c) => MetaCommand::AddMember {
+                id: c.id,
+                name: c.name,
+                peer_addr: c.peer_addr,
+                kafka_addr: c.kafka_addr,
+                members: members_from_wire(c.members),
+            },
+            CommandWire::RemoveMember(c) => MetaCommand::RemoveMember {
+                id: c.id,
+                members: members_from_wire(c.members),
+            },
+            CommandWire::FinishReassignment(c) => MetaCommand::FinishReassignment {
+                name: c.name,
+                incarnation: c.incarnation,
+                partition: c.partition,
             },
         }
     }
@@ -1187,6 +1358,12 @@ pub struct MetaSnapshotWire {
     /// Client quotas, in entity order.
     #[prost(message, repeated, tag = "22")]
     pub client_quotas: Vec<ClientQuotaWire>,
+    /// Members, by id (empty in snapshots from before runtime membership).
+    #[prost(message, repeated, tag = "10")]
+    pub members: Vec<MemberWire>,
+    /// A membership command was applied (see `ClusterMeta::membership_changed`).
+    #[prost(bool, tag = "11")]
+    pub membership_changed: bool,
 }
 
 /// One topic in a snapshot.
@@ -1210,6 +1387,9 @@ pub struct TopicStateWire {
     /// DeleteRecords floors per partition.
     #[prost(uint64, repeated, tag = "6")]
     pub deleted_before: Vec<u64>,
+    /// Partitions being reassigned.
+    #[prost(message, repeated, tag = "7")]
+    pub moving: Vec<MovingWire>,
 }
 
 /// A remembered producer id allocation.

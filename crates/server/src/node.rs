@@ -516,6 +516,18 @@ pub struct Node {
     /// Set once a metadata barrier committed after start was applied here (see
     /// [`Node::acls_current`]).
     acls_current: Arc<std::sync::atomic::AtomicBool>,
+    /// The peer port's admission checks (members added at runtime are admitted here).
+    guard: Arc<PeerGuard>,
+    /// The peers the liveness task pings: the configured ones and those added at runtime.
+    ping_peers: Arc<RwLock<Vec<u64>>>,
+    /// Proposes `FinishReassignment` for the partitions this node leads whose reassignment is
+    /// done (see [`crate::membership`]).
+    membership_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Members added at runtime, as saved in `known_peers` (see [`crate::known_peers`]).
+    known_peers: Mutex<BTreeMap<u64, std::net::SocketAddr>>,
+    /// Held while partitions are opened: the metadata group's thread and a membership
+    /// reconcile from another thread must not both open the same partition.
+    open_lock: Mutex<()>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -578,7 +590,7 @@ async fn watch_liveness(
     peers: PeerSender,
     streams: Arc<Mutex<StreamMap>>,
     me: u64,
-    others: Vec<u64>,
+    others: Arc<RwLock<Vec<u64>>>,
     every: Duration,
     timeout: Duration,
 ) {
@@ -588,6 +600,7 @@ async fn watch_liveness(
     loop {
         interval.tick().await;
         let report = schedule.due(led_here(&streams, me), std::time::Instant::now());
+        let others = others.read().unwrap_or_else(|e| e.into_inner()).clone();
         for peer in &others {
             let mut ping = crate::liveness::ping(me, *peer);
             if let Some(report) = &report {
@@ -604,6 +617,35 @@ async fn watch_liveness(
                 "peer not heard from for an election timeout: waking its groups"
             );
             registry.tell_all_groups(|| GroupInput::PeerDown(peer));
+        }
+    }
+}
+
+/// Whether member `id` is this node or among the connected brokers `live`.
+fn kafka_live_or_self(id: u64, me: u64, live: &[(u64, String)]) -> bool {
+    id == me || live.iter().any(|(l, _)| *l == id)
+}
+
+/// Every 200 ms, proposes `FinishReassignment` for each partition this node leads whose Raft
+/// group reached its new replicas (see [`crate::membership`]); ends with the node.
+async fn finish_reassignments(node: std::sync::Weak<Node>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(200));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(node) = node.upgrade() else {
+            return;
+        };
+        for (name, incarnation, partition) in node.settled_reassignments() {
+            tracing::info!(topic = %name, partition, "reassignment done");
+            let cmd = MetaCommand::FinishReassignment {
+                name,
+                incarnation,
+                partition,
+            };
+            if let Err(e) = node.propose_metadata(&cmd, Duration::from_secs(5)).await {
+                tracing::debug!("finishing a reassignment failed (retried): {e}");
+            }
         }
     }
 }
@@ -702,9 +744,22 @@ impl Node {
             }
         })?;
         let peer_stats = Arc::new(PeerStats::default());
-        let others: Vec<u64> = config
-            .member_ids()
-            .into_iter()
+        // The configured members, and those added at runtime this node heard of before.
+        let known_peers =
+            crate::known_peers::load(&config.data_dir).map_err(|e| NodeError::Directory {
+                dir: config.data_dir.clone(),
+                message: e.to_string(),
+            })?;
+        let mut peer_list: Vec<(u64, std::net::SocketAddr)> =
+            config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
+        for (id, addr) in &known_peers {
+            if config.member(*id).is_none() {
+                peer_list.push((*id, *addr));
+            }
+        }
+        let others: Vec<u64> = peer_list
+            .iter()
+            .map(|(id, _)| *id)
             .filter(|m| *m != config.id)
             .collect();
         // A peer leads at most every partition (and the configured streams); the limit is
@@ -720,13 +775,13 @@ impl Node {
             liveness: crate::liveness::Liveness::new(&others),
             leaders: crate::leaders::LeaderBook::new(&others, max_reported),
         });
-        let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
+        let ping_peers = Arc::new(RwLock::new(others.clone()));
         let versions = Arc::new(crate::peer_wire::PeerVersions::default());
         let peer_task = tokio::spawn(transport::serve_peers(
             listener,
             registry.clone(),
-            guard,
+            guard.clone(),
             peer_stats,
             versions.clone(),
         ));
@@ -745,7 +800,7 @@ impl Node {
             peers.clone(),
             streams.clone(),
             config.id,
-            others,
+            ping_peers.clone(),
             config.raft.heartbeat,
             config.raft.election_timeout,
         ));
@@ -759,7 +814,26 @@ impl Node {
             config.storage.cache_bytes,
             config.storage.max_open_segment_files,
         );
-        let metadata = ClusterMeta::new(config.member_ids());
+        // A joining node's metadata starts from the cluster's members without itself: the
+        // log it receives adds it (the same state the other members have at that point).
+        let metadata = ClusterMeta::with_members(
+            config
+                .members
+                .iter()
+                .filter(|m| !config.join || m.id != config.id)
+                .map(|m| {
+                    (
+                        m.id,
+                        crate::metadata::MemberRecord {
+                            name: m.name.clone(),
+                            peer_addr: m.peer_addr.to_string(),
+                            kafka_addr: String::new(),
+                            leaving: false,
+                        },
+                    )
+                })
+                .collect(),
+        );
         let authorizer = crate::security::authorizer::Authorizer::new(
             config.security.authorizer,
             config.security.super_users.iter().cloned(),
@@ -788,6 +862,11 @@ impl Node {
             metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
             peer_versions: versions,
             flow: crate::flow::throttle::FlowControl::default(),
+            guard,
+            ping_peers,
+            membership_task: Mutex::new(None),
+            known_peers: Mutex::new(known_peers),
+            open_lock: Mutex::new(()),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -796,23 +875,49 @@ impl Node {
             node.config.data_dir.join(METADATA_STREAM),
             node.config.metadata.snapshot_interval_entries,
         );
+        let (voters, learners) = if node.config.join {
+            let others: Vec<u64> = node
+                .config
+                .member_ids()
+                .into_iter()
+                .filter(|id| *id != node.config.id)
+                .collect();
+            (others, vec![node.config.id])
+        } else {
+            (node.config.member_ids(), Vec::new())
+        };
         node.open_group(
             METADATA_STREAM,
             0,
             METADATA_GROUP_ID,
             0,
             GroupKind::Metadata(sm),
-            node.config.member_ids(),
+            voters,
+            learners,
             None,
         )?;
         let mut seen: HashMap<u64, String> = HashMap::new();
-        for name in node.config.initial_streams.clone() {
+        let initial_streams = if node.config.join {
+            if !node.config.initial_streams.is_empty() {
+                tracing::warn!("streams.initial is ignored on a joining node: those streams stay on the initial members");
+            }
+            Vec::new()
+        } else {
+            node.config.initial_streams.clone()
+        };
+        for name in initial_streams {
             let id = group_id_for(&name);
             if let Some(other) = seen.insert(id, name.clone()) {
                 return Err(NodeError::GroupIdCollision(other, name));
             }
             node.open_stream(&name)?;
         }
+        node.reconcile_membership();
+        *node
+            .membership_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) =
+            Some(tokio::spawn(finish_reassignments(Arc::downgrade(&node))));
         Ok(node)
     }
 
@@ -999,13 +1104,188 @@ impl Node {
             .peers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let removed = self.removed_members();
         for (id, open) in peers.iter() {
-            if let Some((_, addr)) = open.last().filter(|_| *id != self.config.id) {
+            if let Some((_, addr)) = open
+                .last()
+                .filter(|_| *id != self.config.id && !removed.contains(id))
+            {
                 out.push((*id, addr.clone()));
             }
         }
         out.sort();
         out
+    }
+
+    /// The members whose removal finished: leaving, and no longer voters of the metadata
+    /// group. They are not listed as brokers.
+    fn removed_members(&self) -> Vec<u64> {
+        let voters = self.metadata_voters_now();
+        self.metadata()
+            .member_records
+            .iter()
+            .filter(|(id, m)| m.leaving && !voters.contains(id))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The metadata group's voters as this node's replica of it knows them.
+    fn metadata_voters_now(&self) -> Vec<u64> {
+        self.metadata_group()
+            .map(|g| {
+                g.visible()
+                    .voters
+                    .iter()
+                    .copied()
+                    .filter(|id| *id != 0)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The members new replicas may be placed on: those of the replicated member list that
+    /// are not leaving (see [`crate::membership`]), ascending.
+    pub fn placement_members(&self) -> Vec<u64> {
+        self.metadata().active_members()
+    }
+
+    /// The configured default replication factor, at most the members new replicas may be
+    /// placed on.
+    pub fn default_replication_factor(&self) -> usize {
+        self.config
+            .default_replication_factor()
+            .min(self.placement_members().len())
+            .max(1)
+    }
+
+    /// Every member the replicated metadata knows, with its state (see
+    /// [`crate::membership::MemberState`]), ascending by id.
+    pub fn members(&self) -> Vec<crate::membership::MemberView> {
+        use crate::membership::{MemberState, MemberView};
+        let voters = self.metadata_voters_now();
+        let live = self.live_brokers();
+        let meta = self.metadata();
+        meta.member_records
+            .iter()
+            .map(|(id, m)| {
+                let voter = voters.contains(id);
+                let state = match (m.leaving, voter) {
+                    (false, true) => MemberState::Voter,
+                    (false, false) => MemberState::Joining,
+                    (true, true) => MemberState::Leaving,
+                    (true, false) => MemberState::Removed,
+                };
+                let configured = self.config.member(*id).map(|c| c.peer_addr.to_string());
+                let kafka_live = live.iter().find(|(l, _)| l == id).map(|(_, a)| a.clone());
+                MemberView {
+                    id: *id,
+                    name: m.name.clone(),
+                    peer_addr: if m.peer_addr.is_empty() {
+                        configured.unwrap_or_default()
+                    } else {
+                        m.peer_addr.clone()
+                    },
+                    kafka_addr: kafka_live.unwrap_or_else(|| m.kafka_addr.clone()),
+                    state,
+                    live: kafka_live_or_self(*id, self.config.id, &live),
+                    replicas: meta
+                        .topics
+                        .values()
+                        .map(|t| t.replicas.iter().filter(|r| r.contains(id)).count())
+                        .sum(),
+                }
+            })
+            .collect()
+    }
+
+    /// Adds member `id` (see [`crate::membership`]) and waits until it is a voter of the
+    /// metadata group: it must be running (started with `join = true`) to catch up.
+    pub async fn add_member(
+        &self,
+        id: u64,
+        name: String,
+        peer_addr: std::net::SocketAddr,
+        kafka_addr: String,
+        timeout: Duration,
+    ) -> Result<(), crate::membership::MembershipError> {
+        use crate::membership::MembershipError;
+        let deadline = tokio::time::Instant::now() + timeout;
+        if let Some(m) = self.metadata().member_records.get(&id) {
+            if m.leaving {
+                return Err(MembershipError::Removed(id));
+            }
+            if m.peer_addr != peer_addr.to_string() && !m.peer_addr.is_empty() {
+                return Err(MembershipError::Conflict(id, m.peer_addr.clone()));
+            }
+        }
+        let cmd = MetaCommand::AddMember {
+            id,
+            name,
+            peer_addr: peer_addr.to_string(),
+            kafka_addr,
+            members: self.metadata().member_records.clone(),
+        };
+        self.propose_metadata(&cmd, timeout)
+            .await
+            .map_err(MembershipError::Propose)?;
+        loop {
+            if self.metadata_voters_now().contains(&id) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MembershipError::Timeout("still a learner of the metadata group: is it running with join = true and reachable?"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Removes member `id` (see [`crate::membership`]): its replicas move to other members,
+    /// then it leaves the metadata group. Waits until both are done.
+    pub async fn remove_member(
+        &self,
+        id: u64,
+        timeout: Duration,
+    ) -> Result<(), crate::membership::MembershipError> {
+        use crate::membership::MembershipError;
+        let deadline = tokio::time::Instant::now() + timeout;
+        {
+            let meta = self.metadata();
+            let Some(m) = meta.member_records.get(&id) else {
+                return Err(MembershipError::Unknown(id));
+            };
+            if !m.leaving {
+                let active = meta.active_members();
+                if active.len() < 2 {
+                    return Err(MembershipError::LastMember);
+                }
+                // Every replica it holds needs a member without a replica of that partition.
+                for (name, t) in &meta.topics {
+                    for (p, r) in t.replicas.iter().enumerate() {
+                        if r.contains(&id) && !active.iter().any(|a| *a != id && !r.contains(a)) {
+                            return Err(MembershipError::NoRoom(format!("{name}-{p}")));
+                        }
+                    }
+                }
+            }
+        }
+        let members = self.metadata().member_records.clone();
+        self.propose_metadata(&MetaCommand::RemoveMember { id, members }, timeout)
+            .await
+            .map_err(MembershipError::Propose)?;
+        loop {
+            let hosts = self.metadata().hosts_replicas(id);
+            if !hosts && !self.metadata_voters_now().contains(&id) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MembershipError::Timeout(if hosts {
+                    "its replicas are still moving"
+                } else {
+                    "still a voter of the metadata group"
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn store_config(&self) -> StoreConfig {
@@ -1055,7 +1335,163 @@ impl Node {
             && !self.retention_allowed.swap(true, Ordering::AcqRel)
         {
             tracing::debug!(index, "metadata replay done: retention may run");
+            // Membership targets set during the replay were skipped (a partial state's
+            // targets could undo later changes): set the final ones now.
+            self.reconcile_membership();
         }
+    }
+
+    /// Makes this node match the replicated member list and replica lists (see
+    /// [`crate::membership`]): admits and dials every member, opens the partitions it is a
+    /// new replica of (as a learner), tells the groups being reassigned and the metadata
+    /// group their target voters, and drops the partitions whose reassignment away from this
+    /// node finished. Only once the metadata replay at start is done: targets from a
+    /// partial state could undo later changes.
+    pub fn reconcile_membership(&self) {
+        let replayed = self
+            .retention_allowed
+            .load(std::sync::atomic::Ordering::Acquire);
+        let (records, metadata_voters, topics) = {
+            let meta = self.metadata();
+            (
+                meta.member_records.clone(),
+                meta.membership_changed.then(|| meta.metadata_voters()),
+                meta.topics
+                    .iter()
+                    .map(|(n, t)| (n.clone(), t.clone()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        for (id, m) in &records {
+            let Ok(addr) = m.peer_addr.parse::<std::net::SocketAddr>() else {
+                continue;
+            };
+            if *id == self.config.id {
+                continue;
+            }
+            if self.config.member(*id).is_none() {
+                self.remember_peer(*id, addr);
+            }
+            self.guard.add_member(*id, addr);
+            self.peers.add_peer(*id, addr);
+            self.registry.liveness.add_peer(*id);
+            self.registry.leaders.add_peer(*id);
+            let mut ping = self.ping_peers.write().unwrap_or_else(|e| e.into_inner());
+            if !ping.contains(id) {
+                ping.push(*id);
+            }
+        }
+        if !replayed {
+            return;
+        }
+        if let (Some(g), Some(voters)) = (self.metadata_group(), metadata_voters) {
+            let _ = g.inbox.try_send(GroupInput::SetVoters(voters));
+        }
+        let me = self.config.id;
+        for (name, t) in &topics {
+            let hosts = t
+                .replicas
+                .iter()
+                .chain(t.moving.values())
+                .any(|r| r.contains(&me));
+            if hosts {
+                if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
+                    tracing::error!(topic = %name, "cannot open a reassigned partition: {e}");
+                }
+            }
+            for stream in self.partitions(name) {
+                if stream.incarnation != t.created_at_index {
+                    continue;
+                }
+                let p = stream.partition;
+                let Some(new) = t.replicas.get(p as usize) else {
+                    continue;
+                };
+                if t.moving.contains_key(&p) {
+                    let _ = stream.inbox.try_send(GroupInput::SetVoters(new.clone()));
+                } else if !new.contains(&me) {
+                    tracing::info!(topic = %name, partition = p, "replica moved away: dropping it");
+                    self.drop_partition(name, t.created_at_index, p);
+                }
+            }
+        }
+    }
+
+    /// Saves a runtime member's address in `known_peers` (when new or changed), so a restart
+    /// admits and dials it at once.
+    fn remember_peer(&self, id: u64, addr: std::net::SocketAddr) {
+        let mut known = self.known_peers.lock().unwrap_or_else(|e| e.into_inner());
+        if known.get(&id) == Some(&addr) {
+            return;
+        }
+        known.insert(id, addr);
+        if let Err(e) = crate::known_peers::save(&self.config.data_dir, &known) {
+            tracing::warn!(
+                peer = id,
+                "saving {} failed: {e}",
+                crate::known_peers::KNOWN_PEERS_FILE
+            );
+        }
+    }
+
+    /// Stops one partition's group and deletes its data here (its replica moved to another
+    /// node). Appends waiting on it fail with `Stopped`.
+    fn drop_partition(&self, name: &str, incarnation: u64, partition: u32) {
+        let Some(stream) = self
+            .partition(name, partition)
+            .filter(|s| s.incarnation == incarnation)
+        else {
+            return;
+        };
+        self.stop_group(stream.group);
+        {
+            let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(parts) = streams.get_mut(name) {
+                parts.remove(&partition);
+                if parts.is_empty() {
+                    streams.remove(name);
+                }
+            }
+        }
+        let dir = self.topic_dir(name, incarnation, partition);
+        if dir.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(topic = %name, partition, dir = %dir.display(), "removing a moved replica's data failed: {e}");
+            }
+        }
+    }
+
+    /// The partitions this node leads whose reassignment reached its new replicas (see
+    /// [`crate::membership`]): (name, incarnation, partition).
+    fn settled_reassignments(&self) -> Vec<(String, u64, u32)> {
+        let moving: Vec<(String, u64, u32, Vec<u64>)> = {
+            let meta = self.metadata();
+            meta.topics
+                .iter()
+                .flat_map(|(n, t)| {
+                    t.moving.keys().filter_map(move |p| {
+                        let mut new = t.replicas.get(*p as usize)?.clone();
+                        new.sort_unstable();
+                        Some((n.clone(), t.created_at_index, *p, new))
+                    })
+                })
+                .collect()
+        };
+        moving
+            .into_iter()
+            .filter_map(|(name, incarnation, p, new)| {
+                let v = self
+                    .partition(&name, p)
+                    .filter(|s| s.incarnation == incarnation)?
+                    .visible();
+                let voters: Vec<u64> = v.voters.iter().copied().filter(|id| *id != 0).collect();
+                (v.leader == self.config.id && v.membership_settled && voters == new).then_some((
+                    name,
+                    incarnation,
+                    p,
+                ))
+            })
+            .collect()
     }
 
     /// The effective settings of topic `name`: its config overrides over this node's
@@ -1259,6 +1695,7 @@ impl Node {
             0,
             GroupKind::Stream(self.stream_dir(name)),
             self.config.member_ids(),
+            Vec::new(),
             None,
         )
     }
@@ -1273,6 +1710,7 @@ impl Node {
         incarnation: u64,
         replicas: &[Vec<u64>],
     ) -> Result<(), NodeError> {
+        let _opening = self.open_lock.lock().unwrap_or_else(|e| e.into_inner());
         let open = self.partitions(name);
         if let Some(s) = open.first() {
             if s.incarnation != incarnation {
@@ -1295,10 +1733,27 @@ impl Node {
             tracing::debug!(topic = %name, incarnation, "a deleted incarnation is not reopened on replay");
             return Ok(());
         }
+        let moving = self
+            .metadata()
+            .topics
+            .get(name)
+            .filter(|t| t.created_at_index == incarnation)
+            .map(|t| t.moving.clone())
+            .unwrap_or_default();
+        let me = self.config.id;
         for (partition, voters) in (0u32..).zip(replicas) {
-            if !voters.contains(&self.config.id) || self.partition(name, partition).is_some() {
+            if self.partition(name, partition).is_some() {
                 continue;
             }
+            // A partition being reassigned starts from its configuration before the move: a
+            // new replica as a learner of the old ones (it is added as one, and promoted once
+            // caught up), an old one as a voter until its group removes it.
+            let (conf_voters, conf_learners) = match moving.get(&partition) {
+                Some(old) if old.contains(&me) => (old.clone(), Vec::new()),
+                Some(old) if voters.contains(&me) => (old.clone(), vec![me]),
+                _ if voters.contains(&me) => (voters.clone(), Vec::new()),
+                _ => continue,
+            };
             let group = group_id_for_topic(name, incarnation, partition);
             let dir = self.topic_dir(name, incarnation, partition);
             let preferred = voters[0];
@@ -1308,7 +1763,8 @@ impl Node {
                 group,
                 incarnation,
                 GroupKind::Stream(dir),
-                voters.clone(),
+                conf_voters,
+                conf_learners,
                 Some(preferred),
             )?;
             // The preferred replica stands for election at once: a new partition gets a leader
@@ -1322,7 +1778,11 @@ impl Node {
             let live = self
                 .metadata_group()
                 .is_some_and(|g| g.visible().leader != 0);
-            if preferred == self.config.id && voters.len() > 1 && live {
+            if preferred == self.config.id
+                && voters.len() > 1
+                && live
+                && !moving.contains_key(&partition)
+            {
                 stream.campaign();
             }
         }
@@ -1533,13 +1993,14 @@ impl Node {
         incarnation: u64,
         kind: GroupKind,
         voters: Vec<u64>,
+        learners: Vec<u64>,
         preferred_leader: Option<u64>,
     ) -> Result<LogStream, NodeError> {
         assert!(
-            voters.contains(&self.config.id),
-            "{name}-{partition}: this node is not among the voters {voters:?}"
+            voters.contains(&self.config.id) || learners.contains(&self.config.id),
+            "{name}-{partition}: this node is not among the voters {voters:?} or learners {learners:?}"
         );
-        let single_voter = voters.len() == 1;
+        let single_voter = voters.len() == 1 && learners.is_empty();
         if let Some(other) = self.group_owner(group) {
             return Err(NodeError::GroupIdCollision(
                 other,
@@ -1589,6 +2050,7 @@ impl Node {
         if store.conf_state().voters.is_empty() {
             let cs = logstore::ConfState {
                 voters,
+                learners,
                 ..Default::default()
             };
             store.save_conf_state(&cs).map_err(store_err)?;
@@ -1641,6 +2103,7 @@ impl Node {
             in_sync: [0; crate::group::MAX_TRACKED_VOTERS],
             leader_ready: false,
             quiesced: false,
+            ..Visible::default()
         };
         let shared: SharedStore = Arc::new(RwLock::new(store));
         let t = &self.config.raft;
@@ -1945,7 +2408,7 @@ impl Node {
         partitions: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let replication_factor = self.config.default_replication_factor();
+        let replication_factor = self.default_replication_factor();
         self.create_topic_replicated(name, partitions, replication_factor, timeout)
             .await
     }
@@ -1980,7 +2443,7 @@ impl Node {
         configs: BTreeMap<String, String>,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let members = self.config.member_ids();
+        let members = self.placement_members();
         if !(1..=members.len()).contains(&replication_factor) {
             return Err(AppendError::Invalid(format!(
                 "replication factor {replication_factor} with {} nodes",
@@ -2081,7 +2544,7 @@ impl Node {
         count: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        let members = self.config.member_ids();
+        let members = self.placement_members();
         let (incarnation, replicas) = {
             let meta = self.metadata();
             let Some(topic) = meta.topics.get(name) else {
@@ -2274,6 +2737,14 @@ impl Node {
     /// Stops every group thread (their pending appends fail with `Stopped`) and the peer
     /// listener. Data already synced stays; nothing more is written.
     pub fn shutdown(&self) {
+        if let Some(t) = self
+            .membership_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            t.abort();
+        }
         self.peer_task.abort();
         self.rejoin_task.abort();
         self.liveness_task.abort();

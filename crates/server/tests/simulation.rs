@@ -143,6 +143,7 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         in_sync: [0; vdl_server::group::MAX_TRACKED_VOTERS],
         leader_ready: false,
         quiesced: false,
+        ..Visible::default()
     };
     let shared: SharedStore = Arc::new(RwLock::new(store));
     let cfg = raft::Config {

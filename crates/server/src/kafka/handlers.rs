@@ -161,11 +161,11 @@ pub fn dispatch(
         Request::ElectLeaders(req) => {
             partition_admin::elect_leaders(node, access, req, version, cid)
         }
-        Request::ListPartitionReassignments(_) => now(
+        Request::ListPartitionReassignments(req) => now(
             cid,
             version,
             Response::ListPartitionReassignments(partition_admin::list_partition_reassignments(
-                access,
+                node, access, &req,
             )),
         ),
         Request::ListOffsets(req) => now(

@@ -21,8 +21,10 @@
 //!   take over in time (down, or not caught up). UNCLEAN: vdl never elects
 //!   a replica that may lack committed records, so ELECTION_NOT_NEEDED when a leader exists
 //!   and ELIGIBLE_LEADERS_NOT_AVAILABLE otherwise.
-//! - **ListPartitionReassignments**: vdl places replicas itself and never reassigns them, so
-//!   the answer lists none (`kafka-topics --describe` asks it).
+//! - **ListPartitionReassignments**: the partitions being moved off a member that is being
+//!   removed (see [`crate::membership`]): replicas = new and old together, adding = new ones,
+//!   removing = old ones (`kafka-topics --describe` asks it). vdl starts reassignments
+//!   itself (AlterPartitionReassignments is not served).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +47,12 @@ use kafka_proto::messages::elect_leaders_request::ElectLeadersRequest;
 use kafka_proto::messages::elect_leaders_response::{
     ElectLeadersResponse, PartitionResult, ReplicaElectionResult,
 };
-use kafka_proto::messages::list_partition_reassignments_response::ListPartitionReassignmentsResponse;
+use kafka_proto::messages::list_partition_reassignments_request::{
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsTopics,
+};
+use kafka_proto::messages::list_partition_reassignments_response::{
+    ListPartitionReassignmentsResponse, OngoingPartitionReassignment, OngoingTopicReassignment,
+};
 
 use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
@@ -463,9 +470,14 @@ pub fn elect_leaders(
     }))
 }
 
-/// Handles ListPartitionReassignments (API 46): none, ever (see the module documentation).
-/// Needs DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
-pub fn list_partition_reassignments(access: &Access) -> ListPartitionReassignmentsResponse {
+/// Handles ListPartitionReassignments (API 46): the partitions being reassigned, of the
+/// topics asked (all when none are named), in topic and partition order. Needs DESCRIBE on the
+/// cluster (else CLUSTER_AUTHORIZATION_FAILED).
+pub fn list_partition_reassignments(
+    node: &Node,
+    access: &Access,
+    req: &ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
     if !access.cluster(AclOperation::Describe) {
         return ListPartitionReassignmentsResponse {
             error_code: ErrorCode::ClusterAuthorizationFailed.code(),
@@ -475,6 +487,111 @@ pub fn list_partition_reassignments(access: &Access) -> ListPartitionReassignmen
     }
     ListPartitionReassignmentsResponse {
         error_message: None,
+        topics: ongoing_reassignments(&node.metadata(), req.topics.as_deref()),
         ..Default::default()
+    }
+}
+
+/// The reassignments in `meta` of the topics and partitions `asked` (all when `None`).
+fn ongoing_reassignments(
+    meta: &crate::metadata::ClusterMeta,
+    asked: Option<&[ListPartitionReassignmentsTopics]>,
+) -> Vec<OngoingTopicReassignment> {
+    let ids = |v: &[u64]| -> Vec<i32> {
+        v.iter()
+            .map(|id| i32::try_from(*id).unwrap_or(i32::MAX))
+            .collect()
+    };
+    let mut topics = Vec::new();
+    for (name, t) in &meta.topics {
+        let wanted = match asked {
+            None => None,
+            Some(list) => match list.iter().find(|a| a.name == *name) {
+                Some(a) => Some(&a.partition_indexes),
+                None => continue,
+            },
+        };
+        let partitions: Vec<OngoingPartitionReassignment> = t
+            .moving
+            .iter()
+            .filter(|(p, _)| {
+                wanted.is_none_or(|ps| ps.iter().any(|a| i64::from(*a) == i64::from(**p)))
+            })
+            .filter_map(|(p, old)| {
+                let new = t.replicas.get(*p as usize)?;
+                let mut all = new.clone();
+                all.extend(old.iter().filter(|o| !new.contains(o)));
+                let adding: Vec<u64> = new.iter().copied().filter(|n| !old.contains(n)).collect();
+                let removing: Vec<u64> = old.iter().copied().filter(|o| !new.contains(o)).collect();
+                Some(OngoingPartitionReassignment {
+                    partition_index: i32::try_from(*p).unwrap_or(i32::MAX),
+                    replicas: ids(&all),
+                    adding_replicas: ids(&adding),
+                    removing_replicas: ids(&removing),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        if !partitions.is_empty() {
+            topics.push(OngoingTopicReassignment {
+                name: name.clone(),
+                partitions,
+                ..Default::default()
+            });
+        }
+    }
+    topics
+}
+
+#[cfg(test)]
+mod reassignment_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::metadata::{ClusterMeta, MetaCommand};
+
+    /// A partition moving off a leaving member is listed with its adding and removing
+    /// replicas, only when asked for (or when nothing is named), and no longer once finished.
+    #[test]
+    fn moving_partitions_are_listed() {
+        let mut m = ClusterMeta::new(vec![1, 2, 3, 4]);
+        let create = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replicas: vec![vec![1, 2, 3], vec![2, 3, 4]],
+            configs: BTreeMap::new(),
+        };
+        m.apply_for_test(1, create);
+        m.apply_for_test(
+            2,
+            MetaCommand::RemoveMember {
+                id: 1,
+                members: BTreeMap::new(),
+            },
+        );
+        let all = ongoing_reassignments(&m, None);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].name, "t");
+        let p = &all[0].partitions;
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].partition_index, 0);
+        assert_eq!(p[0].replicas, vec![4, 2, 3, 1]);
+        assert_eq!(p[0].adding_replicas, vec![4]);
+        assert_eq!(p[0].removing_replicas, vec![1]);
+        let other = [ListPartitionReassignmentsTopics {
+            name: "t".into(),
+            partition_indexes: vec![1],
+            ..Default::default()
+        }];
+        assert!(ongoing_reassignments(&m, Some(&other)).is_empty());
+        m.apply_for_test(
+            3,
+            MetaCommand::FinishReassignment {
+                name: "t".into(),
+                incarnation: 1,
+                partition: 0,
+            },
+        );
+        assert!(ongoing_reassignments(&m, None).is_empty());
     }
 }

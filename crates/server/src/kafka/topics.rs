@@ -62,7 +62,7 @@ type Creatable = (u32, usize, BTreeMap<String, String>);
 fn check_creatable(node: &Node, t: &CreatableTopic) -> Result<Creatable, (ErrorCode, String)> {
     let (name, partitions, replication) = (&t.name, t.num_partitions, t.replication_factor);
     let assigned = !t.assignments.is_empty();
-    let nodes = node.config().members.len();
+    let nodes = node.placement_members().len();
     if !valid_stream_name(name) || name.starts_with("__") {
         return Err((
             ErrorCode::InvalidTopicException,
@@ -93,7 +93,7 @@ fn check_creatable(node: &Node, t: &CreatableTopic) -> Result<Creatable, (ErrorC
     node.check_limits(&node.metadata(), 1, partitions)
         .map_err(|e| (ErrorCode::PolicyViolation, e.to_string()))?;
     let replication = match replication {
-        -1 => node.config().default_replication_factor(),
+        -1 => node.default_replication_factor(),
         r => usize::try_from(r)
             .ok()
             .filter(|r| (1..=nodes).contains(r))

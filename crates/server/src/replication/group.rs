@@ -152,6 +152,11 @@ pub enum GroupInput {
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
+    /// The replicas this group should have as voters (see [`crate::membership`]): its leader
+    /// adds the missing ones as learners, promotes each once caught up, then removes the
+    /// others, one configuration change at a time (handing leadership away first when it is
+    /// itself removed).
+    SetVoters(Vec<u64>),
     /// Stop the group (its pending appends fail with `Stopped`).
     Stop,
 }
@@ -179,6 +184,12 @@ pub struct Visible {
     pub leader_ready: bool,
     /// The group is quiesced: idle, not ticking, no heartbeats (see [`crate::quiesce`]).
     pub quiesced: bool,
+    /// The voters of the group's configuration as this replica knows it (ascending,
+    /// 0-padded).
+    pub voters: [u64; MAX_TRACKED_VOTERS],
+    /// On the leader: the configuration is the one asked by [`GroupInput::SetVoters`] (or none
+    /// was asked), without learners or a configuration change in flight. False on a follower.
+    pub membership_settled: bool,
 }
 
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
@@ -309,6 +320,8 @@ struct Group {
     next_read_id: u64,
     /// The state machine's newest durable snapshot (0: none): its log may be compacted below.
     snapshot_index: u64,
+    /// The voters asked by [`GroupInput::SetVoters`] (None: keep the configuration).
+    target_voters: Option<Vec<u64>>,
 }
 
 /// Read barriers waiting at once per group; more get [`AppendError::Busy`].
@@ -360,6 +373,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         reads_confirmed: Vec::new(),
         next_read_id: 0,
         snapshot_index,
+        target_voters: None,
     })
 }
 
@@ -384,6 +398,10 @@ impl Task for Group {
             self.maybe_quiesce();
         }
         self.handle_ready();
+        if self.change_membership() {
+            self.handle_ready();
+        }
+        self.publish_membership();
         let now = Instant::now();
         if now >= self.next_retention {
             self.apply_retention();
@@ -420,6 +438,7 @@ impl Group {
     /// metadata group never quiesces.
     fn maybe_quiesce(&mut self) {
         let idle = !self.p.forward_proposals
+            && (self.target_voters.is_none() || self.visible.membership_settled)
             && self.queued.is_empty()
             && self.proposed.is_empty()
             && self.appended.is_empty()
@@ -653,6 +672,14 @@ impl Group {
                 let _ = reply.send(producers);
             }
             GroupInput::ReadIndex(reply) => self.ask_read_index(reply),
+            GroupInput::SetVoters(mut voters) => {
+                self.set_quiesced(false);
+                voters.sort_unstable();
+                voters.dedup();
+                if !voters.is_empty() && voters.len() <= MAX_TRACKED_VOTERS {
+                    self.target_voters = Some(voters);
+                }
+            }
             GroupInput::Stop => return false,
         }
         true
@@ -787,6 +814,74 @@ impl Group {
             self.heard_from.insert(from, Instant::now());
             // An answer may put a follower back in sync without producing a Ready.
             self.update_in_sync();
+        }
+    }
+
+    /// On the leader, one step towards the voters asked by [`GroupInput::SetVoters`] when no
+    /// configuration change is in flight (see [`crate::membership`] for the order). Returns
+    /// whether a change was proposed or leadership handed over.
+    fn change_membership(&mut self) -> bool {
+        let Some(target) = self.target_voters.clone() else {
+            return false;
+        };
+        let raft = &self.p.node.raft;
+        if raft.state != StateRole::Leader
+            || raft.lead_transferee.is_some()
+            || raft.pending_conf_index > raft.raft_log.applied
+            || !raft.commit_to_current_term()
+        {
+            return false;
+        }
+        let conf = raft.prs().conf();
+        let step = crate::membership::next_step(
+            raft.id,
+            &target,
+            &conf.voters().ids().iter().collect::<Vec<u64>>(),
+            &conf.learners().iter().copied().collect::<Vec<u64>>(),
+            |id| {
+                raft.prs()
+                    .get(id)
+                    .is_some_and(|pr| pr.recent_active && pr.matched >= raft.raft_log.committed)
+            },
+        );
+        let Some(step) = step else {
+            return false;
+        };
+        tracing::info!(stream = %self.p.name, ?step, "membership change");
+        match step {
+            crate::membership::Step::TransferTo(to) => {
+                self.p.node.transfer_leader(to);
+                true
+            }
+            crate::membership::Step::Change(kind, id) => {
+                let cc = crate::membership::conf_change(kind, id);
+                if let Err(e) = self.p.node.propose_conf_change(Vec::new(), cc) {
+                    tracing::warn!(stream = %self.p.name, "proposing a membership change failed: {e}");
+                    return false;
+                }
+                true
+            }
+        }
+    }
+
+    /// Publishes the configuration's voters and whether the asked membership is reached.
+    fn publish_membership(&mut self) {
+        let raft = &self.p.node.raft;
+        let conf = raft.prs().conf();
+        let mut ids: Vec<u64> = conf.voters().ids().iter().collect();
+        ids.sort_unstable();
+        let mut voters = [0u64; MAX_TRACKED_VOTERS];
+        for (slot, id) in voters.iter_mut().zip(ids.iter()) {
+            *slot = *id;
+        }
+        let settled = raft.state == StateRole::Leader
+            && conf.learners().is_empty()
+            && raft.pending_conf_index <= raft.raft_log.applied
+            && self.target_voters.as_ref().is_none_or(|t| *t == ids);
+        if voters != self.visible.voters || settled != self.visible.membership_settled {
+            self.visible.voters = voters;
+            self.visible.membership_settled = settled;
+            self.publish();
         }
     }
 
@@ -1183,8 +1278,11 @@ impl Group {
                 .prs()
                 .iter()
                 .filter(|(id, pr)| {
+                    // Voters only: a learner catching up is not a replica clients count on.
+                    let voter = raft.prs().conf().voters().contains(**id);
                     **id == me
-                        || (pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
+                        || (voter
+                            && pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
                             && (pr.recent_active || quiesced || heard(id)))
                 })
                 .map(|(id, _)| *id)

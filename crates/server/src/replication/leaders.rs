@@ -93,6 +93,15 @@ impl LeaderBook {
         }
     }
 
+    /// Takes reports from a member added at runtime too; a known peer keeps its report.
+    pub fn add_peer(&self, peer: u64) {
+        self.reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(peer)
+            .or_default();
+    }
+
     /// Takes the report in a ping's `context` from `peer` (it replaces the peer's previous
     /// one); pings without a report, reports that do not decode, and unknown peers change
     /// nothing.

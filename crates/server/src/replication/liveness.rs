@@ -35,6 +35,16 @@ impl Liveness {
         }
     }
 
+    /// Starts tracking a member added at runtime, counted as heard from now; a tracked peer
+    /// is left as it is.
+    pub fn add_peer(&self, peer: u64) {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(peer)
+            .or_insert((Instant::now(), false));
+    }
+
     /// Records a ping from `peer` (unknown ids are ignored).
     pub fn heard(&self, peer: u64) {
         self.heard_at(peer, Instant::now());

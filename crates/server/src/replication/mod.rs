@@ -9,12 +9,17 @@
 //! - [`liveness`]: one ping per peer per heartbeat interval, whatever the partition count.
 //! - [`placement`]: which nodes hold each partition's replicas, and which should lead;
 //!   [`leaders`]: who leads the partitions a node does not host.
+//! - [`membership`]: adding and removing members one at a time (learner, catch up, promote,
+//!   remove; replicas of a removed member reassigned); [`known_peers`]: the members added at
+//!   runtime, remembered across restarts.
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`producers`]: idempotent producers' state, derived from each partition's replicated log.
 
 pub mod group;
+pub mod known_peers;
 pub mod leaders;
 pub mod liveness;
+pub mod membership;
 pub mod peer_guard;
 pub mod peer_wire;
 pub mod placement;

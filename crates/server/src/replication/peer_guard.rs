@@ -23,7 +23,7 @@
 //! | `MsgPropose`, `MsgReadIndex` carry term 0 | a follower forwarding them panics (`term should not be set`) |
 //! | every other type carries a term in `1..=MAX_PEER_TERM_OR_INDEX` | term 0 skips term checks (candidates `debug_assert` on it; vote responses panic); `term + 1` overflows |
 //! | no `MsgHup`, `MsgBeat`, `MsgUnreachable`, `MsgSnapStatus`, `MsgCheckQuorum`; `request_snapshot == 0` | local-only messages act as this node's own decisions |
-//! | `MsgAppend`: entries at `index + 1, + 2, ...`, terms in `1..=term`, non-decreasing from `log_term`; `log_term > 0` when `index > 0`; no conf changes | `entry conflict with committed entry`, out-of-bounds slicing, entries of term 0 "matching" past the log then `commit_to` panics, store `TermRegression` panics |
+//! | `MsgAppend`: entries at `index + 1, + 2, ...`, terms in `1..=term`, non-decreasing from `log_term`; `log_term > 0` when `index > 0`; conf changes only as `EntryConfChangeV2` (the leader's membership steps; raft-rs returns an error, not a panic, for an invalid one when it applies) | `entry conflict with committed entry`, out-of-bounds slicing, entries of term 0 "matching" past the log then `commit_to` panics, store `TermRegression` panics |
 //! | `MsgAppend`, `MsgPropose`: Records payloads are valid batches, entries within the store's size limits | the store refuses the append and the group thread panics |
 //! | `MsgPropose` entries are metadata entries whose context names the sender | record batches nobody validated; another node's client answered |
 //! | `MsgAppendResponse`: `index`, `reject_hint` <= this node's last index | the leader commits past its log (`commit_to` panics) or overflows |
@@ -239,8 +239,9 @@ impl PeerStats {
 #[derive(Debug)]
 pub struct PeerGuard {
     self_id: u64,
-    /// Every other member's configured peer IP.
-    members: HashMap<u64, IpAddr>,
+    /// Every other member's peer IP: configured, or learned from the replicated member list
+    /// (a member added at runtime, see [`PeerGuard::add_member`]).
+    members: std::sync::RwLock<HashMap<u64, IpAddr>>,
 }
 
 impl PeerGuard {
@@ -249,12 +250,29 @@ impl PeerGuard {
     pub fn new(self_id: u64, members: &[(u64, SocketAddr)]) -> PeerGuard {
         PeerGuard {
             self_id,
-            members: members
-                .iter()
-                .filter(|(id, _)| *id != self_id)
-                .map(|(id, addr)| (*id, addr.ip().to_canonical()))
-                .collect(),
+            members: std::sync::RwLock::new(
+                members
+                    .iter()
+                    .filter(|(id, _)| *id != self_id)
+                    .map(|(id, addr)| (*id, addr.ip().to_canonical()))
+                    .collect(),
+            ),
         }
+    }
+
+    /// Admits a member added at runtime (its connections and hellos from `addr`'s IP); a
+    /// known member's address is replaced.
+    pub fn add_member(&self, id: u64, addr: SocketAddr) {
+        if id != self.self_id {
+            self.members
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, addr.ip().to_canonical());
+        }
+    }
+
+    fn members(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, IpAddr>> {
+        self.members.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// This node's id.
@@ -264,13 +282,13 @@ impl PeerGuard {
 
     /// Number of other members.
     pub fn peer_count(&self) -> usize {
-        self.members.len()
+        self.members().len()
     }
 
     /// Accepts a connection only from an IP some other member is configured at.
     pub fn admit_source(&self, source: IpAddr) -> Result<(), Refusal> {
         let ip = source.to_canonical();
-        if self.members.values().any(|m| *m == ip) {
+        if self.members().values().any(|m| *m == ip) {
             Ok(())
         } else {
             Err(Refusal::UnknownSource(ip))
@@ -281,11 +299,11 @@ impl PeerGuard {
     /// than this node and its configured peer IP is `source`.
     pub fn admit_hello(&self, claimed: u64, source: IpAddr) -> Result<(), Refusal> {
         let actual = source.to_canonical();
-        match self.members.get(&claimed) {
+        match self.members().get(&claimed).copied() {
             None => Err(Refusal::NotAMember(claimed)),
-            Some(expected) if *expected != actual => Err(Refusal::WrongSource {
+            Some(expected) if expected != actual => Err(Refusal::WrongSource {
                 claimed,
-                expected: *expected,
+                expected,
                 actual,
             }),
             Some(_) => Ok(()),
@@ -417,9 +435,12 @@ fn check_append(msg: &Message) -> Result<(), Refusal> {
             return Err(Refusal::BadEntries("entry terms decrease"));
         }
         prev_term = e.term;
-        if e.get_entry_type() != EntryType::EntryNormal {
-            // vdl never changes a group's membership.
-            return Err(Refusal::BadEntries("configuration change entries"));
+        if e.get_entry_type() == EntryType::EntryConfChange {
+            // vdl changes membership with ConfChangeV2 only (see `crate::membership`); a
+            // leader's v2 change is applied through raft-rs, which refuses invalid ones.
+            return Err(Refusal::BadEntries(
+                "version 1 configuration change entries",
+            ));
         }
     }
     Ok(())

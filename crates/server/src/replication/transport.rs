@@ -122,10 +122,15 @@ pub trait PeerInbox: Send + Sync + 'static {
     }
 }
 
+/// Each peer's outgoing queue of (group, message).
+type PeerQueues = HashMap<u64, mpsc::Sender<(u64, Message)>>;
+
 /// The sending half of the transport: one queue per peer.
 #[derive(Clone)]
 pub struct PeerSender {
-    queues: Arc<HashMap<u64, mpsc::Sender<(u64, Message)>>>,
+    queues: Arc<std::sync::RwLock<PeerQueues>>,
+    /// What a sender task for a peer added at runtime needs (None: a detached sender).
+    spawn: Option<Arc<SenderContext>>,
     dropped: Arc<std::sync::atomic::AtomicU64>,
     /// Bumped to make every sender reconnect (and so send a new hello).
     hello_generation: Arc<std::sync::atomic::AtomicU64>,
@@ -135,7 +140,8 @@ impl PeerSender {
     /// Queues `msg` of `group` for its destination (`msg.to`). Never blocks; drops the message
     /// when the queue is full or the peer is unknown, and counts the drop.
     pub fn send(&self, group: u64, msg: Message) {
-        match self.queues.get(&msg.to) {
+        let queues = self.queues.read().unwrap_or_else(|e| e.into_inner());
+        match queues.get(&msg.to) {
             Some(q) => {
                 if q.try_send((group, msg)).is_err() {
                     self.dropped
@@ -154,6 +160,24 @@ impl PeerSender {
     pub fn redial_all(&self) {
         self.hello_generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Starts sending to a member added at runtime (see [`crate::membership`]), dialing
+    /// `addr`; a peer known already keeps its sender. Callable from any thread.
+    pub fn add_peer(&self, peer: u64, addr: SocketAddr) {
+        let Some(ctx) = self.spawn.as_ref() else {
+            return;
+        };
+        if peer == ctx.self_id {
+            return;
+        }
+        let mut queues = self.queues.write().unwrap_or_else(|e| e.into_inner());
+        if queues.contains_key(&peer) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
+        queues.insert(peer, tx);
+        ctx.spawn(peer, addr, rx, self.hello_generation.clone());
     }
 
     /// Messages dropped so far (full queue or unknown peer).
@@ -197,7 +221,8 @@ pub fn detached_sender(
         receivers.insert(peer, rx);
     }
     let sender = PeerSender {
-        queues: Arc::new(queues),
+        queues: Arc::new(std::sync::RwLock::new(queues)),
+        spawn: None,
         dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         hello_generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
@@ -224,32 +249,67 @@ pub fn start_senders(
         .filter(|ip| !ip.is_unspecified());
     let mut queues = HashMap::new();
     let hello_generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ctx = Arc::new(SenderContext {
+        self_id,
+        local_ip,
+        advertised,
+        inbox,
+        filter,
+        versions,
+        runtime: tokio::runtime::Handle::current(),
+    });
     for &(peer, addr) in peers {
         if peer == self_id {
             continue;
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
         queues.insert(peer, tx);
-        let link = Link {
-            self_id,
-            local_ip,
-            advertised: advertised.clone(),
-            peer,
-            addr,
-            versions: versions.clone(),
-        };
-        tokio::spawn(sender_task(
-            link,
-            rx,
-            inbox.clone(),
-            filter.clone(),
-            hello_generation.clone(),
-        ));
+        ctx.spawn(peer, addr, rx, hello_generation.clone());
     }
     PeerSender {
-        queues: Arc::new(queues),
+        queues: Arc::new(std::sync::RwLock::new(queues)),
+        spawn: Some(ctx),
         dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         hello_generation,
+    }
+}
+
+/// What every sender task of a node shares: who this node is and what it announces.
+struct SenderContext {
+    self_id: u64,
+    local_ip: Option<IpAddr>,
+    advertised: String,
+    inbox: Arc<dyn PeerInbox>,
+    filter: Arc<dyn LinkFilter>,
+    versions: Arc<PeerVersions>,
+    /// The runtime the senders run on (peers are added from the group workers' threads).
+    runtime: tokio::runtime::Handle,
+}
+
+impl SenderContext {
+    /// Starts the sender task of `peer` at `addr`, draining `rx`.
+    fn spawn(
+        &self,
+        peer: u64,
+        addr: SocketAddr,
+        rx: mpsc::Receiver<(u64, Message)>,
+        hello_generation: Arc<std::sync::atomic::AtomicU64>,
+    ) {
+        let link = Link {
+            self_id: self.self_id,
+            local_ip: self.local_ip,
+            advertised: self.advertised.clone(),
+            peer,
+            addr,
+            versions: self.versions.clone(),
+        };
+        self.runtime.spawn(sender_task(
+            link,
+            rx,
+            self.inbox.clone(),
+            self.filter.clone(),
+            hello_generation,
+        ));
     }
 }
 
