@@ -12,6 +12,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::security::config::{
+    FileKafkaListener, FilePeerTls, FileSecurity, KafkaListenerConfig, SecuritySettings, TlsFiles,
+};
+
 /// Why a configuration could not be used.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -75,6 +79,14 @@ pub struct NodeConfig {
     pub kafka: KafkaSettings,
     /// The replicated cluster metadata's snapshots.
     pub metadata: MetadataSettings,
+    /// The Kafka listeners of `[[kafka.listeners]]`. Empty: one PLAINTEXT listener named
+    /// `PLAINTEXT` at `kafka_listen` / `kafka_advertised` (see [`NodeConfig::kafka_listeners`]).
+    /// When set, `kafka_listen` and `kafka_advertised` are the first listener's.
+    pub listeners: Vec<KafkaListenerConfig>,
+    /// Authentication settings and bootstrap users (`[security]`).
+    pub security: SecuritySettings,
+    /// Mutual TLS between nodes (`[peer_tls]`); `None`: plain TCP.
+    pub peer_tls: Option<TlsFiles>,
 }
 
 /// Snapshots of the replicated cluster metadata (see [`crate::metadata_snapshot`]).
@@ -302,6 +314,9 @@ struct FileConfig {
     kafka: FileKafka,
     #[serde(default)]
     metadata: FileMetadata,
+    #[serde(default)]
+    security: FileSecurity,
+    peer_tls: Option<FilePeerTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -326,6 +341,7 @@ struct FileKafka {
     default_replication_factor: Option<usize>,
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_ms: Option<u64>,
+    listeners: Option<Vec<FileKafkaListener>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -419,6 +435,22 @@ impl NodeConfig {
             initial_streams: Vec::new(),
             kafka: KafkaSettings::default(),
             metadata: MetadataSettings::default(),
+            listeners: Vec::new(),
+            security: SecuritySettings::default(),
+            peer_tls: None,
+        }
+    }
+
+    /// Every Kafka listener of this node, first one first: `[[kafka.listeners]]`, or the one
+    /// PLAINTEXT listener named `PLAINTEXT` at `kafka_listen` / `kafka_advertised`.
+    pub fn kafka_listeners(&self) -> Vec<KafkaListenerConfig> {
+        if self.listeners.is_empty() {
+            vec![KafkaListenerConfig::plaintext(
+                self.kafka_listen,
+                self.kafka_advertised.clone(),
+            )]
+        } else {
+            self.listeners.clone()
         }
     }
 
@@ -439,7 +471,7 @@ impl NodeConfig {
 
     /// Parses and validates TOML text.
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::from("<text>"),
             message: e.to_string(),
         })?;
@@ -450,18 +482,36 @@ impl NodeConfig {
         }
         let name = file.node.name.unwrap_or_else(|| format!("vdl{id}"));
         let peer_listen = addr("listeners.peer", file.listeners.peer, defaults.peer_listen)?;
-        let kafka_listen = addr(
-            "listeners.kafka",
-            file.listeners.kafka,
-            defaults.kafka_listen,
-        )?;
-        let kafka_advertised = file
-            .listeners
-            .kafka_advertised
-            .unwrap_or_else(|| kafka_listen.to_string());
-        if !kafka_advertised.contains(':') {
-            return invalid("listeners.kafka_advertised", "must be HOST:PORT");
-        }
+        let listeners = match file.kafka.listeners.take() {
+            None => Vec::new(),
+            Some(_) if file.listeners.kafka.is_some() || file.listeners.kafka_advertised.is_some() => {
+                return invalid(
+                    "kafka.listeners",
+                    "set either kafka.listeners or listeners.kafka/listeners.kafka_advertised, not both",
+                )
+            }
+            Some(list) => crate::security::config::parse_listeners(list)?,
+        };
+        let (kafka_listen, kafka_advertised) = match listeners.first() {
+            Some(first) => (first.listen, first.advertised.clone()),
+            None => {
+                let kafka_listen = addr(
+                    "listeners.kafka",
+                    file.listeners.kafka,
+                    defaults.kafka_listen,
+                )?;
+                let kafka_advertised = file
+                    .listeners
+                    .kafka_advertised
+                    .unwrap_or_else(|| kafka_listen.to_string());
+                if !kafka_advertised.contains(':') {
+                    return invalid("listeners.kafka_advertised", "must be HOST:PORT");
+                }
+                (kafka_listen, kafka_advertised)
+            }
+        };
+        let security = crate::security::config::parse_security(file.security)?;
+        let peer_tls = file.peer_tls.map(crate::security::config::parse_peer_tls);
         let admin_listen = match file.listeners.admin {
             None => None,
             Some(a) => Some(parse_addr("listeners.admin", &a)?),
@@ -684,6 +734,9 @@ impl NodeConfig {
             initial_streams,
             kafka,
             metadata,
+            listeners,
+            security,
+            peer_tls,
         })
     }
 
@@ -902,6 +955,62 @@ mod tests {
         };
         assert_eq!(spelled_out, KafkaSettings::default());
         assert_eq!(c.metadata, MetadataSettings::default());
+    }
+
+    /// `[[kafka.listeners]]`, `[security]` and `[peer_tls]`: the first listener is the
+    /// node's `kafka_listen`; the single-listener keys cannot be mixed with the list; without
+    /// the list the node has one PLAINTEXT listener named PLAINTEXT.
+    #[test]
+    fn listeners_security_and_peer_tls_parse() {
+        let plain = NodeConfig::from_toml(THREE).unwrap();
+        let only = plain.kafka_listeners();
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].name, "PLAINTEXT");
+        assert_eq!(only[0].listen, plain.kafka_listen);
+        assert!(plain.peer_tls.is_none());
+        let without_kafka = THREE.replace("kafka = \"127.0.0.1:9093\"", "");
+        let text = format!(
+            r#"{without_kafka}
+            [[kafka.listeners]]
+            name = "SASL_SSL"
+            listen = "127.0.0.1:9300"
+            advertised = "b.example:9300"
+            security_protocol = "SASL_SSL"
+            tls_cert = "n.pem"
+            tls_key = "n.key"
+            sasl_mechanisms = ["SCRAM-SHA-512", "PLAIN"]
+            [[kafka.listeners]]
+            name = "INTERNAL"
+            listen = "127.0.0.1:9301"
+            [security]
+            connections_max_reauth_ms = 60000
+            connection_failed_authentication_delay_ms = 5
+            [peer_tls]
+            cert = "n.pem"
+            key = "n.key"
+            ca = "ca.pem"
+            "#
+        );
+        let c = NodeConfig::from_toml(&text).unwrap();
+        assert_eq!(c.kafka_listen, "127.0.0.1:9300".parse().unwrap());
+        assert_eq!(c.kafka_advertised, "b.example:9300");
+        assert_eq!(c.kafka_listeners().len(), 2);
+        assert_eq!(c.kafka_listeners()[0].sasl_mechanisms.len(), 2);
+        assert_eq!(
+            c.security.connections_max_reauth,
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            c.security.failed_authentication_delay,
+            Duration::from_millis(5)
+        );
+        assert!(c.peer_tls.is_some());
+        let mixed =
+            format!("{THREE}\n[[kafka.listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\n");
+        match NodeConfig::from_toml(&mixed).unwrap_err() {
+            ConfigError::Invalid { key, .. } => assert_eq!(key, "kafka.listeners"),
+            other => panic!("{other}"),
+        }
     }
 
     /// `metadata.snapshot_interval_entries`: 0 (never) or at least the minimum.

@@ -101,15 +101,17 @@ pub trait PeerInbox: Send + Sync + 'static {
     /// Sending to `peer` failed; every group should `report_unreachable(peer)`.
     fn peer_unreachable(&self, peer: u64);
     /// An admitted connection (`connection`, unique on this node) of `peer` announced its
-    /// advertised Kafka address and what it says about data directories.
+    /// advertised Kafka address, its Kafka listeners `(name, HOST:PORT)` (empty from older
+    /// releases) and what it says about data directories.
     fn peer_hello(
         &self,
         peer: u64,
         connection: u64,
         advertised: String,
+        listeners: Vec<(String, String)>,
         dirs: crate::replicas::HelloDirs,
     ) {
-        let _ = (peer, connection, advertised, dirs);
+        let _ = (peer, connection, advertised, listeners, dirs);
     }
     /// What this node's hello to `peer` says about directories.
     fn hello_for(&self, peer: u64) -> crate::replicas::HelloDirs {
@@ -210,6 +212,7 @@ pub fn detached_sender(
 pub fn start_senders(
     self_id: u64,
     advertised: String,
+    listeners: Vec<(String, String)>,
     peers: &[(u64, SocketAddr)],
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
@@ -234,6 +237,7 @@ pub fn start_senders(
             self_id,
             local_ip,
             advertised: advertised.clone(),
+            listeners: listeners.clone(),
             peer,
             addr,
             versions: versions.clone(),
@@ -258,6 +262,7 @@ struct Link {
     self_id: u64,
     local_ip: Option<IpAddr>,
     advertised: String,
+    listeners: Vec<(String, String)>,
     peer: u64,
     addr: SocketAddr,
     versions: Arc<PeerVersions>,
@@ -274,10 +279,11 @@ impl Link {
     /// Dials the peer and sends this node's hello in the version the peer speaks.
     async fn dial(&self, inbox: &dyn PeerInbox) -> std::io::Result<Outgoing> {
         let version = self.versions.dial_version(self.peer);
-        let hello = peer_wire::encode_hello(
+        let hello = peer_wire::encode_hello_with_listeners(
             version,
             self.self_id,
             &self.advertised,
+            &self.listeners,
             inbox.hello_for(self.peer),
         );
         let stream = dial(self.local_ip, self.addr, &hello).await?;
@@ -646,7 +652,7 @@ impl Connection {
             .heard_metadata_snapshots(from, hello.installs_metadata_snapshots);
         let (slot, replaced) = self.slots.take(from, self.limits.per_member);
         self.inbox
-            .peer_hello(from, slot.id, hello.advertised, hello.dirs);
+            .peer_hello(from, slot.id, hello.advertised, hello.listeners, hello.dirs);
         let format = FrameFormat::of_version(hello.version);
         let result = tokio::select! {
             r = self.read_frames(&mut sock, from, format) => r,
@@ -721,6 +727,7 @@ async fn read_hello(sock: &mut TcpStream) -> Result<Hello, PeerFrameError> {
         dirs,
         software_version: String::new(),
         installs_metadata_snapshots: false,
+        listeners: Vec::new(),
     })
 }
 
@@ -768,6 +775,7 @@ mod tests {
             peer: u64,
             connection: u64,
             advertised: String,
+            _listeners: Vec<(String, String)>,
             _dirs: crate::replicas::HelloDirs,
         ) {
             self.hellos
@@ -1069,6 +1077,7 @@ mod tests {
         let sender = start_senders(
             2,
             "h:2".into(),
+            Vec::new(),
             &peers,
             Arc::new(Recorder::default()),
             Arc::new(OpenLinks),

@@ -65,8 +65,8 @@ pub fn init_producer_id(
 }
 
 /// Handles DescribeCluster: the cluster id, a controller (the metadata group's leader) and every
-/// live broker.
-pub fn describe_cluster(node: &Arc<Node>) -> DescribeClusterResponse {
+/// live broker, with its address on listener `listener`.
+pub fn describe_cluster(node: &Arc<Node>, listener: &str) -> DescribeClusterResponse {
     let controller = node
         .metadata_group()
         .map(|g| g.visible().leader)
@@ -76,7 +76,7 @@ pub fn describe_cluster(node: &Arc<Node>) -> DescribeClusterResponse {
         cluster_id: cluster_id(node),
         controller_id: controller,
         brokers: node
-            .live_brokers()
+            .live_brokers_on(listener)
             .into_iter()
             .map(|(id, addr)| {
                 let (host, port) = split_host_port(&addr);

@@ -35,6 +35,8 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListOffsets, 0, 9),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -113,7 +115,7 @@ pub fn dispatch(
     let cid = header.correlation_id;
     match request {
         Request::ApiVersions(_) => now(cid, version, Response::ApiVersions(api_versions())),
-        Request::Metadata(req) => metadata::handle(node, req, version, cid),
+        Request::Metadata(req) => metadata::handle(node, req, version, cid, &conn.listener_name),
         Request::CreateTopics(req) => topics::create_topics(node, req, version, cid),
         Request::DeleteTopics(req) => topics::delete_topics(node, req, version, cid),
         Request::CreatePartitions(req) => topics::create_partitions(node, req, version, cid),
@@ -121,7 +123,7 @@ pub fn dispatch(
         Request::DescribeCluster(_) => now(
             cid,
             version,
-            Response::DescribeCluster(cluster::describe_cluster(node)),
+            Response::DescribeCluster(cluster::describe_cluster(node, &conn.listener_name)),
         ),
         Request::DescribeConfigs(req) => now(
             cid,
@@ -154,7 +156,9 @@ pub fn dispatch(
         ),
         Request::Produce(req) => produce::produce(node, req, version, cid, chain),
         Request::Fetch(req) => fetch::fetch(node.clone(), req, version, cid),
-        Request::FindCoordinator(req) => groups::find_coordinator(node, req, version, cid),
+        Request::FindCoordinator(req) => {
+            groups::find_coordinator(node, req, version, cid, &conn.listener_name)
+        }
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
             let client_host = format!("/{}", conn.peer.ip());

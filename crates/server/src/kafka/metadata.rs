@@ -239,8 +239,15 @@ fn partition_metadata(
 }
 
 /// Handles Metadata: creates the unknown topics asked for first when both the client and the
-/// server allow it (`auto_create_topics`), then answers.
-pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_id: i32) -> Reply {
+/// server allow it (`auto_create_topics`), then answers with the brokers' addresses on the
+/// listener `listener` (the one the client connected to).
+pub fn handle(
+    node: &Arc<Node>,
+    req: MetadataRequest,
+    version: i16,
+    correlation_id: i32,
+    listener: &str,
+) -> Reply {
     let to_create: Vec<String> = match &req.topics {
         Some(list) if req.allow_auto_topic_creation && node.config().kafka.auto_create_topics => {
             list.iter()
@@ -254,13 +261,14 @@ pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_
         return match frame(
             correlation_id,
             version,
-            &Response::Metadata(metadata(node, &req, version)),
+            &Response::Metadata(metadata(node, &req, version, listener)),
         ) {
             Some(s) => Reply::Now(s),
             None => Reply::Close,
         };
     }
     let node = node.clone();
+    let listener = listener.to_string();
     Reply::Later(Box::pin(async move {
         for name in to_create {
             let partitions = node.config().kafka.num_partitions;
@@ -274,7 +282,7 @@ pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_
         frame(
             correlation_id,
             version,
-            &Response::Metadata(metadata(&node, &req, version)),
+            &Response::Metadata(metadata(&node, &req, version, &listener)),
         )
     }))
 }
@@ -282,11 +290,17 @@ pub fn handle(node: &Arc<Node>, req: MetadataRequest, version: i16, correlation_
 /// How long a Metadata request waits for the topics it auto-creates.
 const AUTO_CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Answers Metadata: every live broker with its advertised address, and the requested topics
-/// (all when the list is null) with their leader, replicas and in-sync replicas.
-pub fn metadata(node: &Arc<Node>, req: &MetadataRequest, _version: i16) -> MetadataResponse {
+/// Answers Metadata: every live broker with its address on listener `listener`, and the
+/// requested topics (all when the list is null) with their leader, replicas and in-sync
+/// replicas.
+pub fn metadata(
+    node: &Arc<Node>,
+    req: &MetadataRequest,
+    _version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let brokers = node
-        .live_brokers()
+        .live_brokers_on(listener)
         .into_iter()
         .map(|(id, addr)| {
             let (host, port) = split_host_port(&addr);
