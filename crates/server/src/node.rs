@@ -759,12 +759,22 @@ impl Node {
         let peer_list: Vec<_> = config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
         let versions = Arc::new(crate::peer_wire::PeerVersions::default());
+        let peer_tls = match &config.peer_tls {
+            None => None,
+            Some(files) => Some(Arc::new(transport::PeerTls::from_files(files).map_err(
+                |e| NodeError::Tls {
+                    listener: "the peer transport".into(),
+                    message: e.to_string(),
+                },
+            )?)),
+        };
         let peer_task = tokio::spawn(transport::serve_peers(
             listener,
             registry.clone(),
             guard,
             peer_stats,
             versions.clone(),
+            peer_tls.clone(),
         ));
         let listener_addresses = config
             .kafka_listeners()
@@ -779,6 +789,7 @@ impl Node {
             registry.clone(),
             filter,
             versions.clone(),
+            peer_tls,
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
         let streams = Arc::new(Mutex::new(StreamMap::new()));
