@@ -30,14 +30,15 @@ NODES = 3
 ELECTION_TIMEOUT_MS = 1000
 
 
-def _free_base():
+def _free_base(offsets=(0, 100, 200)):
     """A Kafka base port B such that B..B+2, B+100..B+102 and B+200..B+202 are all free
-    (the layout local-cluster.sh derives). Random in a range away from the default 9092 and from
-    the ephemeral range, so concurrent runs and the cargo tests rarely collide."""
+    (the layout local-cluster.sh derives), and B+o..B+o+2 for the other `offsets` (extra
+    listeners). Random in a range away from the default 9092 and from the ephemeral range, so
+    concurrent runs and the cargo tests rarely collide."""
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(20000, 30000)
-        ports = [base + off + i for off in (0, 100, 200) for i in range(NODES)]
+        ports = [base + off + i for off in offsets for i in range(NODES)]
         if ports_free(ports):
             return base
     raise RuntimeError("no free port range found")
@@ -46,7 +47,7 @@ def _free_base():
 class Cluster:
     """A running three-node cluster, and the operations the tests need on it."""
 
-    def __init__(self, data_dir, base, binary):
+    def __init__(self, data_dir, base, binary, extra_env=None):
         self.data_dir = data_dir
         self.base = base
         self.binary = binary
@@ -63,6 +64,9 @@ class Cluster:
             VDL_STOP_TIMEOUT="10",
             RUST_LOG=os.environ.get("RUST_LOG", "info"),
         )
+        # Extra settings of local-cluster.sh (VDL_SECURITY, VDL_EXTRA_LISTENERS,
+        # VDL_EXTRA_CONFIG, ...) for clusters other than the session's plain one.
+        self.env.update(extra_env or {})
 
     def _script(self, cmd, timeout):
         return subprocess.run(
@@ -177,11 +181,15 @@ def _binary():
     return os.path.abspath(b)
 
 
-@pytest.fixture(scope="session")
-def cluster():
+def running_cluster(extra_env=None, port_offsets=(0, 100, 200), prepare=None):
+    """Generator: starts a three-node cluster (local-cluster.sh with `extra_env` on top of the
+    usual settings; `port_offsets` are the port blocks it needs free, `prepare(data_dir,
+    binary)` runs before the start), yields it, stops it and removes its data."""
     data_dir = tempfile.mkdtemp(prefix="vdl-clients-")
-    c = Cluster(data_dir, _free_base(), _binary())
+    c = Cluster(data_dir, _free_base(port_offsets), _binary(), extra_env)
     try:
+        if prepare is not None:
+            prepare(data_dir, c.binary)
         c.start()
         yield c
     finally:
@@ -190,6 +198,11 @@ def cluster():
             print(f"\nvdl cluster data kept in {data_dir}")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from running_cluster()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ pub struct SecurityStats {
 }
 
 /// A copy of the counters at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SecurityStatsSnapshot {
     /// SASL authentications that succeeded (re-authentications included).
     pub authentication_successes: u64,
