@@ -620,3 +620,44 @@ async fn write_all_segments<W: AsyncWrite + Unpin>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The frame limit is read when each frame's size arrives: a size above it (the
+    /// pre-authentication limit) is refused before anything is allocated or read, and raising
+    /// the limit (after authentication) admits the same size.
+    #[tokio::test]
+    async fn frame_limits_are_checked_before_reading_the_body() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let limit = AtomicUsize::new(1024);
+        // A 1 MiB frame claimed by its size alone: refused, its body never sent.
+        client.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
+        assert!(matches!(
+            read_frame(&mut server, &limit).await,
+            Err(ConnectionEnd::BadFrame(_))
+        ));
+        // Within the limit: read whole.
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client.write_all(&5u32.to_be_bytes()).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        let frame = read_frame(&mut server, &limit).await.unwrap().unwrap();
+        assert_eq!(&frame[..], b"hello");
+        // 2000 bytes: too large before authentication, fine once the limit is raised.
+        client.write_all(&2000u32.to_be_bytes()).await.unwrap();
+        assert!(read_frame(&mut server, &limit).await.is_err());
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        limit.store(1 << 20, Ordering::Relaxed);
+        let writer = tokio::spawn(async move {
+            client.write_all(&2000u32.to_be_bytes()).await.unwrap();
+            client.write_all(&[7u8; 2000]).await.unwrap();
+            client
+        });
+        let frame = read_frame(&mut server, &limit).await.unwrap().unwrap();
+        assert_eq!(frame.len(), 2000);
+        drop(writer.await.unwrap());
+        // A clean end of stream between frames is no error.
+        assert!(read_frame(&mut server, &limit).await.unwrap().is_none());
+    }
+}
