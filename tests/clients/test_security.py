@@ -255,8 +255,8 @@ def java_tools():
         with open(log4j, "w") as f:
             f.write(JAVA_LOG4J)
 
-        def run(main_class, *args, stdin=None):
-            cmd = [
+        def command(main_class, *args):
+            return [
                 "java",
                 "-Xmx256m",
                 "-XX:TieredStopAtLevel=1",
@@ -267,10 +267,17 @@ def java_tools():
                 main_class,
                 *args,
             ]
+
+        def run(main_class, *args, stdin=None):
             return subprocess.run(
-                cmd, input=stdin, capture_output=True, text=True, timeout=120
+                command(main_class, *args),
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
 
+        run.command = command
         yield d, run
 
 
@@ -539,3 +546,64 @@ def test_clients_reauthenticate_on_their_connections(secure):
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
     assert len(delivered) == i and all(e is None for e in delivered), delivered
     assert total(secure, "reauthentications") > before
+
+
+def test_java_client_reauthenticates_on_its_connection(secure, java_tools):
+    """Kafka's console producer fed one line every 0.5 s for 2.5 session lifetimes (its JVM
+    takes a few seconds to start and connect): the Java client re-authenticates its
+    connections before their sessions end (KIP-368), so every line is written and none is lost
+    to a closed connection."""
+    directory, run = java_tools
+    setup = Setup(secure, "scram512")
+    props = setup.java(directory)
+    topic = new_topic("java-reauth")
+    before = total(secure, "reauthentications")
+    producer = subprocess.Popen(
+        run.command(
+            "kafka.tools.ConsoleProducer",
+            "--bootstrap-server",
+            setup.bootstrap,
+            "--topic",
+            topic,
+            "--producer.config",
+            props,
+            "--request-required-acks",
+            "all",
+        ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    try:
+        end = time.monotonic() + REAUTH_MS / 1000 * 2.5
+        while time.monotonic() < end:
+            line = f"reauth-{len(lines)}"
+            producer.stdin.write(line + "\n")
+            producer.stdin.flush()
+            lines.append(line)
+            time.sleep(0.5)
+        _, err = producer.communicate(timeout=60)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    assert producer.returncode == 0, err
+    assert total(secure, "reauthentications") > before
+    r = run(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        setup.bootstrap,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        str(len(lines)),
+        "--timeout-ms",
+        "60000",
+        "--consumer.config",
+        props,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == lines
