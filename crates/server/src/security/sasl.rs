@@ -163,8 +163,9 @@ impl SaslSession {
     pub fn gate(&self, api: ApiKey, now: Instant) -> Gate {
         match api {
             ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => Gate::Authenticate,
+            // Before authentication, and during a live session (an expired session's next
+            // request other than a re-authentication closes the connection, as in Kafka).
             ApiKey::ApiVersions if !self.expired(now) => Gate::Serve,
-            ApiKey::ApiVersions if self.session.is_none() => Gate::Serve,
             _ if self.session.is_some() && !self.expired(now) => Gate::Serve,
             _ => Gate::Close,
         }
