@@ -27,6 +27,16 @@
 #   VDL_ELECTION_TIMEOUT_MS  Raft election timeout (default 2000, as in deploy/vdl.example.toml)
 #   VDL_EXTRA_CONFIG     TOML appended to every node's config (whole tables, e.g.
 #                        $'[kafka]\nmax_connections = 1000'); not remembered between runs
+#   VDL_SECURITY         "sasl_ssl": SASL_SSL on the Kafka ports (SCRAM-SHA-512 and
+#                        SCRAM-SHA-256), a CA and node certificates generated with `vdl certs
+#                        generate` into $VDL_DATA_DIR/tls (CA: $VDL_DATA_DIR/tls/ca.pem, a client
+#                        certificate for `admin` too), a user `admin` whose password is written to
+#                        $VDL_DATA_DIR/admin.password, and mutual TLS between the nodes. Default
+#                        (unset or "plaintext"): PLAINTEXT everywhere. Remembered between runs
+#   VDL_EXTRA_LISTENERS  with VDL_SECURITY=sasl_ssl, more Kafka listeners per node, space-separated
+#                        NAME:PROTOCOL:OFFSET[:MECHANISM,...]: node i listens on its Kafka port +
+#                        OFFSET; SSL listeners require a client certificate from the CA. E.g.
+#                        "SASL_PLAIN:SASL_PLAINTEXT:300:PLAIN MTLS:SSL:400". Remembered
 #   VDL_START_TIMEOUT    seconds to wait for a leader (default 30)
 #   VDL_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 10)
 #   RUST_LOG             log filter of the nodes (default info)
@@ -53,6 +63,7 @@ ENV_FILE="$DATA_DIR/cluster.env"
 
 # Settings: environment first, then what the last start remembered, then defaults.
 SAVED_NODES="" SAVED_KAFKA_BASE="" SAVED_PEER_BASE="" SAVED_ADMIN_BASE="" SAVED_BIN="" SAVED_STREAMS="" SAVED_ELECTION=""
+SAVED_SECURITY="" SAVED_EXTRA_LISTENERS=""
 if [[ -f "$ENV_FILE" ]]; then
   # shellcheck disable=SC1090
   source "$ENV_FILE"
@@ -69,6 +80,11 @@ ADMIN_BASE="${VDL_ADMIN_BASE_PORT:-${SAVED_ADMIN_BASE:-$((KAFKA_BASE + 200))}}"
 STREAMS="${VDL_STREAMS:-${SAVED_STREAMS:-logstream1}}"
 ELECTION_MS="${VDL_ELECTION_TIMEOUT_MS:-${SAVED_ELECTION:-2000}}"
 BIN="${VDL_BIN:-${SAVED_BIN:-$REPO/target/release/vdl}}"
+SECURITY="${VDL_SECURITY:-${SAVED_SECURITY:-plaintext}}"
+[[ "$SECURITY" == plaintext || "$SECURITY" == sasl_ssl ]] || die "VDL_SECURITY must be sasl_ssl or plaintext, not '$SECURITY'"
+EXTRA_LISTENERS="${VDL_EXTRA_LISTENERS-${SAVED_EXTRA_LISTENERS:-}}"
+[[ -z "$EXTRA_LISTENERS" || "$SECURITY" == sasl_ssl ]] || die "VDL_EXTRA_LISTENERS needs VDL_SECURITY=sasl_ssl"
+TLS_DIR="$DATA_DIR/tls"
 START_TIMEOUT="${VDL_START_TIMEOUT:-30}"
 STOP_TIMEOUT="${VDL_STOP_TIMEOUT:-10}"
 
@@ -127,11 +143,70 @@ stream_leaders() {
   grep -o '"name":"[^"]*","leader":[0-9]*' <<<"$1" | sed 's/"name":"\([^"]*\)","leader":\([0-9]*\)/\1 \2/' || true
 }
 
+# VDL_SECURITY=sasl_ssl: the CA and certificates, and the admin user's credentials, made once
+# and kept with the cluster's data (a restart reuses them).
+ensure_security() {
+  [[ "$SECURITY" == sasl_ssl ]] || return 0
+  if [[ ! -f "$TLS_DIR/ca.pem" || ! -f "$TLS_DIR/node$NODES.pem" ]]; then
+    "$BIN" certs generate --out "$TLS_DIR" --nodes "$NODES" --clients admin >/dev/null \
+      || die "cannot generate certificates in $TLS_DIR"
+  fi
+  if [[ ! -s "$DATA_DIR/admin.password" || ! -s "$TLS_DIR/users.toml" ]]; then
+    (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=\n' >"$DATA_DIR/admin.password")
+    local m
+    : >"$TLS_DIR/users.toml"
+    for m in SCRAM-SHA-512 SCRAM-SHA-256; do
+      "$BIN" scram-credential --user admin --mechanism "$m" --password-file "$DATA_DIR/admin.password" \
+        >>"$TLS_DIR/users.toml" || die "cannot make the admin user's credentials"
+    done
+  fi
+}
+
+# The [[kafka.listeners]], [peer_tls] and user entries of node i (VDL_SECURITY=sasl_ssl).
+security_config() {
+  local i="$1" spec name proto offset mechs mech_list m
+  printf '[[kafka.listeners]]\nname = "SASL_SSL"\nlisten = "127.0.0.1:%s"\nsecurity_protocol = "SASL_SSL"\n' "$(kafka_port "$i")"
+  printf 'tls_cert = "%s"\ntls_key = "%s"\n' "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key"
+  printf 'sasl_mechanisms = ["SCRAM-SHA-512", "SCRAM-SHA-256"]\n'
+  for spec in $EXTRA_LISTENERS; do
+    IFS=: read -r name proto offset mechs <<<"$spec"
+    [[ -n "$name" && -n "$proto" && "$offset" =~ ^[0-9]+$ ]] || die "bad VDL_EXTRA_LISTENERS entry '$spec' (NAME:PROTOCOL:OFFSET[:MECHANISMS])"
+    printf '\n[[kafka.listeners]]\nname = "%s"\nlisten = "127.0.0.1:%s"\nsecurity_protocol = "%s"\n' \
+      "$name" "$(($(kafka_port "$i") + offset))" "$proto"
+    if [[ "$proto" == SSL || "$proto" == SASL_SSL ]]; then
+      printf 'tls_cert = "%s"\ntls_key = "%s"\n' "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key"
+    fi
+    if [[ "$proto" == SSL ]]; then
+      printf 'tls_ca = "%s"\ntls_client_auth = "required"\n' "$TLS_DIR/ca.pem"
+    fi
+    if [[ -n "$mechs" ]]; then
+      mech_list=""
+      for m in ${mechs//,/ }; do mech_list+="${mech_list:+, }\"$m\""; done
+      printf 'sasl_mechanisms = [%s]\n' "$mech_list"
+    fi
+  done
+  printf '\n[peer_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n\n' "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key" "$TLS_DIR/ca.pem"
+  cat "$TLS_DIR/users.toml"
+}
+
+# Every listener port of node i (the Kafka port first).
+listener_ports() {
+  local i="$1" spec offset
+  kafka_port "$i"
+  for spec in $EXTRA_LISTENERS; do
+    offset="$(cut -d: -f3 <<<"$spec")"
+    echo $(($(kafka_port "$i") + offset))
+  done
+}
+
 write_config() {
   local i="$1" members="" j streams_toml=""
   for ((j = 1; j <= NODES; j++)); do members+="${members:+, }\"vdl$j=$j@127.0.0.1:$(peer_port "$j")\""; done
   local s
   for s in $STREAMS; do streams_toml+="${streams_toml:+, }\"$s\""; done
+  local kafka_keys
+  kafka_keys="kafka = \"127.0.0.1:$(kafka_port "$i")\""$'\n'"kafka_advertised = \"127.0.0.1:$(kafka_port "$i")\""
+  [[ "$SECURITY" == sasl_ssl ]] && kafka_keys="# Kafka listeners: [[kafka.listeners]] below (VDL_SECURITY=sasl_ssl)"
   # Only what differs from the defaults of deploy/vdl.example.toml: addresses, ids, data, and
   # the election timeout (tests lower it to make failover quicker).
   cat >"$(config_file "$i")" <<EOF
@@ -145,8 +220,7 @@ data_dir = "$DATA_DIR/vdl$i"
 
 [listeners]
 peer = "127.0.0.1:$(peer_port "$i")"
-kafka = "127.0.0.1:$(kafka_port "$i")"
-kafka_advertised = "127.0.0.1:$(kafka_port "$i")"
+$kafka_keys
 admin = "127.0.0.1:$(admin_port "$i")"
 
 [raft]
@@ -158,6 +232,9 @@ ${VDL_EXTRA_CONFIG:+
 # From VDL_EXTRA_CONFIG:
 $VDL_EXTRA_CONFIG}
 EOF
+  if [[ "$SECURITY" == sasl_ssl ]]; then
+    { echo; echo "# VDL_SECURITY=sasl_ssl"; security_config "$i"; } >>"$(config_file "$i")"
+  fi
 }
 
 ensure_binary() {
@@ -212,7 +289,10 @@ SAVED_ADMIN_BASE=$ADMIN_BASE
 SAVED_BIN='$BIN'
 SAVED_STREAMS='$STREAMS'
 SAVED_ELECTION=$ELECTION_MS
+SAVED_SECURITY=$SECURITY
+SAVED_EXTRA_LISTENERS='$EXTRA_LISTENERS'
 EOF
+  ensure_security
   local i pid started=()
   for ((i = 1; i <= NODES; i++)); do
     pid="$(node_pid "$i")"
@@ -221,7 +301,7 @@ EOF
       continue
     fi
     local p
-    for p in "$(kafka_port "$i")" "$(peer_port "$i")" "$(admin_port "$i")"; do
+    for p in $(listener_ports "$i") "$(peer_port "$i")" "$(admin_port "$i")"; do
       port_open "$p" && die "port $p (for vdl$i) is already in use by another process"
     done
     write_config "$i"
@@ -294,7 +374,8 @@ cmd_stop() {
     for ((i = 1; i <= NODES; i++)); do
       rm -rf "$DATA_DIR/vdl$i" "$(config_file "$i")" "$DATA_DIR/vdl$i.log"
     done
-    rm -f "$ENV_FILE"
+    rm -f "$ENV_FILE" "$DATA_DIR/admin.password"
+    rm -rf "$TLS_DIR"
     rmdir "$DATA_DIR" 2>/dev/null || true
     echo "removed $DATA_DIR" >&2
   fi

@@ -31,14 +31,15 @@ NODES = 3
 ELECTION_TIMEOUT_MS = 1000
 
 
-def _free_base():
+def _free_base(offsets=(0, 100, 200)):
     """A Kafka base port B such that B..B+2, B+100..B+102 and B+200..B+202 are all free
-    (the layout local-cluster.sh derives). Random in a range away from the default 9092 and from
-    the ephemeral range, so concurrent runs and the cargo tests rarely collide."""
+    (the layout local-cluster.sh derives), and B+o..B+o+2 for the other `offsets` (extra
+    listeners). Random in a range away from the default 9092 and from the ephemeral range, so
+    concurrent runs and the cargo tests rarely collide."""
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(20000, 30000)
-        ports = [base + off + i for off in (0, 100, 200) for i in range(NODES)]
+        ports = [base + off + i for off in offsets for i in range(NODES)]
         if ports_free(ports):
             return base
     raise RuntimeError("no free port range found")
@@ -47,9 +48,10 @@ def _free_base():
 class Cluster:
     """A running three-node cluster, and the operations the tests need on it. `extra_config` is
     TOML appended to every node's configuration (local-cluster.sh's VDL_EXTRA_CONFIG), e.g. a
-    `[security]` table."""
+    `[security]` table; `extra_env` are further settings of local-cluster.sh (VDL_SECURITY,
+    VDL_EXTRA_LISTENERS, ...)."""
 
-    def __init__(self, data_dir, base, binary, extra_config=""):
+    def __init__(self, data_dir, base, binary, extra_config="", extra_env=None):
         self.data_dir = data_dir
         self.base = base
         self.binary = binary
@@ -68,6 +70,7 @@ class Cluster:
             RUST_LOG=os.environ.get("RUST_LOG", "info"),
             VDL_EXTRA_CONFIG=extra_config,
         )
+        self.env.update(extra_env or {})
 
     def _script(self, cmd, timeout):
         return subprocess.run(
@@ -190,12 +193,15 @@ def _binary():
 
 
 @contextlib.contextmanager
-def running_cluster(extra_config=""):
-    """A three-node cluster in a new data directory, configured with `extra_config` (see
-    Cluster); stopped and removed (unless VDL_KEEP=1) on exit."""
+def running_cluster(extra_config="", extra_env=None, port_offsets=(0, 100, 200), prepare=None):
+    """A three-node cluster in a new data directory, configured with `extra_config` and
+    `extra_env` (see Cluster; `port_offsets` are the port blocks it needs free, `prepare(data_dir,
+    binary)` runs before the start); stopped and removed (unless VDL_KEEP=1) on exit."""
     data_dir = tempfile.mkdtemp(prefix="vdl-clients-")
-    c = Cluster(data_dir, _free_base(), _binary(), extra_config)
+    c = Cluster(data_dir, _free_base(port_offsets), _binary(), extra_config, extra_env)
     try:
+        if prepare is not None:
+            prepare(data_dir, c.binary)
         c.start()
         yield c
     finally:

@@ -52,6 +52,15 @@ impl Env {
         }
     }
 
+    /// The same context reaching the cluster with TLS and/or SASL as `security` says (before
+    /// any connection is made).
+    pub fn with_security(mut self, security: crate::client::security::ClientSecurity) -> Env {
+        let cluster = Arc::try_unwrap(self.cluster)
+            .expect("with_security is called on a new Env, whose cluster is not shared yet");
+        self.cluster = Arc::new(cluster.with_security(security));
+        self
+    }
+
     /// The same cluster with fresh counters, for the next cell of a suite.
     pub fn fresh(&self) -> Env {
         Env {

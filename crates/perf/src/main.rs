@@ -109,6 +109,50 @@ struct Target {
     /// Per-request timeout.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     timeout: Duration,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+/// How connections are secured and authenticated (Kafka's client settings of the same names).
+#[derive(Debug, Args)]
+struct SecurityArgs {
+    /// PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    #[arg(long, default_value = "PLAINTEXT")]
+    security_protocol: String,
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_PLAINTEXT, SASL_SSL).
+    #[arg(long)]
+    sasl_mechanism: Option<String>,
+    /// SASL user name.
+    #[arg(long)]
+    sasl_username: Option<String>,
+    /// SASL password.
+    #[arg(long)]
+    sasl_password: Option<String>,
+    /// CA certificates (PEM) the servers' certificates must chain to (SSL, SASL_SSL).
+    #[arg(long)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM), for listeners that ask for one.
+    #[arg(long)]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long)]
+    tls_key: Option<std::path::PathBuf>,
+}
+
+impl SecurityArgs {
+    fn client_security(&self) -> Result<vdl_perf::client::security::ClientSecurity> {
+        let opts = vdl_perf::client::security::SecurityOptions {
+            protocol: self.security_protocol.clone(),
+            sasl_mechanism: self.sasl_mechanism.clone(),
+            sasl_username: self.sasl_username.clone(),
+            sasl_password: self.sasl_password.clone(),
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+        };
+        vdl_perf::client::security::ClientSecurity::from_options(&opts)
+            .map_err(|e| anyhow::anyhow!(e))
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -408,8 +452,9 @@ fn main() -> Result<()> {
     rt.block_on(run(cli))
 }
 
-fn env_for(t: &Target, json: bool) -> Env {
-    Env::new(&t.bootstrap, t.timeout, ProgressMode::detect(json))
+fn env_for(t: &Target, json: bool) -> Result<Env> {
+    let security = t.security.client_security()?;
+    Ok(Env::new(&t.bootstrap, t.timeout, ProgressMode::detect(json)).with_security(security))
 }
 
 /// Creates the topic with `--partitions` partitions when that flag is given (see [`Target`]).
@@ -465,7 +510,7 @@ fn size(b: ByteSize, what: &str) -> Result<usize> {
 async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Produce(a) => {
-            let env = env_for(&a.target, cli.json);
+            let env = env_for(&a.target, cli.json)?;
             prepare_topic(&env, &a.target).await?;
             let cfg = ProduceConfig {
                 topic: a.target.topic.clone(),
@@ -488,7 +533,7 @@ async fn run(cli: Cli) -> Result<()> {
             emit(&[r], cli.json)
         }
         Command::Consume(a) => {
-            let env = env_for(&a.target, cli.json);
+            let env = env_for(&a.target, cli.json)?;
             prepare_topic(&env, &a.target).await?;
             let cfg = ConsumeConfig {
                 topic: a.target.topic.clone(),
@@ -509,7 +554,7 @@ async fn run(cli: Cli) -> Result<()> {
             emit(&[r], cli.json)
         }
         Command::Mixed(a) => {
-            let env = env_for(&a.target, cli.json);
+            let env = env_for(&a.target, cli.json)?;
             prepare_topic(&env, &a.target).await?;
             let m = meta("mixed", &a.target.bootstrap);
             let message_size = size(a.message_size, "--message-size")?;
@@ -568,7 +613,7 @@ async fn run(cli: Cli) -> Result<()> {
             emit(&results, cli.json)
         }
         Command::Sweep(a) => {
-            let env = env_for(&a.target, cli.json);
+            let env = env_for(&a.target, cli.json)?;
             let m = meta("sweep", &a.target.bootstrap);
             let base = ProduceConfig {
                 topic: a.target.topic.clone(),
@@ -595,7 +640,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Suite(a) => {
-            let env = env_for(&a.target, cli.json);
+            let env = env_for(&a.target, cli.json)?;
             let m = meta(&a.label, &a.target.bootstrap);
             let cfg = SuiteConfig {
                 topic: a.target.topic.clone(),

@@ -3,7 +3,8 @@
 //!
 //! Endpoints:
 //! - `GET /status` — JSON: this node and every stream's (every partition's) leader, term,
-//!   applied index, high watermark and log start offset.
+//!   applied index, high watermark and log start offset; the Kafka listeners' authentication
+//!   counters and the peer port's refused connections.
 //! - `POST /streams/{name}/append?timeout_ms=N&partition=P` — body: one or more Kafka record batches
 //!   (magic 2). Each batch is validated like a Kafka produce's batch (CRC, counts, every
 //!   record, offsets, timestamps: `records::validate_producer_batch`). Answers once the
@@ -81,6 +82,17 @@ pub struct NodeStatus {
     /// Every stream this node serves: each partition of each topic, partitions of a topic in
     /// order.
     pub streams: Vec<StreamStatus>,
+    /// Authentication counters of the Kafka listeners (absent in documents from versions
+    /// before them).
+    #[serde(default)]
+    pub security: crate::security::stats::SecurityStatsSnapshot,
+    /// Peer connections refused so far (no hello, a bad or forged hello, no valid TLS
+    /// certificate with `[peer_tls]`).
+    #[serde(default)]
+    pub peer_refused_connections: u64,
+    /// Raft messages from peers delivered to their group so far.
+    #[serde(default)]
+    pub peer_delivered_messages: u64,
 }
 
 /// The router serving the endpoints above for `node`.
@@ -124,6 +136,9 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
         id: node.config().id,
         name: node.config().name.clone(),
         streams,
+        security: node.security_stats().snapshot(),
+        peer_refused_connections: node.peer_stats().refused_connections(),
+        peer_delivered_messages: node.peer_stats().delivered_messages(),
     })
 }
 

@@ -12,6 +12,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::security::config::{
+    FileKafkaListener, FilePeerTls, FileSecurity, KafkaListenerConfig, SecuritySettings, TlsFiles,
+};
+
 /// Why a configuration could not be used.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -81,20 +85,14 @@ pub struct NodeConfig {
     pub kafka: KafkaSettings,
     /// The replicated cluster metadata's snapshots.
     pub metadata: MetadataSettings,
-    /// Authorization (`[security]`: authorizer, super users).
+    /// The Kafka listeners of `[[kafka.listeners]]`. Empty: one PLAINTEXT listener named
+    /// `PLAINTEXT` at `kafka_listen` / `kafka_advertised` (see [`NodeConfig::kafka_listeners`]).
+    /// When set, `kafka_listen` and `kafka_advertised` are the first listener's.
+    pub listeners: Vec<KafkaListenerConfig>,
+    /// Authentication, bootstrap users and authorization (`[security]`).
     pub security: SecuritySettings,
-}
-
-/// Who may do what (`[security]`), see [`crate::security::authorizer`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SecuritySettings {
-    /// `authorizer`: `"none"` (every request allowed, the default) or `"acl"` (Kafka's ACLs).
-    pub authorizer: crate::security::authorizer::AuthorizerMode,
-    /// `super_users`: principals (`User:name`) allowed everything whatever the ACLs say.
-    pub super_users: Vec<String>,
-    /// `allow_everyone_if_no_acl_found`: with the ACL authorizer, a resource no ACL names is
-    /// open to everyone (Kafka's `allow.everyone.if.no.acl.found`); default false: denied.
-    pub allow_everyone_if_no_acl_found: bool,
+    /// Mutual TLS between nodes (`[peer_tls]`); `None`: plain TCP.
+    pub peer_tls: Option<TlsFiles>,
 }
 
 /// Snapshots of the replicated cluster metadata (see [`crate::metadata_snapshot`]).
@@ -303,35 +301,6 @@ impl Default for StorageSettings {
     }
 }
 
-/// Validates `[security]`.
-fn security_settings(file: FileSecurity) -> Result<SecuritySettings, ConfigError> {
-    use crate::security::authorizer::AuthorizerMode;
-    let authorizer = match file.authorizer.as_deref() {
-        None | Some("none") => AuthorizerMode::None,
-        Some("acl") => AuthorizerMode::Acl,
-        Some(other) => {
-            return invalid(
-                "security.authorizer",
-                &format!("`{other}` is not one of \"none\", \"acl\""),
-            )
-        }
-    };
-    let super_users = file.super_users.unwrap_or_default();
-    for u in &super_users {
-        if crate::security::Principal::parse(u).is_none() {
-            return invalid(
-                "security.super_users",
-                &format!("`{u}` is not a principal of the form Type:name (User:admin)"),
-            );
-        }
-    }
-    Ok(SecuritySettings {
-        authorizer,
-        super_users,
-        allow_everyone_if_no_acl_found: file.allow_everyone_if_no_acl_found.unwrap_or(false),
-    })
-}
-
 // ---- the file format ----------------------------------------------------------------------
 
 #[derive(Debug, Deserialize)]
@@ -353,14 +322,7 @@ struct FileConfig {
     metadata: FileMetadata,
     #[serde(default)]
     security: FileSecurity,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileSecurity {
-    authorizer: Option<String>,
-    super_users: Option<Vec<String>>,
-    allow_everyone_if_no_acl_found: Option<bool>,
+    peer_tls: Option<FilePeerTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -385,6 +347,7 @@ struct FileKafka {
     default_replication_factor: Option<usize>,
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_ms: Option<u64>,
+    listeners: Option<Vec<FileKafkaListener>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -480,7 +443,22 @@ impl NodeConfig {
             initial_streams: Vec::new(),
             kafka: KafkaSettings::default(),
             metadata: MetadataSettings::default(),
+            listeners: Vec::new(),
             security: SecuritySettings::default(),
+            peer_tls: None,
+        }
+    }
+
+    /// Every Kafka listener of this node, first one first: `[[kafka.listeners]]`, or the one
+    /// PLAINTEXT listener named `PLAINTEXT` at `kafka_listen` / `kafka_advertised`.
+    pub fn kafka_listeners(&self) -> Vec<KafkaListenerConfig> {
+        if self.listeners.is_empty() {
+            vec![KafkaListenerConfig::plaintext(
+                self.kafka_listen,
+                self.kafka_advertised.clone(),
+            )]
+        } else {
+            self.listeners.clone()
         }
     }
 
@@ -501,7 +479,7 @@ impl NodeConfig {
 
     /// Parses and validates TOML text.
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::from("<text>"),
             message: e.to_string(),
         })?;
@@ -512,18 +490,36 @@ impl NodeConfig {
         }
         let name = file.node.name.unwrap_or_else(|| format!("vdl{id}"));
         let peer_listen = addr("listeners.peer", file.listeners.peer, defaults.peer_listen)?;
-        let kafka_listen = addr(
-            "listeners.kafka",
-            file.listeners.kafka,
-            defaults.kafka_listen,
-        )?;
-        let kafka_advertised = file
-            .listeners
-            .kafka_advertised
-            .unwrap_or_else(|| kafka_listen.to_string());
-        if !kafka_advertised.contains(':') {
-            return invalid("listeners.kafka_advertised", "must be HOST:PORT");
-        }
+        let listeners = match file.kafka.listeners.take() {
+            None => Vec::new(),
+            Some(_) if file.listeners.kafka.is_some() || file.listeners.kafka_advertised.is_some() => {
+                return invalid(
+                    "kafka.listeners",
+                    "set either kafka.listeners or listeners.kafka/listeners.kafka_advertised, not both",
+                )
+            }
+            Some(list) => crate::security::config::parse_listeners(list)?,
+        };
+        let (kafka_listen, kafka_advertised) = match listeners.first() {
+            Some(first) => (first.listen, first.advertised.clone()),
+            None => {
+                let kafka_listen = addr(
+                    "listeners.kafka",
+                    file.listeners.kafka,
+                    defaults.kafka_listen,
+                )?;
+                let kafka_advertised = file
+                    .listeners
+                    .kafka_advertised
+                    .unwrap_or_else(|| kafka_listen.to_string());
+                if !kafka_advertised.contains(':') {
+                    return invalid("listeners.kafka_advertised", "must be HOST:PORT");
+                }
+                (kafka_listen, kafka_advertised)
+            }
+        };
+        let security = crate::security::config::parse_security(file.security)?;
+        let peer_tls = file.peer_tls.map(crate::security::config::parse_peer_tls);
         let admin_listen = match file.listeners.admin {
             None => None,
             Some(a) => Some(parse_addr("listeners.admin", &a)?),
@@ -722,8 +718,6 @@ impl NodeConfig {
             metadata.snapshot_interval_entries = n;
         }
 
-        let security = security_settings(file.security)?;
-
         let initial_streams = file.streams.initial.unwrap_or_default();
         for s in &initial_streams {
             if !valid_stream_name(s) {
@@ -749,7 +743,9 @@ impl NodeConfig {
             initial_streams,
             kafka,
             metadata,
+            listeners,
             security,
+            peer_tls,
         })
     }
 
@@ -1008,6 +1004,62 @@ mod tests {
             }
         }
         assert!(with("authorizer_typo = \"acl\"").is_err());
+    }
+
+    /// `[[kafka.listeners]]`, `[security]` and `[peer_tls]`: the first listener is the
+    /// node's `kafka_listen`; the single-listener keys cannot be mixed with the list; without
+    /// the list the node has one PLAINTEXT listener named PLAINTEXT.
+    #[test]
+    fn listeners_security_and_peer_tls_parse() {
+        let plain = NodeConfig::from_toml(THREE).unwrap();
+        let only = plain.kafka_listeners();
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].name, "PLAINTEXT");
+        assert_eq!(only[0].listen, plain.kafka_listen);
+        assert!(plain.peer_tls.is_none());
+        let without_kafka = THREE.replace("kafka = \"127.0.0.1:9093\"", "");
+        let text = format!(
+            r#"{without_kafka}
+            [[kafka.listeners]]
+            name = "SASL_SSL"
+            listen = "127.0.0.1:9300"
+            advertised = "b.example:9300"
+            security_protocol = "SASL_SSL"
+            tls_cert = "n.pem"
+            tls_key = "n.key"
+            sasl_mechanisms = ["SCRAM-SHA-512", "PLAIN"]
+            [[kafka.listeners]]
+            name = "INTERNAL"
+            listen = "127.0.0.1:9301"
+            [security]
+            connections_max_reauth_ms = 60000
+            connection_failed_authentication_delay_ms = 5
+            [peer_tls]
+            cert = "n.pem"
+            key = "n.key"
+            ca = "ca.pem"
+            "#
+        );
+        let c = NodeConfig::from_toml(&text).unwrap();
+        assert_eq!(c.kafka_listen, "127.0.0.1:9300".parse().unwrap());
+        assert_eq!(c.kafka_advertised, "b.example:9300");
+        assert_eq!(c.kafka_listeners().len(), 2);
+        assert_eq!(c.kafka_listeners()[0].sasl_mechanisms.len(), 2);
+        assert_eq!(
+            c.security.connections_max_reauth,
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            c.security.failed_authentication_delay,
+            Duration::from_millis(5)
+        );
+        assert!(c.peer_tls.is_some());
+        let mixed =
+            format!("{THREE}\n[[kafka.listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\n");
+        match NodeConfig::from_toml(&mixed).unwrap_err() {
+            ConfigError::Invalid { key, .. } => assert_eq!(key, "kafka.listeners"),
+            other => panic!("{other}"),
+        }
     }
 
     /// `metadata.snapshot_interval_entries`: 0 (never) or at least the minimum.

@@ -35,6 +35,61 @@ enum Command {
         /// TOML configuration file.
         config: PathBuf,
     },
+    /// Print a `[[security.scram_users]]` entry (salted and hashed, no password) to add to
+    /// every node's configuration: bootstraps the first user, as Kafka's
+    /// `kafka-storage format --add-scram` does.
+    ScramCredential {
+        /// The user name.
+        #[arg(long)]
+        user: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512.
+        #[arg(long, default_value = "SCRAM-SHA-512")]
+        mechanism: String,
+        /// A file whose first line is the password.
+        #[arg(
+            long,
+            conflicts_with = "password",
+            required_unless_present = "password"
+        )]
+        password_file: Option<PathBuf>,
+        /// The password (visible to other users of the host in the process list; prefer
+        /// --password-file).
+        #[arg(long)]
+        password: Option<String>,
+        /// PBKDF2 iterations (4096 to 16384).
+        #[arg(long, default_value_t = 4096)]
+        iterations: u32,
+    },
+    /// Certificates for tests and local clusters.
+    Certs {
+        #[command(subcommand)]
+        command: CertsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CertsCommand {
+    /// Write a CA, node certificates (server and client use) and client certificates.
+    Generate {
+        /// Output directory (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+        /// Node certificates to make: node1.pem/node1.key, ...
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Host names and IP addresses the node certificates are valid for (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1")]
+        hosts: Vec<String>,
+        /// Client certificates to make (comma-separated names; subject CN=<name>,OU=clients,O=vdl).
+        #[arg(long, value_delimiter = ',')]
+        clients: Vec<String>,
+        /// Client certificates to make already expired (to test that they are refused).
+        #[arg(long, value_delimiter = ',')]
+        expired_clients: Vec<String>,
+        /// Days the certificates are valid.
+        #[arg(long, default_value_t = 365)]
+        valid_days: u32,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +113,63 @@ fn main() -> anyhow::Result<()> {
         Command::CheckConfig { config } => {
             let c = NodeConfig::from_file(&config)?;
             println!("{c:#?}");
+            Ok(())
+        }
+        Command::ScramCredential {
+            user,
+            mechanism,
+            password_file,
+            password,
+            iterations,
+        } => {
+            use vdl_server::security::scram::{self, ScramCredential, ScramMechanism};
+            let mechanism = ScramMechanism::from_sasl_name(&mechanism)
+                .with_context(|| format!("`{mechanism}` is not SCRAM-SHA-256 or SCRAM-SHA-512"))?;
+            anyhow::ensure!(
+                (scram::MIN_ITERATIONS..=scram::MAX_ITERATIONS).contains(&iterations),
+                "--iterations must be in {}..={}",
+                scram::MIN_ITERATIONS,
+                scram::MAX_ITERATIONS
+            );
+            anyhow::ensure!(!user.is_empty(), "--user must not be empty");
+            let password = match (password, password_file) {
+                (Some(p), _) => p,
+                (None, Some(f)) => {
+                    let text = std::fs::read_to_string(&f)
+                        .with_context(|| format!("reading {}", f.display()))?;
+                    text.lines().next().unwrap_or_default().to_string()
+                }
+                (None, None) => anyhow::bail!("give --password-file or --password"),
+            };
+            anyhow::ensure!(!password.is_empty(), "the password is empty");
+            let cred = ScramCredential::generate(mechanism, &password, iterations);
+            print!(
+                "{}",
+                vdl_server::security::config::scram_user_toml(&user, &cred)
+            );
+            Ok(())
+        }
+        Command::Certs {
+            command:
+                CertsCommand::Generate {
+                    out,
+                    nodes,
+                    hosts,
+                    clients,
+                    expired_clients,
+                    valid_days,
+                },
+        } => {
+            let spec = vdl_server::security::certs::CertSpec {
+                nodes,
+                hosts,
+                clients,
+                expired_clients,
+                valid_days,
+            };
+            for path in vdl_server::security::certs::generate(&out, &spec)? {
+                println!("{}", path.display());
+            }
             Ok(())
         }
         Command::Start { config } => {
@@ -109,7 +221,23 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // SIGHUP re-reads the TLS certificates of the Kafka listeners (changed files are also
+    // picked up by polling).
+    let reload = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                return;
+            };
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading TLS certificates");
+                node.reload_tls(true);
+            }
+        })
+    };
     wait_for_shutdown_signal().await;
+    reload.abort();
     kafka.abort();
     if let Some(task) = admin {
         task.abort();

@@ -64,6 +64,14 @@ pub enum NodeError {
     /// No such stream on this node.
     #[error("no log stream named {0}")]
     NoSuchStream(String),
+    /// A TLS configuration (Kafka listener or peer transport) could not be loaded.
+    #[error("TLS for {listener}: {message}")]
+    Tls {
+        /// The Kafka listener's name, or `peer`.
+        listener: String,
+        /// What is wrong.
+        message: String,
+    },
     /// Two stream names hash to the same group id.
     #[error("log streams {0} and {1} map to the same group id")]
     GroupIdCollision(String, String),
@@ -387,14 +395,39 @@ struct Registry {
     directories: Arc<crate::replicas::Directories>,
     /// What the peer port refused (messages for unknown groups are counted here).
     stats: Arc<PeerStats>,
-    /// Per peer: its open admitted connections, oldest first, with the Kafka address each
-    /// announced. The newest one's address is the peer's: a connection's claim lasts only as
-    /// long as the connection.
-    peers: Mutex<HashMap<u64, Vec<(u64, String)>>>,
+    /// Per peer: its open admitted connections, oldest first, with the Kafka addresses each
+    /// announced. The newest one's addresses are the peer's: a connection's claim lasts only
+    /// as long as the connection.
+    peers: Mutex<HashMap<u64, Vec<PeerConnection>>>,
     /// When each peer last pinged (see [`crate::liveness`]).
     liveness: crate::liveness::Liveness,
     /// Which groups each peer reports leading (see [`crate::leaders`]).
     leaders: crate::leaders::LeaderBook,
+}
+
+/// One admitted connection of a peer and the Kafka addresses its hello announced.
+struct PeerConnection {
+    /// The connection's id (unique on this node).
+    id: u64,
+    /// The peer's advertised address (its first Kafka listener's).
+    advertised: String,
+    /// Its Kafka listeners `(name, HOST:PORT)`; empty from releases before listeners.
+    listeners: Vec<(String, String)>,
+}
+
+impl PeerConnection {
+    /// The peer's address on the listener named `listener`: that listener's, or for a peer
+    /// that announced no listeners (an earlier release) its one advertised address; `None`
+    /// when the peer has no listener of that name (Kafka leaves such brokers out).
+    fn address_on(&self, listener: &str) -> Option<&str> {
+        if self.listeners.is_empty() {
+            return Some(&self.advertised);
+        }
+        self.listeners
+            .iter()
+            .find(|(name, _)| name == listener)
+            .map(|(_, addr)| addr.as_str())
+    }
 }
 
 impl Registry {
@@ -440,14 +473,16 @@ impl PeerInbox for Registry {
         peer: u64,
         connection: u64,
         advertised: String,
+        listeners: Vec<(String, String)>,
         dirs: crate::replicas::HelloDirs,
     ) {
         {
             let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-            peers
-                .entry(peer)
-                .or_default()
-                .push((connection, advertised));
+            peers.entry(peer).or_default().push(PeerConnection {
+                id: connection,
+                advertised,
+                listeners,
+            });
         }
         if self.directories.on_hello(peer, dirs) == crate::replicas::HelloOutcome::PeerReplaced {
             let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
@@ -464,7 +499,7 @@ impl PeerInbox for Registry {
     fn peer_gone(&self, peer: u64, connection: u64) {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(open) = peers.get_mut(&peer) {
-            open.retain(|(c, _)| *c != connection);
+            open.retain(|c| c.id != connection);
             if open.is_empty() {
                 peers.remove(&peer);
             }
@@ -528,6 +563,11 @@ pub struct Node {
     /// Held while partitions are opened: the metadata group's thread and a membership
     /// reconcile from another thread must not both open the same partition.
     open_lock: Mutex<()>,
+    /// Authentication counters of the Kafka listeners.
+    security_stats: Arc<crate::security::stats::SecurityStats>,
+    /// The TLS configurations of the Kafka listeners that use TLS, by listener name (set by
+    /// `serve_kafka`), for reloads.
+    listener_tls: Mutex<Vec<(String, Arc<crate::security::tls::ReloadingServerTls>)>>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -706,6 +746,9 @@ async fn bind_listener(addr: std::net::SocketAddr) -> Result<TcpListener, NodeEr
     }
 }
 
+/// How often the TLS files of the Kafka listeners are checked for changes.
+pub const TLS_RELOAD_POLL: Duration = Duration::from_secs(2);
+
 /// Pause between attempts to propose a metadata command while no leader is known.
 const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
@@ -778,20 +821,37 @@ impl Node {
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
         let ping_peers = Arc::new(RwLock::new(others.clone()));
         let versions = Arc::new(crate::peer_wire::PeerVersions::default());
+        let peer_tls = match &config.peer_tls {
+            None => None,
+            Some(files) => Some(Arc::new(transport::PeerTls::from_files(files).map_err(
+                |e| NodeError::Tls {
+                    listener: "the peer transport".into(),
+                    message: e.to_string(),
+                },
+            )?)),
+        };
         let peer_task = tokio::spawn(transport::serve_peers(
             listener,
             registry.clone(),
             guard.clone(),
             peer_stats,
             versions.clone(),
+            peer_tls.clone(),
         ));
+        let listener_addresses = config
+            .kafka_listeners()
+            .into_iter()
+            .map(|l| (l.name, l.advertised))
+            .collect();
         let peers = transport::start_senders(
             config.id,
             config.kafka_advertised.clone(),
+            listener_addresses,
             &peer_list,
             registry.clone(),
             filter,
             versions.clone(),
+            peer_tls,
         );
         let rejoin_task = tokio::spawn(settle_rejoin(registry.clone(), peers.clone()));
         let streams = Arc::new(Mutex::new(StreamMap::new()));
@@ -867,6 +927,8 @@ impl Node {
             membership_task: Mutex::new(None),
             known_peers: Mutex::new(known_peers),
             open_lock: Mutex::new(()),
+            security_stats: Arc::new(crate::security::stats::SecurityStats::default()),
+            listener_tls: Mutex::new(Vec::new()),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -921,15 +983,108 @@ impl Node {
         Ok(node)
     }
 
-    /// Binds the Kafka listener on the configured address and serves Kafka clients on it
-    /// until the returned task is aborted.
+    /// Binds every Kafka listener (reading the TLS files of those that use TLS) and serves
+    /// Kafka clients on them until the returned task is aborted. While it runs, TLS files
+    /// whose modification time changed are re-read every [`TLS_RELOAD_POLL`].
     pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
-        let listener = bind_listener(self.config.kafka_listen).await?;
+        let mut endpoints = Vec::new();
+        for config in self.config.kafka_listeners() {
+            let tls = match &config.tls {
+                None => None,
+                Some(files) => {
+                    let tls = crate::security::tls::ReloadingServerTls::new(files.clone())
+                        .map_err(|e| NodeError::Tls {
+                            listener: config.name.clone(),
+                            message: e.to_string(),
+                        })?;
+                    Some(Arc::new(tls))
+                }
+            };
+            let listener = bind_listener(config.listen).await?;
+            if let Some(tls) = &tls {
+                self.listener_tls
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((config.name.clone(), tls.clone()));
+            }
+            endpoints.push((
+                listener,
+                Arc::new(crate::kafka::listener::Endpoint { config, tls }),
+            ));
+        }
         // The group coordinator's background tasks (deadlines, stored membership, offset
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::coordinator(self);
         self.start_acl_catch_up();
-        Ok(tokio::spawn(crate::kafka::serve(listener, self.clone())))
+        let node = self.clone();
+        Ok(tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            let permits = crate::kafka::listener::connection_permits(&node);
+            for (listener, endpoint) in endpoints {
+                tasks.spawn(crate::kafka::serve(
+                    listener,
+                    node.clone(),
+                    endpoint,
+                    permits.clone(),
+                ));
+            }
+            let weak = Arc::downgrade(&node);
+            drop(node);
+            tasks.spawn(async move {
+                loop {
+                    tokio::time::sleep(TLS_RELOAD_POLL).await;
+                    let Some(node) = weak.upgrade() else { return };
+                    node.reload_tls(false);
+                }
+            });
+            // Aborting this task drops the set, which aborts every listener.
+            while tasks.join_next().await.is_some() {}
+        }))
+    }
+
+    /// Re-reads the TLS files of the Kafka listeners: all of them (`force`, on SIGHUP) or
+    /// those whose modification time changed. New connections get the new certificates;
+    /// a file that does not load keeps the previous ones (logged).
+    pub fn reload_tls(&self, force: bool) {
+        let listeners = self
+            .listener_tls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, tls) in listeners {
+            let result = if force {
+                tls.reload().map(|()| true)
+            } else {
+                tls.reload_if_changed()
+            };
+            match result {
+                Ok(true) => tracing::info!(listener = %name, "TLS certificates reloaded"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    listener = %name,
+                    "TLS certificates not reloaded, the previous ones stay in use: {e}"
+                ),
+            }
+        }
+    }
+
+    /// The SCRAM credential of `user` for `mechanism`: the replicated one (set with
+    /// AlterUserScramCredentials, e.g. `kafka-configs.sh --entity-type users`), else the
+    /// bootstrap user of the configuration (`[[security.scram_users]]`).
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        // The replicated credentials (AlterUserScramCredentials) first, then the bootstrap
+        // users of the configuration.
+        self.replicated_scram_credential(user, mechanism)
+            .or_else(|| self.config.security.scram_user(user, mechanism).cloned())
+    }
+
+    /// Authentication counters of the Kafka listeners.
+    pub fn security_stats(&self) -> &crate::security::stats::SecurityStats {
+        &self.security_stats
     }
 
     /// Whether this node's ACLs are known to be current: a metadata barrier committed after
@@ -1096,7 +1251,7 @@ impl Node {
     }
 
     /// Live brokers: this node and every peer connected to it now, with the Kafka address
-    /// each announced (`HOST:PORT`), by node id.
+    /// each announced (`HOST:PORT`, of its first listener), by node id.
     pub fn live_brokers(&self) -> Vec<(u64, String)> {
         let mut out = vec![(self.config.id, self.config.kafka_advertised.clone())];
         let peers = self
@@ -1106,11 +1261,44 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner());
         let removed = self.removed_members();
         for (id, open) in peers.iter() {
-            if let Some((_, addr)) = open
+            if let Some(c) = open
                 .last()
                 .filter(|_| *id != self.config.id && !removed.contains(id))
             {
-                out.push((*id, addr.clone()));
+                out.push((*id, c.advertised.clone()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Live brokers as a client connected to listener `listener` must see them: each node's
+    /// address on the listener of that name (as Kafka answers with the client's listener
+    /// name), by node id. A peer without such a listener is left out; a peer of an earlier
+    /// release (no listeners announced) is listed with its one advertised address.
+    pub fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        if let Some(own) = self
+            .config
+            .kafka_listeners()
+            .into_iter()
+            .find(|l| l.name == listener)
+        {
+            out.push((self.config.id, own.advertised));
+        }
+        let peers = self
+            .registry
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let removed = self.removed_members();
+        for (id, open) in peers.iter() {
+            if let Some(addr) = open
+                .last()
+                .filter(|_| *id != self.config.id && !removed.contains(id))
+                .and_then(|c| c.address_on(listener))
+            {
+                out.push((*id, addr.to_string()));
             }
         }
         out.sort();

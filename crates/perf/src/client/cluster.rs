@@ -35,6 +35,7 @@ pub struct Cluster {
     client_id: String,
     timeout: Duration,
     metadata_requests: AtomicU64,
+    security: super::security::ClientSecurity,
 }
 
 impl Cluster {
@@ -49,7 +50,14 @@ impl Cluster {
             client_id: client_id.to_string(),
             timeout,
             metadata_requests: AtomicU64::new(0),
+            security: super::security::ClientSecurity::default(),
         }
+    }
+
+    /// The same cluster reached with TLS and/or SASL as `security` says.
+    pub fn with_security(mut self, security: super::security::ClientSecurity) -> Cluster {
+        self.security = security;
+        self
     }
 
     /// How many Metadata requests were sent so far (initial lookups and refreshes).
@@ -64,7 +72,7 @@ impl Cluster {
 
     /// Opens a connection to `addr`.
     pub async fn connect(&self, addr: &str) -> Result<Connection, ClientError> {
-        Connection::connect(addr, &self.client_id, self.timeout).await
+        Connection::connect_with(addr, &self.client_id, self.timeout, &self.security).await
     }
 
     /// Asks the bootstrap servers, in order, for the topic's metadata; the first answer wins.

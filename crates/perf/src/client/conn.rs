@@ -9,20 +9,24 @@ use bytes::{Bytes, BytesMut};
 use kafka_proto::frame::{decode_response, encode_request, read_frame_size, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::ApiKey;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+use super::security::ClientSecurity;
 use super::ClientError;
 
 /// The largest response frame accepted (a Fetch of many partitions can be large; ours are at
 /// most a few MiB).
 pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
 
+/// The sending half of a connection's byte stream (TCP, or TLS over TCP).
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+/// The receiving half.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+
 /// The sending half: encodes requests with increasing correlation ids and writes them.
-#[derive(Debug)]
 pub struct FrameWriter {
-    half: OwnedWriteHalf,
+    half: WriteHalf,
     client_id: String,
     next_correlation_id: i32,
     bytes_written: u64,
@@ -42,6 +46,8 @@ impl FrameWriter {
         };
         let segments = encode_request(&header, request)?;
         self.bytes_written += write_segments(&mut self.half, &segments).await? as u64;
+        // A TLS stream buffers what it encrypts: push it out (a no-op on TCP).
+        self.half.flush().await?;
         Ok(correlation_id)
     }
 
@@ -88,11 +94,27 @@ pub async fn write_segments<W: AsyncWrite + Unpin>(
     Ok(total)
 }
 
+impl std::fmt::Debug for FrameWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameWriter")
+            .field("next_correlation_id", &self.next_correlation_id)
+            .field("bytes_written", &self.bytes_written)
+            .finish()
+    }
+}
+
 /// The receiving half: reads size-prefixed frames and decodes responses.
-#[derive(Debug)]
 pub struct FrameReader {
-    half: BufReader<OwnedReadHalf>,
+    half: BufReader<ReadHalf>,
     bytes_read: u64,
+}
+
+impl std::fmt::Debug for FrameReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameReader")
+            .field("bytes_read", &self.bytes_read)
+            .finish()
+    }
 }
 
 impl FrameReader {
@@ -153,18 +175,63 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` (`host:port`) with TCP_NODELAY, within `timeout`.
+    /// Connects to `addr` (`host:port`) with TCP_NODELAY, within `timeout` (PLAINTEXT).
     pub async fn connect(
         addr: &str,
         client_id: &str,
         timeout: Duration,
     ) -> Result<Connection, ClientError> {
+        Connection::connect_with(addr, client_id, timeout, &ClientSecurity::default()).await
+    }
+
+    /// Connects to `addr` as `security` says: TCP, TLS over it when configured (the server's
+    /// certificate checked for the host of `addr`), then SASL when configured, all within
+    /// `timeout` each.
+    pub async fn connect_with(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Connection, ClientError> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| ClientError::Timeout("connect"))??;
         stream.set_nodelay(true)?;
-        let (r, w) = stream.into_split();
-        Ok(Connection {
+        let (r, w): (ReadHalf, WriteHalf) = match &security.tls {
+            None => {
+                let (r, w) = stream.into_split();
+                (Box::new(r), Box::new(w))
+            }
+            Some(config) => {
+                let host = addr
+                    .rsplit_once(':')
+                    .map_or(addr, |(h, _)| h)
+                    .trim_matches(['[', ']']);
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| ClientError::Unexpected(format!("server name {host}: {e}")))?;
+                let connector = tokio_rustls::TlsConnector::from(config.clone());
+                let tls = tokio::time::timeout(timeout, connector.connect(name, stream))
+                    .await
+                    .map_err(|_| ClientError::Timeout("TLS handshake"))??;
+                let (r, w) = tokio::io::split(tls);
+                (Box::new(r), Box::new(w))
+            }
+        };
+        let mut conn = Connection::from_halves(addr, client_id, timeout, r, w);
+        if let Some(sasl) = &security.sasl {
+            super::security::authenticate(&mut conn, sasl).await?;
+        }
+        Ok(conn)
+    }
+
+    fn from_halves(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        r: ReadHalf,
+        w: WriteHalf,
+    ) -> Connection {
+        Connection {
             addr: addr.to_string(),
             writer: FrameWriter {
                 half: w,
@@ -177,7 +244,7 @@ impl Connection {
                 bytes_read: 0,
             },
             timeout,
-        })
+        }
     }
 
     /// Sends one request and waits for its response (nothing else may be in flight).

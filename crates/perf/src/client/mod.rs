@@ -1,6 +1,6 @@
 //! vdl-perf's own Kafka client, on kafka-proto and tokio: connections with pipelining
 //! ([`conn`]), request builders and response readers for the four APIs it uses ([`protocol`]),
-//! and leader discovery through Metadata ([`cluster`]).
+//! and leader discovery through Metadata ([`cluster`]), TLS and SASL ([`security`]).
 //!
 //! Fixed versions, known to Apache Kafka 3.9 and to vdl: Produce v9, Fetch v12 (topic names),
 //! ListOffsets v7, Metadata v12, ApiVersions v3. No ApiVersions negotiation: the tool measures
@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod conn;
 pub mod protocol;
+pub mod security;
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::{DecodeError, EncodeError};

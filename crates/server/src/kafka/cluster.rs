@@ -87,12 +87,13 @@ pub fn init_producer_id(
 }
 
 /// Handles DescribeCluster: the cluster id, a controller (the metadata group's leader) and every
-/// live broker. As in Kafka anyone may ask; the cluster's authorized operations, when asked
+/// live broker, with its address on listener `listener`. As in Kafka anyone may ask; the cluster's authorized operations, when asked
 /// for, are reported only to a principal with DESCRIBE on the cluster (else 0).
 pub fn describe_cluster(
     node: &Arc<Node>,
     access: &Access,
     req: &DescribeClusterRequest,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let cluster_authorized_operations = if !req.include_cluster_authorized_operations {
         OPERATIONS_NOT_REQUESTED
@@ -114,7 +115,7 @@ pub fn describe_cluster(
         cluster_id: cluster_id(node),
         controller_id: controller,
         brokers: node
-            .live_brokers()
+            .live_brokers_on(listener)
             .into_iter()
             .map(|(id, addr)| {
                 let (host, port) = split_host_port(&addr);

@@ -277,7 +277,11 @@ fn split_host_port(addr: &str) -> (String, i32) {
 }
 
 /// The coordinator's (node id, host, port), or why there is none.
-fn locate(node: &Node, key_type: i8) -> Result<(i32, String, i32), (ErrorCode, String)> {
+fn locate(
+    node: &Node,
+    key_type: i8,
+    listener: &str,
+) -> Result<(i32, String, i32), (ErrorCode, String)> {
     match key_type {
         0 => {}
         1 => {
@@ -301,7 +305,7 @@ fn locate(node: &Node, key_type: i8) -> Result<(i32, String, i32), (ErrorCode, S
         ));
     }
     let Some((_, addr)) = node
-        .live_brokers()
+        .live_brokers_on(listener)
         .into_iter()
         .find(|(id, _)| *id == leader)
     else {
@@ -325,8 +329,9 @@ pub fn find_coordinator(
     req: FindCoordinatorRequest,
     version: i16,
     correlation_id: i32,
+    listener: &str,
 ) -> Reply {
-    let located = locate(node, req.key_type);
+    let located = locate(node, req.key_type, listener);
     let refused = |key: &str| -> Option<(ErrorCode, String)> {
         // Kafka's messages for these errors.
         match req.key_type {

@@ -39,6 +39,8 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListOffsets, 0, 9),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -126,7 +128,9 @@ pub fn dispatch(
     let access = &Access::new(node, conn);
     match request {
         Request::ApiVersions(_) => now(cid, version, Response::ApiVersions(api_versions())),
-        Request::Metadata(req) => metadata::handle(node, access, req, version, cid),
+        Request::Metadata(req) => {
+            metadata::handle(node, access, req, version, cid, &conn.listener_name)
+        }
         Request::CreateTopics(req) => topics::create_topics(node, access, req, version, cid),
         Request::DeleteTopics(req) => topics::delete_topics(node, access, req, version, cid),
         Request::CreatePartitions(req) => {
@@ -136,7 +140,12 @@ pub fn dispatch(
         Request::DescribeCluster(req) => now(
             cid,
             version,
-            Response::DescribeCluster(cluster::describe_cluster(node, access, &req)),
+            Response::DescribeCluster(cluster::describe_cluster(
+                node,
+                access,
+                &req,
+                &conn.listener_name,
+            )),
         ),
         Request::DescribeConfigs(req) => now(
             cid,
@@ -187,7 +196,9 @@ pub fn dispatch(
             };
             fetch::fetch(node.clone(), access, req, version, cid, charged)
         }
-        Request::FindCoordinator(req) => groups::find_coordinator(node, access, req, version, cid),
+        Request::FindCoordinator(req) => {
+            groups::find_coordinator(node, access, req, version, cid, &conn.listener_name)
+        }
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
             let client_host = format!("/{}", conn.peer.ip());

@@ -5,36 +5,55 @@
 //! request order (the protocol requires it). A frame's size is checked against
 //! `request_max_bytes` before anything is allocated for it; a malformed frame closes that
 //! connection only; a connection idle for `connection_idle` is closed.
+//!
+//! Security (per listener, see [`Endpoint`]): on a TLS listener the handshake must complete
+//! within [`TLS_HANDSHAKE_TIMEOUT`] (a client certificate's subject becomes the principal);
+//! on a SASL listener requests go through the connection's [`SaslSession`] first: before
+//! authentication frames are limited to `security.sasl_max_receive_bytes` (checked before
+//! allocating) and only ApiVersions, SaslHandshake and SaslAuthenticate are served; any other
+//! request closes the connection. Authentication requests are handled one at a time, after
+//! every earlier response is written. A failed authentication is answered after
+//! `security.connection_failed_authentication_delay_ms`, then the connection is closed.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
-use kafka_proto::frame::{decode_request, read_frame_size};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::{decode_request, read_frame_size, Request, Response};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::messages::sasl_authenticate_response::SaslAuthenticateResponse;
+use kafka_proto::messages::sasl_handshake_response::SaslHandshakeResponse;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::kafka::connection::ConnectionContext;
-use crate::kafka::handlers::{dispatch, Reply};
+use crate::kafka::handlers::{dispatch, frame as encode_frame, Reply};
 use crate::node::Node;
+use crate::security::config::KafkaListenerConfig;
+use crate::security::sasl::{AuthStep, Gate, HandshakeOutcome, SaslSession};
+use crate::security::tls::ReloadingServerTls;
 
-/// Longest a response may take to be written: a client that stops reading its responses is
-/// disconnected after this (or after `connection_idle`, when shorter), so it cannot pin its
-/// connection and the responses queued for it.
-pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest a client may take to complete the TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Longest pause between accept attempts after accept failed (out of descriptors, say).
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// One Kafka listener: its configuration and, when it uses TLS, its (reloadable) TLS
+/// configuration.
+pub struct Endpoint {
+    /// The listener's configuration.
+    pub config: KafkaListenerConfig,
+    /// Present exactly when the listener's protocol uses TLS.
+    pub tls: Option<Arc<ReloadingServerTls>>,
+}
 
-/// Accepts connections on `listener` until the task is dropped; at most `max_connections` run
-/// at once, and never more than the open-file budget leaves after the storage reserve
-/// ([`crate::fd_budget`]); further ones wait in the accept backlog. When accept fails, it logs
-/// and backs off (up to 1 s) instead of spinning.
-pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+/// The connection budget shared by every Kafka listener of `node`: `kafka.max_connections`,
+/// lowered to what the open-file limit allows beside storage ([`crate::fd_budget`]).
+pub fn connection_permits(node: &Node) -> Arc<Semaphore> {
     let limits = node.config().kafka;
     let nofile = crate::fd_budget::nofile_limits().map_or(1024, |(soft, _)| soft);
     let max_connections = crate::fd_budget::client_connection_limit(limits.max_connections, nofile);
@@ -47,7 +66,27 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
              raise the limit (e.g. LimitNOFILE) to allow more"
         );
     }
-    let permits = Arc::new(Semaphore::new(max_connections));
+    Arc::new(Semaphore::new(max_connections))
+}
+
+/// Longest a response may take to be written: a client that stops reading its responses is
+/// disconnected after this (or after `connection_idle`, when shorter), so it cannot pin its
+/// connection and the responses queued for it.
+pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Longest pause between accept attempts after accept failed (out of descriptors, say).
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Accepts connections on `listener` (the listener `endpoint`) until the task is dropped; at
+/// most as many run at once as `permits` allows, all listeners together (see
+/// [`connection_permits`]); further ones wait in the accept backlog. When accept fails, it
+/// logs and backs off (up to 1 s) instead of spinning.
+pub async fn serve(
+    listener: TcpListener,
+    node: Arc<Node>,
+    endpoint: Arc<Endpoint>,
+    permits: Arc<Semaphore>,
+) {
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -70,9 +109,10 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         let node = node.clone();
+        let endpoint = endpoint.clone();
         connections.spawn(async move {
             let _permit = permit;
-            if let Err(e) = run_connection(sock, peer, node).await {
+            if let Err(e) = run_connection(sock, peer, node, endpoint).await {
                 tracing::debug!(%peer, "kafka connection closed: {e}");
             }
         });
@@ -94,6 +134,16 @@ pub enum ConnectionEnd {
     /// No request for longer than the idle limit.
     #[error("idle for too long")]
     Idle,
+    /// The TLS handshake failed or took too long.
+    #[error("TLS handshake: {0}")]
+    TlsHandshake(String),
+    /// A request other than ApiVersions / SaslHandshake / SaslAuthenticate before
+    /// authentication, or after the SASL session expired.
+    #[error("{0:?} request while not authenticated")]
+    NotAuthenticated(kafka_proto::api::ApiKey),
+    /// SASL authentication failed (the failure was answered after the delay).
+    #[error("authentication failed")]
+    AuthenticationFailed,
 }
 
 type ResponseFuture = BoxFuture<'static, Option<Vec<Bytes>>>;
@@ -102,18 +152,87 @@ async fn run_connection(
     sock: TcpStream,
     peer: SocketAddr,
     node: Arc<Node>,
+    endpoint: Arc<Endpoint>,
 ) -> Result<(), ConnectionEnd> {
-    let limits = node.config().kafka;
     sock.set_nodelay(true)?;
-    let (mut reader, mut writer) = sock.into_split();
+    let mut conn = ConnectionContext::unauthenticated(peer, endpoint.config.name.clone());
+    let sasl = endpoint.config.protocol.uses_sasl().then(|| {
+        SaslSession::new(
+            endpoint.config.sasl_mechanisms.clone(),
+            node.config().security.connections_max_reauth,
+        )
+    });
+    match &endpoint.tls {
+        None => {
+            let (reader, writer) = sock.into_split();
+            serve_stream(reader, writer, &node, conn, sasl).await
+        }
+        Some(tls) => {
+            let accepted =
+                tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(sock)).await;
+            let stream = match accepted {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    node.security_stats().tls_handshake_failed();
+                    return Err(ConnectionEnd::TlsHandshake(e.to_string()));
+                }
+                Err(_) => {
+                    node.security_stats().tls_handshake_failed();
+                    return Err(ConnectionEnd::TlsHandshake("timed out".into()));
+                }
+            };
+            if let Some(cert) = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+            {
+                match crate::security::tls::certificate_principal(cert) {
+                    Some(p) => conn.principal = p,
+                    None => {
+                        node.security_stats().tls_handshake_failed();
+                        return Err(ConnectionEnd::TlsHandshake(
+                            "the client certificate's subject does not parse".into(),
+                        ));
+                    }
+                }
+            }
+            let (reader, writer) = tokio::io::split(stream);
+            serve_stream(reader, writer, &node, conn, sasl).await
+        }
+    }
+}
+
+/// Serves requests read from `reader`, answering on `writer`.
+async fn serve_stream<R, W>(
+    mut reader: R,
+    mut writer: W,
+    node: &Arc<Node>,
+    conn: ConnectionContext,
+    sasl: Option<SaslSession>,
+) -> Result<(), ConnectionEnd>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send,
+{
+    let limits = node.config().kafka;
+    // Before SASL authentication a frame may be at most `sasl_max_receive_bytes`; the limit
+    // is raised once the client is authenticated (the reader reads it for every frame).
+    let frame_limit = Arc::new(AtomicUsize::new(match sasl {
+        Some(_) => limits
+            .request_max_bytes
+            .min(node.config().security.sasl_max_receive_bytes),
+        None => limits.request_max_bytes,
+    }));
     // A reader task owns the read half: a frame is never abandoned half-read when the loop
     // below is busy writing. Its queue is small; the in-flight bound is enforced below.
     let (frames_tx, mut frames) = tokio::sync::mpsc::channel::<Result<Bytes, ConnectionEnd>>(4);
+    let reader_limit = frame_limit.clone();
     let reader_task = tokio::spawn(async move {
         loop {
             let next = tokio::time::timeout(
                 limits.connection_idle,
-                read_frame(&mut reader, limits.request_max_bytes),
+                read_frame(&mut reader, &reader_limit),
             )
             .await;
             let item = match next {
@@ -128,9 +247,14 @@ async fn run_connection(
             }
         }
     });
+    let mut state = ConnState {
+        conn,
+        sasl,
+        frame_limit,
+    };
     let result = connection_loop(
-        &node,
-        peer,
+        node,
+        &mut state,
         &mut frames,
         &mut writer,
         limits.max_in_flight_per_connection,
@@ -140,11 +264,28 @@ async fn run_connection(
     result
 }
 
-async fn connection_loop(
+/// What a connection knows about its client, and its SASL state.
+struct ConnState {
+    conn: ConnectionContext,
+    sasl: Option<SaslSession>,
+    frame_limit: Arc<AtomicUsize>,
+}
+
+/// What the SASL layer decided about one frame.
+enum SaslOutcome {
+    /// Answer these bytes (already framed) and go on.
+    Answer(Vec<Bytes>),
+    /// Answer these bytes after the failed-authentication delay, then close.
+    Fail(Vec<Bytes>),
+    /// Close at once, without an answer.
+    Close,
+}
+
+async fn connection_loop<W: AsyncWrite + Unpin + Send>(
     node: &Arc<Node>,
-    peer: SocketAddr,
+    state: &mut ConnState,
     frames: &mut tokio::sync::mpsc::Receiver<Result<Bytes, ConnectionEnd>>,
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    writer: &mut W,
     max_in_flight: usize,
 ) -> Result<(), ConnectionEnd> {
     let write_timeout = node
@@ -155,11 +296,10 @@ async fn connection_loop(
     let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
     let mut reading = true;
     let mut chain = crate::kafka::produce::ProduceChain::default();
-    let conn = ConnectionContext::unauthenticated(peer, "PLAINTEXT");
     loop {
         // A throttled request mutes its connection (KIP-219): responses still go out, but
         // no further request is read until the mute ends.
-        let muted_until = conn.mute.muted_until(std::time::Instant::now());
+        let muted_until = state.conn.mute.muted_until(Instant::now());
         let can_read = reading && pending.len() < max_in_flight && muted_until.is_none();
         tokio::select! {
             _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
@@ -175,23 +315,62 @@ async fn connection_loop(
                     Some(Err(e)) => return Err(e),
                     Some(Ok(frame)) => frame,
                 };
+                // After a v0 SaslHandshake the tokens come as bare frames.
+                if state.sasl.as_ref().is_some_and(SaslSession::expects_raw_token) {
+                    flush(&mut pending, writer, write_timeout).await?;
+                    let outcome = raw_token(node, state, &frame);
+                    finish_sasl(node, outcome, writer, write_timeout).await?;
+                    continue;
+                }
                 match decode_request(frame) {
                     Ok((header, request)) => {
+                        let api = request.api_key();
+                        let gate = match &state.sasl {
+                            Some(s) => s.gate(api, Instant::now()),
+                            None => Gate::Serve,
+                        };
+                        match gate {
+                            Gate::Serve => {}
+                            Gate::Authenticate => {
+                                // One at a time, after what is owed for earlier requests.
+                                flush(&mut pending, writer, write_timeout).await?;
+                                let outcome = authenticate(node, state, &header, request);
+                                finish_sasl(node, outcome, writer, write_timeout).await?;
+                                continue;
+                            }
+                            Gate::Close => {
+                                let expired = state.sasl.as_ref().is_some_and(SaslSession::is_authenticated);
+                                if expired {
+                                    node.security_stats().expired_session();
+                                } else {
+                                    node.security_stats().unauthenticated_request();
+                                }
+                                tracing::debug!(peer = %state.conn.peer, ?api, expired, "closing: request before authentication");
+                                flush(&mut pending, writer, write_timeout).await?;
+                                return Err(ConnectionEnd::NotAuthenticated(api));
+                            }
+                        }
+                        if state.sasl.is_none() && matches!(request, Request::SaslHandshake(_) | Request::SaslAuthenticate(_)) {
+                            // SASL on a listener without it: ILLEGAL_SASL_STATE, as Kafka.
+                            let outcome = sasl_not_enabled(&header, api);
+                            finish_sasl(node, outcome, writer, write_timeout).await?;
+                            continue;
+                        }
                         // request_percentage quotas charge the time spent handling.
                         let settings = node.flow_settings();
                         let quota_client = (!settings.client_quotas.is_empty())
                             .then(|| header.client_id.clone().unwrap_or_default());
-                        let started = std::time::Instant::now();
-                        let reply = dispatch(node, header, request, &conn, &mut chain);
+                        let started = Instant::now();
+                        let reply = dispatch(node, header, request, &state.conn, &mut chain);
                         if let Some(client_id) = quota_client {
-                            let now = std::time::Instant::now();
+                            let now = Instant::now();
                             let throttle = node.flow().charge_request_time(
                                 &settings,
-                                conn.client(&client_id),
+                                state.conn.client(&client_id),
                                 now - started,
                                 now,
                             );
-                            conn.mute.mute_for(throttle, now);
+                            state.conn.mute.mute_for(throttle, now);
                         }
                         match reply {
                             Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
@@ -209,7 +388,7 @@ async fn connection_loop(
                             pending.push_back(Box::pin(async move { Some(segments) }));
                             continue;
                         }
-                        tracing::debug!(%peer, "closing connection: {err}");
+                        tracing::debug!(peer = %state.conn.peer, "closing connection: {err}");
                         // Write what is owed for earlier requests, then close.
                         flush(&mut pending, writer, write_timeout).await?;
                         return Err(ConnectionEnd::BadRequest(err));
@@ -225,16 +404,186 @@ async fn connection_loop(
 }
 
 /// Waits until a connection's mute ends.
-async fn sleep_until_muted(until: Option<std::time::Instant>) {
+async fn sleep_until_muted(until: Option<Instant>) {
     if let Some(until) = until {
         tokio::time::sleep_until(until.into()).await;
     }
 }
 
+/// Writes what the SASL layer decided: an answer, or (after the delay) a failure and the end
+/// of the connection.
+async fn finish_sasl<W: AsyncWrite + Unpin>(
+    node: &Node,
+    outcome: SaslOutcome,
+    writer: &mut W,
+    write_timeout: Duration,
+) -> Result<(), ConnectionEnd> {
+    match outcome {
+        SaslOutcome::Answer(segments) => {
+            write_segments(writer, &segments, write_timeout).await?;
+            Ok(())
+        }
+        SaslOutcome::Fail(segments) => {
+            tokio::time::sleep(node.config().security.failed_authentication_delay).await;
+            write_segments(writer, &segments, write_timeout).await?;
+            let _ = writer.flush().await;
+            let _ = writer.shutdown().await;
+            Err(ConnectionEnd::AuthenticationFailed)
+        }
+        SaslOutcome::Close => Err(ConnectionEnd::AuthenticationFailed),
+    }
+}
+
+fn encoded(header: &RequestHeader, response: Response) -> Option<Vec<Bytes>> {
+    encode_frame(header.correlation_id, header.api_version, &response)
+}
+
+/// SaslHandshake / SaslAuthenticate on a listener without SASL.
+fn sasl_not_enabled(header: &RequestHeader, api: kafka_proto::api::ApiKey) -> SaslOutcome {
+    let response = if api == kafka_proto::api::ApiKey::SaslHandshake {
+        Response::SaslHandshake(SaslHandshakeResponse {
+            error_code: ErrorCode::IllegalSaslState.code(),
+            mechanisms: Vec::new(),
+        })
+    } else {
+        Response::SaslAuthenticate(SaslAuthenticateResponse {
+            error_code: ErrorCode::IllegalSaslState.code(),
+            error_message: Some("SASL is not enabled on this listener".into()),
+            ..Default::default()
+        })
+    };
+    encoded(header, response).map_or(SaslOutcome::Close, SaslOutcome::Fail)
+}
+
+/// Records a completed authentication on the connection.
+fn authenticated(
+    node: &Node,
+    state: &mut ConnState,
+    principal: crate::security::Principal,
+    reauth: bool,
+) {
+    node.security_stats().authenticated(reauth);
+    tracing::debug!(peer = %state.conn.peer, %principal, reauth, "SASL authentication succeeded");
+    state.conn.principal = principal;
+    state
+        .frame_limit
+        .store(node.config().kafka.request_max_bytes, Ordering::Relaxed);
+}
+
+/// Handles SaslHandshake or SaslAuthenticate on a SASL listener.
+fn authenticate(
+    node: &Node,
+    state: &mut ConnState,
+    header: &RequestHeader,
+    request: Request,
+) -> SaslOutcome {
+    let Some(sasl) = state.sasl.as_mut() else {
+        return SaslOutcome::Close;
+    };
+    match request {
+        Request::SaslHandshake(req) => {
+            let outcome = sasl.handshake(&req.mechanism, header.api_version);
+            let error_code = match outcome {
+                HandshakeOutcome::Accepted => ErrorCode::None,
+                HandshakeOutcome::Unsupported => ErrorCode::UnsupportedSaslMechanism,
+                HandshakeOutcome::IllegalState => ErrorCode::IllegalSaslState,
+            };
+            let response = Response::SaslHandshake(SaslHandshakeResponse {
+                error_code: error_code.code(),
+                mechanisms: sasl.enabled_names(),
+            });
+            match (encoded(header, response), outcome) {
+                (Some(s), HandshakeOutcome::Accepted) => SaslOutcome::Answer(s),
+                (Some(s), _) => {
+                    node.security_stats().authentication_failed();
+                    SaslOutcome::Fail(s)
+                }
+                (None, _) => SaslOutcome::Close,
+            }
+        }
+        Request::SaslAuthenticate(req) => {
+            let lookup = |user: &str, m| node.scram_credential(user, m);
+            let reauth = sasl.is_authenticated();
+            let step = sasl.authenticate(&req.auth_bytes, &lookup, Instant::now());
+            let mut response = SaslAuthenticateResponse::default();
+            let fail = match step {
+                AuthStep::Challenge(bytes) => {
+                    response.auth_bytes = Bytes::from(bytes);
+                    false
+                }
+                AuthStep::Done {
+                    response: bytes,
+                    principal,
+                    session_lifetime_ms,
+                } => {
+                    response.auth_bytes = Bytes::from(bytes);
+                    response.session_lifetime_ms = session_lifetime_ms;
+                    authenticated(node, state, principal, reauth);
+                    false
+                }
+                AuthStep::Failed(message) => {
+                    response.error_code = ErrorCode::SaslAuthenticationFailed.code();
+                    response.error_message = Some(message);
+                    true
+                }
+                AuthStep::IllegalState => {
+                    response.error_code = ErrorCode::IllegalSaslState.code();
+                    response.error_message = Some(
+                        "Unexpected SaslAuthenticate request: no SaslHandshake before it".into(),
+                    );
+                    true
+                }
+            };
+            match encoded(header, Response::SaslAuthenticate(response)) {
+                Some(s) if fail => {
+                    node.security_stats().authentication_failed();
+                    SaslOutcome::Fail(s)
+                }
+                Some(s) => SaslOutcome::Answer(s),
+                None => SaslOutcome::Close,
+            }
+        }
+        _ => SaslOutcome::Close,
+    }
+}
+
+/// Handles a bare token after a v0 SaslHandshake: the answer is a bare length-prefixed token;
+/// a failure closes the connection without an answer (there is no error field), after the
+/// delay.
+fn raw_token(node: &Node, state: &mut ConnState, token: &[u8]) -> SaslOutcome {
+    let Some(sasl) = state.sasl.as_mut() else {
+        return SaslOutcome::Close;
+    };
+    let lookup = |user: &str, m| node.scram_credential(user, m);
+    let reauth = sasl.is_authenticated();
+    let bare = |bytes: Vec<u8>| {
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        vec![
+            Bytes::copy_from_slice(&len.to_be_bytes()),
+            Bytes::from(bytes),
+        ]
+    };
+    match sasl.authenticate(token, &lookup, Instant::now()) {
+        AuthStep::Challenge(bytes) => SaslOutcome::Answer(bare(bytes)),
+        AuthStep::Done {
+            response,
+            principal,
+            ..
+        } => {
+            authenticated(node, state, principal, reauth);
+            SaslOutcome::Answer(bare(response))
+        }
+        AuthStep::Failed(_) | AuthStep::IllegalState => {
+            node.security_stats().authentication_failed();
+            SaslOutcome::Fail(Vec::new())
+        }
+    }
+}
+
 /// Writes every response still owed, in order.
-async fn flush(
+async fn flush<W: AsyncWrite + Unpin>(
     pending: &mut FuturesOrdered<ResponseFuture>,
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    writer: &mut W,
     write_timeout: Duration,
 ) -> std::io::Result<()> {
     while let Some(response) = pending.next().await {
@@ -245,10 +594,11 @@ async fn flush(
     Ok(())
 }
 
-/// Reads one frame body; `None` at a clean end of stream between frames.
-async fn read_frame(
-    reader: &mut tokio::net::tcp::OwnedReadHalf,
-    max_bytes: usize,
+/// Reads one frame body of at most `max_bytes` (read when the frame's size arrives); `None`
+/// at a clean end of stream between frames.
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    max_bytes: &AtomicUsize,
 ) -> Result<Option<Bytes>, ConnectionEnd> {
     let mut prefix = [0u8; 4];
     match reader.read_exact(&mut prefix).await {
@@ -256,7 +606,8 @@ async fn read_frame(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e.into()),
     }
-    let size = read_frame_size(prefix, max_bytes).map_err(ConnectionEnd::BadFrame)?;
+    let size = read_frame_size(prefix, max_bytes.load(Ordering::Relaxed))
+        .map_err(ConnectionEnd::BadFrame)?;
     let mut buf = BytesMut::zeroed(size);
     reader.read_exact(&mut buf).await?;
     Ok(Some(buf.freeze()))
@@ -264,8 +615,8 @@ async fn read_frame(
 
 /// Writes one response, failing with `TimedOut` when it is not written within `timeout` (the
 /// client stopped reading).
-async fn write_segments(
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+async fn write_segments<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     segments: &[Bytes],
     timeout: Duration,
 ) -> std::io::Result<()> {
@@ -279,8 +630,8 @@ async fn write_segments(
         })?
 }
 
-async fn write_all_segments(
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+async fn write_all_segments<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     segments: &[Bytes],
 ) -> std::io::Result<()> {
     // Vectored writes: record chunks go out without being copied into one buffer.
@@ -295,4 +646,45 @@ async fn write_all_segments(
         std::io::IoSlice::advance_slices(&mut bufs, n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The frame limit is read when each frame's size arrives: a size above it (the
+    /// pre-authentication limit) is refused before anything is allocated or read, and raising
+    /// the limit (after authentication) admits the same size.
+    #[tokio::test]
+    async fn frame_limits_are_checked_before_reading_the_body() {
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let limit = AtomicUsize::new(1024);
+        // A 1 MiB frame claimed by its size alone: refused, its body never sent.
+        client.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
+        assert!(matches!(
+            read_frame(&mut server, &limit).await,
+            Err(ConnectionEnd::BadFrame(_))
+        ));
+        // Within the limit: read whole.
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client.write_all(&5u32.to_be_bytes()).await.unwrap();
+        client.write_all(b"hello").await.unwrap();
+        let frame = read_frame(&mut server, &limit).await.unwrap().unwrap();
+        assert_eq!(&frame[..], b"hello");
+        // 2000 bytes: too large before authentication, fine once the limit is raised.
+        client.write_all(&2000u32.to_be_bytes()).await.unwrap();
+        assert!(read_frame(&mut server, &limit).await.is_err());
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        limit.store(1 << 20, Ordering::Relaxed);
+        let writer = tokio::spawn(async move {
+            client.write_all(&2000u32.to_be_bytes()).await.unwrap();
+            client.write_all(&[7u8; 2000]).await.unwrap();
+            client
+        });
+        let frame = read_frame(&mut server, &limit).await.unwrap().unwrap();
+        assert_eq!(frame.len(), 2000);
+        drop(writer.await.unwrap());
+        // A clean end of stream between frames is no error.
+        assert!(read_frame(&mut server, &limit).await.unwrap().is_none());
+    }
 }

@@ -244,13 +244,15 @@ fn partition_metadata(
 }
 
 /// Handles Metadata: creates the unknown topics asked for first when both the client and the
-/// server allow it (`auto_create_topics`), then answers.
+/// server allow it (`auto_create_topics`), then answers with the brokers' addresses on the
+/// listener `listener` (the one the client connected to).
 pub fn handle(
     node: &Arc<Node>,
     access: &Access,
     req: MetadataRequest,
     version: i16,
     correlation_id: i32,
+    listener: &str,
 ) -> Reply {
     // Kafka's rules: a topic named in the request that the principal may not DESCRIBE is
     // answered TOPIC_AUTHORIZATION_FAILED (and not created); auto-creating one needs CREATE on
@@ -282,7 +284,7 @@ pub fn handle(
         return match frame(
             correlation_id,
             version,
-            &Response::Metadata(metadata(node, access, &req, version, &refused)),
+            &Response::Metadata(metadata(node, access, &req, version, &refused, listener)),
         ) {
             Some(s) => Reply::Now(s),
             None => Reply::Close,
@@ -290,6 +292,7 @@ pub fn handle(
     }
     let node = node.clone();
     let access = access.clone();
+    let listener = listener.to_string();
     Reply::Later(Box::pin(async move {
         for name in to_create {
             let partitions = node.config().kafka.num_partitions;
@@ -303,7 +306,7 @@ pub fn handle(
         frame(
             correlation_id,
             version,
-            &Response::Metadata(metadata(&node, &access, &req, version, &refused)),
+            &Response::Metadata(metadata(&node, &access, &req, version, &refused, &listener)),
         )
     }))
 }
@@ -311,19 +314,20 @@ pub fn handle(
 /// How long a Metadata request waits for the topics it auto-creates.
 const AUTO_CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Answers Metadata: every live broker with its advertised address, and the requested topics
-/// (all when the list is null) with their leader, replicas and in-sync replicas. Topics in
-/// `refused` answer TOPIC_AUTHORIZATION_FAILED; of all topics, only those the principal may
-/// DESCRIBE are listed (Kafka leaves the others out).
+/// Answers Metadata: every live broker with its address on listener `listener`, and the
+/// requested topics (all when the list is null) with their leader, replicas and in-sync
+/// replicas. Topics in `refused` answer TOPIC_AUTHORIZATION_FAILED; of all topics, only those
+/// the principal may DESCRIBE are listed (Kafka leaves the others out).
 pub fn metadata(
     node: &Arc<Node>,
     access: &Access,
     req: &MetadataRequest,
     _version: i16,
     refused: &HashSet<String>,
+    listener: &str,
 ) -> MetadataResponse {
     let brokers = node
-        .live_brokers()
+        .live_brokers_on(listener)
         .into_iter()
         .map(|(id, addr)| {
             let (host, port) = split_host_port(&addr);

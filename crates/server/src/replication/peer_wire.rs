@@ -29,7 +29,11 @@
 //!   string software_version = 7;              // the sender's vdl version, for logs
 //!   bool installs_metadata_snapshots = 8;     // the sender takes metadata snapshots through
 //!                                             // Raft, so metadata logs may be compacted
+//!   repeated KafkaListener listeners = 9;     // every Kafka listener of the sender, so
+//!                                             // Metadata can answer on each listener with
+//!                                             // that listener's address of every node
 //! }
+//! message KafkaListener { string name = 1; string advertised = 2; }
 //! message PeerFrame    { repeated GroupMessage messages = 1; }
 //! message GroupMessage { uint64 group_id = 1; bytes raft_message = 2; }
 //! ```
@@ -75,6 +79,10 @@ pub const CURRENT_VERSION: u16 = VERSION_3;
 pub const MAX_ADVERTISED_BYTES: usize = 1024;
 /// Largest protobuf body of a version 3 hello.
 pub const MAX_HELLO_BYTES: usize = 4096;
+/// Most Kafka listeners a hello may announce.
+pub const MAX_HELLO_LISTENERS: usize = 16;
+/// Longest listener name a hello may carry (Kafka's listener names are short identifiers).
+pub const MAX_LISTENER_NAME_BYTES: usize = 64;
 /// Most messages a received frame may carry (senders put at most 512 in one).
 pub const MAX_MESSAGES_PER_FRAME_RECEIVED: usize = 8192;
 const FLAG_RECEIVER_REJOINING: u8 = 1;
@@ -145,6 +153,9 @@ pub struct Hello {
     /// The sender installs metadata snapshots sent through Raft (false from releases before
     /// them): only when every member does may the metadata log be compacted.
     pub installs_metadata_snapshots: bool,
+    /// The sender's Kafka listeners: `(name, HOST:PORT)`, at most [`MAX_HELLO_LISTENERS`]
+    /// (empty from releases before listeners: then `advertised` is its only address).
+    pub listeners: Vec<(String, String)>,
 }
 
 /// `PeerHello` (see the module documentation for the schema).
@@ -174,6 +185,20 @@ pub struct PeerHelloWire {
     /// The sender installs metadata snapshots sent through Raft.
     #[prost(bool, tag = "8")]
     pub installs_metadata_snapshots: bool,
+    /// The sender's Kafka listeners, by name.
+    #[prost(message, repeated, tag = "9")]
+    pub listeners: Vec<KafkaListenerWire>,
+}
+
+/// `KafkaListener`: one Kafka listener of a hello's sender.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct KafkaListenerWire {
+    /// The listener's name (`PLAINTEXT`, `SASL_SSL`, ...).
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Its advertised `HOST:PORT`.
+    #[prost(string, tag = "2")]
+    pub advertised: String,
 }
 
 /// `PeerFrame`: the envelope of a version 3 frame. [`FrameWriter`] writes the same bytes
@@ -217,6 +242,18 @@ fn dir_from_bytes(b: &[u8]) -> Result<u128, WireError> {
 /// version 1 carries no directory ids). An advertised address longer than
 /// [`MAX_ADVERTISED_BYTES`] is cut.
 pub fn encode_hello(version: u16, from: u64, advertised: &str, dirs: HelloDirs) -> Vec<u8> {
+    encode_hello_with_listeners(version, from, advertised, &[], dirs)
+}
+
+/// [`encode_hello`] announcing this node's Kafka listeners `(name, HOST:PORT)` too (version 3
+/// only; earlier versions cannot carry them). At most [`MAX_HELLO_LISTENERS`] are sent.
+pub fn encode_hello_with_listeners(
+    version: u16,
+    from: u64,
+    advertised: &str,
+    listeners: &[(String, String)],
+    dirs: HelloDirs,
+) -> Vec<u8> {
     let mut cut = advertised.len().min(MAX_ADVERTISED_BYTES);
     while !advertised.is_char_boundary(cut) {
         cut -= 1;
@@ -235,6 +272,14 @@ pub fn encode_hello(version: u16, from: u64, advertised: &str, dirs: HelloDirs) 
             sender_settled: dirs.sender_settled,
             software_version: env!("CARGO_PKG_VERSION").to_string(),
             installs_metadata_snapshots: true,
+            listeners: listeners
+                .iter()
+                .take(MAX_HELLO_LISTENERS)
+                .map(|(name, advertised)| KafkaListenerWire {
+                    name: name.clone(),
+                    advertised: advertised.clone(),
+                })
+                .collect(),
         };
         let body = wire.encode_to_vec();
         out.put_u32(body.len() as u32);
@@ -315,7 +360,22 @@ pub fn decode_v3_hello(body: &[u8]) -> Result<Hello, WireError> {
     if wire.advertised.len() > MAX_ADVERTISED_BYTES {
         return Err(WireError::BadHello("advertised address too long"));
     }
+    if wire.listeners.len() > MAX_HELLO_LISTENERS {
+        return Err(WireError::BadHello("too many listeners"));
+    }
+    let mut listeners = Vec::with_capacity(wire.listeners.len());
+    for l in wire.listeners {
+        if !valid_listener_name(&l.name) {
+            return Err(WireError::BadHello("bad listener name"));
+        }
+        if l.advertised.len() > MAX_ADVERTISED_BYTES {
+            return Err(WireError::BadHello("advertised address too long"));
+        }
+        check_advertised(&l.advertised)?;
+        listeners.push((l.name, l.advertised));
+    }
     let hello = Hello {
+        listeners,
         version: VERSION_3,
         from: wire.from_node,
         dirs: HelloDirs {
@@ -330,6 +390,16 @@ pub fn decode_v3_hello(body: &[u8]) -> Result<Hello, WireError> {
     };
     check_advertised(&hello.advertised)?;
     Ok(hello)
+}
+
+/// Whether `name` is a listener name a node may announce: 1 to [`MAX_LISTENER_NAME_BYTES`]
+/// of `[A-Za-z0-9_-]` (what `kafka.listeners` accepts).
+pub fn valid_listener_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_LISTENER_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Refuses an advertised address that is not `HOST:PORT`.
@@ -645,7 +715,40 @@ mod tests {
             dirs,
             software_version: String::new(),
             installs_metadata_snapshots: false,
+            listeners: Vec::new(),
         })
+    }
+
+    /// Version 3 hellos carry every Kafka listener; bad ones refuse the hello.
+    #[test]
+    fn hellos_carry_listeners() {
+        let listeners = vec![
+            ("PLAINTEXT".to_string(), "h:9092".to_string()),
+            ("SASL_SSL".to_string(), "h:9093".to_string()),
+        ];
+        let bytes = encode_hello_with_listeners(VERSION_3, 7, "h:9092", &listeners, dirs());
+        assert_eq!(parse_hello(&bytes).unwrap().listeners, listeners);
+        // Versions 1 and 2 cannot carry them (an older node reads only `advertised`).
+        let v2 = encode_hello_with_listeners(VERSION_2, 7, "h:9092", &listeners, dirs());
+        assert!(parse_hello(&v2).unwrap().listeners.is_empty());
+        for bad in [("", "h:1"), ("A B", "h:1"), ("OK", "nohostport")] {
+            let l = vec![(bad.0.to_string(), bad.1.to_string())];
+            let bytes = encode_hello_with_listeners(VERSION_3, 7, "h:1", &l, dirs());
+            assert!(parse_hello(&bytes).is_err(), "{bad:?}");
+        }
+        let many: Vec<(String, String)> = (0..MAX_HELLO_LISTENERS + 1)
+            .map(|i| (format!("L{i}"), "h:1".to_string()))
+            .collect();
+        let wire = PeerHelloWire {
+            from_node: 7,
+            advertised: "h:1".into(),
+            listeners: many
+                .into_iter()
+                .map(|(name, advertised)| KafkaListenerWire { name, advertised })
+                .collect(),
+            ..Default::default()
+        };
+        assert!(decode_v3_hello(&wire.encode_to_vec()).is_err());
     }
 
     #[test]

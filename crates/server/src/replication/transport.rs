@@ -31,6 +31,13 @@
 //!   stepping it. A refused message is dropped and counted ([`PeerStats`]); the connection
 //!   stays.
 //!
+//! **Mutual TLS** (`[peer_tls]`, [`PeerTls`]): when configured, every connection is TLS (1.2
+//! or 1.3, rustls with ring) in both directions; the acceptor requires a client certificate
+//! that chains to the cluster CA and the dialer checks the acceptor's certificate for the
+//! peer's IP. The handshake must complete within the hello deadline; a connection without a
+//! valid certificate is closed (counted as a refused connection) before any byte of hello or
+//! Raft message is read.
+//!
 //! Sending never blocks the caller: messages go into a bounded per-peer queue and are dropped
 //! when it is full (Raft tolerates loss). When a connection fails or the peer closes it, every
 //! group is told the peer is unreachable so raft-rs stops pipelining to it and probes instead.
@@ -44,12 +51,42 @@ use std::time::Duration;
 use bytes::Bytes;
 use raft::prelude::Message;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
 use crate::peer_wire::{self, FrameFormat, FrameWriter, Hello, PeerVersions, WireError};
+
+/// A byte stream between two nodes: TCP, or TLS over TCP.
+pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerStream for T {}
+
+/// Mutual TLS between nodes: what the acceptor and the dialer use.
+pub struct PeerTls {
+    /// Requires a client certificate from the cluster CA.
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    /// Presents this node's certificate and checks the peer's against the CA.
+    pub connector: tokio_rustls::TlsConnector,
+}
+
+impl PeerTls {
+    /// Both sides from `[peer_tls]`'s files.
+    pub fn from_files(
+        files: &crate::security::config::TlsFiles,
+    ) -> Result<PeerTls, crate::security::tls::TlsError> {
+        let mut server_files = files.clone();
+        server_files.client_auth = crate::security::config::ClientAuth::Required;
+        Ok(PeerTls {
+            acceptor: tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(
+                &server_files,
+            )?),
+            connector: tokio_rustls::TlsConnector::from(crate::security::tls::client_config(
+                files,
+            )?),
+        })
+    }
+}
 
 /// Largest frame accepted from a peer (a batch of append messages).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
@@ -74,6 +111,9 @@ pub enum PeerFrameError {
     /// The hello did not arrive whole within [`PeerLimits::hello_deadline`].
     #[error("no hello within the deadline")]
     HelloTimeout,
+    /// The TLS handshake failed (no certificate, one not from the cluster CA, not TLS).
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
     /// The hello was refused (see [`Refusal`]).
     #[error("hello refused: {0}")]
     Refused(Refusal),
@@ -101,15 +141,17 @@ pub trait PeerInbox: Send + Sync + 'static {
     /// Sending to `peer` failed; every group should `report_unreachable(peer)`.
     fn peer_unreachable(&self, peer: u64);
     /// An admitted connection (`connection`, unique on this node) of `peer` announced its
-    /// advertised Kafka address and what it says about data directories.
+    /// advertised Kafka address, its Kafka listeners `(name, HOST:PORT)` (empty from older
+    /// releases) and what it says about data directories.
     fn peer_hello(
         &self,
         peer: u64,
         connection: u64,
         advertised: String,
+        listeners: Vec<(String, String)>,
         dirs: crate::replicas::HelloDirs,
     ) {
-        let _ = (peer, connection, advertised, dirs);
+        let _ = (peer, connection, advertised, listeners, dirs);
     }
     /// What this node's hello to `peer` says about directories.
     fn hello_for(&self, peer: u64) -> crate::replicas::HelloDirs {
@@ -232,13 +274,16 @@ pub fn detached_sender(
 /// Starts one sender task per peer (dialing `addr`, reconnecting with backoff) and returns the
 /// handle used by Raft groups to send. Each peer is dialed in the hello version `versions`
 /// says it speaks (the listener records it). Must be called inside a tokio runtime.
+#[allow(clippy::too_many_arguments)]
 pub fn start_senders(
     self_id: u64,
     advertised: String,
+    listeners: Vec<(String, String)>,
     peers: &[(u64, SocketAddr)],
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
     versions: Arc<PeerVersions>,
+    tls: Option<Arc<PeerTls>>,
 ) -> PeerSender {
     // Dial from this node's own configured peer IP, so peers see the source address they
     // admit (see `PeerGuard::admit_hello`) even on a host with several addresses.
@@ -253,6 +298,8 @@ pub fn start_senders(
         self_id,
         local_ip,
         advertised,
+        listeners,
+        tls,
         inbox,
         filter,
         versions,
@@ -279,6 +326,10 @@ struct SenderContext {
     self_id: u64,
     local_ip: Option<IpAddr>,
     advertised: String,
+    /// This node's Kafka listeners (name, advertised address), announced in hellos.
+    listeners: Vec<(String, String)>,
+    /// Mutual TLS between nodes, when configured.
+    tls: Option<Arc<PeerTls>>,
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
     versions: Arc<PeerVersions>,
@@ -299,9 +350,11 @@ impl SenderContext {
             self_id: self.self_id,
             local_ip: self.local_ip,
             advertised: self.advertised.clone(),
+            listeners: self.listeners.clone(),
             peer,
             addr,
             versions: self.versions.clone(),
+            tls: self.tls.clone(),
         };
         self.runtime.spawn(sender_task(
             link,
@@ -318,15 +371,17 @@ struct Link {
     self_id: u64,
     local_ip: Option<IpAddr>,
     advertised: String,
+    listeners: Vec<(String, String)>,
     peer: u64,
     addr: SocketAddr,
     versions: Arc<PeerVersions>,
+    tls: Option<Arc<PeerTls>>,
 }
 
 /// An open outgoing connection and the hello version it was opened with (which fixes its frame
 /// format).
 struct Outgoing {
-    stream: TcpStream,
+    stream: Box<dyn PeerStream>,
     version: u16,
 }
 
@@ -334,13 +389,29 @@ impl Link {
     /// Dials the peer and sends this node's hello in the version the peer speaks.
     async fn dial(&self, inbox: &dyn PeerInbox) -> std::io::Result<Outgoing> {
         let version = self.versions.dial_version(self.peer);
-        let hello = peer_wire::encode_hello(
+        let hello = peer_wire::encode_hello_with_listeners(
             version,
             self.self_id,
             &self.advertised,
+            &self.listeners,
             inbox.hello_for(self.peer),
         );
-        let stream = dial(self.local_ip, self.addr, &hello).await?;
+        let tcp = dial(self.local_ip, self.addr).await?;
+        let mut stream: Box<dyn PeerStream> = match &self.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+                let handshake = tls.connector.connect(name, tcp);
+                let stream = tokio::time::timeout(HELLO_DEADLINE, handshake)
+                    .await
+                    .map_err(|_| {
+                        std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                Box::new(stream)
+            }
+        };
+        stream.write_all(&hello).await?;
+        stream.flush().await?;
         Ok(Outgoing { stream, version })
     }
 }
@@ -435,7 +506,9 @@ async fn sender_task(
                 // A new connection may speak another version than the one the frame was
                 // built for.
                 frame.convert(FrameFormat::of_version(c.version));
-                if c.stream.write_all(frame.finish()).await.is_ok() {
+                if c.stream.write_all(frame.finish()).await.is_ok()
+                    && c.stream.flush().await.is_ok()
+                {
                     sent = true;
                     break;
                 }
@@ -464,12 +537,8 @@ async fn closed(conn: &mut Option<Outgoing>) {
     }
 }
 
-/// Connects to `addr` from `local_ip` (when it is of the same family) and writes `hello`.
-async fn dial(
-    local_ip: Option<IpAddr>,
-    addr: SocketAddr,
-    hello: &[u8],
-) -> std::io::Result<TcpStream> {
+/// Connects to `addr` from `local_ip` (when it is of the same family).
+async fn dial(local_ip: Option<IpAddr>, addr: SocketAddr) -> std::io::Result<TcpStream> {
     let connect = async {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()?
@@ -483,11 +552,10 @@ async fn dial(
         }
         socket.connect(addr).await
     };
-    let mut s = tokio::time::timeout(Duration::from_secs(2), connect)
+    let s = tokio::time::timeout(Duration::from_secs(2), connect)
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     s.set_nodelay(true)?;
-    s.write_all(hello).await?;
     Ok(s)
 }
 
@@ -542,9 +610,10 @@ pub async fn serve_peers(
     guard: Arc<PeerGuard>,
     stats: Arc<PeerStats>,
     versions: Arc<PeerVersions>,
+    tls: Option<Arc<PeerTls>>,
 ) {
     let limits = PeerLimits::for_peers(guard.peer_count());
-    serve_peers_with(listener, inbox, guard, stats, versions, limits).await
+    serve_peers_with(listener, inbox, guard, stats, versions, limits, tls).await
 }
 
 /// [`serve_peers`] with explicit limits.
@@ -555,6 +624,7 @@ pub async fn serve_peers_with(
     stats: Arc<PeerStats>,
     versions: Arc<PeerVersions>,
     limits: PeerLimits,
+    tls: Option<Arc<PeerTls>>,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     let pending = Arc::new(AtomicUsize::new(0));
@@ -583,6 +653,7 @@ pub async fn serve_peers_with(
                     versions: versions.clone(),
                     limits,
                     source,
+                    tls: tls.clone(),
                 };
                 connections.spawn(async move {
                     match conn.run(sock, hello_slot).await {
@@ -590,6 +661,7 @@ pub async fn serve_peers_with(
                         Err(e @ (PeerFrameError::BadHello(_)
                         | PeerFrameError::UnsupportedVersion(_)
                         | PeerFrameError::HelloTimeout
+                        | PeerFrameError::Tls(_)
                         | PeerFrameError::Refused(_))) => conn.stats.refuse_connection(source, &e),
                         Err(e) => tracing::debug!(%source, "peer connection closed: {e}"),
                     }
@@ -681,18 +753,33 @@ struct Connection {
     versions: Arc<PeerVersions>,
     limits: PeerLimits,
     source: SocketAddr,
+    tls: Option<Arc<PeerTls>>,
 }
 
 impl Connection {
     /// Reads the hello within its deadline, admits it, then delivers the frames' admitted
     /// messages until the connection ends, fails, or a newer connection of the same member
     /// replaces it.
-    async fn run(
-        &self,
-        mut sock: TcpStream,
-        hello_slot: PendingSlot,
-    ) -> Result<(), PeerFrameError> {
-        let hello = tokio::time::timeout(self.limits.hello_deadline, read_hello(&mut sock))
+    async fn run(&self, sock: TcpStream, hello_slot: PendingSlot) -> Result<(), PeerFrameError> {
+        let opened_at = tokio::time::Instant::now();
+        // With mutual TLS, nothing is read before the peer proved it holds a certificate from
+        // the cluster CA (rustls refuses the handshake otherwise).
+        let mut sock: Box<dyn PeerStream> = match &self.tls {
+            None => Box::new(sock),
+            Some(tls) => {
+                let handshake = tls.acceptor.accept(sock);
+                let stream = tokio::time::timeout(self.limits.hello_deadline, handshake)
+                    .await
+                    .map_err(|_| PeerFrameError::HelloTimeout)?
+                    .map_err(PeerFrameError::Tls)?;
+                Box::new(stream)
+            }
+        };
+        let left = self
+            .limits
+            .hello_deadline
+            .saturating_sub(opened_at.elapsed());
+        let hello = tokio::time::timeout(left, read_hello(&mut sock))
             .await
             .map_err(|_| PeerFrameError::HelloTimeout)??;
         let from = hello.from;
@@ -706,7 +793,7 @@ impl Connection {
             .heard_metadata_snapshots(from, hello.installs_metadata_snapshots);
         let (slot, replaced) = self.slots.take(from, self.limits.per_member);
         self.inbox
-            .peer_hello(from, slot.id, hello.advertised, hello.dirs);
+            .peer_hello(from, slot.id, hello.advertised, hello.listeners, hello.dirs);
         let format = FrameFormat::of_version(hello.version);
         let result = tokio::select! {
             r = self.read_frames(&mut sock, from, format) => r,
@@ -718,7 +805,7 @@ impl Connection {
 
     async fn read_frames(
         &self,
-        sock: &mut TcpStream,
+        sock: &mut Box<dyn PeerStream>,
         from: u64,
         format: FrameFormat,
     ) -> Result<(), PeerFrameError> {
@@ -743,7 +830,7 @@ impl Connection {
 
 /// Reads a hello of any version this node speaks (see [`crate::peer_wire`]), reading no byte
 /// past it.
-async fn read_hello(sock: &mut TcpStream) -> Result<Hello, PeerFrameError> {
+async fn read_hello(sock: &mut Box<dyn PeerStream>) -> Result<Hello, PeerFrameError> {
     let hello_error = |e| match e {
         WireError::BadHello(why) => PeerFrameError::BadHello(why),
         e @ WireError::UnsupportedVersion(_) => PeerFrameError::UnsupportedVersion(e),
@@ -781,13 +868,14 @@ async fn read_hello(sock: &mut TcpStream) -> Result<Hello, PeerFrameError> {
         dirs,
         software_version: String::new(),
         installs_metadata_snapshots: false,
+        listeners: Vec::new(),
     })
 }
 
 /// Reads a frame body of `len` bytes. The buffer grows with the bytes that arrived (doubling,
 /// from [`FRAME_READ_CHUNK`]) and never beyond `len`, so a length claim alone allocates little
 /// and a frame never holds more than its own size.
-async fn read_body(sock: &mut TcpStream, len: usize) -> Result<Bytes, PeerFrameError> {
+async fn read_body(sock: &mut Box<dyn PeerStream>, len: usize) -> Result<Bytes, PeerFrameError> {
     let mut buf: Vec<u8> = Vec::with_capacity(len.min(FRAME_READ_CHUNK));
     while buf.len() < len {
         if buf.len() == buf.capacity() {
@@ -828,6 +916,7 @@ mod tests {
             peer: u64,
             connection: u64,
             advertised: String,
+            _listeners: Vec<(String, String)>,
             _dirs: crate::replicas::HelloDirs,
         ) {
             self.hellos
@@ -871,6 +960,7 @@ mod tests {
             stats.clone(),
             versions.clone(),
             limits,
+            None,
         ));
         (addr, inbox, stats, versions, task)
     }
@@ -925,6 +1015,121 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("condition not reached within 2 s");
+    }
+
+    /// With mutual TLS the listener reads nothing from a connection that does not present a
+    /// certificate of the cluster CA: a plain TCP hello and frame, a TLS client without a
+    /// certificate and one with another CA's certificate are all refused and deliver no
+    /// message; a sender with a node certificate gets its messages through.
+    #[tokio::test]
+    async fn mutual_tls_refuses_connections_without_a_cluster_certificate() {
+        use crate::security::certs::{generate, CertSpec};
+        use crate::security::config::{ClientAuth, TlsFiles};
+        let spec = CertSpec {
+            nodes: 2,
+            hosts: vec!["127.0.0.1".into()],
+            clients: vec![],
+            expired_clients: vec![],
+            valid_days: 10,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        generate(dir.path(), &spec).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        generate(other.path(), &spec).unwrap();
+        let files = |d: &std::path::Path, i: usize| TlsFiles {
+            cert: d.join(format!("node{i}.pem")),
+            key: d.join(format!("node{i}.key")),
+            ca: Some(d.join("ca.pem")),
+            client_auth: ClientAuth::Required,
+        };
+        let listener = TcpListener::bind((LOCAL, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let members = [(1, addr), (2, SocketAddr::new(LOCAL, 1))];
+        let inbox = Arc::new(Recorder::default());
+        let stats = Arc::new(PeerStats::default());
+        let task = tokio::spawn(serve_peers_with(
+            listener,
+            inbox.clone(),
+            Arc::new(PeerGuard::new(1, &members)),
+            stats.clone(),
+            Arc::new(PeerVersions::default()),
+            short_limits(),
+            Some(Arc::new(
+                PeerTls::from_files(&files(dir.path(), 1)).unwrap(),
+            )),
+        ));
+        let mut heartbeat = Message::default();
+        heartbeat.set_msg_type(MessageType::MsgHeartbeat);
+        heartbeat.from = 2;
+        heartbeat.to = 1;
+        heartbeat.term = 3;
+        let bytes = [
+            hello(2, "h:1"),
+            frame_of(FrameFormat::Prost, &[(7, &heartbeat)]),
+        ]
+        .concat();
+        // Plain TCP: the hello and frame are not TLS; closed, nothing read.
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain.write_all(&bytes).await.unwrap();
+        // The server may answer a TLS alert before closing.
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(2), plain.read_to_end(&mut answer));
+        assert!(read.await.is_ok(), "not closed");
+        // TLS without a client certificate, and with another CA's node certificate.
+        let no_cert = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates({
+            let mut roots = rustls::RootCertStore::empty();
+            for c in crate::security::tls::read_certs(&dir.path().join("ca.pem")).unwrap() {
+                roots.add(c).unwrap();
+            }
+            roots
+        })
+        .with_no_client_auth();
+        let strangers = [
+            tokio_rustls::TlsConnector::from(Arc::new(no_cert)),
+            PeerTls::from_files(&TlsFiles {
+                ca: Some(dir.path().join("ca.pem")),
+                ..files(other.path(), 2)
+            })
+            .unwrap()
+            .connector,
+        ];
+        for connector in strangers {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::IpAddress(LOCAL.into());
+            // The handshake may seem to succeed on the client side (TLS 1.3 sends the client
+            // certificate last); the server then closes without reading application data.
+            if let Ok(mut s) = connector.connect(name, tcp).await {
+                let _ = s.write_all(&bytes).await;
+                let _ = s.flush().await;
+                let mut buf = [0u8; 16];
+                let r = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await;
+                assert!(matches!(r, Ok(Ok(0) | Err(_))), "{r:?}");
+            }
+        }
+        wait_until(|| stats.refused_connections() == 3).await;
+        assert!(inbox.delivered.lock().unwrap().is_empty());
+        assert!(inbox.hellos.lock().unwrap().is_empty());
+        // A member with a certificate of the cluster CA is heard.
+        let sender = start_senders(
+            2,
+            "h:2".into(),
+            Vec::new(),
+            &members,
+            Arc::new(Recorder::default()),
+            Arc::new(OpenLinks),
+            Arc::new(PeerVersions::default()),
+            Some(Arc::new(
+                PeerTls::from_files(&files(dir.path(), 2)).unwrap(),
+            )),
+        );
+        sender.send(7, heartbeat.clone());
+        wait_until(|| inbox.delivered.lock().unwrap().len() == 1).await;
+        task.abort();
     }
 
     #[tokio::test]
@@ -1129,10 +1334,12 @@ mod tests {
         let sender = start_senders(
             2,
             "h:2".into(),
+            Vec::new(),
             &peers,
             Arc::new(Recorder::default()),
             Arc::new(OpenLinks),
             sender_versions.clone(),
+            None,
         );
         let mut m = Message::default();
         m.set_msg_type(MessageType::MsgHeartbeat);

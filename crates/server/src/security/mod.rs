@@ -4,12 +4,24 @@
 //!   A connection on a listener without authentication is `User:ANONYMOUS`, as in Kafka.
 //! - [`scram`]: SCRAM credentials (salt, iterations, stored and server keys) and their
 //!   derivation; what is stored per user, never a password.
+//! - [`config`]: listeners (security protocol, TLS, SASL), bootstrap users, peer TLS.
+//! - [`tls`]: rustls configurations from PEM files, certificate principals, reloading.
+//! - [`sasl`]: the SASL state machine of a connection (PLAIN, SCRAM server side, KIP-368).
+//! - [`certs`]: CA, node and client certificates for tests and local clusters (rcgen).
+//! - [`stats`]: authentication counters.
+//! - [`acl`]: Kafka's ACL model (bindings, filters, implied operations); [`authorizer`]:
+//!   super users, deny wins, `allow_everyone_if_no_acl_found`.
 
 use std::fmt;
 
 pub mod acl;
 pub mod authorizer;
+pub mod certs;
+pub mod config;
+pub mod sasl;
 pub mod scram;
+pub mod stats;
+pub mod tls;
 
 /// The identity a connection acts as, as Kafka's `KafkaPrincipal`: a type (always `User` for
 /// the principals vdl derives: SASL user names and TLS certificate subjects) and a name.

@@ -1,0 +1,253 @@
+//! Test and local-cluster certificates (`vdl certs generate`): a CA, one certificate per node
+//! (server and client use, for Kafka listeners and mutual TLS between nodes) and client
+//! certificates, made with rcgen on ring (no openssl). Keys are ECDSA P-256.
+//!
+//! Files written in the output directory: `ca.pem`, `ca.key`, `node<i>.pem` / `node<i>.key`
+//! for i in 1..=nodes, `client-<name>.pem` / `client-<name>.key` for each client. Key files
+//! are created with mode 0600.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct CertSpec {
+    /// Node certificates to make (`node1` ..).
+    pub nodes: usize,
+    /// Host names and IP addresses every node certificate is valid for.
+    pub hosts: Vec<String>,
+    /// Client certificates to make: the subject is `CN=<name>,OU=clients,O=vdl`.
+    pub clients: Vec<String>,
+    /// Client certificates to make that expired yesterday (to test that they are refused).
+    pub expired_clients: Vec<String>,
+    /// Days the certificates are valid for, from yesterday.
+    pub valid_days: u32,
+}
+
+/// Why certificates could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    /// rcgen failed.
+    #[error("certificate generation: {0}")]
+    Rcgen(#[from] rcgen::Error),
+    /// Writing a file failed.
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    /// A name that cannot be a file name.
+    #[error("`{0}` is not a usable client name (1-64 of [A-Za-z0-9._-])")]
+    BadName(String),
+}
+
+fn write_file(dir: &Path, name: &str, text: &str, private: bool) -> Result<PathBuf, CertError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(name);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    if private {
+        opts.mode(0o600);
+    }
+    let mut f = opts
+        .open(&path)
+        .map_err(|e| CertError::Io(path.clone(), e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| CertError::Io(path.clone(), e))?;
+    Ok(path)
+}
+
+fn name(cn: &str, ou: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "vdl");
+    dn.push(DnType::OrganizationalUnitName, ou);
+    dn.push(DnType::CommonName, cn);
+    dn
+}
+
+fn validity(params: &mut CertificateParams, valid_days: u32, expired: bool) {
+    let now = time::OffsetDateTime::now_utc();
+    if expired {
+        params.not_before = now - time::Duration::days(30);
+        params.not_after = now - time::Duration::days(1);
+    } else {
+        params.not_before = now - time::Duration::days(1);
+        params.not_after = now + time::Duration::days(i64::from(valid_days.max(1)));
+    }
+}
+
+fn valid_file_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && n != "."
+        && n != ".."
+}
+
+/// Writes a CA, node and client certificates into `out` (created if missing); returns the
+/// files written.
+pub fn generate(out: &Path, spec: &CertSpec) -> Result<Vec<PathBuf>, CertError> {
+    for c in spec.clients.iter().chain(&spec.expired_clients) {
+        if !valid_file_name(c) {
+            return Err(CertError::BadName(c.clone()));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(|e| CertError::Io(out.to_owned(), e))?;
+    let mut written = Vec::new();
+
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = name("vdl local CA", "ca");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    validity(&mut ca_params, spec.valid_days, false);
+    let ca_key = KeyPair::generate()?;
+    let ca = ca_params.self_signed(&ca_key)?;
+    written.push(write_file(out, "ca.pem", &ca.pem(), false)?);
+    written.push(write_file(out, "ca.key", &ca_key.serialize_pem(), true)?);
+
+    for i in 1..=spec.nodes {
+        let mut params = CertificateParams::new(spec.hosts.clone())?;
+        params.distinguished_name = name(&format!("vdl{i}"), "nodes");
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        validity(&mut params, spec.valid_days, false);
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &ca, &ca_key)?;
+        written.push(write_file(
+            out,
+            &format!("node{i}.pem"),
+            &cert.pem(),
+            false,
+        )?);
+        written.push(write_file(
+            out,
+            &format!("node{i}.key"),
+            &key.serialize_pem(),
+            true,
+        )?);
+    }
+
+    let clients = spec
+        .clients
+        .iter()
+        .map(|c| (c, false))
+        .chain(spec.expired_clients.iter().map(|c| (c, true)));
+    for (client, expired) in clients {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(client, "clients");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        validity(&mut params, spec.valid_days, expired);
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &ca, &ca_key)?;
+        written.push(write_file(
+            out,
+            &format!("client-{client}.pem"),
+            &cert.pem(),
+            false,
+        )?);
+        written.push(write_file(
+            out,
+            &format!("client-{client}.key"),
+            &key.serialize_pem(),
+            true,
+        )?);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::security::config::{ClientAuth, TlsFiles};
+    use crate::security::tls;
+
+    fn spec() -> CertSpec {
+        CertSpec {
+            nodes: 1,
+            hosts: vec!["localhost".into(), "127.0.0.1".into()],
+            clients: vec!["alice".into()],
+            expired_clients: vec![],
+            valid_days: 10,
+        }
+    }
+
+    #[test]
+    fn generated_certificates_make_configurations_and_principals() {
+        let dir = tempfile::tempdir().unwrap();
+        generate(dir.path(), &spec()).unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("node1.pem"),
+            key: dir.path().join("node1.key"),
+            ca: Some(dir.path().join("ca.pem")),
+            client_auth: ClientAuth::Required,
+        };
+        tls::server_config(&files).unwrap();
+        tls::client_config(&files).unwrap();
+        let der = &tls::read_certs(&dir.path().join("client-alice.pem")).unwrap()[0];
+        assert_eq!(
+            tls::certificate_principal(der).unwrap().to_string(),
+            "User:CN=alice,OU=clients,O=vdl"
+        );
+        assert!(generate(
+            dir.path(),
+            &CertSpec {
+                clients: vec!["../x".into()],
+                ..spec()
+            }
+        )
+        .is_err());
+    }
+
+    /// New files are picked up when their modification time changes; a broken file keeps
+    /// the previous configuration.
+    #[test]
+    fn certificates_reload_when_files_change() {
+        let dir = tempfile::tempdir().unwrap();
+        generate(dir.path(), &spec()).unwrap();
+        let files = TlsFiles {
+            cert: dir.path().join("node1.pem"),
+            key: dir.path().join("node1.key"),
+            ca: None,
+            client_auth: ClientAuth::None,
+        };
+        let reloading = tls::ReloadingServerTls::new(files.clone()).unwrap();
+        let before = reloading.current_config();
+        assert!(!reloading.reload_if_changed().unwrap());
+        assert!(Arc::ptr_eq(&before, &reloading.current_config()));
+        // A new certificate and key (another CA run), with a later modification time.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let other = tempfile::tempdir().unwrap();
+        generate(other.path(), &spec()).unwrap();
+        std::fs::copy(other.path().join("node1.pem"), &files.cert).unwrap();
+        std::fs::copy(other.path().join("node1.key"), &files.key).unwrap();
+        bump_mtime(&files.cert);
+        assert!(reloading.reload_if_changed().unwrap());
+        let after = reloading.current_config();
+        assert!(!Arc::ptr_eq(&before, &after));
+        // A key that does not match the certificate: refused, the last good one stays.
+        std::fs::copy(dir.path().join("ca.key"), &files.key).unwrap();
+        bump_mtime(&files.key);
+        assert!(reloading.reload_if_changed().is_err());
+        assert!(Arc::ptr_eq(&after, &reloading.current_config()));
+        assert!(reloading.reload().is_err());
+    }
+
+    use std::sync::Arc;
+
+    fn bump_mtime(path: &Path) {
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        let t = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        f.set_modified(t).unwrap();
+    }
+}

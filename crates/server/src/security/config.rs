@@ -1,0 +1,608 @@
+//! The security part of a node's configuration: Kafka listeners with their security protocol,
+//! TLS and SASL settings, the bootstrap SCRAM users, authentication timing, and mutual TLS
+//! between nodes. Parsed from the TOML file by [`crate::config`]; every key is documented in
+//! `deploy/vdl.example.toml`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+use crate::security::scram::{ScramCredential, ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+
+/// Kafka's security protocols, as a listener names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecurityProtocol {
+    /// No TLS, no authentication: every client is `User:ANONYMOUS`.
+    Plaintext,
+    /// TLS; the principal is the client certificate's subject (or `ANONYMOUS` without one).
+    Ssl,
+    /// SASL authentication over plain TCP.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Kafka's name (`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// The protocol of Kafka's name, exactly as Kafka spells it.
+    pub fn parse(name: &str) -> Option<SecurityProtocol> {
+        [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
+    }
+
+    /// Whether connections are wrapped in TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether clients must authenticate with SASL before any other request.
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// Whether a TLS listener asks clients for a certificate (Kafka's `ssl.client.auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificate is asked for.
+    None,
+    /// A certificate is asked for; a client without one is admitted (as `ANONYMOUS`), a
+    /// client with one that does not verify against the CA is refused.
+    Requested,
+    /// A certificate that verifies against the CA is required.
+    Required,
+}
+
+/// The SASL mechanisms a listener may enable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SaslMechanism {
+    /// `PLAIN` (RFC 4616): user name and password in the clear (use it over TLS).
+    Plain,
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512` (RFC 5802/7677).
+    Scram(ScramMechanism),
+}
+
+impl SaslMechanism {
+    /// The mechanism's SASL name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::Scram(m) => m.sasl_name(),
+        }
+    }
+
+    /// The mechanism of a SASL name, exactly as Kafka spells it.
+    pub fn parse(name: &str) -> Option<SaslMechanism> {
+        if name == "PLAIN" {
+            return Some(SaslMechanism::Plain);
+        }
+        ScramMechanism::from_sasl_name(name).map(SaslMechanism::Scram)
+    }
+}
+
+/// TLS settings of a listener or of the peer transport: PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain (PEM), this node's certificate first.
+    pub cert: PathBuf,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates (PEM) that client (or peer) certificates must chain to.
+    pub ca: Option<PathBuf>,
+    /// Whether client certificates are asked for (always `Required` for peers).
+    pub client_auth: ClientAuth,
+}
+
+/// One Kafka listener (`[[kafka.listeners]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaListenerConfig {
+    /// The listener's name (`PLAINTEXT` for the single default listener); Metadata answers a
+    /// client with every node's address on the listener of this name.
+    pub name: String,
+    /// Address to bind.
+    pub listen: SocketAddr,
+    /// `HOST:PORT` clients are told to connect to for this listener.
+    pub advertised: String,
+    /// Security protocol.
+    pub protocol: SecurityProtocol,
+    /// TLS files: present exactly when the protocol uses TLS.
+    pub tls: Option<TlsFiles>,
+    /// SASL mechanisms enabled, in the order SaslHandshake lists them (empty unless the
+    /// protocol uses SASL).
+    pub sasl_mechanisms: Vec<SaslMechanism>,
+}
+
+impl KafkaListenerConfig {
+    /// The single PLAINTEXT listener named `PLAINTEXT` that `listeners.kafka` /
+    /// `listeners.kafka_advertised` describe.
+    pub fn plaintext(listen: SocketAddr, advertised: String) -> KafkaListenerConfig {
+        KafkaListenerConfig {
+            name: "PLAINTEXT".to_string(),
+            listen,
+            advertised,
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl_mechanisms: Vec::new(),
+        }
+    }
+}
+
+/// A bootstrap SCRAM user from `[[security.scram_users]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScramUser {
+    /// The user name (the principal is `User:{name}`).
+    pub name: String,
+    /// The salted, hashed credential (no password).
+    pub credential: ScramCredential,
+}
+
+/// Authentication settings (`[security]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecuritySettings {
+    /// SCRAM users known from the configuration (`vdl scram-credential` prints an entry).
+    pub scram_users: Vec<ScramUser>,
+    /// How long a connection whose authentication failed waits before it gets the failure and
+    /// is closed (Kafka's `connection.failed.authentication.delay.ms`, default 100 ms).
+    pub failed_authentication_delay: Duration,
+    /// Longest a SASL session lasts before the client must re-authenticate (Kafka's
+    /// `connections.max.reauth.ms`, KIP-368); `None` (0): sessions do not expire.
+    pub connections_max_reauth: Option<Duration>,
+    /// Largest SASL token (and whole request) accepted before authentication, in bytes
+    /// (Kafka's `sasl.server.max.receive.size`, default 524288).
+    pub sasl_max_receive_bytes: usize,
+    /// `authorizer`: `"none"` (every request allowed, the default) or `"acl"` (Kafka's ACLs,
+    /// see [`crate::security::authorizer`]).
+    pub authorizer: crate::security::authorizer::AuthorizerMode,
+    /// `super_users`: principals (`User:name`) allowed everything whatever the ACLs say.
+    pub super_users: Vec<String>,
+    /// `allow_everyone_if_no_acl_found`: with the ACL authorizer, a resource no ACL names is
+    /// open to everyone (Kafka's `allow.everyone.if.no.acl.found`); default false: denied.
+    pub allow_everyone_if_no_acl_found: bool,
+}
+
+impl Default for SecuritySettings {
+    fn default() -> Self {
+        SecuritySettings {
+            scram_users: Vec::new(),
+            failed_authentication_delay: Duration::from_millis(100),
+            connections_max_reauth: None,
+            sasl_max_receive_bytes: 524_288,
+            authorizer: crate::security::authorizer::AuthorizerMode::default(),
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
+        }
+    }
+}
+
+impl SecuritySettings {
+    /// The bootstrap credential of `user` for `mechanism`, if configured.
+    pub fn scram_user(&self, user: &str, mechanism: ScramMechanism) -> Option<&ScramCredential> {
+        self.scram_users
+            .iter()
+            .find(|u| u.name == user && u.credential.mechanism == mechanism)
+            .map(|u| &u.credential)
+    }
+}
+
+// ---- the file format ----------------------------------------------------------------------
+
+/// `[[kafka.listeners]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileKafkaListener {
+    name: String,
+    listen: String,
+    advertised: Option<String>,
+    security_protocol: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_auth: Option<String>,
+    sasl_mechanisms: Option<Vec<String>>,
+}
+
+/// `[security]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileSecurity {
+    scram_users: Option<Vec<FileScramUser>>,
+    connection_failed_authentication_delay_ms: Option<u64>,
+    connections_max_reauth_ms: Option<u64>,
+    sasl_max_receive_bytes: Option<usize>,
+    authorizer: Option<String>,
+    super_users: Option<Vec<String>>,
+    allow_everyone_if_no_acl_found: Option<bool>,
+}
+
+/// `[[security.scram_users]]` as written (what `vdl scram-credential` prints).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileScramUser {
+    name: String,
+    mechanism: String,
+    salt: String,
+    iterations: u32,
+    stored_key: String,
+    server_key: String,
+}
+
+/// `[peer_tls]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FilePeerTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+fn invalid<T>(key: &'static str, message: String) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid { key, message })
+}
+
+/// Validates `[[kafka.listeners]]`: unique valid names and bind addresses, TLS files exactly
+/// for SSL and SASL_SSL, a CA whenever client certificates are asked for, SASL mechanisms only
+/// for SASL protocols (default: SCRAM-SHA-256 and SCRAM-SHA-512).
+pub(crate) fn parse_listeners(
+    file: Vec<FileKafkaListener>,
+) -> Result<Vec<KafkaListenerConfig>, ConfigError> {
+    if file.is_empty() {
+        return invalid("kafka.listeners", "must list at least one listener".into());
+    }
+    let mut out: Vec<KafkaListenerConfig> = Vec::with_capacity(file.len());
+    for l in file {
+        let name = l.name;
+        if !crate::peer_wire::valid_listener_name(&name) {
+            return invalid(
+                "kafka.listeners.name",
+                format!("`{name}` is not 1-64 of [A-Za-z0-9_-]"),
+            );
+        }
+        if out.iter().any(|o| o.name == name) {
+            return invalid("kafka.listeners.name", format!("`{name}` is listed twice"));
+        }
+        if out.len() >= crate::peer_wire::MAX_HELLO_LISTENERS {
+            return invalid(
+                "kafka.listeners",
+                format!(
+                    "at most {} listeners",
+                    crate::peer_wire::MAX_HELLO_LISTENERS
+                ),
+            );
+        }
+        let listen: SocketAddr = l.listen.parse().map_err(|_| ConfigError::Invalid {
+            key: "kafka.listeners.listen",
+            message: format!("`{}` (listener {name}) is not IP:PORT", l.listen),
+        })?;
+        if out.iter().any(|o| o.listen == listen) {
+            return invalid(
+                "kafka.listeners.listen",
+                format!("{listen} is used by two listeners"),
+            );
+        }
+        let advertised = l.advertised.unwrap_or_else(|| listen.to_string());
+        if !crate::peer_wire::valid_advertised(&advertised) {
+            return invalid(
+                "kafka.listeners.advertised",
+                format!("`{advertised}` (listener {name}) is not HOST:PORT"),
+            );
+        }
+        let protocol_name = l.security_protocol.unwrap_or_else(|| "PLAINTEXT".into());
+        let Some(protocol) = SecurityProtocol::parse(&protocol_name) else {
+            return invalid(
+                "kafka.listeners.security_protocol",
+                format!(
+                    "`{protocol_name}` (listener {name}) is not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+                ),
+            );
+        };
+        let tls = match (protocol.uses_tls(), l.tls_cert, l.tls_key) {
+            (true, Some(cert), Some(key)) => {
+                let client_auth = match l.tls_client_auth.as_deref().unwrap_or("none") {
+                    "none" => ClientAuth::None,
+                    "requested" => ClientAuth::Requested,
+                    "required" => ClientAuth::Required,
+                    other => {
+                        return invalid(
+                            "kafka.listeners.tls_client_auth",
+                            format!(
+                                "`{other}` (listener {name}) is not none, requested or required"
+                            ),
+                        )
+                    }
+                };
+                if client_auth != ClientAuth::None && l.tls_ca.is_none() {
+                    return invalid(
+                        "kafka.listeners.tls_ca",
+                        format!("listener {name} asks for client certificates: set tls_ca"),
+                    );
+                }
+                Some(TlsFiles {
+                    cert,
+                    key,
+                    ca: l.tls_ca,
+                    client_auth,
+                })
+            }
+            (true, _, _) => {
+                return invalid(
+                    "kafka.listeners.tls_cert",
+                    format!("listener {name} ({protocol_name}) needs tls_cert and tls_key"),
+                )
+            }
+            (false, None, None) if l.tls_ca.is_none() && l.tls_client_auth.is_none() => None,
+            (false, _, _) => {
+                return invalid(
+                    "kafka.listeners.tls_cert",
+                    format!("listener {name} is {protocol_name}: TLS settings do not apply"),
+                )
+            }
+        };
+        let sasl_mechanisms = match (protocol.uses_sasl(), l.sasl_mechanisms) {
+            (true, None) => vec![
+                SaslMechanism::Scram(ScramMechanism::Sha256),
+                SaslMechanism::Scram(ScramMechanism::Sha512),
+            ],
+            (true, Some(names)) => {
+                let mut v = Vec::new();
+                for n in names {
+                    let Some(m) = SaslMechanism::parse(&n) else {
+                        return invalid(
+                            "kafka.listeners.sasl_mechanisms",
+                            format!(
+                                "`{n}` (listener {name}) is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                            ),
+                        );
+                    };
+                    if !v.contains(&m) {
+                        v.push(m);
+                    }
+                }
+                if v.is_empty() {
+                    return invalid(
+                        "kafka.listeners.sasl_mechanisms",
+                        format!("listener {name} enables no mechanism"),
+                    );
+                }
+                v
+            }
+            (false, None) => Vec::new(),
+            (false, Some(_)) => {
+                return invalid(
+                    "kafka.listeners.sasl_mechanisms",
+                    format!("listener {name} is {protocol_name}: SASL settings do not apply"),
+                )
+            }
+        };
+        out.push(KafkaListenerConfig {
+            name,
+            listen,
+            advertised,
+            protocol,
+            tls,
+            sasl_mechanisms,
+        });
+    }
+    Ok(out)
+}
+
+/// Validates `[security]`.
+pub(crate) fn parse_security(file: FileSecurity) -> Result<SecuritySettings, ConfigError> {
+    use crate::security::authorizer::AuthorizerMode;
+    let authorizer = match file.authorizer.as_deref() {
+        None | Some("none") => AuthorizerMode::None,
+        Some("acl") => AuthorizerMode::Acl,
+        Some(other) => {
+            return invalid(
+                "security.authorizer",
+                format!("`{other}` is not one of \"none\", \"acl\""),
+            )
+        }
+    };
+    let super_users = file.super_users.unwrap_or_default();
+    for u in &super_users {
+        if crate::security::Principal::parse(u).is_none() {
+            return invalid(
+                "security.super_users",
+                format!("`{u}` is not a principal of the form Type:name (User:admin)"),
+            );
+        }
+    }
+    let mut s = SecuritySettings {
+        authorizer,
+        super_users,
+        allow_everyone_if_no_acl_found: file.allow_everyone_if_no_acl_found.unwrap_or(false),
+        ..SecuritySettings::default()
+    };
+    if let Some(ms) = file.connection_failed_authentication_delay_ms {
+        s.failed_authentication_delay = Duration::from_millis(ms);
+    }
+    if let Some(ms) = file.connections_max_reauth_ms {
+        s.connections_max_reauth = (ms > 0).then(|| Duration::from_millis(ms));
+    }
+    if let Some(b) = file.sasl_max_receive_bytes {
+        if !(1024..=(64 << 20)).contains(&b) {
+            return invalid(
+                "security.sasl_max_receive_bytes",
+                "must be in 1024..=67108864".into(),
+            );
+        }
+        s.sasl_max_receive_bytes = b;
+    }
+    for u in file.scram_users.unwrap_or_default() {
+        let key = "security.scram_users";
+        let Some(mechanism) = ScramMechanism::from_sasl_name(&u.mechanism) else {
+            return invalid(
+                key,
+                format!(
+                    "user {}: mechanism `{}` is not SCRAM-SHA-256 or SCRAM-SHA-512",
+                    u.name, u.mechanism
+                ),
+            );
+        };
+        if u.name.is_empty() {
+            return invalid(key, "a user has an empty name".into());
+        }
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&u.iterations) {
+            return invalid(
+                key,
+                format!(
+                    "user {}: iterations must be in {MIN_ITERATIONS}..={MAX_ITERATIONS}",
+                    u.name
+                ),
+            );
+        }
+        let decode = |field: &str, v: &str| {
+            B64.decode(v).map_err(|_| ConfigError::Invalid {
+                key,
+                message: format!("user {}: {field} is not base64", u.name),
+            })
+        };
+        let salt = decode("salt", &u.salt)?;
+        let stored_key = decode("stored_key", &u.stored_key)?;
+        let server_key = decode("server_key", &u.server_key)?;
+        if salt.is_empty()
+            || stored_key.len() != mechanism.hash_len()
+            || server_key.len() != mechanism.hash_len()
+        {
+            return invalid(
+                key,
+                format!(
+                    "user {}: salt must not be empty and both keys must be {} bytes",
+                    u.name,
+                    mechanism.hash_len()
+                ),
+            );
+        }
+        if s.scram_user(&u.name, mechanism).is_some() {
+            return invalid(
+                key,
+                format!("user {} has two {} entries", u.name, u.mechanism),
+            );
+        }
+        s.scram_users.push(ScramUser {
+            name: u.name,
+            credential: ScramCredential {
+                mechanism,
+                salt,
+                iterations: u.iterations,
+                stored_key,
+                server_key,
+            },
+        });
+    }
+    Ok(s)
+}
+
+/// Validates `[peer_tls]`: mutual TLS between nodes, every file required.
+pub(crate) fn parse_peer_tls(file: FilePeerTls) -> TlsFiles {
+    TlsFiles {
+        cert: file.cert,
+        key: file.key,
+        ca: Some(file.ca),
+        client_auth: ClientAuth::Required,
+    }
+}
+
+/// The `[[security.scram_users]]` entry for `user` and `credential`, as TOML (what
+/// `vdl scram-credential` prints).
+pub fn scram_user_toml(user: &str, credential: &ScramCredential) -> String {
+    let quoted = toml::Value::String(user.to_string()).to_string();
+    format!(
+        "[[security.scram_users]]\nname = {quoted}\nmechanism = \"{}\"\nsalt = \"{}\"\niterations = {}\nstored_key = \"{}\"\nserver_key = \"{}\"\n",
+        credential.mechanism.sasl_name(),
+        B64.encode(&credential.salt),
+        credential.iterations,
+        B64.encode(&credential.stored_key),
+        B64.encode(&credential.server_key),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listeners(toml_text: &str) -> Result<Vec<KafkaListenerConfig>, ConfigError> {
+        #[derive(Deserialize)]
+        struct W {
+            listeners: Vec<FileKafkaListener>,
+        }
+        let w: W = toml::from_str(toml_text).unwrap();
+        parse_listeners(w.listeners)
+    }
+
+    #[test]
+    fn listeners_parse_with_defaults_and_checks() {
+        let l = listeners(
+            r#"
+            [[listeners]]
+            name = "INTERNAL"
+            listen = "127.0.0.1:9092"
+            [[listeners]]
+            name = "EXTERNAL"
+            listen = "127.0.0.1:9093"
+            advertised = "broker.example:9093"
+            security_protocol = "SASL_SSL"
+            tls_cert = "c.pem"
+            tls_key = "k.pem"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(l[0].protocol, SecurityProtocol::Plaintext);
+        assert_eq!(l[0].advertised, "127.0.0.1:9092");
+        assert_eq!(l[1].protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(l[1].sasl_mechanisms.len(), 2);
+        assert_eq!(l[1].tls.as_ref().unwrap().client_auth, ClientAuth::None);
+        for bad in [
+            // TLS protocol without files.
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"SSL\"",
+            // Client certificates without a CA.
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"SSL\"\ntls_cert = \"c\"\ntls_key = \"k\"\ntls_client_auth = \"required\"",
+            // SASL settings on a plaintext listener.
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsasl_mechanisms = [\"PLAIN\"]",
+            // Unknown mechanism, duplicate names, bad protocol.
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanisms = [\"GSSAPI\"]",
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\n[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:2\"",
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"TLS\"",
+        ] {
+            assert!(listeners(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn scram_users_round_trip_through_the_printed_entry() {
+        let cred = ScramCredential::generate(ScramMechanism::Sha512, "secret", 4096);
+        let text = scram_user_toml("admin", &cred);
+        #[derive(Deserialize)]
+        struct W {
+            security: FileSecurity,
+        }
+        let w: W = toml::from_str(&text).unwrap();
+        let s = parse_security(w.security).unwrap();
+        assert_eq!(s.scram_user("admin", ScramMechanism::Sha512), Some(&cred));
+        assert_eq!(s.scram_user("admin", ScramMechanism::Sha256), None);
+        assert_eq!(s.failed_authentication_delay, Duration::from_millis(100));
+    }
+}
