@@ -341,6 +341,26 @@ impl Segment {
         *self.indexes.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(idx));
     }
 
+    /// Replaces the in-memory indexes of an active or sealed segment (after a scan found
+    /// the loaded ones cannot be trusted).
+    pub fn replace_indexes(&mut self, idx: SparseIndexes) {
+        if self.sealed() {
+            self.open.close();
+            self.open.insert_indexes(Arc::new(idx));
+        } else {
+            self.set_indexes(idx);
+        }
+    }
+
+    /// The whole segment's bytes (`len` of them): the map of a sealed segment, a read of the
+    /// active one.
+    pub fn read_all(&self) -> Result<Bytes> {
+        if self.sealed() {
+            return self.map();
+        }
+        self.read_bytes(0, self.len as usize)
+    }
+
     /// The indexes when loaded (a sealed segment's only while it is in the open set).
     fn indexes_if_loaded(&self) -> Option<Arc<SparseIndexes>> {
         if self.sealed() {

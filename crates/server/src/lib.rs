@@ -42,7 +42,9 @@ pub mod raft_log;
 pub mod raft_storage;
 pub mod replicas;
 pub mod runtime;
+pub mod scrubber;
 pub mod security;
+pub mod storage_faults;
 pub mod topic_config;
 pub mod transport;
 

@@ -300,7 +300,23 @@ impl LogStream {
         max_bytes: u64,
     ) -> Result<RecordsRead, logstore::LogStoreError> {
         let hw = self.visible().high_watermark;
-        read(&self.store).read_records(offset, max_bytes, hw)
+        let out = read(&self.store).read_records(offset, max_bytes, hw);
+        if let Err(logstore::LogStoreError::Corruption { .. }) = &out {
+            // The store noted the damage; the group repairs it (a leader hands over first).
+            // The client gets a retriable error (KAFKA_STORAGE_ERROR), never the bad bytes.
+            try_deliver(&self.inbox, GroupInput::CheckDamage);
+        }
+        out
+    }
+
+    /// Asks the group to act on damage its store noted (the scrubber found some).
+    pub fn check_damage(&self) {
+        try_deliver(&self.inbox, GroupInput::CheckDamage);
+    }
+
+    /// The stream's store, for the scrubber (reads only).
+    pub fn store(&self) -> &SharedStore {
+        &self.store
     }
 
     /// The first offset whose batch has a max timestamp at or after `timestamp_ms` (None when
@@ -509,6 +525,10 @@ pub struct Node {
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
     peer_versions: Arc<crate::peer_wire::PeerVersions>,
+    /// Damaged replicas and the scrubber's counters (see [`crate::storage_faults`]).
+    storage_faults: Arc<crate::storage_faults::StorageFaults>,
+    /// The background scrubber (None when `storage.scrub_rate_mb_per_s` is 0).
+    scrubber: Mutex<Option<crate::scrubber::Scrubber>>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -537,7 +557,10 @@ pub fn boot_nonce() -> u64 {
 
 /// Rebuilds a stream's producer table from the newest committed entries (at most
 /// [`crate::producers::REBUILD_MAX_ENTRIES`] of them).
-fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::ProducerTable {
+pub(crate) fn rebuild_producers(
+    store: &SharedStore,
+    applied: u64,
+) -> crate::producers::ProducerTable {
     let mut table = crate::producers::ProducerTable::default();
     let s = read(store);
     let mut lo = s
@@ -773,6 +796,8 @@ impl Node {
             retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
             peer_versions: versions,
+            storage_faults: Arc::new(crate::storage_faults::StorageFaults::default()),
+            scrubber: Mutex::new(None),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -798,6 +823,7 @@ impl Node {
             }
             node.open_stream(&name)?;
         }
+        node.start_scrubber();
         Ok(node)
     }
 
@@ -1535,7 +1561,19 @@ impl Node {
             store.save_conf_state(&cs).map_err(store_err)?;
         }
         let hs = store.hard_state();
-        if hs.commit > store.last_index() {
+        if let Some(d) = &store.recovery_report().damage {
+            tracing::error!(
+                stream = %name,
+                file = %d.path.display(),
+                offset = d.offset,
+                first_bad_index = d.first_bad_index,
+                "damaged log data: {}; the log was cut before it and is repaired from a healthy replica",
+                d.reason
+            );
+        }
+        // A log cut before damaged entries (repair marker) may end below the saved commit:
+        // the group fetches the rest again and does not vote meanwhile.
+        if hs.commit > store.last_index() && store.repair_marker().is_none() {
             if sync_always {
                 return Err(NodeError::CommitBeyondLog {
                     name: name.to_owned(),
@@ -1641,6 +1679,8 @@ impl Node {
             state_machine,
             rejoin: self.registry.directories.clone(),
             preferred_leader: preferred_leader.zip(self.config.raft.leader_rebalance_interval),
+            raft_config: cfg.clone(),
+            faults: self.storage_faults.clone(),
         };
         self.runtime.run(&slot, new_group(parts));
         self.registry
@@ -2175,9 +2215,47 @@ impl Node {
         self.topic_layout(name).is_some()
     }
 
-    /// Stops every group thread (their pending appends fail with `Stopped`) and the peer
-    /// listener. Data already synced stays; nothing more is written.
+    /// Damaged replicas on this node and the scrubber's and repairs' counters.
+    pub fn storage_faults(&self) -> &Arc<crate::storage_faults::StorageFaults> {
+        &self.storage_faults
+    }
+
+    /// Starts the background scrubber over every stream this node holds (see
+    /// [`crate::scrubber`]); does nothing when the configured rate is 0.
+    fn start_scrubber(&self) {
+        let rate = self.config.storage.scrub_bytes_per_second;
+        if rate == 0 {
+            return;
+        }
+        let streams = Arc::downgrade(&self.streams);
+        let list: crate::scrubber::StreamLister = Box::new(move || {
+            let Some(streams) = streams.upgrade() else {
+                return Vec::new();
+            };
+            let map = streams.lock().unwrap_or_else(|e| e.into_inner());
+            map.values().flat_map(|p| p.values().cloned()).collect()
+        });
+        match crate::scrubber::Scrubber::start(
+            &format!("vdl{}", self.config.id),
+            rate,
+            self.config.storage.scrub_pass_pause,
+            list,
+            self.storage_faults.clone(),
+        ) {
+            Ok(s) => *self.scrubber.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
+            Err(e) => tracing::error!("cannot start the scrubber thread: {e}"),
+        }
+    }
+
+    /// Stops the scrubber, every group thread (their pending appends fail with `Stopped`) and
+    /// the peer listener. Data already synced stays; nothing more is written.
     pub fn shutdown(&self) {
+        drop(
+            self.scrubber
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         self.peer_task.abort();
         self.rejoin_task.abort();
         self.liveness_task.abort();
