@@ -345,6 +345,8 @@ struct Group {
     /// The last index on disk when the group started: entries after it came through this
     /// process and are read from its cache or fresh writes.
     unverified_through: u64,
+    /// When a damaged replica last asked its peers for a leader ([`Group::call_for_leader`]).
+    called_for_leader: Option<Instant>,
 }
 
 /// Read barriers waiting at once per group; more get [`AppendError::Busy`].
@@ -429,6 +431,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         handover_since: None,
         verified_through: visible.applied_index,
         unverified_through: last_at_open,
+        called_for_leader: None,
     })
 }
 
@@ -458,6 +461,7 @@ impl Task for Group {
             self.handle_ready();
         }
         self.check_damage();
+        self.call_for_leader();
         let now = Instant::now();
         if now >= self.next_retention {
             self.apply_retention();
@@ -913,7 +917,9 @@ impl Group {
         m.set_msg_type(raft::prelude::MessageType::MsgAppendResponse);
         m.to = leader;
         m.from = self.p.node.raft.id;
-        m.term = self.p.node.raft.term;
+        // Peers refuse term 0 (a replica whose hard state was lost starts there); a term
+        // other than the leader's only wakes it (see `lost_entries_reported`).
+        m.term = self.p.node.raft.term.max(1);
         m.reject = true;
         m.index = last;
         m.reject_hint = last;
@@ -947,6 +953,40 @@ impl Group {
             self.p.node.raft.send_append(m.from);
         }
         marked
+    }
+
+    /// A damaged replica that knows no leader asks every other voter, once per election
+    /// timeout, with the marked rejection of [`Group::send_lost_entries`]: a quiesced leader
+    /// wakes on it and its heartbeats start the repair (other replicas drop it).
+    fn call_for_leader(&mut self) {
+        if !self.may_not_vote() || self.p.node.raft.leader_id != 0 {
+            return;
+        }
+        let timeout =
+            self.p.tick * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
+        if self
+            .called_for_leader
+            .is_some_and(|at| at.elapsed() < timeout)
+        {
+            return;
+        }
+        self.called_for_leader = Some(Instant::now());
+        let last = read(&self.p.store).last_index();
+        let me = self.p.node.raft.id;
+        let voters: Vec<u64> = self
+            .p
+            .node
+            .raft
+            .prs()
+            .conf()
+            .voters()
+            .ids()
+            .iter()
+            .filter(|id| *id != me)
+            .collect();
+        for id in voters {
+            self.send_lost_entries(id, last);
+        }
     }
 
     /// raft-rs reads committed entries from the store to apply them and panics on any read

@@ -184,9 +184,6 @@ fn after_repair(
     other_acked: &mut Acked,
 ) {
     let brokers = c.kafka.clone();
-    // Traffic on the damaged stream while it repairs (a quiesced leader sends nothing a
-    // replica that has not heard from it could answer).
-    produce_acked(&brokers, topic, 5, 10, 1000, acked);
     wait_for_log(c, damaged, "log repaired from the leader");
     c.assert_all_running();
     produce_acked(&brokers, other, 5, 10, 100, other_acked);
