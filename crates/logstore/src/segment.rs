@@ -1,7 +1,6 @@
 //! Segment files: naming, header, and reading frames back.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -154,11 +153,13 @@ pub(crate) fn create_segment_file(dir: &Path, header: &SegmentHeader) -> Result<
     let path = dir.join(segment_file_name(header.base_index));
     let tmp = dir.join(format!("{}.tmp", segment_file_name(header.base_index)));
     {
-        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(&header.encode()).map_err(io_err(&tmp))?;
+        let f = File::create(&tmp).map_err(io_err(&tmp))?;
+        crate::fs::fs()
+            .write_all_at(&f, &tmp, &header.encode(), 0)
+            .map_err(io_err(&tmp))?;
         fdatasync(&f, &tmp);
     }
-    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    crate::fs::fs().rename(&tmp, &path).map_err(io_err(&path))?;
     fsync_dir(dir)?;
     let f = open_rw(&path)?;
     Ok((path, f))

@@ -1,8 +1,6 @@
 //! The public [`LogStore`].
 
 use std::fs::File;
-use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -505,7 +503,7 @@ impl LogStore {
             .expect("a store always has an active segment");
         let pos0 = active.len;
         let written = self.reserve.write_below(pos0 + total, || {
-            active.active_file().write_all_at(&buf, pos0)
+            crate::fs::fs().write_all_at(active.active_file(), &active.path, &buf, pos0)
         });
         if let Err(e) = written {
             // Best effort: remove a partial write so the next append starts clean. Recovery
@@ -755,12 +753,16 @@ impl LogStore {
             let data = seg.map()?;
             let tmp = seg.path.with_extension("log.tmp");
             {
-                let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-                f.write_all(&data[..pos as usize]).map_err(io_err(&tmp))?;
+                let f = File::create(&tmp).map_err(io_err(&tmp))?;
+                crate::fs::fs()
+                    .write_all_at(&f, &tmp, &data[..pos as usize], 0)
+                    .map_err(io_err(&tmp))?;
                 fdatasync(&f, &tmp);
             }
             drop(data);
-            std::fs::rename(&tmp, &seg.path).map_err(io_err(&seg.path))?;
+            crate::fs::fs()
+                .rename(&tmp, &seg.path)
+                .map_err(io_err(&seg.path))?;
             fsync_dir(&dir)?;
             seg.reactivate(open_rw(&seg.path)?);
         } else {

@@ -242,7 +242,7 @@ pub enum SyncMode {
 
 /// Storage settings: per log stream, except the node-wide `cache_bytes` and
 /// `max_open_segment_files`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageSettings {
     /// Segment file size at which a new segment is started.
     pub segment_bytes: u64,
@@ -270,6 +270,9 @@ pub struct StorageSettings {
     pub scrub_bytes_per_second: u64,
     /// Pause between two passes of the scrubber over every sealed segment.
     pub scrub_pass_pause: Duration,
+    /// Tests only: the control file of a fault-injecting file system
+    /// (`logstore::FaultInjectingFs`) installed at start; `None`: the real file system.
+    pub fault_injection_file: Option<std::path::PathBuf>,
 }
 
 /// Default scrubber rate: 4 MB/s (about 1% of a core for CRC-32C and page-cache reads, far
@@ -290,6 +293,7 @@ impl Default for StorageSettings {
             preallocate_bytes: 16 << 20,
             scrub_bytes_per_second: DEFAULT_SCRUB_BYTES_PER_SECOND,
             scrub_pass_pause: Duration::from_secs(60),
+            fault_injection_file: None,
         }
     }
 }
@@ -384,6 +388,7 @@ struct FileStorage {
     preallocate_bytes: Option<u64>,
     scrub_rate_mb_per_s: Option<f64>,
     scrub_pause_ms: Option<u64>,
+    fault_injection_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -577,6 +582,7 @@ impl NodeConfig {
         if let Some(ms) = s.scrub_pause_ms {
             storage.scrub_pass_pause = Duration::from_millis(ms);
         }
+        storage.fault_injection_file = s.fault_injection_file;
 
         let mut kafka = KafkaSettings::default();
         let k = file.kafka;

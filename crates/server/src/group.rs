@@ -78,6 +78,10 @@ pub enum AppendError {
     /// An idempotent producer's batch does not fit its sequence.
     #[error("producer sequence: {0:?}")]
     Sequence(SequenceError),
+    /// The replica could not write the entry (e.g. the disk is full): nothing of it is in
+    /// this replica's log (Kafka's KAFKA_STORAGE_ERROR, retriable).
+    #[error("storage error: {0}")]
+    Storage(String),
 }
 
 /// Where an acknowledged append landed.
@@ -1093,7 +1097,7 @@ impl Group {
                 lost_last_index: marker.lost_last_index,
                 detail: "found while running".into(),
             });
-        self.rebuild_raft();
+        self.rebuild_raft(AppendError::NotLeader { leader: None });
         self.repair = Some(Repair {
             marker,
             target: None,
@@ -1132,10 +1136,10 @@ impl Group {
         tracing::info!(stream = %self.p.name, last_index, target, "log repaired from the leader");
     }
 
-    /// Rebuilds raft-rs over the (cut) log: a follower in the same term with the same vote,
-    /// its commit and applied index at most the new last index. Proposals waiting here fail
-    /// (NOT_LEADER, retriable).
-    fn rebuild_raft(&mut self) {
+    /// Rebuilds raft-rs over the store's log (cut by a repair, or missing entries a write
+    /// failed to take): a follower in the same term with the same vote, its commit and
+    /// applied index at most the last index. Proposals waiting here fail with `why`.
+    fn rebuild_raft(&mut self, why: AppendError) {
         let storage = self.p.node.store().clone();
         let commit = match raft::Storage::initial_state(&storage) {
             Ok(st) => st.hard_state.commit,
@@ -1151,7 +1155,7 @@ impl Group {
                 return;
             }
         }
-        self.fail_all(AppendError::NotLeader { leader: None });
+        self.fail_all(why);
         if let Some(t) = self.p.producers.as_mut() {
             *t = crate::node::rebuild_producers(&self.p.store, commit);
         }
@@ -1551,8 +1555,10 @@ impl Group {
         }
         self.apply(ready.take_committed_entries());
         let read_states = ready.take_read_states();
-        if !ready.entries().is_empty() {
-            self.append(ready.entries());
+        if !ready.entries().is_empty() && !self.append(ready.entries()) {
+            // raft-rs was rebuilt without the entries the store could not take; this Ready
+            // belonged to the old one.
+            return;
         }
         if let Some(hs) = ready.hs() {
             if hs.term != self.persisted_term || hs.vote != self.persisted_vote {
@@ -1636,8 +1642,12 @@ impl Group {
     }
 
     /// Appends entries (truncating a conflicting suffix first) and makes them durable with one
-    /// fsync; then records the indexes of this node's proposals.
-    fn append(&mut self, entries: &[Entry]) {
+    /// fsync; then records the indexes of this node's proposals. A write the store refuses
+    /// with an I/O error (a full disk) leaves nothing in the store (it cuts what it wrote);
+    /// raft-rs is then rebuilt from the store, which drops the entries as a crash before
+    /// persisting them would, and the proposals waiting here fail with a storage error: false.
+    /// (An fsync failure stays fail-stop: see the logstore README.)
+    fn append(&mut self, entries: &[Entry]) -> bool {
         let converted: Vec<_> = entries.iter().map(to_store_entry).collect();
         let first = entries[0].index;
         let pending = {
@@ -1646,8 +1656,12 @@ impl Group {
                 s.truncate_suffix(first)
                     .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
             }
-            s.append(&converted)
-                .unwrap_or_else(|e| panic!("appending to the log failed: {e}"));
+            if let Err(e) = s.append(&converted) {
+                drop(s);
+                tracing::error!(stream = %self.p.name, first, "appending to the log failed: {e}; the entries are dropped and their proposals fail");
+                self.rebuild_raft(AppendError::Storage(e.to_string()));
+                return false;
+            }
             s.prepare_sync()
                 .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
         };
@@ -1680,6 +1694,7 @@ impl Group {
                 }
             }
         }
+        true
     }
 
     fn apply(&mut self, committed: Vec<Entry>) {
