@@ -240,6 +240,15 @@ fn bad_crc_in_sealed_segment() {
     make_store(tmp.path(), 60);
     let (seg, pos) = corrupt_sealed(tmp.path());
     let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    // The scrubber's verification of the first sealed segment finds the bad frame.
+    let base = s.sealed_segment_bases()[0];
+    let target = s.scrub_target(base).unwrap().unwrap();
+    let mut paced = 0;
+    let outcome = target.verify(|n| paced += n);
+    let (index, at, _) = outcome.damage.expect("damage found");
+    assert_eq!((index, at), (2, pos));
+    assert_eq!(outcome.bytes_verified, pos);
+    assert_eq!(paced, pos - 64);
     match s.entries(1, 10, u64::MAX) {
         Err(LogStoreError::Corruption { path, offset, .. }) => {
             assert_eq!(path, seg);
