@@ -455,9 +455,16 @@ impl Task for Group {
             }
         }
         self.propose_queued();
-        // A replica repairing lost entries, or whose term and vote are unknown, never
-        // campaigns: without ticks its election timer never fires.
-        if tick && !self.visible.quiesced && !self.may_not_vote() {
+        if tick && !self.visible.quiesced {
+            if self.may_not_vote() {
+                // A replica repairing lost entries, or whose term and vote are unknown, never
+                // campaigns: its election timer is held just short of firing. It still ticks,
+                // so its leader lease (check_quorum) expires and it can vote for a candidate
+                // `repair_allows` admits once the leader is gone.
+                let raft = &mut self.p.node.raft;
+                let hold = raft.randomized_election_timeout().saturating_sub(2);
+                raft.election_elapsed = raft.election_elapsed.min(hold);
+            }
             self.p.node.tick();
             self.maybe_quiesce();
         }
