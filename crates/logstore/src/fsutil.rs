@@ -6,7 +6,6 @@
 //! The only safe reaction is to stop the process and let recovery decide what is on disk.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
@@ -14,7 +13,7 @@ use crate::error::{io_err, LogStoreError, Result};
 
 /// fdatasync; panics on failure (see the module docs).
 pub(crate) fn fdatasync(file: &File, path: &Path) {
-    if let Err(e) = file.sync_data() {
+    if let Err(e) = crate::fs::fs().sync_data(file, path) {
         panic!(
             "logstore: fdatasync of {} failed: {e}; the state of the page cache is unknown, \
              refusing to continue (restart and let recovery check the log)",
@@ -27,7 +26,7 @@ pub(crate) fn fdatasync(file: &File, path: &Path) {
 /// failure like [`fdatasync`]. Opening the directory can fail normally.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     let d = File::open(dir).map_err(io_err(dir))?;
-    if let Err(e) = d.sync_all() {
+    if let Err(e) = crate::fs::fs().sync_all(&d, dir) {
         panic!(
             "logstore: fsync of directory {} failed: {e}; refusing to continue",
             dir.display()
@@ -42,22 +41,23 @@ pub fn atomic_write(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let dst = dir.join(name);
     {
-        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(data).map_err(io_err(&tmp))?;
-        if let Err(e) = f.sync_all() {
+        let f = File::create(&tmp).map_err(io_err(&tmp))?;
+        let fs = crate::fs::fs();
+        fs.write_all_at(&f, &tmp, data, 0).map_err(io_err(&tmp))?;
+        if let Err(e) = fs.sync_all(&f, &tmp) {
             panic!(
                 "logstore: fsync of {} failed: {e}; refusing to continue",
                 tmp.display()
             );
         }
     }
-    std::fs::rename(&tmp, &dst).map_err(io_err(&dst))?;
+    crate::fs::fs().rename(&tmp, &dst).map_err(io_err(&dst))?;
     fsync_dir(dir)
 }
 
 /// Removes a file; a missing file is not an error.
 pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
+    match crate::fs::fs().remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_err(path)(e)),

@@ -32,14 +32,17 @@ pub mod clock;
 mod config;
 mod entry;
 mod error;
+pub mod fs;
 mod fsutil;
 mod hard_state;
 mod index;
 mod open_segments;
 mod recovery;
+mod repair;
 mod reserve;
 mod resources;
 mod retention;
+mod scrub;
 mod segment;
 mod store;
 
@@ -47,12 +50,15 @@ pub use budget::CacheBudget;
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};
 pub use error::{LogStoreError, Result};
+pub use fs::{install_file_system, simulate_power_cut, FaultInjectingFs, FileSystem, RealFs};
 pub use fsutil::atomic_write;
 pub use hard_state::{ConfState, HardState};
 pub use open_segments::{OpenSegments, DEFAULT_MAX_OPEN_SEGMENT_FILES};
-pub use recovery::RecoveryReport;
+pub use recovery::{DamageFound, RecoveryReport};
+pub use repair::RepairMarker;
 pub use resources::StoreResources;
 pub use retention::RetentionOutcome;
+pub use scrub::{ScrubOutcome, ScrubTarget, SCRUB_STEP_BYTES};
 pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, StoreStats};
 
 /// Checks `payload` as [`LogStore::append`] checks a [`EntryKind::Records`] entry's payload (a

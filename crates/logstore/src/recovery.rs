@@ -28,13 +28,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::StoreConfig;
-use crate::entry::{check_frame, EntryKind};
+use crate::entry::{check_frame, parse_header, EntryKind};
 use crate::error::{corruption, io_err, Result};
 use crate::fsutil::{fdatasync, fsync_dir, remove_if_exists};
 use crate::index::{
     read_index_file, read_index_summary, write_index_file, IndexSummary, SparseIndexes,
 };
 use crate::open_segments::OpenSegments;
+use crate::repair::RepairMarker;
 use crate::segment::{
     create_segment_file, index_file_name, now_ms, open_rw, parse_file_name, Segment, SegmentHeader,
     MAX_FRAME_LEN, SEGMENT_HEADER_LEN,
@@ -58,6 +59,25 @@ pub struct RecoveryReport {
     pub rebuilt_indexes: usize,
     /// Leftover files deleted (temporary files, orphan indexes, older generations).
     pub removed_files: usize,
+    /// Synced data found damaged (a bad frame in a sealed segment, or in the middle of the
+    /// active segment with intact entries after it): the log was cut before it and a repair
+    /// marker written (see [`crate::RepairMarker`]).
+    pub damage: Option<DamageFound>,
+}
+
+/// Where recovery found damaged data, and what it cut.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamageFound {
+    /// The damaged file.
+    pub path: PathBuf,
+    /// Byte position of the first bad frame in it.
+    pub offset: u64,
+    /// What was wrong there.
+    pub reason: String,
+    /// The first Raft index lost (the log now ends before it).
+    pub first_bad_index: u64,
+    /// The marker as written (merged with an earlier one).
+    pub marker: RepairMarker,
 }
 
 /// Result of a scan: summary and indexes of the valid frames, and where/why it stopped early.
@@ -320,10 +340,21 @@ pub(crate) fn recover(
 
     let n = kept.len();
     let mut segments: Vec<Segment> = Vec::with_capacity(n);
-    for (i, f) in kept.into_iter().enumerate() {
+    let mut kept = kept.into_iter().enumerate().peekable();
+    while let Some((i, f)) = kept.next() {
         let index_path = dir.join(index_file_name(f.header.base_index));
         let seg = if i + 1 < n {
-            open_sealed(dir, f, &index_path, cfg, open, &mut report)?
+            match open_sealed(dir, f, &index_path, cfg, open, &mut report)? {
+                Sealed::Intact(seg) => seg,
+                Sealed::Damaged { f, scan } => {
+                    // Keep the intact prefix: cut the log before the first bad entry, remove
+                    // the segments after it, and let the Raft layer fetch the rest again.
+                    let later: Vec<Found> = kept.by_ref().map(|(_, f)| f).collect();
+                    let seg = cut_at_damage(dir, f, later, scan, cfg, open, &mut report)?;
+                    segments.push(seg);
+                    break;
+                }
+            }
         } else {
             open_active(dir, f, &index_path, cfg, open, &mut report)?
         };
@@ -360,6 +391,16 @@ pub(crate) fn recover(
     })
 }
 
+/// A sealed segment as recovery found it.
+enum Sealed {
+    Intact(Segment),
+    /// Its scan stopped at a bad frame (the scan holds the intact prefix).
+    Damaged {
+        f: Found,
+        scan: Scan,
+    },
+}
+
 fn open_sealed(
     dir: &Path,
     f: Found,
@@ -367,35 +408,145 @@ fn open_sealed(
     cfg: &StoreConfig,
     open: &Arc<OpenSegments>,
     report: &mut RecoveryReport,
-) -> Result<Segment> {
+) -> Result<Sealed> {
     let file = File::open(&f.path).map_err(io_err(&f.path))?;
     if let Some(s) = read_index_summary(index_path) {
         if summary_matches(&s, &f.header, &file, f.len, true) {
-            return Ok(Segment::from_summary(
+            return Ok(Sealed::Intact(Segment::from_summary(
                 f.header, f.path, None, dir, open, &s, None,
-            ));
+            )));
         }
     }
     // Rebuild by scanning the whole segment (strict: it was synced before it was sealed).
     report.rebuilt_indexes += 1;
-    let (s, idx) = {
+    let sc = {
         // SAFETY: a sealed segment is never written or truncated while the store is open
         // (the directory lock keeps other stores out); the map is dropped at the end of the
         // block.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
         let data = map.get(..f.len as usize).unwrap_or(&map[..]);
-        scan_strict(&f.path, data, &f.header, cfg.index_interval_bytes)?
+        scan(data, 0, &f.header, None, cfg.index_interval_bytes)
     };
-    let _ = write_index_file(index_path, &s, &idx);
-    Ok(Segment::from_summary(
+    if sc.stop.is_some() {
+        return Ok(Sealed::Damaged { f, scan: sc });
+    }
+    let _ = write_index_file(index_path, &sc.summary, &sc.indexes);
+    Ok(Sealed::Intact(Segment::from_summary(
         f.header,
         f.path,
         None,
         dir,
         open,
-        &s,
-        Some(idx),
-    ))
+        &sc.summary,
+        Some(sc.indexes),
+    )))
+}
+
+/// The last (index, term) of the frames of a segment file read from its header on, as far
+/// as they are intact and continue each other.
+fn segment_end(f: &Found) -> Result<(u64, u64)> {
+    let file = File::open(&f.path).map_err(io_err(&f.path))?;
+    // SAFETY: recovery runs under the directory lock before anything writes the file; the
+    // map is dropped when this returns.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
+    let start = (f.header.base_index - 1, f.header.prev_term);
+    Ok(frames_end(&map, SEGMENT_HEADER_LEN, start))
+}
+
+/// Walks intact frames from `pos` that continue (`last_index`, `last_term`); returns the last.
+fn frames_end(
+    data: &[u8],
+    mut pos: u64,
+    (mut last_index, mut last_term): (u64, u64),
+) -> (u64, u64) {
+    while let Some(rest) = data.get(pos as usize..) {
+        match check_frame(rest, MAX_FRAME_LEN) {
+            Ok(h) if h.index == last_index + 1 && h.term >= last_term => {
+                last_index = h.index;
+                last_term = h.term;
+                pos += h.total_len();
+            }
+            _ => break,
+        }
+    }
+    (last_index, last_term)
+}
+
+/// Looks for an intact frame of index `expected` (term at least `min_term`) after the bad
+/// frame at `bad_pos`: first where the bad frame's own length points, then at every byte
+/// position (a damaged length field). Some: the log continues after damaged data, which is
+/// corruption, not a torn tail.
+fn continuation(data: &[u8], bad_pos: u64, expected: u64, min_term: u64) -> Option<u64> {
+    let fits = |p: usize| -> bool {
+        let Some(rest) = data.get(p..) else {
+            return false;
+        };
+        match parse_header(rest, MAX_FRAME_LEN) {
+            Ok(h) if h.index == expected && h.term >= min_term => {
+                check_frame(rest, MAX_FRAME_LEN).is_ok()
+            }
+            _ => false,
+        }
+    };
+    let bad = bad_pos as usize;
+    if let Ok(h) = parse_header(data.get(bad..)?, MAX_FRAME_LEN) {
+        let next = bad + h.total_len() as usize;
+        if fits(next) {
+            return Some(next as u64);
+        }
+    }
+    (bad + 1..data.len()).find(|&p| fits(p)).map(|p| p as u64)
+}
+
+/// Cuts the log before the bad frame of a damaged sealed segment: writes the repair marker
+/// (with the end the log had, read from its last segment), removes the later segments
+/// (newest first), truncates the damaged one to its intact prefix and opens it as the active
+/// segment.
+fn cut_at_damage(
+    dir: &Path,
+    f: Found,
+    later: Vec<Found>,
+    sc: Scan,
+    cfg: &StoreConfig,
+    open: &Arc<OpenSegments>,
+    report: &mut RecoveryReport,
+) -> Result<Segment> {
+    let (pos, reason) = sc.stop.clone().expect("a damaged scan stopped");
+    let first_bad_index = sc.summary.last_index + 1;
+    let lost = match later.last() {
+        Some(last) => segment_end(last)?,
+        None => segment_end(&f)?,
+    };
+    let marker = crate::repair::save(
+        dir,
+        RepairMarker {
+            first_bad_index,
+            lost_last_index: lost.0.max(first_bad_index),
+            lost_last_term: lost.1,
+        },
+    )?;
+    for l in later.iter().rev() {
+        remove_if_exists(&dir.join(index_file_name(l.header.base_index)))?;
+        remove_if_exists(&l.path)?;
+        report.removed_files += 1;
+    }
+    let index_path = dir.join(index_file_name(f.header.base_index));
+    remove_if_exists(&index_path)?;
+    fsync_dir(dir)?;
+    {
+        let file = open_rw(&f.path)?;
+        file.set_len(pos).map_err(io_err(&f.path))?;
+        fdatasync(&file, &f.path);
+    }
+    report.damage = Some(DamageFound {
+        path: f.path.clone(),
+        offset: pos,
+        reason: format!("in a sealed segment: {reason}"),
+        first_bad_index,
+        marker,
+    });
+    let f = Found { len: pos, ..f };
+    open_active(dir, f, &index_path, cfg, open, report)
 }
 
 fn open_active(
@@ -423,15 +574,44 @@ fn open_active(
     let from = start
         .as_ref()
         .map_or(SEGMENT_HEADER_LEN, |(s, _)| s.covered_len);
-    let (sc, zero_tail) = {
+    let (sc, zero_tail, lost_end) = {
         // SAFETY: the directory lock makes this store the only writer, and the file is not
         // written or truncated while this map exists (it is dropped at the end of the block).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
         let data = map.get(from as usize..).unwrap_or(&[]);
         let sc = scan(data, from, &f.header, start, cfg.index_interval_bytes);
         let rest = &data[(sc.summary.covered_len - from) as usize..];
-        (sc, rest.iter().all(|&b| b == 0))
+        let zero_tail = rest.iter().all(|&b| b == 0);
+        // A bad frame followed by intact frames that continue the log is damage in the
+        // middle of the segment, not a torn tail: the entries after it existed.
+        let lost_end = match &sc.stop {
+            Some((pos, _)) if !zero_tail => {
+                let expected = sc.summary.last_index + 2;
+                continuation(&map, *pos, expected, sc.summary.last_term)
+                    .map(|next| frames_end(&map, next, (expected - 1, sc.summary.last_term)))
+            }
+            _ => None,
+        };
+        (sc, zero_tail, lost_end)
     };
+    if let (Some((last_index, last_term)), Some((pos, reason))) = (lost_end, &sc.stop) {
+        let first_bad_index = sc.summary.last_index + 1;
+        let marker = crate::repair::save(
+            dir,
+            RepairMarker {
+                first_bad_index,
+                lost_last_index: last_index,
+                lost_last_term: last_term,
+            },
+        )?;
+        report.damage = Some(DamageFound {
+            path: f.path.clone(),
+            offset: *pos,
+            reason: format!("in the middle of the active segment: {reason}"),
+            first_bad_index,
+            marker,
+        });
+    }
     let end = sc.summary.covered_len;
     report.tail_bytes_scanned = end - from;
     if end < f.len && zero_tail {

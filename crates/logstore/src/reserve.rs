@@ -36,7 +36,6 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -486,7 +485,10 @@ fn fill_once(shared: &Shared, zeros: &[u8]) {
         // Syncing here, off the writer's path, is the point: the writer's own syncs then find
         // no new metadata to commit. A failed sync stops the reserve; the writer's own
         // fdatasync sees the same error and panics (see `attach`).
-        let ok = write_zeros(&file, zeros, from, to) && file.sync_data().is_ok();
+        let ok = write_zeros(&file, zeros, from, to)
+            && crate::fs::fs()
+                .sync_data(&file, Path::new("(zero reserve)"))
+                .is_ok();
         let mut st = shared.lock();
         st.filling = false;
         match st.target.as_mut() {
@@ -511,7 +513,10 @@ fn write_zeros(file: &File, zeros: &[u8], from: u64, to: u64) -> bool {
     let mut pos = from;
     while pos < to {
         let n = (to - pos).min(zeros.len() as u64) as usize;
-        if file.write_all_at(&zeros[..n], pos).is_err() {
+        if crate::fs::fs()
+            .write_all_at(file, Path::new("(zero reserve)"), &zeros[..n], pos)
+            .is_err()
+        {
             return false;
         }
         flush_range(file, pos, n as u64);
@@ -541,6 +546,7 @@ fn flush_range(file: &File, pos: u64, len: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
     use std::time::{Duration, Instant};
 
     const IDLE: Duration = Duration::from_secs(600);

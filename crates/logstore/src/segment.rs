@@ -1,7 +1,6 @@
 //! Segment files: naming, header, and reading frames back.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -154,11 +153,13 @@ pub(crate) fn create_segment_file(dir: &Path, header: &SegmentHeader) -> Result<
     let path = dir.join(segment_file_name(header.base_index));
     let tmp = dir.join(format!("{}.tmp", segment_file_name(header.base_index)));
     {
-        let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(&header.encode()).map_err(io_err(&tmp))?;
+        let f = File::create(&tmp).map_err(io_err(&tmp))?;
+        crate::fs::fs()
+            .write_all_at(&f, &tmp, &header.encode(), 0)
+            .map_err(io_err(&tmp))?;
         fdatasync(&f, &tmp);
     }
-    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    crate::fs::fs().rename(&tmp, &path).map_err(io_err(&path))?;
     fsync_dir(dir)?;
     let f = open_rw(&path)?;
     Ok((path, f))
@@ -339,6 +340,26 @@ impl Segment {
     /// Replaces the in-memory indexes.
     pub fn set_indexes(&mut self, idx: SparseIndexes) {
         *self.indexes.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(idx));
+    }
+
+    /// Replaces the in-memory indexes of an active or sealed segment (after a scan found
+    /// the loaded ones cannot be trusted).
+    pub fn replace_indexes(&mut self, idx: SparseIndexes) {
+        if self.sealed() {
+            self.open.close();
+            self.open.insert_indexes(Arc::new(idx));
+        } else {
+            self.set_indexes(idx);
+        }
+    }
+
+    /// The whole segment's bytes (`len` of them): the map of a sealed segment, a read of the
+    /// active one.
+    pub fn read_all(&self) -> Result<Bytes> {
+        if self.sealed() {
+            return self.map();
+        }
+        self.read_bytes(0, self.len as usize)
     }
 
     /// The indexes when loaded (a sealed segment's only while it is in the open set).

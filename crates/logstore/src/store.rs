@@ -1,9 +1,8 @@
 //! The public [`LogStore`].
 
 use std::fs::File;
-use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,7 +18,8 @@ use crate::fsutil::{fdatasync, fsync_dir, lock_dir, remove_if_exists};
 use crate::hard_state::{self, ConfState, HardState};
 use crate::index::write_index_file;
 use crate::open_segments::{OpenSegments, DEFAULT_MAX_OPEN_SEGMENT_FILES};
-use crate::recovery::{recover, RecoveryReport};
+use crate::recovery::{recover, scan, RecoveryReport};
+use crate::repair::{self, RepairMarker};
 use crate::reserve::ZeroReserve;
 use crate::resources::StoreResources;
 use crate::retention::{segments_to_delete, RetentionOutcome, SegmentInfo};
@@ -138,6 +138,15 @@ pub struct LogStore {
     /// memory only: the caller sets it again after a restart (vdl keeps it in its replicated
     /// metadata).
     records_floor: u64,
+    /// The lowest Raft index a read found damaged since the last repair (`u64::MAX`: none).
+    /// Reads take `&self`, so they only note it; [`LogStore::repair`] acts on it.
+    damaged_from: AtomicU64,
+    /// What the log lost to corruption and has not got back (see [`RepairMarker`]).
+    repair_marker: Option<RepairMarker>,
+    /// Why the `hardstate` file could not be read, when it was damaged (the store then
+    /// reports the default hard state: the caller must rebuild it, see
+    /// [`LogStore::hard_state_damage`]).
+    hard_state_damage: Option<String>,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -180,9 +189,18 @@ impl LogStore {
             }
         }
         let lock = lock_dir(dir)?;
-        let hard_state = hard_state::load_hard_state(dir)?;
+        // A damaged hard state is reported, not guessed: the store starts with the default
+        // (term 0, no vote) and the caller decides how to rebuild it (vdl: from its peers).
+        let (hard_state, hard_state_damage) = match hard_state::load_hard_state(dir) {
+            Ok(hs) => (hs, None),
+            Err(e @ LogStoreError::Corruption { .. }) => {
+                (HardState::default(), Some(e.to_string()))
+            }
+            Err(e) => return Err(e),
+        };
         let conf_state = hard_state::load_conf_state(dir)?;
         let rec = recover(dir, &config, &resources.open_segments)?;
+        let repair_marker = repair::load(dir)?;
         let active = rec
             .segments
             .last()
@@ -219,6 +237,9 @@ impl LogStore {
             conf_state,
             report: rec.report,
             records_floor: 0,
+            damaged_from: AtomicU64::new(u64::MAX),
+            repair_marker,
+            hard_state_damage,
         })
     }
 
@@ -232,6 +253,11 @@ impl LogStore {
         let idx = active.indexes(self.config.index_interval_bytes)?;
         let _ = write_index_file(&active.index_path, &active.summary(), &idx);
         Ok(())
+    }
+
+    /// The sealed segments (all but the active one), oldest first.
+    pub(crate) fn sealed_segments(&self) -> impl Iterator<Item = &Segment> {
+        self.segments[..self.segments.len() - 1].iter()
     }
 
     fn active(&self) -> &Segment {
@@ -477,7 +503,7 @@ impl LogStore {
             .expect("a store always has an active segment");
         let pos0 = active.len;
         let written = self.reserve.write_below(pos0 + total, || {
-            active.active_file().write_all_at(&buf, pos0)
+            crate::fs::fs().write_all_at(active.active_file(), &active.path, &buf, pos0)
         });
         if let Err(e) = written {
             // Best effort: remove a partial write so the next append starts clean. Recovery
@@ -727,12 +753,16 @@ impl LogStore {
             let data = seg.map()?;
             let tmp = seg.path.with_extension("log.tmp");
             {
-                let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-                f.write_all(&data[..pos as usize]).map_err(io_err(&tmp))?;
+                let f = File::create(&tmp).map_err(io_err(&tmp))?;
+                crate::fs::fs()
+                    .write_all_at(&f, &tmp, &data[..pos as usize], 0)
+                    .map_err(io_err(&tmp))?;
                 fdatasync(&f, &tmp);
             }
             drop(data);
-            std::fs::rename(&tmp, &seg.path).map_err(io_err(&seg.path))?;
+            crate::fs::fs()
+                .rename(&tmp, &seg.path)
+                .map_err(io_err(&seg.path))?;
             fsync_dir(&dir)?;
             seg.reactivate(open_rw(&seg.path)?);
         } else {
@@ -874,12 +904,102 @@ impl LogStore {
     pub fn save_hard_state(&mut self, hs: &HardState) -> Result<()> {
         hard_state::save_hard_state(&self.dir, hs)?;
         self.hard_state = *hs;
+        self.hard_state_damage = None;
         Ok(())
     }
 
-    /// The last saved hard state (default when never saved).
+    /// The last saved hard state (default when never saved, or when the file was damaged:
+    /// see [`LogStore::hard_state_damage`]).
     pub fn hard_state(&self) -> HardState {
         self.hard_state
+    }
+
+    /// Why the `hardstate` file could not be read at open (a CRC mismatch, bad magic, ...),
+    /// naming the file; `None` when it was intact or missing. Cleared by the next
+    /// [`LogStore::save_hard_state`]. The caller must not guess the lost term and vote: vdl
+    /// takes them from the current leader before this replica votes again.
+    pub fn hard_state_damage(&self) -> Option<&str> {
+        self.hard_state_damage.as_deref()
+    }
+
+    // ----------------------------------------------------------------------------------
+    // Damage and repair
+
+    /// Notes that a read found entry `index` (or one before it in its segment) damaged, and
+    /// returns the error unchanged. Only corruption is noted.
+    fn note_damage(&self, e: LogStoreError, index: u64) -> LogStoreError {
+        if matches!(e, LogStoreError::Corruption { .. }) {
+            self.damaged_from.fetch_min(index, Ordering::AcqRel);
+        }
+        e
+    }
+
+    /// Notes damage found outside the store's own reads (a scrubber's verification).
+    pub fn report_damage(&self, index: u64) {
+        self.damaged_from.fetch_min(index, Ordering::AcqRel);
+    }
+
+    /// The lowest Raft index a read (or [`LogStore::report_damage`]) found damaged since the
+    /// last [`LogStore::repair`]; the damaged entry is at or after it in its segment.
+    pub fn damaged_from(&self) -> Option<u64> {
+        match self.damaged_from.load(Ordering::Acquire) {
+            u64::MAX => None,
+            i => Some(i),
+        }
+    }
+
+    /// What the log lost to corruption and has not got back (written by recovery or by
+    /// [`LogStore::repair`], removed by [`LogStore::finish_repair`]).
+    pub fn repair_marker(&self) -> Option<RepairMarker> {
+        self.repair_marker
+    }
+
+    /// Cuts the log before its first damaged entry, so that what is left is intact and the
+    /// Raft layer can fetch the rest again from a healthy replica. The segment holding
+    /// `suspect_index` is scanned (CRC of every frame) to find the first bad frame; the cut
+    /// is at that frame or at `suspect_index`, whichever is lower. Writes the repair marker
+    /// (durably, before the cut) with the end the log had. Returns `None` when
+    /// `suspect_index` is no longer in the log (an earlier repair or a truncation removed
+    /// it). Durable when it returns.
+    pub fn repair(&mut self, suspect_index: u64) -> Result<Option<RepairMarker>> {
+        self.damaged_from.store(u64::MAX, Ordering::Release);
+        if suspect_index > self.last_index() {
+            return Ok(None);
+        }
+        let suspect = suspect_index.max(self.first_index());
+        let interval = self.config.index_interval_bytes;
+        let k = self.segment_for_index(suspect);
+        let seg = &self.segments[k];
+        let data = seg.read_all()?;
+        let sc = scan(&data, 0, &seg.header, None, interval);
+        drop(data);
+        let first_bad = match &sc.stop {
+            Some(_) => (sc.summary.last_index + 1).min(suspect),
+            None => suspect,
+        };
+        // The indexes loaded for this segment may point into the damage; the scan's are
+        // exact up to it.
+        self.segments[k].replace_indexes(sc.indexes);
+        let marker = repair::save(
+            &self.dir,
+            RepairMarker {
+                first_bad_index: first_bad,
+                lost_last_index: self.last_index(),
+                lost_last_term: self.last_term(),
+            },
+        )?;
+        self.repair_marker = Some(marker);
+        self.truncate_suffix(first_bad)?;
+        Ok(Some(marker))
+    }
+
+    /// Removes the repair marker: the log is whole again (the caller checked it holds what
+    /// the marker says was lost, fetched from a healthy replica). Durable when it returns.
+    pub fn finish_repair(&mut self) -> Result<()> {
+        if self.repair_marker.take().is_some() {
+            repair::remove(&self.dir)?;
+        }
+        Ok(())
     }
 
     /// Durably replaces the configuration state (temp file, fsync, rename, fsync dir).
@@ -973,14 +1093,19 @@ impl LogStore {
                 cache.first_index().unwrap_or(u64::MAX)
             };
             let seg = &self.segments[self.segment_for_index(i)];
-            let (mut pos, _) = seg.locate_index(i, interval)?;
+            let (mut pos, _) = seg
+                .locate_index(i, interval)
+                .map_err(|e| self.note_damage(e, i))?;
             while i < hi && i <= seg.last_index && i < cache_first {
-                let (h, frame) = seg.read_frame(pos)?;
+                let (h, frame) = seg.read_frame(pos).map_err(|e| self.note_damage(e, i))?;
                 if h.index != i {
-                    return Err(corruption(
-                        &seg.path,
-                        pos,
-                        format!("expected index {i}, found {}", h.index),
+                    return Err(self.note_damage(
+                        corruption(
+                            &seg.path,
+                            pos,
+                            format!("expected index {i}, found {}", h.index),
+                        ),
+                        i,
                     ));
                 }
                 if !push(entry_from_frame(&h, &frame), &mut out) {
@@ -1021,7 +1146,8 @@ impl LogStore {
             return Ok(seg.last_term);
         }
         Ok(seg
-            .locate_index(index, self.config.index_interval_bytes)?
+            .locate_index(index, self.config.index_interval_bytes)
+            .map_err(|e| self.note_damage(e, index))?
             .1
             .term)
     }
@@ -1044,7 +1170,8 @@ impl LogStore {
             return Ok(seg.next_offset);
         }
         Ok(seg
-            .locate_index(index, self.config.index_interval_bytes)?
+            .locate_index(index, self.config.index_interval_bytes)
+            .map_err(|e| self.note_damage(e, index))?
             .1
             .next_offset())
     }
@@ -1110,27 +1237,41 @@ impl LogStore {
                     let k = self
                         .segments
                         .partition_point(|s| s.next_offset <= from_offset);
-                    (k, self.segments[k].locate_offset(from_offset, interval)?.0)
+                    let seg = &self.segments[k];
+                    let found = seg
+                        .locate_offset(from_offset, interval)
+                        .map_err(|e| self.note_damage(e, seg.header.base_index))?;
+                    (k, found.0)
                 }
                 Some(i) => {
                     let k = self.segment_for_index(i);
-                    (k, self.segments[k].locate_index(i, interval)?.0)
+                    let found = self.segments[k]
+                        .locate_index(i, interval)
+                        .map_err(|e| self.note_damage(e, i))?;
+                    (k, found.0)
                 }
             };
             'segments: for seg in &self.segments[k..] {
+                // The entry a failed read is blamed on: the last intact one's successor (the
+                // repair scans the segment for the exact frame).
+                let mut at = seg.header.base_index;
                 while pos < seg.len {
-                    let h = seg.read_frame_header(pos)?;
+                    let h = seg
+                        .read_frame_header(pos)
+                        .map_err(|e| self.note_damage(e, at))?;
                     if h.index >= cache_first {
                         resume_index = Some(h.index);
                         break 'segments;
                     }
                     if h.record_count > 0 {
-                        let (h, frame) = seg.read_frame(pos)?;
+                        let (h, frame) =
+                            seg.read_frame(pos).map_err(|e| self.note_damage(e, at))?;
                         let e = entry_from_frame(&h, &frame);
                         if !add_batches(&e, from_offset, end, max_bytes, &mut out, &seg.path)? {
                             return Ok(out);
                         }
                     }
+                    at = h.index;
                     pos += h.total_len();
                 }
                 pos = SEGMENT_HEADER_LEN;

@@ -100,12 +100,20 @@ fn zero_length_files() {
     assert_eq!(s.last_index(), 60);
     assert_eq!(s.entries(1, 61, u64::MAX).unwrap().len(), 60);
     drop(s);
-    // Empty hard state: an error.
+    // Empty hard state: reported (naming the file), never guessed: the default state and
+    // the reason; the next save replaces it.
     std::fs::write(tmp.path().join("hardstate"), b"").unwrap();
-    assert!(matches!(
-        LogStore::open(tmp.path(), cfg()),
-        Err(LogStoreError::Corruption { .. })
-    ));
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    let why = s.hard_state_damage().expect("damage reported").to_owned();
+    assert!(why.contains("hardstate"), "{why}");
+    assert_eq!(s.hard_state(), logstore::HardState::default());
+    s.save_hard_state(&logstore::HardState {
+        term: 3,
+        vote: 1,
+        commit: 2,
+    })
+    .unwrap();
+    assert!(s.hard_state_damage().is_none());
 }
 
 #[test]
@@ -199,31 +207,48 @@ fn corrupt_sealed(dir: &Path) -> (PathBuf, u64) {
 
 #[test]
 fn bad_crc_in_sealed_segment() {
-    // With the index gone, open scans the sealed segment and fails naming file and offset.
+    // With the index gone, open scans the sealed segment, finds the bad frame, cuts the log
+    // before it (keeping the intact prefix) and writes a repair marker with the old end.
     let tmp = tempfile::tempdir().unwrap();
     make_store(tmp.path(), 60);
     let (seg, pos) = corrupt_sealed(tmp.path());
     std::fs::remove_file(seg.with_extension("index")).unwrap();
-    match LogStore::open(tmp.path(), cfg()) {
-        Err(e @ LogStoreError::Corruption { .. }) => {
-            let LogStoreError::Corruption { path, offset, .. } = &e else {
-                unreachable!()
-            };
-            assert_eq!(path, &seg);
-            assert_eq!(*offset, pos);
-            let msg = e.to_string();
-            assert!(
-                msg.contains("CRC") && msg.contains(&pos.to_string()),
-                "{msg}"
-            );
-        }
-        other => panic!("expected corruption, got {other:?}"),
-    }
-    // With the index intact, open is cheap and trusts it; reading the bad entry fails.
+    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    let d = s.recovery_report().damage.clone().expect("damage reported");
+    assert_eq!(d.path, seg);
+    assert_eq!(d.offset, pos);
+    assert!(d.reason.contains("CRC"), "{}", d.reason);
+    assert_eq!(d.first_bad_index, 2);
+    assert_eq!(s.last_index(), 1);
+    let m = s.repair_marker().expect("marker");
+    assert_eq!((m.first_bad_index, m.lost_last_index), (2, 60));
+    assert_eq!(s.entries(1, 2, u64::MAX).unwrap().len(), 1);
+    drop(s);
+    // Reopened: the marker is still there (until the caller finishes the repair).
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert_eq!(s.repair_marker(), Some(m));
+    s.finish_repair().unwrap();
+    drop(s);
+    assert_eq!(
+        LogStore::open(tmp.path(), cfg()).unwrap().repair_marker(),
+        None
+    );
+
+    // With the index intact, open is cheap and trusts it; reading the bad entry fails,
+    // notes the damage, and `repair` cuts the log before it.
     let tmp = tempfile::tempdir().unwrap();
     make_store(tmp.path(), 60);
     let (seg, pos) = corrupt_sealed(tmp.path());
-    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    // The scrubber's verification of the first sealed segment finds the bad frame.
+    let base = s.sealed_segment_bases()[0];
+    let target = s.scrub_target(base).unwrap().unwrap();
+    let mut paced = 0;
+    let outcome = target.verify(|n| paced += n);
+    let (index, at, _) = outcome.damage.expect("damage found");
+    assert_eq!((index, at), (2, pos));
+    assert_eq!(outcome.bytes_verified, pos);
+    assert_eq!(paced, pos - 64);
     match s.entries(1, 10, u64::MAX) {
         Err(LogStoreError::Corruption { path, offset, .. }) => {
             assert_eq!(path, seg);
@@ -234,6 +259,17 @@ fn bad_crc_in_sealed_segment() {
     assert!(s.read_records(0, u64::MAX, u64::MAX).is_err());
     // Entries after it are still readable.
     assert_eq!(s.entries(10, 20, u64::MAX).unwrap().len(), 10);
+    let suspect = s.damaged_from().expect("damage noted");
+    assert!(suspect <= 2, "{suspect}");
+    let m = s.repair(suspect).unwrap().expect("cut");
+    assert_eq!((m.first_bad_index, m.lost_last_index), (suspect, 60));
+    assert_eq!(s.last_index(), suspect - 1);
+    assert_eq!(s.damaged_from(), None);
+    // The scrubber's verification finds nothing left to complain about.
+    for base in s.sealed_segment_bases() {
+        let t = s.scrub_target(base).unwrap().unwrap();
+        assert_eq!(t.verify(|_| {}).damage, None);
+    }
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! Endpoints:
 //! - `GET /status` — JSON: this node and every stream's (every partition's) leader, term,
 //!   applied index, high watermark and log start offset; the Kafka listeners' authentication
-//!   counters and the peer port's refused connections.
+//!   counters and the peer port's refused connections; the replicas damaged on this node
+//!   (being repaired from a healthy one) and the scrubber's counters.
 //! - `POST /streams/{name}/append?timeout_ms=N&partition=P` — body: one or more Kafka record batches
 //!   (magic 2). Each batch is validated like a Kafka produce's batch (CRC, counts, every
 //!   record, offsets, timestamps: `records::validate_producer_batch`). Answers once the
@@ -93,6 +94,38 @@ pub struct NodeStatus {
     /// Raft messages from peers delivered to their group so far.
     #[serde(default)]
     pub peer_delivered_messages: u64,
+    /// Replicas on this node whose storage was found damaged and that are not whole again.
+    #[serde(default)]
+    pub damaged: Vec<DamagedStatus>,
+    /// Storage-fault counters (scrubber and repairs).
+    #[serde(default)]
+    pub storage: StorageCounters,
+}
+
+/// A damaged replica in `/status`.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DamagedStatus {
+    /// The stream (topic-partition label).
+    pub stream: String,
+    /// The first Raft index lost (0: the hard state was lost, not entries).
+    pub first_bad_index: u64,
+    /// The last index the log had before the cut.
+    pub lost_last_index: u64,
+    /// Where the damage was found.
+    pub detail: String,
+}
+
+/// Storage-fault counters in `/status`.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StorageCounters {
+    /// Bytes of sealed segments the scrubber CRC-checked.
+    pub scrub_bytes_verified: u64,
+    /// Damaged entries the scrubber found.
+    pub scrub_faults_found: u64,
+    /// Damage found anywhere (open, reads, scrubber, hard state).
+    pub faults_found: u64,
+    /// Repairs completed.
+    pub repairs_completed: u64,
 }
 
 /// The router serving the endpoints above for `node`.
@@ -132,6 +165,8 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
             }
         })
         .collect();
+    let faults = node.storage_faults();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     Json(NodeStatus {
         id: node.config().id,
         name: node.config().name.clone(),
@@ -139,6 +174,22 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
         security: node.security_stats().snapshot(),
         peer_refused_connections: node.peer_stats().refused_connections(),
         peer_delivered_messages: node.peer_stats().delivered_messages(),
+        damaged: faults
+            .damaged()
+            .into_iter()
+            .map(|d| DamagedStatus {
+                stream: d.stream,
+                first_bad_index: d.first_bad_index,
+                lost_last_index: d.lost_last_index,
+                detail: d.detail,
+            })
+            .collect(),
+        storage: StorageCounters {
+            scrub_bytes_verified: load(&faults.scrub_bytes_verified),
+            scrub_faults_found: load(&faults.scrub_faults_found),
+            faults_found: load(&faults.faults_found),
+            repairs_completed: load(&faults.repairs_completed),
+        },
     })
 }
 

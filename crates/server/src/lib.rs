@@ -7,8 +7,11 @@
 //!   liveness, replica placement and leaders, idempotent producer state.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
 //! - [`flow`]: flow control: node-wide rate limits and Kafka client quotas, throttling.
-//! - [`security`]: principals (who a connection is), SCRAM credentials.
-//! - [`admin`]: the admin HTTP API (status, append and read without Kafka, rates).
+//! - [`security`]: listeners' TLS and SASL, principals, SCRAM credentials, ACLs and the
+//!   authorizer.
+//! - [`storage_faults`]: damaged replicas and their repair counters; [`scrubber`]: the
+//!   background verification of sealed segments.
+//! - [`admin`]: the admin HTTP API (status, append and read without Kafka, rates, members).
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
 //!   [`metadata_codec`]: how its commands are stored in the Raft log; [`metadata_snapshot`]:
 //!   its snapshots; [`topic_config`]: topic-level configs.
@@ -29,7 +32,9 @@ pub mod metadata_snapshot;
 pub mod node;
 pub mod replication;
 pub mod runtime;
+pub mod scrubber;
 pub mod security;
+pub mod storage_faults;
 pub mod topic_config;
 
 pub use replication::{

@@ -193,6 +193,12 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+    if let Some(control) = &config.storage.fault_injection_file {
+        let fs = logstore::FaultInjectingFs::new(control)
+            .with_context(|| format!("fault injection journal next to {}", control.display()))?;
+        logstore::install_file_system(std::sync::Arc::new(fs));
+        tracing::warn!(control = %control.display(), "disk fault injection is on (tests only)");
+    }
     let node = Node::start(config.clone())
         .await
         .context("starting the node")?;

@@ -308,7 +308,23 @@ impl LogStream {
         max_bytes: u64,
     ) -> Result<RecordsRead, logstore::LogStoreError> {
         let hw = self.visible().high_watermark;
-        read(&self.store).read_records(offset, max_bytes, hw)
+        let out = read(&self.store).read_records(offset, max_bytes, hw);
+        if let Err(logstore::LogStoreError::Corruption { .. }) = &out {
+            // The store noted the damage; the group repairs it (a leader hands over first).
+            // The client gets a retriable error (KAFKA_STORAGE_ERROR), never the bad bytes.
+            try_deliver(&self.inbox, GroupInput::CheckDamage);
+        }
+        out
+    }
+
+    /// Asks the group to act on damage its store noted (the scrubber found some).
+    pub fn check_damage(&self) {
+        try_deliver(&self.inbox, GroupInput::CheckDamage);
+    }
+
+    /// The stream's store, for the scrubber (reads only).
+    pub fn store(&self) -> &SharedStore {
+        &self.store
     }
 
     /// The first offset whose batch has a max timestamp at or after `timestamp_ms` (None when
@@ -568,6 +584,10 @@ pub struct Node {
     /// The TLS configurations of the Kafka listeners that use TLS, by listener name (set by
     /// `serve_kafka`), for reloads.
     listener_tls: Mutex<Vec<(String, Arc<crate::security::tls::ReloadingServerTls>)>>,
+    /// Damaged replicas and the scrubber's counters (see [`crate::storage_faults`]).
+    storage_faults: Arc<crate::storage_faults::StorageFaults>,
+    /// The background scrubber (None when `storage.scrub_rate_mb_per_s` is 0).
+    scrubber: Mutex<Option<crate::scrubber::Scrubber>>,
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
@@ -596,7 +616,10 @@ pub fn boot_nonce() -> u64 {
 
 /// Rebuilds a stream's producer table from the newest committed entries (at most
 /// [`crate::producers::REBUILD_MAX_ENTRIES`] of them).
-fn rebuild_producers(store: &SharedStore, applied: u64) -> crate::producers::ProducerTable {
+pub(crate) fn rebuild_producers(
+    store: &SharedStore,
+    applied: u64,
+) -> crate::producers::ProducerTable {
     let mut table = crate::producers::ProducerTable::default();
     let s = read(store);
     let mut lo = s
@@ -929,6 +952,8 @@ impl Node {
             open_lock: Mutex::new(()),
             security_stats: Arc::new(crate::security::stats::SecurityStats::default()),
             listener_tls: Mutex::new(Vec::new()),
+            storage_faults: Arc::new(crate::storage_faults::StorageFaults::default()),
+            scrubber: Mutex::new(None),
         });
         node.refuse_old_layout()?;
         let sm = MetadataStateMachine::new(
@@ -980,6 +1005,7 @@ impl Node {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) =
             Some(tokio::spawn(finish_reassignments(Arc::downgrade(&node))));
+        node.start_scrubber();
         Ok(node)
     }
 
@@ -2244,7 +2270,19 @@ impl Node {
             store.save_conf_state(&cs).map_err(store_err)?;
         }
         let hs = store.hard_state();
-        if hs.commit > store.last_index() {
+        if let Some(d) = &store.recovery_report().damage {
+            tracing::error!(
+                stream = %name,
+                file = %d.path.display(),
+                offset = d.offset,
+                first_bad_index = d.first_bad_index,
+                "damaged log data: {}; the log was cut before it and is repaired from a healthy replica",
+                d.reason
+            );
+        }
+        // A log cut before damaged entries (repair marker) may end below the saved commit:
+        // the group fetches the rest again and does not vote meanwhile.
+        if hs.commit > store.last_index() && store.repair_marker().is_none() {
             if sync_always {
                 return Err(NodeError::CommitBeyondLog {
                     name: name.to_owned(),
@@ -2351,6 +2389,8 @@ impl Node {
             state_machine,
             rejoin: self.registry.directories.clone(),
             preferred_leader: preferred_leader.zip(self.config.raft.leader_rebalance_interval),
+            raft_config: cfg.clone(),
+            faults: self.storage_faults.clone(),
         };
         self.runtime.run(&slot, new_group(parts));
         self.registry
@@ -2922,8 +2962,40 @@ impl Node {
         self.topic_layout(name).is_some()
     }
 
-    /// Stops every group thread (their pending appends fail with `Stopped`) and the peer
-    /// listener. Data already synced stays; nothing more is written.
+    /// Damaged replicas on this node and the scrubber's and repairs' counters.
+    pub fn storage_faults(&self) -> &Arc<crate::storage_faults::StorageFaults> {
+        &self.storage_faults
+    }
+
+    /// Starts the background scrubber over every stream this node holds (see
+    /// [`crate::scrubber`]); does nothing when the configured rate is 0.
+    fn start_scrubber(&self) {
+        let rate = self.config.storage.scrub_bytes_per_second;
+        if rate == 0 {
+            return;
+        }
+        let streams = Arc::downgrade(&self.streams);
+        let list: crate::scrubber::StreamLister = Box::new(move || {
+            let Some(streams) = streams.upgrade() else {
+                return Vec::new();
+            };
+            let map = streams.lock().unwrap_or_else(|e| e.into_inner());
+            map.values().flat_map(|p| p.values().cloned()).collect()
+        });
+        match crate::scrubber::Scrubber::start(
+            &format!("vdl{}", self.config.id),
+            rate,
+            self.config.storage.scrub_pass_pause,
+            list,
+            self.storage_faults.clone(),
+        ) {
+            Ok(s) => *self.scrubber.lock().unwrap_or_else(|e| e.into_inner()) = Some(s),
+            Err(e) => tracing::error!("cannot start the scrubber thread: {e}"),
+        }
+    }
+
+    /// Stops the scrubber, every group thread (their pending appends fail with `Stopped`) and
+    /// the peer listener. Data already synced stays; nothing more is written.
     pub fn shutdown(&self) {
         if let Some(t) = self
             .membership_task
@@ -2933,6 +3005,12 @@ impl Node {
         {
             t.abort();
         }
+        drop(
+            self.scrubber
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         self.peer_task.abort();
         self.rejoin_task.abort();
         self.liveness_task.abort();

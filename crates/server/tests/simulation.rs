@@ -187,6 +187,8 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         producers: Some(ProducerTable::default()),
         rejoin: Arc::new(vdl_server::replicas::Directories::open(dir).expect("directories")),
         preferred_leader: None,
+        raft_config: cfg.clone(),
+        faults: Arc::new(vdl_server::storage_faults::StorageFaults::default()),
     };
     SimGroup {
         task: new_group(parts),

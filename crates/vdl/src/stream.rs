@@ -398,6 +398,8 @@ impl Stream {
             AppendError::Stopped => Error::Closed,
             AppendError::Invalid(m) => Error::InvalidRecord(m),
             AppendError::Sequence(s) => Error::InvalidRecord(format!("{s:?}")),
+            // The replica could not write it (a full disk): nothing of it is in its log.
+            AppendError::Storage(m) => Error::Storage(m),
         }
     }
 

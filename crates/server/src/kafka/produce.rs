@@ -142,6 +142,7 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         // The first attempt is still being replicated: a retriable error; the retry after it
         // commits is answered with its offset.
         AppendError::Sequence(SequenceError::DuplicateInFlight) => ErrorCode::NotEnoughReplicas,
+        AppendError::Storage(_) => ErrorCode::KafkaStorageError,
     }
 }
 

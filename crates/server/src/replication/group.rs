@@ -78,6 +78,10 @@ pub enum AppendError {
     /// An idempotent producer's batch does not fit its sequence.
     #[error("producer sequence: {0:?}")]
     Sequence(SequenceError),
+    /// The replica could not write the entry (e.g. the disk is full): nothing of it is in
+    /// this replica's log (Kafka's KAFKA_STORAGE_ERROR, retriable).
+    #[error("storage error: {0}")]
+    Storage(String),
 }
 
 /// Where an acknowledged append landed.
@@ -157,6 +161,9 @@ pub enum GroupInput {
     /// others, one configuration change at a time (handing leadership away first when it is
     /// itself removed).
     SetVoters(Vec<u64>),
+    /// The store found damaged data (a read or the scrubber): the group repairs its log at
+    /// its next turn (see [`Group::check_damage`]).
+    CheckDamage,
     /// Stop the group (its pending appends fail with `Stopped`).
     Stop,
 }
@@ -191,6 +198,10 @@ pub struct Visible {
     /// was asked), without learners or a configuration change in flight. False on a follower.
     pub membership_settled: bool,
 }
+
+/// Context of a rejected append a repairing replica sends its leader to say where its log
+/// now ends (see [`Group::lost_entries_reported`]).
+pub const LOST_ENTRIES_CONTEXT: &[u8] = b"vdl-lost-entries";
 
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
@@ -268,6 +279,23 @@ pub struct GroupParts {
     /// The replica that should lead this group when it is live and caught up (topic
     /// partitions), and how often the leader checks; `None`: whoever is elected stays.
     pub preferred_leader: Option<(u64, Duration)>,
+    /// The raft-rs configuration the node was built with (to rebuild it after a repair cut
+    /// the log).
+    pub raft_config: raft::Config,
+    /// The node's storage-fault state (damaged replicas, counters).
+    pub faults: Arc<crate::storage_faults::StorageFaults>,
+}
+
+/// A replica repairing a log that lost entries to corruption (see the server README,
+/// "Storage faults").
+#[derive(Debug, Clone, Copy)]
+struct Repair {
+    /// What was lost (from the store's durable repair marker).
+    marker: logstore::RepairMarker,
+    /// The commit index of the first append a leader sent after the repair (None: not heard
+    /// yet). The repair ends once this replica applied it and its log is at least as up to
+    /// date as it was before the cut.
+    target: Option<u64>,
 }
 
 struct Waiting {
@@ -322,6 +350,20 @@ struct Group {
     snapshot_index: u64,
     /// The voters asked by [`GroupInput::SetVoters`] (None: keep the configuration).
     target_voters: Option<Vec<u64>>,
+    /// Set while the log lacks entries it lost to corruption.
+    repair: Option<Repair>,
+    /// The `hardstate` file was damaged: term and vote are unknown until a leader is heard.
+    hard_state_unknown: bool,
+    /// On a leader whose store found damage: when it asked a healthy follower to take over.
+    handover_since: Option<Instant>,
+    /// Committed entries through this index were read back intact (see
+    /// [`Group::verify_committed`]).
+    verified_through: u64,
+    /// The last index on disk when the group started: entries after it came through this
+    /// process and are read from its cache or fresh writes.
+    unverified_through: u64,
+    /// When a damaged replica last asked its peers for a leader ([`Group::call_for_leader`]).
+    called_for_leader: Option<Instant>,
 }
 
 /// Read barriers waiting at once per group; more get [`AppendError::Busy`].
@@ -330,14 +372,39 @@ pub const MAX_PENDING_READS: usize = 4096;
 /// Builds a group's state machine, to run on the node's [`crate::runtime::Runtime`] until it
 /// receives [`GroupInput::Stop`] or its slot is stopped.
 pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
-    let (hs, store_limits) = {
+    let (hs, store_limits, marker, hs_damage, last_at_open) = {
         let s = read(&parts.store);
         let c = s.config();
         (
             s.hard_state(),
             (c.max_entry_bytes, c.max_batch_entries, c.max_batch_bytes),
+            s.repair_marker(),
+            s.hard_state_damage().map(str::to_owned),
+            s.last_index(),
         )
     };
+    if let Some(why) = &hs_damage {
+        tracing::error!(stream = %parts.name, "{why}: term and vote are lost; this replica will not vote or campaign until it hears from a leader, and takes the term from it");
+        parts
+            .faults
+            .mark_damaged(crate::storage_faults::DamagedReplica {
+                stream: parts.name.clone(),
+                first_bad_index: 0,
+                lost_last_index: 0,
+                detail: why.clone(),
+            });
+    }
+    if let Some(m) = marker {
+        tracing::warn!(stream = %parts.name, first_bad_index = m.first_bad_index, lost_last_index = m.lost_last_index, "log cut before damaged entries; repairing from the leader");
+        parts
+            .faults
+            .mark_damaged(crate::storage_faults::DamagedReplica {
+                stream: parts.name.clone(),
+                first_bad_index: m.first_bad_index,
+                lost_last_index: m.lost_last_index,
+                detail: "found at open".into(),
+            });
+    }
     let visible = *parts.visible.borrow();
     let snapshot_index = parts
         .state_machine
@@ -374,6 +441,15 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         next_read_id: 0,
         snapshot_index,
         target_voters: None,
+        repair: marker.map(|marker| Repair {
+            marker,
+            target: None,
+        }),
+        hard_state_unknown: hs_damage.is_some(),
+        handover_since: None,
+        verified_through: visible.applied_index,
+        unverified_through: last_at_open,
+        called_for_leader: None,
     })
 }
 
@@ -394,14 +470,27 @@ impl Task for Group {
         }
         self.propose_queued();
         if tick && !self.visible.quiesced {
+            if self.may_not_vote() {
+                // A replica repairing lost entries, or whose term and vote are unknown, never
+                // campaigns: its election timer is held just short of firing. It still ticks,
+                // so its leader lease (check_quorum) expires and it can vote for a candidate
+                // `repair_allows` admits once the leader is gone.
+                let raft = &mut self.p.node.raft;
+                let hold = raft.randomized_election_timeout().saturating_sub(2);
+                raft.election_elapsed = raft.election_elapsed.min(hold);
+            }
             self.p.node.tick();
             self.maybe_quiesce();
         }
-        self.handle_ready();
-        if self.change_membership() {
+        if self.verify_committed() {
             self.handle_ready();
+            if self.change_membership() {
+                self.handle_ready();
+            }
         }
         self.publish_membership();
+        self.check_damage();
+        self.call_for_leader();
         let now = Instant::now();
         if now >= self.next_retention {
             self.apply_retention();
@@ -602,9 +691,24 @@ impl Group {
                 } else if !answer {
                     self.set_quiesced(false);
                 }
-                if self.rejoin_allows(&m) {
+                if self.lost_entries_reported(&m) {
+                    return true;
+                }
+                if self.rejoin_allows(&m) && self.repair_allows(&m) {
                     let heartbeat = quiesce.then(|| m.clone());
+                    let repair_input = self.may_not_vote().then(|| {
+                        (
+                            m.get_msg_type(),
+                            m.from,
+                            m.term,
+                            m.commit,
+                            m.get_snapshot().get_metadata().index,
+                        )
+                    });
                     self.step_peer_message(m);
+                    if let Some(input) = repair_input {
+                        self.after_repair_input(input);
+                    }
                     if let Some(hb) = heartbeat {
                         let agree = !self.p.forward_proposals
                             && crate::quiesce::follower_may_quiesce(&self.p.node.raft, &hb);
@@ -648,8 +752,11 @@ impl Group {
             }
             GroupInput::Campaign => {
                 self.set_quiesced(false);
-                let _ = self.p.node.campaign();
+                if !self.may_not_vote() {
+                    let _ = self.p.node.campaign();
+                }
             }
+            GroupInput::CheckDamage => self.set_quiesced(false),
             GroupInput::TransferLeader(to) => {
                 self.set_quiesced(false);
                 self.p.node.transfer_leader(to);
@@ -768,6 +875,335 @@ impl Group {
                 tracing::info!(stream = %self.p.name, applied = self.visible.applied_index, "caught up after the replaced disk");
             }
         }
+    }
+
+    /// Whether this replica must not vote or campaign: its log lacks entries it lost to
+    /// corruption, or its term and vote were lost with a damaged hard state.
+    fn may_not_vote(&self) -> bool {
+        self.repair.is_some() || self.hard_state_unknown
+    }
+
+    /// Protocol-aware recovery (see the README, "Storage faults"): while repairing, a vote
+    /// or pre-vote is considered only for a candidate whose log is at least as up to date as
+    /// this replica's log was *before* the cut, so it never helps elect a leader lacking an
+    /// entry it had (and may have acknowledged); raft-rs then applies its usual rules. With
+    /// the hard state lost, no vote at all (it may have voted in this term already). A
+    /// leadership transfer to a damaged replica is refused.
+    fn repair_allows(&mut self, m: &Message) -> bool {
+        use raft::prelude::MessageType;
+        match m.get_msg_type() {
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => {
+                if self.hard_state_unknown {
+                    return false;
+                }
+                self.repair
+                    .is_none_or(|r| r.marker.covered_by(m.index, m.log_term))
+            }
+            MessageType::MsgTimeoutNow => !self.may_not_vote(),
+            _ => true,
+        }
+    }
+
+    /// After a message from a peer was stepped into a damaged replica: learns the leader's
+    /// commit index (the repair target) from its first append, takes the term (and counts
+    /// the leader as its vote) when the hard state was lost, and tells a leader that still
+    /// believes it holds its lost entries (see [`Group::lost_entries_reported`]).
+    fn after_repair_input(
+        &mut self,
+        (kind, from, term, commit, snap_index): (raft::prelude::MessageType, u64, u64, u64, u64),
+    ) {
+        use raft::prelude::MessageType;
+        let from_leader = matches!(
+            kind,
+            MessageType::MsgAppend | MessageType::MsgHeartbeat | MessageType::MsgSnapshot
+        ) && self.p.node.raft.leader_id == from
+            && self.p.node.raft.term == term;
+        if !from_leader {
+            return;
+        }
+        if self.hard_state_unknown {
+            // The leader of `term` won its election: this replica's vote in that term (if it
+            // cast one) could only matter to it, so recording it as the vote never lets a
+            // second candidate win the same term. Earlier terms are never voted in again.
+            self.p.node.raft.vote = from;
+            self.hard_state_unknown = false;
+            tracing::info!(stream = %self.p.name, term, leader = from, "hard state rebuilt from the leader");
+            if self.repair.is_none() {
+                self.p.faults.mark_repaired(&self.p.name);
+            }
+        }
+        let Some(repair) = self.repair.as_mut() else {
+            return;
+        };
+        match kind {
+            MessageType::MsgAppend if repair.target.is_none() => repair.target = Some(commit),
+            MessageType::MsgSnapshot if repair.target.is_none() => repair.target = Some(snap_index),
+            MessageType::MsgHeartbeat => {
+                // A quiet leader sends no appends; tell it where this log ends.
+                let last = read(&self.p.store).last_index();
+                self.send_lost_entries(from, last);
+            }
+            _ => {}
+        }
+    }
+
+    /// Tells `leader` that this replica's log ends at `last` (a rejected append with that
+    /// hint and the marker context), so a leader that still believes it holds more sends
+    /// the lost entries again.
+    fn send_lost_entries(&self, leader: u64, last: u64) {
+        let mut m = Message::default();
+        m.set_msg_type(raft::prelude::MessageType::MsgAppendResponse);
+        m.to = leader;
+        m.from = self.p.node.raft.id;
+        // Peers refuse term 0 (a replica whose hard state was lost starts there); a term
+        // other than the leader's only wakes it (see `lost_entries_reported`).
+        m.term = self.p.node.raft.term.max(1);
+        m.reject = true;
+        m.index = last;
+        m.reject_hint = last;
+        m.context = LOST_ENTRIES_CONTEXT.to_vec().into();
+        self.p.peers.send(self.p.id, m);
+    }
+
+    /// On the leader: a follower rejected an append with a hint below what it acknowledged
+    /// before (it lost entries to corruption and cut its log). raft-rs ignores such a
+    /// rejection in replicate state (it takes it for a stale one), so the follower's
+    /// progress restarts from its hint here (its log up to the hint matched this leader's:
+    /// it matched further before, and a cut changes no entry it keeps) and the rest is sent
+    /// again. The marked message (from [`Group::send_lost_entries`]) is consumed here: true.
+    fn lost_entries_reported(&mut self, m: &Message) -> bool {
+        if m.get_msg_type() != raft::prelude::MessageType::MsgAppendResponse || !m.reject {
+            return false;
+        }
+        let marked = m.context.as_ref() == LOST_ENTRIES_CONTEXT;
+        let raft = &mut self.p.node.raft;
+        if raft.state != StateRole::Leader || m.term != raft.term {
+            return marked;
+        }
+        let Some(pr) = raft.mut_prs().get_mut(m.from) else {
+            return marked;
+        };
+        if m.reject_hint < pr.matched {
+            tracing::warn!(stream = %self.p.name, follower = m.from, matched = pr.matched, follower_last = m.reject_hint, "follower lost entries it had acknowledged; sending them again");
+            pr.matched = m.reject_hint;
+            pr.become_probe();
+            self.set_quiesced(false);
+            self.p.node.raft.send_append(m.from);
+        }
+        marked
+    }
+
+    /// A damaged replica that knows no leader asks every other voter, once per election
+    /// timeout, with the marked rejection of [`Group::send_lost_entries`]: a quiesced leader
+    /// wakes on it and its heartbeats start the repair (other replicas drop it).
+    fn call_for_leader(&mut self) {
+        if !self.may_not_vote() || self.p.node.raft.leader_id != 0 {
+            return;
+        }
+        let timeout =
+            self.p.tick * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
+        if self
+            .called_for_leader
+            .is_some_and(|at| at.elapsed() < timeout)
+        {
+            return;
+        }
+        self.called_for_leader = Some(Instant::now());
+        let last = read(&self.p.store).last_index();
+        let me = self.p.node.raft.id;
+        let voters: Vec<u64> = self
+            .p
+            .node
+            .raft
+            .prs()
+            .conf()
+            .voters()
+            .ids()
+            .iter()
+            .filter(|id| *id != me)
+            .collect();
+        for id in voters {
+            self.send_lost_entries(id, last);
+        }
+    }
+
+    /// raft-rs reads committed entries from the store to apply them and panics on any read
+    /// error, so the committed entries that were on disk when the group started are read
+    /// back (CRC-checked) before raft-rs gets to them. Damage there is repaired at once (a
+    /// leader steps down without a handover: it cannot go on). False: do not handle a Ready
+    /// this turn.
+    fn verify_committed(&mut self) -> bool {
+        let committed = self
+            .p
+            .node
+            .raft
+            .raft_log
+            .committed
+            .min(self.unverified_through);
+        if committed <= self.verified_through {
+            return true;
+        }
+        let mut lo = self.verified_through + 1;
+        let bad = {
+            let s = read(&self.p.store);
+            lo = lo.max(s.first_index());
+            let mut bad = None;
+            while lo <= committed {
+                match s.entries(lo, committed + 1, 4 << 20) {
+                    Ok(v) => lo += v.len().max(1) as u64,
+                    Err(logstore::LogStoreError::Corruption { .. }) => {
+                        bad = Some(s.damaged_from().unwrap_or(lo));
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            bad
+        };
+        match bad {
+            None => {
+                self.verified_through = committed;
+                true
+            }
+            Some(suspect) => {
+                self.repair_now(suspect);
+                self.verified_through = self.verified_through.min(read(&self.p.store).last_index());
+                false
+            }
+        }
+    }
+
+    /// Acts on damage the store found: a leader first hands leadership to a caught-up
+    /// healthy follower (for at most an election timeout); then the log is cut before the
+    /// first damaged entry (durably, with a repair marker), raft-rs is rebuilt over the
+    /// shorter log as a follower, and the repair rules apply until the lost range is back.
+    fn check_damage(&mut self) {
+        let Some(suspect) = read(&self.p.store).damaged_from() else {
+            self.check_repaired();
+            return;
+        };
+        if self.p.node.raft.state == StateRole::Leader {
+            let timeout = self.p.tick
+                * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
+            match self.handover_since {
+                None => {
+                    self.handover_since = Some(Instant::now());
+                    let raft = &self.p.node.raft;
+                    let last = raft.raft_log.last_index();
+                    let me = raft.id;
+                    let healthy = raft
+                        .prs()
+                        .iter()
+                        .find(|(id, pr)| **id != me && pr.matched == last && pr.recent_active)
+                        .map(|(id, _)| *id);
+                    if let Some(to) = healthy {
+                        tracing::warn!(stream = %self.p.name, to, "damaged log on the leader: handing leadership over");
+                        self.p.node.transfer_leader(to);
+                        return;
+                    }
+                }
+                Some(at) if at.elapsed() < timeout => return,
+                Some(_) => {}
+            }
+        }
+        self.repair_now(suspect);
+    }
+
+    /// Cuts the log before the damage at or before `suspect`, rebuilds raft-rs as a follower
+    /// over the shorter log and starts the repair.
+    fn repair_now(&mut self, suspect: u64) {
+        self.handover_since = None;
+        let leader = self.p.node.raft.leader_id;
+        let marker = match write(&self.p.store).repair(suspect) {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(stream = %self.p.name, "cutting the damaged log failed: {e}");
+                return;
+            }
+        };
+        tracing::warn!(stream = %self.p.name, first_bad_index = marker.first_bad_index, lost_last_index = marker.lost_last_index, "damaged entries found; log cut before them, repairing from the leader");
+        self.p
+            .faults
+            .mark_damaged(crate::storage_faults::DamagedReplica {
+                stream: self.p.name.clone(),
+                first_bad_index: marker.first_bad_index,
+                lost_last_index: marker.lost_last_index,
+                detail: "found while running".into(),
+            });
+        self.rebuild_raft(AppendError::NotLeader { leader: None });
+        self.repair = Some(Repair {
+            marker,
+            target: None,
+        });
+        if leader != 0 && leader != self.p.node.raft.id {
+            let last = read(&self.p.store).last_index();
+            self.send_lost_entries(leader, last);
+        }
+    }
+
+    /// Ends the repair once the log holds what it lost: this replica applied the commit
+    /// index a leader announced after the cut, and its log is at least as up to date as it
+    /// was before the cut.
+    fn check_repaired(&mut self) {
+        let Some(r) = self.repair else {
+            return;
+        };
+        let Some(target) = r.target else {
+            return;
+        };
+        let (last_index, last_term) = {
+            let s = read(&self.p.store);
+            (s.last_index(), s.last_term())
+        };
+        if self.visible.applied_index < target || !r.marker.covered_by(last_index, last_term) {
+            return;
+        }
+        if let Err(e) = write(&self.p.store).finish_repair() {
+            tracing::error!(stream = %self.p.name, "removing the repair marker failed: {e}");
+            return;
+        }
+        self.repair = None;
+        if !self.hard_state_unknown {
+            self.p.faults.mark_repaired(&self.p.name);
+        }
+        tracing::info!(stream = %self.p.name, last_index, target, "log repaired from the leader");
+    }
+
+    /// Rebuilds raft-rs over the store's log (cut by a repair, or missing entries a write
+    /// failed to take): a follower in the same term with the same vote, its commit and
+    /// applied index at most the last index. Proposals waiting here fail with `why`.
+    fn rebuild_raft(&mut self, why: AppendError) {
+        let storage = self.p.node.store().clone();
+        let commit = match raft::Storage::initial_state(&storage) {
+            Ok(st) => st.hard_state.commit,
+            Err(_) => 0,
+        };
+        let mut cfg = self.p.raft_config.clone();
+        cfg.applied = commit;
+        let logger = crate::raft_log::group_logger(&self.p.name);
+        match RawNode::new(&cfg, storage, &logger) {
+            Ok(node) => self.p.node = node,
+            Err(e) => {
+                tracing::error!(stream = %self.p.name, "rebuilding raft after a repair failed: {e}");
+                return;
+            }
+        }
+        self.fail_all(why);
+        if let Some(t) = self.p.producers.as_mut() {
+            *t = crate::node::rebuild_producers(&self.p.store, commit);
+        }
+        let s = read(&self.p.store);
+        self.visible.leader = 0;
+        self.visible.applied_index = commit;
+        self.visible.high_watermark = s
+            .next_offset_after_index(commit)
+            .unwrap_or(self.visible.high_watermark.min(s.next_offset()));
+        self.visible.leader_ready = false;
+        self.visible.in_sync = [0; MAX_TRACKED_VOTERS];
+        drop(s);
+        self.ready_term = 0;
+        self.publish();
     }
 
     /// Steps a message from a peer into raft-rs if [`check_in_group`] admits it; otherwise
@@ -1221,8 +1657,10 @@ impl Group {
         }
         self.apply(ready.take_committed_entries());
         let read_states = ready.take_read_states();
-        if !ready.entries().is_empty() {
-            self.append(ready.entries());
+        if !ready.entries().is_empty() && !self.append(ready.entries()) {
+            // raft-rs was rebuilt without the entries the store could not take; this Ready
+            // belonged to the old one.
+            return;
         }
         if let Some(hs) = ready.hs() {
             if hs.term != self.persisted_term || hs.vote != self.persisted_vote {
@@ -1309,8 +1747,12 @@ impl Group {
     }
 
     /// Appends entries (truncating a conflicting suffix first) and makes them durable with one
-    /// fsync; then records the indexes of this node's proposals.
-    fn append(&mut self, entries: &[Entry]) {
+    /// fsync; then records the indexes of this node's proposals. A write the store refuses
+    /// with an I/O error (a full disk) leaves nothing in the store (it cuts what it wrote);
+    /// raft-rs is then rebuilt from the store, which drops the entries as a crash before
+    /// persisting them would, and the proposals waiting here fail with a storage error: false.
+    /// (An fsync failure stays fail-stop: see the logstore README.)
+    fn append(&mut self, entries: &[Entry]) -> bool {
         let converted: Vec<_> = entries.iter().map(to_store_entry).collect();
         let first = entries[0].index;
         let pending = {
@@ -1319,8 +1761,12 @@ impl Group {
                 s.truncate_suffix(first)
                     .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
             }
-            s.append(&converted)
-                .unwrap_or_else(|e| panic!("appending to the log failed: {e}"));
+            if let Err(e) = s.append(&converted) {
+                drop(s);
+                tracing::error!(stream = %self.p.name, first, "appending to the log failed: {e}; the entries are dropped and their proposals fail");
+                self.rebuild_raft(AppendError::Storage(e.to_string()));
+                return false;
+            }
             s.prepare_sync()
                 .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
         };
@@ -1353,6 +1799,7 @@ impl Group {
                 }
             }
         }
+        true
     }
 
     fn apply(&mut self, committed: Vec<Entry>) {

@@ -71,7 +71,8 @@ impl LatestSnapshot {
     }
 }
 
-/// raft-rs storage backed by the stream's log store.
+/// raft-rs storage backed by the stream's log store. Cloning shares the store.
+#[derive(Clone)]
 pub struct RaftStorage {
     store: SharedStore,
     /// For a group with a state machine: its snapshots, sent to followers whose entries were
@@ -104,6 +105,33 @@ impl RaftStorage {
 
 fn store_err(e: LogStoreError) -> raft::Error {
     raft::Error::Store(StorageError::Other(Box::new(e)))
+}
+
+/// A failed read of entries as raft-rs must see it. Damaged data (the store noted it, and
+/// the group repairs the log at its next turn) is "temporarily unavailable": raft-rs then
+/// sends nothing from that range instead of panicking (it treats any other error as fatal),
+/// and never serves corrupt bytes to a follower.
+fn entries_err(e: LogStoreError) -> raft::Error {
+    match e {
+        LogStoreError::Corruption { .. } => {
+            tracing::error!("damaged log entry not served to raft: {e}");
+            raft::Error::Store(StorageError::LogTemporarilyUnavailable)
+        }
+        e => store_err(e),
+    }
+}
+
+/// A failed term lookup as raft-rs must see it: damage is "unavailable" (raft-rs treats the
+/// term as unknown: an append that needs it is rejected, a send falls back to a snapshot
+/// attempt), never a panic.
+fn term_err(e: LogStoreError) -> raft::Error {
+    match e {
+        LogStoreError::Corruption { .. } => {
+            tracing::error!("damaged log entry: term unavailable to raft: {e}");
+            raft::Error::Store(StorageError::Unavailable)
+        }
+        e => store_err(e),
+    }
 }
 
 /// Converts a raft-rs entry into a store entry.
@@ -217,7 +245,7 @@ impl raft::Storage for RaftStorage {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
         let max = max_size.into().unwrap_or(u64::MAX);
-        let entries = s.entries(low, high, max).map_err(store_err)?;
+        let entries = s.entries(low, high, max).map_err(entries_err)?;
         Ok(entries.into_iter().map(to_raft_entry).collect())
     }
 
@@ -229,7 +257,7 @@ impl raft::Storage for RaftStorage {
         if idx > s.last_index() {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        s.term(idx).map_err(store_err)
+        s.term(idx).map_err(term_err)
     }
 
     fn first_index(&self) -> raft::Result<u64> {
@@ -272,7 +300,10 @@ impl raft::Storage for RaftStorage {
         };
         let meta = snap.mut_metadata();
         meta.index = index;
-        meta.term = s.term(index).map_err(store_err)?;
+        meta.term = s.term(index).map_err(|e| {
+            tracing::error!("snapshot term unavailable: {e}");
+            raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable)
+        })?;
         meta.set_conf_state(to_raft_conf(s.conf_state()));
         Ok(snap)
     }

@@ -163,6 +163,13 @@ impl ProcCluster {
         self.spawn(i);
     }
 
+    /// Whether node `i` was started and has exited since (its status then).
+    pub fn exited(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        self.procs[i]
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Panics, with the node's log, when a node that was started has exited.
     pub fn assert_all_running(&mut self) {
         for i in 0..self.len() {
