@@ -52,7 +52,7 @@ pub use open_segments::{OpenSegments, DEFAULT_MAX_OPEN_SEGMENT_FILES};
 pub use recovery::RecoveryReport;
 pub use resources::StoreResources;
 pub use retention::RetentionOutcome;
-pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, StoreStats};
+pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, SegmentSummary, StoreStats};
 
 /// Checks `payload` as [`LogStore::append`] checks a [`EntryKind::Records`] entry's payload (a
 /// whole number, at least one, of magic-2 record batches with non-negative lastOffsetDelta)

@@ -11,6 +11,8 @@
 //!   `421` with `{"error":..,"leader":id}` on a follower, `504` on timeout, `400` on bad input.
 //! - `GET /streams/{name}/records?offset=N&max_bytes=M&partition=P` — committed record batches from offset
 //!   N, whole batches, as `application/octet-stream`; header `x-high-watermark`.
+//! - `GET /metrics` — Prometheus metrics (OpenMetrics text, see [`crate::metrics`]).
+//! - The operator endpoints `vdlctl` uses: see [`crate::admin_ops`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +78,22 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/status", get(status))
         .route("/streams/{name}/append", post(append))
         .route("/streams/{name}/records", get(records))
+        .route("/metrics", get(metrics))
+        .route("/replicas", get(crate::admin_ops::replicas))
+        .route("/cluster/status", get(crate::admin_ops::cluster_status))
+        .route(
+            "/partitions/{topic}/{partition}/leader",
+            post(crate::admin_ops::transfer_leader),
+        )
+        .route("/leaders/balance", post(crate::admin_ops::balance_leaders))
+        .route(
+            "/partitions/{topic}/{partition}/segments",
+            get(crate::admin_ops::list_segments),
+        )
+        .route(
+            "/partitions/{topic}/{partition}/segments/delete",
+            post(crate::admin_ops::delete_segments),
+        )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
         .with_state(node)
 }
@@ -83,6 +101,16 @@ pub fn router(node: Arc<Node>) -> Router {
 /// Serves the admin API on `listener` until the task is dropped.
 pub async fn serve(listener: tokio::net::TcpListener, node: Arc<Node>) -> std::io::Result<()> {
     axum::serve(listener, router(node)).await
+}
+
+async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    let text = crate::metrics::encode(node.scrape());
+    let mut resp = text.into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    resp
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {

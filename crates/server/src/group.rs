@@ -152,8 +152,41 @@ pub enum GroupInput {
     /// This peer has not been heard from for an election timeout (node liveness, see
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
+    /// This node is leaving (graceful shutdown): on the leader, start a leader transfer to the
+    /// most caught-up voter and answer its id (None: not the leader, or no other voter); from
+    /// now on the group refuses to take leadership back (it drops `MsgTimeoutNow`).
+    HandOff(oneshot::Sender<Option<u64>>),
+    /// Report this replica's Raft state and, on the leader, every voter's progress.
+    DescribeReplicas(oneshot::Sender<ReplicaReport>),
     /// Stop the group (its pending appends fail with `Stopped`).
     Stop,
+}
+
+/// One replica's view of its Raft group (see [`GroupInput::DescribeReplicas`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaReport {
+    /// `leader`, `follower`, `candidate` or `pre_candidate`.
+    pub role: String,
+    /// Current term.
+    pub term: u64,
+    /// Raft commit index.
+    pub commit_index: u64,
+    /// Index of the last entry in this replica's log.
+    pub last_index: u64,
+    /// On the leader: each voter's matched index (the leader's own is its last index); empty
+    /// on a follower.
+    pub progress: Vec<VoterProgress>,
+}
+
+/// A voter's replication progress as the leader tracks it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VoterProgress {
+    /// Node id.
+    pub id: u64,
+    /// Highest index known to be in its log.
+    pub matched: u64,
+    /// Whether it answered within the last election timeout.
+    pub recent_active: bool,
 }
 
 /// What readers can see of a group: advanced only by the group's turns.
@@ -257,11 +290,20 @@ pub struct GroupParts {
     /// The replica that should lead this group when it is live and caught up (topic
     /// partitions), and how often the leader checks; `None`: whoever is elected stays.
     pub preferred_leader: Option<(u64, Duration)>,
+    /// This replica's counters (leader changes, dropped proposals, commit index).
+    pub metrics: Arc<crate::metrics::PartitionMetrics>,
+    /// The node's metrics (fsync latency, Produce's local and remote stages).
+    pub node_metrics: Arc<crate::metrics::NodeMetrics>,
 }
 
 struct Waiting {
     term: u64,
     proposals: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
+    /// When it was proposed to raft-rs; once appended and fsynced here, when that finished
+    /// (Produce's local and remote stages, see [`crate::metrics::Stage`]).
+    proposed_at: Instant,
+    /// Records (not metadata): its stages are Produce's.
+    records: bool,
 }
 
 /// The state of a running group.
@@ -309,6 +351,8 @@ struct Group {
     next_read_id: u64,
     /// The state machine's newest durable snapshot (0: none): its log may be compacted below.
     snapshot_index: u64,
+    /// The node is shutting down and handed leadership away: never take it back.
+    leaving: bool,
 }
 
 /// Read barriers waiting at once per group; more get [`AppendError::Busy`].
@@ -360,6 +404,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         reads_confirmed: Vec::new(),
         next_read_id: 0,
         snapshot_index,
+        leaving: false,
     })
 }
 
@@ -482,6 +527,63 @@ impl Group {
         }
     }
 
+    /// On the leader: starts a transfer to the voter with the highest matched index (recently
+    /// active ones first) and returns its id; None when not leading or alone.
+    fn hand_off(&mut self) -> Option<u64> {
+        let raft = &self.p.node.raft;
+        if raft.state != StateRole::Leader {
+            return None;
+        }
+        let me = raft.id;
+        let voters: Vec<u64> = raft.prs().conf().voters().ids().iter().collect();
+        let target = raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != me && voters.contains(id))
+            .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)?;
+        self.set_quiesced(false);
+        tracing::info!(stream = %self.p.name, to = target, "shutting down: handing leadership over");
+        self.p.node.transfer_leader(target);
+        Some(target)
+    }
+
+    fn describe_replicas(&self) -> ReplicaReport {
+        let raft = &self.p.node.raft;
+        let role = match raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre_candidate",
+        };
+        let mut progress: Vec<VoterProgress> = if raft.state == StateRole::Leader {
+            let voters: Vec<u64> = raft.prs().conf().voters().ids().iter().collect();
+            raft.prs()
+                .iter()
+                .filter(|(id, _)| voters.contains(id))
+                .map(|(id, pr)| VoterProgress {
+                    id: *id,
+                    matched: if *id == raft.id {
+                        raft.raft_log.last_index()
+                    } else {
+                        pr.matched
+                    },
+                    recent_active: *id == raft.id || pr.recent_active,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        progress.sort_by_key(|p| p.id);
+        ReplicaReport {
+            role: role.to_owned(),
+            term: raft.term,
+            commit_index: raft.raft_log.committed,
+            last_index: raft.raft_log.last_index(),
+            progress,
+        }
+    }
+
     /// Deletes old segments as the store's retention policy says, but never an entry a
     /// follower still needs (on the leader: below every voter's matched index) nor an
     /// uncommitted one. A follower missing deleted entries gets a snapshot instead.
@@ -572,6 +674,10 @@ impl Group {
     fn take(&mut self, input: GroupInput) -> bool {
         match input {
             GroupInput::Raft(mut m) => {
+                if self.leaving && m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow {
+                    tracing::debug!(stream = %self.p.name, "leaving: not taking leadership back");
+                    return true;
+                }
                 let quiesce = crate::quiesce::is_quiesce_heartbeat(&m);
                 // Followers answer the quiesce heartbeat: a quiesced leader stays quiesced
                 // unless the answer shows the group is not idle after all.
@@ -653,6 +759,13 @@ impl Group {
                 let _ = reply.send(producers);
             }
             GroupInput::ReadIndex(reply) => self.ask_read_index(reply),
+            GroupInput::HandOff(reply) => {
+                self.leaving = true;
+                let _ = reply.send(self.hand_off());
+            }
+            GroupInput::DescribeReplicas(reply) => {
+                let _ = reply.send(self.describe_replicas());
+            }
             GroupInput::Stop => return false,
         }
         true
@@ -972,14 +1085,22 @@ impl Group {
                     Waiting {
                         term,
                         proposals: members,
+                        proposed_at: Instant::now(),
+                        records: ctx.first() == Some(&CTX_RECORDS),
                     },
                 );
             }
             Err(e) => {
                 let err = match e {
-                    raft::Error::ProposalDropped => AppendError::NotLeader {
-                        leader: self.leader_hint(),
-                    },
+                    raft::Error::ProposalDropped => {
+                        self.p
+                            .metrics
+                            .proposals_dropped
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        AppendError::NotLeader {
+                            leader: self.leader_hint(),
+                        }
+                    }
                     other => AppendError::Invalid(other.to_string()),
                 };
                 for (reply, _) in members {
@@ -1082,6 +1203,31 @@ impl Group {
         }
         let mut ready = self.p.node.ready();
         if let Some(ss) = ready.ss() {
+            if ss.leader_id != self.visible.leader {
+                self.p
+                    .metrics
+                    .leader_changes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // One info line per change, from the new leader; the others at debug.
+                if ss.leader_id == self.p.node.raft.id {
+                    tracing::info!(
+                        stream = %self.p.name,
+                        group = self.p.id,
+                        from = self.visible.leader,
+                        to = ss.leader_id,
+                        term = self.p.node.raft.term,
+                        "became leader"
+                    );
+                } else {
+                    tracing::debug!(
+                        stream = %self.p.name,
+                        group = self.p.id,
+                        from = self.visible.leader,
+                        to = ss.leader_id,
+                        "leader changed"
+                    );
+                }
+            }
             self.visible.leader = ss.leader_id;
             if let Some(t) = self.p.producers.as_mut() {
                 t.clear_pending();
@@ -1157,6 +1303,10 @@ impl Group {
         self.update_in_sync();
         self.check_rejoined();
         self.mark_quiesce_heartbeats = false;
+        self.p.metrics.commit_index.store(
+            self.p.node.raft.raft_log.committed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// On the leader, the voters that are in sync (Kafka's ISR, in Raft terms): within
@@ -1221,25 +1371,47 @@ impl Group {
                 s.truncate_suffix(first)
                     .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
             }
+            let segments_before = s.segment_count();
             s.append(&converted)
                 .unwrap_or_else(|e| panic!("appending to the log failed: {e}"));
+            if s.segment_count() > segments_before {
+                tracing::info!(
+                    stream = %self.p.name,
+                    group = self.p.id,
+                    segments = s.segment_count(),
+                    first_index = first,
+                    "segment rolled"
+                );
+            }
             s.prepare_sync()
                 .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
         };
         // The fsync runs without the store's lock, so consumers keep reading committed data
         // meanwhile; this thread is the only writer, so nothing changes the log in between.
         if let Some(pending) = pending {
+            let started = Instant::now();
             pending.run();
+            self.p.node_metrics.fsync.observe(started.elapsed());
             write(&self.p.store)
                 .complete_sync(pending)
                 .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
         }
+        let durable_at = Instant::now();
         for e in entries {
             let Some(id) = proposal_id(&e.context, self.p.node.raft.id) else {
                 continue;
             };
-            if let Some(w) = self.proposed.remove(&id) {
+            if let Some(mut w) = self.proposed.remove(&id) {
                 if w.term == e.term {
+                    if w.records {
+                        self.p.node_metrics.observe_request(
+                            kafka_proto::api::ApiKey::Produce.as_i16(),
+                            crate::metrics::Stage::Local,
+                            durable_at.saturating_duration_since(w.proposed_at),
+                        );
+                    }
+                    // From now on: the wait for a majority (the remote stage).
+                    w.proposed_at = durable_at;
                     // An entry at this index from an earlier attempt is replaced: it is lost.
                     if let Some(old) = self.appended.insert(e.index, w) {
                         self.pending_count -= old.proposals.len();
@@ -1351,6 +1523,13 @@ impl Group {
             };
             self.pending_count -= w.proposals.len();
             if index == e.index && w.term == e.term {
+                if w.records {
+                    self.p.node_metrics.observe_request(
+                        kafka_proto::api::ApiKey::Produce.as_i16(),
+                        crate::metrics::Stage::Remote,
+                        w.proposed_at.elapsed(),
+                    );
+                }
                 let next = read(&self.p.store)
                     .next_offset_after_index(index)
                     .unwrap_or_else(|err| panic!("committed index {index} not in the log: {err}"));

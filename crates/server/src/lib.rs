@@ -12,6 +12,7 @@
 //! - [`group`]: one Raft group's thread: the Ready loop, proposals, commit notification.
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, group offsets).
 //! - [`metadata_codec`]: how metadata commands are stored in the Raft log (protobuf; old JSON).
+//! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`topic_config`]: topic-level configs (overrides, validation, effective settings).
 //! - [`placement`]: which nodes hold each partition's replicas, and which should lead.
 //! - [`leaders`]: who leads the partitions a node does not host (reports in liveness pings).
@@ -19,9 +20,12 @@
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
 //! - [`security`]: principals (who a connection is).
-//! - [`admin`]: the admin HTTP API (status, append and read without Kafka).
+//! - [`shutdown`]: graceful shutdown (leadership hand-off, draining connections, sync).
+//! - [`admin`]: the admin HTTP API (status, append and read without Kafka, metrics).
+//! - [`admin_ops`]: the admin API's operator endpoints (cluster status, leaders, segments).
 
 pub mod admin;
+pub mod admin_ops;
 pub mod config;
 pub mod fd_budget;
 pub mod group;
@@ -32,6 +36,7 @@ pub mod liveness;
 pub mod metadata;
 pub mod metadata_codec;
 pub mod metadata_snapshot;
+pub mod metrics;
 pub mod node;
 pub mod peer_guard;
 pub mod peer_wire;
@@ -43,6 +48,7 @@ pub mod raft_storage;
 pub mod replicas;
 pub mod runtime;
 pub mod security;
+pub mod shutdown;
 pub mod topic_config;
 pub mod transport;
 

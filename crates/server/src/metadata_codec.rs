@@ -24,6 +24,8 @@
 //!     ElectPreferredLeader elect_preferred_leader = 10;
 //!     StoreGroup         store_group          = 11;
 //!     ExpireGroupOffsets expire_group_offsets = 12;
+//!     TransferLeader     transfer_leader      = 17;
+//!     AdminAddress       admin_address        = 18;
 //!   }
 //! }
 //! message RequestId          { uint64 node = 1; uint64 boot = 2; uint64 seq = 3; }
@@ -52,6 +54,9 @@
 //! message StoreGroup         { string group = 1; optional GroupRecord record = 2;
 //!                              int64 time_ms = 3; }
 //! message ExpireGroupOffsets { string group = 1; int64 activity_ms = 2; }
+//! message TransferLeader     { string name = 1; uint64 incarnation = 2; uint32 partition = 3;
+//!                              uint64 to = 4; }
+//! message AdminAddress       { uint64 node = 1; string address = 2; }
 //! message GroupRecord        { int32 generation = 1; string protocol_type = 2;
 //!                              string protocol = 3; string leader = 4;
 //!                              repeated GroupMember members = 5; }  // in join order
@@ -160,7 +165,10 @@ pub struct MetaEntryWire {
     #[prost(message, optional, tag = "1")]
     pub request: Option<RequestIdWire>,
     /// The command; `None` when it is a kind this version does not know.
-    #[prost(oneof = "CommandWire", tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12")]
+    #[prost(
+        oneof = "CommandWire",
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 17, 18"
+    )]
     pub command: Option<CommandWire>,
 }
 
@@ -214,6 +222,40 @@ pub enum CommandWire {
     /// [`MetaCommand::ExpireGroupOffsets`].
     #[prost(message, tag = "12")]
     ExpireGroupOffsets(ExpireGroupOffsetsWire),
+    /// [`MetaCommand::TransferLeader`].
+    #[prost(message, tag = "17")]
+    TransferLeader(TransferLeaderWire),
+    /// [`MetaCommand::AdminAddress`].
+    #[prost(message, tag = "18")]
+    AdminAddress(AdminAddressWire),
+}
+
+/// `TransferLeader` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TransferLeaderWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation the request was made against.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Partition index.
+    #[prost(uint32, tag = "3")]
+    pub partition: u32,
+    /// The replica that should lead.
+    #[prost(uint64, tag = "4")]
+    pub to: u64,
+}
+
+/// `AdminAddress` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AdminAddressWire {
+    /// Node id.
+    #[prost(uint64, tag = "1")]
+    pub node: u64,
+    /// Its admin listener, `HOST:PORT`.
+    #[prost(string, tag = "2")]
+    pub address: String,
 }
 
 /// `StoreGroup` on the wire.
@@ -674,6 +716,23 @@ impl From<&MetaCommand> for CommandWire {
                 incarnation: *incarnation,
                 partition: *partition,
             }),
+            MetaCommand::TransferLeader {
+                name,
+                incarnation,
+                partition,
+                to,
+            } => CommandWire::TransferLeader(TransferLeaderWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                partition: *partition,
+                to: *to,
+            }),
+            MetaCommand::AdminAddress { node, address } => {
+                CommandWire::AdminAddress(AdminAddressWire {
+                    node: *node,
+                    address: address.clone(),
+                })
+            }
             MetaCommand::DeleteGroupOffsets { group, partitions } => {
                 CommandWire::DeleteGroupOffsets(DeleteGroupOffsetsWire {
                     group: group.clone(),
@@ -751,6 +810,16 @@ impl From<CommandWire> for MetaCommand {
                 name: c.name,
                 incarnation: c.incarnation,
                 partition: c.partition,
+            },
+            CommandWire::TransferLeader(c) => MetaCommand::TransferLeader {
+                name: c.name,
+                incarnation: c.incarnation,
+                partition: c.partition,
+                to: c.to,
+            },
+            CommandWire::AdminAddress(c) => MetaCommand::AdminAddress {
+                node: c.node,
+                address: c.address,
             },
             CommandWire::DeleteGroupOffsets(c) => MetaCommand::DeleteGroupOffsets {
                 group: c.group,
@@ -1070,6 +1139,16 @@ mod tests {
                 name: "orders".into(),
                 incarnation: 5,
                 partition: 0,
+            },
+            MetaCommand::TransferLeader {
+                name: "orders".into(),
+                incarnation: 5,
+                partition: 1,
+                to: 3,
+            },
+            MetaCommand::AdminAddress {
+                node: 2,
+                address: "127.0.0.1:9293".into(),
             },
             MetaCommand::DeleteGroupOffsets {
                 group: "g".into(),

@@ -185,6 +185,8 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         producers: Some(ProducerTable::default()),
         rejoin: Arc::new(vdl_server::replicas::Directories::open(dir).expect("directories")),
         preferred_leader: None,
+        metrics: Arc::default(),
+        node_metrics: Arc::new(vdl_server::metrics::NodeMetrics::new(&[])),
     };
     SimGroup {
         task: new_group(parts),

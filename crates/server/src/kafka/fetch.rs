@@ -43,6 +43,8 @@ pub fn fetch(node: Arc<Node>, req: FetchRequest, version: i16, correlation_id: i
 struct Target {
     stream: Option<LogStream>,
     hw_seen: u64,
+    /// Record bytes this pass read for the partition.
+    bytes: u64,
 }
 
 async fn fetch_response(node: &Arc<Node>, req: &FetchRequest, version: i16) -> FetchResponse {
@@ -53,6 +55,11 @@ async fn fetch_response(node: &Arc<Node>, req: &FetchRequest, version: i16) -> F
         let (response, bytes, targets, any_error) = read_once(node, req, version);
         let now = Instant::now();
         if bytes >= min_bytes || any_error || now >= deadline {
+            for t in &targets {
+                if let Some(s) = &t.stream {
+                    s.metrics().record_fetch(t.bytes);
+                }
+            }
             return response;
         }
         // Wait for a commit on any of the partitions asked for, then read again.
@@ -134,6 +141,7 @@ fn read_once(
             targets.push(Target {
                 stream: Some(stream.clone()),
                 hw_seen: v.high_watermark,
+                bytes: 0,
             });
             if v.leader != node.config().id {
                 out.error_code = ErrorCode::NotLeaderOrFollower.code();
@@ -164,6 +172,9 @@ fn read_once(
             if offset < v.high_watermark && limit > 0 {
                 match stream.read(offset, limit) {
                     Ok(read) if read.bytes > 0 => {
+                        if let Some(t) = targets.last_mut() {
+                            t.bytes = read.bytes;
+                        }
                         total += read.bytes;
                         budget = budget.saturating_sub(read.bytes);
                         out.records = Some(records_for_version(read.chunks, version));

@@ -1,0 +1,71 @@
+//! `vdlctl`: operate a vdl cluster through any node's admin HTTP API.
+//!
+//! One module per group of subcommands (`cluster`, `leader`, `segment`); each defines its
+//! clap subcommand and runs it against a [`client::Client`]. Exit status: 0 success (and a
+//! healthy cluster for `cluster status`), 1 failure or unhealthy cluster, 2 usage error.
+
+mod client;
+mod cluster;
+mod leader;
+mod segment;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Operate a vdl cluster (any node answers for the cluster or forwards).
+#[derive(Parser)]
+#[command(name = "vdlctl", version)]
+struct Cli {
+    /// Admin HTTP address of any node.
+    #[arg(long, global = true, default_value = "127.0.0.1:9292")]
+    admin: String,
+    /// Longest an operation may take, in milliseconds (the node waits this long for a leader
+    /// transfer, a balance or a deletion; the HTTP call a little longer).
+    #[arg(long, global = true, default_value_t = 30_000)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Cluster-wide views.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Partition leadership.
+    #[command(subcommand)]
+    Leader(leader::LeaderCommand),
+    /// A partition's segment files.
+    #[command(subcommand)]
+    Segment(segment::SegmentCommand),
+}
+
+/// What a subcommand's run tells `main`.
+pub enum Outcome {
+    /// Done; exit 0.
+    Ok,
+    /// Done, but the answer is bad news (an unhealthy cluster); exit 1.
+    Unhealthy,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let op_timeout = Duration::from_millis(cli.timeout_ms);
+    // The HTTP call outlives the node's own wait so that its answer (done or timed out) arrives.
+    let client = client::Client::new(&cli.admin, op_timeout + Duration::from_secs(10));
+    let result = match cli.command {
+        Command::Cluster(c) => cluster::run(c, &client),
+        Command::Leader(c) => leader::run(c, &client, op_timeout),
+        Command::Segment(c) => segment::run(c, &client, op_timeout),
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Unhealthy) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("vdlctl: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
