@@ -306,11 +306,18 @@ pub async fn gather_cluster_status(node: &Arc<Node>) -> ClusterStatus {
                     .find(|s| s.topic == topic && s.partition == partition)
             })
         };
+        // Right after a leadership change the old leader may not know yet: the newest term's
+        // leader is the leader.
         let leader = replicas
             .iter()
             .copied()
-            .find(|id| state_of(*id).is_some_and(|s| s.raft.role == "leader"))
-            .unwrap_or(0);
+            .filter_map(|id| {
+                state_of(id)
+                    .filter(|s| s.raft.role == "leader")
+                    .map(|s| (s.raft.term, id))
+            })
+            .max()
+            .map_or(0, |(_, id)| id);
         let leader_state = state_of(leader);
         let isr = leader_state.map(|s| s.in_sync.clone()).unwrap_or_default();
         let replica_status = replicas

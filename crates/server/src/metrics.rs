@@ -76,7 +76,8 @@ impl Histogram {
         let buckets = LATENCY_BUCKETS_SECONDS
             .iter()
             .copied()
-            .chain(std::iter::once(f64::INFINITY))
+            // The encoder writes `le="+Inf"` for f64::MAX.
+            .chain(std::iter::once(f64::MAX))
             .zip(self.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
             .collect::<Vec<_>>();
         // The count is the buckets' sum, so the encoded histogram is consistent even while
@@ -684,7 +685,7 @@ mod tests {
             buckets.iter().find(|(b, _)| *b == 0.005).map(|x| x.1),
             Some(1)
         );
-        assert_eq!(buckets.last(), Some(&(f64::INFINITY, 1)));
+        assert_eq!(buckets.last(), Some(&(f64::MAX, 1)));
     }
 
     #[test]

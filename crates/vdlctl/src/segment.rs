@@ -42,11 +42,11 @@ fn render(segments: &Value) -> String {
     for s in segments.as_array().into_iter().flatten() {
         out.push_str(&format!(
             "{:<11} {:<11} {:<13} {:<12} {:<11} {}\n",
-            s["base_index"],
-            s["last_index"],
-            s["first_offset"],
-            s["next_offset"],
-            s["bytes"],
+            s["base_index"].to_string(),
+            s["last_index"].to_string(),
+            s["first_offset"].to_string(),
+            s["next_offset"].to_string(),
+            s["bytes"].to_string(),
             s["active"]
         ));
     }
