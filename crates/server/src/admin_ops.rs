@@ -650,6 +650,12 @@ pub async fn delete_segments(
             format!("no replica of {topic}-{partition} here"),
         );
     };
+    if stream.incarnation() == 0 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("{topic} is a stream configured at start ([streams] initial): segment deletion applies to topics; its retention settings govern it"),
+        );
+    }
     let Some(report) = stream.describe_replicas().await else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -153,9 +153,10 @@ pub enum GroupInput {
     /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
     /// This node is leaving (graceful shutdown): on the leader, start a leader transfer to the
-    /// most caught-up voter and answer its id (None: not the leader, or no other voter); from
-    /// now on the group refuses to take leadership back (it drops `MsgTimeoutNow`).
-    HandOff(oneshot::Sender<Option<u64>>),
+    /// most caught-up voter not in the list (voters tried already) and answer its id (None:
+    /// not the leader, or no other voter left to try); from now on the group refuses to take
+    /// leadership back (it drops `MsgTimeoutNow`).
+    HandOff(Vec<u64>, oneshot::Sender<Option<u64>>),
     /// Report this replica's Raft state and, on the leader, every voter's progress.
     DescribeReplicas(oneshot::Sender<ReplicaReport>),
     /// Stop the group (its pending appends fail with `Stopped`).
@@ -527,9 +528,10 @@ impl Group {
         }
     }
 
-    /// On the leader: starts a transfer to the voter with the highest matched index (recently
-    /// active ones first) and returns its id; None when not leading or alone.
-    fn hand_off(&mut self) -> Option<u64> {
+    /// On the leader: starts a transfer to the voter not in `tried` with the highest matched
+    /// index (recently active ones first) and returns its id; None when not leading or no
+    /// such voter.
+    fn hand_off(&mut self, tried: &[u64]) -> Option<u64> {
         let raft = &self.p.node.raft;
         if raft.state != StateRole::Leader {
             return None;
@@ -539,7 +541,7 @@ impl Group {
         let target = raft
             .prs()
             .iter()
-            .filter(|(id, _)| **id != me && voters.contains(id))
+            .filter(|(id, _)| **id != me && voters.contains(id) && !tried.contains(id))
             .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
             .map(|(id, _)| *id)?;
         self.set_quiesced(false);
@@ -759,9 +761,9 @@ impl Group {
                 let _ = reply.send(producers);
             }
             GroupInput::ReadIndex(reply) => self.ask_read_index(reply),
-            GroupInput::HandOff(reply) => {
+            GroupInput::HandOff(tried, reply) => {
                 self.leaving = true;
-                let _ = reply.send(self.hand_off());
+                let _ = reply.send(self.hand_off(&tried));
             }
             GroupInput::DescribeReplicas(reply) => {
                 let _ = reply.send(self.describe_replicas());

@@ -364,11 +364,11 @@ impl LogStream {
     }
 
     /// This node is leaving: on the leader, starts a leader transfer to the most caught-up
-    /// voter and returns its id (None: not leading, or no other voter, or the group stopped).
-    /// The group will not take leadership back.
-    pub async fn hand_off(&self) -> Option<u64> {
+    /// voter not in `tried` and returns its id (None: not leading, no other voter left to try,
+    /// or the group stopped). The group will not take leadership back.
+    pub async fn hand_off(&self, tried: Vec<u64>) -> Option<u64> {
         let (tx, rx) = oneshot::channel();
-        try_deliver(&self.inbox, GroupInput::HandOff(tx));
+        try_deliver(&self.inbox, GroupInput::HandOff(tried, tx));
         rx.await.ok().flatten()
     }
 
@@ -2320,10 +2320,12 @@ impl Node {
     }
 
     /// Graceful shutdown's first step: hands leadership of every group this node leads (every
-    /// partition and the metadata group) to its most caught-up voter, asking again every
-    /// election timeout (raft-rs gives a transfer up after one), until none is led here or
-    /// `timeout` passes. Every group then refuses to take leadership back. Groups with no
-    /// other voter stay led here and are not waited for.
+    /// partition and the metadata group) to its most caught-up voter; a group still led here an
+    /// election timeout later (raft-rs gave the transfer up: the target is down or leaving
+    /// too, as when a whole cluster stops) tries the next voter, and when every voter was tried
+    /// it is given up on. Returns when no group is led here, every remaining one was given up
+    /// on, or `timeout` passes. Every group then refuses to take leadership back. Groups with
+    /// no other voter stay led here and are not waited for.
     pub async fn hand_off_leadership(&self, timeout: Duration) -> HandOffReport {
         let me = self.config.id;
         let deadline = Instant::now() + timeout;
@@ -2340,24 +2342,33 @@ impl Node {
         };
         // Every group refuses leadership from now on, led here or not; those led here with
         // another voter start a transfer (a group of one voter has nobody to hand over to).
-        let mut handing = Vec::new();
+        // Per group handed over: the voters tried so far.
+        let mut handing: Vec<(LogStream, Vec<u64>)> = Vec::new();
         for s in &all {
-            if s.hand_off().await.is_some() {
-                handing.push(s.clone());
+            if let Some(to) = s.hand_off(Vec::new()).await {
+                handing.push((s.clone(), vec![to]));
             }
         }
         let retry_every = self.config.raft.election_timeout;
         let mut next_retry = Instant::now() + retry_every;
         loop {
-            let led = led_now(&handing);
-            report.still_led = led.len();
-            if led.is_empty() || Instant::now() >= deadline {
+            handing.retain(|(s, _)| s.visible().leader == me);
+            let given_up = led_now(&all).len().saturating_sub(handing.len());
+            report.still_led = given_up + handing.len();
+            if handing.is_empty() || Instant::now() >= deadline {
                 return report;
             }
             if Instant::now() >= next_retry {
-                for s in &led {
-                    s.hand_off().await;
+                let mut next = Vec::with_capacity(handing.len());
+                for (s, mut tried) in handing.drain(..) {
+                    if let Some(to) = s.hand_off(tried.clone()).await {
+                        tried.push(to);
+                        next.push((s, tried));
+                    } else {
+                        tracing::warn!(stream = %s.name, partition = s.partition, ?tried, "no voter took leadership; it will be elected anew");
+                    }
                 }
+                handing = next;
                 next_retry = Instant::now() + retry_every;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
