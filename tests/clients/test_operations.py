@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops_cluster import ELECTION_TIMEOUT_MS, NODES, REPO, SHUTDOWN_TIMEOUT_MS, OwnCluster
@@ -117,7 +117,16 @@ def read_all(ops, topic, partitions):
     try:
         ends = {}
         for p in range(partitions):
-            _, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=20)
+            # Right after a restart the client may not know the partition yet: retried.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    _, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
             ends[p] = hi
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out, done = [], {p for p, hi in ends.items() if hi == 0}
