@@ -573,7 +573,8 @@ pub enum TransferError {
 /// What [`Node::hand_off_leadership`] achieved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HandOffReport {
-    /// Groups this node led when it started.
+    /// Groups this node led when it started that have another voter (a group of one voter
+    /// cannot hand over and is not counted).
     pub led: usize,
     /// Groups still led here when it gave up (0: all handed over).
     pub still_led: usize,
@@ -2344,17 +2345,26 @@ impl Node {
         // another voter start a transfer (a group of one voter has nobody to hand over to).
         // Per group handed over: the voters tried so far.
         let mut handing: Vec<(LogStream, Vec<u64>)> = Vec::new();
+        // Led here with no other voter: nobody to hand over to, not counted as still led.
+        let mut alone = HashSet::new();
         for s in &all {
-            if let Some(to) = s.hand_off(Vec::new()).await {
-                handing.push((s.clone(), vec![to]));
+            match s.hand_off(Vec::new()).await {
+                Some(to) => handing.push((s.clone(), vec![to])),
+                None if s.visible().leader == me => {
+                    alone.insert(s.group);
+                }
+                None => {}
             }
         }
+        report.led -= alone.len().min(report.led);
         let retry_every = self.config.raft.election_timeout;
         let mut next_retry = Instant::now() + retry_every;
         loop {
             handing.retain(|(s, _)| s.visible().leader == me);
-            let given_up = led_now(&all).len().saturating_sub(handing.len());
-            report.still_led = given_up + handing.len();
+            report.still_led = led_now(&all)
+                .iter()
+                .filter(|s| !alone.contains(&s.group))
+                .count();
             if handing.is_empty() || Instant::now() >= deadline {
                 return report;
             }
