@@ -18,10 +18,23 @@ const T: Duration = Duration::from_secs(30);
 const STREAM: &str = "ops";
 const TOPIC: &str = "ops-topic";
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    eventually_showing(what, check, String::new).await;
+}
+
+/// Like [`eventually`], with `state()` in the panic message.
+async fn eventually_showing(
+    what: &str,
+    mut check: impl FnMut() -> bool,
+    state: impl Fn() -> String,
+) {
     let deadline = Instant::now() + T;
     while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting: {what} {}",
+            state()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -53,9 +66,16 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, Vec<String>, Vec<Nod
         nodes.push(node);
     }
     let n = nodes.clone();
-    eventually("every node knows every admin address", || {
-        n.iter().all(|x| x.admin_addresses().len() == 3)
-    })
+    eventually_showing(
+        "every node knows every admin address",
+        || n.iter().all(|x| x.admin_addresses().len() == 3),
+        || {
+            format!(
+                "{:?}",
+                n.iter().map(|x| x.admin_addresses()).collect::<Vec<_>>()
+            )
+        },
+    )
     .await;
     (nodes, admins, configs)
 }
@@ -165,15 +185,22 @@ async fn segment_delete_stays_above_what_a_down_voter_needs_and_is_forwarded_to_
     // Every replica that is up moved its log start offset and dropped the files.
     for id in [leader, asked] {
         let s = nodes[id as usize - 1].partition(TOPIC, 0).unwrap();
-        eventually("the replica's log start offset rises", || {
-            s.visible().log_start_offset == floor
-        })
+        let state = || format!("node {id}: {:?} {:?}", s.visible(), s.segments().first());
+        eventually_showing(
+            "the replica's log start offset rises",
+            || s.visible().log_start_offset == floor,
+            state,
+        )
         .await;
-        eventually("the replica's old segments are gone", || {
-            s.segments()
-                .first()
-                .is_some_and(|x| x.first_offset == floor)
-        })
+        eventually_showing(
+            "the replica's old segments are gone",
+            || {
+                s.segments()
+                    .first()
+                    .is_some_and(|x| x.first_offset == floor)
+            },
+            state,
+        )
         .await;
     }
     // The listing (asked of a follower) shows the leader's segments from the floor on.
