@@ -34,7 +34,7 @@ fi
 
 # Python venv with librdkafka's Python client and pytest, pinned (versions on PyPI when this
 # was written). Checked through importlib.metadata, so an up-to-date venv costs no pip run.
-PY_PKGS=(confluent-kafka==2.16.1 pytest==8.4.2 pytest-timeout==2.4.0)
+PY_PKGS=(confluent-kafka==2.16.1 pytest==8.4.2 pytest-timeout==2.4.0 prometheus-client==0.26.0)
 if [ ! -x .venv/bin/python ]; then
   echo "creating the Python venv .venv"
   if ! python3 -m venv .venv 2>/dev/null; then

@@ -59,7 +59,7 @@ pub use repair::RepairMarker;
 pub use resources::StoreResources;
 pub use retention::RetentionOutcome;
 pub use scrub::{ScrubOutcome, ScrubTarget, SCRUB_STEP_BYTES};
-pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, StoreStats};
+pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, SegmentSummary, StoreStats};
 
 /// Checks `payload` as [`LogStore::append`] checks a [`EntryKind::Records`] entry's payload (a
 /// whole number, at least one, of magic-2 record batches with non-negative lastOffsetDelta)

@@ -90,6 +90,23 @@ pub struct StoreStats {
     pub index_bytes: u64,
 }
 
+/// One segment file as [`LogStore::segment_summaries`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentSummary {
+    /// Raft index of its first entry.
+    pub base_index: u64,
+    /// Raft index of its last entry (`base_index - 1` when empty).
+    pub last_index: u64,
+    /// Kafka offset of its first record (for the oldest segment: the log start offset).
+    pub first_offset: u64,
+    /// Kafka offset after its last record.
+    pub next_offset: u64,
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Whether it is the active (last, still written) segment.
+    pub active: bool,
+}
+
 /// One log stream's storage: a directory of segment files with their indexes, the hard
 /// state and the configuration state.
 ///
@@ -355,6 +372,34 @@ impl LogStore {
                 .map(|s| s.index_heap_bytes() as u64)
                 .sum(),
         }
+    }
+
+    /// Number of segment files (cheap: for noticing a roll).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Every segment file, oldest first, with the Raft indexes and Kafka offsets it holds
+    /// (the last one is the active segment, still written to).
+    pub fn segment_summaries(&self) -> Vec<SegmentSummary> {
+        let mut first_offset = self.log_start_offset();
+        let count = self.segments.len();
+        self.segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let summary = SegmentSummary {
+                    base_index: s.header.base_index,
+                    last_index: s.last_index,
+                    first_offset,
+                    next_offset: s.next_offset,
+                    bytes: s.len,
+                    active: i + 1 == count,
+                };
+                first_offset = s.next_offset;
+                summary
+            })
+            .collect()
     }
 
     // ----------------------------------------------------------------------------------

@@ -24,6 +24,8 @@
 //! - `DELETE /members/{id}?timeout_ms=N` — moves the member's replicas to other members and
 //!   removes it from the metadata group; `200` once done, `404` unknown id, `409` refused (last
 //!   member, a replica with nowhere to go), `504`, `503` as above. See [`crate::membership`].
+//! - `GET /metrics` — Prometheus metrics (OpenMetrics text, see [`crate::metrics`]).
+//! - The operator endpoints `vdlctl` uses: see [`crate::admin_ops`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,6 +139,22 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/members", get(members).post(add_member))
         .route("/members/{id}", delete(remove_member))
         .merge(crate::flow::admin::routes())
+        .route("/metrics", get(metrics))
+        .route("/replicas", get(crate::admin_ops::replicas))
+        .route("/cluster/status", get(crate::admin_ops::cluster_status))
+        .route(
+            "/partitions/{topic}/{partition}/leader",
+            post(crate::admin_ops::transfer_leader),
+        )
+        .route("/leaders/balance", post(crate::admin_ops::balance_leaders))
+        .route(
+            "/partitions/{topic}/{partition}/segments",
+            get(crate::admin_ops::list_segments),
+        )
+        .route(
+            "/partitions/{topic}/{partition}/segments/delete",
+            post(crate::admin_ops::delete_segments),
+        )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
         .with_state(node)
 }
@@ -144,6 +162,16 @@ pub fn router(node: Arc<Node>) -> Router {
 /// Serves the admin API on `listener` until the task is dropped.
 pub async fn serve(listener: tokio::net::TcpListener, node: Arc<Node>) -> std::io::Result<()> {
     axum::serve(listener, router(node)).await
+}
+
+async fn metrics(State(node): State<Arc<Node>>) -> Response {
+    let text = crate::metrics::encode(node.scrape());
+    let mut resp = text.into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+    );
+    resp
 }
 
 async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {

@@ -93,7 +93,13 @@ pub struct NodeConfig {
     pub security: SecuritySettings,
     /// Mutual TLS between nodes (`[peer_tls]`); `None`: plain TCP.
     pub peer_tls: Option<TlsFiles>,
+    /// Longest a graceful shutdown (SIGTERM, SIGINT) may take: handing leadership over,
+    /// answering the requests in flight, syncing; then the process exits anyway.
+    pub shutdown_timeout: Duration,
 }
+
+/// Default [`NodeConfig::shutdown_timeout`].
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Snapshots of the replicated cluster metadata (see [`crate::metadata_snapshot`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,6 +280,9 @@ pub struct StorageSettings {
     pub sync: SyncMode,
     /// Whether retention may delete segments (VDL's delete permission).
     pub deletion_allowed: bool,
+    /// Whether operators may delete a partition's old segments by hand (`vdlctl segment
+    /// delete`, the admin API); off by default.
+    pub operator_delete_allowed: bool,
     /// Keep at most this many bytes per stream (older whole segments are deleted).
     pub retention_bytes: Option<u64>,
     /// Delete segments whose newest entry is older than this.
@@ -305,6 +314,7 @@ impl Default for StorageSettings {
             max_open_segment_files: logstore::DEFAULT_MAX_OPEN_SEGMENT_FILES,
             sync: SyncMode::Always,
             deletion_allowed: true,
+            operator_delete_allowed: false,
             retention_bytes: None,
             retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
             retention_check_interval: Duration::from_secs(10),
@@ -372,6 +382,7 @@ struct FileNode {
     join: Option<bool>,
     name: Option<String>,
     data_dir: Option<PathBuf>,
+    shutdown_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -405,6 +416,7 @@ struct FileStorage {
     max_open_segment_files: Option<usize>,
     sync: Option<String>,
     deletion_allowed: Option<bool>,
+    operator_delete_allowed: Option<bool>,
     retention_bytes: Option<u64>,
     retention_hours: Option<u64>,
     retention_check_ms: Option<u64>,
@@ -464,6 +476,7 @@ impl NodeConfig {
             listeners: Vec::new(),
             security: SecuritySettings::default(),
             peer_tls: None,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
 
@@ -621,6 +634,9 @@ impl NodeConfig {
             storage.sync = parse_sync(&v)?;
         }
         storage.deletion_allowed = s.deletion_allowed.unwrap_or(storage.deletion_allowed);
+        storage.operator_delete_allowed = s
+            .operator_delete_allowed
+            .unwrap_or(storage.operator_delete_allowed);
         storage.retention_bytes = s.retention_bytes.or(storage.retention_bytes);
         if let Some(ms) = s.retention_check_ms {
             storage.retention_check_interval = positive_ms("storage.retention_check_ms", ms)?;
@@ -759,7 +775,12 @@ impl NodeConfig {
             }
         }
 
+        let shutdown_timeout = match file.node.shutdown_timeout_ms {
+            None => DEFAULT_SHUTDOWN_TIMEOUT,
+            Some(ms) => positive_ms("node.shutdown_timeout_ms", ms)?,
+        };
         Ok(NodeConfig {
+            shutdown_timeout,
             id,
             name,
             data_dir: file.node.data_dir.unwrap_or(defaults.data_dir),

@@ -11,7 +11,10 @@
 //!   authorizer.
 //! - [`storage_faults`]: damaged replicas and their repair counters; [`scrubber`]: the
 //!   background verification of sealed segments.
-//! - [`admin`]: the admin HTTP API (status, append and read without Kafka, rates, members).
+//! - [`admin`]: the admin HTTP API (status, append and read without Kafka, metrics, rates,
+//!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments).
+//! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
+//! - [`shutdown`]: graceful shutdown (leadership hand-off, draining connections, sync).
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
 //!   [`metadata_codec`]: how its commands are stored in the Raft log; [`metadata_snapshot`]:
 //!   its snapshots; [`topic_config`]: topic-level configs.
@@ -23,17 +26,20 @@
 //! use.
 
 pub mod admin;
+pub mod admin_ops;
 pub mod config;
 pub mod flow;
 pub mod kafka;
 pub mod metadata;
 pub mod metadata_codec;
 pub mod metadata_snapshot;
+pub mod metrics;
 pub mod node;
 pub mod replication;
 pub mod runtime;
 pub mod scrubber;
 pub mod security;
+pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;
 

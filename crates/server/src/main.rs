@@ -18,8 +18,20 @@ use vdl_server::Node;
     about = "Replicated log service speaking the Kafka protocol"
 )]
 struct Cli {
+    /// Log line format: `text` (human) or `json` (one JSON object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written (to stderr).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -93,13 +105,16 @@ enum CertsCommand {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     // Fail-stop: a panic anywhere (a failed fsync, a Raft invariant) ends the process, so a node
     // never keeps serving with a group thread gone or with state it can no longer trust. A
     // restarted node recovers from its disk.
@@ -108,7 +123,6 @@ fn main() -> anyhow::Result<()> {
         default_hook(info);
         std::process::exit(70);
     }));
-    let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { config } => {
             let c = NodeConfig::from_file(&config)?;
@@ -210,8 +224,10 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         streams = ?node.stream_names(),
         "vdl node started"
     );
+    let (phase, phase_rx) =
+        tokio::sync::watch::channel(vdl_server::kafka::listener::ShutdownPhase::Running);
     let kafka = node
-        .serve_kafka()
+        .serve_kafka_until(phase_rx)
         .await
         .context("starting the Kafka listener")?;
     let admin = match config.admin_listen {
@@ -220,6 +236,8 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("binding the admin listener on {addr}"))?;
             tracing::info!(%addr, "admin API listening");
+            // Other nodes forward operators' requests here (see vdl_server::admin_ops).
+            node.announce_admin_address(addr.to_string(), ADMIN_ANNOUNCE_REFRESH);
             Some(tokio::spawn(vdl_server::admin::serve(
                 listener,
                 node.clone(),
@@ -244,14 +262,28 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
     };
     wait_for_shutdown_signal().await;
     reload.abort();
-    kafka.abort();
+    tracing::info!(
+        timeout_ms = config.shutdown_timeout.as_millis() as u64,
+        "shutting down: handing leadership over, then answering the requests in flight"
+    );
+    let report =
+        vdl_server::shutdown::graceful_shutdown(&node, &phase, kafka, wait_for_shutdown_signal())
+            .await;
     if let Some(task) = admin {
         task.abort();
     }
-    tracing::info!("shutting down");
-    node.shutdown();
+    tracing::info!(
+        led = report.led,
+        still_led = report.still_led,
+        connections_closed = report.connections_closed,
+        elapsed_ms = report.elapsed.as_millis() as u64,
+        "shut down"
+    );
     Ok(())
 }
+
+/// How often a node announces its admin address again (see `Node::announce_admin_address`).
+const ADMIN_ANNOUNCE_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
 
 async fn wait_for_shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};

@@ -126,6 +126,28 @@ pub enum MetaCommand {
         /// Partition index.
         partition: u32,
     },
+    /// Ask the replica leading a partition to hand leadership to replica `to` (`vdlctl leader
+    /// transfer`): like [`MetaCommand::ElectPreferredLeader`] with a chosen target, which must
+    /// be one of the partition's replicas. Nothing is stored; replayed at start it does nothing.
+    TransferLeader {
+        /// Topic name.
+        name: String,
+        /// The incarnation the request was made against (0: a stream configured at start).
+        incarnation: u64,
+        /// Partition index.
+        partition: u32,
+        /// The replica that should lead.
+        to: u64,
+    },
+    /// Node `node` serves its admin HTTP API at `address` (each node announces its own, at
+    /// start and then periodically, so any node can forward an operator's request to another).
+    /// Soft state: kept by each node outside the replicated state, not in snapshots.
+    AdminAddress {
+        /// Node id.
+        node: u64,
+        /// Its admin listener, `HOST:PORT`.
+        address: String,
+    },
     /// Hand out one new producer id.
     AllocateProducerId,
     /// Record committed offsets of a consumer group.
@@ -1000,6 +1022,27 @@ impl ClusterMeta {
                     preferred,
                 ))
             }
+            MetaCommand::TransferLeader {
+                name,
+                incarnation,
+                partition,
+                to,
+            } => {
+                let is_replica = if incarnation == 0 {
+                    partition == 0 && self.members.contains(&to)
+                } else {
+                    self.topics
+                        .get(&name)
+                        .filter(|t| t.created_at_index == incarnation)?
+                        .replicas
+                        .get(partition as usize)?
+                        .contains(&to)
+                };
+                is_replica.then_some(Effect::ElectPreferred(name, incarnation, partition, to))
+            }
+            MetaCommand::AdminAddress { node, address } => {
+                Some(Effect::AdminAddress(node, address))
+            }
             MetaCommand::AllocateProducerId => {
                 if self.next_producer_id < FIRST_PRODUCER_ID {
                     self.next_producer_id = FIRST_PRODUCER_ID;
@@ -1194,6 +1237,8 @@ enum Effect {
     /// Members or replica lists changed (see [`crate::membership`]): the node opens, retargets
     /// or drops its groups to match.
     MembershipChanged,
+    /// A node announced its admin address: (node, address).
+    AdminAddress(u64, String),
 }
 
 /// The overrides of a command that pass validation (every node keeps the same ones: the check
@@ -1317,6 +1362,7 @@ impl StateMachine for MetadataStateMachine {
                 node.hand_leadership_to(&name, incarnation, partition, preferred)
             }
             Some(Effect::MembershipChanged) => node.reconcile_membership(),
+            Some(Effect::AdminAddress(id, address)) => node.note_admin_address(id, address),
             None => {}
         }
         node.note_metadata_applied(index);

@@ -33,6 +33,8 @@
 //!     AddMember          add_member           = 23;
 //!     RemoveMember       remove_member        = 24;
 //!     FinishReassignment finish_reassignment  = 25;
+//!     TransferLeader     transfer_leader      = 17;
+//!     AdminAddress       admin_address        = 18;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
@@ -80,6 +82,9 @@
 //! message QuotaEntity        { optional EntityName user = 1; optional EntityName client_id = 2; }
 //! message EntityName         { bool is_default = 1; string name = 2; }
 //! message QuotaValue         { string key = 1; double value = 2; }
+//! message TransferLeader     { string name = 1; uint64 incarnation = 2; uint32 partition = 3;
+//!                              uint64 to = 4; }
+//! message AdminAddress       { uint64 node = 1; string address = 2; }
 //! message GroupRecord        { int32 generation = 1; string protocol_type = 2;
 //!                              string protocol = 3; string leader = 4;
 //!                              repeated GroupMember members = 5; }  // in join order
@@ -205,7 +210,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 23, 24, 25, 27, 28"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28"
     )]
     pub command: Option<CommandWire>,
 }
@@ -224,7 +229,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=16, 23..=25, 27 and 28 of `MetaEntry`.
+/// The command kinds, fields 2..=18, 23..=25, 27 and 28 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -288,6 +293,40 @@ pub enum CommandWire {
     /// [`MetaCommand::FinishReassignment`].
     #[prost(message, tag = "25")]
     FinishReassignment(FinishReassignmentWire),
+    /// [`MetaCommand::TransferLeader`].
+    #[prost(message, tag = "17")]
+    TransferLeader(TransferLeaderWire),
+    /// [`MetaCommand::AdminAddress`].
+    #[prost(message, tag = "18")]
+    AdminAddress(AdminAddressWire),
+}
+
+/// `TransferLeader` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TransferLeaderWire {
+    /// Topic name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The incarnation the request was made against.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Partition index.
+    #[prost(uint32, tag = "3")]
+    pub partition: u32,
+    /// The replica that should lead.
+    #[prost(uint64, tag = "4")]
+    pub to: u64,
+}
+
+/// `AdminAddress` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AdminAddressWire {
+    /// Node id.
+    #[prost(uint64, tag = "1")]
+    pub node: u64,
+    /// Its admin listener, `HOST:PORT`.
+    #[prost(string, tag = "2")]
+    pub address: String,
 }
 
 /// `CreateAcls` and `DeleteAcls` on the wire.
@@ -1004,6 +1043,23 @@ impl From<&MetaCommand> for CommandWire {
                 incarnation: *incarnation,
                 partition: *partition,
             }),
+            MetaCommand::TransferLeader {
+                name,
+                incarnation,
+                partition,
+                to,
+            } => CommandWire::TransferLeader(TransferLeaderWire {
+                name: name.clone(),
+                incarnation: *incarnation,
+                partition: *partition,
+                to: *to,
+            }),
+            MetaCommand::AdminAddress { node, address } => {
+                CommandWire::AdminAddress(AdminAddressWire {
+                    node: *node,
+                    address: address.clone(),
+                })
+            }
             MetaCommand::DeleteGroupOffsets { group, partitions } => {
                 CommandWire::DeleteGroupOffsets(DeleteGroupOffsetsWire {
                     group: group.clone(),
@@ -1142,6 +1198,16 @@ impl From<CommandWire> for MetaCommand {
                 name: c.name,
                 incarnation: c.incarnation,
                 partition: c.partition,
+            },
+            CommandWire::TransferLeader(c) => MetaCommand::TransferLeader {
+                name: c.name,
+                incarnation: c.incarnation,
+                partition: c.partition,
+                to: c.to,
+            },
+            CommandWire::AdminAddress(c) => MetaCommand::AdminAddress {
+                node: c.node,
+                address: c.address,
             },
             CommandWire::DeleteGroupOffsets(c) => MetaCommand::DeleteGroupOffsets {
                 group: c.group,
@@ -1533,6 +1599,16 @@ mod tests {
                 name: "orders".into(),
                 incarnation: 5,
                 partition: 0,
+            },
+            MetaCommand::TransferLeader {
+                name: "orders".into(),
+                incarnation: 5,
+                partition: 1,
+                to: 3,
+            },
+            MetaCommand::AdminAddress {
+                node: 2,
+                address: "127.0.0.1:9293".into(),
             },
             MetaCommand::DeleteGroupOffsets {
                 group: "g".into(),

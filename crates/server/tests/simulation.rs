@@ -189,6 +189,8 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         preferred_leader: None,
         raft_config: cfg.clone(),
         faults: Arc::new(vdl_server::storage_faults::StorageFaults::default()),
+        metrics: Arc::default(),
+        node_metrics: Arc::new(vdl_server::metrics::NodeMetrics::new(&[])),
     };
     SimGroup {
         task: new_group(parts),

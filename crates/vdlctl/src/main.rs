@@ -1,35 +1,84 @@
-//! `vdlctl`: operates a vdl cluster through the admin HTTP API of any node.
+//! `vdlctl`: operate a vdl cluster through any node's admin HTTP API.
 //!
-//! Minimal entry point for the membership commands (`vdlctl member ...`, see [`member`]).
+//! One module per group of subcommands (`cluster`, `leader`, `segment`, `member`, `rate`);
+//! each defines its
+//! clap subcommand and runs it against a [`client::Client`]. Exit status: 0 success (and a
+//! healthy cluster for `cluster status`), 1 failure or unhealthy cluster, 2 usage error.
 
+mod client;
+mod cluster;
+mod leader;
 mod member;
+mod rate;
+mod segment;
+
+use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-/// Command line of `vdlctl`.
+/// Operate a vdl cluster (any node answers for the cluster or forwards).
 #[derive(Parser)]
-#[command(
-    name = "vdlctl",
-    about = "Operate a vdl cluster through a node's admin API"
-)]
+#[command(name = "vdlctl", version)]
 struct Cli {
-    /// Admin address (HOST:PORT) of any node.
-    #[arg(long, default_value = "127.0.0.1:9292", global = true)]
+    /// Admin HTTP address of any node.
+    #[arg(long, global = true, default_value = "127.0.0.1:9292")]
     admin: String,
+    /// Longest an operation may take, in milliseconds (the node waits this long for a leader
+    /// transfer, a balance or a deletion; the HTTP call a little longer).
+    #[arg(long, global = true, default_value_t = 30_000)]
+    timeout_ms: u64,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Cluster-wide views.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Partition leadership.
+    #[command(subcommand)]
+    Leader(leader::LeaderCommand),
+    /// A partition's segment files.
+    #[command(subcommand)]
+    Segment(segment::SegmentCommand),
     /// List, add or remove cluster members, one at a time.
     #[command(subcommand)]
     Member(member::MemberCommand),
+    /// The node-wide flow limits (requests and bytes per second).
+    #[command(subcommand)]
+    Rate(rate::RateCommand),
 }
 
-fn main() -> anyhow::Result<()> {
+/// What a subcommand's run tells `main`.
+pub enum Outcome {
+    /// Done; exit 0.
+    Ok,
+    /// Done, but the answer is bad news (an unhealthy cluster); exit 1.
+    Unhealthy,
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Member(c) => member::run(&cli.admin, c),
+    let op_timeout = Duration::from_millis(cli.timeout_ms);
+    // The HTTP call outlives the node's own wait so that its answer (done or timed out) arrives.
+    let client = client::Client::new(&cli.admin, op_timeout + Duration::from_secs(10));
+    let result: Result<Outcome, String> = match cli.command {
+        Command::Cluster(c) => cluster::run(c, &client).map_err(|e| e.to_string()),
+        Command::Leader(c) => leader::run(c, &client, op_timeout).map_err(|e| e.to_string()),
+        Command::Segment(c) => segment::run(c, &client, op_timeout).map_err(|e| e.to_string()),
+        Command::Member(c) => member::run(&cli.admin, c)
+            .map(|()| Outcome::Ok)
+            .map_err(|e| format!("{e:#}")),
+        Command::Rate(c) => rate::run(c, &client).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Unhealthy) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("vdlctl: {e}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! The `vdlctl` binary's command line: the membership commands are listed, and an admin
-//! address nobody listens on is a non-zero exit naming the request (the commands against a
-//! running cluster are tested in `tests/clients/test_membership.py`).
+//! The vdlctl binary's command line: its subcommand groups, and a clear error and exit status 1
+//! when the admin API cannot be reached (the behaviour against a real cluster is tested in
+//! tests/clients/test_operations.py).
 
 use std::process::Command;
 
@@ -9,34 +9,62 @@ fn vdlctl() -> Command {
 }
 
 #[test]
-fn member_commands_are_listed() {
-    let out = vdlctl().args(["member", "--help"]).output().unwrap();
+fn help_lists_the_subcommand_groups() {
+    let out = vdlctl().arg("--help").output().expect("vdlctl runs");
     assert!(out.status.success());
-    let help = String::from_utf8_lossy(&out.stdout);
-    for command in ["list", "add", "remove"] {
-        assert!(help.contains(command), "{help}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for group in [
+        "cluster",
+        "leader",
+        "segment",
+        "member",
+        "rate",
+        "--admin",
+        "--timeout-ms",
+    ] {
+        assert!(text.contains(group), "{group} missing from:\n{text}");
     }
 }
 
 #[test]
-fn an_unreachable_admin_address_is_an_error() {
-    // A port just released: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+fn an_unreachable_admin_api_is_a_clear_error_and_exit_status_1() {
+    // Port 1 on 127.0.0.1: nothing listens there.
     let out = vdlctl()
-        .args(["--admin", &format!("127.0.0.1:{port}"), "member", "list"])
+        .args(["--admin", "127.0.0.1:1", "cluster", "status"])
         .output()
-        .unwrap();
-    assert!(!out.status.success());
+        .expect("vdlctl runs");
+    assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("GET http://127.0.0.1:"), "{err}");
-    // A missing argument is a usage error.
+    assert!(
+        err.contains("cannot reach the admin API at 127.0.0.1:1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_usage_error_is_exit_status_2() {
     let out = vdlctl()
-        .args(["member", "add", "--id", "4"])
+        .args(["leader", "transfer", "t", "0"])
         .output()
-        .unwrap();
-    assert!(!out.status.success());
+        .expect("vdlctl runs");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "missing --to must be a usage error"
+    );
+}
+
+#[test]
+fn member_and_rate_commands_are_listed() {
+    for (group, commands) in [
+        ("member", &["list", "add", "remove"][..]),
+        ("rate", &["list", "update"][..]),
+    ] {
+        let out = vdlctl().args([group, "--help"]).output().unwrap();
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        for command in commands {
+            assert!(help.contains(command), "{group}: {help}");
+        }
+    }
 }

@@ -92,6 +92,10 @@ pub fn fetch(
                 .flow()
                 .charge_fetch(&settings, who, bytes, read_kind, now);
             charged.mute.mute_for(throttle, now);
+            if !throttle.is_zero() {
+                node.metrics()
+                    .observe_throttle(kafka_proto::api::ApiKey::Fetch.as_i16(), throttle);
+            }
             response.throttle_time_ms = throttle_ms(throttle);
         }
         frame(correlation_id, version, &Response::Fetch(response))
@@ -103,6 +107,8 @@ struct Target {
     hw_seen: u64,
     /// The offset the read stopped at (the high watermark when it read everything).
     read_to: u64,
+    /// Record bytes this pass read for the partition.
+    bytes: u64,
 }
 
 /// The response, and whether it read behind the tail (some partition's read stopped at its
@@ -120,6 +126,11 @@ async fn fetch_response(
         let (response, bytes, targets, any_error) = read_once(node, req, version, denied);
         let now = Instant::now();
         if bytes >= min_bytes || any_error || now >= deadline {
+            for t in &targets {
+                if let Some(s) = &t.stream {
+                    s.metrics().record_fetch(t.bytes);
+                }
+            }
             let behind = targets.iter().any(|t| t.read_to < t.hw_seen);
             let kind = if behind {
                 ReadKind::CatchUp
@@ -215,6 +226,7 @@ fn read_once(
                 stream: Some(stream.clone()),
                 hw_seen: v.high_watermark,
                 read_to: v.high_watermark,
+                bytes: 0,
             });
             if v.leader != node.config().id {
                 out.error_code = ErrorCode::NotLeaderOrFollower.code();
@@ -250,6 +262,7 @@ fn read_once(
                     Ok(read) if read.bytes > 0 => {
                         if let Some(t) = targets.last_mut() {
                             t.read_to = read.next_offset;
+                            t.bytes = read.bytes;
                         }
                         total += read.bytes;
                         budget = budget.saturating_sub(read.bytes);

@@ -185,7 +185,11 @@ pub fn dispatch(
         Request::Produce(req) => {
             let client_id = header.client_id.as_deref().unwrap_or("");
             let throttle = produce::charge(node, &req, conn.client(client_id));
-            conn.mute.mute_for(throttle, std::time::Instant::now());
+            if !throttle.is_zero() {
+                conn.mute.mute_for(throttle, std::time::Instant::now());
+                node.metrics()
+                    .observe_throttle(ApiKey::Produce.as_i16(), throttle);
+            }
             produce::produce(node, access, req, version, cid, chain, throttle)
         }
         Request::Fetch(req) => {

@@ -34,6 +34,7 @@ use tokio::sync::Semaphore;
 
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::handlers::{dispatch, frame as encode_frame, Reply};
+use crate::metrics::{NodeMetrics, Stage};
 use crate::node::Node;
 use crate::security::config::KafkaListenerConfig;
 use crate::security::sasl::{AuthStep, Gate, HandshakeOutcome, SaslSession};
@@ -69,6 +70,21 @@ pub fn connection_permits(node: &Node) -> Arc<Semaphore> {
     Arc::new(Semaphore::new(max_connections))
 }
 
+/// How far a listener's shutdown has gone (see [`serve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum ShutdownPhase {
+    /// Serving.
+    #[default]
+    Running,
+    /// No new connections; the open ones are still served.
+    StopAccepting,
+    /// Connections read no more requests: they answer those read, then close.
+    Drain,
+}
+
+/// Tells a listener how far its shutdown has gone.
+pub type ShutdownSignal = tokio::sync::watch::Receiver<ShutdownPhase>;
+
 /// Longest a response may take to be written: a client that stops reading its responses is
 /// disconnected after this (or after `connection_idle`, when shorter), so it cannot pin its
 /// connection and the responses queued for it.
@@ -77,23 +93,41 @@ pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest pause between accept attempts after accept failed (out of descriptors, say).
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Accepts connections on `listener` (the listener `endpoint`) until the task is dropped; at
-/// most as many run at once as `permits` allows, all listeners together (see
-/// [`connection_permits`]); further ones wait in the accept backlog. When accept fails, it
-/// logs and backs off (up to 1 s) instead of spinning.
+/// Accepts connections on `listener` (the listener `endpoint`) until the task is dropped or
+/// `shutdown` says so; at most as many run at once as `permits` allows, all listeners together
+/// (see [`connection_permits`]); further ones wait in the accept backlog. When accept fails, it
+/// logs and backs off (up to 1 s) instead of spinning. At [`ShutdownPhase::StopAccepting`] it
+/// closes the listening socket; at [`ShutdownPhase::Drain`] every connection reads no more
+/// requests, answers those it has read and closes; it returns once all have closed (a dropped
+/// sender counts as `Drain`). Callers bound the wait with a timeout.
 pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
     endpoint: Arc<Endpoint>,
     permits: Arc<Semaphore>,
+    mut shutdown: ShutdownSignal,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(10);
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
+        if *shutdown.borrow() >= ShutdownPhase::StopAccepting {
+            break;
+        }
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            changed = shutdown.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => break,
+            },
         };
         let (sock, peer) = tokio::select! {
+            changed = shutdown.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => break,
+            },
             accepted = listener.accept() => match accepted {
                 Ok(a) => {
                     backoff = Duration::from_millis(10);
@@ -110,13 +144,22 @@ pub async fn serve(
         };
         let node = node.clone();
         let endpoint = endpoint.clone();
+        let stop = shutdown.clone();
         connections.spawn(async move {
             let _permit = permit;
-            if let Err(e) = run_connection(sock, peer, node, endpoint).await {
+            let _gauge = crate::metrics::ConnectionGauge::open(node.metrics().clone());
+            if let Err(e) = run_connection(sock, peer, node, endpoint, stop).await {
                 tracing::debug!(%peer, "kafka connection closed: {e}");
             }
         });
     }
+    drop(listener);
+    tracing::info!(
+        listener = %endpoint.config.name,
+        connections = connections.len(),
+        "kafka listener closed; answering the requests in flight"
+    );
+    while connections.join_next().await.is_some() {}
 }
 
 /// Why a connection ended.
@@ -146,13 +189,46 @@ pub enum ConnectionEnd {
     AuthenticationFailed,
 }
 
-type ResponseFuture = BoxFuture<'static, Option<Vec<Bytes>>>;
+/// A response (None: nothing to send) and when it was ready.
+type ResponseFuture = BoxFuture<'static, (Option<Vec<Bytes>>, Timing)>;
+
+/// When a request went through each step, for its latency stages.
+#[derive(Clone, Copy)]
+struct Timing {
+    api: i16,
+    read_at: Instant,
+    dispatched_at: Instant,
+    ready_at: Instant,
+}
+
+impl Timing {
+    /// Records the stages of a request whose response was written from `write_start` to
+    /// `done` (both `ready_at` when nothing was written).
+    fn record(&self, metrics: &NodeMetrics, write_start: Instant, done: Instant) {
+        let m = |stage, d: Duration| metrics.observe_request(self.api, stage, d);
+        m(Stage::Queue, self.dispatched_at - self.read_at);
+        // Produce's local and remote stages are measured per Raft entry by its group.
+        if self.api != kafka_proto::api::ApiKey::Produce.as_i16() {
+            m(Stage::Local, self.ready_at - self.dispatched_at);
+        }
+        m(
+            Stage::ResponseQueue,
+            write_start.saturating_duration_since(self.ready_at),
+        );
+        m(
+            Stage::ResponseSend,
+            done.saturating_duration_since(write_start),
+        );
+        m(Stage::Total, done.saturating_duration_since(self.read_at));
+    }
+}
 
 async fn run_connection(
     sock: TcpStream,
     peer: SocketAddr,
     node: Arc<Node>,
     endpoint: Arc<Endpoint>,
+    shutdown: ShutdownSignal,
 ) -> Result<(), ConnectionEnd> {
     sock.set_nodelay(true)?;
     let mut conn = ConnectionContext::unauthenticated(peer, endpoint.config.name.clone());
@@ -165,7 +241,7 @@ async fn run_connection(
     match &endpoint.tls {
         None => {
             let (reader, writer) = sock.into_split();
-            serve_stream(reader, writer, &node, conn, sasl).await
+            serve_stream(reader, writer, &node, conn, sasl, shutdown).await
         }
         Some(tls) => {
             let accepted =
@@ -198,7 +274,7 @@ async fn run_connection(
                 }
             }
             let (reader, writer) = tokio::io::split(stream);
-            serve_stream(reader, writer, &node, conn, sasl).await
+            serve_stream(reader, writer, &node, conn, sasl, shutdown).await
         }
     }
 }
@@ -210,6 +286,7 @@ async fn serve_stream<R, W>(
     node: &Arc<Node>,
     conn: ConnectionContext,
     sasl: Option<SaslSession>,
+    shutdown: ShutdownSignal,
 ) -> Result<(), ConnectionEnd>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -226,7 +303,8 @@ where
     }));
     // A reader task owns the read half: a frame is never abandoned half-read when the loop
     // below is busy writing. Its queue is small; the in-flight bound is enforced below.
-    let (frames_tx, mut frames) = tokio::sync::mpsc::channel::<Result<Bytes, ConnectionEnd>>(4);
+    let (frames_tx, mut frames) =
+        tokio::sync::mpsc::channel::<Result<(Bytes, Instant), ConnectionEnd>>(4);
     let reader_limit = frame_limit.clone();
     let reader_task = tokio::spawn(async move {
         loop {
@@ -237,7 +315,7 @@ where
             .await;
             let item = match next {
                 Err(_) => Err(ConnectionEnd::Idle),
-                Ok(Ok(Some(frame))) => Ok(frame),
+                Ok(Ok(Some(frame))) => Ok((frame, Instant::now())),
                 Ok(Ok(None)) => return,
                 Ok(Err(e)) => Err(e),
             };
@@ -258,6 +336,7 @@ where
         &mut frames,
         &mut writer,
         limits.max_in_flight_per_connection,
+        shutdown,
     )
     .await;
     reader_task.abort();
@@ -284,17 +363,20 @@ enum SaslOutcome {
 async fn connection_loop<W: AsyncWrite + Unpin + Send>(
     node: &Arc<Node>,
     state: &mut ConnState,
-    frames: &mut tokio::sync::mpsc::Receiver<Result<Bytes, ConnectionEnd>>,
+    frames: &mut tokio::sync::mpsc::Receiver<Result<(Bytes, Instant), ConnectionEnd>>,
     writer: &mut W,
     max_in_flight: usize,
+    mut shutdown: ShutdownSignal,
 ) -> Result<(), ConnectionEnd> {
+    let metrics = node.metrics().clone();
+    let metrics = &*metrics;
     let write_timeout = node
         .config()
         .kafka
         .connection_idle
         .min(RESPONSE_WRITE_TIMEOUT);
     let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
-    let mut reading = true;
+    let mut reading = *shutdown.borrow() < ShutdownPhase::Drain;
     let mut chain = crate::kafka::produce::ProduceChain::default();
     loop {
         // A throttled request mutes its connection (KIP-219): responses still go out, but
@@ -304,20 +386,25 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
         tokio::select! {
             _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
             // Responses go out in request order as they complete.
-            Some(response) = pending.next(), if !pending.is_empty() => {
-                if let Some(segments) = response {
-                    write_segments(writer, &segments, write_timeout).await?;
-                }
+            Some((response, timing)) = pending.next(), if !pending.is_empty() => {
+                write_timed(writer, response, timing, metrics, write_timeout).await?;
+            }
+            // Shutting down: read no more requests; answer those read, then close.
+            // (A dropped sender counts as a shutdown.)
+            changed = shutdown.changed(), if reading => {
+                reading = changed.is_ok() && *shutdown.borrow() < ShutdownPhase::Drain;
             }
             frame = frames.recv(), if can_read => {
-                let frame = match frame {
+                let (frame, read_at) = match frame {
                     None => { reading = false; continue; }
                     Some(Err(e)) => return Err(e),
                     Some(Ok(frame)) => frame,
                 };
+                let dispatched_at = Instant::now();
+                let timing = move |api| Timing { api, read_at, dispatched_at, ready_at: Instant::now() };
                 // After a v0 SaslHandshake the tokens come as bare frames.
                 if state.sasl.as_ref().is_some_and(SaslSession::expects_raw_token) {
-                    flush(&mut pending, writer, write_timeout).await?;
+                    flush(&mut pending, writer, write_timeout, metrics).await?;
                     let outcome = raw_token(node, state, &frame);
                     finish_sasl(node, outcome, writer, write_timeout).await?;
                     continue;
@@ -333,7 +420,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                             Gate::Serve => {}
                             Gate::Authenticate => {
                                 // One at a time, after what is owed for earlier requests.
-                                flush(&mut pending, writer, write_timeout).await?;
+                                flush(&mut pending, writer, write_timeout, metrics).await?;
                                 let outcome = authenticate(node, state, &header, request);
                                 finish_sasl(node, outcome, writer, write_timeout).await?;
                                 continue;
@@ -346,7 +433,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                                     node.security_stats().unauthenticated_request();
                                 }
                                 tracing::debug!(peer = %state.conn.peer, ?api, expired, "closing: request before authentication");
-                                flush(&mut pending, writer, write_timeout).await?;
+                                flush(&mut pending, writer, write_timeout, metrics).await?;
                                 return Err(ConnectionEnd::NotAuthenticated(api));
                             }
                         }
@@ -372,12 +459,22 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                             );
                             state.conn.mute.mute_for(throttle, now);
                         }
+                        let api = api.as_i16();
                         match reply {
-                            Reply::Now(segments) => pending.push_back(Box::pin(async move { Some(segments) })),
-                            Reply::Later(fut) => pending.push_back(fut),
-                            Reply::None => pending.push_back(Box::pin(async { None })),
+                            Reply::Now(segments) => {
+                                let t = timing(api);
+                                pending.push_back(Box::pin(async move { (Some(segments), t) }));
+                            }
+                            Reply::Later(fut) => pending.push_back(Box::pin(async move {
+                                let response = fut.await;
+                                (response, timing(api))
+                            })),
+                            Reply::None => {
+                                let t = timing(api);
+                                pending.push_back(Box::pin(async move { (None, t) }));
+                            }
                             Reply::Close => {
-                                flush(&mut pending, writer, write_timeout).await?;
+                                flush(&mut pending, writer, write_timeout, metrics).await?;
                                 return Ok(());
                             }
                         }
@@ -385,12 +482,13 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                     Err(err) => {
                         // ApiVersions of a newer version: answer in v0 format (KIP-511).
                         if let Some(Ok(segments)) = err.api_versions_fallback() {
-                            pending.push_back(Box::pin(async move { Some(segments) }));
+                            let t = timing(kafka_proto::api::ApiKey::ApiVersions.as_i16());
+                            pending.push_back(Box::pin(async move { (Some(segments), t) }));
                             continue;
                         }
                         tracing::debug!(peer = %state.conn.peer, "closing connection: {err}");
                         // Write what is owed for earlier requests, then close.
-                        flush(&mut pending, writer, write_timeout).await?;
+                        flush(&mut pending, writer, write_timeout, metrics).await?;
                         return Err(ConnectionEnd::BadRequest(err));
                     }
                 }
@@ -585,12 +683,27 @@ async fn flush<W: AsyncWrite + Unpin>(
     pending: &mut FuturesOrdered<ResponseFuture>,
     writer: &mut W,
     write_timeout: Duration,
+    metrics: &NodeMetrics,
 ) -> std::io::Result<()> {
-    while let Some(response) = pending.next().await {
-        if let Some(segments) = response {
-            write_segments(writer, &segments, write_timeout).await?;
-        }
+    while let Some((response, timing)) = pending.next().await {
+        write_timed(writer, response, timing, metrics, write_timeout).await?;
     }
+    Ok(())
+}
+
+/// Writes one response (if any) and records its request's latency stages.
+async fn write_timed<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    response: Option<Vec<Bytes>>,
+    timing: Timing,
+    metrics: &NodeMetrics,
+    write_timeout: Duration,
+) -> std::io::Result<()> {
+    let write_start = Instant::now();
+    if let Some(segments) = response {
+        write_segments(writer, &segments, write_timeout).await?;
+    }
+    timing.record(metrics, write_start, Instant::now());
     Ok(())
 }
 

@@ -420,6 +420,7 @@ fn submit_partition(
                     Err(_) => return PartitionOutcome::Failed(ErrorCode::CorruptMessage),
                 },
             };
+            stream.metrics().record_produce(batch.len());
             PartitionOutcome::Submitted(stream.submit_records(batch, span), stream, stamped_at)
         }
         Err(code) => PartitionOutcome::Failed(code),

@@ -164,8 +164,42 @@ pub enum GroupInput {
     /// The store found damaged data (a read or the scrubber): the group repairs its log at
     /// its next turn (see [`Group::check_damage`]).
     CheckDamage,
+    /// This node is leaving (graceful shutdown): on the leader, start a leader transfer to the
+    /// most caught-up voter not in the list (voters tried already) and answer its id (None:
+    /// not the leader, or no other voter left to try); from now on the group refuses to take
+    /// leadership back (it drops `MsgTimeoutNow`).
+    HandOff(Vec<u64>, oneshot::Sender<Option<u64>>),
+    /// Report this replica's Raft state and, on the leader, every voter's progress.
+    DescribeReplicas(oneshot::Sender<ReplicaReport>),
     /// Stop the group (its pending appends fail with `Stopped`).
     Stop,
+}
+
+/// One replica's view of its Raft group (see [`GroupInput::DescribeReplicas`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaReport {
+    /// `leader`, `follower`, `candidate` or `pre_candidate`.
+    pub role: String,
+    /// Current term.
+    pub term: u64,
+    /// Raft commit index.
+    pub commit_index: u64,
+    /// Index of the last entry in this replica's log.
+    pub last_index: u64,
+    /// On the leader: each voter's matched index (the leader's own is its last index); empty
+    /// on a follower.
+    pub progress: Vec<VoterProgress>,
+}
+
+/// A voter's replication progress as the leader tracks it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VoterProgress {
+    /// Node id.
+    pub id: u64,
+    /// Highest index known to be in its log.
+    pub matched: u64,
+    /// Whether it answered within the last election timeout.
+    pub recent_active: bool,
 }
 
 /// What readers can see of a group: advanced only by the group's turns.
@@ -284,6 +318,10 @@ pub struct GroupParts {
     pub raft_config: raft::Config,
     /// The node's storage-fault state (damaged replicas, counters).
     pub faults: Arc<crate::storage_faults::StorageFaults>,
+    /// This replica's counters (leader changes, dropped proposals, commit index).
+    pub metrics: Arc<crate::metrics::PartitionMetrics>,
+    /// The node's metrics (fsync latency, Produce's local and remote stages).
+    pub node_metrics: Arc<crate::metrics::NodeMetrics>,
 }
 
 /// A replica repairing a log that lost entries to corruption (see the server README,
@@ -301,6 +339,11 @@ struct Repair {
 struct Waiting {
     term: u64,
     proposals: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
+    /// When it was proposed to raft-rs; once appended and fsynced here, when that finished
+    /// (Produce's local and remote stages, see [`crate::metrics::Stage`]).
+    proposed_at: Instant,
+    /// Records (not metadata): its stages are Produce's.
+    records: bool,
 }
 
 /// The state of a running group.
@@ -364,6 +407,8 @@ struct Group {
     unverified_through: u64,
     /// When a damaged replica last asked its peers for a leader ([`Group::call_for_leader`]).
     called_for_leader: Option<Instant>,
+    /// The node is shutting down and handed leadership away: never take it back.
+    leaving: bool,
 }
 
 /// Read barriers waiting at once per group; more get [`AppendError::Busy`].
@@ -450,6 +495,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         verified_through: visible.applied_index,
         unverified_through: last_at_open,
         called_for_leader: None,
+        leaving: false,
     })
 }
 
@@ -590,6 +636,64 @@ impl Group {
         }
     }
 
+    /// On the leader: starts a transfer to the voter not in `tried` with the highest matched
+    /// index (recently active ones first) and returns its id; None when not leading or no
+    /// such voter.
+    fn hand_off(&mut self, tried: &[u64]) -> Option<u64> {
+        let raft = &self.p.node.raft;
+        if raft.state != StateRole::Leader {
+            return None;
+        }
+        let me = raft.id;
+        let voters: Vec<u64> = raft.prs().conf().voters().ids().iter().collect();
+        let target = raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != me && voters.contains(id) && !tried.contains(id))
+            .max_by_key(|(id, pr)| (pr.recent_active, pr.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)?;
+        self.set_quiesced(false);
+        tracing::info!(stream = %self.p.name, to = target, "shutting down: handing leadership over");
+        self.p.node.transfer_leader(target);
+        Some(target)
+    }
+
+    fn describe_replicas(&self) -> ReplicaReport {
+        let raft = &self.p.node.raft;
+        let role = match raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre_candidate",
+        };
+        let mut progress: Vec<VoterProgress> = if raft.state == StateRole::Leader {
+            let voters: Vec<u64> = raft.prs().conf().voters().ids().iter().collect();
+            raft.prs()
+                .iter()
+                .filter(|(id, _)| voters.contains(id))
+                .map(|(id, pr)| VoterProgress {
+                    id: *id,
+                    matched: if *id == raft.id {
+                        raft.raft_log.last_index()
+                    } else {
+                        pr.matched
+                    },
+                    recent_active: *id == raft.id || pr.recent_active,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        progress.sort_by_key(|p| p.id);
+        ReplicaReport {
+            role: role.to_owned(),
+            term: raft.term,
+            commit_index: raft.raft_log.committed,
+            last_index: raft.raft_log.last_index(),
+            progress,
+        }
+    }
+
     /// Deletes old segments as the store's retention policy says, but never an entry a
     /// follower still needs (on the leader: below every voter's matched index) nor an
     /// uncommitted one. A follower missing deleted entries gets a snapshot instead.
@@ -680,6 +784,10 @@ impl Group {
     fn take(&mut self, input: GroupInput) -> bool {
         match input {
             GroupInput::Raft(mut m) => {
+                if self.leaving && m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow {
+                    tracing::debug!(stream = %self.p.name, "leaving: not taking leadership back");
+                    return true;
+                }
                 let quiesce = crate::quiesce::is_quiesce_heartbeat(&m);
                 // Followers answer the quiesce heartbeat: a quiesced leader stays quiesced
                 // unless the answer shows the group is not idle after all.
@@ -786,6 +894,13 @@ impl Group {
                 if !voters.is_empty() && voters.len() <= MAX_TRACKED_VOTERS {
                     self.target_voters = Some(voters);
                 }
+            }
+            GroupInput::HandOff(tried, reply) => {
+                self.leaving = true;
+                let _ = reply.send(self.hand_off(&tried));
+            }
+            GroupInput::DescribeReplicas(reply) => {
+                let _ = reply.send(self.describe_replicas());
             }
             GroupInput::Stop => return false,
         }
@@ -1503,14 +1618,22 @@ impl Group {
                     Waiting {
                         term,
                         proposals: members,
+                        proposed_at: Instant::now(),
+                        records: ctx.first() == Some(&CTX_RECORDS),
                     },
                 );
             }
             Err(e) => {
                 let err = match e {
-                    raft::Error::ProposalDropped => AppendError::NotLeader {
-                        leader: self.leader_hint(),
-                    },
+                    raft::Error::ProposalDropped => {
+                        self.p
+                            .metrics
+                            .proposals_dropped
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        AppendError::NotLeader {
+                            leader: self.leader_hint(),
+                        }
+                    }
                     other => AppendError::Invalid(other.to_string()),
                 };
                 for (reply, _) in members {
@@ -1613,6 +1736,31 @@ impl Group {
         }
         let mut ready = self.p.node.ready();
         if let Some(ss) = ready.ss() {
+            if ss.leader_id != self.visible.leader {
+                self.p
+                    .metrics
+                    .leader_changes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // One info line per change, from the new leader; the others at debug.
+                if ss.leader_id == self.p.node.raft.id {
+                    tracing::info!(
+                        stream = %self.p.name,
+                        group = self.p.id,
+                        from = self.visible.leader,
+                        to = ss.leader_id,
+                        term = self.p.node.raft.term,
+                        "became leader"
+                    );
+                } else {
+                    tracing::debug!(
+                        stream = %self.p.name,
+                        group = self.p.id,
+                        from = self.visible.leader,
+                        to = ss.leader_id,
+                        "leader changed"
+                    );
+                }
+            }
             self.visible.leader = ss.leader_id;
             if let Some(t) = self.p.producers.as_mut() {
                 t.clear_pending();
@@ -1690,6 +1838,10 @@ impl Group {
         self.update_in_sync();
         self.check_rejoined();
         self.mark_quiesce_heartbeats = false;
+        self.p.metrics.commit_index.store(
+            self.p.node.raft.raft_log.committed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// On the leader, the voters that are in sync (Kafka's ISR, in Raft terms): within
@@ -1761,11 +1913,21 @@ impl Group {
                 s.truncate_suffix(first)
                     .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
             }
+            let segments_before = s.segment_count();
             if let Err(e) = s.append(&converted) {
                 drop(s);
                 tracing::error!(stream = %self.p.name, first, "appending to the log failed: {e}; the entries are dropped and their proposals fail");
                 self.rebuild_raft(AppendError::Storage(e.to_string()));
                 return false;
+            }
+            if s.segment_count() > segments_before {
+                tracing::info!(
+                    stream = %self.p.name,
+                    group = self.p.id,
+                    segments = s.segment_count(),
+                    first_index = first,
+                    "segment rolled"
+                );
             }
             s.prepare_sync()
                 .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
@@ -1773,17 +1935,29 @@ impl Group {
         // The fsync runs without the store's lock, so consumers keep reading committed data
         // meanwhile; this thread is the only writer, so nothing changes the log in between.
         if let Some(pending) = pending {
+            let started = Instant::now();
             pending.run();
+            self.p.node_metrics.fsync.observe(started.elapsed());
             write(&self.p.store)
                 .complete_sync(pending)
                 .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
         }
+        let durable_at = Instant::now();
         for e in entries {
             let Some(id) = proposal_id(&e.context, self.p.node.raft.id) else {
                 continue;
             };
-            if let Some(w) = self.proposed.remove(&id) {
+            if let Some(mut w) = self.proposed.remove(&id) {
                 if w.term == e.term {
+                    if w.records {
+                        self.p.node_metrics.observe_request(
+                            kafka_proto::api::ApiKey::Produce.as_i16(),
+                            crate::metrics::Stage::Local,
+                            durable_at.saturating_duration_since(w.proposed_at),
+                        );
+                    }
+                    // From now on: the wait for a majority (the remote stage).
+                    w.proposed_at = durable_at;
                     // An entry at this index from an earlier attempt is replaced: it is lost.
                     if let Some(old) = self.appended.insert(e.index, w) {
                         self.pending_count -= old.proposals.len();
@@ -1896,6 +2070,13 @@ impl Group {
             };
             self.pending_count -= w.proposals.len();
             if index == e.index && w.term == e.term {
+                if w.records {
+                    self.p.node_metrics.observe_request(
+                        kafka_proto::api::ApiKey::Produce.as_i16(),
+                        crate::metrics::Stage::Remote,
+                        w.proposed_at.elapsed(),
+                    );
+                }
                 let next = read(&self.p.store)
                     .next_offset_after_index(index)
                     .unwrap_or_else(|err| panic!("committed index {index} not in the log: {err}"));

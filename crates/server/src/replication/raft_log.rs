@@ -1,5 +1,8 @@
 //! Forwards raft-rs's `slog` records to `tracing`, so Raft's own messages (elections, leader
-//! changes, rejected votes) appear in the node's log under the target `raft`.
+//! changes, rejected votes) appear in the node's log under the target `raft`. raft-rs's info
+//! lines (every election step, every group's start) are internals: they are logged at debug
+//! (`RUST_LOG=raft=debug` shows them); the node logs one info line per leadership change
+//! itself. Warnings and errors keep their level.
 
 use std::fmt::Write as _;
 
@@ -29,8 +32,9 @@ impl slog::Drain for TracingDrain {
                 tracing::error!(target: "raft", "{msg}{}", kv.0)
             }
             slog::Level::Warning => tracing::warn!(target: "raft", "{msg}{}", kv.0),
-            slog::Level::Info => tracing::info!(target: "raft", "{msg}{}", kv.0),
-            slog::Level::Debug => tracing::debug!(target: "raft", "{msg}{}", kv.0),
+            slog::Level::Info | slog::Level::Debug => {
+                tracing::debug!(target: "raft", "{msg}{}", kv.0)
+            }
             slog::Level::Trace => tracing::trace!(target: "raft", "{msg}{}", kv.0),
         }
         Ok(())

@@ -1,0 +1,705 @@
+//! The admin API's operator endpoints (what `vdlctl` calls): cluster status, leader transfer
+//! and balance, segment listing and deletion. Any node answers: it gathers the other nodes'
+//! views from their admin listeners (addresses announced through the metadata log,
+//! [`crate::node::Node::announce_admin_address`]) or forwards the request to the node that
+//! must act.
+//!
+//! Endpoints (JSON answers; errors are `{"error": ..}` with a 4xx/5xx status):
+//! - `GET /replicas`: this node's replicas with their Raft state (role, term, commit, last
+//!   index, on the leader every voter's matched index) and log (offsets, segments, bytes).
+//! - `GET /cluster/status`: every member (addresses, liveness, reachable) and every
+//!   partition (replicas, leader, ISR, each replica's role and lag in entries and bytes);
+//!   `healthy` false with the reasons in `problems` when a member is down or unreachable, a
+//!   partition has no leader or is under-replicated.
+//! - `POST /partitions/{topic}/{partition}/leader?to=N&timeout_ms=T`: makes N lead.
+//! - `POST /leaders/balance?timeout_ms=T`: moves every partition's leadership to its preferred
+//!   replica (the first in its replica list).
+//! - `GET /partitions/{topic}/{partition}/segments`: the segment files of a replica (this
+//!   node's, or forwarded to the partition's leader).
+//! - `POST /partitions/{topic}/{partition}/segments/delete?before=OFFSET`: deletes the
+//!   segments wholly below OFFSET, on the leader, when `storage.operator_delete_allowed` is on.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use crate::group::ReplicaReport;
+use crate::metadata::METADATA_STREAM;
+use crate::node::{Node, TransferError};
+
+/// Longest the node waits for another node's admin answer.
+const PEER_TIMEOUT: Duration = Duration::from_secs(3);
+/// Largest answer read from another node's admin API.
+const PEER_MAX_BYTES: u64 = 64 << 20;
+/// Longest an operation may be asked to wait.
+const MAX_OP_TIMEOUT_MS: u64 = 300_000;
+
+/// One replica as `GET /replicas` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReplicaState {
+    /// Topic (or stream) name; `__cluster_metadata` for the metadata group.
+    pub topic: String,
+    /// Partition index.
+    pub partition: u32,
+    /// Leader as this replica knows it (0: none).
+    pub leader: u64,
+    /// Raft state (role, term, commit, last index, voters' progress on the leader).
+    pub raft: ReplicaReport,
+    /// First readable offset.
+    pub log_start_offset: u64,
+    /// Offset after the last committed record.
+    pub high_watermark: u64,
+    /// Offset after the last record stored here.
+    pub log_end_offset: u64,
+    /// Segment files.
+    pub segments: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// In-sync voters (on the leader).
+    pub in_sync: Vec<u64>,
+}
+
+/// `GET /replicas`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeReplicas {
+    /// This node's id.
+    pub id: u64,
+    /// Its replicas.
+    pub replicas: Vec<ReplicaState>,
+}
+
+/// This node's replicas, read now.
+pub async fn local_replicas(node: &Node) -> NodeReplicas {
+    let mut streams: Vec<crate::node::LogStream> = node.metadata_group().into_iter().collect();
+    for name in node.stream_names() {
+        streams.extend(node.partitions(&name));
+    }
+    let mut replicas = Vec::with_capacity(streams.len());
+    for s in streams {
+        let v = s.visible();
+        let (segments, bytes) = s.storage_size();
+        replicas.push(ReplicaState {
+            topic: s.name().to_owned(),
+            partition: s.partition(),
+            leader: v.leader,
+            raft: s.describe_replicas().await.unwrap_or_default(),
+            log_start_offset: v.log_start_offset,
+            high_watermark: v.high_watermark,
+            log_end_offset: s.log_end_offset(),
+            segments,
+            bytes,
+            in_sync: v.in_sync.iter().copied().filter(|id| *id != 0).collect(),
+        });
+    }
+    NodeReplicas {
+        id: node.config().id,
+        replicas,
+    }
+}
+
+/// `GET /replicas`.
+pub async fn replicas(State(node): State<Arc<Node>>) -> Json<NodeReplicas> {
+    Json(local_replicas(&node).await)
+}
+
+/// A member in `GET /cluster/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// Node id.
+    pub id: u64,
+    /// Node name.
+    pub name: String,
+    /// Raft peer address.
+    pub peer: String,
+    /// Kafka address it announced (empty: not connected to the answering node).
+    pub kafka: String,
+    /// Admin address it announced (empty: unknown).
+    pub admin: String,
+    /// Connected to the answering node (or is it).
+    pub live: bool,
+    /// Its admin API answered.
+    pub reachable: bool,
+}
+
+/// One replica of a partition in `GET /cluster/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    /// Node id.
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `pre_candidate`, or `unknown` (node unreachable).
+    pub role: String,
+    /// Raft entries behind the leader (leader's last index minus this replica's matched
+    /// index, as the leader tracks it).
+    pub lag_entries: u64,
+    /// Bytes behind the leader: the leader's log bytes minus this replica's (approximate:
+    /// assumes the two apply the same retention).
+    pub lag_bytes: u64,
+    /// Offset after the last record stored on the replica.
+    pub log_end_offset: u64,
+}
+
+/// One partition in `GET /cluster/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// Topic name (`__cluster_metadata` for the metadata group).
+    pub topic: String,
+    /// Partition index.
+    pub partition: u32,
+    /// Replicas, preferred leader first.
+    pub replicas: Vec<u64>,
+    /// Leader (0: none).
+    pub leader: u64,
+    /// In-sync replicas as the leader reports them.
+    pub isr: Vec<u64>,
+    /// Fewer in-sync replicas than replicas (or no leader).
+    pub under_replicated: bool,
+    /// Each replica's state.
+    pub replica_status: Vec<ReplicaStatus>,
+}
+
+/// `GET /cluster/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub answered_by: u64,
+    /// No problem found.
+    pub healthy: bool,
+    /// What makes the cluster unhealthy, one line each.
+    pub problems: Vec<String>,
+    /// Every member.
+    pub nodes: Vec<MemberStatus>,
+    /// Every partition (and the metadata group).
+    pub partitions: Vec<PartitionStatus>,
+    /// Partitions under-replicated, as `topic-partition`.
+    pub under_replicated: Vec<String>,
+}
+
+/// A JSON error answer.
+pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
+}
+
+/// Calls another node's admin API (blocking client on a blocking thread): `(status, body)`.
+pub async fn call_peer(
+    address: &str,
+    method: &'static str,
+    path_and_query: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let url = format!("http://{address}{path_and_query}");
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let response = match method {
+            "POST" => agent.post(&url).send_empty(),
+            _ => agent.get(&url).call(),
+        };
+        let mut response = response.map_err(|e| format!("{url}: {e}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(PEER_MAX_BYTES)
+            .read_to_string()
+            .map_err(|e| format!("{url}: {e}"))?;
+        Ok((status, body))
+    })
+    .await
+    .map_err(|e| format!("admin call task failed: {e}"))?
+}
+
+/// `GET /cluster/status`: 200 when healthy, 503 otherwise (same document).
+pub async fn cluster_status(State(node): State<Arc<Node>>) -> Response {
+    let status = gather_cluster_status(&node).await;
+    let code = if status.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(status)).into_response()
+}
+
+/// Builds the cluster status: asks every member's admin API for its replicas (this node's
+/// own are read directly) and combines them with the replica lists of the metadata.
+pub async fn gather_cluster_status(node: &Arc<Node>) -> ClusterStatus {
+    let me = node.config().id;
+    let admins = node.admin_addresses();
+    let live: BTreeMap<u64, String> = node.live_brokers().into_iter().collect();
+    let mut problems = Vec::new();
+    let mut reports: BTreeMap<u64, NodeReplicas> = BTreeMap::new();
+    let mut nodes = Vec::new();
+    let calls = node.config().members.iter().map(|m| {
+        let admin = admins.get(&m.id).cloned();
+        let node = node.clone();
+        async move {
+            if m.id == me {
+                return (m.id, Ok(local_replicas(&node).await));
+            }
+            let Some(admin) = admin else {
+                return (m.id, Err("admin address not announced".to_owned()));
+            };
+            let answer = call_peer(&admin, "GET", "/replicas", PEER_TIMEOUT).await;
+            let parsed = answer.and_then(|(code, body)| {
+                if code != 200 {
+                    return Err(format!("HTTP {code}"));
+                }
+                serde_json::from_str::<NodeReplicas>(&body).map_err(|e| e.to_string())
+            });
+            (m.id, parsed)
+        }
+    });
+    let answers = futures::future::join_all(calls).await;
+    for (m, (_, answer)) in node.config().members.iter().zip(answers) {
+        let is_live = live.contains_key(&m.id);
+        let reachable = match answer {
+            Ok(r) => {
+                reports.insert(m.id, r);
+                true
+            }
+            Err(e) => {
+                problems.push(format!("node {} admin API not reachable: {e}", m.id));
+                false
+            }
+        };
+        if !is_live {
+            problems.push(format!("node {} is not connected", m.id));
+        }
+        nodes.push(MemberStatus {
+            id: m.id,
+            name: m.name.clone(),
+            peer: m.peer_addr.to_string(),
+            kafka: live.get(&m.id).cloned().unwrap_or_default(),
+            admin: admins.get(&m.id).cloned().unwrap_or_default(),
+            live: is_live,
+            reachable,
+        });
+    }
+    // Every partition the metadata knows, with its replica list; the metadata group on
+    // every member.
+    let mut layout: Vec<(String, u32, Vec<u64>)> =
+        vec![(METADATA_STREAM.to_owned(), 0, node.config().member_ids())];
+    let mut names = node.topic_names();
+    names.sort();
+    for name in names {
+        if let Some(l) = node.topic_layout(&name) {
+            for (p, replicas) in l.replicas.into_iter().enumerate() {
+                layout.push((name.clone(), p as u32, replicas));
+            }
+        }
+    }
+    let mut partitions = Vec::with_capacity(layout.len());
+    let mut under = Vec::new();
+    for (topic, partition, replicas) in layout {
+        let state_of = |id: u64| {
+            reports.get(&id).and_then(|r| {
+                r.replicas
+                    .iter()
+                    .find(|s| s.topic == topic && s.partition == partition)
+            })
+        };
+        // Right after a leadership change the old leader may not know yet: the newest term's
+        // leader is the leader.
+        let leader = replicas
+            .iter()
+            .copied()
+            .filter_map(|id| {
+                state_of(id)
+                    .filter(|s| s.raft.role == "leader")
+                    .map(|s| (s.raft.term, id))
+            })
+            .max()
+            .map_or(0, |(_, id)| id);
+        let leader_state = state_of(leader);
+        let isr = leader_state.map(|s| s.in_sync.clone()).unwrap_or_default();
+        let replica_status = replicas
+            .iter()
+            .map(|id| {
+                let Some(s) = state_of(*id) else {
+                    return ReplicaStatus {
+                        id: *id,
+                        role: "unknown".into(),
+                        lag_entries: 0,
+                        lag_bytes: 0,
+                        log_end_offset: 0,
+                    };
+                };
+                let (lag_entries, lag_bytes) = match leader_state {
+                    Some(l) => {
+                        let matched = l
+                            .raft
+                            .progress
+                            .iter()
+                            .find(|p| p.id == *id)
+                            .map_or(s.raft.last_index, |p| p.matched);
+                        (
+                            l.raft.last_index.saturating_sub(matched),
+                            l.bytes.saturating_sub(s.bytes),
+                        )
+                    }
+                    None => (0, 0),
+                };
+                ReplicaStatus {
+                    id: *id,
+                    role: s.raft.role.clone(),
+                    lag_entries,
+                    lag_bytes,
+                    log_end_offset: s.log_end_offset,
+                }
+            })
+            .collect();
+        let under_replicated = leader == 0 || isr.len() < replicas.len();
+        if leader == 0 {
+            problems.push(format!("{topic}-{partition} has no leader"));
+        }
+        if under_replicated {
+            under.push(format!("{topic}-{partition}"));
+            if leader != 0 {
+                problems.push(format!(
+                    "{topic}-{partition} is under-replicated (ISR {isr:?} of {replicas:?})"
+                ));
+            }
+        }
+        partitions.push(PartitionStatus {
+            topic,
+            partition,
+            replicas,
+            leader,
+            isr,
+            under_replicated,
+            replica_status,
+        });
+    }
+    ClusterStatus {
+        answered_by: me,
+        healthy: problems.is_empty(),
+        problems,
+        nodes,
+        partitions,
+        under_replicated: under,
+    }
+}
+
+/// Query of the leader endpoints.
+#[derive(Deserialize)]
+pub struct LeaderParams {
+    /// The replica that should lead.
+    to: Option<u64>,
+    /// How long to wait (default 30 s).
+    timeout_ms: Option<u64>,
+}
+
+fn op_timeout(ms: Option<u64>) -> Duration {
+    Duration::from_millis(ms.unwrap_or(30_000).min(MAX_OP_TIMEOUT_MS))
+}
+
+/// `POST /partitions/{topic}/{partition}/leader?to=N`.
+pub async fn transfer_leader(
+    State(node): State<Arc<Node>>,
+    Path((topic, partition)): Path<(String, u32)>,
+    Query(params): Query<LeaderParams>,
+) -> Response {
+    let Some(to) = params.to else {
+        return error(StatusCode::BAD_REQUEST, "missing ?to=NODE");
+    };
+    let started = std::time::Instant::now();
+    match node
+        .transfer_leader(&topic, partition, to, op_timeout(params.timeout_ms))
+        .await
+    {
+        Ok(()) => Json(serde_json::json!({
+            "topic": topic, "partition": partition, "leader": to,
+            "elapsed_ms": started.elapsed().as_millis() as u64,
+        }))
+        .into_response(),
+        Err(e @ TransferError::NoPartition(..)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ TransferError::NotAReplica { .. }) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e @ TransferError::Timeout { .. }) => error(StatusCode::GATEWAY_TIMEOUT, e.to_string()),
+        Err(e @ TransferError::Propose(_)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `POST /leaders/balance`: every partition whose leader is not its preferred replica is asked
+/// to hand over (ElectPreferredLeader); answers what moved and what did not within the timeout.
+pub async fn balance_leaders(
+    State(node): State<Arc<Node>>,
+    Query(params): Query<LeaderParams>,
+) -> Response {
+    let timeout = op_timeout(params.timeout_ms);
+    let deadline = std::time::Instant::now() + timeout;
+    let mut wanted = Vec::new();
+    let mut names = node.topic_names();
+    names.sort();
+    for name in names {
+        let Some(l) = node.topic_layout(&name) else {
+            continue;
+        };
+        for (p, replicas) in l.replicas.iter().enumerate() {
+            let Some(preferred) = replicas.first().copied() else {
+                continue;
+            };
+            let p = p as u32;
+            if node.current_leader(&name, l.incarnation, p) != Some(preferred) {
+                wanted.push((name.clone(), l.incarnation, p, preferred));
+            }
+        }
+    }
+    for (name, incarnation, p, _) in &wanted {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if let Err(e) = node
+            .elect_preferred_leader(name, *incarnation, *p, left)
+            .await
+        {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("asking {name}-{p} to move failed: {e}"),
+            );
+        }
+    }
+    let pending = |node: &Node| -> Vec<String> {
+        wanted
+            .iter()
+            .filter(|(n, i, p, preferred)| node.current_leader(n, *i, *p) != Some(*preferred))
+            .map(|(n, _, p, _)| format!("{n}-{p}"))
+            .collect()
+    };
+    loop {
+        let left = pending(&node);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            let moved = wanted.len() - left.len();
+            let body =
+                serde_json::json!({ "asked": wanted.len(), "moved": moved, "not_moved": left });
+            let code = if left.is_empty() {
+                StatusCode::OK
+            } else {
+                StatusCode::GATEWAY_TIMEOUT
+            };
+            return (code, Json(body)).into_response();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A segment in `GET .../segments`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SegmentEntry {
+    /// Raft index of its first entry.
+    pub base_index: u64,
+    /// Raft index of its last entry.
+    pub last_index: u64,
+    /// First offset it holds.
+    pub first_offset: u64,
+    /// Offset after its last record.
+    pub next_offset: u64,
+    /// File bytes.
+    pub bytes: u64,
+    /// The active (written) segment.
+    pub active: bool,
+}
+
+/// Query of the segment endpoints.
+#[derive(Deserialize)]
+pub struct SegmentParams {
+    /// Delete the segments wholly below this offset.
+    before: Option<u64>,
+    /// Answer with this node's replica only (no forwarding).
+    local: Option<bool>,
+    /// How long to wait for the deletion to be applied (default 30 s).
+    timeout_ms: Option<u64>,
+}
+
+/// Forwards the request to the partition's leader when this node is not it (or hosts no
+/// replica); `None` when this node should answer.
+async fn forward_to_leader(
+    node: &Arc<Node>,
+    topic: &str,
+    partition: u32,
+    method: &'static str,
+    path_and_query: String,
+    local: bool,
+) -> Option<Response> {
+    let incarnation = node.topic_layout(topic)?.incarnation;
+    let leader = node.current_leader(topic, incarnation, partition);
+    let me = node.config().id;
+    if local || leader == Some(me) {
+        return None;
+    }
+    let Some(leader) = leader else {
+        return Some(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{topic}-{partition} has no leader now"),
+        ));
+    };
+    let Some(address) = node.admin_addresses().get(&leader).cloned() else {
+        return Some(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the admin address of node {leader} (the leader) is not known"),
+        ));
+    };
+    let sep = if path_and_query.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    let path = format!("{path_and_query}{sep}local=true");
+    Some(
+        match call_peer(&address, method, &path, Duration::from_secs(60)).await {
+            Ok((code, body)) => (
+                StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response(),
+            Err(e) => error(StatusCode::BAD_GATEWAY, e),
+        },
+    )
+}
+
+fn segment_entries(stream: &crate::node::LogStream) -> Vec<SegmentEntry> {
+    stream
+        .segments()
+        .into_iter()
+        .map(|s| SegmentEntry {
+            base_index: s.base_index,
+            last_index: s.last_index,
+            first_offset: s.first_offset,
+            next_offset: s.next_offset,
+            bytes: s.bytes,
+            active: s.active,
+        })
+        .collect()
+}
+
+/// `GET /partitions/{topic}/{partition}/segments`: the leader's segment files.
+pub async fn list_segments(
+    State(node): State<Arc<Node>>,
+    Path((topic, partition)): Path<(String, u32)>,
+    Query(params): Query<SegmentParams>,
+) -> Response {
+    let path = format!("/partitions/{topic}/{partition}/segments");
+    if let Some(r) = forward_to_leader(
+        &node,
+        &topic,
+        partition,
+        "GET",
+        path,
+        params.local.unwrap_or(false),
+    )
+    .await
+    {
+        return r;
+    }
+    let Some(stream) = node.partition(&topic, partition) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no replica of {topic}-{partition} here"),
+        );
+    };
+    Json(serde_json::json!({
+        "topic": topic,
+        "partition": partition,
+        "node": node.config().id,
+        "segments": segment_entries(&stream),
+    }))
+    .into_response()
+}
+
+/// `POST /partitions/{topic}/{partition}/segments/delete?before=OFFSET`: on the leader, finds
+/// the sealed segments that lie wholly below OFFSET and below every voter's matched index,
+/// and raises the partition's log start offset (a replicated DeleteRecords) to the end of the
+/// last of them, so every replica's retention removes them. Refused (403) unless
+/// `storage.operator_delete_allowed` is on.
+pub async fn delete_segments(
+    State(node): State<Arc<Node>>,
+    Path((topic, partition)): Path<(String, u32)>,
+    Query(params): Query<SegmentParams>,
+) -> Response {
+    let Some(before) = params.before else {
+        return error(StatusCode::BAD_REQUEST, "missing ?before=OFFSET");
+    };
+    if !node.config().storage.operator_delete_allowed {
+        return error(
+            StatusCode::FORBIDDEN,
+            "segment deletion is not permitted on this node (storage.operator_delete_allowed = false)",
+        );
+    }
+    let path = format!("/partitions/{topic}/{partition}/segments/delete?before={before}");
+    if let Some(r) = forward_to_leader(
+        &node,
+        &topic,
+        partition,
+        "POST",
+        path,
+        params.local.unwrap_or(false),
+    )
+    .await
+    {
+        return r;
+    }
+    let Some(stream) = node.partition(&topic, partition) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no replica of {topic}-{partition} here"),
+        );
+    };
+    if stream.incarnation() == 0 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("{topic} is a stream configured at start ([streams] initial): segment deletion applies to topics; its retention settings govern it"),
+        );
+    }
+    let Some(report) = stream.describe_replicas().await else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the partition's group is busy",
+        );
+    };
+    if report.role != "leader" {
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this node no longer leads the partition",
+        );
+    }
+    // Never below what a voter still needs: its matched index.
+    let needed = report.progress.iter().map(|p| p.matched).min().unwrap_or(0);
+    let segments = segment_entries(&stream);
+    let doomed: Vec<SegmentEntry> = segments
+        .iter()
+        .filter(|s| !s.active && s.next_offset <= before && s.last_index <= needed)
+        .cloned()
+        .collect();
+    let Some(floor) = doomed.last().map(|s| s.next_offset) else {
+        return Json(serde_json::json!({ "deleted": [], "log_start_offset": stream.visible().log_start_offset }))
+            .into_response();
+    };
+    let timeout = op_timeout(params.timeout_ms);
+    if floor > stream.visible().log_start_offset {
+        if let Err(e) = node.delete_records(&topic, partition, floor, timeout).await {
+            return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        }
+    }
+    // The group removes the segments below the new floor in its next turn.
+    let deadline = std::time::Instant::now() + timeout;
+    while stream
+        .segments()
+        .first()
+        .is_some_and(|s| s.next_offset <= floor && !s.active)
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::info!(topic = %topic, partition, before, log_start_offset = floor, segments = doomed.len(), "segments deleted by an operator");
+    Json(serde_json::json!({
+        "deleted": doomed,
+        "log_start_offset": stream.visible().log_start_offset,
+    }))
+    .into_response()
+}
