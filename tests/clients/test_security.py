@@ -608,3 +608,69 @@ def test_java_client_reauthenticates_on_its_connection(secure, java_tools):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == lines
+
+
+def test_a_user_created_with_kafka_configs_logs_in_and_a_deleted_one_cannot(secure, java_tools):
+    """The replicated SCRAM credentials (issue 12): Kafka's `kafka-configs.sh` creates a user
+    over SASL_SSL as the bootstrapped admin (AlterUserScramCredentials, salted and hashed, kept
+    in the cluster metadata); that user then produces and consumes with SCRAM-SHA-512 and
+    SCRAM-SHA-256 on every node's listener; once its credentials are deleted, its login fails."""
+    directory, run = java_tools
+    admin = Setup(secure, "scram512")
+    props = admin.java(directory)
+    user, password = f"carol-{uuid.uuid4().hex[:6]}", "c4rol-secret"
+
+    def configs(*args):
+        r = run(
+            "kafka.admin.ConfigCommand",
+            "--bootstrap-server",
+            admin.bootstrap,
+            "--command-config",
+            props,
+            "--entity-type",
+            "users",
+            "--entity-name",
+            user,
+            *args,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    configs(
+        "--alter",
+        "--add-config",
+        f"SCRAM-SHA-512=[iterations=8192,password={password}]",
+    )
+    configs("--alter", "--add-config", f"SCRAM-SHA-256=[password={password}]")
+    assert "SCRAM-SHA-512=iterations=8192" in configs("--describe")
+    for kind in ("scram512", "scram256"):
+        setup = Setup(secure, kind)
+        setup.user, setup.password = user, password
+        topic = new_topic(f"carol-{kind}")
+        values = [f"{user}-{kind}-{i}".encode() for i in range(10)]
+        # Every node applies the credential from the metadata log: a login may race it.
+        deadline = time.monotonic() + 20
+        while not logs_in(setup.librdkafka()):
+            assert time.monotonic() < deadline, "the new user cannot log in"
+        assert produce_and_consume(setup, topic, values) == values
+    # One mechanism per request: Kafka 3.9 refuses a user altered twice in one request.
+    configs("--alter", "--delete-config", "SCRAM-SHA-512")
+    configs("--alter", "--delete-config", "SCRAM-SHA-256")
+    gone = Setup(secure, "scram512")
+    gone.user, gone.password = user, password
+    deadline = time.monotonic() + 20
+    while logs_in(gone.librdkafka()):
+        assert time.monotonic() < deadline, "a deleted user still logs in"
+
+
+def logs_in(conf):
+    """Whether a client with `conf` gets metadata from every node without an authentication
+    error."""
+    errors = []
+    producer = Producer({**conf, "error_cb": errors.append})
+    try:
+        md = producer.list_topics(timeout=5)
+        producer.poll(0.5)
+        return len(md.brokers) == NODES and not errors
+    except KafkaException:
+        return False

@@ -352,6 +352,21 @@ pub struct Scrape {
     pub group_lag: Vec<GroupLag>,
     /// Node-wide metrics.
     pub node: Arc<NodeMetrics>,
+    /// Storage faults and the scrubber (see [`crate::storage_faults`]).
+    pub storage: StorageSample,
+}
+
+/// Storage-fault counters of a node, read at a scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StorageSample {
+    /// Sealed-segment bytes the scrubber verified since start.
+    pub scrub_bytes_verified: u64,
+    /// Damaged entries found since start (at open, by reads or by the scrubber).
+    pub faults_found: u64,
+    /// Repairs that made a damaged replica whole again.
+    pub repairs_completed: u64,
+    /// Replicas on this node that are damaged now.
+    pub damaged_replicas: u64,
 }
 
 /// The scrape's content type (OpenMetrics text, which Prometheus reads).
@@ -626,6 +641,34 @@ impl Collector for Scrape {
         )?;
         family(
             &mut e,
+            "vdl_scrub_verified_bytes",
+            "Sealed-segment bytes the background scrubber verified since start.",
+            Counter,
+            node(self.storage.scrub_bytes_verified),
+        )?;
+        family(
+            &mut e,
+            "vdl_storage_faults_found",
+            "Damaged log entries found since start (at open, by reads, by the scrubber).",
+            Counter,
+            node(self.storage.faults_found),
+        )?;
+        family(
+            &mut e,
+            "vdl_storage_repairs_completed",
+            "Damaged replicas made whole again from a healthy replica since start.",
+            Counter,
+            node(self.storage.repairs_completed),
+        )?;
+        family(
+            &mut e,
+            "vdl_damaged_replicas",
+            "Replicas on this node whose storage is damaged and not repaired yet.",
+            Gauge,
+            node(self.storage.damaged_replicas),
+        )?;
+        family(
+            &mut e,
             "vdl_node_id",
             "This node's id.",
             Gauge,
@@ -719,7 +762,17 @@ mod tests {
             }],
             group_lag: vec![],
             node,
+            storage: StorageSample {
+                scrub_bytes_verified: 4096,
+                damaged_replicas: 1,
+                ..StorageSample::default()
+            },
         });
+        assert!(
+            text.contains("vdl_scrub_verified_bytes_total 4096"),
+            "{text}"
+        );
+        assert!(text.contains("vdl_damaged_replicas 1"), "{text}");
         assert!(
             text.contains("vdl_partition_in_bytes_total{topic=\"t\",partition=\"0\"} 100"),
             "{text}"

@@ -3337,11 +3337,19 @@ impl Node {
         group_lag.sort_by(|a, b| {
             (&a.group, &a.topic, a.partition).cmp(&(&b.group, &b.topic, b.partition))
         });
+        let faults = &self.storage_faults;
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         crate::metrics::Scrape {
             node_id: me,
             partitions,
             group_lag,
             node: self.metrics.clone(),
+            storage: crate::metrics::StorageSample {
+                scrub_bytes_verified: load(&faults.scrub_bytes_verified),
+                faults_found: load(&faults.faults_found),
+                repairs_completed: load(&faults.repairs_completed),
+                damaged_replicas: faults.damaged().len() as u64,
+            },
         }
     }
 
