@@ -222,7 +222,7 @@ pub enum MetaCommand {
     /// Replace the node-wide flow limits (`vdlctl rate update`, the admin API's `PUT /rates`):
     /// every node then enforces them on its own traffic.
     SetFlowLimits {
-        /// The new limits (all six; `None` is unlimited).
+        /// The new limits (all of them; `None` is unlimited).
         limits: FlowLimits,
     },
     /// Change client quotas (AlterClientQuotas), each alteration validated by the proposer.

@@ -75,7 +75,8 @@
 //!                              optional uint64 catchup_read_requests_per_sec = 3;
 //!                              optional uint64 catchup_read_bytes_per_sec = 4;
 //!                              optional uint64 tail_read_requests_per_sec = 5;
-//!                              optional uint64 tail_read_bytes_per_sec = 6; }
+//!                              optional uint64 tail_read_bytes_per_sec = 6;
+//!                              optional uint64 catchup_replication_bytes_per_sec = 7; }
 //! message AlterClientQuotas  { repeated QuotaAlteration alterations = 1; }
 //! message QuotaAlteration    { QuotaEntity entity = 1; repeated QuotaValue set = 2;
 //!                              repeated string remove = 3; }

@@ -1655,6 +1655,13 @@ impl Node {
     /// run.
     pub fn note_metadata_applied(&self, index: u64) {
         use std::sync::atomic::Ordering;
+        // The catch-up replication limit follows the replicated flow limits.
+        self.peers.catch_up_limiter().set_rate(
+            self.metadata()
+                .flow
+                .limits
+                .catchup_replication_bytes_per_sec,
+        );
         if index >= self.metadata_replay_target.load(Ordering::Acquire)
             && !self.retention_allowed.swap(true, Ordering::AcqRel)
         {
@@ -2616,6 +2623,11 @@ impl Node {
     /// The cluster metadata as applied on this node.
     pub fn metadata(&self) -> std::sync::RwLockReadGuard<'_, ClusterMeta> {
         self.metadata.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This node's limit on catch-up replication (see [`crate::flow::replication`]).
+    pub fn catch_up_limiter(&self) -> &crate::flow::replication::ReplicationLimiter {
+        self.peers.catch_up_limiter()
     }
 
     /// This node's flow control (limits and quotas are in [`Node::flow_settings`]).

@@ -342,3 +342,70 @@ async fn node_catchup_read_limit_set_through_the_admin_api_caps_catchup_reads() 
     .unwrap();
     serving.abort();
 }
+
+/// A follower that was down catches up at the node-wide `catchup_replication_bytes_per_sec`,
+/// not faster: its leader holds back appends of already-committed entries over the limit
+/// (new entries are never held back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_catches_up_at_the_catch_up_replication_limit() {
+    const RATE: u64 = 300_000;
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[TOPIC]);
+    // Nodes 1 and 2 only: a majority, node 3 stays down.
+    let two = start(&configs[..2]).await;
+    let brokers2 = brokers(&configs[..2]);
+    tokio::task::spawn_blocking(move || {
+        let mut c = leader_conn(&brokers2);
+        let data = batch(20, 1000);
+        for _ in 0..60 {
+            assert_eq!(produce(&mut c, data.clone()).unwrap().0, 0);
+        }
+    })
+    .await
+    .unwrap();
+    let command = vdl_server::metadata::MetaCommand::SetFlowLimits {
+        limits: vdl_server::flow::settings::FlowLimits {
+            catchup_replication_bytes_per_sec: Some(RATE),
+            ..Default::default()
+        },
+    };
+    two.0[0].0.propose_metadata(&command, T).await.unwrap();
+    let leader_hw = |nodes: &common::serving::Nodes| {
+        nodes
+            .0
+            .iter()
+            .filter_map(|(n, _)| n.partition(TOPIC, 0))
+            .map(|p| p.visible().high_watermark)
+            .max()
+            .unwrap_or(0)
+    };
+    let target = leader_hw(&two);
+    assert!(target >= 1200, "{target}");
+    // Node 3 starts and catches up 1.2 MB at 300 KB/s: about three seconds after the first
+    // second's burst.
+    let started = Instant::now();
+    let third = vdl_server::Node::start(configs[2].clone()).await.unwrap();
+    loop {
+        let hw = third
+            .partition(TOPIC, 0)
+            .map_or(0, |p| p.visible().high_watermark);
+        if hw >= target {
+            break;
+        }
+        assert!(started.elapsed() < T, "node 3 at {hw} of {target}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = started.elapsed();
+    let deferred: u64 = two
+        .0
+        .iter()
+        .map(|(n, _)| n.catch_up_limiter().deferred())
+        .sum();
+    println!("catch-up of {target} records took {took:?}; {deferred} appends deferred");
+    assert!(deferred > 0, "the limit held nothing back");
+    assert!(
+        took >= Duration::from_millis(1500),
+        "1.2 MB caught up in {took:?} despite a {RATE} B/s limit"
+    );
+    third.shutdown();
+}

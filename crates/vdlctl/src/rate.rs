@@ -10,13 +10,14 @@ use crate::client::{Client, ClientError};
 use crate::Outcome;
 
 /// The six limits, in the order they are printed.
-const LIMITS: [&str; 6] = [
+const LIMITS: [&str; 7] = [
     "produce_requests_per_sec",
     "produce_bytes_per_sec",
     "catchup_read_requests_per_sec",
     "catchup_read_bytes_per_sec",
     "tail_read_requests_per_sec",
     "tail_read_bytes_per_sec",
+    "catchup_replication_bytes_per_sec",
 ];
 
 /// The `rate` subcommands.

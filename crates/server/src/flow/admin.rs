@@ -1,9 +1,9 @@
 //! The flow limits on the admin HTTP API (what `vdlctl rate list | update` calls):
 //!
-//! - `GET /rates` — JSON object: each of the six limits ([`FLOW_LIMIT_NAMES`]) by name, a
+//! - `GET /rates` — JSON object: each of the seven limits ([`FLOW_LIMIT_NAMES`]) by name, a
 //!   number per second or `null` (unlimited); plus `throttled_requests` and
 //!   `throttle_time_ms_total` of this node.
-//! - `PUT /rates` — JSON object with some of the six names, each a positive number or `null`
+//! - `PUT /rates` — JSON object with some of the seven names, each a positive number or `null`
 //!   (0 means unlimited too); the others keep their values. The new limits are committed to the
 //!   replicated metadata (any node accepts the request) and every node applies them; answers the
 //!   limits now in force, `400` naming an unknown limit or a bad value, `503` when the metadata

@@ -24,16 +24,21 @@ pub struct FlowLimits {
     pub tail_read_requests_per_sec: Option<u64>,
     /// Tail fetched bytes per second.
     pub tail_read_bytes_per_sec: Option<u64>,
+    /// Bytes per second of catch-up replication this node sends as a leader (appends of
+    /// entries already committed: a follower catching up), see [`crate::flow::replication`].
+    #[serde(default)]
+    pub catchup_replication_bytes_per_sec: Option<u64>,
 }
 
-/// The names of the six limits, as `vdlctl rate` and the admin API spell them.
-pub const FLOW_LIMIT_NAMES: [&str; 6] = [
+/// The names of the limits, as `vdlctl rate` and the admin API spell them.
+pub const FLOW_LIMIT_NAMES: [&str; 7] = [
     "produce_requests_per_sec",
     "produce_bytes_per_sec",
     "catchup_read_requests_per_sec",
     "catchup_read_bytes_per_sec",
     "tail_read_requests_per_sec",
     "tail_read_bytes_per_sec",
+    "catchup_replication_bytes_per_sec",
 ];
 
 impl FlowLimits {
@@ -46,6 +51,7 @@ impl FlowLimits {
             "catchup_read_bytes_per_sec" => self.catchup_read_bytes_per_sec,
             "tail_read_requests_per_sec" => self.tail_read_requests_per_sec,
             "tail_read_bytes_per_sec" => self.tail_read_bytes_per_sec,
+            "catchup_replication_bytes_per_sec" => self.catchup_replication_bytes_per_sec,
             _ => return None,
         })
     }
@@ -59,6 +65,7 @@ impl FlowLimits {
             "catchup_read_bytes_per_sec" => &mut self.catchup_read_bytes_per_sec,
             "tail_read_requests_per_sec" => &mut self.tail_read_requests_per_sec,
             "tail_read_bytes_per_sec" => &mut self.tail_read_bytes_per_sec,
+            "catchup_replication_bytes_per_sec" => &mut self.catchup_replication_bytes_per_sec,
             _ => return false,
         };
         // 0 would stop all traffic for good: it means unlimited, as in the config files.

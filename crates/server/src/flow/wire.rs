@@ -37,6 +37,9 @@ pub struct FlowLimitsWire {
     /// Tail fetched bytes per second.
     #[prost(uint64, optional, tag = "6")]
     pub tail_read_bytes_per_sec: Option<u64>,
+    /// Catch-up replication bytes per second.
+    #[prost(uint64, optional, tag = "7")]
+    pub catchup_replication_bytes_per_sec: Option<u64>,
 }
 
 impl From<&FlowLimits> for FlowLimitsWire {
@@ -48,6 +51,7 @@ impl From<&FlowLimits> for FlowLimitsWire {
             catchup_read_bytes_per_sec: l.catchup_read_bytes_per_sec,
             tail_read_requests_per_sec: l.tail_read_requests_per_sec,
             tail_read_bytes_per_sec: l.tail_read_bytes_per_sec,
+            catchup_replication_bytes_per_sec: l.catchup_replication_bytes_per_sec,
         }
     }
 }
@@ -65,6 +69,10 @@ impl From<FlowLimitsWire> for FlowLimits {
         l.set("catchup_read_bytes_per_sec", w.catchup_read_bytes_per_sec);
         l.set("tail_read_requests_per_sec", w.tail_read_requests_per_sec);
         l.set("tail_read_bytes_per_sec", w.tail_read_bytes_per_sec);
+        l.set(
+            "catchup_replication_bytes_per_sec",
+            w.catchup_replication_bytes_per_sec,
+        );
         l
     }
 }

@@ -176,12 +176,18 @@ pub struct PeerSender {
     dropped: Arc<std::sync::atomic::AtomicU64>,
     /// Bumped to make every sender reconnect (and so send a new hello).
     hello_generation: Arc<std::sync::atomic::AtomicU64>,
+    /// The node's limit on catch-up replication (see [`crate::flow::replication`]).
+    catch_up: Arc<crate::flow::replication::ReplicationLimiter>,
 }
 
 impl PeerSender {
     /// Queues `msg` of `group` for its destination (`msg.to`). Never blocks; drops the message
     /// when the queue is full or the peer is unknown, and counts the drop.
     pub fn send(&self, group: u64, msg: Message) {
+        // Catch-up appends over the node's limit wait for Raft to send them again.
+        if !self.catch_up.admit(&msg) {
+            return;
+        }
         let queues = self.queues.read().unwrap_or_else(|e| e.into_inner());
         match queues.get(&msg.to) {
             Some(q) => {
@@ -195,6 +201,11 @@ impl PeerSender {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+
+    /// The node's limit on catch-up replication.
+    pub fn catch_up_limiter(&self) -> &crate::flow::replication::ReplicationLimiter {
+        &self.catch_up
     }
 
     /// Makes every sender reconnect with a fresh hello (after what it says changed), at its
@@ -267,6 +278,7 @@ pub fn detached_sender(
         spawn: None,
         dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         hello_generation: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        catch_up: Arc::default(),
     };
     (sender, receivers)
 }
@@ -318,6 +330,7 @@ pub fn start_senders(
         spawn: Some(ctx),
         dropped: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         hello_generation,
+        catch_up: Arc::default(),
     }
 }
 
