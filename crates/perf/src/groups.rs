@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_proto::messages::heartbeat_request::HeartbeatRequest;
 use kafka_proto::messages::join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol};
 use kafka_proto::messages::join_group_response::JoinGroupResponse;
@@ -28,17 +27,11 @@ use kafka_proto::ApiKey;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::client::consumer_protocol::subscription;
+use crate::client::coordinator::{HEARTBEAT_VERSION, JOIN_GROUP_VERSION, SYNC_GROUP_VERSION};
 use crate::client::{ClientError, Connection};
 use crate::stats::{ErrorCounts, Latencies, LatencySummary};
 
-/// FindCoordinator version (v4: batched keys).
-const FIND_COORDINATOR_VERSION: i16 = 4;
-/// JoinGroup version.
-const JOIN_GROUP_VERSION: i16 = 9;
-/// SyncGroup version.
-const SYNC_GROUP_VERSION: i16 = 5;
-/// Heartbeat version.
-const HEARTBEAT_VERSION: i16 = 4;
 /// Join/sync rounds a member tries before it gives up (a rebalance restarts the round).
 const MAX_JOIN_ROUNDS: usize = 10;
 /// Linux's USER_HZ: the unit of the CPU times in `/proc/PID/stat`.
@@ -205,18 +198,6 @@ fn error_kind(e: &ClientError) -> String {
         ClientError::Broker { code, .. } => code.name().into(),
         other => format!("CLIENT({other})"),
     }
-}
-
-/// A ConsumerProtocolSubscription v0 of one topic (what a Java consumer sends), so the
-/// coordinator sees a real subscription.
-fn subscription(topic: &str) -> Bytes {
-    let mut b = Vec::with_capacity(12 + topic.len());
-    b.extend_from_slice(&0i16.to_be_bytes());
-    b.extend_from_slice(&1i32.to_be_bytes());
-    b.extend_from_slice(&(topic.len() as i16).to_be_bytes());
-    b.extend_from_slice(topic.as_bytes());
-    b.extend_from_slice(&(-1i32).to_be_bytes());
-    Bytes::from(b)
 }
 
 /// One JoinGroup of `group` as `member_id` (empty: a new member).
@@ -487,33 +468,7 @@ pub fn load_average() -> Option<f64> {
 /// The coordinator of `group` as the bootstrap server names it.
 async fn find_coordinator(cfg: &GroupsConfig, group: &str) -> Result<String, ClientError> {
     let mut conn = Connection::connect(&cfg.bootstrap, CLIENT_ID, cfg.request_timeout).await?;
-    let r = conn
-        .request(
-            FIND_COORDINATOR_VERSION,
-            &FindCoordinatorRequest {
-                key_type: 0,
-                coordinator_keys: vec![group.into()],
-                ..Default::default()
-            }
-            .into(),
-        )
-        .await?;
-    let Response::FindCoordinator(r) = r else {
-        return Err(ClientError::Unexpected(
-            "not a FindCoordinator response".into(),
-        ));
-    };
-    let c = r
-        .coordinators
-        .first()
-        .ok_or_else(|| ClientError::Unexpected("no coordinator in the response".into()))?;
-    if c.error_code != 0 {
-        return Err(ClientError::Broker {
-            code: ErrorCode::from_code(c.error_code),
-            what: "FindCoordinator",
-        });
-    }
-    Ok(format!("{}:{}", c.host, c.port))
+    crate::client::coordinator::find_coordinator(&mut conn, group, 0).await
 }
 
 /// Runs the workload: join every group, heartbeat through the warm-up and the measured window.
@@ -656,15 +611,6 @@ pub fn render(r: &GroupsResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn subscription_is_a_consumer_protocol_subscription() {
-        let b = subscription("t1");
-        assert_eq!(
-            &b[..],
-            &[0, 0, 0, 0, 0, 1, 0, 2, b't', b'1', 255, 255, 255, 255]
-        );
-    }
 
     #[test]
     fn own_cpu_time_is_readable() {

@@ -51,9 +51,10 @@ enum Command {
     /// Load a group coordinator: G groups x M members join, then heartbeat; heartbeat latency
     /// and the server's CPU.
     Groups(GroupsArgs),
-    /// Jepsen-style safety check: unique values produced with acks=all, tailing consumers, a
-    /// final read; reports lost, duplicate, inconsistent-offset, non-monotonic and skipped
-    /// records (exit status 1 on any), unseen records, availability and latency.
+    /// Jepsen-style safety check: unique values produced with acks=all (optionally idempotent),
+    /// tailing consumers (assign mode) and consumer-group members, a final read; reports lost,
+    /// duplicate, inconsistent-offset, non-monotonic, skipped and lost-by-the-group records
+    /// (exit status 1 on any), unseen and re-delivered records, availability and latency.
     Verify(VerifyArgs),
 }
 
@@ -77,6 +78,17 @@ struct VerifyArgs {
     /// Concurrent tailing consumers (assign mode: each reads every partition).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=64))]
     consumers: u32,
+    /// Members of one consumer group (`vdl-perf-verify-<topic>`; group mode: they share the
+    /// partitions with the range assignor, commit as they poll, resume from the committed
+    /// offsets after a rebalance; they join one after another over the first part of the
+    /// run). Runs alongside the assign-mode consumers.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    group_consumers: u32,
+    /// Idempotent producers: a producer id (InitProducerId), sequence numbers per partition,
+    /// and the same batch sent again after an unknown outcome (timeout, disconnect,
+    /// NOT_LEADER_OR_FOLLOWER), as the Java client does.
+    #[arg(long)]
+    idempotent: bool,
     /// Most sends in all (and most records kept per consumer and partition): bounds memory.
     #[arg(long, default_value_t = 1_000_000)]
     max_records: u64,
@@ -737,6 +749,8 @@ async fn run(cli: Cli) -> Result<()> {
                 duration: a.duration,
                 producers: a.producers,
                 consumers: a.consumers,
+                group_consumers: a.group_consumers,
+                idempotent: a.idempotent,
                 max_records: a.max_records,
                 request_timeout: a.timeout,
             };
@@ -817,6 +831,19 @@ mod tests {
         assert_eq!(a.duration, Duration::from_secs(60));
         assert_eq!(a.max_records, 1_000_000);
         assert_eq!(a.history.as_deref(), Some(std::path::Path::new("h.jsonl")));
+        assert_eq!((a.group_consumers, a.idempotent), (0, false));
+        let cli = parse(&[
+            "verify",
+            "--topic",
+            "T",
+            "--group-consumers",
+            "3",
+            "--idempotent",
+        ]);
+        let Command::Verify(a) = cli.command else {
+            panic!("not verify: {:?}", cli.command)
+        };
+        assert_eq!((a.consumers, a.group_consumers, a.idempotent), (2, 3, true));
         assert!(
             Cli::try_parse_from(["vdl-perf", "verify"]).is_err(),
             "--topic is required"

@@ -19,6 +19,8 @@ async fn a_run_against_the_fake_server_is_safe() {
         duration: Duration::from_secs(5),
         producers: 2,
         consumers: 2,
+        group_consumers: 0,
+        idempotent: false,
         max_records: 400,
         request_timeout: Duration::from_secs(5),
     };

@@ -75,6 +75,18 @@ impl Cluster {
         Connection::connect_with(addr, &self.client_id, self.timeout, &self.security).await
     }
 
+    /// Connects to the first bootstrap server that answers.
+    pub async fn connect_any(&self) -> Result<Connection, ClientError> {
+        let mut last = None;
+        for addr in &self.bootstrap {
+            match self.connect(addr).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Unexpected("no bootstrap servers".into())))
+    }
+
     /// Asks the bootstrap servers, in order, for the topic's metadata; the first answer wins.
     pub async fn topic(&self, topic: &str) -> Result<TopicLayout, ClientError> {
         let mut last = None;

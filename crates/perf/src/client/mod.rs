@@ -1,6 +1,8 @@
 //! vdl-perf's own Kafka client, on kafka-proto and tokio: connections with pipelining
 //! ([`conn`]), request builders and response readers for the four APIs it uses ([`protocol`]),
-//! and leader discovery through Metadata ([`cluster`]), TLS and SASL ([`security`]).
+//! and leader discovery through Metadata ([`cluster`]), TLS and SASL ([`security`]), group and
+//! producer-id coordinator calls ([`coordinator`]) and the consumer protocol's embedded
+//! subscription, assignment and range assignor ([`consumer_protocol`]).
 //!
 //! Fixed versions, known to Apache Kafka 3.9 and to vdl: Produce v9, Fetch v12 (topic names),
 //! ListOffsets v7, Metadata v12, ApiVersions v3. No ApiVersions negotiation: the tool measures
@@ -8,6 +10,8 @@
 
 pub mod cluster;
 pub mod conn;
+pub mod consumer_protocol;
+pub mod coordinator;
 pub mod protocol;
 pub mod security;
 

@@ -4,11 +4,23 @@
 //! - duplicate: one value at two or more (partition, offset) positions;
 //! - inconsistent offset: one offset read with different values, or an acknowledged value
 //!   found at another position than the one acknowledged;
-//! - non-monotonic poll: a consumer seeing a partition's offsets go backwards or repeat;
-//! - poll skip: a consumer jumping over offsets that the final read shows exist;
-//! - unseen: acknowledged but polled by no consumer (reported; not a safety failure).
+//! - non-monotonic poll: a consumer seeing a partition's offsets go backwards or repeat
+//!   (a group member: within one generation's assignment);
+//! - poll skip: a consumer jumping over offsets that the final read shows exist (a group
+//!   member: within one generation's assignment, starting from the offset it was assigned at);
+//! - lost by the group: acknowledged, below the group's final committed offset, and polled by
+//!   no group member (the group moved past a record nobody read);
+//! - unseen: acknowledged but polled by no consumer, and group-unseen: by no group member
+//!   (reported; not a safety failure: Jepsen's "unseen" at the end of a run);
+//! - redelivered: a record a group member polled that another member or generation had polled
+//!   before, after a rebalance resumed from an older committed offset (at-least-once delivery:
+//!   counted, not a safety failure).
 //!
-//! Plus availability (the longest window without an acknowledged send) and latency.
+//! Every duplicate value is a safety failure: values are unique, a plain producer never sends
+//! one twice, and an idempotent producer's retries of one batch must be written once.
+//!
+//! Plus availability (the longest window without an acknowledged send), latency and the
+//! idempotent producers' retries.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -38,6 +50,13 @@ pub struct Anomalies {
     pub poll_skip: u64,
     /// Acknowledged values no consumer polled.
     pub unseen: u64,
+    /// Acknowledged values below the group's final committed offset that no group member
+    /// polled.
+    pub group_lost: u64,
+    /// Acknowledged values no group member polled (group mode).
+    pub group_unseen: u64,
+    /// Group polls of an offset another member or generation had polled before.
+    pub group_redelivered: u64,
 }
 
 impl Anomalies {
@@ -48,6 +67,7 @@ impl Anomalies {
             && self.inconsistent_offsets == 0
             && self.non_monotonic_poll == 0
             && self.poll_skip == 0
+            && self.group_lost == 0
     }
 
     fn add(&mut self, o: &Anomalies) {
@@ -59,6 +79,9 @@ impl Anomalies {
         self.non_monotonic_poll += o.non_monotonic_poll;
         self.poll_skip += o.poll_skip;
         self.unseen += o.unseen;
+        self.group_lost += o.group_lost;
+        self.group_unseen += o.group_unseen;
+        self.group_redelivered += o.group_redelivered;
     }
 }
 
@@ -75,6 +98,16 @@ pub struct Report {
     pub final_records: u64,
     /// Records polled by all consumers.
     pub polled_records: u64,
+    /// Records polled by group members.
+    pub group_polled_records: u64,
+    /// Distinct group generations members were assigned partitions in.
+    pub group_generations: u64,
+    /// Whether the producers were idempotent.
+    pub idempotent: bool,
+    /// Times an idempotent producer sent a batch again after an unknown outcome.
+    pub produce_retries: u64,
+    /// Sends answered DUPLICATE_SEQUENCE_NUMBER (already written; counted as acked).
+    pub acked_duplicate: u64,
     /// Longest time without an acknowledged send, in milliseconds (from the start, between
     /// acknowledgements, to the end of the run).
     pub longest_unavailable_ms: u64,
@@ -96,6 +129,9 @@ impl Report {
             "non_monotonic_poll" => a.non_monotonic_poll += 1,
             "poll_skip" => a.poll_skip += 1,
             "unseen" => a.unseen += 1,
+            "group_lost" => a.group_lost += 1,
+            "group_unseen" => a.group_unseen += 1,
+            "group_redelivered" => a.group_redelivered += 1,
             other => unreachable!("unknown anomaly kind {other}"),
         }
         let list = self.examples.entry(kind).or_default();
@@ -108,7 +144,7 @@ impl Report {
 /// Checks a history.
 pub fn check(h: &History) -> Report {
     let mut report = Report::default();
-    for p in 0..h.partitions {
+    for p in 0..h.info.partitions {
         report.partitions.insert(p, Anomalies::default());
     }
 
@@ -137,6 +173,18 @@ pub fn check(h: &History) -> Report {
         .map(|r| (r.partition, r.offset))
         .collect();
     let polled_values: BTreeSet<&str> = h.polls.iter().map(|p| p.read.value.as_str()).collect();
+    let group_mode = h.info.group.is_some();
+    let group_polled: BTreeSet<&str> = h
+        .polls
+        .iter()
+        .filter(|p| p.generation.is_some())
+        .map(|p| p.read.value.as_str())
+        .collect();
+    let committed: HashMap<i32, i64> = h
+        .committed
+        .iter()
+        .map(|c| (c.partition, c.offset))
+        .collect();
 
     for (value, positions) in &positions_of {
         if positions.len() > 1 {
@@ -155,22 +203,29 @@ pub fn check(h: &History) -> Report {
     let mut ack_times_ms = Vec::new();
     let mut latencies_us = Vec::new();
     for s in &h.sends {
+        report.produce_retries += u64::from(s.retries);
         let a = report.partitions.entry(s.partition).or_default();
-        let SendOutcome::Acked { offset } = s.outcome else {
-            a.unknown += 1;
-            continue;
+        let offset = match s.outcome {
+            SendOutcome::Acked { offset } => Some(offset),
+            SendOutcome::AckedDuplicate => None,
+            SendOutcome::Unknown { .. } => {
+                a.unknown += 1;
+                continue;
+            }
         };
         a.acked += 1;
+        report.acked_duplicate += u64::from(offset.is_none());
         ack_times_ms.push(s.done_ms);
         latencies_us.push(s.latency_us);
-        let acked_at = (s.partition, offset);
         let value = s.value.as_str();
+        let at = |o: Option<i64>| o.map_or("?".to_string(), |o| o.to_string());
         if !final_values.contains_key(value) {
             report.note(s.partition, "lost", || {
-                format!("{value} acknowledged at {}/{offset}", s.partition)
+                format!("{value} acknowledged at {}/{}", s.partition, at(offset))
             });
         }
-        if let Some(seen) = positions_of.get(value) {
+        if let (Some(seen), Some(offset)) = (positions_of.get(value), offset) {
+            let acked_at = (s.partition, offset);
             if seen.iter().any(|pos| *pos != acked_at) {
                 report.note(s.partition, "inconsistent_offsets", || {
                     format!("{value} acknowledged at {acked_at:?}, read at {seen:?}")
@@ -180,18 +235,48 @@ pub fn check(h: &History) -> Report {
         if !polled_values.contains(value) {
             report.note(s.partition, "unseen", || value.to_string());
         }
+        if group_mode && !group_polled.contains(value) {
+            // Where the value is: its acknowledged offset, or where the final read found it.
+            let position = offset.or_else(|| final_values.get(value).map(|p| p.1));
+            let below_commit = position
+                .zip(committed.get(&s.partition))
+                .is_some_and(|(o, c)| o < *c);
+            if below_commit {
+                report.note(s.partition, "group_lost", || {
+                    format!(
+                        "{value} at {}/{} is below the group's committed offset {} and no \
+                         member polled it",
+                        s.partition,
+                        at(position),
+                        committed[&s.partition]
+                    )
+                });
+            } else {
+                report.note(s.partition, "group_unseen", || value.to_string());
+            }
+        }
     }
 
-    // Poll order, per consumer and partition.
-    let mut last: HashMap<(u32, i32), i64> = HashMap::new();
+    // Poll order, per consumer, generation (group members) and partition. A group member's
+    // assignment starts at its start offset: polling past it is a skip like any other.
+    let mut last: HashMap<(u32, Option<i32>, i32), i64> = HashMap::new();
+    for a in &h.assignments {
+        last.insert(
+            (a.consumer, Some(a.generation), a.partition),
+            a.start_offset - 1,
+        );
+    }
+    let generation_of = |g: Option<i32>| g.map_or(String::new(), |g| format!(" generation {g}"));
     for p in &h.polls {
         let (partition, offset) = (p.read.partition, p.read.offset);
-        if let Some(prev) = last.insert((p.consumer, partition), offset) {
+        let key = (p.consumer, p.generation, partition);
+        if let Some(prev) = last.insert(key, offset) {
             if offset <= prev {
                 report.note(partition, "non_monotonic_poll", || {
                     format!(
-                        "consumer {} polled {partition}/{offset} after {prev}",
-                        p.consumer
+                        "consumer {}{} polled {partition}/{offset} after {prev}",
+                        p.consumer,
+                        generation_of(p.generation)
                     )
                 });
             } else if final_offsets
@@ -201,13 +286,42 @@ pub fn check(h: &History) -> Report {
             {
                 report.note(partition, "poll_skip", || {
                     format!(
-                        "consumer {} jumped {partition}/{prev} -> {offset}",
-                        p.consumer
+                        "consumer {}{} jumped {partition}/{prev} -> {offset}",
+                        p.consumer,
+                        generation_of(p.generation)
                     )
                 });
             }
         }
     }
+
+    // Re-delivery in the group: the same offset polled under another (member, generation).
+    let mut first_poller: HashMap<(i32, i64), (u32, i32)> = HashMap::new();
+    for p in &h.polls {
+        let Some(generation) = p.generation else {
+            continue;
+        };
+        let (partition, offset) = (p.read.partition, p.read.offset);
+        let by = (p.consumer, generation);
+        let first = *first_poller.entry((partition, offset)).or_insert(by);
+        if first != by {
+            report.note(partition, "group_redelivered", || {
+                format!(
+                    "{partition}/{offset} polled by consumer {} generation {} after consumer {} \
+                     generation {}",
+                    by.0, by.1, first.0, first.1
+                )
+            });
+        }
+    }
+    report.group_polled_records = h.polls.iter().filter(|p| p.generation.is_some()).count() as u64;
+    report.group_generations = h
+        .assignments
+        .iter()
+        .map(|a| a.generation)
+        .collect::<BTreeSet<_>>()
+        .len() as u64;
+    report.idempotent = h.info.idempotent;
 
     for a in report.partitions.values() {
         let a = *a;
@@ -216,7 +330,7 @@ pub fn check(h: &History) -> Report {
     report.safe = report.total.is_safe();
     report.final_records = h.final_read.len() as u64;
     report.polled_records = h.polls.len() as u64;
-    report.longest_unavailable_ms = longest_gap_ms(ack_times_ms, h.run_ms);
+    report.longest_unavailable_ms = longest_gap_ms(ack_times_ms, h.info.run_ms);
     latencies_us.sort_unstable();
     report.produce_latency_ms_p50 = percentile_ms(&latencies_us, 0.50);
     report.produce_latency_ms_p99 = percentile_ms(&latencies_us, 0.99);
@@ -229,7 +343,8 @@ pub fn render(r: &Report) -> String {
     let line = |a: &Anomalies| {
         format!(
             "acked={} unknown={} lost={} duplicate={} inconsistent_offsets={} \
-             non_monotonic_poll={} poll_skip={} unseen={}",
+             non_monotonic_poll={} poll_skip={} group_lost={} unseen={} group_unseen={} \
+             group_redelivered={}",
             a.acked,
             a.unknown,
             a.lost,
@@ -237,7 +352,10 @@ pub fn render(r: &Report) -> String {
             a.inconsistent_offsets,
             a.non_monotonic_poll,
             a.poll_skip,
-            a.unseen
+            a.group_lost,
+            a.unseen,
+            a.group_unseen,
+            a.group_redelivered
         )
     };
     let mut s = String::new();
@@ -256,6 +374,16 @@ pub fn render(r: &Report) -> String {
         r.longest_unavailable_ms,
         r.produce_latency_ms_p50,
         r.produce_latency_ms_p99
+    );
+    let _ = writeln!(
+        s,
+        "group_polled_records={} group_generations={} idempotent={} produce_retries={} \
+         acked_duplicate={}",
+        r.group_polled_records,
+        r.group_generations,
+        r.idempotent,
+        r.produce_retries,
+        r.acked_duplicate
     );
     for (kind, examples) in &r.examples {
         for e in examples {
@@ -289,7 +417,7 @@ fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::safety::history::{Poll, Read, Send};
+    use crate::safety::history::{Assignment, Committed, Poll, Read, RunInfo, Send};
 
     fn read(partition: i32, offset: i64, value: &str) -> Read {
         Read {
@@ -305,6 +433,7 @@ mod tests {
             partition,
             done_ms,
             latency_us: 1000 + offset as u64 * 1000,
+            retries: 0,
             outcome: SendOutcome::Acked { offset },
         }
     }
@@ -312,6 +441,8 @@ mod tests {
     fn poll(consumer: u32, partition: i32, offset: i64, value: &str) -> Poll {
         Poll {
             consumer,
+            member: None,
+            generation: None,
             read: read(partition, offset, value),
         }
     }
@@ -320,8 +451,11 @@ mod tests {
     /// consumers that saw everything in order.
     fn clean() -> History {
         History {
-            partitions: 2,
-            run_ms: 1000,
+            info: RunInfo {
+                partitions: 2,
+                run_ms: 1000,
+                ..RunInfo::default()
+            },
             sends: vec![
                 acked("p0-0", 0, 0, 100),
                 acked("p0-1", 1, 0, 400),
@@ -331,6 +465,7 @@ mod tests {
                     partition: 1,
                     done_ms: 900,
                     latency_us: 5_000_000,
+                    retries: 0,
                     outcome: SendOutcome::Unknown {
                         error: "CLIENT_TIMEOUT".into(),
                     },
@@ -351,6 +486,7 @@ mod tests {
                 read(1, 0, "p0-1"),
                 read(1, 1, "p1-1"),
             ],
+            ..History::default()
         }
     }
 
@@ -491,13 +627,188 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        assert_eq!(lines.len(), 4 + 7 + 4);
-        assert_eq!(lines[0]["type"], "send");
-        assert_eq!(lines[0]["outcome"], "acked");
-        assert_eq!(lines[0]["offset"], 0);
-        assert_eq!(lines[3]["error"], "CLIENT_TIMEOUT");
-        assert_eq!(lines[4]["type"], "poll");
-        assert_eq!(lines[4]["consumer"], 0);
-        assert_eq!(lines[14]["type"], "final");
+        assert_eq!(lines.len(), 1 + 4 + 7 + 4);
+        assert_eq!(lines[0]["type"], "run");
+        assert_eq!(lines[0]["partitions"], 2);
+        assert_eq!(lines[0]["idempotent"], false);
+        assert_eq!(lines[1]["type"], "send");
+        assert_eq!(lines[1]["outcome"], "acked");
+        assert_eq!(lines[1]["offset"], 0);
+        assert_eq!(lines[1]["retries"], 0);
+        assert_eq!(lines[4]["error"], "CLIENT_TIMEOUT");
+        assert_eq!(lines[5]["type"], "poll");
+        assert_eq!(lines[5]["consumer"], 0);
+        assert!(lines[5].get("generation").is_none());
+        assert_eq!(lines[15]["type"], "final");
+
+        let mut out = Vec::new();
+        grouped().write_jsonl(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["group"], "g");
+        let of = |t: &str| lines.iter().filter(|l| l["type"] == t).collect::<Vec<_>>();
+        assert_eq!(of("assignment")[0]["member"], "m-a");
+        assert_eq!(of("assignment")[0]["start_offset"], 0);
+        let group_poll = of("poll").into_iter().find(|l| l["consumer"] == 2).unwrap();
+        assert_eq!(group_poll["generation"], 1);
+        assert_eq!(group_poll["member"], "m-a");
+        assert_eq!(of("committed").len(), 2);
+    }
+
+    fn group_poll(
+        consumer: u32,
+        generation: i32,
+        partition: i32,
+        offset: i64,
+        value: &str,
+    ) -> Poll {
+        Poll {
+            consumer,
+            member: Some(format!("m-{}", (b'a' + consumer as u8 - 2) as char)),
+            generation: Some(generation),
+            read: read(partition, offset, value),
+        }
+    }
+
+    fn assigned(consumer: u32, generation: i32, partition: i32, start_offset: i64) -> Assignment {
+        Assignment {
+            consumer,
+            member: format!("m-{}", (b'a' + consumer as u8 - 2) as char),
+            generation,
+            partition,
+            start_offset,
+        }
+    }
+
+    /// The clean history plus a group of two members (consumers 2 and 3): in generation 1
+    /// member a holds both partitions and reads 0/0 and 1/0 (committing 0/1, but its commit
+    /// of 1/1 fails); in generation 2 b takes partition 1, resumes at the committed 1/0 and
+    /// reads 1/0 again (re-delivery) and 1/1; a reads 0/1. Final commits: 0/2, 1/2.
+    fn grouped() -> History {
+        let mut h = clean();
+        h.info.group = Some("g".into());
+        h.assignments = vec![
+            assigned(2, 1, 0, 0),
+            assigned(2, 1, 1, 0),
+            assigned(2, 2, 0, 1),
+            assigned(3, 2, 1, 0),
+        ];
+        h.polls.extend([
+            group_poll(2, 1, 0, 0, "p0-0"),
+            group_poll(2, 1, 1, 0, "p0-1"),
+            group_poll(2, 2, 0, 1, "p1-0"),
+            group_poll(3, 2, 1, 0, "p0-1"),
+            group_poll(3, 2, 1, 1, "p1-1"),
+        ]);
+        h.committed = vec![
+            Committed {
+                partition: 0,
+                offset: 2,
+            },
+            Committed {
+                partition: 1,
+                offset: 2,
+            },
+        ];
+        h
+    }
+
+    #[test]
+    fn rebalance_redelivery_is_counted_not_an_anomaly() {
+        let r = check(&grouped());
+        assert!(r.safe, "{r:?}");
+        assert_eq!(r.total.group_redelivered, 1);
+        assert_eq!(r.partitions[&1].group_redelivered, 1);
+        assert_eq!(
+            r.examples["group_redelivered"],
+            vec!["1/0 polled by consumer 3 generation 2 after consumer 2 generation 1"]
+        );
+        assert_eq!(r.total.non_monotonic_poll, 0);
+        assert_eq!(r.total.poll_skip, 0);
+        assert_eq!((r.total.group_lost, r.total.group_unseen), (0, 0));
+        assert_eq!(r.group_polled_records, 5);
+        assert_eq!(r.group_generations, 2);
+    }
+
+    #[test]
+    fn a_record_below_the_groups_commit_that_no_member_polled_is_lost_by_the_group() {
+        let mut h = grouped();
+        // Nobody in the group read p1-0 at 0/1, yet the group committed 0/2.
+        h.polls
+            .retain(|p| !(p.generation.is_some() && p.read.value == "p1-0"));
+        h.assignments[2].start_offset = 2;
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.group_lost, 1);
+        assert_eq!(r.partitions[&0].group_lost, 1);
+        assert_eq!(r.total.lost, 0);
+        assert_eq!(
+            r.examples["group_lost"],
+            vec!["p1-0 at 0/1 is below the group's committed offset 2 and no member polled it"]
+        );
+    }
+
+    #[test]
+    fn a_record_above_the_groups_commit_is_only_unseen_by_the_group() {
+        let mut h = grouped();
+        h.polls
+            .retain(|p| !(p.generation.is_some() && p.read.value == "p1-0"));
+        h.committed[0].offset = 1;
+        h.assignments[2].start_offset = 1;
+        let r = check(&h);
+        assert!(r.safe, "{r:?}");
+        assert_eq!((r.total.group_lost, r.total.group_unseen), (0, 1));
+    }
+
+    #[test]
+    fn a_group_member_going_backwards_within_a_generation_is_non_monotonic() {
+        let mut h = grouped();
+        h.polls.push(group_poll(3, 2, 1, 0, "p0-1"));
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.non_monotonic_poll, 1);
+        assert_eq!(
+            r.examples["non_monotonic_poll"],
+            vec!["consumer 3 generation 2 polled 1/0 after 1"]
+        );
+    }
+
+    #[test]
+    fn a_group_member_skipping_within_a_generation_is_a_skip() {
+        let mut h = grouped();
+        // Member b was assigned partition 1 at offset 0 but its first poll is 1/1.
+        h.polls.retain(|p| !(p.consumer == 3 && p.read.offset == 0));
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.poll_skip, 1);
+        assert_eq!(
+            r.examples["poll_skip"],
+            vec!["consumer 3 generation 2 jumped 1/-1 -> 1"]
+        );
+        // Polled by member a in generation 1, so not lost by the group.
+        assert_eq!(r.total.group_lost, 0);
+    }
+
+    #[test]
+    fn retries_and_duplicate_sequence_answers_are_reported() {
+        let mut h = clean();
+        h.info.idempotent = true;
+        h.sends[0].retries = 2;
+        h.sends[1].retries = 1;
+        h.sends[1].outcome = SendOutcome::AckedDuplicate;
+        let r = check(&h);
+        assert!(r.safe, "{r:?}");
+        assert!(r.idempotent);
+        assert_eq!(r.produce_retries, 3);
+        assert_eq!(r.acked_duplicate, 1);
+        assert_eq!(r.total.acked, 3);
+        // A retried batch written twice is a duplicate.
+        h.final_read.push(read(1, 2, "p0-1"));
+        let r = check(&h);
+        assert!(!r.safe);
+        assert_eq!(r.total.duplicate, 1);
     }
 }

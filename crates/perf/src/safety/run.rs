@@ -1,11 +1,17 @@
 //! Runs the verify workload against a cluster and returns its [`History`]:
 //! - producers, each with one request in flight, send unique values `p<producer>-<seq>`
 //!   (one record per Produce, acks=all) round-robin over the partitions and record the
-//!   acknowledged offset, or the error as an unknown outcome (then reconnect to the leader);
+//!   acknowledged offset, or the error as an unknown outcome (then reconnect to the leader).
+//!   Idempotent producers ([`VerifyConfig::idempotent`]) get a producer id, number their
+//!   batches per partition, and on an unknown outcome send the same batch again (as the Java
+//!   client does) until it is answered or [`DELIVERY_TIMEOUT_REQUESTS`] request timeouts pass;
 //! - consumers (assign mode: each consumer tails every partition from the log start, one
 //!   task per partition) record every record they poll, in poll order, until the producers
 //!   stop and they have reached the high watermark seen then (or a drain deadline);
-//! - a final read of every partition from the log start to the high watermark.
+//! - group members ([`super::group`]) share the partitions through a consumer group,
+//!   committing as they poll;
+//! - a final read of every partition from the log start to the high watermark, and the
+//!   group's committed offsets.
 //!
 //! Bounded: the run's duration, one request in flight per producer and per tailer, at most
 //! `max_records` sends in all and `max_records` polled records per tailer.
@@ -18,20 +24,28 @@ use bytes::Bytes;
 use kafka_proto::records::{split_batches_lenient, Compression, RecordBatchBuilder};
 use thiserror::Error;
 
-use super::history::{History, Poll, Read, Send, SendOutcome};
+use super::group::{self, Drain};
+use super::history::{History, Poll, Read, RunInfo, Send, SendOutcome};
+use crate::client::coordinator;
 use crate::client::protocol::{self, FetchSpec, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use crate::client::{
     ClientError, Cluster, Connection, FETCH_VERSION, LIST_OFFSETS_VERSION, PRODUCE_VERSION,
 };
+use kafka_proto::error_code::ErrorCode;
 
 /// The most one compressed batch may decompress to.
-const MAX_DECOMPRESSED: usize = 64 << 20;
+pub(super) const MAX_DECOMPRESSED: usize = 64 << 20;
 /// Bytes asked for per partition in one Fetch.
-const FETCH_BYTES: i32 = 1 << 20;
+pub(super) const FETCH_BYTES: i32 = 1 << 20;
 /// How long the final read of a partition may go without progress before the run fails.
 const FINAL_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long consumers keep reading after the producers stop, at most.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// An idempotent producer retries one batch for at most this many request timeouts (Java's
+/// `delivery.timeout.ms` is 120 s against a 30 s `request.timeout.ms`: 4).
+pub const DELIVERY_TIMEOUT_REQUESTS: u32 = 4;
+/// Most attempts of one batch.
+const MAX_ATTEMPTS: u32 = 100;
 
 /// What a verify run does.
 #[derive(Debug, Clone)]
@@ -48,6 +62,10 @@ pub struct VerifyConfig {
     pub producers: u32,
     /// Concurrent tailing consumers (each reads every partition).
     pub consumers: u32,
+    /// Members of one consumer group (`vdl-perf-verify-<topic>`) that share the partitions.
+    pub group_consumers: u32,
+    /// Idempotent producers: producer id, sequence numbers, retries of the same batch.
+    pub idempotent: bool,
     /// Most sends in all, and most polled records per consumer and partition.
     pub max_records: u64,
     /// Per-request timeout (a produce that times out has an unknown outcome).
@@ -85,6 +103,11 @@ fn client(what: impl Into<String>) -> impl FnOnce(ClientError) -> RunError {
     move |source| RunError::Client { what, source }
 }
 
+/// The group the group members join: `vdl-perf-verify-<topic>`.
+pub fn group_id(topic: &str) -> String {
+    format!("vdl-perf-verify-{topic}")
+}
+
 /// Runs the workload and returns what it observed.
 pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
     assert!(
@@ -106,6 +129,7 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
     let producing = Arc::new(AtomicBool::new(true));
     let sent = Arc::new(AtomicU64::new(0));
     let cfg = Arc::new(cfg);
+    let group = group_id(&cfg.topic);
 
     let mut tailers = Vec::new();
     for consumer in 0..cfg.consumers {
@@ -119,6 +143,25 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
             )));
         }
     }
+    let (drain_tx, drain_rx) = tokio::sync::watch::channel::<Option<Drain>>(None);
+    let mut members = Vec::new();
+    for i in 0..cfg.group_consumers {
+        // Members join one after another over the first part of the run, so the group
+        // rebalances (and members resume from committed offsets) while records flow.
+        let join_after = cfg
+            .duration
+            .mul_f64(f64::from(i) / f64::from(cfg.group_consumers + 1));
+        members.push(tokio::spawn(group::member(group::MemberConfig {
+            cluster: cluster.clone(),
+            topic: cfg.topic.clone(),
+            group: group.clone(),
+            partitions: cfg.partitions,
+            consumer: cfg.consumers + i,
+            join_after,
+            max_records: cfg.max_records,
+            drain: drain_rx.clone(),
+        })));
+    }
     let mut producers = Vec::new();
     for producer in 0..cfg.producers {
         producers.push(tokio::spawn(produce(
@@ -130,16 +173,45 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
         )));
     }
     let mut history = History {
-        partitions: cfg.partitions,
+        info: RunInfo {
+            partitions: cfg.partitions,
+            idempotent: cfg.idempotent,
+            group: (cfg.group_consumers > 0).then(|| group.clone()),
+            ..RunInfo::default()
+        },
         ..History::default()
     };
     for p in producers {
         history.sends.extend(p.await?);
     }
-    history.run_ms = start.elapsed().as_millis() as u64;
+    history.info.run_ms = start.elapsed().as_millis() as u64;
     producing.store(false, Ordering::Release);
+    if !members.is_empty() {
+        let mut high_watermarks = Vec::with_capacity(cfg.partitions as usize);
+        for partition in 0..cfg.partitions {
+            high_watermarks.push(
+                list_offset(&cluster, &cfg.topic, partition, LATEST_TIMESTAMP)
+                    .await
+                    .unwrap_or(i64::MAX),
+            );
+        }
+        let _ = drain_tx.send(Some(Drain {
+            until: Instant::now() + DRAIN_TIMEOUT,
+            high_watermarks,
+        }));
+    }
     for t in tailers {
         history.polls.extend(t.await?);
+    }
+    for m in members {
+        let m = m.await?;
+        history.polls.extend(m.polls);
+        history.assignments.extend(m.assignments);
+    }
+    if cfg.group_consumers > 0 {
+        history.committed = group::final_committed(&cluster, &group, &cfg.topic, cfg.partitions)
+            .await
+            .map_err(client(format!("reading the committed offsets of {group}")))?;
     }
     for partition in 0..cfg.partitions {
         history
@@ -147,6 +219,42 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
             .extend(final_read(&cluster, &cfg.topic, partition).await?);
     }
     Ok(history)
+}
+
+/// An idempotent producer's identity and the next sequence number of each partition.
+struct ProducerState {
+    id: i64,
+    epoch: i16,
+    next_sequence: Vec<i32>,
+}
+
+/// Asks any broker for a producer id, retrying retriable errors until `deadline`.
+async fn init_producer(
+    cluster: &Cluster,
+    partitions: i32,
+    deadline: Instant,
+) -> Result<ProducerState, ClientError> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let attempt = async {
+            let mut c = cluster.connect_any().await?;
+            coordinator::init_producer_id(&mut c).await
+        };
+        match attempt.await {
+            Ok((id, epoch)) => {
+                return Ok(ProducerState {
+                    id,
+                    epoch,
+                    next_sequence: vec![0; partitions as usize],
+                })
+            }
+            Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// One producer: sends until the duration is over or `max_records` sends were made in all.
@@ -161,50 +269,133 @@ async fn produce(
     let mut sends = Vec::new();
     let mut conns: Vec<Option<Connection>> = (0..cfg.partitions).map(|_| None).collect();
     let timeout_ms = i32::try_from(cfg.request_timeout.as_millis()).unwrap_or(i32::MAX);
+    let mut state: Option<ProducerState> = None;
     let mut seq: u64 = 0;
     while Instant::now() < deadline && sent.fetch_add(1, Ordering::AcqRel) < cfg.max_records {
         let partition = ((u64::from(producer) + seq) % cfg.partitions as u64) as i32;
         let value = format!("p{producer}-{seq}");
         seq += 1;
         let t0 = Instant::now();
-        let outcome = send_one(
-            &cluster,
-            &cfg.topic,
-            partition,
-            &mut conns[partition as usize],
-            deadline,
-            timeout_ms,
-            &value,
-        )
-        .await;
-        let outcome = match outcome {
-            Ok(offset) => SendOutcome::Acked { offset },
+        if cfg.idempotent && state.is_none() {
+            match init_producer(&cluster, cfg.partitions, deadline).await {
+                Ok(s) => state = Some(s),
+                Err(_) => {
+                    // Nothing was sent for this value: no history entry.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            }
+        }
+        let identity = state.as_ref().map(|s| {
+            let slot = partition as usize;
+            (s.id, s.epoch, s.next_sequence[slot])
+        });
+        let batch = match build_batch(&value, identity) {
+            Ok(b) => b,
             Err(e) => {
-                conns[partition as usize] = None;
-                // Back off a little so an unavailable cluster is not hammered.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                SendOutcome::Unknown { error: e.kind() }
+                sends.push(Send {
+                    value,
+                    partition,
+                    done_ms: start.elapsed().as_millis() as u64,
+                    latency_us: 0,
+                    retries: 0,
+                    outcome: SendOutcome::Unknown { error: e.kind() },
+                });
+                continue;
             }
         };
+        let give_up = t0 + cfg.request_timeout * DELIVERY_TIMEOUT_REQUESTS;
+        let connect_deadline = if identity.is_some() {
+            deadline.max(give_up)
+        } else {
+            deadline
+        };
+        let mut retries = 0;
+        let outcome = loop {
+            let result = send_batch(
+                &cluster,
+                &cfg.topic,
+                partition,
+                &mut conns[partition as usize],
+                connect_deadline,
+                timeout_ms,
+                batch.clone(),
+            )
+            .await;
+            match result {
+                Ok(offset) => break SendOutcome::Acked { offset },
+                // A retry of a batch the broker already holds (Kafka before 2.x answers this
+                // instead of the original offset): written.
+                Err(ClientError::Broker {
+                    code: ErrorCode::DuplicateSequenceNumber,
+                    ..
+                }) if identity.is_some() => break SendOutcome::AckedDuplicate,
+                Err(e) => {
+                    conns[partition as usize] = None;
+                    // Back off a little so an unavailable cluster is not hammered.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let again = identity.is_some()
+                        && e.is_retriable()
+                        && Instant::now() < give_up
+                        && retries + 1 < MAX_ATTEMPTS;
+                    if !again {
+                        break SendOutcome::Unknown { error: e.kind() };
+                    }
+                    retries += 1;
+                }
+            }
+        };
+        if let Some(s) = state.as_mut() {
+            match outcome {
+                SendOutcome::Acked { .. } | SendOutcome::AckedDuplicate => {
+                    let slot = &mut s.next_sequence[partition as usize];
+                    *slot = slot.wrapping_add(1) & i32::MAX;
+                }
+                // The batch's fate is unknown (or it was refused as out of order): the next
+                // sequence number cannot be known, so start over with a new producer id (the
+                // Java client bumps the epoch instead; either way nothing is written twice).
+                SendOutcome::Unknown { .. } => state = None,
+            }
+        }
         sends.push(Send {
             value,
             partition,
             done_ms: start.elapsed().as_millis() as u64,
             latency_us: t0.elapsed().as_micros() as u64,
+            retries,
             outcome,
         });
     }
     sends
 }
 
-async fn send_one(
+/// A batch of one record holding `value`; with `identity` (producer id, epoch, sequence)
+/// an idempotent one.
+fn build_batch(value: &str, identity: Option<(i64, i16, i32)>) -> Result<Bytes, ClientError> {
+    let ts = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut builder = RecordBatchBuilder::new(Compression::None);
+    if let Some((id, epoch, sequence)) = identity {
+        builder = builder.producer(id, epoch, sequence);
+    }
+    builder.push(
+        ts,
+        None,
+        Some(&Bytes::copy_from_slice(value.as_bytes())),
+        &[],
+    )?;
+    Ok(builder.build()?)
+}
+
+async fn send_batch(
     cluster: &Cluster,
     topic: &str,
     partition: i32,
     conn: &mut Option<Connection>,
     deadline: Instant,
     timeout_ms: i32,
-    value: &str,
+    batch: Bytes,
 ) -> Result<i64, ClientError> {
     if conn.is_none() {
         let c = cluster
@@ -213,17 +404,6 @@ async fn send_one(
         *conn = Some(c);
     }
     let c = conn.as_mut().expect("connected above");
-    let ts = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let mut builder = RecordBatchBuilder::new(Compression::None);
-    builder.push(
-        ts,
-        None,
-        Some(&Bytes::copy_from_slice(value.as_bytes())),
-        &[],
-    )?;
-    let batch = builder.build()?;
     let req = protocol::produce(topic, partition, -1, timeout_ms, batch);
     let resp = c.request(PRODUCE_VERSION, &req).await?;
     Ok(protocol::produce_ack(resp, partition)?.base_offset)
@@ -299,7 +479,12 @@ async fn tail(
                     Ok(reads) => {
                         for r in reads {
                             next = Some(r.offset + 1);
-                            polls.push(Poll { consumer, read: r });
+                            polls.push(Poll {
+                                consumer,
+                                member: None,
+                                generation: None,
+                                read: r,
+                            });
                         }
                     }
                     Err(_) => {
@@ -319,7 +504,7 @@ async fn tail(
 
 /// The records at or after `from` in fetched data (the first batch may start earlier), with
 /// control batches (transaction markers) left out.
-fn records_from(data: Bytes, partition: i32, from: i64) -> Result<Vec<Read>, RunError> {
+pub(super) fn records_from(data: Bytes, partition: i32, from: i64) -> Result<Vec<Read>, RunError> {
     let corrupt = |source| RunError::Corrupt { partition, source };
     let mut reads = Vec::new();
     for batch in split_batches_lenient(data) {
@@ -347,7 +532,7 @@ fn records_from(data: Bytes, partition: i32, from: i64) -> Result<Vec<Read>, Run
     Ok(reads)
 }
 
-async fn list_offset(
+pub(super) async fn list_offset(
     cluster: &Cluster,
     topic: &str,
     partition: i32,
