@@ -1,6 +1,8 @@
 """Issue 16, network partitions with real processes: three vdl nodes, each in its own network
-namespace on one bridge (netns.py), while `vdl-perf verify` produces with acks=all, tails and
-finally reads everything back from the root namespace. Between the nodes the nemesis cuts links
+namespace on one bridge (netns.py), while `vdl-perf verify` produces with acks=all (idempotent
+producers: a batch whose outcome a fault left unknown is retried with its sequence number),
+tails (one assign-mode consumer and two consumer-group members) and finally reads everything
+back from the root namespace. Between the nodes the nemesis cuts links
 in the shapes Jepsen uses: the leader isolated, a 1|2 split of a follower, a bridge (two nodes
 that cannot see each other but both see the third), and a flapping link. After every fault the
 links heal; the checker must find no lost, duplicated or inconsistent record, and every replica
@@ -87,6 +89,9 @@ def test_partitions_lose_nothing_and_replicas_converge(net_cluster, tmp_path):
             "3",
             "--consumers",
             "1",
+            "--group-consumers",
+            "2",
+            "--idempotent",
             "--max-records",
             "300000",
             "--history",
@@ -115,6 +120,8 @@ def test_partitions_lose_nothing_and_replicas_converge(net_cluster, tmp_path):
     for kind in ANOMALIES:
         assert total[kind] == 0, (kind, report)
     assert total["acked"] >= 100, total
+    assert report["idempotent"] is True
+    assert report["group_polled_records"] > 0, report
     assert len(injections) == 8 * ROUNDS
     # After the last heal every replica of every partition converges.
     deadline = time.monotonic() + 30

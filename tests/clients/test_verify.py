@@ -1,6 +1,9 @@
 """`vdl-perf verify` (issue 16) end to end: ~10 s of acks=all producers, tailing consumers and a
 final read against the three-node vdl cluster, and the same against Apache Kafka 3.9 when its
 jars are fetched (scripts/kafka/fetch-kafka.sh): the checker must pass both, so it is neutral.
+Each target gets two runs: assign-mode consumers only, and idempotent producers with
+consumer-group members (joining one after another, so the group rebalances mid-run) next to
+one assign-mode consumer.
 
 Environment:
   VDL_PERF_BIN  the vdl-perf binary (default: target/debug/vdl-perf, which `cargo test` builds;
@@ -17,7 +20,16 @@ import pytest
 import admin_target as at
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ANOMALIES = ("lost", "duplicate", "inconsistent_offsets", "non_monotonic_poll", "poll_skip")
+ANOMALIES = (
+    "lost",
+    "duplicate",
+    "inconsistent_offsets",
+    "non_monotonic_poll",
+    "poll_skip",
+    "group_lost",
+)
+# The group run: idempotent producers, one assign-mode consumer, two group members.
+GROUP_ARGS = ["--consumers", "1", "--group-consumers", "2", "--idempotent"]
 
 
 def _perf_binary():
@@ -33,10 +45,10 @@ def _perf_binary():
     return os.path.abspath(b)
 
 
-def _verify(bootstrap, tmp_path):
+def _verify(bootstrap, tmp_path, extra_args=("--consumers", "2")):
     """Runs a 10 s verify on a fresh 3-partition topic; returns (exit status, report, history)."""
     topic = f"verify-{random.randrange(1 << 30):x}"
-    history = tmp_path / "history.jsonl"
+    history = tmp_path / f"history-{topic}.jsonl"
     r = subprocess.run(
         [
             _perf_binary(),
@@ -52,8 +64,7 @@ def _verify(bootstrap, tmp_path):
             "10s",
             "--producers",
             "4",
-            "--consumers",
-            "2",
+            *extra_args,
             "--max-records",
             "200000",
             "--history",
@@ -68,7 +79,7 @@ def _verify(bootstrap, tmp_path):
     return r.returncode, json.loads(r.stdout), lines
 
 
-def _assert_clean(status, report, lines):
+def _assert_clean(status, report, lines, assign_consumers=2):
     total = report["total"]
     print(json.dumps({k: v for k, v in report.items() if k != "partitions"}))
     assert status == 0, report
@@ -81,9 +92,10 @@ def _assert_clean(status, report, lines):
     assert sorted(report["partitions"]) == ["0", "1", "2"]
     assert all(p["acked"] > 0 for p in report["partitions"].values()), report
     assert report["final_records"] >= total["acked"]
-    assert report["polled_records"] >= 2 * total["acked"]
+    assert report["polled_records"] >= assign_consumers * total["acked"]
     assert report["produce_latency_ms_p99"] >= report["produce_latency_ms_p50"] > 0
     # The history holds every send, poll and final record the report counted.
+    assert lines[0]["type"] == "run" and lines[0]["partitions"] == 3
     kinds = [line["type"] for line in lines]
     assert kinds.count("send") == total["acked"] + total["unknown"]
     assert kinds.count("poll") == report["polled_records"]
@@ -97,8 +109,48 @@ def _assert_clean(status, report, lines):
     assert acked <= final
 
 
+def _assert_group_clean(status, report, lines):
+    """A clean group run: everything _assert_clean checks for one assign-mode consumer, plus
+    the group members' share, the idempotent producers' figures and the new history lines."""
+    _assert_clean(status, report, lines, assign_consumers=1)
+    total = report["total"]
+    assert report["idempotent"] is True
+    assert report["produce_retries"] >= 0
+    # The members drain to the final high watermark: the group polled every acknowledged
+    # record, re-delivery after a rebalance is counted but is no anomaly.
+    assert report["group_polled_records"] >= total["acked"] > 0, report
+    assert total["group_unseen"] == 0, report
+    assert report["group_generations"] >= 1
+    run = lines[0]
+    assert run["idempotent"] is True and run["group"].startswith("vdl-perf-verify-")
+    sends = [line for line in lines if line["type"] == "send"]
+    assert all("retries" in s for s in sends)
+    assert sum(s["retries"] for s in sends) == report["produce_retries"]
+    assignments = [line for line in lines if line["type"] == "assignment"]
+    assert assignments and all(
+        {"consumer", "member", "generation", "partition", "start_offset"} <= set(a)
+        for a in assignments
+    )
+    # Every partition was assigned to some member.
+    assert {a["partition"] for a in assignments} == {0, 1, 2}
+    group_polls = [line for line in lines if line["type"] == "poll" and "generation" in line]
+    assert len(group_polls) == report["group_polled_records"]
+    assert all(p["member"] and p["consumer"] >= 1 for p in group_polls)
+    # The group's final committed offsets reach the end of every partition.
+    committed = {line["partition"]: line["offset"] for line in lines if line["type"] == "committed"}
+    final_count = {p: 0 for p in range(3)}
+    for line in lines:
+        if line["type"] == "final":
+            final_count[line["partition"]] += 1
+    assert committed == final_count, (committed, final_count)
+
+
 def test_verify_passes_on_vdl(cluster, tmp_path):
     _assert_clean(*_verify(cluster.bootstrap, tmp_path))
+
+
+def test_verify_groups_and_idempotence_pass_on_vdl(cluster, tmp_path):
+    _assert_group_clean(*_verify(cluster.bootstrap, tmp_path, GROUP_ARGS))
 
 
 def _kafka_jars_fetched():
@@ -116,5 +168,6 @@ def test_verify_passes_on_apache_kafka(tmp_path):
     kafka, cleanup = at.start_kafka()
     try:
         _assert_clean(*_verify(kafka.bootstrap, tmp_path))
+        _assert_group_clean(*_verify(kafka.bootstrap, tmp_path, GROUP_ARGS))
     finally:
         cleanup()
