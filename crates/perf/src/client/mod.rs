@@ -5,7 +5,9 @@
 //! subscription, assignment and range assignor ([`consumer_protocol`]).
 //!
 //! Fixed versions, known to Apache Kafka 3.9 and to vdl: Produce v9, Fetch v12 (topic names),
-//! ListOffsets v7, Metadata v12, ApiVersions v3. No ApiVersions negotiation: the tool measures
+//! ListOffsets v7, Metadata v12, ApiVersions v3; for groups and idempotence (see
+//! [`coordinator`]) FindCoordinator v4, JoinGroup v9, SyncGroup v5, Heartbeat v4,
+//! OffsetCommit v8, OffsetFetch v7, LeaveGroup v5, InitProducerId v4. No ApiVersions negotiation: the tool measures
 //! servers that speak these versions.
 
 pub mod cluster;

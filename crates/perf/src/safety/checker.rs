@@ -60,7 +60,8 @@ pub struct Anomalies {
 }
 
 impl Anomalies {
-    /// Whether any safety anomaly was found (unseen is not one).
+    /// Whether no safety anomaly was found (unseen, group unseen and group redelivered are not
+    /// safety anomalies).
     pub fn is_safe(&self) -> bool {
         self.lost == 0
             && self.duplicate == 0
