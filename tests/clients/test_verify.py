@@ -137,7 +137,9 @@ def _assert_group_clean(status, report, lines):
     assert len(group_polls) == report["group_polled_records"]
     assert all(p["member"] and p["consumer"] >= 1 for p in group_polls)
     # The group's final committed offsets reach the end of every partition.
-    committed = {line["partition"]: line["offset"] for line in lines if line["type"] == "committed"}
+    committed = {
+        line["partition"]: line["offset"] for line in lines if line["type"] == "committed"
+    }
     final_count = {p: 0 for p in range(3)}
     for line in lines:
         if line["type"] == "final":
