@@ -13,6 +13,7 @@
 //! - [`produce`], [`consume`], [`mixed`], [`sweep`], [`suite`]: the workloads.
 //! - [`groups`]: the group coordinator workload (joins, then heartbeats).
 //! - [`fake_server`]: a trivial in-memory Kafka server (the client's ceiling; tests).
+//! - [`floor`]: the physical floor of a replicated fsynced produce (fsync, loopback round trip).
 //! - [`report`]: text, Markdown, CSV, JSON and SVG output.
 
 pub mod ceiling;
@@ -20,6 +21,7 @@ pub mod client;
 pub mod consume;
 pub mod env;
 pub mod fake_server;
+pub mod floor;
 pub mod groups;
 pub mod mixed;
 pub mod payload;

@@ -46,6 +46,9 @@ enum Command {
     Compare(CompareArgs),
     /// Measure the client's ceiling against an in-process server that does no work.
     Ceiling(CeilingArgs),
+    /// Measure the physical floor of a replicated fsynced produce here: append + fdatasync
+    /// and loopback round-trip latency (floor = fsync p50 + 2 x round trip p50).
+    Floor(FloorArgs),
     /// Run the trivial in-memory server on its own (for manual ceiling runs).
     FakeServer(FakeServerArgs),
     /// Load a group coordinator: G groups x M members join, then heartbeat; heartbeat latency
@@ -396,6 +399,19 @@ struct CeilingArgs {
 }
 
 #[derive(Debug, Args)]
+struct FloorArgs {
+    /// Directory for the fsync test file (put it on the disk the servers' data is on).
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Bytes per append and per round-trip request.
+    #[arg(long, default_value = "4096")]
+    message_size: ByteSize,
+    /// Measurements of each kind.
+    #[arg(long, default_value_t = 10_000)]
+    iterations: u32,
+}
+
+#[derive(Debug, Args)]
 struct GroupsArgs {
     /// Bootstrap server, `host:port` (the coordinator is found through it).
     #[arg(long, default_value = "127.0.0.1:9092")]
@@ -713,6 +729,28 @@ async fn run(cli: Cli) -> Result<()> {
                 .context("measuring the ceiling against the in-process server")?;
             write_out(a.out.as_deref(), &m, &results)?;
             emit(&results, cli.json)
+        }
+        Command::Floor(a) => {
+            let size = usize::try_from(a.message_size.bytes()).context("message size")?;
+            let f = vdl_perf::floor::measure(&a.dir, size, a.iterations.max(1) as usize)
+                .with_context(|| format!("measuring the floor in {}", a.dir.display()))?;
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&f)?);
+            } else {
+                println!(
+                    "append {size} B + fdatasync: p50 {:.3} ms, p99 {:.3} ms",
+                    f.fsync.p50_ms, f.fsync.p99_ms
+                );
+                println!(
+                    "loopback round trip ({size} B out, 8 B back): p50 {:.3} ms, p99 {:.3} ms",
+                    f.round_trip.p50_ms, f.round_trip.p99_ms
+                );
+                println!(
+                    "floor of a replicated fsynced produce (fsync + 2 round trips): p50 {:.3} ms",
+                    f.floor_ms_p50
+                );
+            }
+            Ok(())
         }
         Command::Groups(a) => {
             let cfg = vdl_perf::groups::GroupsConfig {

@@ -3,6 +3,7 @@
 //! process).
 
 use crate::inbox::{inbox_with_waker, InboxSender};
+use crate::runtime::timeline::{self, Stage as Hop};
 use crate::runtime::{Runtime, Slot};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -303,6 +304,7 @@ impl LogStream {
         let (reply, rx) = oneshot::channel();
         // On a full or closed inbox, try_deliver answers on `reply` itself (Busy / Stopped).
         try_deliver(&self.inbox, GroupInput::Propose(Proposal { data, reply }));
+        timeline::stamp(Hop::ProposalQueued, self.group);
         PendingAppend { rx }
     }
 
@@ -2467,6 +2469,13 @@ impl Node {
             // leader is elected within two election timeouts of the old one's last heartbeat.
             min_election_tick: t.election_ticks() + 2,
             max_election_tick: 2 * t.election_ticks(),
+            // A stream's leader does not send a round of appends just to tell followers a new
+            // commit index: they learn it with the next append or heartbeat. Nothing on a
+            // follower waits for it (clients read from leaders), and the round cost every
+            // synchronous produce two follower turns and two acknowledgements on the few
+            // cores the benchmark measures (docs/benchmarks.md). The metadata group keeps the
+            // broadcast: every node applies metadata as soon as it commits.
+            skip_bcast_commit: metadata_sm.is_none(),
             ..Default::default()
         };
         let logger = crate::raft_log::group_logger(name);

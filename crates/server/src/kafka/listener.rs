@@ -36,6 +36,7 @@ use crate::kafka::connection::ConnectionContext;
 use crate::kafka::handlers::{dispatch, frame as encode_frame, Reply};
 use crate::metrics::{NodeMetrics, Stage};
 use crate::node::Node;
+use crate::runtime::timeline::{self, Stage as Hop};
 use crate::security::config::KafkaListenerConfig;
 use crate::security::sasl::{AuthStep, Gate, HandshakeOutcome, SaslSession};
 use crate::security::tls::ReloadingServerTls;
@@ -315,7 +316,10 @@ where
             .await;
             let item = match next {
                 Err(_) => Err(ConnectionEnd::Idle),
-                Ok(Ok(Some(frame))) => Ok((frame, Instant::now())),
+                Ok(Ok(Some(frame))) => {
+                    timeline::stamp(Hop::FrameRead, api_key_tag(&frame));
+                    Ok((frame, Instant::now()))
+                }
                 Ok(Ok(None)) => return,
                 Ok(Err(e)) => Err(e),
             };
@@ -387,7 +391,10 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
             _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
             // Responses go out in request order as they complete.
             Some((response, timing)) = pending.next(), if !pending.is_empty() => {
+                let api = u64::from(timing.api.unsigned_abs());
+                timeline::stamp(Hop::ResponseReady, api);
                 write_timed(writer, response, timing, metrics, write_timeout).await?;
+                timeline::stamp(Hop::ResponseWritten, api);
             }
             // Shutting down: read no more requests; answer those read, then close.
             // (A dropped sender counts as a shutdown.)
@@ -400,6 +407,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                     Some(Err(e)) => return Err(e),
                     Some(Ok(frame)) => frame,
                 };
+                timeline::stamp(Hop::Dispatched, api_key_tag(&frame));
                 let dispatched_at = Instant::now();
                 let timing = move |api| Timing { api, read_at, dispatched_at, ready_at: Instant::now() };
                 // After a v0 SaslHandshake the tokens come as bare frames.
@@ -499,6 +507,13 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
             }
         }
     }
+}
+
+/// The timeline tag of a request frame: its API key (the frame's first two bytes).
+fn api_key_tag(frame: &[u8]) -> u64 {
+    frame.get(..2).map_or(u64::MAX >> 8, |b| {
+        u64::from(u16::from_be_bytes([b[0], b[1]]))
+    })
 }
 
 /// Waits until a connection's mute ends.

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::TrySendError;
 
 use crate::inbox::{InboxReceiver, InboxSender};
+use crate::runtime::timeline::{self, Stage as Hop};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -504,6 +505,7 @@ impl Task for Group {
     /// runtime schedule another turn), turn proposals into entries, tick when due and not
     /// quiesced, handle the Ready, then the slow timers (retention, leader rebalance).
     fn turn(&mut self, tick: bool) -> Next {
+        timeline::stamp(Hop::TurnStart, self.p.id);
         for _ in 0..MAX_INPUTS_PER_TURN {
             match self.p.inbox.try_recv() {
                 Ok(input) => {
@@ -1773,7 +1775,11 @@ impl Group {
             self.publish();
         }
         let early = if self.p.pipeline {
-            self.send_all(ready.take_messages());
+            let appends = ready.take_messages();
+            if !appends.is_empty() {
+                timeline::stamp(Hop::AppendsQueued, self.p.id);
+                self.send_all(appends);
+            }
             Vec::new()
         } else {
             ready.take_messages()
@@ -1827,7 +1833,11 @@ impl Group {
             self.fail_stale_proposals(hs.term);
         }
         self.send_all(early);
-        self.send_all(ready.take_persisted_messages());
+        let acks = ready.take_persisted_messages();
+        if !acks.is_empty() {
+            timeline::stamp(Hop::AcksQueued, self.p.id);
+            self.send_all(acks);
+        }
         let mut light = self.p.node.advance(ready);
         self.send_all(light.take_messages());
         self.apply(light.take_committed_entries());
@@ -1941,6 +1951,7 @@ impl Group {
             write(&self.p.store)
                 .complete_sync(pending)
                 .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
+            timeline::stamp(Hop::FsyncDone, self.p.id);
         }
         let durable_at = Instant::now();
         for e in entries {
@@ -2090,6 +2101,7 @@ impl Group {
                     }));
                     base += u64::from(n);
                 }
+                timeline::stamp(Hop::Answered, self.p.id);
             } else {
                 for (reply, _) in w.proposals {
                     let _ = reply.send(Err(AppendError::Lost));

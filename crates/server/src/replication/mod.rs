@@ -5,7 +5,8 @@
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store; [`raft_log`]: raft-rs's log
 //!   records forwarded to `tracing`.
 //! - [`transport`]: Raft messages between nodes over TCP; [`peer_wire`]: the bytes of the peer
-//!   protocol; [`peer_guard`]: which connections, hellos and messages the peer port admits.
+//!   protocol; [`peer_guard`]: which connections, hellos and messages the peer port admits;
+//!   [`direct_send`]: a group's worker writing to an idle peer link itself.
 //! - [`liveness`]: one ping per peer per heartbeat interval, whatever the partition count.
 //! - [`placement`]: which nodes hold each partition's replicas, and which should lead;
 //!   [`leaders`]: who leads the partitions a node does not host.
@@ -15,6 +16,7 @@
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`producers`]: idempotent producers' state, derived from each partition's replicated log.
 
+pub mod direct_send;
 pub mod group;
 pub mod known_peers;
 pub mod leaders;

@@ -57,6 +57,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
 use crate::peer_wire::{self, FrameFormat, FrameWriter, Hello, PeerVersions, WireError};
+use crate::replication::direct_send::{Direct, DirectConn};
+use crate::runtime::timeline::{self, Stage as Hop};
 
 /// A byte stream between two nodes: TCP, or TLS over TCP.
 pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -165,7 +167,13 @@ pub trait PeerInbox: Send + Sync + 'static {
 }
 
 /// Each peer's outgoing queue of (group, message).
-type PeerQueues = HashMap<u64, mpsc::Sender<(u64, Message)>>;
+/// A peer's queue for its sender task, and the link's direct path (none for detached senders).
+struct PeerQueue {
+    tx: mpsc::Sender<(u64, Message)>,
+    direct: Option<Arc<Direct>>,
+}
+
+type PeerQueues = HashMap<u64, PeerQueue>;
 
 /// The sending half of the transport: one queue per peer.
 #[derive(Clone)]
@@ -181,8 +189,10 @@ pub struct PeerSender {
 }
 
 impl PeerSender {
-    /// Queues `msg` of `group` for its destination (`msg.to`). Never blocks; drops the message
-    /// when the queue is full or the peer is unknown, and counts the drop.
+    /// Sends `msg` of `group` to its destination (`msg.to`): written to the peer's socket at
+    /// once when the link is idle (see [`crate::replication::direct_send`]), else queued for
+    /// the peer's sender task. Never blocks; drops the message when the queue is full or the
+    /// peer is unknown, and counts the drop.
     pub fn send(&self, group: u64, msg: Message) {
         // Catch-up appends over the node's limit wait for Raft to send them again.
         if !self.catch_up.admit(&msg) {
@@ -191,7 +201,20 @@ impl PeerSender {
         let queues = self.queues.read().unwrap_or_else(|e| e.into_inner());
         match queues.get(&msg.to) {
             Some(q) => {
-                if q.try_send((group, msg)).is_err() {
+                let msg = match &q.direct {
+                    Some(direct) => match direct.try_send(group, msg) {
+                        None => return,
+                        Some(msg) => {
+                            direct.note_queued();
+                            msg
+                        }
+                    },
+                    None => msg,
+                };
+                if q.tx.try_send((group, msg)).is_err() {
+                    if let Some(direct) = &q.direct {
+                        direct.note_taken(1);
+                    }
                     self.dropped
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -229,8 +252,14 @@ impl PeerSender {
             return;
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
-        queues.insert(peer, tx);
-        ctx.spawn(peer, addr, rx, self.hello_generation.clone());
+        let direct = ctx.spawn(peer, addr, rx, self.hello_generation.clone());
+        queues.insert(
+            peer,
+            PeerQueue {
+                tx,
+                direct: Some(direct),
+            },
+        );
     }
 
     /// Messages dropped so far (full queue or unknown peer).
@@ -270,7 +299,7 @@ pub fn detached_sender(
     let mut receivers = HashMap::new();
     for &peer in peers.iter().filter(|p| **p != self_id) {
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
-        queues.insert(peer, tx);
+        queues.insert(peer, PeerQueue { tx, direct: None });
         receivers.insert(peer, rx);
     }
     let sender = PeerSender {
@@ -322,8 +351,14 @@ pub fn start_senders(
             continue;
         }
         let (tx, rx) = mpsc::channel(PEER_QUEUE_MESSAGES);
-        queues.insert(peer, tx);
-        ctx.spawn(peer, addr, rx, hello_generation.clone());
+        let direct = ctx.spawn(peer, addr, rx, hello_generation.clone());
+        queues.insert(
+            peer,
+            PeerQueue {
+                tx,
+                direct: Some(direct),
+            },
+        );
     }
     PeerSender {
         queues: Arc::new(std::sync::RwLock::new(queues)),
@@ -351,14 +386,21 @@ struct SenderContext {
 }
 
 impl SenderContext {
-    /// Starts the sender task of `peer` at `addr`, draining `rx`.
+    /// Starts the sender task of `peer` at `addr`, draining `rx`; returns the link's direct
+    /// path.
     fn spawn(
         &self,
         peer: u64,
         addr: SocketAddr,
         rx: mpsc::Receiver<(u64, Message)>,
         hello_generation: Arc<std::sync::atomic::AtomicU64>,
-    ) {
+    ) -> Arc<Direct> {
+        let direct = Arc::new(Direct::new(
+            peer,
+            self.filter.clone(),
+            self.versions.clone(),
+            hello_generation.clone(),
+        ));
         let link = Link {
             self_id: self.self_id,
             local_ip: self.local_ip,
@@ -375,7 +417,9 @@ impl SenderContext {
             self.inbox.clone(),
             self.filter.clone(),
             hello_generation,
+            direct.clone(),
         ));
+        direct
     }
 }
 
@@ -394,8 +438,35 @@ struct Link {
 /// An open outgoing connection and the hello version it was opened with (which fixes its frame
 /// format).
 struct Outgoing {
-    stream: Box<dyn PeerStream>,
+    stream: OutStream,
     version: u16,
+}
+
+/// The byte stream of an outgoing connection.
+enum OutStream {
+    /// Plain TCP, split so direct writes (see [`crate::replication::direct_send`]) can share the
+    /// write half; the task reads the other half only to notice the peer closing.
+    Plain {
+        read: tokio::net::tcp::OwnedReadHalf,
+        write: Arc<tokio::net::tcp::OwnedWriteHalf>,
+    },
+    /// TLS: written by the task only.
+    Tls(Box<dyn PeerStream>),
+}
+
+impl Outgoing {
+    /// What direct writes may use: a plain connection's write half, its version and the
+    /// hello generation it was dialed in.
+    fn direct_half(&self, generation: u64) -> Option<DirectConn> {
+        match &self.stream {
+            OutStream::Plain { write, .. } => Some(DirectConn {
+                write: write.clone(),
+                version: self.version,
+                generation,
+            }),
+            OutStream::Tls(_) => None,
+        }
+    }
 }
 
 impl Link {
@@ -409,9 +480,20 @@ impl Link {
             &self.listeners,
             inbox.hello_for(self.peer),
         );
-        let tcp = dial(self.local_ip, self.addr).await?;
+        let mut tcp = dial(self.local_ip, self.addr).await?;
         let mut stream: Box<dyn PeerStream> = match &self.tls {
-            None => Box::new(tcp),
+            None => {
+                tcp.write_all(&hello).await?;
+                tcp.flush().await?;
+                let (read, write) = tcp.into_split();
+                return Ok(Outgoing {
+                    stream: OutStream::Plain {
+                        read,
+                        write: Arc::new(write),
+                    },
+                    version,
+                });
+            }
             Some(tls) => {
                 let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
                 let handshake = tls.connector.connect(name, tcp);
@@ -425,7 +507,10 @@ impl Link {
         };
         stream.write_all(&hello).await?;
         stream.flush().await?;
-        Ok(Outgoing { stream, version })
+        Ok(Outgoing {
+            stream: OutStream::Tls(stream),
+            version,
+        })
     }
 }
 
@@ -435,6 +520,7 @@ async fn sender_task(
     inbox: Arc<dyn PeerInbox>,
     filter: Arc<dyn LinkFilter>,
     hello_generation: Arc<std::sync::atomic::AtomicU64>,
+    direct: Arc<Direct>,
 ) {
     let peer = link.peer;
     let mut backoff = BACKOFF_MIN;
@@ -445,7 +531,7 @@ async fn sender_task(
         let now = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
         if now != generation {
             generation = now;
-            conn = None;
+            set_conn(&direct, &mut conn, None, generation);
         }
         // The peer was heard in another version since this connection was dialed (an old node
         // spoke up, or was upgraded): dial again in its version.
@@ -453,7 +539,7 @@ async fn sender_task(
             .as_ref()
             .is_some_and(|c| c.version != link.versions.dial_version(peer))
         {
-            conn = None;
+            set_conn(&direct, &mut conn, None, generation);
         }
         // Wait for a message, and meanwhile notice when the peer closes the connection (it
         // never writes, so any read event is its end): a restarted peer must not have our
@@ -464,10 +550,22 @@ async fn sender_task(
                 None => return,
             },
             () = closed(&mut conn) => {
-                conn = None;
+                set_conn(&direct, &mut conn, None, generation);
                 // What was written last may never have been read: Raft must probe this
                 // peer again rather than assume its pipeline of appends arrived.
                 inbox.peer_unreachable(peer);
+                continue;
+            }
+            // A direct write left the rest of a frame for this task, or failed.
+            () = direct.woken(), if conn.is_some() => {
+                let ok = match conn.as_mut() {
+                    Some(c) => !direct.failed() && write_frame(&direct, c, &[]).await,
+                    None => true,
+                };
+                if !ok {
+                    set_conn(&direct, &mut conn, None, generation);
+                    inbox.peer_unreachable(peer);
+                }
                 continue;
             }
             // Keep a connection up even when Raft has nothing to send to this peer, so the peer
@@ -476,7 +574,7 @@ async fn sender_task(
                 match link.dial(&*inbox).await {
                     Ok(c) => {
                         backoff = BACKOFF_MIN;
-                        conn = Some(c);
+                        set_conn(&direct, &mut conn, Some(c), generation);
                     }
                     Err(_) => backoff = (backoff * 2).min(BACKOFF_MAX),
                 }
@@ -489,8 +587,10 @@ async fn sender_task(
             .as_ref()
             .map_or_else(|| link.versions.dial_version(peer), |c| c.version);
         frame.clear(FrameFormat::of_version(version));
+        let mut taken = 0;
         let mut next = Some(first);
         while let Some((group, msg)) = next.take() {
+            taken += 1;
             if filter.allow_message(peer, &msg) {
                 frame.push(group, &msg);
             }
@@ -500,17 +600,21 @@ async fn sender_task(
             next = rx.try_recv().ok();
         }
         if frame.is_empty() {
+            direct.note_taken(taken);
             continue;
         }
 
         // Write on the current connection; on failure, dial once more and retry the frame.
         let mut sent = false;
         for _attempt in 0..2 {
+            if conn.as_ref().is_some() && direct.failed() {
+                set_conn(&direct, &mut conn, None, generation);
+            }
             if conn.is_none() {
                 match link.dial(&*inbox).await {
                     Ok(c) => {
                         backoff = BACKOFF_MIN;
-                        conn = Some(c);
+                        set_conn(&direct, &mut conn, Some(c), generation);
                     }
                     Err(_) => break,
                 }
@@ -519,21 +623,23 @@ async fn sender_task(
                 // A new connection may speak another version than the one the frame was
                 // built for.
                 frame.convert(FrameFormat::of_version(c.version));
-                if c.stream.write_all(frame.finish()).await.is_ok()
-                    && c.stream.flush().await.is_ok()
-                {
+                if write_frame(&direct, c, frame.finish()).await {
+                    timeline::stamp(Hop::PeerFrameWritten, peer);
                     sent = true;
                     break;
                 }
-                conn = None;
+                set_conn(&direct, &mut conn, None, generation);
             }
         }
+        direct.note_taken(taken);
         if !sent {
             inbox.peer_unreachable(peer);
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(BACKOFF_MAX);
             // Drop what piled up while waiting: it is stale, Raft will resend.
-            while rx.try_recv().is_ok() {}
+            while rx.try_recv().is_ok() {
+                direct.note_taken(1);
+            }
         }
     }
 }
@@ -541,12 +647,32 @@ async fn sender_task(
 /// Resolves when the peer closed `conn` (or sent bytes, which it must not); never resolves when
 /// there is no connection.
 async fn closed(conn: &mut Option<Outgoing>) {
-    match conn.as_mut() {
-        Some(c) => {
-            let mut buf = [0u8; 64];
-            let _ = c.stream.read(&mut buf).await;
+    let mut buf = [0u8; 64];
+    match conn.as_mut().map(|c| &mut c.stream) {
+        Some(OutStream::Plain { read, .. }) => {
+            let _ = read.read(&mut buf).await;
+        }
+        Some(OutStream::Tls(stream)) => {
+            let _ = stream.read(&mut buf).await;
         }
         None => std::future::pending().await,
+    }
+}
+
+/// Replaces the sender task's connection (dialed in hello `generation`), keeping the link's
+/// direct path in step with it.
+fn set_conn(direct: &Direct, conn: &mut Option<Outgoing>, new: Option<Outgoing>, generation: u64) {
+    direct.set_connection(new.as_ref().and_then(|c| c.direct_half(generation)));
+    *conn = new;
+}
+
+/// Writes a whole frame on `c` (plain connections through the direct path's lock).
+async fn write_frame(direct: &Direct, c: &mut Outgoing, bytes: &[u8]) -> bool {
+    match &mut c.stream {
+        OutStream::Plain { write, .. } => direct.write_plain(write, bytes).await.is_ok(),
+        OutStream::Tls(stream) => {
+            stream.write_all(bytes).await.is_ok() && stream.flush().await.is_ok()
+        }
     }
 }
 
@@ -837,6 +963,7 @@ impl Connection {
                     Err(why) => self.stats.refuse_message(group, &why),
                 }
             }
+            timeline::stamp(Hop::PeerFrameDelivered, from);
         }
     }
 }

@@ -6,10 +6,13 @@
 //! - [`quiesce`]: when an idle group stops ticking and heartbeating.
 //! - [`fd_budget`]: the open-file limit, raised at start and split between client connections
 //!   and storage.
+//! - [`timeline`]: timestamps at each hand-off of the produce path, for benchmarks
+//!   (`VDL_TIMELINE`).
 
 pub mod fd_budget;
 pub mod inbox;
 pub mod quiesce;
+pub mod timeline;
 pub mod workers;
 
 pub use workers::*;
