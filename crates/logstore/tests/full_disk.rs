@@ -54,7 +54,7 @@ fn enospc_at_every_append_near_a_roll_leaves_a_usable_store() {
         if active.bytes + 1024 > SEGMENT_BYTES {
             let segments = s.segment_count();
             set_faults(&control, "write=enospc\n");
-            let e = s.append(&[next.clone()]);
+            let e = s.append(std::slice::from_ref(&next));
             assert!(e.is_err(), "an append on a full disk succeeded");
             assert_eq!(s.last_index(), last, "a refused append left entries");
             assert_eq!(s.segment_count(), segments, "a refused roll left a segment");

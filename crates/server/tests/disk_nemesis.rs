@@ -31,9 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::batch;
-use common::faults::{
-    control, create, faulty_cluster, leader_of, read_all, set_faults, tag, Acked,
-};
+use common::faults::{control, create, faulty_cluster, leader_of, set_faults, tag, Acked};
 use common::kafka::KafkaConn;
 use common::procs::ProcCluster;
 
@@ -242,7 +240,8 @@ fn produce_loop(
 
 /// A three-node cluster on the fault-injecting file system with one topic and a workload.
 struct Bench {
-    dir: tempfile::TempDir,
+    /// Kept (not removed) when the test fails, for its logs.
+    dir: Option<tempfile::TempDir>,
     cluster: ProcCluster,
     topic: &'static str,
 }
@@ -253,17 +252,18 @@ impl Bench {
             .prefix("disknemesis-")
             .tempdir()
             .unwrap();
-        let cluster = faulty_cluster(dir.path(), "");
+        // The test's records carry a 2023 timestamp: retention by time must not delete them.
+        let cluster = faulty_cluster(dir.path(), "retention_hours = 10000000");
         create(&cluster.kafka, topic);
         Bench {
-            dir,
+            dir: Some(dir),
             cluster,
             topic,
         }
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        self.dir.as_ref().expect("the test directory").path()
     }
 
     fn leader(&self) -> usize {
@@ -316,10 +316,15 @@ impl Bench {
                     return Instant::now();
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "nodes {nodes:?} did not catch up within {STEP_LIMIT:?}"
-            );
+            if Instant::now() >= deadline {
+                let states: Vec<_> = (0..3).map(|i| self.replica(i)).collect();
+                panic!(
+                    "nodes {nodes:?} did not catch up within {STEP_LIMIT:?}; (high watermark, \
+                     log end) per node: {states:?}; leader {}; the first one's log:\n{}",
+                    leader + 1,
+                    self.cluster.log_tail(nodes[0])
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -371,25 +376,59 @@ impl Bench {
         }
     }
 
-    /// Every replica's log as node `i` serves it while leading, up to `end` at least.
+    /// Node `i`'s log, read from it while it leads, up to `end` at least. The read starts
+    /// over when the lead moves away meanwhile (the preferred-leader rebalance moves it).
     fn read_replica(&self, i: usize, end: u64) -> Acked {
-        self.lead_on(i);
         let deadline = Instant::now() + STEP_LIMIT;
-        loop {
-            let got = read_all(&self.cluster.kafka[i..=i], self.topic);
-            let got_end = got
-                .iter()
-                .next_back()
-                .map_or(0, |(b, (n, _))| b + u64::from(*n));
-            if got_end >= end {
-                return got;
-            }
+        let mut last = String::new();
+        'attempt: loop {
             assert!(
                 Instant::now() < deadline,
-                "node {}: offsets up to {end} never became visible (read {got_end})",
+                "node {}: could not read its log up to {end} while it led; last answer: {last}",
                 i + 1
             );
-            std::thread::sleep(Duration::from_millis(100));
+            self.lead_on(i);
+            let mut got = Acked::new();
+            let mut offset = 0u64;
+            while offset < end {
+                let answer = KafkaConn::connect(self.cluster.kafka[i])
+                    .and_then(|mut c| c.fetch(self.topic, offset as i64));
+                let records = match answer {
+                    Ok((0, _, _, records)) => records,
+                    other => {
+                        last = format!("at {offset}: {other:?}");
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue 'attempt;
+                    }
+                };
+                if records.is_empty() {
+                    // Not yet committed in the new leader's term.
+                    last = format!("at {offset}: nothing yet");
+                    std::thread::sleep(Duration::from_millis(50));
+                    if Instant::now() >= deadline {
+                        continue 'attempt;
+                    }
+                    continue;
+                }
+                for (base, count, value) in common::split_batches(&records) {
+                    got.insert(base, (count, value));
+                    offset = base + u64::from(count);
+                }
+            }
+            return got;
+        }
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!(
+                    "the nodes' logs and data are kept in {}",
+                    dir.keep().display()
+                );
+            }
         }
     }
 }
@@ -516,7 +555,7 @@ fn print_injection(
 }
 
 /// Reads every replica, checks the history, prints the summary line and asserts no anomaly.
-fn finish(bench: Bench, workload: Workload, name: &str, injections: &[Injection], extra: &str) {
+fn finish(mut bench: Bench, workload: Workload, name: &str, injections: &[Injection], extra: &str) {
     let history = workload.finish();
     let end = acked_end(&history);
     let reads: Vec<Acked> = (0..3).map(|i| bench.read_replica(i, end)).collect();
@@ -546,8 +585,7 @@ fn finish(bench: Bench, workload: Workload, name: &str, injections: &[Injection]
     );
     assert_eq!(a.total(), 0, "{name}: anomalies found: {a:?}");
     assert!(!history.acks.is_empty(), "{name}: nothing was acknowledged");
-    let mut cluster = bench.cluster;
-    cluster.assert_all_running();
+    bench.cluster.assert_all_running();
 }
 
 /// Starts a nemesis: the lock, a cluster, a workload, a first acknowledgement.
@@ -819,6 +857,7 @@ fn slow_follower_disk_nemesis() {
     };
     let mut injections = Vec::new();
     let (mut all_base, mut all_slow) = (Vec::new(), Vec::new());
+    let mut lagging = 0;
     for round in 0..rounds() {
         let node = bench.follower(round);
         let base_from = Instant::now();
@@ -833,6 +872,15 @@ fn slow_follower_disk_nemesis() {
         let slow_from = Instant::now();
         std::thread::sleep(WINDOW);
         let mut slow = latencies(slow_from, Instant::now());
+        // The fault is real: the slow follower's log ends behind what the leader committed.
+        let leader = bench.leader();
+        let behind = match (bench.replica(leader), bench.replica(node)) {
+            (Some((committed, _)), Some((_, end))) => committed.saturating_sub(end),
+            _ => 0,
+        };
+        if behind > 0 {
+            lagging += 1;
+        }
         set_faults(bench.path(), node, "");
         let fault_ended = Instant::now();
         workload.wait_acked_after(fault_ended, "after the disk was fast again");
@@ -846,7 +894,8 @@ fn slow_follower_disk_nemesis() {
             node,
             &m,
             &format!(
-                " latency_ms_p50_base={:.1} latency_ms_p50_slow={:.1} samples_base={} samples_slow={}",
+                " latency_ms_p50_base={:.1} latency_ms_p50_slow={:.1} samples_base={} samples_slow={} \
+                 records_behind={behind}",
                 quantile_ms(&mut base, 0.5),
                 quantile_ms(&mut slow, 0.5),
                 base.len(),
@@ -861,13 +910,17 @@ fn slow_follower_disk_nemesis() {
     let slow_ms = quantile_ms(&mut all_slow, 0.5);
     let extra = format!(
         " latency_ms_p50_base={base_ms:.1} latency_ms_p50_slow={slow_ms:.1} latency_ms_p99_base={:.1} \
-         latency_ms_p99_slow={:.1} slow_fsync_ms={SLOW_FSYNC_MS}",
+         latency_ms_p99_slow={:.1} slow_fsync_ms={SLOW_FSYNC_MS} followers_behind={lagging}",
         quantile_ms(&mut all_base, 0.99),
         quantile_ms(&mut all_slow, 0.99),
     );
     assert!(
         all_slow.len() >= 10,
         "too few produces while the follower was slow"
+    );
+    assert!(
+        lagging > 0,
+        "no slow follower was ever behind: the fault did nothing"
     );
     finish(bench, workload, "slow_follower", &injections, &extra);
     // Lenient: a leader waiting for the slow disk would take at least its 400 ms per commit.
