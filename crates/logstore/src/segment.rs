@@ -154,9 +154,11 @@ pub(crate) fn create_segment_file(dir: &Path, header: &SegmentHeader) -> Result<
     let tmp = dir.join(format!("{}.tmp", segment_file_name(header.base_index)));
     {
         let f = File::create(&tmp).map_err(io_err(&tmp))?;
-        crate::fs::fs()
-            .write_all_at(&f, &tmp, &header.encode(), 0)
-            .map_err(io_err(&tmp))?;
+        if let Err(e) = crate::fs::fs().write_all_at(&f, &tmp, &header.encode(), 0) {
+            // Best effort (a full disk): no half-written file left behind.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io_err(&tmp)(e));
+        }
         fdatasync(&f, &tmp);
     }
     crate::fs::fs().rename(&tmp, &path).map_err(io_err(&path))?;

@@ -677,21 +677,23 @@ impl LogStore {
         Ok(())
     }
 
-    /// Seals the active segment (fdatasync, index file) and starts a new one.
+    /// Seals the active segment (fdatasync, index file) and starts a new one. The new
+    /// segment's file is created before the old one is sealed: when that fails (a full
+    /// disk), the old segment stays active and the store is as before (the error is the
+    /// append's).
     fn roll(&mut self) -> Result<()> {
         let interval = self.config.index_interval_bytes;
         let generation = self.generation;
         let synced_len = self.synced_len;
+        let segment_bytes = self.config.segment_bytes;
         self.reserve.detach();
         let trimmed = self.trim_active()?;
-        let active = self.active_mut();
+        let active = self.active();
         if synced_len < active.len && !trimmed {
             fdatasync(active.active_file(), &active.path);
         }
         let s = active.summary();
         let idx = active.indexes(interval)?;
-        let _ = write_index_file(&active.index_path, &s, &idx);
-        active.seal();
         let header = SegmentHeader {
             base_index: s.last_index + 1,
             base_offset: s.next_offset,
@@ -699,7 +701,18 @@ impl LogStore {
             generation,
             created_ms: now_ms(),
         };
-        let (path, file) = create_segment_file(&self.dir, &header)?;
+        let (path, file) = match create_segment_file(&self.dir, &header) {
+            Ok(created) => created,
+            Err(e) => {
+                // Still the active segment (trimmed to its data): reserve for it again.
+                self.reserve
+                    .attach(&active.path, active.len, active.len, segment_bytes);
+                return Err(e);
+            }
+        };
+        let active = self.active_mut();
+        let _ = write_index_file(&active.index_path, &s, &idx);
+        active.seal();
         self.reserve.attach(
             &path,
             SEGMENT_HEADER_LEN,

@@ -4,77 +4,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::kafka::on_any;
+use common::batch;
+use common::faults::{
+    control, create, faulty_cluster, leader_of, produce_acked, read_all, set_faults, tag, Acked,
+    WAIT,
+};
 use common::procs::ProcCluster;
-use common::{batch, split_batches};
-
-const WAIT: Duration = Duration::from_secs(30);
 
 /// 1 MiB segments (so a few MB make sealed segments) and a fast scrubber.
 const STORAGE: &str = "segment_bytes = 1048576\nscrub_rate_mb_per_s = 200\nscrub_pause_ms = 300";
-
-/// What a test acknowledged: base offset -> (record count, value tag).
-type Acked = BTreeMap<u64, (u32, Vec<u8>)>;
-
-fn tag(topic: &str, seq: usize, size: usize) -> Vec<u8> {
-    let mut v = format!("{topic}-{seq:08}-").into_bytes();
-    v.resize(size.max(v.len()), b'x');
-    v
-}
-
-/// Produces `batches` acknowledged batches (acks=all) of `per_batch` records of `size` bytes.
-fn produce_acked(
-    brokers: &[SocketAddr],
-    topic: &str,
-    batches: usize,
-    per_batch: u32,
-    size: usize,
-    acked: &mut Acked,
-) {
-    let start = acked.len();
-    for seq in start..start + batches {
-        let value = tag(topic, seq, size);
-        let data = batch(per_batch, &value);
-        let base = on_any(brokers, WAIT, &format!("produce to {topic}"), |c| {
-            c.produce(topic, data.clone())
-        });
-        let base = u64::try_from(base).expect("acknowledged base offset");
-        assert!(
-            acked.insert(base, (per_batch, value)).is_none(),
-            "offset {base} acknowledged twice"
-        );
-    }
-}
-
-/// Reads partition 0 from 0 to the high watermark (each batch's CRC checked).
-fn read_all(brokers: &[SocketAddr], topic: &str) -> Acked {
-    let mut out = Acked::new();
-    let mut offset = 0i64;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        assert!(Instant::now() < deadline, "reading {topic} took too long");
-        let (hw, records) = on_any(brokers, WAIT, &format!("fetch {topic} at {offset}"), |c| {
-            c.fetch(topic, offset).map(|(e, hw, _, r)| (e, (hw, r)))
-        });
-        if offset >= hw {
-            return out;
-        }
-        let batches = split_batches(&records);
-        assert!(
-            !batches.is_empty(),
-            "fetch at {offset} below {hw} was empty"
-        );
-        for (base, count, value) in batches {
-            out.insert(base, (count, value));
-            offset = (base + u64::from(count)) as i64;
-        }
-    }
-}
 
 /// Every acknowledged batch is there, unchanged, and nothing else. A leader just elected
 /// publishes its high watermark once it committed in its term: read again until the end of
@@ -105,23 +47,6 @@ fn assert_acked_present(brokers: &[SocketAddr], topic: &str, acked: &Acked) {
         "{topic}: batch offsets"
     );
     assert!(&got == acked, "{topic}: batch contents differ");
-}
-
-fn create(brokers: &[SocketAddr], topic: &str) {
-    on_any(brokers, WAIT, &format!("create {topic}"), |c| {
-        c.create_topic_replicated(topic, 1, 3)
-            .map(|(e, _, _)| (if e == 36 { 0 } else { e }, ()))
-    });
-    leader_of(brokers, topic);
-}
-
-/// The node index (0-based) leading partition 0 of `topic`.
-fn leader_of(brokers: &[SocketAddr], topic: &str) -> usize {
-    let leader = on_any(brokers, WAIT, &format!("a leader for {topic}"), |c| {
-        c.metadata(topic)
-            .map(|(e, leader, _)| (if leader < 0 { 5 } else { e }, leader))
-    });
-    leader as usize - 1
 }
 
 /// The directory of partition 0 of `topic` on node `i`.
@@ -397,41 +322,12 @@ fn flips_on_two_nodes_in_different_ranges() {
 
 // ---- disk faults through the file-system seam (issue 16) --------------------------------
 
-/// A cluster whose nodes run the fault-injecting file system, node `i` controlled by
-/// `DIR/faultsN` (N = i + 1).
-fn faulty_cluster(dir: &Path) -> ProcCluster {
-    let mut c = ProcCluster::configure(dir, 3, "segment_bytes = 1048576\nFAULTS");
-    for i in 0..3 {
-        let cfg = dir.join(format!("vdl{}.toml", i + 1));
-        let text = std::fs::read_to_string(&cfg).unwrap().replace(
-            "FAULTS",
-            &format!("fault_injection_file = \"{}\"", control(dir, i).display()),
-        );
-        std::fs::write(&cfg, text).unwrap();
-    }
-    for i in 0..3 {
-        c.spawn(i);
-    }
-    c
-}
-
-/// Node `i`'s fault control file.
-fn control(dir: &Path, i: usize) -> PathBuf {
-    dir.join(format!("faults{}", i + 1))
-}
-
-/// Sets node `i`'s faults (see `logstore::FaultInjectingFs`) and waits for it to read them.
-fn set_faults(dir: &Path, i: usize, faults: &str) {
-    std::fs::write(control(dir, i), faults).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-}
-
 /// EIO on fsync is fail-stop: the node stops with a message naming the file, the others go
 /// on, and a restart recovers cleanly with every acknowledged record.
 #[test]
 fn fsync_eio_stops_the_node_and_a_restart_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path());
+    let mut c = faulty_cluster(dir.path(), "");
     let brokers = c.kafka.clone();
     create(&brokers, "eio");
     let mut acked = Acked::new();
@@ -467,7 +363,7 @@ fn fsync_eio_stops_the_node_and_a_restart_recovers() {
 #[test]
 fn enospc_on_append_is_an_error_and_space_returning_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path());
+    let mut c = faulty_cluster(dir.path(), "");
     let brokers = c.kafka.clone();
     create(&brokers, "nospc");
     let mut acked = Acked::new();
@@ -551,7 +447,7 @@ fn produce_in_background(
 #[test]
 fn power_cuts_lose_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path());
+    let mut c = faulty_cluster(dir.path(), "");
     let brokers = c.kafka.clone();
     create(&brokers, "pc");
     let mut acked = Acked::new();
@@ -597,7 +493,7 @@ fn power_cuts_lose_nothing_acknowledged() {
 #[test]
 fn a_slow_follower_disk_does_not_slow_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path());
+    let mut c = faulty_cluster(dir.path(), "");
     let brokers = c.kafka.clone();
     create(&brokers, "slow");
     let mut acked = Acked::new();
