@@ -308,7 +308,6 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_link_is_written_at_once_and_a_busy_one_is_left_to_the_task() {
-        let format = FrameFormat::of_version(CURRENT_VERSION);
         let direct = direct_path(Arc::new(OpenLinks));
         // No connection yet: the task's queue takes the message.
         assert!(direct.try_send(7, message(2, 1)).is_some());
@@ -356,7 +355,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_cut_link_drops_the_message_and_a_broken_one_is_marked_failed() {
-        let format = FrameFormat::of_version(CURRENT_VERSION);
         let cut = direct_path(Arc::new(Closed));
         let (write, mut peer, _read) = pair().await;
         cut.set_connection(Some(conn(&write)));
