@@ -9,46 +9,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use common::faults::{produce_acked, tag, Acked, WAIT};
 use common::kafka::{on_any, KafkaConn};
 use common::procs::ProcCluster;
 use common::{batch, split_batches};
 use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
-
-const WAIT: Duration = Duration::from_secs(30);
-
-/// What a test acknowledged: base offset -> (record count, value tag).
-type Acked = BTreeMap<u64, (u32, Vec<u8>)>;
-
-fn tag(topic: &str, seq: usize, size: usize) -> Vec<u8> {
-    let mut v = format!("{topic}-{seq:08}-").into_bytes();
-    v.resize(size.max(v.len()), b'x');
-    v
-}
-
-/// Produces `batches` batches of `per_batch` records of `size` bytes each, every one
-/// acknowledged (acks=all), and records where they landed.
-fn produce_acked(
-    brokers: &[SocketAddr],
-    topic: &str,
-    batches: usize,
-    per_batch: u32,
-    size: usize,
-    acked: &mut Acked,
-) {
-    let start = acked.len();
-    for seq in start..start + batches {
-        let value = tag(topic, seq, size);
-        let data = batch(per_batch, &value);
-        let base = on_any(brokers, WAIT, &format!("produce to {topic}"), |c| {
-            c.produce(topic, data.clone())
-        });
-        let base = u64::try_from(base).expect("acknowledged base offset");
-        assert!(
-            acked.insert(base, (per_batch, value)).is_none(),
-            "offset {base} acknowledged twice"
-        );
-    }
-}
 
 /// (log start, log end) of partition 0, from the leader.
 fn offsets(brokers: &[SocketAddr], topic: &str) -> (i64, i64) {
