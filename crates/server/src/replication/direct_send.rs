@@ -14,8 +14,9 @@
 //! - A direct write happens only when no message is queued for the task or held by it
 //!   (`Direct::queued` is zero), the task is not writing, and no frame is half-written
 //!   (`DirectState::leftover` empty): it can never overtake a message sent earlier.
-//! - Writes are non-blocking. What a direct write could not finish (a full socket buffer) is
-//!   left in `leftover` for the task, which is woken to finish it before anything else.
+//! - Writes are non-blocking and of small frames only (at most 256 KiB; larger ones go
+//!   through the task). What a direct write could not finish (a full socket buffer) is left in
+//!   `leftover` for the task, which is woken to finish it before anything else.
 //! - A failed direct write marks the connection failed; the task drops it, tells Raft the peer
 //!   is unreachable (so it probes again) and dials anew, as after its own failed write.
 //! - TLS connections (`[peer_tls]`) have no direct path: their writes go through the task.
@@ -31,9 +32,10 @@ use super::peer_wire::{FrameFormat, FrameWriter, PeerVersions};
 use super::transport::LinkFilter;
 use crate::runtime::timeline::{self, Stage as Hop};
 
-/// Bytes a direct write may leave for the task to finish; beyond it the message goes through
-/// the task's queue instead (the socket is backed up: the task's batching is worth more).
-const MAX_LEFTOVER_BYTES: usize = 4 << 20;
+/// Largest frame written directly; a larger one (a big append, a metadata snapshot of up to
+/// 63 MiB) goes through the task, which waits for the socket as long as it takes. So what a
+/// direct write leaves for the task is at most this.
+const MAX_DIRECT_FRAME_BYTES: usize = 256 << 10;
 
 /// The direct path of one peer link (shared by the peer's sender task and every sender).
 pub struct Direct {
@@ -133,6 +135,9 @@ impl Direct {
         }
         st.frame.clear(FrameFormat::of_version(conn.version));
         st.frame.push(group, &msg);
+        if st.frame.len() > MAX_DIRECT_FRAME_BYTES {
+            return Some(msg);
+        }
         let DirectState {
             frame, leftover, ..
         } = &mut *st;
@@ -141,14 +146,14 @@ impl Direct {
             Ok(n) if n == bytes.len() => {
                 timeline::stamp(Hop::PeerFrameWritten, self.peer);
             }
-            Ok(n) if bytes.len() - n <= MAX_LEFTOVER_BYTES => {
+            Ok(n) => {
                 leftover.extend_from_slice(&bytes[n..]);
                 drop(st);
                 self.wake.notify_one();
             }
-            Ok(_) | Err(_) => {
-                // A partial write of an oversized frame, or a broken connection: the frame is
-                // lost with the connection; Raft sends again after the task's redial.
+            Err(_) => {
+                // A broken connection: the frame is lost with it; Raft sends again after the
+                // task's redial.
                 st.failed = true;
                 st.conn = None;
                 drop(st);
@@ -323,6 +328,27 @@ mod tests {
         direct.note_taken(1);
         assert!(direct.try_send(7, message(2, 4)).is_none());
         assert_eq!(read_frame(&mut peer).await[0].1.index, 4);
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_is_left_to_the_task() {
+        let direct = direct_path(Arc::new(OpenLinks));
+        let (write, _peer, _read) = pair().await;
+        direct.set_connection(Some(conn(&write)));
+        let mut big = message(2, 1);
+        big.set_msg_type(raft::prelude::MessageType::MsgAppend);
+        let entry = raft::prelude::Entry {
+            index: 2,
+            term: 3,
+            data: vec![7u8; MAX_DIRECT_FRAME_BYTES].into(),
+            ..Default::default()
+        };
+        big.entries = vec![entry].into();
+        assert!(direct.try_send(7, big).is_some());
+        assert!(
+            direct.try_send(7, message(2, 2)).is_none(),
+            "small ones still go direct"
+        );
     }
 
     #[tokio::test]
