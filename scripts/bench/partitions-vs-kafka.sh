@@ -41,13 +41,8 @@ export CELL_S
 record() { # round target
   local round="$1" target="$2" cell
   for cell in p1-b1 p8-b50; do
-    python3 - "$OUT/$round-$target/$cell.json" "$round" "$target" "$cell" >> "$OUT/results.tsv" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-r = r[0] if isinstance(r, list) else r
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{r['records_per_s']:.0f}\t"
-      f"{r['latency']['p50_ms']:.3f}\t{r['latency']['p99_ms']:.3f}")
-PY
+    python3 "$REPO/scripts/bench/result_line.py" "$OUT/$round-$target/$cell.json" "$round" "$target" "$cell" \
+      >> "$OUT/results.tsv"
     tail -n 1 "$OUT/results.tsv"
   done
 }
