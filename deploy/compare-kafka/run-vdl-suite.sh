@@ -14,7 +14,9 @@
 # BASE+200... Without VDL_PERF_ARGS it runs
 # `vdl-perf suite --out DIR --label vdl` (DIR default bench-reports/vdl).
 # VDL (env) is the vdl binary (default target/release/vdl, built if missing),
-# VDL_PERF the vdl-perf binary (default target/release/vdl-perf).
+# VDL_PERF the vdl-perf binary (default target/release/vdl-perf), VDL_COMPARE_DIR the
+# nodes' data directory (default .cache/vdl-compare; removed before and after; on tmpfs an
+# fsync costs nothing, which separates the disk's share of a figure from the rest).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     --sync) SYNC="$2"; shift 2 ;;
     --exec) EXEC="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-vdl-suite: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +44,7 @@ VDL_PERF="${VDL_PERF:-$REPO/target/release/vdl-perf}"
 [[ -x "$VDL" ]] || (cd "$REPO" && cargo build --release -p vdl-server --bin vdl)
 [[ -x "$VDL_PERF" ]] || (cd "$REPO" && cargo build --release -p vdl-perf)
 
-DIR="$REPO/.cache/vdl-compare"
+DIR="${VDL_COMPARE_DIR:-$REPO/.cache/vdl-compare}"
 rm -rf "$DIR"
 mkdir -p "$DIR"
 PIDS=()

@@ -197,8 +197,9 @@ pub(crate) struct Segment {
     pub header: SegmentHeader,
     pub path: PathBuf,
     pub index_path: PathBuf,
-    /// The open file while the segment is active; `None` once sealed.
-    file: Option<File>,
+    /// The open file while the segment is active; `None` once sealed. Shared so that a
+    /// sync can run outside the store without duplicating the descriptor (two syscalls).
+    file: Option<Arc<File>>,
     /// This segment's key in the set of open sealed segments.
     open: SegmentHandle,
     /// File length = write position.
@@ -231,7 +232,7 @@ impl Segment {
             header,
             path,
             index_path,
-            file: Some(file),
+            file: Some(Arc::new(file)),
             open: open.handle(),
             len: SEGMENT_HEADER_LEN,
             last_index: header.base_index - 1,
@@ -266,7 +267,7 @@ impl Segment {
             header,
             index_path: dir.join(index_file_name(header.base_index)),
             path,
-            file,
+            file: file.map(Arc::new),
             open,
             len: s.covered_len,
             last_index: s.last_index,
@@ -286,8 +287,18 @@ impl Segment {
     /// The open file of the active segment.
     pub fn active_file(&self) -> &File {
         self.file
-            .as_ref()
+            .as_deref()
             .expect("only the active segment is written")
+    }
+
+    /// The active segment's open file, shared (it stays open while the caller holds it, even
+    /// if the segment is sealed meanwhile).
+    pub fn active_file_shared(&self) -> Arc<File> {
+        Arc::clone(
+            self.file
+                .as_ref()
+                .expect("only the active segment is written"),
+        )
     }
 
     /// Seals the segment: closes its file (the caller synced it) and hands its indexes to
@@ -307,7 +318,7 @@ impl Segment {
     /// Makes a sealed segment active again with `file` (its rewritten file), closing its map.
     pub fn reactivate(&mut self, file: File) {
         self.open.close();
-        self.file = Some(file);
+        self.file = Some(Arc::new(file));
     }
 
     pub fn is_empty(&self) -> bool {

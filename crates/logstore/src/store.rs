@@ -30,7 +30,7 @@ use crate::segment::{
 /// An fsync to run outside the store (see [`LogStore::prepare_sync`]).
 #[derive(Debug)]
 pub struct PendingSync {
-    file: std::fs::File,
+    file: Arc<std::fs::File>,
     path: std::path::PathBuf,
     base_index: u64,
     len: u64,
@@ -613,7 +613,7 @@ impl LogStore {
     }
 
     /// The first half of a [`LogStore::sync`] that can run without holding the store: returns
-    /// what to fdatasync (a duplicate handle on the active segment and the length and index it
+    /// what to fdatasync (a shared handle on the active segment and the length and index it
     /// covers), or `None` when everything appended is already durable. Run it with
     /// [`PendingSync::run`] (no access to the store needed, so readers are not blocked during
     /// the fsync), then call [`LogStore::complete_sync`]. No other write may happen in between.
@@ -622,10 +622,7 @@ impl LogStore {
         if self.synced_len >= active.len {
             return Ok(None);
         }
-        let file = active
-            .active_file()
-            .try_clone()
-            .map_err(io_err(&active.path))?;
+        let file = active.active_file_shared();
         Ok(Some(PendingSync {
             file,
             path: active.path.clone(),

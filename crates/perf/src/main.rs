@@ -47,7 +47,8 @@ enum Command {
     /// Measure the client's ceiling against an in-process server that does no work.
     Ceiling(CeilingArgs),
     /// Measure the physical floor of a replicated fsynced produce here: append + fdatasync
-    /// and loopback round-trip latency (floor = fsync p50 + 2 x round trip p50).
+    /// and loopback round-trip latency (floor = fsync p50 + 2 x round trip p50), and the
+    /// same with `--replicas` syncs sharing the disk (a local cluster's floor).
     Floor(FloorArgs),
     /// Run the trivial in-memory server on its own (for manual ceiling runs).
     FakeServer(FakeServerArgs),
@@ -409,6 +410,10 @@ struct FloorArgs {
     /// Measurements of each kind.
     #[arg(long, default_value_t = 10_000)]
     iterations: u32,
+    /// Replicas sharing this disk (a local cluster's nodes): also measure this many appends +
+    /// fdatasyncs started together and the time until a majority finished (1: skip).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    replicas: u32,
 }
 
 #[derive(Debug, Args)]
@@ -732,8 +737,13 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Floor(a) => {
             let size = usize::try_from(a.message_size.bytes()).context("message size")?;
-            let f = vdl_perf::floor::measure(&a.dir, size, a.iterations.max(1) as usize)
-                .with_context(|| format!("measuring the floor in {}", a.dir.display()))?;
+            let f = vdl_perf::floor::measure(
+                &a.dir,
+                size,
+                a.iterations.max(1) as usize,
+                a.replicas as usize,
+            )
+            .with_context(|| format!("measuring the floor in {}", a.dir.display()))?;
             if cli.json {
                 println!("{}", serde_json::to_string_pretty(&f)?);
             } else {
@@ -749,6 +759,16 @@ async fn run(cli: Cli) -> Result<()> {
                     "floor of a replicated fsynced produce (fsync + 2 round trips): p50 {:.3} ms",
                     f.floor_ms_p50
                 );
+                if let (Some(m), Some(floor)) = (&f.majority_fsync, f.shared_disk_floor_ms_p50) {
+                    println!(
+                        "{} appends + fdatasyncs together on this disk, until a majority finished: p50 {:.3} ms, p99 {:.3} ms",
+                        f.replicas, m.p50_ms, m.p99_ms
+                    );
+                    println!(
+                        "floor when the {} replicas share this disk (majority fsync + 2 round trips): p50 {floor:.3} ms",
+                        f.replicas
+                    );
+                }
             }
             Ok(())
         }

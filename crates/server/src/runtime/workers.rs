@@ -71,9 +71,12 @@ const NO_DEADLINE: u64 = u64::MAX;
 /// The state the workers and the timer share.
 struct Shared {
     /// Slots waiting for a worker; each at most once.
-    queue: Mutex<VecDeque<Arc<Slot>>>,
-    /// Signalled when the queue gets a slot or the runtime stops.
+    queue: Mutex<RunQueue>,
+    /// Signalled when the queue gets a slot while a worker is parked, or the runtime stops.
     queued: Condvar,
+    /// Wake-ups of parked workers so far (each a futex syscall, and on an idle core a
+    /// cross-CPU interrupt): what the run queue is careful to spend only where needed.
+    wakeups: AtomicU64,
     /// Every live slot, by slot id (for the timer).
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
     next_slot_id: AtomicU64,
@@ -85,10 +88,38 @@ struct Shared {
     epoch: Instant,
 }
 
+/// The run queue and how many workers wait on it.
+#[derive(Default)]
+struct RunQueue {
+    slots: VecDeque<Arc<Slot>>,
+    /// Workers parked on [`Shared::queued`] (counted under the queue's lock).
+    parked: usize,
+}
+
+/// Who queues a slot, for [`Shared::push`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pusher {
+    /// Any thread: a parked worker is woken for the slot.
+    Other,
+    /// The worker that just ran the slot's turn and is about to take the queue's next slot
+    /// itself: nobody needs waking (a wake-up would only move the slot to another thread).
+    WorkerAfterTurn,
+}
+
 impl Shared {
-    fn push(&self, slot: Arc<Slot>) {
-        lock(&self.queue).push_back(slot);
-        self.queued.notify_one();
+    /// Queues `slot`. Wakes a parked worker unless the pusher will take from the queue next
+    /// itself, or no worker is parked (every worker looks at the queue before it parks, so
+    /// the syscall of a wake-up is spent only where it is needed).
+    fn push(&self, slot: Arc<Slot>, pusher: Pusher) {
+        let wake = {
+            let mut queue = lock(&self.queue);
+            queue.slots.push_back(slot);
+            pusher == Pusher::Other && queue.parked > 0
+        };
+        if wake {
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            self.queued.notify_one();
+        }
     }
 
     /// The next slot to run; `None` once the runtime stops.
@@ -98,10 +129,12 @@ impl Shared {
             if self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
-            if let Some(slot) = queue.pop_front() {
+            if let Some(slot) = queue.slots.pop_front() {
                 return Some(slot);
             }
+            queue.parked += 1;
             queue = self.queued.wait(queue).unwrap_or_else(|e| e.into_inner());
+            queue.parked -= 1;
         }
     }
 
@@ -152,12 +185,16 @@ impl Slot {
     /// Asks for a turn: queues the slot unless it is queued or running already (then the
     /// running turn's end looks for work again). Does nothing once the slot has ended.
     pub fn schedule(self: &Arc<Self>) {
+        self.schedule_by(Pusher::Other);
+    }
+
+    fn schedule_by(self: &Arc<Self>, pusher: Pusher) {
         if self.ended.load(Ordering::SeqCst) {
             return;
         }
         if !self.scheduled.swap(true, Ordering::SeqCst) {
             match self.shared.upgrade() {
-                Some(shared) => shared.push(self.clone()),
+                Some(shared) => shared.push(self.clone(), pusher),
                 None => self.scheduled.store(false, Ordering::SeqCst),
             }
         }
@@ -180,7 +217,7 @@ impl Slot {
         self.schedule();
     }
 
-    /// Runs one turn (on a worker).
+    /// Runs one turn (on a worker, which takes the queue's next slot right after).
     fn run_turn(self: &Arc<Self>) {
         let mut guard = lock(&self.task);
         let Some(task) = guard.as_mut() else {
@@ -208,7 +245,11 @@ impl Slot {
                 let more = task.has_input() || self.tick_due.load(Ordering::SeqCst);
                 drop(guard);
                 if more {
-                    self.schedule();
+                    // Input that came during the turn (a follower's acknowledgement during
+                    // the leader's fsync): this worker takes the queue's next slot now, so
+                    // it runs the next turn itself (behind slots queued earlier) instead of
+                    // waking another worker to take it.
+                    self.schedule_by(Pusher::WorkerAfterTurn);
                 }
             }
             Ok(_) => {
@@ -296,8 +337,9 @@ impl Runtime {
         assert!(workers > 0, "a runtime has at least one worker");
         assert!(!tick.is_zero(), "the tick period is positive");
         let shared = Arc::new(Shared {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(RunQueue::default()),
             queued: Condvar::new(),
+            wakeups: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             next_slot_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
@@ -356,6 +398,11 @@ impl Runtime {
         slot.start(task);
     }
 
+    /// How many times a parked worker was woken for queued work so far.
+    pub fn wakeups(&self) -> u64 {
+        self.shared.wakeups.load(Ordering::Relaxed)
+    }
+
     /// Tasks running now.
     pub fn task_count(&self) -> usize {
         lock(&self.shared.slots).len()
@@ -384,7 +431,7 @@ impl Runtime {
                 let _ = handle.join();
             }
         }
-        lock(&self.shared.queue).clear();
+        lock(&self.shared.queue).slots.clear();
     }
 }
 
@@ -445,7 +492,7 @@ fn run_timer(shared: &Shared) {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
-    use std::sync::mpsc;
+    use std::sync::{mpsc, Barrier};
 
     /// Counts its turns and ticks; stops after `stop_after` inputs.
     struct Counter {
@@ -539,6 +586,108 @@ mod tests {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Queues input for itself during each of its first `turns` turns (as a follower's
+    /// acknowledgement arrives during a leader's fsync) and records which thread ran each.
+    struct SelfFeeding {
+        slot: Arc<Slot>,
+        input: Arc<AtomicUsize>,
+        turns: usize,
+        threads: Arc<Mutex<Vec<std::thread::ThreadId>>>,
+    }
+
+    impl Task for SelfFeeding {
+        fn turn(&mut self, _tick: bool) -> Next {
+            self.input.store(0, Ordering::SeqCst);
+            let mut threads = lock(&self.threads);
+            threads.push(std::thread::current().id());
+            if threads.len() < self.turns {
+                // Input arrives while the turn runs: the slot is scheduled already, so this
+                // only marks it; the worker queues it again when the turn ends.
+                self.input.store(1, Ordering::SeqCst);
+                self.slot.schedule();
+            }
+            Next::Continue {
+                ticking: false,
+                wake_at: None,
+            }
+        }
+        fn has_input(&self) -> bool {
+            self.input.load(Ordering::SeqCst) > 0
+        }
+        fn finish(&mut self) {}
+    }
+
+    #[test]
+    fn input_that_arrives_during_a_turn_is_taken_by_the_same_worker() {
+        // Four workers, one task: the others are parked, and the task's next turn must not
+        // wake one of them (a hand-off to another thread per turn) but run where it ran.
+        let rt = Runtime::start("t", 4, Duration::from_secs(60)).unwrap();
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let slot = rt.slot();
+        // Let the other workers park first.
+        std::thread::sleep(Duration::from_millis(50));
+        rt.run(
+            &slot,
+            Box::new(SelfFeeding {
+                slot: slot.clone(),
+                input: Arc::new(AtomicUsize::new(0)),
+                turns: 50,
+                threads: threads.clone(),
+            }),
+        );
+        wait_until("50 turns", || lock(&threads).len() >= 50);
+        let threads = lock(&threads).clone();
+        assert_eq!(
+            threads.len(),
+            50,
+            "no turn after the task stopped feeding itself"
+        );
+        assert!(
+            threads.iter().all(|t| *t == threads[0]),
+            "every turn on the worker that ran the first: {threads:?}"
+        );
+        // One wake-up for the first turn (queued from outside), none for the 49 after it.
+        assert_eq!(rt.wakeups(), 1);
+        rt.shutdown();
+    }
+
+    #[test]
+    fn parked_workers_are_woken_for_work_queued_from_outside() {
+        // Two tasks whose turns block until both run: only possible if work queued from
+        // outside wakes a second, parked worker.
+        struct Rendezvous(Arc<Barrier>);
+        impl Task for Rendezvous {
+            fn turn(&mut self, _tick: bool) -> Next {
+                self.0.wait();
+                Next::Continue {
+                    ticking: false,
+                    wake_at: None,
+                }
+            }
+            fn has_input(&self) -> bool {
+                false
+            }
+            fn finish(&mut self) {}
+        }
+        let rt = Runtime::start("t", 2, Duration::from_secs(60)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let barrier = Arc::new(Barrier::new(3));
+        for _ in 0..2 {
+            let slot = rt.slot();
+            rt.run(&slot, Box::new(Rendezvous(barrier.clone())));
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        let b = barrier.clone();
+        std::thread::spawn(move || {
+            b.wait();
+            let _ = done_tx.send(());
+        });
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("both tasks ran at once on the two workers");
+        rt.shutdown();
     }
 
     #[test]
