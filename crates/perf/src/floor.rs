@@ -166,6 +166,8 @@ fn majority_fsync_latency(
         .map(|i| ScratchFile::zeroed(dir, &format!("replica{i}")))
         .collect::<std::io::Result<Vec<_>>>()?;
     let start = Arc::new(Barrier::new(replicas));
+    // A thread that panics leaves the others at the barrier: nothing in a round panics but
+    // an out-of-memory abort, which ends the process anyway.
     // Each thread's (started, finished) per round.
     let rounds: Vec<std::io::Result<Vec<(Instant, Instant)>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = files
@@ -176,15 +178,18 @@ fn majority_fsync_latency(
                     let data = vec![0x5au8; size];
                     let mut offset = 0u64;
                     let mut times = Vec::with_capacity(iterations);
+                    let mut failure = None;
                     for _ in 0..iterations {
+                        // Every thread goes through every round, even after a failure, so
+                        // the others never wait at the barrier for one that left.
                         start.wait();
                         let started = Instant::now();
-                        let synced = scratch.append_and_sync(&data, &mut offset);
+                        if failure.is_none() {
+                            failure = scratch.append_and_sync(&data, &mut offset).err();
+                        }
                         times.push((started, Instant::now()));
-                        // Keep the rounds in step even after a failure.
-                        synced?;
                     }
-                    Ok(times)
+                    failure.map_or(Ok(times), Err)
                 })
             })
             .collect();
