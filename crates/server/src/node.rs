@@ -19,8 +19,8 @@ use tokio::sync::{oneshot, watch};
 
 use crate::config::{NodeConfig, SyncMode};
 use crate::group::{
-    new_group, try_deliver, AppendError, Appended, GroupInput, GroupParts, Proposal, ProposalData,
-    Visible,
+    new_group, try_deliver, AnswerHook, AppendError, AppendReply, Appended, GroupInput, GroupParts,
+    Proposal, ProposalData, Visible,
 };
 use crate::metadata::{
     ClusterMeta, CommittedOffset, MetaCommand, MetaEntry, MetadataStateMachine, RequestId,
@@ -294,14 +294,33 @@ impl LogStream {
     /// another from one task reach the Raft group in that order (so they are committed in that
     /// order, if at all). Await the outcome with [`PendingAppend::wait`].
     pub fn submit_records(&self, batches: Bytes, offset_span: u32) -> PendingAppend {
-        self.submit(ProposalData::Records {
-            batches,
-            offset_span,
-        })
+        self.submit_records_answering(batches, offset_span, None)
+    }
+
+    /// [`LogStream::submit_records`] with an [`AnswerHook`] that runs with the outcome on the
+    /// thread that learns it, before the returned [`PendingAppend`] gets it.
+    pub fn submit_records_answering(
+        &self,
+        batches: Bytes,
+        offset_span: u32,
+        hook: Option<AnswerHook>,
+    ) -> PendingAppend {
+        self.submit_with(
+            ProposalData::Records {
+                batches,
+                offset_span,
+            },
+            hook,
+        )
     }
 
     fn submit(&self, data: ProposalData) -> PendingAppend {
-        let (reply, rx) = oneshot::channel();
+        self.submit_with(data, None)
+    }
+
+    fn submit_with(&self, data: ProposalData, hook: Option<AnswerHook>) -> PendingAppend {
+        let (tx, rx) = oneshot::channel();
+        let reply = AppendReply::new(tx, hook);
         // On a full or closed inbox, try_deliver answers on `reply` itself (Busy / Stopped).
         try_deliver(&self.inbox, GroupInput::Propose(Proposal { data, reply }));
         timeline::stamp(Hop::ProposalQueued, self.group);

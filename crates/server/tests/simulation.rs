@@ -30,8 +30,8 @@ use raft::prelude::Message;
 use raft::RawNode;
 use tokio::sync::{mpsc, oneshot, watch};
 use vdl_server::group::{
-    new_group, try_deliver, AppendError, Appended, GroupInput, GroupParts, Proposal, ProposalData,
-    Visible,
+    new_group, try_deliver, AppendError, AppendReply, Appended, GroupInput, GroupParts, Proposal,
+    ProposalData, Visible,
 };
 use vdl_server::inbox::{inbox, InboxSender};
 use vdl_server::peer_guard::PeerStats;
@@ -377,7 +377,7 @@ impl World {
                     batches,
                     offset_span: 1,
                 },
-                reply,
+                reply: AppendReply::new(reply, None),
             }),
         );
         self.pending.push(Pending {

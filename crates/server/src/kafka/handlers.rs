@@ -12,6 +12,7 @@ use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsRespon
 
 use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
+use crate::kafka::direct_answer::DirectAnswer;
 use crate::kafka::{
     acls, cluster, configs, fetch, groups, metadata, partition_admin, produce, quotas, topics,
     users,
@@ -24,6 +25,10 @@ pub enum Reply {
     Now(Vec<Bytes>),
     /// A response frame that will be ready later (awaiting commit, long-poll fetch).
     Later(BoxFuture<'static, Option<Vec<Bytes>>>),
+    /// A produce response that a worker may write to the socket itself
+    /// ([`crate::kafka::direct_answer`]): what is left for the task to write, and when the
+    /// worker wrote the whole response (None: it did not).
+    Direct(BoxFuture<'static, (Option<Vec<Bytes>>, Option<std::time::Instant>)>),
     /// No response at all (produce with acks=0).
     None,
     /// The request cannot be served: answer what is owed for earlier requests, then close the
@@ -114,13 +119,16 @@ fn now(correlation_id: i32, version: i16, response: Response) -> Reply {
 }
 
 /// Handles one request. Produce requests are submitted to their streams before this returns,
-/// so a connection's produces reach each stream in the order they were sent.
+/// so a connection's produces reach each stream in the order they were sent. With `direct`,
+/// a produce's response may be written by the worker that learns its commit (see
+/// [`crate::kafka::direct_answer`]).
 pub fn dispatch(
     node: &Arc<Node>,
     header: RequestHeader,
     request: Request,
     conn: &ConnectionContext,
     chain: &mut produce::ProduceChain,
+    direct: Option<DirectAnswer>,
 ) -> Reply {
     let version = header.api_version;
     let cid = header.correlation_id;
@@ -190,7 +198,7 @@ pub fn dispatch(
                 node.metrics()
                     .observe_throttle(ApiKey::Produce.as_i16(), throttle);
             }
-            produce::produce(node, access, req, version, cid, chain, throttle)
+            produce::produce(node, access, req, version, cid, chain, throttle, direct)
         }
         Request::Fetch(req) => {
             let charged = fetch::Charged {

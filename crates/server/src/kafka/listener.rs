@@ -21,8 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures::future::BoxFuture;
-use futures::stream::{FuturesOrdered, StreamExt};
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::{decode_request, read_frame_size, Request, Response};
 use kafka_proto::header::RequestHeader;
@@ -33,7 +31,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::kafka::connection::ConnectionContext;
+use crate::kafka::direct_answer::{ClientSocket, DirectAnswer};
 use crate::kafka::handlers::{dispatch, frame as encode_frame, Reply};
+use crate::kafka::in_order::InOrder;
 use crate::metrics::{NodeMetrics, Stage};
 use crate::node::Node;
 use crate::runtime::timeline::{self, Stage as Hop};
@@ -190,8 +190,9 @@ pub enum ConnectionEnd {
     AuthenticationFailed,
 }
 
-/// A response (None: nothing to send) and when it was ready.
-type ResponseFuture = BoxFuture<'static, (Option<Vec<Bytes>>, Timing)>;
+/// The responses a connection owes, in request order: each a response (None: nothing to
+/// send) and when it was ready.
+type Owed = InOrder<(Option<Vec<Bytes>>, Timing)>;
 
 /// When a request went through each step, for its latency stages.
 #[derive(Clone, Copy)]
@@ -200,21 +201,32 @@ struct Timing {
     read_at: Instant,
     dispatched_at: Instant,
     ready_at: Instant,
+    /// When a worker wrote the whole response itself (`direct_answer`).
+    written_at: Option<Instant>,
 }
 
 impl Timing {
     /// Records the stages of a request whose response was written from `write_start` to
     /// `done` (both `ready_at` when nothing was written).
     fn record(&self, metrics: &NodeMetrics, write_start: Instant, done: Instant) {
+        // Written by a worker: ready, written and done at that instant (the task may learn of
+        // it only with the next frame).
+        let (ready_at, write_start, done) = match self.written_at {
+            Some(at) => (at, at, at),
+            None => (self.ready_at, write_start, done),
+        };
         let m = |stage, d: Duration| metrics.observe_request(self.api, stage, d);
         m(Stage::Queue, self.dispatched_at - self.read_at);
         // Produce's local and remote stages are measured per Raft entry by its group.
         if self.api != kafka_proto::api::ApiKey::Produce.as_i16() {
-            m(Stage::Local, self.ready_at - self.dispatched_at);
+            m(
+                Stage::Local,
+                ready_at.saturating_duration_since(self.dispatched_at),
+            );
         }
         m(
             Stage::ResponseQueue,
-            write_start.saturating_duration_since(self.ready_at),
+            write_start.saturating_duration_since(ready_at),
         );
         m(
             Stage::ResponseSend,
@@ -242,7 +254,15 @@ async fn run_connection(
     match &endpoint.tls {
         None => {
             let (reader, writer) = sock.into_split();
-            serve_stream(reader, writer, &node, conn, sasl, shutdown).await
+            match sasl {
+                // Plaintext without SASL: produce responses may be written by the workers
+                // that learn their commits (see `direct_answer`).
+                None => {
+                    let (socket, writer) = ClientSocket::new(writer);
+                    serve_stream(reader, writer, &node, conn, None, Some(socket), shutdown).await
+                }
+                Some(_) => serve_stream(reader, writer, &node, conn, sasl, None, shutdown).await,
+            }
         }
         Some(tls) => {
             let accepted =
@@ -275,18 +295,21 @@ async fn run_connection(
                 }
             }
             let (reader, writer) = tokio::io::split(stream);
-            serve_stream(reader, writer, &node, conn, sasl, shutdown).await
+            serve_stream(reader, writer, &node, conn, sasl, None, shutdown).await
         }
     }
 }
 
-/// Serves requests read from `reader`, answering on `writer`.
+/// Serves requests read from `reader`, answering on `writer` (and, for produces, through
+/// `direct`: the same socket written by the workers, see `direct_answer`).
+#[allow(clippy::too_many_arguments)]
 async fn serve_stream<R, W>(
     mut reader: R,
     mut writer: W,
     node: &Arc<Node>,
     conn: ConnectionContext,
     sasl: Option<SaslSession>,
+    direct: Option<Arc<ClientSocket>>,
     shutdown: ShutdownSignal,
 ) -> Result<(), ConnectionEnd>
 where
@@ -333,6 +356,8 @@ where
         conn,
         sasl,
         frame_limit,
+        direct,
+        answered: 0,
     };
     let result = connection_loop(
         node,
@@ -352,6 +377,20 @@ struct ConnState {
     conn: ConnectionContext,
     sasl: Option<SaslSession>,
     frame_limit: Arc<AtomicUsize>,
+    /// The socket as the workers answering produces directly see it (plaintext, no SASL).
+    direct: Option<Arc<ClientSocket>>,
+    /// Responses answered so far (written, or found to have nothing to write), in order.
+    answered: u64,
+}
+
+impl ConnState {
+    /// Notes that the next queued response has been answered, and tells the direct path.
+    fn answered_one(&mut self) {
+        self.answered += 1;
+        if let Some(d) = &self.direct {
+            d.answered(self.answered);
+        }
+    }
 }
 
 /// What the SASL layer decided about one frame.
@@ -379,7 +418,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
         .kafka
         .connection_idle
         .min(RESPONSE_WRITE_TIMEOUT);
-    let mut pending: FuturesOrdered<ResponseFuture> = FuturesOrdered::new();
+    let mut pending: Owed = InOrder::default();
     let mut reading = *shutdown.borrow() < ShutdownPhase::Drain;
     let mut chain = crate::kafka::produce::ProduceChain::default();
     loop {
@@ -387,14 +426,26 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
         // no further request is read until the mute ends.
         let muted_until = state.conn.mute.muted_until(Instant::now());
         let can_read = reading && pending.len() < max_in_flight && muted_until.is_none();
+        if let Some(direct) = &state.direct {
+            // Reading on, and owing no response but the one in flight: a worker that answers
+            // it may leave this task's wake-up to the next frame (see `direct_answer`).
+            direct.defer_wakes(can_read && pending.len() <= 1);
+        }
         tokio::select! {
             _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
             // Responses go out in request order as they complete.
-            Some((response, timing)) = pending.next(), if !pending.is_empty() => {
+            Some((response, timing)) = pending.next_done(), if !pending.is_empty() => {
                 let api = u64::from(timing.api.unsigned_abs());
-                timeline::stamp(Hop::ResponseReady, api);
+                // (A response written directly by a worker is stamped there.)
+                let stamp = response.is_some();
+                if stamp {
+                    timeline::stamp(Hop::ResponseReady, api);
+                }
                 write_timed(writer, response, timing, metrics, write_timeout).await?;
-                timeline::stamp(Hop::ResponseWritten, api);
+                state.answered_one();
+                if stamp {
+                    timeline::stamp(Hop::ResponseWritten, api);
+                }
             }
             // Shutting down: read no more requests; answer those read, then close.
             // (A dropped sender counts as a shutdown.)
@@ -409,10 +460,10 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                 };
                 timeline::stamp(Hop::Dispatched, api_key_tag(&frame));
                 let dispatched_at = Instant::now();
-                let timing = move |api| Timing { api, read_at, dispatched_at, ready_at: Instant::now() };
+                let timing = move |api| Timing { api, read_at, dispatched_at, ready_at: Instant::now(), written_at: None };
                 // After a v0 SaslHandshake the tokens come as bare frames.
                 if state.sasl.as_ref().is_some_and(SaslSession::expects_raw_token) {
-                    flush(&mut pending, writer, write_timeout, metrics).await?;
+                    flush(&mut pending, writer, state, write_timeout, metrics).await?;
                     let outcome = raw_token(node, state, &frame);
                     finish_sasl(node, outcome, writer, write_timeout).await?;
                     continue;
@@ -428,7 +479,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                             Gate::Serve => {}
                             Gate::Authenticate => {
                                 // One at a time, after what is owed for earlier requests.
-                                flush(&mut pending, writer, write_timeout, metrics).await?;
+                                flush(&mut pending, writer, state, write_timeout, metrics).await?;
                                 let outcome = authenticate(node, state, &header, request);
                                 finish_sasl(node, outcome, writer, write_timeout).await?;
                                 continue;
@@ -441,7 +492,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                                     node.security_stats().unauthenticated_request();
                                 }
                                 tracing::debug!(peer = %state.conn.peer, ?api, expired, "closing: request before authentication");
-                                flush(&mut pending, writer, write_timeout, metrics).await?;
+                                flush(&mut pending, writer, state, write_timeout, metrics).await?;
                                 return Err(ConnectionEnd::NotAuthenticated(api));
                             }
                         }
@@ -456,7 +507,12 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                         let quota_client = (!settings.client_quotas.is_empty())
                             .then(|| header.client_id.clone().unwrap_or_default());
                         let started = Instant::now();
-                        let reply = dispatch(node, header, request, &state.conn, &mut chain);
+                        // This request's response will be the next after those queued.
+                        let direct = state.direct.as_ref().map(|socket| DirectAnswer {
+                            socket: Arc::downgrade(socket),
+                            seq: state.answered + pending.len() as u64,
+                        });
+                        let reply = dispatch(node, header, request, &state.conn, &mut chain, direct);
                         if let Some(client_id) = quota_client {
                             let now = Instant::now();
                             let throttle = node.flow().charge_request_time(
@@ -477,12 +533,16 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                                 let response = fut.await;
                                 (response, timing(api))
                             })),
+                            Reply::Direct(fut) => pending.push_back(Box::pin(async move {
+                                let (response, written_at) = fut.await;
+                                (response, Timing { written_at, ..timing(api) })
+                            })),
                             Reply::None => {
                                 let t = timing(api);
                                 pending.push_back(Box::pin(async move { (None, t) }));
                             }
                             Reply::Close => {
-                                flush(&mut pending, writer, write_timeout, metrics).await?;
+                                flush(&mut pending, writer, state, write_timeout, metrics).await?;
                                 return Ok(());
                             }
                         }
@@ -496,7 +556,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                         }
                         tracing::debug!(peer = %state.conn.peer, "closing connection: {err}");
                         // Write what is owed for earlier requests, then close.
-                        flush(&mut pending, writer, write_timeout, metrics).await?;
+                        flush(&mut pending, writer, state, write_timeout, metrics).await?;
                         return Err(ConnectionEnd::BadRequest(err));
                     }
                 }
@@ -695,13 +755,19 @@ fn raw_token(node: &Node, state: &mut ConnState, token: &[u8]) -> SaslOutcome {
 
 /// Writes every response still owed, in order.
 async fn flush<W: AsyncWrite + Unpin>(
-    pending: &mut FuturesOrdered<ResponseFuture>,
+    pending: &mut Owed,
     writer: &mut W,
+    state: &mut ConnState,
     write_timeout: Duration,
     metrics: &NodeMetrics,
 ) -> std::io::Result<()> {
-    while let Some((response, timing)) = pending.next().await {
+    if let Some(direct) = &state.direct {
+        // Waiting for every response: none may wait for a frame to be counted.
+        direct.defer_wakes(false);
+    }
+    while let Some((response, timing)) = pending.next_done().await {
         write_timed(writer, response, timing, metrics, write_timeout).await?;
+        state.answered_one();
     }
     Ok(())
 }

@@ -38,11 +38,12 @@ use kafka_proto::DecodeError;
 
 use crate::config::KafkaSettings;
 use crate::flow::throttle::{throttle_ms, ClientIdentity};
-use crate::group::AppendError;
+use crate::group::{AnswerHook, AppendError, Appended};
 use crate::kafka::access::Access;
+use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
-use crate::node::{Node, PendingAppend};
+use crate::node::{LogStream, Node, PendingAppend};
 use crate::producers::SequenceError;
 use crate::security::acl::AclOperation;
 use crate::topic_config::{TimestampType, TopicSettings};
@@ -171,15 +172,32 @@ impl ProduceChain {
             .last
             .insert((topic.to_owned(), partition), rx)
             .filter(|rx| rx.is_empty() && !rx.is_terminated());
-        (previous, tx)
+        (previous, ChainEnd::new(tx))
     }
 }
 
 /// How the previous request to a partition ends, and where this one's end goes.
-type ChainLink = (
-    Option<oneshot::Receiver<Option<i16>>>,
-    oneshot::Sender<Option<i16>>,
-);
+type ChainLink = (Option<oneshot::Receiver<Option<i16>>>, ChainEnd);
+
+/// Where a request's end goes for the next request to its partition: sent once, by whoever
+/// settles the request first (its task, or the worker answering it directly, which sends it
+/// before writing so the client's next request finds it).
+#[derive(Clone)]
+struct ChainEnd(Arc<std::sync::Mutex<Option<oneshot::Sender<Option<i16>>>>>);
+
+impl ChainEnd {
+    fn new(tx: oneshot::Sender<Option<i16>>) -> ChainEnd {
+        ChainEnd(Arc::new(std::sync::Mutex::new(Some(tx))))
+    }
+
+    /// Reports the request's end (its error code, if it chains); later calls do nothing.
+    fn send(&self, end: Option<i16>) {
+        let tx = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(tx) = tx {
+            let _ = tx.send(end);
+        }
+    }
+}
 
 /// A partition of a produce request: its index, what became of its records, its chain link.
 type SubmittedPartition = (i32, PartitionOutcome, ChainLink);
@@ -244,6 +262,11 @@ pub fn charge(node: &Node, req: &ProduceRequest, who: ClientIdentity<'_>) -> Dur
 /// (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic WRITE
 /// (else its partitions answer TOPIC_AUTHORIZATION_FAILED); nothing of a refused topic is
 /// stored.
+///
+/// With `direct`, a request for one partition, with no request before it in flight to that
+/// partition on this connection, is answered by the worker that learns its outcome, straight
+/// to the socket (see [`crate::kafka::direct_answer`]); its task writes only what that left.
+#[allow(clippy::too_many_arguments)]
 pub fn produce(
     node: &Arc<Node>,
     access: &Access,
@@ -252,6 +275,7 @@ pub fn produce(
     correlation_id: i32,
     chain: &mut ProduceChain,
     throttle: Duration,
+    direct: Option<DirectAnswer>,
 ) -> Reply {
     let now = now_ms();
     let timeout =
@@ -265,6 +289,10 @@ pub fn produce(
         .transactional_id
         .as_deref()
         .is_some_and(|id| !access.transactional_id(AclOperation::Write, id));
+    let one_partition =
+        req.acks != 0 && req.topic_data.len() == 1 && req.topic_data[0].partition_data.len() == 1;
+    let mut direct = direct.filter(|_| one_partition);
+    let mut slot = None;
     for topic in req.topic_data {
         let mut partitions = Vec::new();
         let refused = if transaction_refused {
@@ -276,6 +304,23 @@ pub fn produce(
         };
         let rules = TopicRules::of(node, &topic.name, now);
         for p in topic.partition_data {
+            let link = chain.link(&topic.name, p.index);
+            // Behind a request still in flight to the partition, the answer may have to carry
+            // that one's error: only the task can wait for it.
+            let answer = direct
+                .take()
+                .filter(|_| link.0.is_none())
+                .map(|to| DirectProduce {
+                    to,
+                    chain_end: link.1.clone(),
+                    slot: DirectSlot::new(),
+                    correlation_id,
+                    version,
+                    topic: topic.name.clone(),
+                    partition: p.index,
+                    throttle,
+                });
+            slot = answer.as_ref().map(|a| Arc::clone(&a.slot));
             let outcome = if let Some(code) = refused {
                 PartitionOutcome::Failed(code)
             } else if seen.insert((topic.name.clone(), p.index)) {
@@ -288,11 +333,11 @@ pub fn produce(
                     &rules,
                     req.acks,
                     req.transactional_id.is_some(),
+                    answer,
                 )
             } else {
                 PartitionOutcome::Failed(ErrorCode::InvalidRecord)
             };
-            let link = chain.link(&topic.name, p.index);
             partitions.push((p.index, outcome, link));
         }
         submitted.push((topic.name, partitions));
@@ -300,34 +345,35 @@ pub fn produce(
     if req.acks == 0 {
         return Reply::None;
     }
+    if let Some(slot) = slot {
+        let direct = DirectReply {
+            slot,
+            timeout,
+            correlation_id,
+            version,
+            throttle,
+        };
+        // Not submitted (refused, not the leader, invalid): no hook was given, so the
+        // request is answered as any other.
+        if let Some(reply) = direct.into_reply(&mut submitted) {
+            return reply;
+        }
+    }
     Reply::Later(Box::pin(async move {
         let mut responses = Vec::with_capacity(submitted.len());
         for (name, partitions) in submitted {
             let mut out = Vec::with_capacity(partitions.len());
             for (index, outcome, (previous, done)) in partitions {
-                let mut r = PartitionProduceResponse {
-                    index,
-                    base_offset: -1,
-                    log_append_time_ms: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                };
-                match outcome {
-                    PartitionOutcome::Failed(code) => r.error_code = code.code(),
+                let mut r = match outcome {
+                    PartitionOutcome::Failed(code) => PartitionProduceResponse {
+                        error_code: code.code(),
+                        ..unanswered(index)
+                    },
                     PartitionOutcome::Submitted(pending, stream, stamped_at) => {
-                        match pending.wait(timeout).await {
-                            Ok(a) => {
-                                r.base_offset = i64::try_from(a.base_offset).unwrap_or(i64::MAX);
-                                if let Some(t) = stamped_at {
-                                    r.log_append_time_ms = t;
-                                }
-                                r.log_start_offset =
-                                    i64::try_from(stream.visible().log_start_offset).unwrap_or(0);
-                            }
-                            Err(e) => r.error_code = append_error_code(&e).code(),
-                        }
+                        let outcome = pending.wait(timeout).await;
+                        partition_response(index, &outcome, &stream, stamped_at)
                     }
-                }
+                };
                 // Fail behind a failed earlier request to the same partition.
                 let previous_error = match previous {
                     Some(rx) => rx.await.ok().flatten(),
@@ -339,11 +385,7 @@ pub fn produce(
                         r.base_offset = -1;
                     }
                 }
-                // Only retriable failures chain: the client retries those, and a later request
-                // succeeding ahead of the retry would reorder the partition. After a fatal error
-                // (a corrupt or oversized batch) the client does not retry, so nothing chains.
-                let retriable = ErrorCode::from_code(r.error_code).is_retriable();
-                let _ = done.send((r.error_code != 0 && retriable).then_some(r.error_code));
+                done.send(chained_error(r.error_code));
                 out.push(r);
             }
             responses.push(TopicProduceResponse {
@@ -364,6 +406,159 @@ pub fn produce(
     }))
 }
 
+/// What a request to one partition leaves a later one to it on the same connection: its
+/// error code when that is retriable. Only retriable failures chain: the client retries
+/// those, and a later request succeeding ahead of the retry would reorder the partition. After
+/// a fatal error (a corrupt or oversized batch) the client does not retry, so nothing chains.
+fn chained_error(code: i16) -> Option<i16> {
+    (code != 0 && ErrorCode::from_code(code).is_retriable()).then_some(code)
+}
+
+/// A partition's response before its outcome is known.
+fn unanswered(index: i32) -> PartitionProduceResponse {
+    PartitionProduceResponse {
+        index,
+        base_offset: -1,
+        log_append_time_ms: -1,
+        log_start_offset: -1,
+        ..Default::default()
+    }
+}
+
+/// A submitted partition's response from its append's outcome.
+fn partition_response(
+    index: i32,
+    outcome: &Result<Appended, AppendError>,
+    stream: &LogStream,
+    stamped_at: Option<i64>,
+) -> PartitionProduceResponse {
+    let mut r = unanswered(index);
+    match outcome {
+        Ok(a) => {
+            r.base_offset = i64::try_from(a.base_offset).unwrap_or(i64::MAX);
+            if let Some(t) = stamped_at {
+                r.log_append_time_ms = t;
+            }
+            r.log_start_offset = i64::try_from(stream.visible().log_start_offset).unwrap_or(0);
+        }
+        Err(e) => r.error_code = append_error_code(e).code(),
+    }
+    r
+}
+
+/// The response to a request for one partition.
+fn produce_response(topic: String, r: PartitionProduceResponse, throttle: Duration) -> Response {
+    Response::Produce(ProduceResponse {
+        responses: vec![TopicProduceResponse {
+            name: topic,
+            partition_responses: vec![r],
+            ..Default::default()
+        }],
+        throttle_time_ms: throttle_ms(throttle),
+        ..Default::default()
+    })
+}
+
+/// The task's side of a one-partition request that a worker may answer directly.
+struct DirectReply {
+    slot: Arc<DirectSlot>,
+    timeout: Duration,
+    correlation_id: i32,
+    version: i16,
+    throttle: Duration,
+}
+
+impl DirectReply {
+    /// The reply for the request's one submitted partition, taken from `submitted`; None
+    /// (and `submitted` as it was) when the partition was not submitted.
+    fn into_reply(self, submitted: &mut Vec<(String, Vec<SubmittedPartition>)>) -> Option<Reply> {
+        let (name, mut partitions) = submitted.pop()?;
+        assert!(
+            submitted.is_empty() && partitions.len() == 1,
+            "a direct answer is for one partition"
+        );
+        let (index, outcome, (_, done)) = match partitions.pop() {
+            Some((index, PartitionOutcome::Submitted(pending, stream, stamped_at), link)) => {
+                // The outcome goes to the hook, not to `pending`'s channel.
+                drop(pending);
+                (index, (stream, stamped_at), link)
+            }
+            other => {
+                partitions.extend(other);
+                submitted.push((name, partitions));
+                return None;
+            }
+        };
+        let (stream, stamped_at) = outcome;
+        let DirectReply {
+            slot,
+            timeout,
+            correlation_id,
+            version,
+            throttle,
+        } = self;
+        Some(Reply::Direct(Box::pin(async move {
+            let mut written_at = None;
+            let (response, code) = match slot.settled(timeout).await {
+                Settled::Written(code, at) => {
+                    written_at = Some(at);
+                    (None, code)
+                }
+                Settled::Rest(rest, code) => (Some(rest), code),
+                Settled::Answer(outcome) => {
+                    let r = partition_response(index, &outcome, &stream, stamped_at);
+                    let code = r.error_code;
+                    let response = produce_response(name, r, throttle);
+                    (frame(correlation_id, version, &response), code)
+                }
+            };
+            done.send(chained_error(code));
+            (response, written_at)
+        })))
+    }
+}
+
+/// What the worker needs to answer a one-partition request directly.
+struct DirectProduce {
+    to: DirectAnswer,
+    chain_end: ChainEnd,
+    slot: Arc<DirectSlot>,
+    correlation_id: i32,
+    version: i16,
+    topic: String,
+    partition: i32,
+    throttle: Duration,
+}
+
+impl DirectProduce {
+    /// The hook that writes the response from the append's outcome (see
+    /// [`DirectSlot::answer`]).
+    fn hook(self, stream: LogStream, stamped_at: Option<i64>) -> AnswerHook {
+        Box::new(move |outcome| {
+            let DirectProduce {
+                to,
+                chain_end,
+                slot,
+                correlation_id,
+                version,
+                topic,
+                partition,
+                throttle,
+            } = self;
+            slot.answer(&to.socket, to.seq, outcome, |outcome| {
+                let r = partition_response(partition, outcome, &stream, stamped_at);
+                let code = r.error_code;
+                // Before the write: the client's next request to the partition, sent once it
+                // has this response, must find this one ended.
+                chain_end.send(chained_error(code));
+                let response = produce_response(topic, r, throttle);
+                frame(correlation_id, version, &response).map(|f| (f, code))
+            });
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn submit_partition(
     node: &Arc<Node>,
     topic: &str,
@@ -373,6 +568,7 @@ fn submit_partition(
     rules: &TopicRules,
     acks: i16,
     transactional: bool,
+    answer: Option<DirectProduce>,
 ) -> PartitionOutcome {
     let stream = match locate_partition(node, topic, partition) {
         PartitionHome::Here(stream) => stream,
@@ -421,7 +617,9 @@ fn submit_partition(
                 },
             };
             stream.metrics().record_produce(batch.len());
-            PartitionOutcome::Submitted(stream.submit_records(batch, span), stream, stamped_at)
+            let hook = answer.map(|a| a.hook(stream.clone(), stamped_at));
+            let pending = stream.submit_records_answering(batch, span, hook);
+            PartitionOutcome::Submitted(pending, stream, stamped_at)
         }
         Err(code) => PartitionOutcome::Failed(code),
     }
@@ -525,17 +723,13 @@ mod tests {
         let (behind_first, second) = chain.link("t", 0);
         // ... but another partition is not.
         assert!(chain.link("t", 1).0.is_none());
-        first
-            .send(Some(ErrorCode::NotLeaderOrFollower.code()))
-            .unwrap();
+        first.send(Some(ErrorCode::NotLeaderOrFollower.code()));
         assert_eq!(
             behind_first.expect("chained").await.unwrap(),
             Some(ErrorCode::NotLeaderOrFollower.code())
         );
         // Once the second has ended, a third (the client's retry) starts afresh.
-        second
-            .send(Some(ErrorCode::NotLeaderOrFollower.code()))
-            .unwrap();
+        second.send(Some(ErrorCode::NotLeaderOrFollower.code()));
         assert!(chain.link("t", 0).0.is_none());
     }
 }

@@ -125,7 +125,64 @@ pub struct Proposal {
     /// What to append.
     pub data: ProposalData,
     /// Where the outcome goes.
-    pub reply: oneshot::Sender<Result<Appended, AppendError>>,
+    pub reply: AppendReply,
+}
+
+/// Takes a proposal's outcome on the thread that learns it (the group's worker, or the
+/// proposer's when the inbox refuses the proposal) instead of the waiter's channel. The Kafka
+/// layer uses it to write a produce response to the client's socket without waking the
+/// connection's task (`kafka::direct_answer`). It must not block.
+pub type AnswerHook = Box<dyn FnOnce(Result<Appended, AppendError>) + Send>;
+
+/// Where a proposal's outcome goes: to its [`AnswerHook`] when it has one, else to the
+/// waiter's channel. Dropped unanswered (a group stopping with the proposal queued), the hook
+/// gets [`AppendError::Stopped`], as a waiter would see its channel close.
+pub struct AppendReply {
+    tx: Option<oneshot::Sender<Result<Appended, AppendError>>>,
+    hook: Option<AnswerHook>,
+}
+
+impl AppendReply {
+    /// A reply to `tx`, or to `hook` when there is one.
+    pub fn new(
+        tx: oneshot::Sender<Result<Appended, AppendError>>,
+        hook: Option<AnswerHook>,
+    ) -> AppendReply {
+        AppendReply { tx: Some(tx), hook }
+    }
+
+    /// Delivers the outcome to the hook, or sends it to the waiter. Err (with the outcome)
+    /// when the waiter is gone, as [`oneshot::Sender::send`].
+    #[allow(clippy::result_large_err)]
+    pub fn send(
+        mut self,
+        outcome: Result<Appended, AppendError>,
+    ) -> Result<(), Result<Appended, AppendError>> {
+        if let Some(hook) = self.hook.take() {
+            hook(outcome);
+            return Ok(());
+        }
+        match self.tx.take() {
+            Some(tx) => tx.send(outcome),
+            None => Err(outcome),
+        }
+    }
+}
+
+impl Drop for AppendReply {
+    fn drop(&mut self) {
+        if let Some(hook) = self.hook.take() {
+            hook(Err(AppendError::Stopped));
+        }
+    }
+}
+
+impl std::fmt::Debug for AppendReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendReply")
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
 }
 
 /// Input to a group (queued in its inbox; each input schedules a turn).
@@ -339,7 +396,7 @@ struct Repair {
 
 struct Waiting {
     term: u64,
-    proposals: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
+    proposals: Vec<(AppendReply, u32)>,
     /// When it was proposed to raft-rs; once appended and fsynced here, when that finished
     /// (Produce's local and remote stages, see [`crate::metrics::Stage`]).
     proposed_at: Instant,
@@ -1609,7 +1666,7 @@ impl Group {
         id: u64,
         ctx: Bytes,
         data: Bytes,
-        members: Vec<(oneshot::Sender<Result<Appended, AppendError>>, u32)>,
+        members: Vec<(AppendReply, u32)>,
     ) {
         let term = self.p.node.raft.term;
         match self.p.node.propose(ctx.to_vec(), data.to_vec()) {
@@ -2093,6 +2150,8 @@ impl Group {
                     .unwrap_or_else(|err| panic!("committed index {index} not in the log: {err}"));
                 let total: u64 = w.proposals.iter().map(|(_, n)| u64::from(*n)).sum();
                 let mut base = next - total;
+                // Stamped before the replies: a reply may write the client's response itself.
+                timeline::stamp(Hop::Answered, self.p.id);
                 for (reply, n) in w.proposals {
                     let _ = reply.send(Ok(Appended {
                         raft_index: index,
@@ -2101,7 +2160,6 @@ impl Group {
                     }));
                     base += u64::from(n);
                 }
-                timeline::stamp(Hop::Answered, self.p.id);
             } else {
                 for (reply, _) in w.proposals {
                     let _ = reply.send(Err(AppendError::Lost));

@@ -44,11 +44,13 @@ pub enum Stage {
     PeerFrameWritten = 8,
     /// A peer receiver decoded a frame and delivered its messages (tag: sending node id).
     PeerFrameDelivered = 9,
-    /// A committed proposal was answered (tag: group id).
+    /// A committed entry's proposals are being answered (tag: group id); stamped before the
+    /// answers, since a produce's answer may write the client's response itself.
     Answered = 10,
     /// A response's future completed on the connection task (tag: API key).
     ResponseReady = 11,
-    /// A response was written to the client's socket (tag: API key).
+    /// A response was written to the client's socket, by its connection task or directly by
+    /// the group worker that answered it (tag: API key).
     ResponseWritten = 12,
 }
 

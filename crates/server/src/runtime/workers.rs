@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -77,6 +77,9 @@ struct Shared {
     /// Wake-ups of parked workers so far (each a futex syscall, and on an idle core a
     /// cross-CPU interrupt): what the run queue is careful to spend only where needed.
     wakeups: AtomicU64,
+    /// Slots on the run queue (its length, readable without the lock; see
+    /// [`others_waiting`]).
+    waiting: AtomicUsize,
     /// Every live slot, by slot id (for the timer).
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
     next_slot_id: AtomicU64,
@@ -114,6 +117,7 @@ impl Shared {
         let wake = {
             let mut queue = lock(&self.queue);
             queue.slots.push_back(slot);
+            self.waiting.store(queue.slots.len(), Ordering::Relaxed);
             pusher == Pusher::Other && queue.parked > 0
         };
         if wake {
@@ -130,6 +134,7 @@ impl Shared {
                 return None;
             }
             if let Some(slot) = queue.slots.pop_front() {
+                self.waiting.store(queue.slots.len(), Ordering::Relaxed);
                 return Some(slot);
             }
             queue.parked += 1;
@@ -151,6 +156,20 @@ thread_local! {
     /// The slot whose turn this thread is running (0: none), so a task that stops another
     /// slot can never wait for itself.
     static RUNNING_SLOT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The runtime this thread is a worker of (None: not a worker).
+    static WORKER_OF: std::cell::RefCell<Option<Arc<Shared>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Whether, on a worker thread, other slots are queued waiting for a worker of its runtime
+/// (false on any other thread). A turn uses it to leave optional work (a produce response it
+/// could write itself) to other threads when its worker is needed elsewhere.
+pub fn others_waiting() -> bool {
+    WORKER_OF.with(|w| {
+        w.borrow()
+            .as_ref()
+            .is_some_and(|s| s.waiting.load(Ordering::Relaxed) > 0)
+    })
 }
 
 /// One task's place in the runtime: cheap to share; [`Slot::schedule`] is its waker.
@@ -340,6 +359,7 @@ impl Runtime {
             queue: Mutex::new(RunQueue::default()),
             queued: Condvar::new(),
             wakeups: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
             slots: Mutex::new(HashMap::new()),
             next_slot_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
@@ -357,9 +377,11 @@ impl Runtime {
             let handle = std::thread::Builder::new()
                 .name(format!("{name}-worker-{i}"))
                 .spawn(move || {
+                    WORKER_OF.with(|w| *w.borrow_mut() = Some(s.clone()));
                     while let Some(slot) = s.pop() {
                         slot.run_turn();
                     }
+                    WORKER_OF.with(|w| *w.borrow_mut() = None);
                 })?;
             lock(&runtime.threads).push(handle);
         }
