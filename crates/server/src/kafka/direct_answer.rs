@@ -155,6 +155,21 @@ impl SharedWriter {
     fn stream(&self) -> &TcpStream {
         (*self.write).as_ref()
     }
+
+    /// Waits until the socket is writable and runs `write` on it, until it does not block.
+    fn poll_writing(
+        &self,
+        cx: &mut Context<'_>,
+        write: impl Fn(&TcpStream) -> std::io::Result<usize>,
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            ready!(self.stream().poll_write_ready(cx))?;
+            match write(self.stream()) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
 }
 
 impl AsyncWrite for SharedWriter {
@@ -163,13 +178,7 @@ impl AsyncWrite for SharedWriter {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        loop {
-            ready!(self.stream().poll_write_ready(cx))?;
-            match self.stream().try_write(buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
+        self.poll_writing(cx, |s| s.try_write(buf))
     }
 
     fn poll_write_vectored(
@@ -177,13 +186,7 @@ impl AsyncWrite for SharedWriter {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        loop {
-            ready!(self.stream().poll_write_ready(cx))?;
-            match self.stream().try_write_vectored(bufs) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        }
+        self.poll_writing(cx, |s| s.try_write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
