@@ -7,7 +7,8 @@
 #
 # Usage: scripts/bench/produce-timeline.sh [MESSAGES]     (default 11000; the first 1000
 #        requests are left out as warm-up)
-# Environment: BATCH (records per request, default 1; MESSAGES counts records),
+# Environment: BATCH (records per request, default 1; MESSAGES counts records), MESSAGE_SIZE
+#              (bytes per record, default 1024),
 #              VDL_BIN (default target/release/vdl), VDL_PERF (default target/release/vdl-perf),
 #              TIMELINE_DIR (default /tmp/vdl-timeline), VDL_KAFKA_BASE_PORT (default 29092).
 set -euo pipefail
@@ -23,7 +24,7 @@ rm -rf "$DIR" && mkdir -p "$DIR"
 trap 'VDL_CLEAN=1 deploy/local-cluster.sh stop > /dev/null 2>&1 || true' EXIT
 VDL_TIMELINE=$DIR/events deploy/local-cluster.sh start > "$DIR/start.log"
 BOOT=$(tail -1 "$DIR/start.log")
-"$PERF" produce --bootstrap "$BOOT" --topic logstream1 --batch "${BATCH:-1}" --message-size 1024 \
+"$PERF" produce --bootstrap "$BOOT" --topic logstream1 --batch "${BATCH:-1}" --message-size "${MESSAGE_SIZE:-1024}" \
   --messages "$MESSAGES" --duration 120s
 sleep 1   # the recorders flush every 200 ms
 VDL_CLEAN=1 deploy/local-cluster.sh stop > /dev/null 2>&1

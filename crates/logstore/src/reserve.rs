@@ -15,9 +15,11 @@
 //! after the end of an active segment file and fdatasyncs them, a fill at a time, whenever
 //! the zeroed space left ahead of that file's writer falls below half a fill: the writer queues
 //! its reserve (once) and a filler takes it. A fill is as large as the segment so far, at least 1 MiB
-//! and at most the configured chunk. It pauses while the log is appended faster than
-//! [`MAX_FILL_RATE_BYTES_PER_S`]: such a log is bound by disk bandwidth, and zeroing would
-//! double its writes. The writer writes below `zeroed_end` without
+//! and at most the configured chunk, written and flushed in [`FILL_WRITE_BYTES`] pieces so the
+//! writer's syncs never queue behind much of it. It pauses while the log is appended faster
+//! than [`MAX_FILL_RATE_BYTES_PER_S`] (such a log is bound by disk bandwidth, and zeroing
+//! would double its writes) or in appends larger than [`MAX_FILL_MEAN_APPEND_BYTES`] (they
+//! amortise the metadata a growing sync writes better than zeros would). The writer writes below `zeroed_end` without
 //! coordination; a write that reaches past it (the reserve ran out) waits for a running fill
 //! and otherwise extends the file itself, under the lock. So the writer and the filler never
 //! write the same bytes. Recovery treats an all-zero tail after the last valid frame as
@@ -44,23 +46,42 @@ use std::time::{Duration, Instant};
 /// of appends, paused for fast writers) and short, so two keep up with many logs.
 pub const FILLER_THREADS: usize = 2;
 
-/// Bytes of zeros written per `write` call by the filler (bounds its buffer).
-const FILL_WRITE_BYTES: usize = 1 << 20;
+/// Bytes of zeros written and flushed to the device (`sync_file_range`) at a time by the
+/// filler. The writer's syncs queue behind the piece in flight on the device, so this bounds
+/// what a fill adds to them: measured on the project machine (3 writers of 50-100 KiB
+/// appends + fdatasync sharing the disk, 2026-11-27), 1 MiB pieces took sync p99 to 1.8-2.2
+/// ms against 0.85-1.3 ms growing the file, 128 KiB pieces kept it at 0.85-1.1 ms with the
+/// mean sync 0.29-0.38 ms against 0.41-0.50 ms; 64 KiB pieces lost the mean again.
+const FILL_WRITE_BYTES: usize = 128 << 10;
+
+/// Zeros synced and published at a time within a fill: a writer that catches up with a running
+/// fill waits for the current step, not for the whole fill (up to the configured chunk, 16 MiB
+/// by default, which at the disk's sustained rate for new blocks here, about 100 MB/s per
+/// node with three nodes on the disk, was a wait of over 100 ms).
+const FILL_STEP_BYTES: u64 = 1 << 20;
 
 /// Smallest fill. Fills grow with the segment (up to the configured chunk), so a quiet log
 /// (the metadata stream, a test's topic) reserves a megabyte, not the whole chunk.
 const MIN_FILL_BYTES: u64 = 1 << 20;
 
 /// Above this append rate (bytes per second, measured over [`RATE_WINDOW`]) the filler
-/// pauses. A log written this fast is bound by disk bandwidth, not by sync latency, and
-/// writing every byte twice (zeros, then data) would cost it throughput and tail latency:
-/// measured on the project machine at batch 50 x 4 KiB (about 120 MB/s per node), the
-/// reserve took produce p99 from 3.4-3.9 ms to 10.1-10.8 ms; at batch 50 x 1 KiB (80-110
-/// MB/s) from 0.83-0.87 ms to 2.3-3.2 ms (for 14-26% more records/s). Latency-bound logs
-/// stay below it and keep the reserve: batch 10 x 1 KiB, at about 28 MB/s once the
-/// commit path got faster (2026-11-25), went from 19,400-19,800 to 26,400 records/s and p50
-/// 0.50 to 0.35 ms with it (docs/benchmarks.md); the limit was 16 MiB/s before and paused it.
-const MAX_FILL_RATE_BYTES_PER_S: u64 = 48 << 20;
+/// pauses: a log written this fast is bound by disk bandwidth, and zeroing would double its
+/// writes. History: 16 MiB/s until 2026-11-25, then 48 MiB/s while fills were flushed in 1 MiB
+/// pieces (at 80-120 MB/s per node those pieces took produce p99 from 0.8-3.9 ms to 2.3-10.8
+/// ms). With 128 KiB pieces and [`MAX_FILL_MEAN_APPEND_BYTES`], measured on the project machine
+/// (interleaved A/B, 3 rounds, 3 nodes sharing one disk, 2026-11-27): batch 50 x 1 KiB (about
+/// 80 MB/s per node) 64,600-64,900 -> 77,600-80,500 records/s, p99 1.1-1.8 -> 1.5-1.7 ms;
+/// batch 10 x 4 KiB 13,900-14,200 -> 16,400-16,500 (p99 1.4-1.8 -> 1.5-1.6 ms); batch 25 x 4
+/// KiB (about 120 MB/s per node) 27,700-29,100 -> 29,300-29,800.
+const MAX_FILL_RATE_BYTES_PER_S: u64 = 128 << 20;
+
+/// Above this mean append size (bytes per write over [`RATE_WINDOW`]) the filler pauses. A
+/// sync that grows the file pays a fixed metadata cost (about 0.15 ms here); zeroing ahead
+/// pays for every byte twice. Large appends amortise the first better than the second:
+/// measured at batch 50 x 4 KiB (200 KiB appends, about 105 MB/s per node), filling took
+/// produce p99 from 2.7-6.2 ms to 12-23 ms for no more records/s, while 100 KiB appends still
+/// gained from it (see [`MAX_FILL_RATE_BYTES_PER_S`]).
+const MAX_FILL_MEAN_APPEND_BYTES: u64 = 128 << 10;
 
 /// Window of the append rate measurement.
 const RATE_WINDOW: Duration = Duration::from_millis(200);
@@ -92,6 +113,8 @@ struct State {
     wanted: bool,
     /// The filler is writing zeros after `zeroed_end` right now (outside the lock).
     filling: bool,
+    /// `detach` waits for the running fill: it ends after its current step.
+    detaching: bool,
     /// A fill failed (for example the disk is full): stop filling until the next attach.
     failed: bool,
     stop: bool,
@@ -107,30 +130,39 @@ struct State {
     last_end: u64,
     /// Bytes written by the writer so far, across files.
     written_bytes: u64,
-    /// Append rate measurement: start of the current window and `written_bytes` then.
-    window_start: Option<(Instant, u64)>,
+    /// Writes by the writer so far, across files.
+    writes: u64,
+    /// Append rate measurement: start of the current window, and `written_bytes` and
+    /// `writes` then.
+    window_start: Option<(Instant, u64, u64)>,
     /// Append rate over the last complete window, bytes per second. Kept across segment
     /// rolls: it describes the writer, not the file.
     rate_bytes_per_s: u64,
+    /// Mean bytes per write over the last complete window.
+    mean_append_bytes: u64,
 }
 
 impl State {
-    /// Notes a write ending at `end`; true when the log is appended too fast to fill.
+    /// Notes a write ending at `end`; true when the log is appended too fast, or in appends
+    /// too large, for zeroing ahead to pay.
     fn too_fast(&mut self, end: u64) -> bool {
         self.written_bytes += end.saturating_sub(self.last_end);
+        self.writes += 1;
         self.last_end = self.last_end.max(end);
         let now = Instant::now();
-        let written = self.written_bytes;
+        let (written, writes) = (self.written_bytes, self.writes);
         match self.window_start {
-            Some((t, w)) if now.duration_since(t) >= RATE_WINDOW => {
+            Some((t, w, n)) if now.duration_since(t) >= RATE_WINDOW => {
                 let secs = now.duration_since(t).as_secs_f64();
                 self.rate_bytes_per_s = ((written - w) as f64 / secs) as u64;
-                self.window_start = Some((now, written));
+                self.mean_append_bytes = (written - w) / (writes - n).max(1);
+                self.window_start = Some((now, written, writes));
             }
             Some(_) => {}
-            None => self.window_start = Some((now, written)),
+            None => self.window_start = Some((now, written, writes)),
         }
         self.rate_bytes_per_s > MAX_FILL_RATE_BYTES_PER_S
+            || self.mean_append_bytes > MAX_FILL_MEAN_APPEND_BYTES
     }
 }
 
@@ -375,6 +407,7 @@ impl ZeroReserve {
     /// before truncating, trimming or replacing the file.
     pub fn detach(&self) {
         let mut st = self.shared.lock();
+        st.detaching = true;
         while st.filling {
             st = self
                 .shared
@@ -382,6 +415,7 @@ impl ZeroReserve {
                 .wait(st)
                 .unwrap_or_else(|p| p.into_inner());
         }
+        st.detaching = false;
         st.target = None;
         st.wanted = false;
     }
@@ -459,8 +493,10 @@ impl Drop for ZeroReserve {
     }
 }
 
-/// One fill of a queued reserve: zeroes one chunk past `zeroed_end`, syncs it, publishes the
-/// new end. Nothing when the reserve stopped, lost its file or no longer wants a fill.
+/// One fill of a queued reserve: zeroes one chunk past `zeroed_end` in steps of
+/// [`FILL_STEP_BYTES`], syncing and publishing the new end after each step. Nothing when the
+/// reserve stopped, lost its file or no longer wants a fill; stops after a step when the
+/// reserve is stopped or detached meanwhile.
 fn fill_once(shared: &Shared, zeros: &[u8]) {
     let mut st = shared.lock();
     st.queued = false;
@@ -482,30 +518,42 @@ fn fill_once(shared: &Shared, zeros: &[u8]) {
     let Some((file, from, to)) = job else {
         return;
     };
-    {
-        st.filling = true;
+    st.filling = true;
+    let mut step_from = from;
+    loop {
+        let step_to = to.min(step_from + FILL_STEP_BYTES);
         drop(st);
         // Syncing here, off the writer's path, is the point: the writer's own syncs then find
         // no new metadata to commit. A failed sync stops the reserve; the writer's own
         // fdatasync sees the same error and panics (see `attach`).
-        let ok = write_zeros(&file, zeros, from, to)
+        let ok = write_zeros(&file, zeros, step_from, step_to)
             && crate::fs::fs()
                 .sync_data(&file, Path::new("(zero reserve)"))
                 .is_ok();
-        let mut st = shared.lock();
-        st.filling = false;
+        st = shared.lock();
+        let same_file = st
+            .target
+            .as_ref()
+            .is_some_and(|t| t.file.as_ref().is_some_and(|f| Arc::ptr_eq(f, &file)));
         match st.target.as_mut() {
-            Some(t) if t.file.as_ref().is_some_and(|f| Arc::ptr_eq(f, &file)) && ok => {
+            Some(t) if same_file && ok => {
                 assert_eq!(
-                    t.zeroed_end, from,
+                    t.zeroed_end, step_from,
                     "the writer extended the file during a fill"
                 );
-                t.zeroed_end = to;
+                t.zeroed_end = step_to;
             }
             _ => st.failed |= !ok,
         }
+        // A writer waiting for zeros may go on now.
         shared.changed.notify_all();
+        if !same_file || !ok || st.stop || st.detaching || step_to == to {
+            break;
+        }
+        step_from = step_to;
     }
+    st.filling = false;
+    shared.changed.notify_all();
 }
 
 /// Writes zeros to `file` bytes `from..to`, flushing each piece to the device before the
@@ -591,6 +639,38 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_catching_up_with_fills_of_many_steps_keeps_its_bytes() {
+        // Fills of up to 8 MiB run in 1 MiB steps; a writer of 64 KiB appends catches up with
+        // them (and waits for a step) or extends the file itself between fills.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create_new(&path).unwrap();
+        let r = ZeroReserve::new(8 << 20, IDLE);
+        let limit = 24 << 20;
+        r.attach(&path, 0, 0, limit);
+        let mut pos = 0u64;
+        let mut i = 0u32;
+        while pos + (64 << 10) <= 20 << 20 {
+            let data = vec![(i % 251) as u8 + 1; 64 << 10];
+            let end = pos + data.len() as u64;
+            r.write_below(end, || file.write_all_at(&data, pos).unwrap());
+            pos = end;
+            i += 1;
+        }
+        r.detach();
+        let on_disk = std::fs::read(&path).unwrap();
+        assert!(on_disk.len() as u64 >= pos && on_disk.len() as u64 <= limit);
+        for (k, piece) in on_disk[..pos as usize].chunks(64 << 10).enumerate() {
+            let want = (k as u32 % 251) as u8 + 1;
+            assert!(
+                piece.iter().all(|&b| b == want),
+                "append {k} was overwritten"
+            );
+        }
+        assert!(on_disk[pos as usize..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
     fn fills_ahead_of_the_writer_up_to_the_limit() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
@@ -616,6 +696,25 @@ mod tests {
         assert!(st.too_fast(100 << 20), "100 MiB in about 0.2 s");
         std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
         assert!(!st.too_fast((100 << 20) + 4096), "4 KiB in about 0.2 s");
+    }
+
+    #[test]
+    fn large_appends_pause_the_filler() {
+        let mut st = State::default();
+        assert!(!st.too_fast(256 << 10), "no size known yet");
+        std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
+        assert!(
+            st.too_fast(512 << 10),
+            "two appends of 256 KiB in about 0.2 s"
+        );
+        let mut end = 512 << 10;
+        for _ in 0..9 {
+            end += 16 << 10;
+            assert!(st.too_fast(end), "the window is not over");
+        }
+        std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
+        end += 16 << 10;
+        assert!(!st.too_fast(end), "ten appends of 16 KiB in about 0.2 s");
     }
 
     fn holds_a_handle(r: &ZeroReserve) -> bool {
