@@ -14,14 +14,16 @@
 //! ([`FILLER_THREADS`]; a thread per store cost a node one thread per partition) writes zeros
 //! after the end of an active segment file and fdatasyncs them, a fill at a time, whenever
 //! the zeroed space left ahead of that file's writer falls below half a fill: the writer queues
-//! its reserve (once) and a filler takes it. A fill is as large as the segment so far, at least 1 MiB
-//! and at most the configured chunk, written and flushed in [`FILL_WRITE_BYTES`] pieces so the
-//! writer's syncs never queue behind much of it. It pauses while the log is appended faster
-//! than [`MAX_FILL_RATE_BYTES_PER_S`] (such a log is bound by disk bandwidth, and zeroing
-//! would double its writes) or in appends larger than [`MAX_FILL_MEAN_APPEND_BYTES`] (they
-//! amortise the metadata a growing sync writes better than zeros would). The writer writes below `zeroed_end` without
-//! coordination; a write that reaches past it (the reserve ran out) waits for a running fill
-//! and otherwise extends the file itself, under the lock. So the writer and the filler never
+//! its reserve (once) and a filler takes it. A fill is as large as the segment so far, at
+//! least 1 MiB and at most the configured chunk; it is written and flushed in
+//! [`FILL_WRITE_BYTES`] pieces, so the writer's syncs never queue behind much of it, and
+//! synced and published in [`FILL_STEP_BYTES`] steps. Filling pauses while the log is
+//! appended faster than [`MAX_FILL_RATE_BYTES_PER_S`] (such a log is bound by disk bandwidth,
+//! and zeroing would double its writes) or in appends larger than
+//! [`MAX_FILL_MEAN_APPEND_BYTES`] (they amortise the metadata a growing sync writes better
+//! than zeros would). The writer writes below `zeroed_end` without coordination; a write that
+//! reaches past it (the reserve ran out) waits for the running fill's next step and otherwise
+//! extends the file itself, under the lock. So the writer and the filler never
 //! write the same bytes. Recovery treats an all-zero tail after the last valid frame as
 //! reserve, not damage, and sealing a segment first trims it to its data, so sealed segments
 //! keep "file length = data length".
@@ -56,8 +58,8 @@ const FILL_WRITE_BYTES: usize = 128 << 10;
 
 /// Zeros synced and published at a time within a fill: a writer that catches up with a running
 /// fill waits for the current step, not for the whole fill (up to the configured chunk, 16 MiB
-/// by default, which at the disk's sustained rate for new blocks here, about 100 MB/s per
-/// node with three nodes on the disk, was a wait of over 100 ms).
+/// by default; the disk here takes new blocks at about 300 MB/s sustained, about 100 MB/s per
+/// node with three nodes on it, so 16 MiB is about 170 ms).
 const FILL_STEP_BYTES: u64 = 1 << 20;
 
 /// Smallest fill. Fills grow with the segment (up to the configured chunk), so a quiet log
