@@ -147,7 +147,7 @@ struct State {
 impl State {
     /// Notes a write ending at `end`; true when the log is appended too fast, or in appends
     /// too large, for zeroing ahead to pay.
-    fn too_fast(&mut self, end: u64) -> bool {
+    fn zeros_would_not_pay(&mut self, end: u64) -> bool {
         self.written_bytes += end.saturating_sub(self.last_end);
         self.writes += 1;
         self.last_end = self.last_end.max(end);
@@ -437,8 +437,8 @@ impl ZeroReserve {
             .is_some_and(|t| now.duration_since(t) < self.shared.idle_release);
         st.last_write = Some(now);
         st.last_activity = Some(now);
-        let too_fast = st.too_fast(end);
-        let may_fill = warm && !too_fast;
+        let no_fill = st.zeros_would_not_pay(end);
+        let may_fill = warm && !no_fill;
         loop {
             let Some((zeroed_end, limit)) = st.target.as_ref().map(|t| (t.zeroed_end, t.limit))
             else {
@@ -693,30 +693,36 @@ mod tests {
     #[test]
     fn a_fast_writer_pauses_the_filler() {
         let mut st = State::default();
-        assert!(!st.too_fast(0), "no rate known yet");
+        assert!(!st.zeros_would_not_pay(0), "no rate known yet");
         std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
-        assert!(st.too_fast(100 << 20), "100 MiB in about 0.2 s");
+        assert!(st.zeros_would_not_pay(100 << 20), "100 MiB in about 0.2 s");
         std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
-        assert!(!st.too_fast((100 << 20) + 4096), "4 KiB in about 0.2 s");
+        assert!(
+            !st.zeros_would_not_pay((100 << 20) + 4096),
+            "4 KiB in about 0.2 s"
+        );
     }
 
     #[test]
     fn large_appends_pause_the_filler() {
         let mut st = State::default();
-        assert!(!st.too_fast(256 << 10), "no size known yet");
+        assert!(!st.zeros_would_not_pay(256 << 10), "no size known yet");
         std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
         assert!(
-            st.too_fast(512 << 10),
+            st.zeros_would_not_pay(512 << 10),
             "two appends of 256 KiB in about 0.2 s"
         );
         let mut end = 512 << 10;
         for _ in 0..9 {
             end += 16 << 10;
-            assert!(st.too_fast(end), "the window is not over");
+            assert!(st.zeros_would_not_pay(end), "the window is not over");
         }
         std::thread::sleep(RATE_WINDOW + Duration::from_millis(10));
         end += 16 << 10;
-        assert!(!st.too_fast(end), "ten appends of 16 KiB in about 0.2 s");
+        assert!(
+            !st.zeros_would_not_pay(end),
+            "ten appends of 16 KiB in about 0.2 s"
+        );
     }
 
     fn holds_a_handle(r: &ZeroReserve) -> bool {
