@@ -10,55 +10,115 @@
 #   sfr        as fdatasync, but the writer syncs only its own range (sync_file_range) and
 #              flushes the device cache by fdatasync of the directory
 # Usage: PIECE=131072 scripts/bench/zero-fill-probe.py SIZE MODE SECS GAP
-import os, sys, time, threading, ctypes
-libc=ctypes.CDLL(None, use_errno=True)
-SFR=1|2|4
-def sfr(fd,off,n):
-    assert libc.sync_file_range(fd, ctypes.c_long(off), ctypes.c_long(n), 7)==0
-size=int(sys.argv[1]); mode=sys.argv[2]; secs=float(sys.argv[3]); gap=float(sys.argv[4])
-FILL=16<<20; PIECE=int(os.environ.get("PIECE", 1<<20))
-n=3; d=os.environ.get("PROBE_DIR", "/tmp/zero-fill-probe"); os.makedirs(d, exist_ok=True)
-dfd=os.open(d, os.O_RDONLY)
-buf=os.urandom(size); zeros=bytes(PIECE)
-st=[{"off":0,"zend":0,"filling":False,"grown":0} for _ in range(n)]
-cv=[threading.Condition() for _ in range(n)]
-fds=[os.open(f"{d}/w{i}", os.O_RDWR|os.O_CREAT|os.O_TRUNC) for i in range(n)]
-os.fsync(dfd)
-stop=False; lat=[[] for _ in range(n)]
-def filler(i):
-    fd=os.open(f"{d}/w{i}", os.O_RDWR)
-    while not stop:
-        with cv[i]:
-            while not stop and (mode=="grow" or st[i]["zend"]-st[i]["off"] >= FILL//2): cv[i].wait(0.05)
-            if stop: break
-            z=st[i]["zend"]; st[i]["filling"]=True
-        p=z
-        while p<z+FILL:
-            os.pwrite(fd, zeros, p); sfr(fd,p,PIECE); p+=PIECE
-        os.fdatasync(fd)
-        with cv[i]:
-            st[i]["zend"]=z+FILL; st[i]["filling"]=False; cv[i].notify_all()
-def writer(i):
-    fd=fds[i]; end=time.time()+secs
-    while time.time()<end:
-        t=time.perf_counter()
-        with cv[i]:
-            off=st[i]["off"]
-            while off+size>st[i]["zend"] and st[i]["filling"]: cv[i].wait()
-            grow= off+size>st[i]["zend"]
-            os.pwrite(fd, buf, off); st[i]["off"]=off+size
-            if grow: st[i]["zend"]=off+size; st[i]["grown"]+=1
-            cv[i].notify_all()
-        if grow or mode in ("grow","fdatasync"): os.fdatasync(fd)
-        else: sfr(fd,off,size); os.fdatasync(dfd)
-        lat[i].append(time.perf_counter()-t)
-        if gap: time.sleep(gap)
-fs=[threading.Thread(target=filler,args=(i,)) for i in range(n)]
-ws=[threading.Thread(target=writer,args=(i,)) for i in range(n)]
-[t.start() for t in fs]; time.sleep(0.5); [t.start() for t in ws]; [t.join() for t in ws]; stop=True
-for i in range(n):
-    with cv[i]: cv[i].notify_all()
-[t.join() for t in fs]
-a=sorted(x for l in lat for x in l); N=len(a); p=lambda q:a[min(N-1,int(q*N))]*1000
-print(f"size={size} mode={mode} gap={gap} ops={N} MB/s={N*size/secs/1e6:.0f} avg={sum(a)/N*1000:.3f} p50={p(.5):.3f} p90={p(.9):.3f} p99={p(.99):.3f} p999={p(.999):.3f} grown={sum(s['grown'] for s in st)}")
-for i in range(n): os.close(fds[i]); os.unlink(f"{d}/w{i}")
+import ctypes
+import os
+import sys
+import threading
+import time
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+# SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
+SYNC_FILE_RANGE_WRITE_AND_WAIT = 1 | 2 | 4
+FILL_BYTES = 16 << 20
+WRITERS = 3
+
+
+def write_back(fd, offset, length):
+    """Writes a byte range back to the device and waits for it (no cache flush)."""
+    rc = LIBC.sync_file_range(fd, ctypes.c_long(offset), ctypes.c_long(length),
+                              SYNC_FILE_RANGE_WRITE_AND_WAIT)
+    assert rc == 0, ctypes.get_errno()
+
+
+def main():
+    size, mode = int(sys.argv[1]), sys.argv[2]
+    secs, gap = float(sys.argv[3]), float(sys.argv[4])
+    piece = int(os.environ.get("PIECE", 1 << 20))
+    directory = os.environ.get("PROBE_DIR", "/tmp/zero-fill-probe")
+    os.makedirs(directory, exist_ok=True)
+    dir_fd = os.open(directory, os.O_RDONLY)
+    paths = [f"{directory}/w{i}" for i in range(WRITERS)]
+    fds = [os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC) for p in paths]
+    os.fsync(dir_fd)
+    data, zeros = os.urandom(size), bytes(piece)
+    # Per file: the writer's end, the end of synced zeros, whether a fill runs, growing appends.
+    state = [{"end": 0, "zeroed": 0, "filling": False, "grown": 0} for _ in range(WRITERS)]
+    changed = [threading.Condition() for _ in range(WRITERS)]
+    latencies = [[] for _ in range(WRITERS)]
+    stop = threading.Event()
+
+    def filler(i):
+        fd = os.open(paths[i], os.O_RDWR)
+        s, cv = state[i], changed[i]
+        while not stop.is_set():
+            with cv:
+                while not stop.is_set() and (mode == "grow" or s["zeroed"] - s["end"] >= FILL_BYTES // 2):
+                    cv.wait(0.05)
+                if stop.is_set():
+                    break
+                start = s["zeroed"]
+                s["filling"] = True
+            for at in range(start, start + FILL_BYTES, piece):
+                os.pwrite(fd, zeros, at)
+                write_back(fd, at, piece)
+            os.fdatasync(fd)
+            with cv:
+                s["zeroed"], s["filling"] = start + FILL_BYTES, False
+                cv.notify_all()
+        os.close(fd)
+
+    def writer(i):
+        fd, s, cv = fds[i], state[i], changed[i]
+        deadline = time.time() + secs
+        while time.time() < deadline:
+            started = time.perf_counter()
+            with cv:
+                at = s["end"]
+                while at + size > s["zeroed"] and s["filling"]:
+                    cv.wait()
+                grows = at + size > s["zeroed"]
+                os.pwrite(fd, data, at)
+                s["end"] = at + size
+                if grows:
+                    s["zeroed"] = at + size
+                    s["grown"] += 1
+                cv.notify_all()
+            if grows or mode in ("grow", "fdatasync"):
+                os.fdatasync(fd)
+            else:  # sfr: the writer's range, then a device flush through a clean descriptor
+                write_back(fd, at, size)
+                os.fdatasync(dir_fd)
+            latencies[i].append(time.perf_counter() - started)
+            if gap:
+                time.sleep(gap)
+
+    fillers = [threading.Thread(target=filler, args=(i,)) for i in range(WRITERS)]
+    writers = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
+    for t in fillers:
+        t.start()
+    time.sleep(0.5)
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for cv in changed:
+        with cv:
+            cv.notify_all()
+    for t in fillers:
+        t.join()
+
+    a = sorted(x for l in latencies for x in l)
+    n = len(a)
+    ms = lambda q: a[min(n - 1, int(q * n))] * 1000
+    print(f"size={size} mode={mode} gap={gap} piece={piece} ops={n} MB/s={n * size / secs / 1e6:.0f} "
+          f"avg={sum(a) / n * 1000:.3f} p50={ms(.5):.3f} p90={ms(.9):.3f} p99={ms(.99):.3f} "
+          f"p999={ms(.999):.3f} grown={sum(s['grown'] for s in state)}")
+    for fd, p in zip(fds, paths):
+        os.close(fd)
+        os.unlink(p)
+    os.close(dir_fd)
+
+
+if __name__ == "__main__":
+    main()
