@@ -70,14 +70,17 @@ pub(crate) fn fs() -> &'static dyn FileSystem {
 
 /// Faults a [`FaultInjectingFs`] injects, read from its control file: one `key=value` per
 /// line, `fsync=eio` (every fsync fails with EIO), `write=enospc` (every write fails with
-/// ENOSPC), `fsync_delay_ms=N` (every fsync takes N ms longer). An empty or missing file: no
-/// faults.
+/// ENOSPC), `write=full` (a full disk as ext4 has it: a write that would make the file longer
+/// fails with ENOSPC, an overwrite of bytes the file already has succeeds),
+/// `fsync_delay_ms=N` (every fsync takes N ms longer). An empty or missing file: no faults.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
     /// fsync fails with EIO.
     pub fsync_eio: bool,
     /// Writes fail with ENOSPC.
     pub write_enospc: bool,
+    /// Writes that would lengthen their file fail with ENOSPC (a full disk).
+    pub write_full: bool,
     /// Added to every fsync.
     pub fsync_delay: Duration,
 }
@@ -90,6 +93,7 @@ impl Faults {
             match line.trim().split_once('=') {
                 Some(("fsync", "eio")) => f.fsync_eio = true,
                 Some(("write", "enospc")) => f.write_enospc = true,
+                Some(("write", "full")) => f.write_full = true,
                 Some(("fsync_delay_ms", ms)) => {
                     f.fsync_delay = Duration::from_millis(ms.trim().parse().unwrap_or(0))
                 }
@@ -162,7 +166,12 @@ pub fn journal_path(control: &Path) -> PathBuf {
 
 impl FileSystem for FaultInjectingFs {
     fn write_all_at(&self, file: &File, path: &Path, buf: &[u8], pos: u64) -> io::Result<()> {
-        if self.faults().write_enospc {
+        let faults = self.faults();
+        let lengthens = || {
+            file.metadata()
+                .map_or(true, |m| pos + buf.len() as u64 > m.len())
+        };
+        if faults.write_enospc || (faults.write_full && lengthens()) {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
         // Journaled before the write: a kill in between leaves a write the power cut drops.
@@ -251,9 +260,11 @@ mod tests {
             Faults {
                 fsync_eio: true,
                 write_enospc: true,
+                write_full: false,
                 fsync_delay: Duration::from_millis(5),
             }
         );
+        assert!(Faults::parse("write=full\n").write_full);
         let fs = FaultInjectingFs::new(&control).unwrap();
         let path = dir.path().join("f");
         let file = File::create(&path).unwrap();
@@ -264,13 +275,19 @@ mod tests {
         std::thread::sleep(CONTROL_REFRESH * 2);
         let e = fs.write_all_at(&file, &path, b"x", 10).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        // A full disk: overwriting what the file has works, lengthening it does not.
+        std::fs::write(&control, "write=full\n").unwrap();
+        std::thread::sleep(CONTROL_REFRESH * 2);
+        fs.write_all_at(&file, &path, b"lo", 6).unwrap();
+        let e = fs.write_all_at(&file, &path, b"lost", 8).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
         std::fs::write(&control, "fsync=eio\n").unwrap();
         std::thread::sleep(CONTROL_REFRESH * 2);
         assert_eq!(
             fs.sync_data(&file, &path).unwrap_err().raw_os_error(),
             Some(libc::EIO)
         );
-        assert_eq!(simulate_power_cut(&control, false).unwrap(), 1);
+        assert_eq!(simulate_power_cut(&control, false).unwrap(), 2);
         assert_eq!(std::fs::read(&path).unwrap(), b"synced\0\0\0\0");
     }
 }

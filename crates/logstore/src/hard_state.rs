@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use crate::error::{corruption, io_err, LogStoreError, Result};
-use crate::fsutil::atomic_write;
+use crate::fsutil::{atomic_write, fdatasync};
 
 /// Raft's persistent vote state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,23 +35,75 @@ pub(crate) const HARD_STATE_FILE: &str = "hardstate";
 pub(crate) const CONF_STATE_FILE: &str = "confstate";
 const HS_MAGIC: &[u8; 4] = b"VDLH";
 const CS_MAGIC: &[u8; 4] = b"VDLC";
+/// Version of the `confstate` file, and of the `hardstate` files the old format wrote.
 const VERSION: u16 = 1;
+/// Version of the `hardstate` file's slots.
+const HS_VERSION: u16 = 2;
 
-/// `hardstate` file, little-endian, 40 bytes:
-/// `"VDLH" | version u16 = 1 | flags u16 = 0 | term u64 | vote u64 | commit u64 | crc u32`
-/// with the CRC-32C over the preceding 32 bytes. Replaced atomically (temp, fsync, rename,
-/// fsync dir).
-pub(crate) fn save_hard_state(dir: &Path, hs: &HardState) -> Result<()> {
-    let mut b = Vec::with_capacity(40);
+/// `hardstate` file, version 2: 1,024 bytes, two slots of 512 bytes (a disk sector each),
+/// little-endian:
+/// `"VDLH" | version u16 = 2 | flags u16 = 0 | seq u64 | term u64 | vote u64 | commit u64 |
+///  crc u32 | zeros to 512 bytes`, the CRC-32C over the 40 bytes before it.
+///
+/// Saves alternate between the slots (save `seq` goes to slot `(seq - 1) % 2`) and overwrite
+/// it in place (pwrite + fdatasync), so a save never needs new disk space: a full disk, which
+/// fills on every replica at about the same time since they hold the same data, must not
+/// stop a node from recording a new term or vote (it used to: the replacement file could not
+/// be written, the node stopped, and a cluster whose disks filled together lost its quorum).
+/// That holds on file systems that overwrite in place (ext4, XFS), not on copy-on-write ones.
+/// The slot with the higher `seq` is the state. A slot of zeros was never written; any other
+/// slot that fails its checks is damage, even the older one: a torn write cannot cause it
+/// (a sector is written whole or not at all), so it is a changed byte, and which slot held
+/// the newer state is then unknown (see [`crate::LogStore::hard_state_damage`]).
+///
+/// Version 1, 36 bytes (`"VDLH" | version u16 = 1 | flags u16 | term | vote | commit |
+/// crc`), replaced atomically on every save, is still read; the first save after it writes a
+/// version-2 file (temp, fsync, rename, fsync dir: new space once), as does a save after
+/// damage.
+pub(crate) fn save_hard_state(dir: &Path, hs: &HardState, seq: u64, in_place: bool) -> Result<()> {
+    assert!(seq > 0, "hard-state saves count from 1");
+    let slot = hard_state_slot(hs, seq);
+    let at = HS_SLOT_BYTES * ((seq - 1) % 2) as usize;
+    if in_place {
+        let path = dir.join(HARD_STATE_FILE);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        crate::fs::fs()
+            .write_all_at(&file, &path, &slot, at as u64)
+            .map_err(io_err(&path))?;
+        fdatasync(&file, &path);
+        return Ok(());
+    }
+    let mut file = vec![0u8; 2 * HS_SLOT_BYTES];
+    file[at..at + HS_SLOT_BYTES].copy_from_slice(&slot);
+    atomic_write(dir, HARD_STATE_FILE, &file)
+}
+
+/// Bytes of one slot of a version-2 `hardstate` file.
+const HS_SLOT_BYTES: usize = 512;
+
+/// Bytes of a slot before its padding (the record and its CRC).
+const HS_RECORD_BYTES: usize = 44;
+
+/// Bytes of a version-1 `hardstate` file.
+const HS_V1_BYTES: usize = 36;
+
+fn hard_state_slot(hs: &HardState, seq: u64) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HS_SLOT_BYTES);
     b.extend_from_slice(HS_MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
+    b.extend_from_slice(&HS_VERSION.to_le_bytes());
     b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
     b.extend_from_slice(&hs.term.to_le_bytes());
     b.extend_from_slice(&hs.vote.to_le_bytes());
     b.extend_from_slice(&hs.commit.to_le_bytes());
     let crc = crc32c::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
-    atomic_write(dir, HARD_STATE_FILE, &b)
+    debug_assert_eq!(b.len(), HS_RECORD_BYTES);
+    b.resize(HS_SLOT_BYTES, 0);
+    b
 }
 
 /// `confstate` file, little-endian:
@@ -124,23 +176,118 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-/// Loads the hard state; the default when the file does not exist.
-pub(crate) fn load_hard_state(dir: &Path) -> Result<HardState> {
-    let Some(d) = read_checked(dir, HARD_STATE_FILE, HS_MAGIC, 36)? else {
-        return Ok(HardState::default());
+/// What a `hardstate` file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct LoadedHardState {
+    /// The state (the default when there is no file).
+    pub state: HardState,
+    /// Its save's sequence number (0: no file, or a version-1 file).
+    pub seq: u64,
+    /// Whether the file is a version-2 file the next save can overwrite in place.
+    pub in_place: bool,
+}
+
+/// Loads the hard state; the default when the file does not exist. A file that fails its
+/// checks is [`LogStoreError::Corruption`] (see [`save_hard_state`] for what counts).
+pub(crate) fn load_hard_state(dir: &Path) -> Result<LoadedHardState> {
+    let path = dir.join(HARD_STATE_FILE);
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LoadedHardState::default()),
+        Err(e) => return Err(io_err(&path)(e)),
     };
-    if d.len() != 36 {
+    if data.len() == 2 * HS_SLOT_BYTES {
+        let mut written: Vec<(u64, HardState)> = Vec::with_capacity(2);
+        for (i, slot) in data.chunks(HS_SLOT_BYTES).enumerate() {
+            let at = (i * HS_SLOT_BYTES) as u64;
+            if slot.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let (seq, hs) = parse_slot(&path, at, slot)?;
+            if (seq - 1) % 2 != i as u64 {
+                return Err(corruption(
+                    &path,
+                    at + 8,
+                    "a save in the other slot's place",
+                ));
+            }
+            written.push((seq, hs));
+        }
+        if let [(a, _), (b, _)] = written[..] {
+            if a.abs_diff(b) != 1 {
+                return Err(corruption(&path, 8, "the slots are not consecutive saves"));
+            }
+        }
+        let Some(&(seq, state)) = written.iter().max_by_key(|(seq, _)| *seq) else {
+            return Err(corruption(&path, 0, "no hard-state slot was ever written"));
+        };
+        return Ok(LoadedHardState {
+            state,
+            seq,
+            in_place: true,
+        });
+    }
+    let Some(d) = read_checked(dir, HARD_STATE_FILE, HS_MAGIC, HS_V1_BYTES)? else {
+        return Ok(LoadedHardState::default());
+    };
+    if d.len() != HS_V1_BYTES {
+        return Err(corruption(&path, 0, "wrong file length"));
+    }
+    Ok(LoadedHardState {
+        state: HardState {
+            term: u64_at(&d, 8),
+            vote: u64_at(&d, 16),
+            commit: u64_at(&d, 24),
+        },
+        seq: 0,
+        in_place: false,
+    })
+}
+
+/// Checks and decodes one slot of a version-2 file (at byte `at` of `path`).
+fn parse_slot(path: &Path, at: u64, slot: &[u8]) -> Result<(u64, HardState)> {
+    if &slot[0..4] != HS_MAGIC {
+        return Err(corruption(path, at, "bad magic in a hard-state slot"));
+    }
+    let version = u16::from_le_bytes([slot[4], slot[5]]);
+    if version > HS_VERSION {
+        return Err(LogStoreError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: HS_VERSION,
+        });
+    }
+    if version != HS_VERSION {
         return Err(corruption(
-            dir.join(HARD_STATE_FILE),
-            0,
-            "wrong file length",
+            path,
+            at + 4,
+            "wrong version in a hard-state slot",
         ));
     }
-    Ok(HardState {
-        term: u64_at(&d, 8),
-        vote: u64_at(&d, 16),
-        commit: u64_at(&d, 24),
-    })
+    let body = HS_RECORD_BYTES - 4;
+    let stored = u32::from_le_bytes([slot[body], slot[body + 1], slot[body + 2], slot[body + 3]]);
+    if crc32c::crc32c(&slot[..body]) != stored {
+        return Err(corruption(path, at + body as u64, "CRC mismatch"));
+    }
+    if slot[HS_RECORD_BYTES..].iter().any(|&b| b != 0) {
+        return Err(corruption(
+            path,
+            at + HS_RECORD_BYTES as u64,
+            "bytes after the record",
+        ));
+    }
+    let seq = u64_at(slot, 8);
+    if seq == 0 {
+        return Err(corruption(path, at + 8, "sequence number 0"));
+    }
+    Ok((
+        seq,
+        HardState {
+            term: u64_at(slot, 16),
+            vote: u64_at(slot, 24),
+            commit: u64_at(slot, 32),
+        },
+    ))
 }
 
 /// Loads the configuration state; the default when the file does not exist.
@@ -186,17 +333,142 @@ pub(crate) fn load_conf_state(dir: &Path) -> Result<ConfState> {
 mod tests {
     use super::*;
 
+    fn hs(term: u64) -> HardState {
+        HardState {
+            term,
+            vote: term % 3 + 1,
+            commit: term * 10,
+        }
+    }
+
+    fn flip(path: &Path, at: usize) {
+        let mut d = std::fs::read(path).unwrap();
+        d[at] ^= 1;
+        std::fs::write(path, &d).unwrap();
+    }
+
     #[test]
-    fn roundtrip() {
+    fn saves_alternate_slots_in_place_and_the_newest_wins() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(load_hard_state(dir.path()).unwrap(), HardState::default());
-        let hs = HardState {
-            term: 3,
-            vote: 2,
-            commit: 99,
-        };
-        save_hard_state(dir.path(), &hs).unwrap();
-        assert_eq!(load_hard_state(dir.path()).unwrap(), hs);
+        assert_eq!(
+            load_hard_state(dir.path()).unwrap(),
+            LoadedHardState::default()
+        );
+        save_hard_state(dir.path(), &hs(1), 1, false).unwrap();
+        let path = dir.path().join(HARD_STATE_FILE);
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+        for seq in 2..=5 {
+            save_hard_state(dir.path(), &hs(seq), seq, true).unwrap();
+            let loaded = load_hard_state(dir.path()).unwrap();
+            assert_eq!(
+                loaded,
+                LoadedHardState {
+                    state: hs(seq),
+                    seq,
+                    in_place: true
+                }
+            );
+        }
+        // Overwritten in place: the same file, still two slots.
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::ino(&meta), inode);
+        assert_eq!(meta.len(), 2 * HS_SLOT_BYTES as u64);
+        // Save 5 went to slot 0, save 4 is in slot 1.
+        let d = std::fs::read(&path).unwrap();
+        assert_eq!(u64_at(&d, 8), 5);
+        assert_eq!(u64_at(&d, HS_SLOT_BYTES + 8), 4);
+    }
+
+    #[test]
+    fn a_changed_byte_in_either_slot_is_damage_and_an_unwritten_slot_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(HARD_STATE_FILE);
+        // One save: slot 1 is zeros (never written), which is no damage.
+        save_hard_state(dir.path(), &hs(7), 1, false).unwrap();
+        assert_eq!(load_hard_state(dir.path()).unwrap().state, hs(7));
+        save_hard_state(dir.path(), &hs(8), 2, true).unwrap();
+        // The newest slot (1) changed: its state is unknown, so is the node's vote.
+        flip(&path, HS_SLOT_BYTES + 20);
+        assert!(matches!(
+            load_hard_state(dir.path()),
+            Err(LogStoreError::Corruption { .. })
+        ));
+        flip(&path, HS_SLOT_BYTES + 20);
+        // The older slot (0) changed: which slot was newer is unknown too.
+        flip(&path, 12);
+        assert!(matches!(
+            load_hard_state(dir.path()),
+            Err(LogStoreError::Corruption { .. })
+        ));
+        flip(&path, 12);
+        // Valid slots that are not two consecutive saves (a stale copy of another file).
+        let good = std::fs::read(&path).unwrap();
+        let mut stale = good.clone();
+        stale[HS_SLOT_BYTES..].copy_from_slice(&hard_state_slot(&hs(3), 4));
+        std::fs::write(&path, &stale).unwrap();
+        assert!(load_hard_state(dir.path()).is_err());
+        stale[HS_SLOT_BYTES..].copy_from_slice(&hard_state_slot(&hs(3), 3));
+        std::fs::write(&path, &stale).unwrap();
+        assert!(
+            load_hard_state(dir.path()).is_err(),
+            "seq 3 belongs in slot 0"
+        );
+        std::fs::write(&path, &good).unwrap();
+        assert_eq!(load_hard_state(dir.path()).unwrap().state, hs(8));
+        // A byte in a slot's padding, and a file of another length.
+        flip(&path, HS_SLOT_BYTES - 1);
+        assert!(load_hard_state(dir.path()).is_err());
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(load_hard_state(dir.path()).is_err());
+        std::fs::write(&path, vec![0u8; 2 * HS_SLOT_BYTES]).unwrap();
+        assert!(load_hard_state(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_and_replaced_by_the_next_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(HARD_STATE_FILE);
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(HS_MAGIC);
+        v1.extend_from_slice(&1u16.to_le_bytes());
+        v1.extend_from_slice(&0u16.to_le_bytes());
+        for x in [4u64, 2, 33] {
+            v1.extend_from_slice(&x.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &v1).unwrap();
+        let loaded = load_hard_state(dir.path()).unwrap();
+        assert_eq!(
+            loaded,
+            LoadedHardState {
+                state: HardState {
+                    term: 4,
+                    vote: 2,
+                    commit: 33
+                },
+                seq: 0,
+                in_place: false
+            }
+        );
+        save_hard_state(dir.path(), &hs(5), 1, loaded.in_place).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            2 * HS_SLOT_BYTES as u64
+        );
+        assert_eq!(load_hard_state(dir.path()).unwrap().state, hs(5));
+        // A changed byte in a version-1 file is damage as before.
+        std::fs::write(&path, &v1).unwrap();
+        flip(&path, 10);
+        assert!(matches!(
+            load_hard_state(dir.path()),
+            Err(LogStoreError::Corruption { .. })
+        ));
+    }
+
+    #[test]
+    fn conf_state_roundtrip() {
+        let dir = tempfile::tempdir().unwrap();
         let cs = ConfState {
             voters: vec![1, 2, 3],
             learners: vec![4],
@@ -206,15 +478,5 @@ mod tests {
         };
         save_conf_state(dir.path(), &cs).unwrap();
         assert_eq!(load_conf_state(dir.path()).unwrap(), cs);
-        let p = dir.path().join(HARD_STATE_FILE);
-        let mut d = std::fs::read(&p).unwrap();
-        d[10] ^= 1;
-        std::fs::write(&p, &d).unwrap();
-        assert!(matches!(
-            load_hard_state(dir.path()),
-            Err(LogStoreError::Corruption { .. })
-        ));
-        std::fs::write(&p, b"garbage").unwrap();
-        assert!(load_hard_state(dir.path()).is_err());
     }
 }

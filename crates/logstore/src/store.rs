@@ -148,6 +148,10 @@ pub struct LogStore {
     durable_index: u64,
     last_sync: Instant,
     hard_state: HardState,
+    /// Sequence number of the last hard-state save (see `hard_state.rs`).
+    hard_state_seq: u64,
+    /// Whether the `hardstate` file can be overwritten in place (an intact version-2 file).
+    hard_state_in_place: bool,
     conf_state: ConfState,
     report: RecoveryReport,
     /// Records below this Kafka offset are deleted (DeleteRecords) even where their segment
@@ -208,10 +212,10 @@ impl LogStore {
         let lock = lock_dir(dir)?;
         // A damaged hard state is reported, not guessed: the store starts with the default
         // (term 0, no vote) and the caller decides how to rebuild it (vdl: from its peers).
-        let (hard_state, hard_state_damage) = match hard_state::load_hard_state(dir) {
-            Ok(hs) => (hs, None),
+        let (loaded_hard_state, hard_state_damage) = match hard_state::load_hard_state(dir) {
+            Ok(loaded) => (loaded, None),
             Err(e @ LogStoreError::Corruption { .. }) => {
-                (HardState::default(), Some(e.to_string()))
+                (hard_state::LoadedHardState::default(), Some(e.to_string()))
             }
             Err(e) => return Err(e),
         };
@@ -250,7 +254,9 @@ impl LogStore {
             checkpoint_len,
             durable_index,
             last_sync: Instant::now(),
-            hard_state,
+            hard_state: loaded_hard_state.state,
+            hard_state_seq: loaded_hard_state.seq,
+            hard_state_in_place: loaded_hard_state.in_place,
             conf_state,
             report: rec.report,
             records_floor: 0,
@@ -955,9 +961,14 @@ impl LogStore {
         })
     }
 
-    /// Durably replaces the hard state (temp file, fsync, rename, fsync dir).
+    /// Durably replaces the hard state: in place (one slot of the `hardstate` file, pwrite +
+    /// fdatasync), so it needs no new disk space, except for the first save and the first
+    /// after damage or after a version-1 file (temp file, fsync, rename, fsync dir).
     pub fn save_hard_state(&mut self, hs: &HardState) -> Result<()> {
-        hard_state::save_hard_state(&self.dir, hs)?;
+        let seq = self.hard_state_seq + 1;
+        hard_state::save_hard_state(&self.dir, hs, seq, self.hard_state_in_place)?;
+        self.hard_state_seq = seq;
+        self.hard_state_in_place = true;
         self.hard_state = *hs;
         self.hard_state_damage = None;
         Ok(())

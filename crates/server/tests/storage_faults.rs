@@ -415,6 +415,66 @@ fn enospc_on_append_is_an_error_and_space_returning_recovers() {
     c.assert_all_running();
 }
 
+/// A full disk on every node at once, as when the replicas' disks fill together (they hold
+/// the same data). `write=full`: writes that would lengthen a file fail with ENOSPC,
+/// overwrites succeed, as on ext4. Produces are refused once the space written ahead of the
+/// logs is used up; the leader's refused appends lead to elections, whose new terms and
+/// votes must still be saved: no node may stop (they did: each failed to replace its
+/// hard-state file and exited, and with two of three gone the cluster stayed down after
+/// space returned). Once space returns the cluster serves again without a restart, with
+/// every record acknowledged before.
+#[test]
+fn a_full_disk_on_every_node_stops_no_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = faulty_cluster(dir.path(), "");
+    let brokers = c.kafka.clone();
+    create(&brokers, "full");
+    let mut acked = Acked::new();
+    produce_acked(&brokers, "full", 20, 10, 1000, &mut acked);
+    for i in 0..3 {
+        set_faults(dir.path(), i, "write=full\n");
+    }
+    let data = batch(10, &[b'f'; 1000]);
+    let try_all = |refused: &mut Vec<i16>| {
+        for &b in &brokers {
+            match common::kafka::KafkaConn::connect(b)
+                .and_then(|mut k| k.produce("full", data.clone()))
+            {
+                // NOT_LEADER_OR_FOLLOWER (6) from the brokers that do not lead: not counted.
+                Ok((code, _)) if code != 6 => refused.push(code),
+                Ok(_) => {}
+                Err(_) => refused.push(-1),
+            }
+        }
+    };
+    let mut refused = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !refused.contains(&56) && Instant::now() < deadline {
+        try_all(&mut refused);
+    }
+    assert!(
+        refused.contains(&56),
+        "no KAFKA_STORAGE_ERROR on a full disk within 60 s: {refused:?}"
+    );
+    // The disk stays full a while: elections come and go, and the produces keep failing.
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        try_all(&mut refused);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("refused on the full disk: {refused:?}");
+    c.assert_all_running();
+    for i in 0..3 {
+        set_faults(dir.path(), i, "");
+    }
+    produce_acked(&brokers, "full", 10, 10, 1000, &mut acked);
+    c.assert_all_running();
+    let got = read_all(&brokers, "full");
+    for (base, v) in &acked {
+        assert_eq!(got.get(base), Some(v), "acknowledged batch at {base}");
+    }
+}
+
 /// Produces in a background thread until `stop`, recording what was acknowledged.
 fn produce_in_background(
     brokers: Vec<SocketAddr>,

@@ -1,0 +1,79 @@
+//! A full disk does not stop a store from saving its Raft hard state: the `hardstate` file is
+//! overwritten in place, so a new term or vote needs no new space, while appends (which do)
+//! fail until space returns. (Found with a whole local cluster on one full disk: every node
+//! failed to replace its hard-state file during the elections that followed, stopped, and
+//! the cluster had no quorum left when space returned.)
+//!
+//! The full disk is `write=full` of a `FaultInjectingFs`: writes that would lengthen a file
+//! fail with ENOSPC, overwrites succeed, as on ext4. This binary installs the file system for
+//! its whole process: it holds this one test.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::det_entry;
+use logstore::{FaultInjectingFs, HardState, LogStore, StoreConfig, SyncPolicy};
+
+fn cfg() -> StoreConfig {
+    StoreConfig {
+        sync_policy: SyncPolicy::Always,
+        // No zeros ahead of the writer: every append lengthens the file.
+        preallocate_bytes: 0,
+        ..Default::default()
+    }
+}
+
+/// Sets the faults and waits for the file system to read them (every 50 ms).
+fn set_faults(control: &Path, faults: &str) {
+    std::fs::write(control, faults).unwrap();
+    std::thread::sleep(Duration::from_millis(120));
+}
+
+fn hs(term: u64, vote: u64, commit: u64) -> HardState {
+    HardState { term, vote, commit }
+}
+
+#[test]
+fn terms_and_votes_are_saved_on_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("faults");
+    assert!(logstore::install_file_system(Arc::new(
+        FaultInjectingFs::new(&control).unwrap()
+    )));
+    let data = dir.path().join("log");
+
+    // A store whose first hard state was saved before the disk filled (vdl saves one when a
+    // replica starts).
+    let mut s = LogStore::open(&data, cfg()).unwrap();
+    s.append(&[det_entry(1, 1), det_entry(2, 1)]).unwrap();
+    s.save_hard_state(&hs(1, 1, 2)).unwrap();
+
+    set_faults(&control, "write=full\n");
+    let refused = s.append(&[det_entry(3, 1)]);
+    assert!(refused.is_err(), "an append that needs space succeeded");
+    assert_eq!(s.last_index(), 2);
+    // Elections go on: every new term and vote is durable.
+    for term in 2..=9 {
+        s.save_hard_state(&hs(term, term % 3 + 1, 2)).unwrap();
+    }
+    assert_eq!(s.hard_state(), hs(9, 1, 2));
+    drop(s);
+
+    // Reopened on the still-full disk: the last term and vote, no damage.
+    let mut s = LogStore::open(&data, cfg()).unwrap();
+    assert_eq!(s.hard_state(), hs(9, 1, 2));
+    assert!(s.hard_state_damage().is_none());
+    assert_eq!(s.last_index(), 2);
+    s.save_hard_state(&hs(10, 2, 2)).unwrap();
+
+    // Space returns: appends work again.
+    set_faults(&control, "");
+    s.append(&[det_entry(3, 10)]).unwrap();
+    drop(s);
+    let s = LogStore::open(&data, cfg()).unwrap();
+    assert_eq!(s.hard_state(), hs(10, 2, 2));
+    assert_eq!(s.last_index(), 3);
+}
