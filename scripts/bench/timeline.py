@@ -4,8 +4,10 @@ file `<prefix>.<pid>` per process, lines `ns stage tag`, see crates/server/src/r
 scripts/bench/produce-timeline.sh runs the whole thing) and prints, for synchronous Produce
 requests (one in flight), the median time of each milestone since the leader read the request.
 
-Usage: scripts/bench/timeline.py PREFIX [--skip N]
-  --skip N  leave out the first N produces (warm-up; default 1000)
+Usage: scripts/bench/timeline.py PREFIX [--skip N] [--min-us A] [--max-us B]
+  --skip N    leave out the first N produces (warm-up; default 1000)
+  --min-us A  only the produces whose leader read -> write took at least A us (the slow mode
+              of a bimodal latency), --max-us B only those that took less than B us
 
 How a request is followed: the leader is the process that read Produce frames (API key 0); the
 i-th Produce it read pairs with the i-th Produce response it wrote (one connection answers in
@@ -64,6 +66,8 @@ def main():
     skip = 1000
     if "--skip" in sys.argv:
         skip = int(sys.argv[sys.argv.index("--skip") + 1])
+    min_us = float(sys.argv[sys.argv.index("--min-us") + 1]) if "--min-us" in sys.argv else 0.0
+    max_us = float(sys.argv[sys.argv.index("--max-us") + 1]) if "--max-us" in sys.argv else 1e18
     nodes = load(prefix)
     leader = max(nodes, key=lambda p: sum(1 for e in nodes[p] if e[1] == 1 and e[2] == PRODUCE))
     followers = [p for p in nodes if p != leader]
@@ -73,6 +77,7 @@ def main():
     reads = [ns for ns, st, tag in lev if st == 1 and tag == PRODUCE]
     writes = [ns for ns, st, tag in lev if st == 12 and tag == PRODUCE]
     windows = [(r, w) for r, w in zip(reads, writes) if w > r][skip:]
+    windows = [(r, w) for r, w in windows if min_us <= (w - r) / 1000.0 < max_us]
     if not windows:
         print("no complete produce windows")
         sys.exit(1)
