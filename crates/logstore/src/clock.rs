@@ -4,15 +4,16 @@
 //! clock can jump: an operator's mistake, a VM resumed from a snapshot, NTP stepping a clock
 //! that was far off. A jump forward must not make data look old and be deleted early; a jump
 //! back only delays deletion. [`retention_now_ms`] is therefore the smaller of the wall clock
-//! and the wall clock at this process's first call advanced by the monotonic clock since: a
-//! forward jump is ignored (until a restart re-anchors), a backward jump is followed. Deletion
+//! and the wall clock at the anchor (when the process opened its first store) advanced by
+//! the monotonic clock since: a forward jump is ignored (until a restart re-anchors), a
+//! backward jump is followed. Deletion
 //! can only come late, never early. (NTP's gradual slewing is a few parts per million: the
 //! two clocks agree to seconds over months.)
 
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// The wall clock (ms since the Unix epoch) and the monotonic clock at the first call.
+/// The wall clock (ms since the Unix epoch) and the monotonic clock when the anchor was taken.
 static ANCHOR: OnceLock<(u64, Instant)> = OnceLock::new();
 
 /// Milliseconds since the Unix epoch by the wall clock, 0 if it is before the epoch.
@@ -21,6 +22,14 @@ pub fn wall_now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Takes the anchor now unless it was taken before. [`crate::LogStore::open`] calls it, so
+/// the anchor is no later than the first store's opening: taken lazily by the first
+/// retention pass instead, a jump between start and that pass (a pass that found nothing to
+/// delete does not ask for "now") became the anchor, and the jumped node deleted early.
+pub fn anchor_retention_clock() {
+    ANCHOR.get_or_init(|| (wall_now_ms(), Instant::now()));
 }
 
 /// "Now" for retention decisions: never ahead of the anchored monotonic clock (see the module

@@ -210,6 +210,8 @@ impl LogStore {
             }
         }
         let lock = lock_dir(dir)?;
+        // Retention's clock is anchored before any wall-clock jump can make data look old.
+        crate::clock::anchor_retention_clock();
         // A damaged hard state is reported, not guessed: the store starts with the default
         // (term 0, no vote) and the caller decides how to rebuild it (vdl: from its peers).
         let (loaded_hard_state, hard_state_damage) = match hard_state::load_hard_state(dir) {
