@@ -8,12 +8,8 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
-
-use common::{check_det_entry, det_entry};
-use logstore::{FaultInjectingFs, LogStore, StoreConfig, SyncPolicy};
+use common::{check_det_entry, det_entry, install_fault_injecting_fs, set_faults};
+use logstore::{LogStore, StoreConfig, SyncPolicy};
 
 const SEGMENT_BYTES: u64 = 16 << 10;
 
@@ -27,19 +23,10 @@ fn cfg() -> StoreConfig {
     }
 }
 
-/// Sets the faults and waits for the file system to read them (every 50 ms).
-fn set_faults(control: &Path, faults: &str) {
-    std::fs::write(control, faults).unwrap();
-    std::thread::sleep(Duration::from_millis(120));
-}
-
 #[test]
 fn enospc_at_every_append_near_a_roll_leaves_a_usable_store() {
     let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("faults");
-    assert!(logstore::install_file_system(Arc::new(
-        FaultInjectingFs::new(&control).unwrap()
-    )));
+    let control = install_fault_injecting_fs(dir.path());
     let data = dir.path().join("log");
     let mut s = LogStore::open(&data, cfg()).unwrap();
     let mut last = 0u64;

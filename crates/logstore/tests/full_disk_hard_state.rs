@@ -10,12 +10,8 @@
 
 mod common;
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
-
-use common::det_entry;
-use logstore::{FaultInjectingFs, HardState, LogStore, StoreConfig, SyncPolicy};
+use common::{det_entry, install_fault_injecting_fs, set_faults};
+use logstore::{HardState, LogStore, StoreConfig, SyncPolicy};
 
 fn cfg() -> StoreConfig {
     StoreConfig {
@@ -26,12 +22,6 @@ fn cfg() -> StoreConfig {
     }
 }
 
-/// Sets the faults and waits for the file system to read them (every 50 ms).
-fn set_faults(control: &Path, faults: &str) {
-    std::fs::write(control, faults).unwrap();
-    std::thread::sleep(Duration::from_millis(120));
-}
-
 fn hs(term: u64, vote: u64, commit: u64) -> HardState {
     HardState { term, vote, commit }
 }
@@ -39,10 +29,7 @@ fn hs(term: u64, vote: u64, commit: u64) -> HardState {
 #[test]
 fn terms_and_votes_are_saved_on_a_full_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("faults");
-    assert!(logstore::install_file_system(Arc::new(
-        FaultInjectingFs::new(&control).unwrap()
-    )));
+    let control = install_fault_injecting_fs(dir.path());
     let data = dir.path().join("log");
 
     // A store whose first hard state was saved before the disk filled (vdl saves one when a

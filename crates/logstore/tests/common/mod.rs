@@ -122,3 +122,19 @@ pub fn check_det_entry(e: &logstore::Entry, term: u64) {
     }
     assert_eq!(&e.payload[..], &expect[..], "payload of {}", e.index);
 }
+
+/// Installs a `FaultInjectingFs` for this test process, controlled by `dir/faults` (returned).
+/// Once per process: a binary that uses it holds one test.
+pub fn install_fault_injecting_fs(dir: &std::path::Path) -> std::path::PathBuf {
+    let control = dir.join("faults");
+    assert!(logstore::install_file_system(std::sync::Arc::new(
+        logstore::FaultInjectingFs::new(&control).unwrap()
+    )));
+    control
+}
+
+/// Sets the faults and waits for the file system to read them (every 50 ms).
+pub fn set_faults(control: &std::path::Path, faults: &str) {
+    std::fs::write(control, faults).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(120));
+}
