@@ -59,6 +59,27 @@ pub(crate) fn segments_to_delete(
     k
 }
 
+/// Of the segments retention is about to delete (`doomed`, oldest first), the first one to keep
+/// for a replica that needs the entries from `needed_index` on: the newest doomed segments that
+/// hold an index at or above `needed_index`, as many as fit in `max_held_bytes`. None: nothing
+/// is held (the replica needs none of them, or the newest needed one alone is over the limit).
+pub(crate) fn first_held_segment(
+    doomed: &[SegmentInfo],
+    needed_index: u64,
+    max_held_bytes: u64,
+) -> Option<usize> {
+    let mut held_bytes = 0u64;
+    let mut first = None;
+    for (j, seg) in doomed.iter().enumerate().rev() {
+        if seg.last_index < needed_index || held_bytes + seg.len > max_held_bytes {
+            break;
+        }
+        held_bytes += seg.len;
+        first = Some(j);
+    }
+    first
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +130,21 @@ mod tests {
         floored[1].below_records_floor = true;
         assert_eq!(segments_to_delete(&floored, &none, u64::MAX, 0, false), 2);
         assert_eq!(segments_to_delete(&floored, &none, 15, 0, false), 1);
+    }
+
+    #[test]
+    fn a_lagging_replica_holds_back_at_most_its_byte_limit() {
+        // Segments hold indexes 1-10, 11-20, ... 41-50, 100 bytes each; the first four doomed.
+        let s = segs();
+        let doomed = &s[..4];
+        // Needs nothing of them: nothing held.
+        assert_eq!(first_held_segment(doomed, 41, 1000), None);
+        // Needs from index 15: segments 1..=3 hold it, all fit in 1000 bytes.
+        assert_eq!(first_held_segment(doomed, 15, 1000), Some(1));
+        // Only 250 bytes may be held: the newest two.
+        assert_eq!(first_held_segment(doomed, 15, 250), Some(2));
+        // Not even the newest fits: nothing held, the replica gets a snapshot.
+        assert_eq!(first_held_segment(doomed, 15, 99), None);
+        assert_eq!(first_held_segment(doomed, 1, 0), None);
     }
 }

@@ -914,13 +914,33 @@ impl LogStore {
         self.delete_front(floor_index, true)
     }
 
-    fn delete_front(&mut self, floor_index: u64, all: bool) -> Result<RetentionOutcome> {
-        if !self.config.deletion_allowed {
-            return Err(LogStoreError::DeletionForbidden);
+    /// Where retention may cut while a replica still needs the entries from `needed_index` on,
+    /// holding back at most `max_held_bytes` for it: the floor index to pass to
+    /// [`LogStore::apply_retention`] instead of `floor_index`. The segments retention would
+    /// delete with `floor_index` that hold an index at or above `needed_index` are kept, newest
+    /// first, while they add up to at most `max_held_bytes`; older ones go as the policy says
+    /// (the replica then catches up from a snapshot). Never above `floor_index`.
+    pub fn retention_floor_holding(
+        &self,
+        floor_index: u64,
+        needed_index: u64,
+        max_held_bytes: u64,
+    ) -> u64 {
+        let infos = self.segment_infos();
+        let now = crate::clock::retention_now_ms();
+        let n = segments_to_delete(&infos, &self.config.retention, floor_index, now, false);
+        let keep_from =
+            crate::retention::first_held_segment(&infos[..n], needed_index, max_held_bytes);
+        match keep_from {
+            Some(j) => floor_index.min(self.segments[j].header.base_index),
+            None => floor_index,
         }
+    }
+
+    /// What retention needs to know about each segment, oldest first.
+    fn segment_infos(&self) -> Vec<SegmentInfo> {
         let floor = self.records_floor;
-        let infos: Vec<SegmentInfo> = self
-            .segments
+        self.segments
             .iter()
             .enumerate()
             .map(|(i, s)| SegmentInfo {
@@ -936,7 +956,14 @@ impl LogStore {
                     file_mtime_ms(&s.path).unwrap_or(s.header.created_ms)
                 },
             })
-            .collect();
+            .collect()
+    }
+
+    fn delete_front(&mut self, floor_index: u64, all: bool) -> Result<RetentionOutcome> {
+        if !self.config.deletion_allowed {
+            return Err(LogStoreError::DeletionForbidden);
+        }
+        let infos = self.segment_infos();
         // Never ahead of the monotonic clock: a wall clock jumping forward deletes nothing early.
         let now = crate::clock::retention_now_ms();
         let n = segments_to_delete(&infos, &self.config.retention, floor_index, now, all);

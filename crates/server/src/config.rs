@@ -289,6 +289,14 @@ pub struct StorageSettings {
     pub retention_age: Option<Duration>,
     /// How often each stream applies the retention rules.
     pub retention_check_interval: Duration,
+    /// How long a leader's retention keeps entries for a replica it has not heard from
+    /// (a node that is down): after this, retention deletes what the rules say and the replica
+    /// catches up from a snapshot when it returns (`storage.retention_down_replica_wait_ms`).
+    pub retention_down_replica_wait: Duration,
+    /// Most bytes of old segments a leader's retention keeps for a live replica that is still
+    /// catching up (`storage.retention_lagging_replica_max_bytes`); older ones go and the
+    /// replica catches up from a snapshot.
+    pub retention_lagging_replica_max_bytes: u64,
     /// Zeroed bytes kept written ahead of each stream's active segment so that syncing an
     /// append flushes data only, not file-system metadata (0 disables).
     pub preallocate_bytes: u64,
@@ -301,6 +309,13 @@ pub struct StorageSettings {
     /// (`logstore::FaultInjectingFs`) installed at start; `None`: the real file system.
     pub fault_injection_file: Option<std::path::PathBuf>,
 }
+
+/// Default of `storage.retention_down_replica_wait_ms`: a minute (a restart or a short outage
+/// finds its entries still there; a node down for longer catches up from a snapshot).
+pub const DEFAULT_RETENTION_DOWN_REPLICA_WAIT: Duration = Duration::from_secs(60);
+
+/// Default of `storage.retention_lagging_replica_max_bytes`: 1 GiB per partition.
+pub const DEFAULT_RETENTION_LAGGING_REPLICA_MAX_BYTES: u64 = 1 << 30;
 
 /// Default scrubber rate: 4 MB/s (about 1% of a core for CRC-32C and page-cache reads, far
 /// below the disk's bandwidth; see docs/reliability.md for the measured cost).
@@ -318,6 +333,8 @@ impl Default for StorageSettings {
             retention_bytes: None,
             retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
             retention_check_interval: Duration::from_secs(10),
+            retention_down_replica_wait: DEFAULT_RETENTION_DOWN_REPLICA_WAIT,
+            retention_lagging_replica_max_bytes: DEFAULT_RETENTION_LAGGING_REPLICA_MAX_BYTES,
             preallocate_bytes: 16 << 20,
             scrub_bytes_per_second: DEFAULT_SCRUB_BYTES_PER_SECOND,
             scrub_pass_pause: Duration::from_secs(60),
@@ -420,6 +437,8 @@ struct FileStorage {
     retention_bytes: Option<u64>,
     retention_hours: Option<u64>,
     retention_check_ms: Option<u64>,
+    retention_down_replica_wait_ms: Option<u64>,
+    retention_lagging_replica_max_bytes: Option<u64>,
     preallocate_bytes: Option<u64>,
     scrub_rate_mb_per_s: Option<f64>,
     scrub_pause_ms: Option<u64>,
@@ -641,6 +660,12 @@ impl NodeConfig {
         if let Some(ms) = s.retention_check_ms {
             storage.retention_check_interval = positive_ms("storage.retention_check_ms", ms)?;
         }
+        if let Some(ms) = s.retention_down_replica_wait_ms {
+            storage.retention_down_replica_wait = Duration::from_millis(ms);
+        }
+        storage.retention_lagging_replica_max_bytes = s
+            .retention_lagging_replica_max_bytes
+            .unwrap_or(storage.retention_lagging_replica_max_bytes);
         if let Some(h) = s.retention_hours {
             storage.retention_age = Some(Duration::from_secs(h.saturating_mul(3600)));
         }

@@ -2531,6 +2531,10 @@ impl Node {
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
             retention_allowed: self.retention_allowed.clone(),
+            retention_hold: crate::group::RetentionHold {
+                down_replica_wait: self.config.storage.retention_down_replica_wait,
+                lagging_replica_max_bytes: self.config.storage.retention_lagging_replica_max_bytes,
+            },
             forward_proposals,
             peer_stats: self.registry.stats.clone(),
             producers: (!replay).then(|| rebuild_producers(&shared, applied)),

@@ -307,6 +307,83 @@ async fn retention_deletes_old_segments_and_a_lagging_follower_recovers_by_snaps
     }
 }
 
+/// A follower that is down holds retention back on its leader for
+/// `retention_down_replica_wait` only: then the leader deletes what the rules say (it would
+/// otherwise fill its disk), and the follower, once back, catches up from a snapshot of the
+/// same leader and holds the same log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_waits_a_bounded_time_for_a_down_follower_which_then_catches_up_by_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[STREAM]);
+    for c in &mut configs {
+        c.storage.segment_bytes = 64 << 10;
+        c.storage.retention_bytes = Some(256 << 10);
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.retention_down_replica_wait = Duration::from_secs(1);
+    }
+    let mut nodes = start_all(&configs).await;
+    let leader = wait_for_leader(&nodes, Duration::from_secs(10)).await;
+    let down = (leader + 1) % 3;
+    let s = stream(&nodes, leader);
+    s.append(batch(1, b"first"), 1, APPEND_TIMEOUT)
+        .await
+        .unwrap();
+    wait_for_hw(&stream(&nodes, down), 1, Duration::from_secs(10)).await;
+
+    nodes[down].take().unwrap().shutdown();
+    let value = vec![b'r'; 4000];
+    for _ in 0..300 {
+        s.append(batch(1, &value), 1, APPEND_TIMEOUT).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while s.visible().log_start_offset == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the leader kept every segment for the down follower"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept: u64 = nodes[leader]
+        .as_ref()
+        .unwrap()
+        .stream(STREAM)
+        .unwrap()
+        .segments()
+        .iter()
+        .map(|seg| seg.bytes)
+        .sum();
+    assert!(
+        kept <= (256 << 10) + (64 << 10) + (16 << 20),
+        "the leader applied retention: {kept} bytes kept"
+    );
+
+    // The follower returns below the leader's log start: a snapshot, then the rest.
+    nodes[down] = Some(Node::start(configs[down].clone()).await.unwrap());
+    let sd = stream(&nodes, down);
+    wait_for_hw(&sd, 301, Duration::from_secs(15)).await;
+    assert!(
+        sd.visible().log_start_offset > 0,
+        "the returning follower restarted its log from a snapshot"
+    );
+    let a = s
+        .append(batch(1, b"after"), 1, APPEND_TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(a.base_offset, 301);
+    wait_for_hw(&sd, 302, Duration::from_secs(10)).await;
+    // Both hold the same records from the later of their two log starts on.
+    let (on_leader, on_follower) = (read_all(&s), read_all(&sd));
+    let from = on_leader[0].0.max(on_follower[0].0);
+    let suffix = |log: &[(u64, u32, Vec<u8>)]| -> Vec<(u64, u32, Vec<u8>)> {
+        log.iter().filter(|b| b.0 >= from).cloned().collect()
+    };
+    assert_eq!(suffix(&on_follower), suffix(&on_leader));
+    assert_eq!(on_follower.last().unwrap().2, b"after");
+    for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_streams_share_the_peer_connections_and_keep_their_own_offsets() {
     let dir = tempfile::tempdir().unwrap();

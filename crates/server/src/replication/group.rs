@@ -356,6 +356,8 @@ pub struct GroupParts {
     pub forward_proposals: bool,
     /// How often the retention rules are applied.
     pub retention_interval: Duration,
+    /// How far the leader's retention waits for replicas that still need old entries.
+    pub retention_hold: RetentionHold,
     /// Retention runs only while this is true: a node sets it once its metadata replay has
     /// reached the commit index it had at start, so a topic's retention overrides (replayed
     /// from the metadata log) are known before anything is deleted by the node's defaults.
@@ -380,6 +382,18 @@ pub struct GroupParts {
     pub metrics: Arc<crate::metrics::PartitionMetrics>,
     /// The node's metrics (fsync latency, Produce's local and remote stages).
     pub node_metrics: Arc<crate::metrics::NodeMetrics>,
+}
+
+/// How far a leader's retention waits for a replica that still needs entries it would delete
+/// (Kafka deletes by retention whatever the followers hold; a replica below the log start
+/// catches up from a snapshot). Without a bound, one node that is down would stop retention
+/// on its partners and fill their disks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionHold {
+    /// A replica not heard from for this long holds nothing back.
+    pub down_replica_wait: Duration,
+    /// A live replica holds back at most this many bytes of segments (the newest it needs).
+    pub lagging_replica_max_bytes: u64,
 }
 
 /// A replica repairing a log that lost entries to corruption (see the server README,
@@ -440,6 +454,9 @@ struct Group {
     /// When each peer last sent this group a message that was stepped (see
     /// [`Group::update_in_sync`]).
     heard_from: HashMap<u64, Instant>,
+    /// Since when this replica leads (None: not leading): a peer not heard from since counts
+    /// as silent from then on (see [`Group::retention_floor`]).
+    leading_since: Option<Instant>,
     /// Read barriers asked of raft-rs, by the id in their context (at most
     /// [`MAX_PENDING_READS`]).
     reads_asked: HashMap<u64, oneshot::Sender<Result<u64, AppendError>>>,
@@ -537,6 +554,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         idle_ticks: 0,
         mark_quiesce_heartbeats: false,
         heard_from: HashMap::new(),
+        leading_since: None,
         next_retention,
         next_rebalance,
         reads_asked: HashMap::new(),
@@ -753,9 +771,46 @@ impl Group {
         }
     }
 
-    /// Deletes old segments as the store's retention policy says, but never an entry a
-    /// follower still needs (on the leader: below every voter's matched index) nor an
-    /// uncommitted one. A follower missing deleted entries gets a snapshot instead.
+    /// The floor retention may cut below (segments holding an index at or above it stay):
+    /// never an unapplied entry; on the leader, not what a replica still needs (below its
+    /// matched index), within [`RetentionHold`]'s bounds: a replica silent for longer than
+    /// `down_replica_wait` (counted from when this replica became leader at the earliest)
+    /// holds nothing back, a live one at most `lagging_replica_max_bytes`. A replica missing
+    /// deleted entries gets a snapshot when it next needs them.
+    fn retention_floor(&self) -> u64 {
+        let applied_floor = self.visible.applied_index + 1;
+        let raft = &self.p.node.raft;
+        let Some(leading_since) = self
+            .leading_since
+            .filter(|_| raft.state == StateRole::Leader)
+        else {
+            return applied_floor;
+        };
+        let hold = self.p.retention_hold;
+        let s = read(&self.p.store);
+        let mut floor = applied_floor;
+        for (id, progress) in raft.prs().iter() {
+            if *id == raft.id {
+                continue;
+            }
+            let last_heard = self
+                .heard_from
+                .get(id)
+                .map_or(leading_since, |at| (*at).max(leading_since));
+            if last_heard.elapsed() > hold.down_replica_wait {
+                continue;
+            }
+            floor = floor.min(s.retention_floor_holding(
+                applied_floor,
+                progress.matched + 1,
+                hold.lagging_replica_max_bytes,
+            ));
+        }
+        floor
+    }
+
+    /// Deletes old segments as the store's retention policy says, above the floor of
+    /// [`Group::retention_floor`].
     fn apply_retention(&mut self) {
         if !self
             .p
@@ -769,13 +824,7 @@ impl Group {
             self.compact_below_snapshot();
             return;
         }
-        let applied = self.visible.applied_index;
-        let mut floor = applied + 1;
-        if self.p.node.raft.state == StateRole::Leader {
-            for (_, progress) in self.p.node.raft.prs().iter() {
-                floor = floor.min(progress.matched + 1);
-            }
-        }
+        let floor = self.retention_floor();
         let mut s = write(&self.p.store);
         match s.apply_retention(floor) {
             Ok(outcome) if outcome.segments_deleted > 0 => {
@@ -1825,8 +1874,10 @@ impl Group {
                 t.clear_pending();
             }
             if ss.raft_state == StateRole::Leader {
+                self.leading_since.get_or_insert_with(Instant::now);
                 self.mark_unapplied_pending();
             } else {
+                self.leading_since = None;
                 self.fail_deposed(ss.leader_id);
             }
             self.publish();
