@@ -159,6 +159,10 @@ pub struct KafkaSettings {
     /// How often the group coordinator looks for expired offsets
     /// (`offsets.retention.check.interval.ms`, 10 minutes by default).
     pub offsets_retention_check_interval: Duration,
+    /// A follower is in sync (Kafka's ISR) while it holds everything the leader had committed
+    /// this long ago (`replica.lag.time.max.ms`, 30 s by default) and was heard from within two
+    /// election timeouts.
+    pub replica_lag_time_max: Duration,
 }
 
 impl Default for KafkaSettings {
@@ -178,6 +182,7 @@ impl Default for KafkaSettings {
             default_replication_factor: None,
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
             offsets_retention_check_interval: Duration::from_secs(600),
+            replica_lag_time_max: Duration::from_secs(30),
         }
     }
 }
@@ -389,6 +394,7 @@ struct FileKafka {
     default_replication_factor: Option<usize>,
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_ms: Option<u64>,
+    replica_lag_time_max_ms: Option<u64>,
     listeners: Option<Vec<FileKafkaListener>>,
 }
 
@@ -768,6 +774,9 @@ impl NodeConfig {
         if let Some(ms) = k.offsets_retention_check_ms {
             kafka.offsets_retention_check_interval =
                 positive_ms("kafka.offsets_retention_check_ms", ms)?;
+        }
+        if let Some(ms) = k.replica_lag_time_max_ms {
+            kafka.replica_lag_time_max = positive_ms("kafka.replica_lag_time_max_ms", ms)?;
         }
         if let Some(ms) = k.message_timestamp_after_max_ms {
             if i64::try_from(ms).is_err() {

@@ -372,6 +372,56 @@ impl LogStream {
         v
     }
 
+    /// Waits until at least `copies` voters hold the entry at `raft_index` durably (this
+    /// replica, node `me`, leading): for an acks=all produce whose topic's min.insync.replicas asks for
+    /// more copies than the majority the commit waited for. Fails with
+    /// [`AppendError::TooFewInSync`] once fewer than `copies` replicas are in sync (the data
+    /// stays in the log), [`AppendError::NotLeader`] when leadership moves, and
+    /// [`AppendError::Timeout`] after `timeout`.
+    pub async fn wait_for_copies(
+        &self,
+        me: u64,
+        raft_index: u64,
+        copies: usize,
+        timeout: Duration,
+    ) -> Result<(), AppendError> {
+        let mut rx = self.visible.clone();
+        let outcome = tokio::time::timeout(timeout, async {
+            loop {
+                let verdict = {
+                    let v = rx.borrow_and_update();
+                    let in_sync = v.in_sync.iter().filter(|id| **id != 0).count();
+                    if v.leader != me {
+                        Some(Err(AppendError::NotLeader {
+                            leader: (v.leader != 0).then_some(v.leader),
+                        }))
+                    } else if copies == 0
+                        || v.durable_on
+                            .get(copies - 1)
+                            .is_some_and(|i| *i >= raft_index)
+                    {
+                        Some(Ok(()))
+                    } else if in_sync < copies {
+                        Some(Err(AppendError::TooFewInSync {
+                            in_sync,
+                            required: copies,
+                        }))
+                    } else {
+                        None
+                    }
+                };
+                if let Some(verdict) = verdict {
+                    return verdict;
+                }
+                if rx.changed().await.is_err() {
+                    return Err(AppendError::Stopped);
+                }
+            }
+        })
+        .await;
+        outcome.unwrap_or(Err(AppendError::Timeout))
+    }
+
     /// A linearizable read barrier without a log entry (Raft's ReadIndex): resolves, on the
     /// leader, once a quorum confirmed its leadership and this replica applied everything
     /// committed before the call; fails with [`AppendError::NotLeader`] on a follower or when
@@ -2531,6 +2581,7 @@ impl Node {
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
             retention_allowed: self.retention_allowed.clone(),
+            in_sync_max_lag: self.config.kafka.replica_lag_time_max,
             retention_hold: crate::group::RetentionHold {
                 down_replica_wait: self.config.storage.retention_down_replica_wait,
                 lagging_replica_max_bytes: self.config.storage.retention_lagging_replica_max_bytes,

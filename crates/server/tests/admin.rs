@@ -502,6 +502,66 @@ async fn group_offsets_are_deleted_and_preferred_leaders_elected() {
     drop(nodes);
 }
 
+/// `min.insync.replicas` above the majority asks for that many copies before the
+/// acknowledgement, not only at arrival: right after a follower's node stops (while the leader
+/// still counts it in sync) an acks=all produce to a topic asking for three copies is never
+/// acknowledged; it ends with NOT_ENOUGH_REPLICAS_AFTER_APPEND once the follower leaves the
+/// in-sync set (or NOT_ENOUGH_REPLICAS after that). Kafka waits for every in-sync replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_insync_replicas_above_the_majority_waits_for_every_copy() {
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let configs = configs(dir.path());
+    let b = brokers(&configs);
+    let mut nodes = start(&configs).await;
+    let b2 = b.clone();
+    let leader = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b2[0]).unwrap();
+        assert_eq!(
+            create(&mut c, "three", &[("min.insync.replicas", "3")]),
+            (0, None)
+        );
+        produce(&b2, "three", 1, 10);
+        leader_of(&b2, "three")
+    })
+    .await
+    .unwrap();
+    let victim = b.iter().position(|a| *a != leader).unwrap();
+    let (node, kafka) = nodes.0.remove(victim);
+    kafka.abort();
+    node.shutdown();
+    let codes = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(leader).unwrap();
+        let mut codes = Vec::new();
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until && codes.len() < 300 {
+            codes.push(c.produce("three", fresh_batch(10)).unwrap().0);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        codes.sort_unstable();
+        codes.dedup();
+        codes
+    })
+    .await
+    .unwrap();
+    assert!(
+        !codes.contains(&0),
+        "acknowledged with two of the three copies asked: {codes:?}"
+    );
+    assert!(
+        codes.contains(&NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+        "{codes:?}"
+    );
+    assert!(
+        codes
+            .iter()
+            .all(|c| [NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND].contains(c)),
+        "{codes:?}"
+    );
+    drop(nodes);
+}
+
 /// `min.insync.replicas` above the majority: with all three replicas in sync an acks=all
 /// produce succeeds; with one replica's node stopped the leader refuses it with
 /// NOT_ENOUGH_REPLICAS (a majority could still commit it, but the topic asks for three), while

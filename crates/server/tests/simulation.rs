@@ -182,6 +182,7 @@ fn open_group(dir: &Path, node: u64, group: u64, peers: PeerSender) -> SimGroup 
         forward_proposals: false,
         retention_interval: Duration::from_secs(3600),
         retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        in_sync_max_lag: Duration::from_secs(30),
         retention_hold: vdl_server::group::RetentionHold {
             down_replica_wait: Duration::from_secs(60),
             lagging_replica_max_bytes: 1 << 30,

@@ -400,6 +400,8 @@ impl Stream {
             AppendError::Sequence(s) => Error::InvalidRecord(format!("{s:?}")),
             // The replica could not write it (a full disk): nothing of it is in its log.
             AppendError::Storage(m) => Error::Storage(m),
+            // The embedded API never asks for more copies than a majority.
+            e @ AppendError::TooFewInSync { .. } => Error::InvalidRecord(e.to_string()),
         }
     }
 

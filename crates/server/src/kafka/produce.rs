@@ -144,6 +144,7 @@ pub fn append_error_code(e: &AppendError) -> ErrorCode {
         // commits is answered with its offset.
         AppendError::Sequence(SequenceError::DuplicateInFlight) => ErrorCode::NotEnoughReplicas,
         AppendError::Storage(_) => ErrorCode::KafkaStorageError,
+        AppendError::TooFewInSync { .. } => ErrorCode::NotEnoughReplicasAfterAppend,
     }
 }
 
@@ -204,8 +205,15 @@ type SubmittedPartition = (i32, PartitionOutcome, ChainLink);
 
 enum PartitionOutcome {
     Failed(ErrorCode),
-    /// Submitted; with the append time stamped on the batch for a LogAppendTime topic.
-    Submitted(PendingAppend, crate::node::LogStream, Option<i64>),
+    /// Submitted; with the append time stamped on the batch for a LogAppendTime topic, and
+    /// the copies an acks=all produce waits for beyond the commit's majority
+    /// (min.insync.replicas above it; see [`crate::node::LogStream::wait_for_copies`]).
+    Submitted(
+        PendingAppend,
+        crate::node::LogStream,
+        Option<i64>,
+        Option<usize>,
+    ),
 }
 
 /// What a topic's configs ask of its produce requests (see [`crate::topic_config`]).
@@ -307,9 +315,12 @@ pub fn produce(
             let link = chain.link(&topic.name, p.index);
             // Behind a request still in flight to the partition, the answer may have to carry
             // that one's error: only the task can wait for it.
+            // A produce that waits for more copies than the commit's majority is answered by
+            // its task, after that wait.
+            let more_copies = req.acks == -1 && rules.settings.min_insync_replicas.is_some();
             let answer = direct
                 .take()
-                .filter(|_| link.0.is_none())
+                .filter(|_| link.0.is_none() && !more_copies)
                 .map(|to| DirectProduce {
                     to,
                     chain_end: link.1.clone(),
@@ -359,6 +370,7 @@ pub fn produce(
             return reply;
         }
     }
+    let me = node.config().id;
     Reply::Later(Box::pin(async move {
         let mut responses = Vec::with_capacity(submitted.len());
         for (name, partitions) in submitted {
@@ -369,8 +381,18 @@ pub fn produce(
                         error_code: code.code(),
                         ..unanswered(index)
                     },
-                    PartitionOutcome::Submitted(pending, stream, stamped_at) => {
-                        let outcome = pending.wait(timeout).await;
+                    PartitionOutcome::Submitted(pending, stream, stamped_at, copies) => {
+                        let started = std::time::Instant::now();
+                        let mut outcome = pending.wait(timeout).await;
+                        if let (Ok(appended), Some(copies)) = (&outcome, copies) {
+                            let left = timeout.saturating_sub(started.elapsed());
+                            if let Err(e) = stream
+                                .wait_for_copies(me, appended.raft_index, copies, left)
+                                .await
+                            {
+                                outcome = Err(e);
+                            }
+                        }
                         partition_response(index, &outcome, &stream, stamped_at)
                     }
                 };
@@ -478,7 +500,7 @@ impl DirectReply {
             "a direct answer is for one partition"
         );
         let (index, outcome, (_, done)) = match partitions.pop() {
-            Some((index, PartitionOutcome::Submitted(pending, stream, stamped_at), link)) => {
+            Some((index, PartitionOutcome::Submitted(pending, stream, stamped_at, _), link)) => {
                 // The outcome goes to the hook, not to `pending`'s channel.
                 drop(pending);
                 (index, (stream, stamped_at), link)
@@ -591,16 +613,19 @@ fn submit_partition(
     let Some(records) = records.filter(|r| !r.is_empty()) else {
         return PartitionOutcome::Failed(ErrorCode::InvalidRecord);
     };
+    let mut copies = None;
     if acks == -1 && rules.settings.min_insync_replicas.is_some() {
         // Kafka's min.insync.replicas: an acks=all produce is refused while fewer replicas
-        // are in sync. Only a setting above the majority needs a check here: the Raft commit
-        // waits for a majority anyway. (Topics without the setting skip the replica lookup.)
+        // are in sync, and acknowledged only once that many hold it. Only a setting above the
+        // majority needs either: the Raft commit waits for a majority anyway. (Topics without
+        // the setting skip the replica lookup.)
         let replicas = node.replicas_of(&stream).len();
         if let Some(required) = rules.settings.in_sync_required_beyond_majority(replicas) {
             let in_sync = v.in_sync.iter().filter(|id| **id != 0).count();
             if in_sync < required {
                 return PartitionOutcome::Failed(ErrorCode::NotEnoughReplicas);
             }
+            copies = Some(required);
         }
     }
     match validate_records(records.to_contiguous(), version, &rules.limits) {
@@ -619,7 +644,7 @@ fn submit_partition(
             stream.metrics().record_produce(batch.len());
             let hook = answer.map(|a| a.hook(stream.clone(), stamped_at));
             let pending = stream.submit_records_answering(batch, span, hook);
-            PartitionOutcome::Submitted(pending, stream, stamped_at)
+            PartitionOutcome::Submitted(pending, stream, stamped_at, copies)
         }
         Err(code) => PartitionOutcome::Failed(code),
     }

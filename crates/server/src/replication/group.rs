@@ -83,6 +83,15 @@ pub enum AppendError {
     /// this replica's log (Kafka's KAFKA_STORAGE_ERROR, retriable).
     #[error("storage error: {0}")]
     Storage(String),
+    /// Committed on a majority, but fewer replicas than asked are in sync to hold more copies
+    /// (Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND: the data is in the log, not acknowledged).
+    #[error("only {in_sync} replicas in sync, {required} asked")]
+    TooFewInSync {
+        /// Replicas in sync when the wait ended.
+        in_sync: usize,
+        /// Copies the append asked for.
+        required: usize,
+    },
 }
 
 /// Where an acknowledged append landed.
@@ -283,6 +292,11 @@ pub struct Visible {
     pub leader_ready: bool,
     /// The group is quiesced: idle, not ticking, no heartbeats (see [`crate::quiesce`]).
     pub quiesced: bool,
+    /// On the leader: `durable_on[k - 1]` is the highest Raft index that at least `k` voters
+    /// hold durably (the leader's own fsynced log counted), so an acks=all produce that asks
+    /// for `k` copies (min.insync.replicas above the majority) waits for it to reach its
+    /// entry. All zero on a follower.
+    pub durable_on: [u64; MAX_TRACKED_VOTERS],
     /// The voters of the group's configuration as this replica knows it (ascending,
     /// 0-padded).
     pub voters: [u64; MAX_TRACKED_VOTERS],
@@ -298,8 +312,8 @@ pub const LOST_ENTRIES_CONTEXT: &[u8] = b"vdl-lost-entries";
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
 
-/// A follower whose matched index is this far behind the leader's commit index is not in sync.
-const IN_SYNC_MAX_LAG_ENTRIES: u64 = 1000;
+/// Commit-index samples kept for the in-sync rule (see [`CommitHistory`]).
+const COMMIT_HISTORY_SAMPLES: usize = 256;
 
 /// Receives committed metadata entries in log order (used by the metadata group).
 pub trait StateMachine: Send + 'static {
@@ -358,6 +372,9 @@ pub struct GroupParts {
     pub retention_interval: Duration,
     /// How far the leader's retention waits for replicas that still need old entries.
     pub retention_hold: RetentionHold,
+    /// A follower is in sync while it holds what the leader had committed this long ago (and
+    /// was heard from recently): Kafka's `replica.lag.time.max.ms`.
+    pub in_sync_max_lag: Duration,
     /// Retention runs only while this is true: a node sets it once its metadata replay has
     /// reached the commit index it had at start, so a topic's retention overrides (replayed
     /// from the metadata log) are known before anything is deleted by the node's defaults.
@@ -382,6 +399,48 @@ pub struct GroupParts {
     pub metrics: Arc<crate::metrics::PartitionMetrics>,
     /// The node's metrics (fsync latency, Produce's local and remote stages).
     pub node_metrics: Arc<crate::metrics::NodeMetrics>,
+}
+
+/// The leader's commit index over the last `replica_lag_time_max`, sampled: a follower is in
+/// sync while it holds what was committed that long ago (Kafka's rule: caught up with the
+/// leader within `replica.lag.time.max.ms`). At most [`COMMIT_HISTORY_SAMPLES`] samples, at
+/// least `lag / COMMIT_HISTORY_SAMPLES` apart, so the answer errs by at most that much time.
+#[derive(Debug, Default)]
+struct CommitHistory {
+    samples: std::collections::VecDeque<(Instant, u64)>,
+}
+
+impl CommitHistory {
+    /// Records the commit index now; returns the highest commit index known to be at least
+    /// `lag` old (or, when leading for less than `lag`, the oldest sample: what was committed
+    /// when this leader started).
+    fn note(&mut self, now: Instant, committed: u64, lag: Duration) -> u64 {
+        let spacing = lag / COMMIT_HISTORY_SAMPLES as u32;
+        let due = self
+            .samples
+            .back()
+            .is_none_or(|(at, c)| *c != committed && now.saturating_duration_since(*at) >= spacing);
+        if due {
+            self.samples.push_back((now, committed));
+        }
+        // Keep one sample at least `lag` old: the newest such is the answer.
+        while self.samples.len() > 1
+            && self
+                .samples
+                .get(1)
+                .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= lag)
+        {
+            self.samples.pop_front();
+        }
+        while self.samples.len() > COMMIT_HISTORY_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.front().map_or(committed, |(_, c)| *c)
+    }
+
+    fn clear(&mut self) {
+        self.samples.clear();
+    }
 }
 
 /// How far a leader's retention waits for a replica that still needs entries it would delete
@@ -457,6 +516,8 @@ struct Group {
     /// Since when this replica leads (None: not leading): a peer not heard from since counts
     /// as silent from then on (see [`Group::retention_floor`]).
     leading_since: Option<Instant>,
+    /// On the leader: its commit index over the last `in_sync_max_lag` (the in-sync rule).
+    commit_history: CommitHistory,
     /// Read barriers asked of raft-rs, by the id in their context (at most
     /// [`MAX_PENDING_READS`]).
     reads_asked: HashMap<u64, oneshot::Sender<Result<u64, AppendError>>>,
@@ -555,6 +616,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         mark_quiesce_heartbeats: false,
         heard_from: HashMap::new(),
         leading_since: None,
+        commit_history: CommitHistory::default(),
         next_retention,
         next_rebalance,
         reads_asked: HashMap::new(),
@@ -1424,6 +1486,7 @@ impl Group {
             .unwrap_or(self.visible.high_watermark.min(s.next_offset()));
         self.visible.leader_ready = false;
         self.visible.in_sync = [0; MAX_TRACKED_VOTERS];
+        self.visible.durable_on = [0; MAX_TRACKED_VOTERS];
         drop(s);
         self.ready_term = 0;
         self.publish();
@@ -1840,6 +1903,9 @@ impl Group {
         // Whatever peers appended is persisted below (or there is nothing unpersisted).
         self.unpersisted = (0, 0);
         if !self.p.node.has_ready() {
+            // A follower's acknowledgement that commits nothing new makes no Ready, but may
+            // complete a produce that waits for more copies than a majority.
+            self.update_in_sync();
             return;
         }
         let mut ready = self.p.node.ready();
@@ -1878,6 +1944,7 @@ impl Group {
                 self.mark_unapplied_pending();
             } else {
                 self.leading_since = None;
+                self.commit_history.clear();
                 self.fail_deposed(ss.leader_id);
             }
             self.publish();
@@ -1962,18 +2029,34 @@ impl Group {
         );
     }
 
-    /// On the leader, the voters that are in sync (Kafka's ISR, in Raft terms): within
-    /// [`IN_SYNC_MAX_LAG_ENTRIES`] of the commit index, and heard from recently: since raft-rs's
-    /// last quorum check, or within two election timeouts (the quorum check clears raft-rs's
-    /// flag every election timeout, before the followers' next answers), or at all while the
-    /// group is quiesced (it quiesced with every voter holding the whole log; a voter reported
-    /// down wakes it, and it then drops out once silent for two election timeouts).
+    /// On the leader, the voters that are in sync (Kafka's ISR, in Raft terms): holding
+    /// everything committed `in_sync_max_lag` ago (Kafka's `replica.lag.time.max.ms`; see
+    /// [`CommitHistory`]), and heard from recently: since raft-rs's last quorum check, or
+    /// within two election timeouts (the quorum check clears raft-rs's flag every election
+    /// timeout, before the followers' next answers), or at all while the group is quiesced (it
+    /// quiesced with every voter holding the whole log; a voter reported down wakes it, and it
+    /// then drops out once silent for two election timeouts). Also publishes how many voters
+    /// hold each index durably ([`Visible::durable_on`]).
     fn update_in_sync(&mut self) {
         let mut in_sync = [0u64; MAX_TRACKED_VOTERS];
+        let mut durable_on = [0u64; MAX_TRACKED_VOTERS];
         let raft = &self.p.node.raft;
         if raft.state == StateRole::Leader {
             let committed = raft.raft_log.committed;
+            let lagging_below =
+                self.commit_history
+                    .note(Instant::now(), committed, self.p.in_sync_max_lag);
             let me = raft.id;
+            let mut matched: Vec<u64> = raft
+                .prs()
+                .iter()
+                .filter(|(id, _)| raft.prs().conf().voters().contains(**id))
+                .map(|(_, pr)| pr.matched)
+                .collect();
+            matched.sort_unstable_by(|a, b| b.cmp(a));
+            for (slot, index) in durable_on.iter_mut().zip(matched) {
+                *slot = index;
+            }
             let recent =
                 self.p.tick * 2 * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
             let quiesced = self.visible.quiesced;
@@ -1990,7 +2073,7 @@ impl Group {
                     let voter = raft.prs().conf().voters().contains(**id);
                     **id == me
                         || (voter
-                            && pr.matched + IN_SYNC_MAX_LAG_ENTRIES >= committed
+                            && pr.matched >= lagging_below
                             && (pr.recent_active || quiesced || heard(id)))
                 })
                 .map(|(id, _)| *id)
@@ -2009,8 +2092,12 @@ impl Group {
         if leader_ready {
             self.ready_term = raft.term;
         }
-        if in_sync != self.visible.in_sync || leader_ready != self.visible.leader_ready {
+        if in_sync != self.visible.in_sync
+            || leader_ready != self.visible.leader_ready
+            || durable_on != self.visible.durable_on
+        {
             self.visible.in_sync = in_sync;
+            self.visible.durable_on = durable_on;
             self.visible.leader_ready = leader_ready;
             self.publish();
         }
@@ -2274,5 +2361,35 @@ pub fn try_deliver(inbox: &InboxSender<GroupInput>, input: GroupInput) -> bool {
             false
         }
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_sync_means_holding_what_was_committed_the_lag_time_ago() {
+        let lag = Duration::from_secs(30);
+        let start = Instant::now();
+        let mut history = CommitHistory::default();
+        // A new leader: the bar is what was committed when it started.
+        assert_eq!(history.note(start, 100, lag), 100);
+        assert_eq!(history.note(start + Duration::from_secs(10), 500, lag), 100);
+        assert_eq!(history.note(start + Duration::from_secs(20), 900, lag), 100);
+        // 31 s on, 100 (at 0 s) is the newest sample at least 30 s old; 500 (at 10 s) becomes
+        // the bar once 30 s old.
+        assert_eq!(history.note(start + Duration::from_secs(31), 950, lag), 100);
+        assert_eq!(history.note(start + Duration::from_secs(41), 960, lag), 500);
+        assert_eq!(history.note(start + Duration::from_secs(51), 970, lag), 900);
+        // Bounded, however often it is told.
+        for i in 0..10_000u64 {
+            history.note(
+                start + Duration::from_secs(60) + Duration::from_millis(i),
+                1000 + i,
+                lag,
+            );
+        }
+        assert!(history.samples.len() <= COMMIT_HISTORY_SAMPLES);
     }
 }
