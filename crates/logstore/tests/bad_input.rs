@@ -272,6 +272,30 @@ fn bad_crc_in_sealed_segment() {
     }
 }
 
+/// A repair cuts only what it can show damaged: a suspect whose segment scans intact, or
+/// whose segment retention deleted meanwhile (a late scrubber report), cuts nothing.
+#[test]
+fn repair_without_damage_on_disk_cuts_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_store(tmp.path(), 60);
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    let (first, last) = (s.first_index(), s.last_index());
+    // Every frame is intact: a suspect anywhere cuts nothing and leaves no marker.
+    for suspect in [first, 10, last] {
+        assert_eq!(s.repair(suspect).unwrap(), None, "suspect {suspect}");
+        assert_eq!((s.first_index(), s.last_index()), (first, last));
+        assert_eq!(s.repair_marker(), None);
+    }
+    // The first sealed segments are deleted; a report about an index in them cuts nothing.
+    let second_base = s.sealed_segment_bases()[1];
+    s.delete_prefix(second_base).unwrap();
+    assert!(s.first_index() > 1);
+    s.report_damage(1);
+    assert_eq!(s.repair(s.damaged_from().unwrap()).unwrap(), None);
+    assert_eq!(s.last_index(), last);
+    assert_eq!(s.repair_marker(), None);
+}
+
 #[test]
 fn api_misuse_gives_typed_errors() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1358,40 +1358,77 @@ impl Group {
         }
     }
 
-    /// Acts on damage the store found: a leader first hands leadership to a caught-up
-    /// healthy follower (for at most an election timeout); then the log is cut before the
-    /// first damaged entry (durably, with a repair marker), raft-rs is rebuilt over the
-    /// shorter log as a follower, and the repair rules apply until the lost range is back.
+    /// Acts on damage the store found. A follower cuts its log before the first damaged entry
+    /// (durably, with a repair marker), raft-rs is rebuilt over the shorter log, and the
+    /// repair rules apply until the lost range is back. A leader never cuts: its copy may be
+    /// one of the majority that made damaged entries committed, and no other replica may
+    /// hold them yet. It first checks the damage is on disk, then hands leadership to the
+    /// live voter holding every committed entry with the highest matched index (raft-rs sends
+    /// it what it lacks, then TimeoutNow), trying again each election timeout until one takes
+    /// over; as a follower it then repairs. With no such voter it goes on leading over the
+    /// damaged log (reads of the damaged entries fail) rather than lose a committed copy.
     fn check_damage(&mut self) {
+        if self.p.node.raft.state == StateRole::Leader {
+            self.hand_over_damaged_leadership();
+            return;
+        }
+        self.handover_since = None;
         let Some(suspect) = read(&self.p.store).damaged_from() else {
             self.check_repaired();
             return;
         };
-        if self.p.node.raft.state == StateRole::Leader {
-            let timeout = self.p.tick
-                * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
-            match self.handover_since {
-                None => {
-                    self.handover_since = Some(Instant::now());
-                    let raft = &self.p.node.raft;
-                    let last = raft.raft_log.last_index();
-                    let me = raft.id;
-                    let healthy = raft
-                        .prs()
-                        .iter()
-                        .find(|(id, pr)| **id != me && pr.matched == last && pr.recent_active)
-                        .map(|(id, _)| *id);
-                    if let Some(to) = healthy {
-                        tracing::warn!(stream = %self.p.name, to, "damaged log on the leader: handing leadership over");
-                        self.p.node.transfer_leader(to);
-                        return;
-                    }
+        self.repair_now(suspect);
+    }
+
+    /// On a leader whose store noted damage (see [`Group::check_damage`]).
+    fn hand_over_damaged_leadership(&mut self) {
+        let timeout =
+            self.p.tick * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
+        if self.handover_since.is_some_and(|at| at.elapsed() < timeout) {
+            return;
+        }
+        if self.handover_since.is_none() {
+            let suspect = {
+                let s = read(&self.p.store);
+                match s.damaged_from() {
+                    None => return,
+                    Some(suspect) => s.confirm_damage(suspect),
                 }
-                Some(at) if at.elapsed() < timeout => return,
-                Some(_) => {}
+            };
+            match suspect {
+                Ok(Some(first_bad)) => {
+                    // Noted again, for the repair once this replica follows.
+                    read(&self.p.store).report_damage(first_bad);
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(stream = %self.p.name, "checking damage on the leader failed: {e}");
+                    return;
+                }
             }
         }
-        self.repair_now(suspect);
+        self.handover_since = Some(Instant::now());
+        let raft = &self.p.node.raft;
+        let committed = raft.raft_log.committed;
+        let me = raft.id;
+        let voters = raft.prs().conf().voters();
+        let healthy = raft
+            .prs()
+            .iter()
+            .filter(|(id, pr)| {
+                **id != me && voters.contains(**id) && pr.recent_active && pr.matched >= committed
+            })
+            .max_by_key(|(id, pr)| (pr.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id);
+        match healthy {
+            Some(to) => {
+                tracing::warn!(stream = %self.p.name, to, "damaged log on the leader: handing leadership over");
+                self.p.node.transfer_leader(to);
+            }
+            None => {
+                tracing::error!(stream = %self.p.name, "damaged log on the leader and no live voter holds every committed entry: leading on without cutting the log");
+            }
+        }
     }
 
     /// Cuts the log before the damage at or before `suspect`, rebuilds raft-rs as a follower
