@@ -2708,6 +2708,12 @@ impl Node {
         self.metadata.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether this node is in rejoin mode (its disk was replaced and some Raft group has not
+    /// caught up yet; it grants no votes meanwhile, see [`crate::replicas`]).
+    pub fn is_rejoining(&self) -> bool {
+        self.registry.directories.rejoin().is_active()
+    }
+
     /// This node's limit on catch-up replication (see [`crate::flow::replication`]).
     pub fn catch_up_limiter(&self) -> &crate::flow::replication::ReplicationLimiter {
         self.peers.catch_up_limiter()

@@ -384,6 +384,77 @@ async fn retention_waits_a_bounded_time_for_a_down_follower_which_then_catches_u
     }
 }
 
+/// A follower whose disk was replaced grants no vote until it holds everything committed
+/// when it came back: its rejoin target is the commit index its leader confirms with a
+/// quorum, not the index of the snapshot it gets first (where retention cut the log, far
+/// below the commit). With catch-up replication slowed down, rejoin mode still ends only once
+/// the replica applied that commit index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_disk_votes_again_only_after_applying_the_commit_it_came_back_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[STREAM]);
+    for c in &mut configs {
+        c.storage.segment_bytes = 64 << 10;
+        c.storage.retention_bytes = Some(1 << 20);
+        c.storage.retention_check_interval = Duration::from_millis(100);
+    }
+    let mut nodes = start_all(&configs).await;
+    let leader = wait_for_leader(&nodes, Duration::from_secs(10)).await;
+    let replaced = (leader + 1) % 3;
+    let s = stream(&nodes, leader);
+    let value = vec![b'r'; 4000];
+    for _ in 0..600 {
+        s.append(batch(1, &value), 1, APPEND_TIMEOUT).await.unwrap();
+    }
+    wait_for_hw(&stream(&nodes, replaced), 600, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.stored_index_range().0 <= 1 {
+        assert!(Instant::now() < deadline, "the leader applied no retention");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let command = vdl_server::metadata::MetaCommand::SetFlowLimits {
+        limits: vdl_server::flow::settings::FlowLimits {
+            catchup_replication_bytes_per_sec: Some(200_000),
+            ..Default::default()
+        },
+    };
+    nodes[leader]
+        .as_ref()
+        .unwrap()
+        .propose_metadata(&command, APPEND_TIMEOUT)
+        .await
+        .unwrap();
+    let committed = s.visible().applied_index;
+
+    nodes[replaced].take().unwrap().shutdown();
+    std::fs::remove_dir_all(&configs[replaced].data_dir).unwrap();
+    let node = Node::start(configs[replaced].clone()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node.is_rejoining() {
+        assert!(
+            Instant::now() < deadline,
+            "the node never entered rejoin mode"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    while node.is_rejoining() {
+        assert!(
+            Instant::now() < deadline,
+            "the node never finished rejoining"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let applied = node.stream(STREAM).unwrap().visible().applied_index;
+    assert!(
+        applied >= committed,
+        "rejoin mode ended at applied index {applied}, below the commit index {committed} it came back to"
+    );
+    nodes[replaced] = Some(node);
+    for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_streams_share_the_peer_connections_and_keep_their_own_offsets() {
     let dir = tempfile::tempdir().unwrap();

@@ -309,6 +309,19 @@ pub struct Visible {
 /// now ends (see [`Group::lost_entries_reported`]).
 pub const LOST_ENTRIES_CONTEXT: &[u8] = b"vdl-lost-entries";
 
+/// Start of the context of a rejoining replica's read-index request (then the rejoin epoch,
+/// 8 bytes big-endian); leaders' own read barriers use 8-byte contexts.
+const REJOIN_READ_CONTEXT: &[u8] = b"vdl-rejoin";
+
+fn rejoin_read_context(epoch: u64) -> Vec<u8> {
+    [REJOIN_READ_CONTEXT, &epoch.to_be_bytes()].concat()
+}
+
+fn rejoin_read_epoch(ctx: &[u8]) -> Option<u64> {
+    let epoch = ctx.strip_prefix(REJOIN_READ_CONTEXT)?;
+    Some(u64::from_be_bytes(epoch.try_into().ok()?))
+}
+
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
 
@@ -492,8 +505,10 @@ struct Group {
     visible: Visible,
     /// Rejoin epoch in which this group caught up (see [`crate::replicas`]).
     rejoin_done: u64,
-    /// In rejoin mode: (epoch, commit index the leader announced first in it).
+    /// In rejoin mode: (epoch, commit index a leader confirmed with a quorum in it).
     rejoin_target: Option<(u64, u64)>,
+    /// In rejoin mode: (epoch, when) this replica last asked its leader for the target.
+    rejoin_target_asked: Option<(u64, Instant)>,
     /// Entries and bytes of peer appends stepped since the last Ready was handled: the next
     /// Ready's append must fit the store's batch limits.
     unpersisted: (usize, u64),
@@ -513,6 +528,9 @@ struct Group {
     /// When each peer last sent this group a message that was stepped (see
     /// [`Group::update_in_sync`]).
     heard_from: HashMap<u64, Instant>,
+    /// On the leader: since when each peer's progress waits for a snapshot to arrive (see
+    /// [`Group::retry_lost_snapshots`]).
+    snapshot_waits: HashMap<u64, Instant>,
     /// Since when this replica leads (None: not leading): a peer not heard from since counts
     /// as silent from then on (see [`Group::retention_floor`]).
     leading_since: Option<Instant>,
@@ -609,6 +627,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         visible,
         rejoin_done: 0,
         rejoin_target: None,
+        rejoin_target_asked: None,
         unpersisted: (0, 0),
         store_limits,
         ready_term: 0,
@@ -616,6 +635,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         mark_quiesce_heartbeats: false,
         heard_from: HashMap::new(),
         leading_since: None,
+        snapshot_waits: HashMap::new(),
         commit_history: CommitHistory::default(),
         next_retention,
         next_rebalance,
@@ -666,6 +686,7 @@ impl Task for Group {
             }
             self.p.node.tick();
             self.maybe_quiesce();
+            self.retry_lost_snapshots();
         }
         if self.verify_committed() {
             self.handle_ready();
@@ -674,6 +695,7 @@ impl Task for Group {
             }
         }
         self.publish_membership();
+        self.ask_rejoin_target();
         self.check_damage();
         self.call_for_leader();
         let now = Instant::now();
@@ -729,6 +751,39 @@ impl Group {
             self.p.node.raft.ping();
             self.mark_quiesce_heartbeats = true;
             self.set_quiesced(true);
+        }
+    }
+
+    /// On the leader, once per tick: a peer whose progress has waited for a snapshot for an
+    /// election timeout is reported as a failed snapshot, so raft-rs probes it and sends
+    /// another. raft-rs pauses a peer in snapshot state until the peer answers it or the
+    /// snapshot's outcome is reported; a snapshot message lost on the way (the peer's group
+    /// not open yet when a replaced disk's node comes back, a dropped connection) would
+    /// otherwise leave the peer without entries for good.
+    fn retry_lost_snapshots(&mut self) {
+        let raft = &self.p.node.raft;
+        if raft.state != StateRole::Leader {
+            self.snapshot_waits.clear();
+            return;
+        }
+        let timeout = self.p.tick * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
+        let waiting: Vec<u64> = raft
+            .prs()
+            .iter()
+            .filter(|(_, pr)| pr.state == raft::ProgressState::Snapshot)
+            .map(|(id, _)| *id)
+            .collect();
+        self.snapshot_waits.retain(|id, _| waiting.contains(id));
+        let now = Instant::now();
+        for id in waiting {
+            let since = *self.snapshot_waits.entry(id).or_insert(now);
+            if now.saturating_duration_since(since) > timeout {
+                tracing::info!(stream = %self.p.name, peer = id, "no answer to a snapshot within an election timeout: sending another");
+                self.snapshot_waits.remove(&id);
+                self.p
+                    .node
+                    .report_snapshot(id, raft::SnapshotStatus::Failure);
+            }
         }
     }
 
@@ -1106,6 +1161,13 @@ impl Group {
     /// replica has applied through.
     fn answer_reads(&mut self, states: Vec<raft::ReadState>) {
         for rs in states {
+            if let Some(epoch) = rejoin_read_epoch(&rs.request_ctx) {
+                if self.rejoin_epoch_pending() == Some(epoch) {
+                    tracing::info!(stream = %self.p.name, target = rs.index, "rejoin target confirmed by the leader");
+                    self.rejoin_target = Some((epoch, rs.index));
+                }
+                continue;
+            }
             let id = <[u8; 8]>::try_from(rs.request_ctx.as_slice()).map(u64::from_be_bytes);
             if let Some(reply) = id.ok().and_then(|id| self.reads_asked.remove(&id)) {
                 self.reads_confirmed.push((rs.index, reply));
@@ -1121,34 +1183,52 @@ impl Group {
         }
     }
 
-    /// In rejoin mode (this node's disk was replaced), until this group has applied what its
-    /// leader had committed when it first heard from it: no vote is granted (the message is
-    /// dropped, as if this node were down), and the first append's commit index is the target.
+    /// In rejoin mode (this node's disk was replaced), until this group has applied its
+    /// target: no vote is granted (the message is dropped, as if this node were down).
     fn rejoin_allows(&mut self, m: &Message) -> bool {
         use raft::prelude::MessageType;
+        if self.rejoin_epoch_pending().is_none() {
+            return true;
+        }
+        !matches!(
+            m.get_msg_type(),
+            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
+        )
+    }
+
+    /// The rejoin epoch this group has not caught up in yet (None: not rejoining, or done).
+    fn rejoin_epoch_pending(&self) -> Option<u64> {
         let rejoin = self.p.rejoin.rejoin();
-        if !rejoin.is_active() {
-            return true;
-        }
         let epoch = rejoin.epoch();
-        if self.rejoin_done == epoch {
-            return true;
+        (rejoin.is_active() && self.rejoin_done != epoch).then_some(epoch)
+    }
+
+    /// In rejoin mode, once a leader is known: asks it for the rejoin target with a read-index
+    /// round (raft-rs forwards it; the leader answers with its commit index once a quorum of
+    /// the current term confirmed its leadership), again after an election timeout without an
+    /// answer. Never the commit index an append carries (a deposed leader's, or a lagging
+    /// one's) nor a snapshot's index (where retention cut, below the commit): the replica
+    /// must hold everything committed before it votes again.
+    fn ask_rejoin_target(&mut self) {
+        let Some(epoch) = self.rejoin_epoch_pending() else {
+            return;
+        };
+        if self.rejoin_target.is_some_and(|(e, _)| e == epoch)
+            || self.p.node.raft.leader_id == 0
+            || self.p.node.raft.leader_id == self.p.node.raft.id
+        {
+            return;
         }
-        match m.get_msg_type() {
-            MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => false,
-            MessageType::MsgAppend | MessageType::MsgSnapshot => {
-                if self.rejoin_target.is_none_or(|(e, _)| e != epoch) {
-                    let commit = if m.get_msg_type() == MessageType::MsgSnapshot {
-                        m.get_snapshot().get_metadata().index
-                    } else {
-                        m.commit
-                    };
-                    self.rejoin_target = Some((epoch, commit));
-                }
-                true
-            }
-            _ => true,
+        let timeout =
+            self.p.tick * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
+        if self
+            .rejoin_target_asked
+            .is_some_and(|(e, at)| e == epoch && at.elapsed() < timeout)
+        {
+            return;
         }
+        self.rejoin_target_asked = Some((epoch, Instant::now()));
+        self.p.node.read_index(rejoin_read_context(epoch));
     }
 
     /// Reports this group caught up once it has applied its rejoin target.
@@ -2014,9 +2094,13 @@ impl Group {
                 .unwrap_or_else(|e| panic!("installing a snapshot failed: {e}"));
             s.save_conf_state(&from_raft_conf(meta.get_conf_state()))
                 .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
-            if self.p.state_machine.is_some() {
+            // The snapshot's index is committed and everything up to it is now in place (a
+            // state machine's state, or a stream's log start): applied, so a rejoin target at
+            // or below it is reached without waiting for later entries.
+            if meta.index > self.visible.applied_index {
                 self.visible.applied_index = meta.index;
                 self.visible.high_watermark = s.next_offset();
+                self.visible.log_start_offset = s.first_readable_offset();
                 drop(s);
                 self.publish();
             }
@@ -2030,10 +2114,18 @@ impl Group {
         }
         if let Some(hs) = ready.hs() {
             if hs.term != self.persisted_term || hs.vote != self.persisted_vote {
+                // The commit index saved is at most what is applied: a restart takes the saved
+                // commit as applied (raft-rs delivers only entries after it again), and a
+                // configuration change is made durable only when applied (`save_conf_state`).
+                // This Ready's own committed entries are applied only after `advance` below; a
+                // crash before that, with their commit saved, would skip a configuration
+                // change in them for good (two missed changes give majorities that need not
+                // overlap). A saved commit below the real one is always safe: raft-rs learns
+                // the rest from the leader.
                 let state = logstore::HardState {
                     term: hs.term,
                     vote: hs.vote,
-                    commit: hs.commit,
+                    commit: hs.commit.min(self.visible.applied_index),
                 };
                 write(&self.p.store)
                     .save_hard_state(&state)
