@@ -306,13 +306,7 @@ pub(crate) fn recover(
     }
 
     if found.is_empty() {
-        let header = SegmentHeader {
-            base_index: 1,
-            base_offset: 0,
-            prev_term: 0,
-            generation: 0,
-            created_ms: now_ms(),
-        };
+        let header = SegmentHeader::new(1, 0, 0, 0, now_ms());
         let (path, file) = create_segment_file(dir, &header)?;
         report.segments = 1;
         return Ok(Recovered {
@@ -450,26 +444,40 @@ fn segment_end(f: &Found) -> Result<(u64, u64)> {
     // map is dropped when this returns.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
     let start = (f.header.base_index - 1, f.header.prev_term);
-    Ok(frames_end(&map, SEGMENT_HEADER_LEN, start))
+    let end = frames_end(&map, SEGMENT_HEADER_LEN, start);
+    Ok((end.last_index, end.last_term))
 }
 
-/// Walks intact frames from `pos` that continue (`last_index`, `last_term`); returns the last.
-fn frames_end(
-    data: &[u8],
-    mut pos: u64,
-    (mut last_index, mut last_term): (u64, u64),
-) -> (u64, u64) {
+/// Where a run of intact frames that continue each other ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FramesEnd {
+    last_index: u64,
+    last_term: u64,
+    /// The greatest `FrameHeader::synced_through` among the frames walked (meaningful in a
+    /// segment whose frames carry a sync lag): the segment was synced at least that far.
+    synced_through: u64,
+}
+
+/// Walks intact frames from `pos` that continue (`last_index`, `last_term`); returns the last
+/// and how far the walked frames say the segment was synced.
+fn frames_end(data: &[u8], mut pos: u64, (last_index, last_term): (u64, u64)) -> FramesEnd {
+    let mut end = FramesEnd {
+        last_index,
+        last_term,
+        synced_through: 0,
+    };
     while let Some(rest) = data.get(pos as usize..) {
         match check_frame(rest, MAX_FRAME_LEN) {
-            Ok(h) if h.index == last_index + 1 && h.term >= last_term => {
-                last_index = h.index;
-                last_term = h.term;
+            Ok(h) if h.index == end.last_index + 1 && h.term >= end.last_term => {
+                end.last_index = h.index;
+                end.last_term = h.term;
+                end.synced_through = end.synced_through.max(h.synced_through(pos));
                 pos += h.total_len();
             }
             _ => break,
         }
     }
-    (last_index, last_term)
+    end
 }
 
 /// Looks for an intact frame of index `expected` (term at least `min_term`) after the bad
@@ -549,6 +557,61 @@ fn cut_at_damage(
     open_active(dir, f, &index_path, cfg, open, report)
 }
 
+/// Bad bytes in the active segment's tail that must be repaired, not cut as a torn tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TailDamage {
+    /// The end the log had (a lower bound when the frames after the bad one do not tell).
+    lost_last_index: u64,
+    lost_last_term: u64,
+    /// Why the bad frame counts as damage.
+    why: String,
+}
+
+/// Classes where the tail scan of the active segment stopped (`sc.stop`, at a bad frame):
+/// `None` for a torn tail (or the reserve's zeros), to be cut without a marker; `Some` for
+/// damage, to be cut after a repair marker.
+///
+/// Damage is a bad frame that a completed sync covered:
+/// * version 2: an intact frame after it that continues the log says (its sync lag) that the
+///   segment was synced past the bad frame's position when it was written;
+/// * version 1 (no sync lags): an intact frame after it continues the log at all (the rule
+///   before sync lags existed: such a file cannot tell an out-of-order torn write from
+///   damage, and keeps being read as it was).
+fn tail_damage(
+    map: &[u8],
+    header: &SegmentHeader,
+    sc: &Scan,
+    zero_tail: bool,
+) -> Option<TailDamage> {
+    let (bad_pos, _) = sc.stop.as_ref()?;
+    if zero_tail {
+        return None;
+    }
+    let first_bad_index = sc.summary.last_index + 1;
+    let last_term = sc.summary.last_term;
+    let after = continuation(map, *bad_pos, first_bad_index + 1, last_term)
+        .map(|next| frames_end(map, next, (first_bad_index, last_term)));
+    let why = match after {
+        Some(_) if !header.has_sync_lag() => "in the middle of the active segment".to_string(),
+        Some(end) if end.synced_through > *bad_pos => format!(
+            "in synced bytes of the active segment (a later entry was written after a sync \
+             through byte {})",
+            end.synced_through
+        ),
+        _ => return None,
+    };
+    let (end_index, end_term) = after.map_or((first_bad_index, last_term), |e| {
+        (e.last_index, e.last_term)
+    });
+    Some(TailDamage {
+        lost_last_index: end_index.max(first_bad_index),
+        lost_last_term: end_term,
+        why,
+    })
+}
+
+/// Opens the active segment: scans its tail from the checkpoint, cuts a torn tail, and cuts
+/// damage after writing a repair marker (see [`tail_damage`]).
 fn open_active(
     dir: &Path,
     f: Found,
@@ -574,40 +637,33 @@ fn open_active(
     let from = start
         .as_ref()
         .map_or(SEGMENT_HEADER_LEN, |(s, _)| s.covered_len);
-    let (sc, zero_tail, lost_end) = {
+    let (sc, zero_tail, damage) = {
         // SAFETY: the directory lock makes this store the only writer, and the file is not
         // written or truncated while this map exists (it is dropped at the end of the block).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
         let data = map.get(from as usize..).unwrap_or(&[]);
         let sc = scan(data, from, &f.header, start, cfg.index_interval_bytes);
-        let rest = &data[(sc.summary.covered_len - from) as usize..];
+        let rest = data
+            .get((sc.summary.covered_len - from) as usize..)
+            .unwrap_or(&[]);
         let zero_tail = rest.iter().all(|&b| b == 0);
-        // A bad frame followed by intact frames that continue the log is damage in the
-        // middle of the segment, not a torn tail: the entries after it existed.
-        let lost_end = match &sc.stop {
-            Some((pos, _)) if !zero_tail => {
-                let expected = sc.summary.last_index + 2;
-                continuation(&map, *pos, expected, sc.summary.last_term)
-                    .map(|next| frames_end(&map, next, (expected - 1, sc.summary.last_term)))
-            }
-            _ => None,
-        };
-        (sc, zero_tail, lost_end)
+        let damage = tail_damage(&map, &f.header, &sc, zero_tail);
+        (sc, zero_tail, damage)
     };
-    if let (Some((last_index, last_term)), Some((pos, reason))) = (lost_end, &sc.stop) {
+    if let (Some(damage), Some((pos, reason))) = (damage, &sc.stop) {
         let first_bad_index = sc.summary.last_index + 1;
         let marker = crate::repair::save(
             dir,
             RepairMarker {
                 first_bad_index,
-                lost_last_index: last_index,
-                lost_last_term: last_term,
+                lost_last_index: damage.lost_last_index,
+                lost_last_term: damage.lost_last_term,
             },
         )?;
         report.damage = Some(DamageFound {
             path: f.path.clone(),
             offset: *pos,
-            reason: format!("in the middle of the active segment: {reason}"),
+            reason: format!("{}: {reason}", damage.why),
             first_bad_index,
             marker,
         });

@@ -12,7 +12,9 @@ use crate::batch;
 use crate::cache::StoreCache;
 use crate::config::{StoreConfig, SyncPolicy};
 use crate::entry::FRAME_HEADER_LEN;
-use crate::entry::{encode_frame, entry_from_frame, Entry, EntryKind, FrameMeta, NewEntry};
+use crate::entry::{
+    encode_frame, encode_sync_lag, entry_from_frame, Entry, EntryKind, FrameMeta, NewEntry,
+};
 use crate::error::{corruption, io_err, LogStoreError, Result};
 use crate::fsutil::{fdatasync, fsync_dir, lock_dir, remove_if_exists};
 use crate::hard_state::{self, ConfState, HardState};
@@ -517,6 +519,7 @@ impl LogStore {
         // Encode all frames into one buffer: one write per append batch.
         let mut buf = Vec::with_capacity(total as usize);
         let mut next_offset = self.next_offset();
+        let sync_lags = SyncLags::for_append(self.active(), self.synced_len);
         let mut metas = Vec::with_capacity(entries.len());
         for (e, infos) in entries.iter().zip(&batches) {
             let (count, max_ts) = match infos {
@@ -530,6 +533,7 @@ impl LogStore {
                 index: e.index,
                 term: e.term,
                 kind: e.kind,
+                sync_lag: sync_lags.at(buf.len() as u64),
                 first_offset: next_offset,
                 record_count: count,
                 max_timestamp: max_ts,
@@ -555,6 +559,7 @@ impl LogStore {
             .last_mut()
             .expect("a store always has an active segment");
         let pos0 = active.len;
+        debug_assert_eq!(pos0, sync_lags.append_pos);
         let written = self.reserve.write_below(pos0 + total, || {
             crate::fs::fs().write_all_at(active.active_file(), &active.path, &buf, pos0)
         });
@@ -699,13 +704,13 @@ impl LogStore {
         }
         let s = active.summary();
         let idx = active.indexes(interval)?;
-        let header = SegmentHeader {
-            base_index: s.last_index + 1,
-            base_offset: s.next_offset,
-            prev_term: s.last_term,
+        let header = SegmentHeader::new(
+            s.last_index + 1,
+            s.next_offset,
+            s.last_term,
             generation,
-            created_ms: now_ms(),
-        };
+            now_ms(),
+        );
         let (path, file) = match create_segment_file(&self.dir, &header) {
             Ok(created) => created,
             Err(e) => {
@@ -863,13 +868,7 @@ impl LogStore {
             remove_if_exists(&s.index_path)?;
         }
         let generation = self.generation + 1;
-        let header = SegmentHeader {
-            base_index: index + 1,
-            base_offset: next_offset,
-            prev_term: term,
-            generation,
-            created_ms: now_ms(),
-        };
+        let header = SegmentHeader::new(index + 1, next_offset, term, generation, now_ms());
         // Commit point: the new-generation segment exists durably.
         let (path, file) = create_segment_file(&self.dir, &header)?;
         self.reserve.attach(
@@ -1385,6 +1384,38 @@ impl LogStore {
             }
         }
         Ok(None)
+    }
+}
+
+/// The sync lag each frame of one append records (see `entry.rs`): how far the frame's
+/// position is past the length of the active segment that a completed fdatasync made durable
+/// before the append was written. `synced_len` only grows when an fdatasync of the active
+/// segment has returned (`complete_sync_at`, `trim_active`, recovery's own sync at open),
+/// never when a sync is merely prepared, so the lag never claims an unfinished sync.
+struct SyncLags {
+    /// Where the append's first frame goes (the active segment's length).
+    append_pos: u64,
+    /// The synced length of the active segment; `None`: a version-1 segment (no lag field).
+    synced_len: Option<u64>,
+}
+
+impl SyncLags {
+    fn for_append(active: &Segment, synced_len: u64) -> SyncLags {
+        SyncLags {
+            append_pos: active.len,
+            synced_len: active
+                .header
+                .has_sync_lag()
+                .then_some(synced_len.min(active.len)),
+        }
+    }
+
+    /// The field for the frame at `offset_in_append` bytes into the append's buffer.
+    fn at(&self, offset_in_append: u64) -> u32 {
+        match self.synced_len {
+            Some(synced) => encode_sync_lag(self.append_pos + offset_in_append - synced),
+            None => 0,
+        }
     }
 }
 
