@@ -247,10 +247,15 @@ struct Found {
 
 /// Opens (and repairs) the segments of `dir`; creates the first segment when there is none.
 /// Only the active segment's file stays open; sealed ones join `open` when read.
+///
+/// `saved_commit` is the commit index of the hard state (0 when there is none or it is
+/// damaged): a bad frame at or below it held a committed entry, so it is damage, never a torn
+/// tail.
 pub(crate) fn recover(
     dir: &Path,
     cfg: &StoreConfig,
     open: &Arc<OpenSegments>,
+    saved_commit: u64,
 ) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let mut seg_bases = Vec::new();
@@ -350,7 +355,7 @@ pub(crate) fn recover(
                 }
             }
         } else {
-            open_active(dir, f, &index_path, cfg, open, &mut report)?
+            open_active(dir, f, &index_path, cfg, open, saved_commit, &mut report)?
         };
         if let Some(prev) = segments.last() {
             let h = &seg.header;
@@ -554,7 +559,9 @@ fn cut_at_damage(
         marker,
     });
     let f = Found { len: pos, ..f };
-    open_active(dir, f, &index_path, cfg, open, report)
+    // What is left is the intact prefix the scan accepted: its tail scan stops nowhere, so
+    // there is nothing for the saved commit to decide.
+    open_active(dir, f, &index_path, cfg, open, 0, report)
 }
 
 /// Bad bytes in the active segment's tail that must be repaired, not cut as a torn tail.
@@ -571,17 +578,20 @@ struct TailDamage {
 /// `None` for a torn tail (or the reserve's zeros), to be cut without a marker; `Some` for
 /// damage, to be cut after a repair marker.
 ///
-/// Damage is a bad frame that a completed sync covered:
+/// Damage is a bad frame that a completed sync covered, or one holding a committed entry:
 /// * version 2: an intact frame after it that continues the log says (its sync lag) that the
 ///   segment was synced past the bad frame's position when it was written;
 /// * version 1 (no sync lags): an intact frame after it continues the log at all (the rule
 ///   before sync lags existed: such a file cannot tell an out-of-order torn write from
-///   damage, and keeps being read as it was).
+///   damage, and keeps being read as it was);
+/// * any version: the bad frame's index (the one after the last intact entry) is at or below
+///   the hard state's saved commit.
 fn tail_damage(
     map: &[u8],
     header: &SegmentHeader,
     sc: &Scan,
     zero_tail: bool,
+    saved_commit: u64,
 ) -> Option<TailDamage> {
     let (bad_pos, _) = sc.stop.as_ref()?;
     if zero_tail {
@@ -598,13 +608,17 @@ fn tail_damage(
              through byte {})",
             end.synced_through
         ),
+        _ if first_bad_index <= saved_commit => format!(
+            "in the active segment at index {first_bad_index}, at or below the saved commit \
+             {saved_commit}"
+        ),
         _ => return None,
     };
     let (end_index, end_term) = after.map_or((first_bad_index, last_term), |e| {
         (e.last_index, e.last_term)
     });
     Some(TailDamage {
-        lost_last_index: end_index.max(first_bad_index),
+        lost_last_index: end_index.max(first_bad_index).max(saved_commit),
         lost_last_term: end_term,
         why,
     })
@@ -618,6 +632,7 @@ fn open_active(
     index_path: &Path,
     cfg: &StoreConfig,
     open: &Arc<OpenSegments>,
+    saved_commit: u64,
     report: &mut RecoveryReport,
 ) -> Result<Segment> {
     let file = open_rw(&f.path)?;
@@ -647,7 +662,7 @@ fn open_active(
             .get((sc.summary.covered_len - from) as usize..)
             .unwrap_or(&[]);
         let zero_tail = rest.iter().all(|&b| b == 0);
-        let damage = tail_damage(&map, &f.header, &sc, zero_tail);
+        let damage = tail_damage(&map, &f.header, &sc, zero_tail, saved_commit);
         (sc, zero_tail, damage)
     };
     if let (Some(damage), Some((pos, reason))) = (damage, &sc.stop) {

@@ -224,7 +224,10 @@ impl LogStore {
             Err(e) => return Err(e),
         };
         let conf_state = hard_state::load_conf_state(dir)?;
-        let rec = recover(dir, &config, &resources.open_segments)?;
+        // Recovery treats a bad frame holding a committed entry as damage (a damaged hard
+        // state tells no commit: 0).
+        let saved_commit = loaded_hard_state.state.commit;
+        let rec = recover(dir, &config, &resources.open_segments, saved_commit)?;
         let repair_marker = repair::load(dir)?;
         let active = rec
             .segments

@@ -1,5 +1,6 @@
 //! Recovery of the active segment's tail: a bad frame is *damage* (repair marker, the log cut
-//! before it) only when a completed sync covered it; past the last completed sync it is a torn tail (cut, no marker), even when an
+//! before it) only when a completed sync covered it, or when the hard state's commit covers
+//! its index; past the last completed sync it is a torn tail (cut, no marker), even when an
 //! intact frame continuing the log follows it (a device may persist page k+1 and not page k
 //! of an unsynced write). Segments of the older format (version 1, no sync marks) recover as
 //! before.
@@ -9,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{check_det_entry, crc32c_of, det_entry};
-use logstore::{LogStore, RepairMarker, StoreConfig, SyncPolicy};
+use logstore::{HardState, LogStore, RepairMarker, StoreConfig, SyncPolicy};
 
 /// Syncs only when told; no zeros ahead of the data, so the file ends at the last frame.
 fn cfg() -> StoreConfig {
@@ -175,6 +176,60 @@ fn bad_frame_synced_by_a_group_sync_is_damage() {
         })
     );
     check_entries(&s, 1);
+}
+
+#[test]
+fn corrupt_last_frame_under_the_saved_commit_is_damage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, pos) = five_synced(tmp.path());
+    s.save_hard_state(&HardState {
+        term: 1,
+        vote: 0,
+        commit: 5,
+    })
+    .unwrap();
+    let len5 = s.entry(5).unwrap().size();
+    drop(s);
+    corrupt_frame(tmp.path(), pos[4], len5);
+
+    let s = LogStore::open(tmp.path(), cfg()).expect("the store opens");
+    let d = s
+        .recovery_report()
+        .damage
+        .clone()
+        .expect("damage reported, not a silent truncation");
+    assert_eq!((d.first_bad_index, d.offset), (5, pos[4]));
+    assert_eq!(
+        s.repair_marker(),
+        Some(RepairMarker {
+            first_bad_index: 5,
+            lost_last_index: 5,
+            lost_last_term: 1,
+        })
+    );
+    assert_eq!(s.hard_state().commit, 5, "the hard state is kept");
+    check_entries(&s, 4);
+}
+
+#[test]
+fn corrupt_last_frame_above_the_saved_commit_is_cut() {
+    // The remaining window (see the recovery module doc): nothing on disk tells whether the
+    // last frame of an idle log was synced when its index is above the saved commit.
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut s, pos) = five_synced(tmp.path());
+    s.save_hard_state(&HardState {
+        term: 1,
+        vote: 0,
+        commit: 4,
+    })
+    .unwrap();
+    let len5 = s.entry(5).unwrap().size();
+    drop(s);
+    corrupt_frame(tmp.path(), pos[4], len5);
+    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert_eq!(s.recovery_report().damage, None);
+    assert_eq!(s.repair_marker(), None);
+    check_entries(&s, 4);
 }
 
 #[test]
