@@ -12,8 +12,9 @@
 //!   generation, covered length = file length, and the frame at the recorded last position is
 //!   a valid frame of the recorded last index ending exactly at the end of the file). Their
 //!   index bodies are loaded lazily on first use. When the index file is missing or does not
-//!   agree, the segment is scanned completely; any bad frame in a sealed segment is corruption
-//!   and fails the open with the file and byte offset.
+//!   agree, the segment is scanned completely; a bad frame in a sealed segment is damage
+//!   (it was synced before the segment was sealed): the log is cut before it after a repair
+//!   marker is written (`cut_at_damage`, `repair.rs`).
 //! - The active (last) segment is scanned from its checkpoint (the covered length of its
 //!   index file, written only for synced data) or from its header when there is no valid
 //!   checkpoint. The scan stops at the first frame that is incomplete, fails its CRC, or does
@@ -21,6 +22,51 @@
 //!   unless everything after that point is zeros: that is the reserve written ahead of the
 //!   data (`reserve.rs`) and is kept.
 //! - Consecutive segments must continue each other (index, offset and term), else corruption.
+//!
+//! # Torn tail or damage (the active segment)
+//!
+//! Only bytes a completed fdatasync covered can be *damage*; everything past the last
+//! completed sync was never acknowledged, and a power cut may persist any subset of its pages
+//! (page k+1 and not page k). So where the tail scan stops at a bad frame:
+//! - **Damage** (repair marker, then the same cut) when the bad frame was synced:
+//!   - version-2 segments: every frame records its *sync lag* (`entry.rs`): how far its
+//!     position was past the segment length that a completed fdatasync covered when it was
+//!     written. An intact frame after the bad one that continues the log (found as before:
+//!     where the bad frame's length points, else at any byte) and whose lag puts that synced
+//!     length past the bad frame's position proves the bad frame was synced;
+//!   - version-1 segments (no lag; written before it existed): any intact continuing frame
+//!     after the bad one, the rule those files were always read with;
+//!   - any version: the bad frame's index (the last intact index + 1) is at or below the
+//!     hard state's saved commit: the entry was committed and acknowledged. The marker's lost
+//!     end is then at least the commit (with the last intact term when no later frame tells
+//!     the term: a lower bound, as for a damaged sealed segment's last frame).
+//! - **Torn tail** (cut, no marker) otherwise, including every intact frame after the bad
+//!   one: none of them was synced, so nobody was told they exist, and a marker naming them
+//!   would make the replica vote only for logs holding entries no healthy replica may have
+//!   (two such replicas and one without them elect nobody, ever).
+//!
+//! The lag is taken from `LogStore`'s synced length, which grows only after an fdatasync of
+//! the active segment has returned (`complete_sync`, `trim_active`, recovery's own sync at
+//! open): a sync only prepared (`prepare_sync`, its fdatasync still running outside the lock)
+//! is not counted, and the reserve's filler syncs (zeros, another handle) are not either.
+//! A frame's recorded synced length never exceeds its own position, and a truncation below
+//! it removes the frame with it, so a surviving intact frame never vouches for bytes that
+//! were rewritten after its sync.
+//!
+//! **The remaining window.** A synced frame is known to be synced only through a *later*
+//! frame's lag, or through the saved commit. So a bad frame among the appends written since
+//! the sync that the last intact frame records (for an idle log: its last synced append or
+//! group commit), whose index is above the saved commit, cannot be told from a torn write and
+//! is cut as a torn tail without a marker. This needs a device that changed synced bytes
+//! (not a power cut), in the newest few appends, before the replica learned and saved their
+//! commit. It is not strictly safe: the replica may have been part of the majority that
+//! committed such an entry, and it forgets it without the voting rule of the repair marker
+//! (the leader sends it again when the replica rejects its next append; the entry is lost
+//! only if, in addition, the other replicas that held it fail before that). Likewise, damage
+//! spanning the bad frame *and* the frame after it hides the later frames' lags (the search
+//! looks for the very next index), and a synced tail that reads back as all zeros is taken
+//! for the reserve; the saved commit still catches both when it covers the first lost index.
+//! A damaged hard state gives no commit (0).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -59,9 +105,10 @@ pub struct RecoveryReport {
     pub rebuilt_indexes: usize,
     /// Leftover files deleted (temporary files, orphan indexes, older generations).
     pub removed_files: usize,
-    /// Synced data found damaged (a bad frame in a sealed segment, or in the middle of the
-    /// active segment with intact entries after it): the log was cut before it and a repair
-    /// marker written (see [`crate::RepairMarker`]).
+    /// Synced data found damaged (a bad frame in a sealed segment, or in the active segment
+    /// where a later frame records a sync past it or the saved commit covers its index; see
+    /// the module docs): the log was cut before it and a repair marker written (see
+    /// [`crate::RepairMarker`]).
     pub damage: Option<DamageFound>,
 }
 
