@@ -35,7 +35,9 @@
 //!     where the bad frame's length points, else at any byte) and whose lag puts that synced
 //!     length past the bad frame's position proves the bad frame was synced;
 //!   - version-1 segments (no lag; written before it existed): any intact continuing frame
-//!     after the bad one, the rule those files were always read with;
+//!     after the bad one, the rule those files were always read with (`LogStore` then seals
+//!     such a segment and goes on in a version-2 one, so this applies only to what an older
+//!     build wrote);
 //!   - any version: the bad frame's index (the last intact index + 1) is at or below the
 //!     hard state's saved commit: the entry was committed and acknowledged. The marker's lost
 //!     end is then at least the commit (with the last intact term when no later frame tells

@@ -19,7 +19,8 @@ use crate::open_segments::{OpenSegments, SegmentHandle};
 /// ```text
 /// @0  magic       "VDLS"
 /// @4  version     u16 = 2   (a higher version is refused with UnsupportedVersion; 1 is
-///                           still read: its frames carry no sync lag, see `entry.rs`)
+///                           still read: its frames carry no sync lag, see `entry.rs`; the
+///                           store never appends to a version-1 segment)
 /// @6  flags       u16 = 0
 /// @8  base_index  u64   first Raft index the segment holds (also the file name)
 /// @16 base_offset u64   next Kafka offset at the start of the segment

@@ -248,7 +248,7 @@ impl LogStore {
             .map_err(io_err(&active.path))?
             .len();
         reserve.attach(&active.path, active.len, file_len, config.segment_bytes);
-        Ok(LogStore {
+        let mut store = LogStore {
             dir: dir.to_path_buf(),
             cache: StoreCache::new(&resources.cache_budget, config.cache_bytes as u64),
             open_segments: Arc::clone(&resources.open_segments),
@@ -270,7 +270,67 @@ impl LogStore {
             damaged_from: AtomicU64::new(u64::MAX),
             repair_marker,
             hard_state_damage,
-        })
+        };
+        store.upgrade_active_segment();
+        Ok(store)
+    }
+
+    /// Makes the active segment a version-2 one when it is a version-1 segment (written by an
+    /// older build, or made active again by a truncation into it), so that appends from now
+    /// on record their sync lag (see `recovery.rs`; a version-1 tail has only the old rule):
+    /// a non-empty one is sealed (a roll), an empty one is replaced by an empty version-2
+    /// file with the same header fields. Best effort: when that fails (a full disk), the
+    /// version-1 segment stays active until it rolls, as before this format existed.
+    fn upgrade_active_segment(&mut self) {
+        if self.active().header.has_sync_lag() {
+            return;
+        }
+        let _ = if self.active().is_empty() {
+            self.replace_empty_active()
+        } else {
+            self.roll()
+        };
+    }
+
+    /// Replaces the empty active segment by a new file holding only its header, in the
+    /// current format version (atomically: temp file, fsync, rename, fsync directory).
+    fn replace_empty_active(&mut self) -> Result<()> {
+        debug_assert!(self.active().is_empty());
+        self.reserve.detach();
+        let old = self.active().header;
+        let header = SegmentHeader::new(
+            old.base_index,
+            old.base_offset,
+            old.prev_term,
+            old.generation,
+            old.created_ms,
+        );
+        let created = create_segment_file(&self.dir, &header).map(|(path, file)| {
+            *self.active_mut() =
+                Segment::new_empty(header, path, file, &self.dir, &self.open_segments);
+            self.synced_len = SEGMENT_HEADER_LEN;
+            self.checkpoint_len = 0;
+        });
+        self.attach_reserve_to_active()?;
+        created
+    }
+
+    /// Attaches the reserve to the active segment as its file is now (zeros after the data
+    /// included).
+    fn attach_reserve_to_active(&self) -> Result<()> {
+        let active = self.active();
+        let file_len = active
+            .active_file()
+            .metadata()
+            .map_err(io_err(&active.path))?
+            .len();
+        self.reserve.attach(
+            &active.path,
+            active.len,
+            file_len,
+            self.config.segment_bytes,
+        );
+        Ok(())
     }
 
     /// Syncs, writes the active segment's checkpoint (so the next open scans nothing) and
@@ -853,6 +913,8 @@ impl LogStore {
         self.synced_len = pos;
         self.checkpoint_len = 0;
         self.durable_index = self.durable_index.min(from_index - 1);
+        // A truncation into a version-1 segment made it active again.
+        self.upgrade_active_segment();
         Ok(())
     }
 

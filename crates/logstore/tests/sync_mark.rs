@@ -3,7 +3,7 @@
 //! its index; past the last completed sync it is a torn tail (cut, no marker), even when an
 //! intact frame continuing the log follows it (a device may persist page k+1 and not page k
 //! of an unsynced write). Segments of the older format (version 1, no sync marks) recover as
-//! before.
+//! before, and the log goes on in a version-2 segment.
 
 mod common;
 
@@ -315,17 +315,70 @@ fn version_1_segment_with_a_torn_tail_recovers_as_before() {
     assert_eq!(s.repair_marker(), None);
     assert_eq!(s.recovery_report().truncated_bytes, len6 / 2);
     check_v1_entries(&s, 5);
-    // Appending to a version-1 segment keeps it version 1 (no sync marks written into it).
-    let p6 = data_len(&s);
+    // The version-1 segment is sealed as it is; appends go to a new version-2 segment.
+    assert_eq!(s.segment_count(), 2);
+    assert_eq!(segment_version(&path), 1);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        p6,
+        "sealed at its last frame"
+    );
     s.append(&[det_entry(6, 1)]).unwrap();
     s.sync().unwrap();
     drop(s);
-    let data = std::fs::read(&path).unwrap();
-    assert_eq!(u16::from_le_bytes([data[4], data[5]]), 1);
-    assert_eq!(&data[p6 as usize + 25..p6 as usize + 28], &[0, 0, 0]);
+    assert_eq!(segment_version(&active_segment(tmp.path())), 2);
     let s = LogStore::open(tmp.path(), cfg()).unwrap();
     assert_eq!(s.last_index(), 6);
+    assert_eq!(s.segment_count(), 2);
     assert_eq!(s.recovery_report().truncated_bytes, 0);
+}
+
+fn segment_version(path: &Path) -> u16 {
+    let data = std::fs::read(path).unwrap();
+    u16::from_le_bytes([data[4], data[5]])
+}
+
+#[test]
+fn an_empty_version_1_segment_is_replaced_by_a_version_2_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_v1_segment(tmp.path(), 0);
+    let path = active_segment(tmp.path());
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert_eq!((s.segment_count(), s.last_index()), (1, 0));
+    assert_eq!(segment_version(&path), 2);
+    append_one(&mut s, 1);
+    s.sync().unwrap();
+    drop(s);
+    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    check_entries(&s, 1);
+    assert_eq!(active_segment(tmp.path()), path);
+}
+
+#[test]
+fn a_truncation_into_a_version_1_segment_starts_a_version_2_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let frames = write_v1_segment(tmp.path(), 6);
+    let v1_path = active_segment(tmp.path());
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert_eq!(s.segment_count(), 2, "sealed at open");
+    s.truncate_suffix(4).unwrap();
+    // The version-1 prefix is sealed again; the log goes on in a version-2 segment.
+    assert_eq!(s.segment_count(), 2);
+    assert_eq!(segment_version(&v1_path), 1);
+    assert_eq!(std::fs::metadata(&v1_path).unwrap().len(), frames[3].0);
+    let active = active_segment(tmp.path());
+    assert_eq!(
+        active.file_name().unwrap(),
+        format!("{:020}.log", 4).as_str()
+    );
+    assert_eq!(segment_version(&active), 2);
+    check_v1_entries(&s, 3);
+    s.append(&[det_entry(4, 1)]).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert_eq!(s.last_index(), 4);
+    assert_eq!(s.repair_marker(), None);
 }
 
 #[test]
@@ -353,14 +406,14 @@ fn version_1_segment_with_a_bad_frame_before_intact_ones_is_damage_as_before() {
 fn version_1_segment_whole_opens_unchanged() {
     let tmp = tempfile::tempdir().unwrap();
     write_v1_segment(tmp.path(), 6);
-    let len = std::fs::metadata(active_segment(tmp.path())).unwrap().len();
+    let path = active_segment(tmp.path());
+    let data = std::fs::read(&path).unwrap();
     let s = LogStore::open(tmp.path(), cfg()).unwrap();
     assert_eq!(s.recovery_report().truncated_bytes, 0);
     assert_eq!(s.recovery_report().damage, None);
     check_v1_entries(&s, 6);
     drop(s);
-    assert_eq!(
-        std::fs::metadata(active_segment(tmp.path())).unwrap().len(),
-        len
-    );
+    assert_eq!(std::fs::read(&path).unwrap(), data, "byte for byte");
+    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    check_v1_entries(&s, 6);
 }
