@@ -176,11 +176,11 @@ pub(crate) fn scan(
                 break;
             }
         };
-        let problem = if h.index != s.last_index + 1 {
+        let problem = if s.last_index.checked_add(1) != Some(h.index) {
             Some(format!(
                 "frame has index {}, expected {}",
                 h.index,
-                s.last_index + 1
+                s.last_index.saturating_add(1)
             ))
         } else if h.term < s.last_term {
             Some(format!(
@@ -522,7 +522,7 @@ fn frames_end(data: &[u8], mut pos: u64, (last_index, last_term): (u64, u64)) ->
     };
     while let Some(rest) = data.get(pos as usize..) {
         match check_frame(rest, MAX_FRAME_LEN) {
-            Ok(h) if h.index == end.last_index + 1 && h.term >= end.last_term => {
+            Ok(h) if end.last_index.checked_add(1) == Some(h.index) && h.term >= end.last_term => {
                 end.last_index = h.index;
                 end.last_term = h.term;
                 end.synced_through = end.synced_through.max(h.synced_through(pos));
@@ -646,9 +646,9 @@ fn tail_damage(
     if zero_tail {
         return None;
     }
-    let first_bad_index = sc.summary.last_index + 1;
+    let first_bad_index = sc.summary.last_index.saturating_add(1);
     let last_term = sc.summary.last_term;
-    let after = continuation(map, *bad_pos, first_bad_index + 1, last_term)
+    let after = continuation(map, *bad_pos, first_bad_index.saturating_add(1), last_term)
         .map(|next| frames_end(map, next, (first_bad_index, last_term)));
     let why = match after {
         Some(_) if !header.has_sync_lag() => "in the middle of the active segment".to_string(),
@@ -715,7 +715,7 @@ fn open_active(
         (sc, zero_tail, damage)
     };
     if let (Some(damage), Some((pos, reason))) = (damage, &sc.stop) {
-        let first_bad_index = sc.summary.last_index + 1;
+        let first_bad_index = sc.summary.last_index.saturating_add(1);
         let marker = crate::repair::save(
             dir,
             RepairMarker {
