@@ -61,14 +61,15 @@
 //! group commit), whose index is above the saved commit, cannot be told from a torn write and
 //! is cut as a torn tail without a marker. This needs a device that changed synced bytes
 //! (not a power cut), in the newest few appends, before the replica learned and saved their
-//! commit. It is not strictly safe: the replica may have been part of the majority that
-//! committed such an entry, and it forgets it without the voting rule of the repair marker
-//! (the leader sends it again when the replica rejects its next append; the entry is lost
-//! only if, in addition, the other replicas that held it fail before that). Likewise, damage
-//! spanning the bad frame *and* the frame after it hides the later frames' lags (the search
-//! looks for the very next index), and a synced tail that reads back as all zeros is taken
-//! for the reserve; the saved commit still catches both when it covers the first lost index.
-//! A damaged hard state gives no commit (0).
+//! commit. It is not safe: the replica may have been part of the majority that committed
+//! such an entry; voting with its cut log, without the repair marker's voting rule, it can
+//! help elect a candidate lacking the entry, which is then lost. On disk the window closes
+//! for a frame once a later append records a sync past it or the replica saves a commit
+//! covering it; after such a cut it closes when the leader sends the entry again (the replica
+//! rejects its next append). Likewise, damage spanning the bad frame *and* the frame after it
+//! hides the later frames' lags (the search looks for the very next index), and a synced
+//! tail that reads back as all zeros is taken for the reserve; the saved commit still catches
+//! both when it covers the first lost index. A damaged hard state gives no commit (0).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
