@@ -100,8 +100,9 @@ impl Entry {
 /// @8  index         u64  Raft index
 /// @16 term          u64  Raft term
 /// @24 kind          u8   1 Records, 2 ConfChange, 3 ConfChangeV2, 4 Noop, 5 Meta
-/// @25 flags         u8   0
-/// @26 reserved      u16  0
+/// @25 sync_lag      u24  segment version >= 2: how far the completed syncs lagged behind
+///                        this frame when it was written (see `encode_sync_lag`);
+///                        version 1: `flags u8` = 0 and `reserved u16` = 0, ignored
 /// @28 context_len   u32
 /// @32 first_offset  u64  see `Entry::first_offset`
 /// @40 record_count  u32
@@ -120,6 +121,8 @@ pub(crate) struct FrameHeader {
     pub index: u64,
     pub term: u64,
     pub kind: EntryKind,
+    /// The raw 24-bit sync lag at @25 (meaningful in version-2 segments only).
+    pub sync_lag: u32,
     pub context_len: u32,
     pub first_offset: u64,
     pub record_count: u32,
@@ -135,6 +138,49 @@ impl FrameHeader {
     /// Offset after this entry.
     pub fn next_offset(&self) -> u64 {
         self.first_offset + u64::from(self.record_count)
+    }
+
+    /// For a frame of a version-2 segment at file position `frame_pos`: a length of the
+    /// segment file that a completed fdatasync had made durable before this frame was
+    /// written (a lower bound; see [`encode_sync_lag`]).
+    pub fn synced_through(&self, frame_pos: u64) -> u64 {
+        frame_pos.saturating_sub(decode_sync_lag(self.sync_lag))
+    }
+}
+
+/// Largest value of the 24-bit sync lag field.
+const SYNC_LAG_MAX: u32 = (1 << 24) - 1;
+/// Top bit of the field: the lag is counted in [`SYNC_LAG_COARSE_UNIT_BYTES`] units.
+const SYNC_LAG_COARSE: u32 = 1 << 23;
+/// Unit of a coarse lag (rounded up, so the synced length it implies rounds down).
+const SYNC_LAG_COARSE_UNIT_BYTES: u64 = 4096;
+
+/// Encodes `lag_bytes` (a frame's position minus the segment length a completed sync covered
+/// when it was written) into the 24-bit field: exact below 8 MiB; above, in 4 KiB units
+/// rounded up (up to 32 GiB); beyond, the field's maximum, which decodes as "the whole
+/// frame position", i.e. nothing known synced. Decoding never yields less lag than the
+/// truth, so [`FrameHeader::synced_through`] never claims more than was synced.
+pub(crate) fn encode_sync_lag(lag_bytes: u64) -> u32 {
+    if lag_bytes < u64::from(SYNC_LAG_COARSE) {
+        return lag_bytes as u32;
+    }
+    let units = lag_bytes.div_ceil(SYNC_LAG_COARSE_UNIT_BYTES);
+    if units < u64::from(SYNC_LAG_MAX - SYNC_LAG_COARSE) {
+        SYNC_LAG_COARSE | units as u32
+    } else {
+        SYNC_LAG_MAX
+    }
+}
+
+/// The lag in bytes the field stands for (`u64::MAX`: unknown, nothing known synced).
+fn decode_sync_lag(field: u32) -> u64 {
+    let field = field & SYNC_LAG_MAX;
+    if field == SYNC_LAG_MAX {
+        u64::MAX
+    } else if field & SYNC_LAG_COARSE != 0 {
+        u64::from(field & !SYNC_LAG_COARSE) * SYNC_LAG_COARSE_UNIT_BYTES
+    } else {
+        u64::from(field)
     }
 }
 
@@ -178,6 +224,7 @@ pub(crate) fn parse_header(buf: &[u8], max_frame_len: u64) -> Result<FrameHeader
     }
     let kind = EntryKind::from_byte(buf[24])
         .ok_or_else(|| FrameError::Invalid(format!("unknown entry kind {}", buf[24])))?;
+    let sync_lag = u32::from_le_bytes([buf[25], buf[26], buf[27], 0]);
     let context_len = le_u32(buf, 28);
     if context_len as usize > frame_len as usize + LEN_PREFIX - FRAME_HEADER_LEN {
         return Err(FrameError::Invalid(format!(
@@ -190,6 +237,7 @@ pub(crate) fn parse_header(buf: &[u8], max_frame_len: u64) -> Result<FrameHeader
         index: le_u64(buf, 8),
         term: le_u64(buf, 16),
         kind,
+        sync_lag,
         context_len,
         first_offset: le_u64(buf, 32),
         record_count: le_u32(buf, 40),
@@ -240,6 +288,8 @@ pub(crate) struct FrameMeta {
     pub index: u64,
     pub term: u64,
     pub kind: EntryKind,
+    /// The 24-bit sync lag field (0 in version-1 segments; see [`encode_sync_lag`]).
+    pub sync_lag: u32,
     pub first_offset: u64,
     pub record_count: u32,
     pub max_timestamp: i64,
@@ -262,8 +312,7 @@ pub(crate) fn encode_frame(
     out.put_u64_le(m.index);
     out.put_u64_le(m.term);
     out.put_u8(m.kind.to_byte());
-    out.put_u8(0);
-    out.put_u16_le(0);
+    out.extend_from_slice(&(m.sync_lag & SYNC_LAG_MAX).to_le_bytes()[..3]);
     out.put_u32_le(context.len() as u32);
     out.put_u64_le(m.first_offset);
     out.put_u32_le(m.record_count);
@@ -289,6 +338,7 @@ mod tests {
             index: 7,
             term: 3,
             kind: EntryKind::Meta,
+            sync_lag: encode_sync_lag(5000),
             first_offset: 42,
             record_count: 0,
             max_timestamp: -1,
@@ -296,6 +346,7 @@ mod tests {
         encode_frame(&mut v, &m, b"ctx", b"hello", |_| {});
         let h = check_frame(&v, 1 << 20).unwrap();
         assert_eq!(h.index, 7);
+        assert_eq!(h.synced_through(6000), 1000);
         assert_eq!(h.total_len() as usize, v.len());
         let b = Bytes::from(v.clone());
         let e = entry_from_frame(&h, &b);
@@ -310,5 +361,46 @@ mod tests {
             check_frame(&v[..v.len() - 1], 1 << 20),
             Err(FrameError::Incomplete)
         );
+    }
+
+    #[test]
+    fn sync_lag_never_claims_more_than_was_synced() {
+        let lags = [
+            0,
+            1,
+            4095,
+            (1 << 23) - 1,
+            1 << 23,
+            (1 << 23) + 1,
+            5 << 30,
+            (32 << 30) - 1,
+            32 << 30,
+            1 << 40,
+            u64::MAX,
+        ];
+        for lag in lags {
+            let decoded = decode_sync_lag(encode_sync_lag(lag));
+            assert!(decoded >= lag, "lag {lag} decoded as {decoded}");
+            if lag < 1 << 23 {
+                assert_eq!(decoded, lag);
+            } else if lag <= 30 << 30 {
+                assert!(decoded - lag < SYNC_LAG_COARSE_UNIT_BYTES);
+            }
+        }
+        let h = |field| FrameHeader {
+            frame_len: 48,
+            crc: 0,
+            index: 1,
+            term: 1,
+            kind: EntryKind::Noop,
+            sync_lag: field,
+            context_len: 0,
+            first_offset: 0,
+            record_count: 0,
+            max_timestamp: -1,
+        };
+        assert_eq!(h(0).synced_through(100), 100);
+        assert_eq!(h(SYNC_LAG_MAX).synced_through(100), 0);
+        assert_eq!(h(encode_sync_lag(200)).synced_through(100), 0);
     }
 }

@@ -22,8 +22,9 @@
 //!   failed fsync the kernel may have dropped the dirty pages and cleared the error, so
 //!   continuing could acknowledge lost data (PostgreSQL "fsyncgate"). Restart and recover.
 //! - **Recovery** on open scans only the tail after the last checkpoint, truncates a torn
-//!   tail, rebuilds bad indexes, and fails with file + byte offset on corruption of sealed
-//!   data. See `README.md` of the crate for the on-disk format.
+//!   tail (everything past the last completed sync from the first bad frame on), rebuilds bad
+//!   indexes, and cuts damaged synced data after writing a repair marker ([`RepairMarker`]).
+//!   See `README.md` of the crate for the on-disk format.
 
 mod batch;
 mod budget;

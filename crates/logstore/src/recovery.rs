@@ -12,8 +12,9 @@
 //!   generation, covered length = file length, and the frame at the recorded last position is
 //!   a valid frame of the recorded last index ending exactly at the end of the file). Their
 //!   index bodies are loaded lazily on first use. When the index file is missing or does not
-//!   agree, the segment is scanned completely; any bad frame in a sealed segment is corruption
-//!   and fails the open with the file and byte offset.
+//!   agree, the segment is scanned completely; a bad frame in a sealed segment is damage
+//!   (it was synced before the segment was sealed): the log is cut before it after a repair
+//!   marker is written (`cut_at_damage`, `repair.rs`).
 //! - The active (last) segment is scanned from its checkpoint (the covered length of its
 //!   index file, written only for synced data) or from its header when there is no valid
 //!   checkpoint. The scan stops at the first frame that is incomplete, fails its CRC, or does
@@ -21,6 +22,54 @@
 //!   unless everything after that point is zeros: that is the reserve written ahead of the
 //!   data (`reserve.rs`) and is kept.
 //! - Consecutive segments must continue each other (index, offset and term), else corruption.
+//!
+//! # Torn tail or damage (the active segment)
+//!
+//! Only bytes a completed fdatasync covered can be *damage*; everything past the last
+//! completed sync was never acknowledged, and a power cut may persist any subset of its pages
+//! (page k+1 and not page k). So where the tail scan stops at a bad frame:
+//! - **Damage** (repair marker, then the same cut) when the bad frame was synced:
+//!   - version-2 segments: every frame records its *sync lag* (`entry.rs`): how far its
+//!     position was past the segment length that a completed fdatasync covered when it was
+//!     written. An intact frame after the bad one that continues the log (found as before:
+//!     where the bad frame's length points, else at any byte) and whose lag puts that synced
+//!     length past the bad frame's position proves the bad frame was synced;
+//!   - version-1 segments (no lag; written before it existed): any intact continuing frame
+//!     after the bad one, the rule those files were always read with (`LogStore` then seals
+//!     such a segment and goes on in a version-2 one, so this applies only to what an older
+//!     build wrote);
+//!   - any version: the bad frame's index (the last intact index + 1) is at or below the
+//!     hard state's saved commit: the entry was committed and acknowledged. The marker's lost
+//!     end is then at least the commit (with the last intact term when no later frame tells
+//!     the term: a lower bound, as for a damaged sealed segment's last frame).
+//! - **Torn tail** (cut, no marker) otherwise, including every intact frame after the bad
+//!   one: none of them was synced, so nobody was told they exist, and a marker naming them
+//!   would make the replica vote only for logs holding entries no healthy replica may have
+//!   (two such replicas and one without them elect nobody, ever).
+//!
+//! The lag is taken from `LogStore`'s synced length, which grows only after an fdatasync of
+//! the active segment has returned (`complete_sync`, `trim_active`, recovery's own sync at
+//! open): a sync only prepared (`prepare_sync`, its fdatasync still running outside the lock)
+//! is not counted, and the reserve's filler syncs (zeros, another handle) are not either.
+//! A frame's recorded synced length never exceeds its own position, and a truncation below
+//! it removes the frame with it, so a surviving intact frame never vouches for bytes that
+//! were rewritten after its sync.
+//!
+//! **The remaining window.** A synced frame is known to be synced only through a *later*
+//! frame's lag, or through the saved commit. So a bad frame among the appends written since
+//! the sync that the last intact frame records (for an idle log: its last synced append or
+//! group commit), whose index is above the saved commit, cannot be told from a torn write and
+//! is cut as a torn tail without a marker. This needs a device that changed synced bytes
+//! (not a power cut), in the newest few appends, before the replica learned and saved their
+//! commit. It is not safe: the replica may have been part of the majority that committed
+//! such an entry; voting with its cut log, without the repair marker's voting rule, it can
+//! help elect a candidate lacking the entry, which is then lost. On disk the window closes
+//! for a frame once a later append records a sync past it or the replica saves a commit
+//! covering it; after such a cut it closes when the leader sends the entry again (the replica
+//! rejects its next append). Likewise, damage spanning the bad frame *and* the frame after it
+//! hides the later frames' lags (the search looks for the very next index), and a synced
+//! tail that reads back as all zeros is taken for the reserve; the saved commit still catches
+//! both when it covers the first lost index. A damaged hard state gives no commit (0).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -59,9 +108,10 @@ pub struct RecoveryReport {
     pub rebuilt_indexes: usize,
     /// Leftover files deleted (temporary files, orphan indexes, older generations).
     pub removed_files: usize,
-    /// Synced data found damaged (a bad frame in a sealed segment, or in the middle of the
-    /// active segment with intact entries after it): the log was cut before it and a repair
-    /// marker written (see [`crate::RepairMarker`]).
+    /// Synced data found damaged (a bad frame in a sealed segment, or in the active segment
+    /// where a later frame records a sync past it or the saved commit covers its index; see
+    /// the module docs): the log was cut before it and a repair marker written (see
+    /// [`crate::RepairMarker`]).
     pub damage: Option<DamageFound>,
 }
 
@@ -127,11 +177,11 @@ pub(crate) fn scan(
                 break;
             }
         };
-        let problem = if h.index != s.last_index + 1 {
+        let problem = if s.last_index.checked_add(1) != Some(h.index) {
             Some(format!(
                 "frame has index {}, expected {}",
                 h.index,
-                s.last_index + 1
+                s.last_index.saturating_add(1)
             ))
         } else if h.term < s.last_term {
             Some(format!(
@@ -247,10 +297,15 @@ struct Found {
 
 /// Opens (and repairs) the segments of `dir`; creates the first segment when there is none.
 /// Only the active segment's file stays open; sealed ones join `open` when read.
+///
+/// `saved_commit` is the commit index of the hard state (0 when there is none or it is
+/// damaged): a bad frame at or below it held a committed entry, so it is damage, never a torn
+/// tail.
 pub(crate) fn recover(
     dir: &Path,
     cfg: &StoreConfig,
     open: &Arc<OpenSegments>,
+    saved_commit: u64,
 ) -> Result<Recovered> {
     let mut report = RecoveryReport::default();
     let mut seg_bases = Vec::new();
@@ -306,13 +361,7 @@ pub(crate) fn recover(
     }
 
     if found.is_empty() {
-        let header = SegmentHeader {
-            base_index: 1,
-            base_offset: 0,
-            prev_term: 0,
-            generation: 0,
-            created_ms: now_ms(),
-        };
+        let header = SegmentHeader::new(1, 0, 0, 0, now_ms());
         let (path, file) = create_segment_file(dir, &header)?;
         report.segments = 1;
         return Ok(Recovered {
@@ -356,7 +405,7 @@ pub(crate) fn recover(
                 }
             }
         } else {
-            open_active(dir, f, &index_path, cfg, open, &mut report)?
+            open_active(dir, f, &index_path, cfg, open, saved_commit, &mut report)?
         };
         if let Some(prev) = segments.last() {
             let h = &seg.header;
@@ -450,26 +499,40 @@ fn segment_end(f: &Found) -> Result<(u64, u64)> {
     // map is dropped when this returns.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
     let start = (f.header.base_index - 1, f.header.prev_term);
-    Ok(frames_end(&map, SEGMENT_HEADER_LEN, start))
+    let end = frames_end(&map, SEGMENT_HEADER_LEN, start);
+    Ok((end.last_index, end.last_term))
 }
 
-/// Walks intact frames from `pos` that continue (`last_index`, `last_term`); returns the last.
-fn frames_end(
-    data: &[u8],
-    mut pos: u64,
-    (mut last_index, mut last_term): (u64, u64),
-) -> (u64, u64) {
+/// Where a run of intact frames that continue each other ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FramesEnd {
+    last_index: u64,
+    last_term: u64,
+    /// The greatest `FrameHeader::synced_through` among the frames walked (meaningful in a
+    /// segment whose frames carry a sync lag): the segment was synced at least that far.
+    synced_through: u64,
+}
+
+/// Walks intact frames from `pos` that continue (`last_index`, `last_term`); returns the last
+/// and how far the walked frames say the segment was synced.
+fn frames_end(data: &[u8], mut pos: u64, (last_index, last_term): (u64, u64)) -> FramesEnd {
+    let mut end = FramesEnd {
+        last_index,
+        last_term,
+        synced_through: 0,
+    };
     while let Some(rest) = data.get(pos as usize..) {
         match check_frame(rest, MAX_FRAME_LEN) {
-            Ok(h) if h.index == last_index + 1 && h.term >= last_term => {
-                last_index = h.index;
-                last_term = h.term;
+            Ok(h) if end.last_index.checked_add(1) == Some(h.index) && h.term >= end.last_term => {
+                end.last_index = h.index;
+                end.last_term = h.term;
+                end.synced_through = end.synced_through.max(h.synced_through(pos));
                 pos += h.total_len();
             }
             _ => break,
         }
     }
-    (last_index, last_term)
+    end
 }
 
 /// Looks for an intact frame of index `expected` (term at least `min_term`) after the bad
@@ -546,15 +609,80 @@ fn cut_at_damage(
         marker,
     });
     let f = Found { len: pos, ..f };
-    open_active(dir, f, &index_path, cfg, open, report)
+    // What is left is the intact prefix the scan accepted: its tail scan stops nowhere, so
+    // there is nothing for the saved commit to decide.
+    open_active(dir, f, &index_path, cfg, open, 0, report)
 }
 
+/// Bad bytes in the active segment's tail that must be repaired, not cut as a torn tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TailDamage {
+    /// The end the log had (a lower bound when the frames after the bad one do not tell).
+    lost_last_index: u64,
+    lost_last_term: u64,
+    /// Why the bad frame counts as damage.
+    why: String,
+}
+
+/// Classes where the tail scan of the active segment stopped (`sc.stop`, at a bad frame):
+/// `None` for a torn tail (or the reserve's zeros), to be cut without a marker; `Some` for
+/// damage, to be cut after a repair marker.
+///
+/// Damage is a bad frame that a completed sync covered, or one holding a committed entry:
+/// * version 2: an intact frame after it that continues the log says (its sync lag) that the
+///   segment was synced past the bad frame's position when it was written;
+/// * version 1 (no sync lags): an intact frame after it continues the log at all (the rule
+///   before sync lags existed: such a file cannot tell an out-of-order torn write from
+///   damage, and keeps being read as it was);
+/// * any version: the bad frame's index (the one after the last intact entry) is at or below
+///   the hard state's saved commit.
+fn tail_damage(
+    map: &[u8],
+    header: &SegmentHeader,
+    sc: &Scan,
+    zero_tail: bool,
+    saved_commit: u64,
+) -> Option<TailDamage> {
+    let (bad_pos, _) = sc.stop.as_ref()?;
+    if zero_tail {
+        return None;
+    }
+    let first_bad_index = sc.summary.last_index.saturating_add(1);
+    let last_term = sc.summary.last_term;
+    let after = continuation(map, *bad_pos, first_bad_index.saturating_add(1), last_term)
+        .map(|next| frames_end(map, next, (first_bad_index, last_term)));
+    let why = match after {
+        Some(_) if !header.has_sync_lag() => "in the middle of the active segment".to_string(),
+        Some(end) if end.synced_through > *bad_pos => format!(
+            "in synced bytes of the active segment (a later entry was written after a sync \
+             through byte {})",
+            end.synced_through
+        ),
+        _ if first_bad_index <= saved_commit => format!(
+            "in the active segment at index {first_bad_index}, at or below the saved commit \
+             {saved_commit}"
+        ),
+        _ => return None,
+    };
+    let (end_index, end_term) = after.map_or((first_bad_index, last_term), |e| {
+        (e.last_index, e.last_term)
+    });
+    Some(TailDamage {
+        lost_last_index: end_index.max(first_bad_index).max(saved_commit),
+        lost_last_term: end_term,
+        why,
+    })
+}
+
+/// Opens the active segment: scans its tail from the checkpoint, cuts a torn tail, and cuts
+/// damage after writing a repair marker (see [`tail_damage`]).
 fn open_active(
     dir: &Path,
     f: Found,
     index_path: &Path,
     cfg: &StoreConfig,
     open: &Arc<OpenSegments>,
+    saved_commit: u64,
     report: &mut RecoveryReport,
 ) -> Result<Segment> {
     let file = open_rw(&f.path)?;
@@ -574,40 +702,33 @@ fn open_active(
     let from = start
         .as_ref()
         .map_or(SEGMENT_HEADER_LEN, |(s, _)| s.covered_len);
-    let (sc, zero_tail, lost_end) = {
+    let (sc, zero_tail, damage) = {
         // SAFETY: the directory lock makes this store the only writer, and the file is not
         // written or truncated while this map exists (it is dropped at the end of the block).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&f.path))?;
         let data = map.get(from as usize..).unwrap_or(&[]);
         let sc = scan(data, from, &f.header, start, cfg.index_interval_bytes);
-        let rest = &data[(sc.summary.covered_len - from) as usize..];
+        let rest = data
+            .get((sc.summary.covered_len - from) as usize..)
+            .unwrap_or(&[]);
         let zero_tail = rest.iter().all(|&b| b == 0);
-        // A bad frame followed by intact frames that continue the log is damage in the
-        // middle of the segment, not a torn tail: the entries after it existed.
-        let lost_end = match &sc.stop {
-            Some((pos, _)) if !zero_tail => {
-                let expected = sc.summary.last_index + 2;
-                continuation(&map, *pos, expected, sc.summary.last_term)
-                    .map(|next| frames_end(&map, next, (expected - 1, sc.summary.last_term)))
-            }
-            _ => None,
-        };
-        (sc, zero_tail, lost_end)
+        let damage = tail_damage(&map, &f.header, &sc, zero_tail, saved_commit);
+        (sc, zero_tail, damage)
     };
-    if let (Some((last_index, last_term)), Some((pos, reason))) = (lost_end, &sc.stop) {
-        let first_bad_index = sc.summary.last_index + 1;
+    if let (Some(damage), Some((pos, reason))) = (damage, &sc.stop) {
+        let first_bad_index = sc.summary.last_index.saturating_add(1);
         let marker = crate::repair::save(
             dir,
             RepairMarker {
                 first_bad_index,
-                lost_last_index: last_index,
-                lost_last_term: last_term,
+                lost_last_index: damage.lost_last_index,
+                lost_last_term: damage.lost_last_term,
             },
         )?;
         report.damage = Some(DamageFound {
             path: f.path.clone(),
             offset: *pos,
-            reason: format!("in the middle of the active segment: {reason}"),
+            reason: format!("{}: {reason}", damage.why),
             first_bad_index,
             marker,
         });

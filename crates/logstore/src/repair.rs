@@ -1,13 +1,14 @@
 //! The repair marker: what a store lost to corruption, kept until the lost range is back.
 //!
-//! When a store finds a bad frame in data it had synced (a sealed segment, or the middle of
-//! the active segment with intact frames after it), it keeps the intact prefix and cuts the
-//! log before the first bad entry, so the Raft layer can fetch the rest again from a healthy
-//! replica. Before cutting, it writes `repair` (atomically and durably) naming the first bad
-//! index and the end of the log as it was (`lost_last_index`, `lost_last_term`). The Raft
-//! layer uses that end to vote as the undamaged log would have (see the server README,
-//! "Storage faults") and removes the marker once the log is whole again. A crash between the
-//! marker and the cut finds the damage again at the next open; the marker is then merged.
+//! When a store finds a bad frame in data it had synced (a sealed segment, or the active
+//! segment where a later frame records a sync past it or the saved commit covers it; see
+//! `recovery.rs`), it keeps the intact prefix and cuts the log before the first bad entry, so
+//! the Raft layer can fetch the rest again from a healthy replica. Before cutting, it writes
+//! `repair` (atomically and durably) naming the first bad index and the end of the log as it
+//! was (`lost_last_index`, `lost_last_term`). The Raft layer uses that end to vote as the
+//! undamaged log would have (see the server README, "Storage faults") and removes the marker
+//! once the log is whole again. A crash between the marker and the cut finds the damage
+//! again at the next open; the marker is then merged.
 //!
 //! File, little-endian, 36 bytes:
 //! `"VDLR" | version u16 = 1 | flags u16 = 0 | first_bad_index u64 | lost_last_index u64 |

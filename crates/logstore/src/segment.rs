@@ -18,7 +18,9 @@ use crate::open_segments::{OpenSegments, SegmentHandle};
 ///
 /// ```text
 /// @0  magic       "VDLS"
-/// @4  version     u16 = 1   (a higher version is refused with UnsupportedVersion)
+/// @4  version     u16 = 2   (a higher version is refused with UnsupportedVersion; 1 is
+///                           still read: its frames carry no sync lag, see `entry.rs`; the
+///                           store never appends to a version-1 segment)
 /// @6  flags       u16 = 0
 /// @8  base_index  u64   first Raft index the segment holds (also the file name)
 /// @16 base_offset u64   next Kafka offset at the start of the segment
@@ -34,7 +36,11 @@ use crate::open_segments::{OpenSegments, SegmentHandle};
 /// and renamed, so a segment file always has a complete header.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 64;
 pub(crate) const SEGMENT_MAGIC: &[u8; 4] = b"VDLS";
-pub(crate) const SEGMENT_VERSION: u16 = 1;
+/// The version new segments are written with. Version 2 added the frames' sync lag (@25 of
+/// the frame, where version 1 has `flags u8` and `reserved u16`, both zero).
+pub(crate) const SEGMENT_VERSION: u16 = 2;
+/// The first version whose frames carry a sync lag.
+const FIRST_VERSION_WITH_SYNC_LAG: u16 = 2;
 /// Largest frame length accepted when parsing (independent of the configured entry limit,
 /// so that lowering the limit never makes existing data unreadable).
 pub(crate) const MAX_FRAME_LEN: u64 = MAX_ENTRY_BYTES_LIMIT + FRAME_HEADER_LEN as u64;
@@ -42,6 +48,8 @@ pub(crate) const MAX_FRAME_LEN: u64 = MAX_ENTRY_BYTES_LIMIT + FRAME_HEADER_LEN a
 /// The decoded segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentHeader {
+    /// Format version of the file (new segments: [`SEGMENT_VERSION`]).
+    pub version: u16,
     pub base_index: u64,
     pub base_offset: u64,
     pub prev_term: u64,
@@ -50,10 +58,33 @@ pub(crate) struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// The header of a new segment (current format version).
+    pub fn new(
+        base_index: u64,
+        base_offset: u64,
+        prev_term: u64,
+        generation: u64,
+        created_ms: u64,
+    ) -> SegmentHeader {
+        SegmentHeader {
+            version: SEGMENT_VERSION,
+            base_index,
+            base_offset,
+            prev_term,
+            generation,
+            created_ms,
+        }
+    }
+
+    /// Whether the segment's frames carry a sync lag (version 2 on; see `entry.rs`).
+    pub fn has_sync_lag(&self) -> bool {
+        self.version >= FIRST_VERSION_WITH_SYNC_LAG
+    }
+
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN as usize] {
         let mut b = [0u8; SEGMENT_HEADER_LEN as usize];
         b[0..4].copy_from_slice(SEGMENT_MAGIC);
-        b[4..6].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
         b[8..16].copy_from_slice(&self.base_index.to_le_bytes());
         b[16..24].copy_from_slice(&self.base_offset.to_le_bytes());
         b[24..32].copy_from_slice(&self.prev_term.to_le_bytes());
@@ -105,6 +136,7 @@ impl SegmentHeader {
             u64::from_le_bytes(a)
         };
         Ok(SegmentHeader {
+            version,
             base_index: u(8),
             base_offset: u(16),
             prev_term: u(24),

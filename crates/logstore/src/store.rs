@@ -12,7 +12,9 @@ use crate::batch;
 use crate::cache::StoreCache;
 use crate::config::{StoreConfig, SyncPolicy};
 use crate::entry::FRAME_HEADER_LEN;
-use crate::entry::{encode_frame, entry_from_frame, Entry, EntryKind, FrameMeta, NewEntry};
+use crate::entry::{
+    encode_frame, encode_sync_lag, entry_from_frame, Entry, EntryKind, FrameMeta, NewEntry,
+};
 use crate::error::{corruption, io_err, LogStoreError, Result};
 use crate::fsutil::{fdatasync, fsync_dir, lock_dir, remove_if_exists};
 use crate::hard_state::{self, ConfState, HardState};
@@ -222,7 +224,10 @@ impl LogStore {
             Err(e) => return Err(e),
         };
         let conf_state = hard_state::load_conf_state(dir)?;
-        let rec = recover(dir, &config, &resources.open_segments)?;
+        // Recovery treats a bad frame holding a committed entry as damage (a damaged hard
+        // state tells no commit: 0).
+        let saved_commit = loaded_hard_state.state.commit;
+        let rec = recover(dir, &config, &resources.open_segments, saved_commit)?;
         let repair_marker = repair::load(dir)?;
         let active = rec
             .segments
@@ -243,7 +248,7 @@ impl LogStore {
             .map_err(io_err(&active.path))?
             .len();
         reserve.attach(&active.path, active.len, file_len, config.segment_bytes);
-        Ok(LogStore {
+        let mut store = LogStore {
             dir: dir.to_path_buf(),
             cache: StoreCache::new(&resources.cache_budget, config.cache_bytes as u64),
             open_segments: Arc::clone(&resources.open_segments),
@@ -265,7 +270,67 @@ impl LogStore {
             damaged_from: AtomicU64::new(u64::MAX),
             repair_marker,
             hard_state_damage,
-        })
+        };
+        store.upgrade_active_segment();
+        Ok(store)
+    }
+
+    /// Makes the active segment a version-2 one when it is a version-1 segment (written by an
+    /// older build, or made active again by a truncation into it), so that appends from now
+    /// on record their sync lag (see `recovery.rs`; a version-1 tail has only the old rule):
+    /// a non-empty one is sealed (a roll), an empty one is replaced by an empty version-2
+    /// file with the same header fields. Best effort: when that fails (a full disk), the
+    /// version-1 segment stays active until it rolls, as before this format existed.
+    fn upgrade_active_segment(&mut self) {
+        if self.active().header.has_sync_lag() {
+            return;
+        }
+        let _ = if self.active().is_empty() {
+            self.replace_empty_active()
+        } else {
+            self.roll()
+        };
+    }
+
+    /// Replaces the empty active segment by a new file holding only its header, in the
+    /// current format version (atomically: temp file, fsync, rename, fsync directory).
+    fn replace_empty_active(&mut self) -> Result<()> {
+        debug_assert!(self.active().is_empty());
+        self.reserve.detach();
+        let old = self.active().header;
+        let header = SegmentHeader::new(
+            old.base_index,
+            old.base_offset,
+            old.prev_term,
+            old.generation,
+            old.created_ms,
+        );
+        let created = create_segment_file(&self.dir, &header).map(|(path, file)| {
+            *self.active_mut() =
+                Segment::new_empty(header, path, file, &self.dir, &self.open_segments);
+            self.synced_len = SEGMENT_HEADER_LEN;
+            self.checkpoint_len = 0;
+        });
+        self.attach_reserve_to_active()?;
+        created
+    }
+
+    /// Attaches the reserve to the active segment as its file is now (zeros after the data
+    /// included).
+    fn attach_reserve_to_active(&self) -> Result<()> {
+        let active = self.active();
+        let file_len = active
+            .active_file()
+            .metadata()
+            .map_err(io_err(&active.path))?
+            .len();
+        self.reserve.attach(
+            &active.path,
+            active.len,
+            file_len,
+            self.config.segment_bytes,
+        );
+        Ok(())
     }
 
     /// Syncs, writes the active segment's checkpoint (so the next open scans nothing) and
@@ -517,6 +582,7 @@ impl LogStore {
         // Encode all frames into one buffer: one write per append batch.
         let mut buf = Vec::with_capacity(total as usize);
         let mut next_offset = self.next_offset();
+        let sync_lags = SyncLags::for_append(self.active(), self.synced_len);
         let mut metas = Vec::with_capacity(entries.len());
         for (e, infos) in entries.iter().zip(&batches) {
             let (count, max_ts) = match infos {
@@ -530,6 +596,7 @@ impl LogStore {
                 index: e.index,
                 term: e.term,
                 kind: e.kind,
+                sync_lag: sync_lags.at(buf.len() as u64),
                 first_offset: next_offset,
                 record_count: count,
                 max_timestamp: max_ts,
@@ -555,6 +622,7 @@ impl LogStore {
             .last_mut()
             .expect("a store always has an active segment");
         let pos0 = active.len;
+        debug_assert_eq!(pos0, sync_lags.append_pos);
         let written = self.reserve.write_below(pos0 + total, || {
             crate::fs::fs().write_all_at(active.active_file(), &active.path, &buf, pos0)
         });
@@ -699,13 +767,13 @@ impl LogStore {
         }
         let s = active.summary();
         let idx = active.indexes(interval)?;
-        let header = SegmentHeader {
-            base_index: s.last_index + 1,
-            base_offset: s.next_offset,
-            prev_term: s.last_term,
+        let header = SegmentHeader::new(
+            s.last_index + 1,
+            s.next_offset,
+            s.last_term,
             generation,
-            created_ms: now_ms(),
-        };
+            now_ms(),
+        );
         let (path, file) = match create_segment_file(&self.dir, &header) {
             Ok(created) => created,
             Err(e) => {
@@ -845,6 +913,8 @@ impl LogStore {
         self.synced_len = pos;
         self.checkpoint_len = 0;
         self.durable_index = self.durable_index.min(from_index - 1);
+        // A truncation into a version-1 segment made it active again.
+        self.upgrade_active_segment();
         Ok(())
     }
 
@@ -863,13 +933,7 @@ impl LogStore {
             remove_if_exists(&s.index_path)?;
         }
         let generation = self.generation + 1;
-        let header = SegmentHeader {
-            base_index: index + 1,
-            base_offset: next_offset,
-            prev_term: term,
-            generation,
-            created_ms: now_ms(),
-        };
+        let header = SegmentHeader::new(index + 1, next_offset, term, generation, now_ms());
         // Commit point: the new-generation segment exists durably.
         let (path, file) = create_segment_file(&self.dir, &header)?;
         self.reserve.attach(
@@ -1444,6 +1508,38 @@ impl LogStore {
             }
         }
         Ok(None)
+    }
+}
+
+/// The sync lag each frame of one append records (see `entry.rs`): how far the frame's
+/// position is past the length of the active segment that a completed fdatasync made durable
+/// before the append was written. `synced_len` only grows when an fdatasync of the active
+/// segment has returned (`complete_sync_at`, `trim_active`, recovery's own sync at open),
+/// never when a sync is merely prepared, so the lag never claims an unfinished sync.
+struct SyncLags {
+    /// Where the append's first frame goes (the active segment's length).
+    append_pos: u64,
+    /// The synced length of the active segment; `None`: a version-1 segment (no lag field).
+    synced_len: Option<u64>,
+}
+
+impl SyncLags {
+    fn for_append(active: &Segment, synced_len: u64) -> SyncLags {
+        SyncLags {
+            append_pos: active.len,
+            synced_len: active
+                .header
+                .has_sync_lag()
+                .then_some(synced_len.min(active.len)),
+        }
+    }
+
+    /// The field for the frame at `offset_in_append` bytes into the append's buffer.
+    fn at(&self, offset_in_append: u64) -> u32 {
+        match self.synced_len {
+            Some(synced) => encode_sync_lag(self.append_pos + offset_in_append - synced),
+            None => 0,
+        }
     }
 }
 

@@ -45,13 +45,13 @@ fn newer_format_version_is_refused() {
     make_store(tmp.path(), 50);
     let seg = files(tmp.path(), "log").remove(0);
     let mut d = std::fs::read(&seg).unwrap();
-    d[4..6].copy_from_slice(&2u16.to_le_bytes());
+    d[4..6].copy_from_slice(&3u16.to_le_bytes());
     std::fs::write(&seg, &d).unwrap();
     match LogStore::open(tmp.path(), cfg()) {
         Err(LogStoreError::UnsupportedVersion {
             path,
-            found: 2,
-            supported: 1,
+            found: 3,
+            supported: 2,
         }) => {
             assert_eq!(path, seg)
         }
