@@ -29,7 +29,7 @@
 //! | `MsgAppendResponse`: `index`, `reject_hint` <= this node's last index | the leader commits past its log (`commit_to` panics) or overflows |
 //! | `MsgHeartbeat`: a commit beyond this node's last index becomes its own commit index | `commit_to` panics (a follower whose disk was wiped: the leader still believes it holds what it acknowledged) |
 //! | `MsgReadIndex`, `MsgReadIndexResp` carry exactly one entry | index out of bounds |
-//! | `MsgSnapshot`: metadata term in `1..=term`, data decodes, configuration equals the group's | `commit_to` past the log; `unable to restore config` panic |
+//! | `MsgSnapshot`: metadata term in `1..=term`, data decodes, configuration restorable (checked as raft-rs restores it), naming the sender a voter and this node a member (it may differ from the group's: membership changed while this replica was away) | `commit_to` past the log; `unable to restore config` panic |
 //! | `MsgSnapshot` above the commit index | a committed entry replaced (raft-rs restores a snapshot at the commit index whatever its term) |
 //! | the metadata group's `MsgSnapshot`: its state decodes (format byte, CRC, protobuf) at the snapshot's index (checked by the group before stepping) | a follower's metadata replaced by garbage |
 //! | `MsgTransferLeader` only to the leader, in its term | a follower forwarding it panics (`term should not be set`) |
@@ -510,7 +510,14 @@ pub fn check_in_group<S: Storage>(
 ) -> Result<(), Refusal> {
     use MessageType::*;
     let conf = raft.prs().conf();
-    if !conf.voters().contains(msg.from) && !conf.learners().contains(&msg.from) {
+    let member = conf.voters().contains(msg.from) || conf.learners().contains(&msg.from);
+    // A snapshot may come from a leader this replica does not know yet: a member added while
+    // it was down, or after its disk was replaced (its configuration then starts from the
+    // config file's members). The snapshot's own configuration must name the sender a voter.
+    let snapshot_from_its_voter = msg.get_msg_type() == MsgSnapshot
+        && configuration_voters(msg.get_snapshot().get_metadata().get_conf_state())
+            .contains(&msg.from);
+    if !member && !snapshot_from_its_voter {
         return Err(Refusal::NotInGroup(msg.from));
     }
     let last = raft.raft_log.last_index();
@@ -546,11 +553,20 @@ pub fn check_in_group<S: Storage>(
                 // while another term would replace a committed entry.
                 return Err(Refusal::BadSnapshot("not above the commit index"));
             }
-            let ours = conf.to_conf_state();
-            if !same_configuration(msg.get_snapshot().get_metadata().get_conf_state(), &ours) {
-                return Err(Refusal::BadSnapshot(
-                    "configuration differs from the group's",
-                ));
+            // Its configuration is the group's as committed at the snapshot's index, which may
+            // differ from what this replica last applied (membership changed while it was
+            // away): taken when raft-rs can restore it, it names the sender a voter and this
+            // node a member (raft-rs ignores a snapshot that leaves it out).
+            let cs = msg.get_snapshot().get_metadata().get_conf_state();
+            let voters = configuration_voters(cs);
+            if !voters.contains(&msg.from) {
+                return Err(Refusal::BadSnapshot("its configuration lacks the sender"));
+            }
+            if !voters.contains(&raft.id) && !cs.learners.contains(&raft.id) {
+                return Err(Refusal::BadSnapshot("its configuration lacks this node"));
+            }
+            if !restorable_configuration(cs) {
+                return Err(Refusal::BadSnapshot("its configuration cannot be restored"));
             }
         }
         _ => {}
@@ -598,19 +614,89 @@ fn check_entries_fit(limits: &GroupLimits, msg: &Message) -> Result<(), Refusal>
     Ok(())
 }
 
-/// Whether two configurations have the same voters, learners and joint state.
-fn same_configuration(a: &ConfState, b: &ConfState) -> bool {
-    fn set(v: &[u64]) -> Vec<u64> {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v
+/// Most members (voters and learners, incoming and outgoing) a configuration from a peer may
+/// name: far above any group's, a bound on the work of checking it.
+const MAX_CONFIGURATION_MEMBERS: usize = 32;
+
+/// The voters of a configuration, incoming and outgoing (a joint one has both).
+fn configuration_voters(cs: &ConfState) -> Vec<u64> {
+    cs.voters
+        .iter()
+        .chain(cs.voters_outgoing.iter())
+        .copied()
+        .collect()
+}
+
+/// Whether raft-rs can restore `cs` (a snapshot's configuration), checked the way raft-rs
+/// restores it, on a scratch tracker: raft-rs panics on a configuration it cannot restore.
+fn restorable_configuration(cs: &ConfState) -> bool {
+    let members = cs.voters.len() + cs.learners.len() + cs.voters_outgoing.len();
+    if cs.voters.is_empty() || members + cs.learners_next.len() > MAX_CONFIGURATION_MEMBERS {
+        return false;
     }
-    set(&a.voters) == set(&b.voters)
-        && set(&a.learners) == set(&b.learners)
-        && set(&a.voters_outgoing) == set(&b.voters_outgoing)
-        && set(&a.learners_next) == set(&b.learners_next)
-        && a.auto_leave == b.auto_leave
+    // raft-rs restores one change at a time and would take a learner listed among the voters
+    // as a demotion: a configuration raft-rs writes never lists an id twice.
+    let mut ids: Vec<u64> = cs
+        .voters
+        .iter()
+        .chain(cs.learners.iter())
+        .copied()
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() != cs.voters.len() + cs.learners.len()
+        || cs.learners.iter().any(|id| cs.voters_outgoing.contains(id))
+    {
+        return false;
+    }
+    let single = |id: u64, kind: raft::prelude::ConfChangeType| {
+        let mut cc = raft::prelude::ConfChangeSingle::default();
+        cc.set_change_type(kind);
+        cc.node_id = id;
+        cc
+    };
+    use raft::prelude::ConfChangeType::{AddLearnerNode, AddNode, RemoveNode};
+    let mut tracker = raft::ProgressTracker::new(1);
+    let apply =
+        |tracker: &mut raft::ProgressTracker, changes: &[_]| match raft::Changer::new(tracker)
+            .simple(changes)
+        {
+            Ok((cfg, map)) => {
+                tracker.apply_conf(cfg, map, 1);
+                true
+            }
+            Err(_) => false,
+        };
+    let incoming: Vec<_> = cs
+        .voters_outgoing
+        .iter()
+        .map(|id| single(*id, RemoveNode))
+        .chain(cs.voters.iter().map(|id| single(*id, AddNode)))
+        .chain(cs.learners.iter().map(|id| single(*id, AddLearnerNode)))
+        .chain(
+            cs.learners_next
+                .iter()
+                .map(|id| single(*id, AddLearnerNode)),
+        )
+        .collect();
+    if cs.voters_outgoing.is_empty() {
+        if !cs.learners_next.is_empty() || cs.auto_leave {
+            return false;
+        }
+        return incoming.iter().all(|cc| apply(&mut tracker, &[cc.clone()]));
+    }
+    for id in &cs.voters_outgoing {
+        if !apply(&mut tracker, &[single(*id, AddNode)]) {
+            return false;
+        }
+    }
+    match raft::Changer::new(&tracker).enter_joint(cs.auto_leave, &incoming) {
+        Ok((cfg, map)) => {
+            tracker.apply_conf(cfg, map, 1);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -836,14 +922,44 @@ mod tests {
         assert_eq!(check_in_group(raft, &l, &mut p), Ok(()));
         let mut m = msg(MessageType::MsgTransferLeader, 2, 1, 1);
         assert!(check_in_group(raft, &l, &mut m).is_err());
-        // Snapshots: only with the group's own configuration, only where logs are compacted.
+        // Snapshots: with a configuration raft-rs can restore that names the sender a voter
+        // and this node a member (it may differ from the group's: membership changed while
+        // this replica was away, even to a leader it does not know), only where logs are
+        // compacted.
         let mut snap = msg(MessageType::MsgSnapshot, 2, 1, 1);
         snap.mut_snapshot().mut_metadata().index = 5;
         snap.mut_snapshot().mut_metadata().term = 1;
-        snap.mut_snapshot().mut_metadata().mut_conf_state().voters = vec![1, 2];
-        assert!(check_in_group(raft, &l, &mut snap.clone()).is_err());
+        let mut with_voters = |voters: Vec<u64>, learners: Vec<u64>, from: u64| {
+            let mut m = snap.clone();
+            m.from = from;
+            let cs = m.mut_snapshot().mut_metadata().mut_conf_state();
+            cs.voters = voters;
+            cs.learners = learners;
+            check_in_group(raft, &l, &mut m)
+        };
+        assert_eq!(with_voters(vec![3, 2, 1], vec![], 2), Ok(()));
+        assert_eq!(with_voters(vec![1, 2], vec![], 2), Ok(()));
+        assert_eq!(with_voters(vec![2, 4, 5], vec![1], 2), Ok(()));
+        assert_eq!(with_voters(vec![1, 4, 5], vec![], 4), Ok(()));
+        assert!(
+            with_voters(vec![2, 3], vec![], 2).is_err(),
+            "lacks this node"
+        );
+        assert!(
+            with_voters(vec![1, 3], vec![], 2).is_err(),
+            "lacks the sender"
+        );
+        assert!(with_voters(vec![], vec![1, 2], 2).is_err(), "no voters");
+        assert!(
+            with_voters(vec![1, 2], vec![2], 2).is_err(),
+            "voter and learner"
+        );
+        assert_eq!(
+            with_voters(vec![1, 3, 4], vec![], 5),
+            Err(Refusal::NotInGroup(5)),
+            "an unknown sender the snapshot does not name"
+        );
         snap.mut_snapshot().mut_metadata().mut_conf_state().voters = vec![3, 2, 1];
-        assert_eq!(check_in_group(raft, &l, &mut snap.clone()), Ok(()));
         let metadata = GroupLimits {
             snapshots: false,
             ..l
@@ -959,7 +1075,26 @@ mod tests {
                 let meta = m.mut_snapshot().mut_metadata();
                 meta.index = near(&mut rng, last);
                 meta.term = near(&mut rng, term);
-                meta.mut_conf_state().voters = vec![1, 2, 3];
+                let cs = meta.mut_conf_state();
+                // Mostly the group's configuration, sometimes another (valid or not).
+                match rng.gen_range(0..8) {
+                    0 => cs.voters = vec![1, 2],
+                    1 => {
+                        cs.voters = vec![2, 4];
+                        cs.learners = vec![1];
+                    }
+                    2 => {
+                        cs.voters = vec![1, 2, 4];
+                        cs.voters_outgoing = vec![1, 2, 3];
+                        cs.auto_leave = rng.gen();
+                    }
+                    3 => {
+                        cs.voters = vec![1, 2];
+                        cs.learners = vec![2, 3];
+                        cs.learners_next = vec![rng.gen_range(0..5)];
+                    }
+                    _ => cs.voters = vec![1, 2, 3],
+                }
                 m.mut_snapshot().data = encode_snapshot_data(0);
             }
             let hello = m.from;
