@@ -683,7 +683,9 @@ fn restorable_configuration(cs: &ConfState) -> bool {
         if !cs.learners_next.is_empty() || cs.auto_leave {
             return false;
         }
-        return incoming.iter().all(|cc| apply(&mut tracker, &[cc.clone()]));
+        return incoming
+            .iter()
+            .all(|cc| apply(&mut tracker, std::slice::from_ref(cc)));
     }
     for id in &cs.voters_outgoing {
         if !apply(&mut tracker, &[single(*id, AddNode)]) {
@@ -929,7 +931,7 @@ mod tests {
         let mut snap = msg(MessageType::MsgSnapshot, 2, 1, 1);
         snap.mut_snapshot().mut_metadata().index = 5;
         snap.mut_snapshot().mut_metadata().term = 1;
-        let mut with_voters = |voters: Vec<u64>, learners: Vec<u64>, from: u64| {
+        let with_voters = |voters: Vec<u64>, learners: Vec<u64>, from: u64| {
             let mut m = snap.clone();
             m.from = from;
             let cs = m.mut_snapshot().mut_metadata().mut_conf_state();
