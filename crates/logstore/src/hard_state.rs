@@ -33,6 +33,8 @@ pub struct ConfState {
 
 pub(crate) const HARD_STATE_FILE: &str = "hardstate";
 pub(crate) const CONF_STATE_FILE: &str = "confstate";
+/// Present (empty) while the votes of a replica whose `hardstate` was damaged are unknown.
+pub(crate) const VOTE_UNKNOWN_FILE: &str = "vote_unknown";
 const HS_MAGIC: &[u8; 4] = b"VDLH";
 const CS_MAGIC: &[u8; 4] = b"VDLC";
 /// Version of the `confstate` file, and of the `hardstate` files the old format wrote.

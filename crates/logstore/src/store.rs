@@ -170,6 +170,8 @@ pub struct LogStore {
     /// reports the default hard state: the caller must rebuild it, see
     /// [`LogStore::hard_state_damage`]).
     hard_state_damage: Option<String>,
+    /// The votes this replica cast are unknown (see [`LogStore::vote_unknown`]).
+    vote_unknown: bool,
 }
 
 impl std::fmt::Debug for LogStore {
@@ -223,6 +225,13 @@ impl LogStore {
             }
             Err(e) => return Err(e),
         };
+        // A lost vote stays lost until the caller rebuilt it (`clear_vote_unknown`), across
+        // restarts: the next saved hard state no longer looks damaged.
+        let vote_unknown_path = dir.join(hard_state::VOTE_UNKNOWN_FILE);
+        let vote_unknown = hard_state_damage.is_some() || vote_unknown_path.exists();
+        if hard_state_damage.is_some() && !vote_unknown_path.exists() {
+            crate::fsutil::atomic_write(dir, hard_state::VOTE_UNKNOWN_FILE, b"")?;
+        }
         let conf_state = hard_state::load_conf_state(dir)?;
         // Recovery treats a bad frame holding a committed entry as damage (a damaged hard
         // state tells no commit: 0).
@@ -270,6 +279,7 @@ impl LogStore {
             damaged_from: AtomicU64::new(u64::MAX),
             repair_marker,
             hard_state_damage,
+            vote_unknown,
         };
         store.upgrade_active_segment();
         Ok(store)
@@ -1079,6 +1089,26 @@ impl LogStore {
     /// takes them from the current leader before this replica votes again.
     pub fn hard_state_damage(&self) -> Option<&str> {
         self.hard_state_damage.as_deref()
+    }
+
+    /// Whether the votes this replica cast are unknown: its `hardstate` file was found
+    /// damaged, at this open or at an earlier one, and the caller has not said it rebuilt
+    /// them ([`LogStore::clear_vote_unknown`]). Kept in a marker file (`vote_unknown`),
+    /// written when the damage is found, so a hard state saved meanwhile (the term of a
+    /// leader followed) does not make a restart forget it.
+    pub fn vote_unknown(&self) -> bool {
+        self.vote_unknown
+    }
+
+    /// The caller rebuilt the votes (and saved the hard state that says so): removes the
+    /// marker, durably.
+    pub fn clear_vote_unknown(&mut self) -> Result<()> {
+        if self.vote_unknown {
+            remove_if_exists(&self.dir.join(hard_state::VOTE_UNKNOWN_FILE))?;
+            fsync_dir(&self.dir)?;
+            self.vote_unknown = false;
+        }
+        Ok(())
     }
 
     // ----------------------------------------------------------------------------------

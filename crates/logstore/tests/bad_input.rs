@@ -114,6 +114,19 @@ fn zero_length_files() {
     })
     .unwrap();
     assert!(s.hard_state_damage().is_none());
+    // The votes stay unknown across a restart although the saved hard state is intact now,
+    // until the caller says it rebuilt them.
+    assert!(s.vote_unknown());
+    drop(s);
+    let mut s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert!(s.hard_state_damage().is_none());
+    assert_eq!(s.hard_state().term, 3);
+    assert!(s.vote_unknown(), "a restart forgot the lost votes");
+    s.clear_vote_unknown().unwrap();
+    assert!(!s.vote_unknown());
+    drop(s);
+    let s = LogStore::open(tmp.path(), cfg()).unwrap();
+    assert!(!s.vote_unknown());
 }
 
 #[test]

@@ -185,8 +185,9 @@ fn flip_in_the_leaders_sealed_segment() {
     assert!(c.log(leader).contains("handing leadership over"));
 }
 
-/// (e) A bit flip in a follower's hard-state file: it starts, votes for nobody until it
-/// hears from a leader, takes the term from it, and serves as before.
+/// (e) A bit flip in a follower's hard-state file: it starts, follows the leader (taking its
+/// term), votes for nobody until it has heard every other voter's term (across restarts: a
+/// marker keeps the votes unknown), then votes only in later terms, and serves as before.
 #[test]
 fn flip_in_a_followers_hard_state() {
     let dir = tempfile::tempdir().unwrap();
@@ -198,7 +199,7 @@ fn flip_in_a_followers_hard_state() {
     let hs = topic_dir(&c, follower, "fe").join("hardstate");
     flip(&hs, 12);
     c.spawn(follower);
-    wait_for_log(&c, follower, "hard state rebuilt from the leader");
+    wait_for_log(&c, follower, "term and vote are lost");
     assert!(c.log(follower).contains("CRC mismatch"));
     let brokers = c.kafka.clone();
     produce_acked(&brokers, "fe", 5, 10, 1000, &mut acked);
@@ -208,6 +209,13 @@ fn flip_in_a_followers_hard_state() {
     leader_of(&brokers, "fe");
     assert_acked_present(&brokers, "fe", &acked);
     assert_acked_present(&brokers, "oe", &other_acked);
+    // The elections after the restart (and the hand-over to the preferred replica) let it
+    // hear every voter.
+    wait_for_log(
+        &c,
+        follower,
+        "hard state rebuilt: votes only in terms above",
+    );
     c.assert_all_running();
 }
 
@@ -275,7 +283,7 @@ fn flip_in_the_middle_of_the_active_segment() {
     assert!(len > 100_000, "active segment too small: {len}");
     flip(active, len / 2);
     c.spawn(follower);
-    wait_for_log(&c, follower, "in the middle of the active segment");
+    wait_for_log(&c, follower, "in synced bytes of the active segment");
     after_repair(&mut c, follower, "fd", &mut acked, "od", &mut other_acked);
 }
 

@@ -309,6 +309,14 @@ pub struct Visible {
 /// now ends (see [`Group::lost_entries_reported`]).
 pub const LOST_ENTRIES_CONTEXT: &[u8] = b"vdl-lost-entries";
 
+/// Context of a heartbeat response a replica whose hard state was lost sends each voter it
+/// has not heard from: the voter answers with [`TERM_REPORT_CONTEXT`] and its current term
+/// (see [`Group::rebuild_hard_state`]). Both are consumed before raft-rs; the query carries
+/// term 1, which a peer of an older version ignores as a stale message.
+const TERM_QUERY_CONTEXT: &[u8] = b"vdl-term-query";
+/// Context of the answer to [`TERM_QUERY_CONTEXT`].
+const TERM_REPORT_CONTEXT: &[u8] = b"vdl-term-report";
+
 /// Start of the context of a rejoining replica's read-index request (then the rejoin epoch,
 /// 8 bytes big-endian); leaders' own read barriers use 8-byte contexts.
 const REJOIN_READ_CONTEXT: &[u8] = b"vdl-rejoin";
@@ -549,8 +557,13 @@ struct Group {
     target_voters: Option<Vec<u64>>,
     /// Set while the log lacks entries it lost to corruption.
     repair: Option<Repair>,
-    /// The `hardstate` file was damaged: term and vote are unknown until a leader is heard.
+    /// The `hardstate` file was damaged: term and vote are unknown until every other voter
+    /// was heard from (see [`Group::rebuild_hard_state`]).
     hard_state_unknown: bool,
+    /// While `hard_state_unknown`: the highest term heard from each peer since the start.
+    terms_heard: HashMap<u64, u64>,
+    /// While `hard_state_unknown`: when the voters not heard from were last asked their term.
+    terms_asked: Option<Instant>,
     /// On a leader whose store found damage: when it asked a healthy follower to take over.
     handover_since: Option<Instant>,
     /// Committed entries through this index were read back intact (see
@@ -578,12 +591,15 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
             s.hard_state(),
             (c.max_entry_bytes, c.max_batch_entries, c.max_batch_bytes),
             s.repair_marker(),
-            s.hard_state_damage().map(str::to_owned),
+            s.hard_state_damage().map(str::to_owned).or_else(|| {
+                s.vote_unknown()
+                    .then(|| "votes still unknown after an earlier hard-state damage".to_owned())
+            }),
             s.last_index(),
         )
     };
     if let Some(why) = &hs_damage {
-        tracing::error!(stream = %parts.name, "{why}: term and vote are lost; this replica will not vote or campaign until it hears from a leader, and takes the term from it");
+        tracing::error!(stream = %parts.name, "{why}: term and vote are lost; this replica will not vote or campaign until it has heard from every other voter, and then votes only in later terms");
         parts
             .faults
             .mark_damaged(crate::storage_faults::DamagedReplica {
@@ -649,6 +665,8 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
             target: None,
         }),
         hard_state_unknown: hs_damage.is_some(),
+        terms_heard: HashMap::new(),
+        terms_asked: None,
         handover_since: None,
         verified_through: visible.applied_index,
         unverified_through: last_at_open,
@@ -698,6 +716,7 @@ impl Task for Group {
         self.ask_rejoin_target();
         self.check_damage();
         self.call_for_leader();
+        self.ask_terms();
         let now = Instant::now();
         if now >= self.next_retention {
             self.apply_retention();
@@ -1024,6 +1043,13 @@ impl Group {
                 } else if !answer {
                     self.set_quiesced(false);
                 }
+                if m.context.as_ref() != TERM_QUERY_CONTEXT {
+                    self.note_term_heard(&m);
+                }
+                if self.term_query_answered(&m) {
+                    self.rebuild_hard_state();
+                    return true;
+                }
                 if self.lost_entries_reported(&m) {
                     return true;
                 }
@@ -1042,6 +1068,7 @@ impl Group {
                     if let Some(input) = repair_input {
                         self.after_repair_input(input);
                     }
+                    self.rebuild_hard_state();
                     if let Some(hb) = heartbeat {
                         let agree = !self.p.forward_proposals
                             && crate::quiesce::follower_may_quiesce(&self.p.node.raft, &hb);
@@ -1269,6 +1296,84 @@ impl Group {
         }
     }
 
+    /// With the hard state lost, records the highest term heard from each peer (see
+    /// [`Group::rebuild_hard_state`]).
+    fn note_term_heard(&mut self, m: &Message) {
+        use raft::prelude::MessageType;
+        if !self.hard_state_unknown || m.term == 0 {
+            return;
+        }
+        let term = match m.get_msg_type() {
+            // A pre-vote asks for the term after the candidate's own.
+            MessageType::MsgRequestPreVote => m.term - 1,
+            // Answers to pre-votes this replica never sent (it does not campaign meanwhile).
+            MessageType::MsgRequestPreVoteResponse => return,
+            _ => m.term,
+        };
+        let heard = self.terms_heard.entry(m.from).or_insert(0);
+        *heard = (*heard).max(term);
+    }
+
+    /// Ends the no-vote state of a replica whose hard state was lost, once every other voter
+    /// of its configuration has been heard from since it started: the terms it may have voted
+    /// in before are at most the highest of their current terms (the candidate it voted for is
+    /// one of them, and its term only grows; its messages arrive in order, so any sent after
+    /// that vote request carries that term or a higher one). The replica takes that term with
+    /// a vote that grants nothing (its own id) unless it already follows that term's leader,
+    /// so it votes only in later terms. Hearing only a leader is not enough: a deposed leader
+    /// of an old term, taken as the vote, let the replica vote again in a term it had voted
+    /// in. A voter that stays silent keeps the replica from voting (never from following).
+    fn rebuild_hard_state(&mut self) {
+        if !self.hard_state_unknown {
+            return;
+        }
+        let raft = &self.p.node.raft;
+        let me = raft.id;
+        let conf = raft.prs().conf().to_conf_state();
+        let mut floor = raft.term;
+        for id in conf.voters.iter().chain(conf.voters_outgoing.iter()) {
+            if *id == me {
+                continue;
+            }
+            match self.terms_heard.get(id) {
+                Some(term) => floor = floor.max(*term),
+                None => return,
+            }
+        }
+        let raft = &mut self.p.node.raft;
+        if floor > raft.term {
+            raft.become_follower(floor, raft::INVALID_ID);
+        }
+        if raft.vote == raft::INVALID_ID {
+            raft.vote = me;
+        }
+        // Durable before the marker goes: a restart in between finds the marker again.
+        let state = logstore::HardState {
+            term: raft.term,
+            vote: raft.vote,
+            commit: raft.raft_log.committed.min(self.visible.applied_index),
+        };
+        let (term, vote) = (state.term, state.vote);
+        let saved = {
+            let mut s = write(&self.p.store);
+            s.save_hard_state(&state)
+                .unwrap_or_else(|e| panic!("persisting hard state failed: {e}"));
+            s.clear_vote_unknown()
+        };
+        if let Err(e) = saved {
+            tracing::warn!(stream = %self.p.name, "removing the vote-unknown marker failed (retried later): {e}");
+            return;
+        }
+        self.persisted_term = term;
+        self.persisted_vote = vote;
+        tracing::info!(stream = %self.p.name, term, vote, "hard state rebuilt: votes only in terms above every voter's current term");
+        self.hard_state_unknown = false;
+        self.terms_heard.clear();
+        if self.repair.is_none() {
+            self.p.faults.mark_repaired(&self.p.name);
+        }
+    }
+
     /// After a message from a peer was stepped into a damaged replica: learns the leader's
     /// commit index (the repair target) from its first append, takes the term (and counts
     /// the leader as its vote) when the hard state was lost, and tells a leader that still
@@ -1286,16 +1391,11 @@ impl Group {
         if !from_leader {
             return;
         }
-        if self.hard_state_unknown {
+        if self.hard_state_unknown && self.p.node.raft.vote == 0 {
             // The leader of `term` won its election: this replica's vote in that term (if it
             // cast one) could only matter to it, so recording it as the vote never lets a
-            // second candidate win the same term. Earlier terms are never voted in again.
+            // second candidate win the same term. Later terms: see `rebuild_hard_state`.
             self.p.node.raft.vote = from;
-            self.hard_state_unknown = false;
-            tracing::info!(stream = %self.p.name, term, leader = from, "hard state rebuilt from the leader");
-            if self.repair.is_none() {
-                self.p.faults.mark_repaired(&self.p.name);
-            }
         }
         let Some(repair) = self.repair.as_mut() else {
             return;
@@ -1356,6 +1456,60 @@ impl Group {
             self.p.node.raft.send_append(m.from);
         }
         marked
+    }
+
+    /// With the hard state lost: once per election timeout, asks every voter not heard from
+    /// yet for its current term (a follower of a healthy group sends this replica nothing
+    /// until an election).
+    fn ask_terms(&mut self) {
+        if !self.hard_state_unknown {
+            return;
+        }
+        let raft = &self.p.node.raft;
+        let timeout = self.p.tick * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
+        if self.terms_asked.is_some_and(|at| at.elapsed() < timeout) {
+            return;
+        }
+        self.terms_asked = Some(Instant::now());
+        let me = raft.id;
+        let conf = raft.prs().conf().to_conf_state();
+        for id in conf.voters.iter().chain(conf.voters_outgoing.iter()) {
+            if *id != me && !self.terms_heard.contains_key(id) {
+                let mut m = Message::default();
+                m.set_msg_type(raft::prelude::MessageType::MsgHeartbeatResponse);
+                m.to = *id;
+                m.from = me;
+                m.term = 1;
+                m.context = TERM_QUERY_CONTEXT.to_vec().into();
+                self.p.peers.send(self.p.id, m);
+            }
+        }
+    }
+
+    /// Consumes a term query or report (see [`TERM_QUERY_CONTEXT`]): answers a query with
+    /// this replica's term; a report was noted already. True: consumed.
+    fn term_query_answered(&mut self, m: &Message) -> bool {
+        if m.get_msg_type() != raft::prelude::MessageType::MsgHeartbeatResponse {
+            return false;
+        }
+        let context = m.context.as_ref();
+        if context == TERM_REPORT_CONTEXT {
+            return true;
+        }
+        if context != TERM_QUERY_CONTEXT {
+            return false;
+        }
+        let raft = &self.p.node.raft;
+        if raft.term > 0 {
+            let mut answer = Message::default();
+            answer.set_msg_type(raft::prelude::MessageType::MsgHeartbeatResponse);
+            answer.to = m.from;
+            answer.from = raft.id;
+            answer.term = raft.term;
+            answer.context = TERM_REPORT_CONTEXT.to_vec().into();
+            self.p.peers.send(self.p.id, answer);
+        }
+        true
     }
 
     /// A damaged replica that knows no leader asks every other voter, once per election
