@@ -108,23 +108,68 @@ fn hard_state_slot(hs: &HardState, seq: u64) -> Vec<u8> {
     b
 }
 
-/// `confstate` file, little-endian:
-/// `"VDLC" | version u16 = 1 | flags u16 = 0 | auto_leave u8 | 3 zero bytes |
+/// `confstate` file, version 2: 2,048 bytes, two slots of 1,024 bytes, little-endian:
+/// `"VDLC" | version u16 = 2 | flags u16 = 0 | seq u64 | auto_leave u8 | 3 zero bytes |
 ///  n_voters u32 | n_learners u32 | n_voters_outgoing u32 | n_learners_next u32 |
-///  the ids (u64 each) in that order | crc u32` (CRC-32C over everything before it).
-pub(crate) fn save_conf_state(dir: &Path, cs: &ConfState) -> Result<()> {
-    let mut b = Vec::new();
-    b.extend_from_slice(CS_MAGIC);
-    b.extend_from_slice(&VERSION.to_le_bytes());
-    b.extend_from_slice(&0u16.to_le_bytes());
-    b.push(u8::from(cs.auto_leave));
-    b.extend_from_slice(&[0, 0, 0]);
+///  the ids (u64 each) in that order | crc u32 | zeros to 1,024 bytes`, the CRC-32C over the
+/// record before it. As the `hardstate` file's slots: saves alternate between the slots
+/// (save `seq` goes to slot `(seq - 1) % 2`) and overwrite them in place (pwrite +
+/// fdatasync), so saving a configuration change at apply never needs new disk space (with a
+/// full disk it used to fail and stop the node at every restart); the higher `seq` wins; a
+/// slot of zeros was never written, any other bad slot is damage (the open fails).
+///
+/// Version 1 (`"VDLC" | version u16 = 1 | flags u16 | auto_leave u8 | 3 zero bytes | the
+/// four counts | the ids | crc`, replaced atomically on every save) is still read; the first
+/// save after it writes a version-2 file through a temp file (new space once).
+pub(crate) fn save_conf_state(dir: &Path, cs: &ConfState, seq: u64, in_place: bool) -> Result<()> {
+    assert!(seq > 0, "conf-state saves count from 1");
+    let slot = conf_state_slot(dir, cs, seq)?;
+    let at = CS_SLOT_BYTES * ((seq - 1) % 2) as usize;
+    if in_place {
+        let path = dir.join(CONF_STATE_FILE);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        crate::fs::fs()
+            .write_all_at(&file, &path, &slot, at as u64)
+            .map_err(io_err(&path))?;
+        fdatasync(&file, &path);
+        return Ok(());
+    }
+    let mut file = vec![0u8; 2 * CS_SLOT_BYTES];
+    file[at..at + CS_SLOT_BYTES].copy_from_slice(&slot);
+    atomic_write(dir, CONF_STATE_FILE, &file)
+}
+
+/// Bytes of one slot of a version-2 `confstate` file.
+const CS_SLOT_BYTES: usize = 1024;
+/// Version of the `confstate` file's slots.
+const CS_VERSION: u16 = 2;
+/// Bytes of a version-2 slot's record before the ids.
+const CS_HEAD_BYTES: usize = 36;
+
+fn conf_state_slot(dir: &Path, cs: &ConfState, seq: u64) -> Result<Vec<u8>> {
     let lists = [
         &cs.voters,
         &cs.learners,
         &cs.voters_outgoing,
         &cs.learners_next,
     ];
+    let ids: usize = lists.iter().map(|l| l.len()).sum();
+    if CS_HEAD_BYTES + 8 * ids + 4 > CS_SLOT_BYTES {
+        return Err(LogStoreError::InvalidArgument(format!(
+            "{}: a configuration of {ids} ids does not fit a {CS_SLOT_BYTES}-byte slot",
+            dir.display()
+        )));
+    }
+    let mut b = Vec::with_capacity(CS_SLOT_BYTES);
+    b.extend_from_slice(CS_MAGIC);
+    b.extend_from_slice(&CS_VERSION.to_le_bytes());
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&seq.to_le_bytes());
+    b.push(u8::from(cs.auto_leave));
+    b.extend_from_slice(&[0, 0, 0]);
     for l in lists {
         b.extend_from_slice(&(l.len() as u32).to_le_bytes());
     }
@@ -135,7 +180,8 @@ pub(crate) fn save_conf_state(dir: &Path, cs: &ConfState) -> Result<()> {
     }
     let crc = crc32c::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
-    atomic_write(dir, CONF_STATE_FILE, &b)
+    b.resize(CS_SLOT_BYTES, 0);
+    Ok(b)
 }
 
 fn read_checked(
@@ -293,7 +339,114 @@ fn parse_slot(path: &Path, at: u64, slot: &[u8]) -> Result<(u64, HardState)> {
 }
 
 /// Loads the configuration state; the default when the file does not exist.
-pub(crate) fn load_conf_state(dir: &Path) -> Result<ConfState> {
+/// The `confstate` file as loaded: the state, its save sequence number (0: none, or a
+/// version-1 file) and whether the next save may overwrite a slot in place.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedConfState {
+    pub state: ConfState,
+    pub seq: u64,
+    pub in_place: bool,
+}
+
+/// Reads the `confstate` file, version 2 or 1 (see [`save_conf_state`]); a missing file is
+/// the default (empty) configuration.
+pub(crate) fn load_conf_state(dir: &Path) -> Result<LoadedConfState> {
+    let path = dir.join(CONF_STATE_FILE);
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LoadedConfState::default()),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    if data.len() < 6 || &data[0..4] != CS_MAGIC {
+        return Err(corruption(&path, 0, "bad magic or file too short"));
+    }
+    match u16::from_le_bytes([data[4], data[5]]) {
+        VERSION => Ok(LoadedConfState {
+            state: load_conf_state_v1(dir)?,
+            seq: 0,
+            in_place: false,
+        }),
+        CS_VERSION => {
+            if data.len() != 2 * CS_SLOT_BYTES {
+                return Err(corruption(&path, 0, "not two slots long"));
+            }
+            let mut newest: Option<(u64, ConfState)> = None;
+            for (i, slot) in data.chunks(CS_SLOT_BYTES).enumerate() {
+                if slot.iter().all(|b| *b == 0) {
+                    continue;
+                }
+                let at = (i * CS_SLOT_BYTES) as u64;
+                let (seq, state) = parse_conf_slot(&path, at, slot)?;
+                if newest.as_ref().is_none_or(|(s, _)| seq > *s) {
+                    newest = Some((seq, state));
+                }
+            }
+            let Some((seq, state)) = newest else {
+                return Err(corruption(&path, 0, "no slot written"));
+            };
+            Ok(LoadedConfState {
+                state,
+                seq,
+                in_place: true,
+            })
+        }
+        found => Err(LogStoreError::UnsupportedVersion {
+            path,
+            found,
+            supported: CS_VERSION,
+        }),
+    }
+}
+
+fn parse_conf_slot(path: &Path, at: u64, slot: &[u8]) -> Result<(u64, ConfState)> {
+    if &slot[0..4] != CS_MAGIC || u16::from_le_bytes([slot[4], slot[5]]) != CS_VERSION {
+        return Err(corruption(path, at, "bad slot header"));
+    }
+    let count = |i: usize| u32::from_le_bytes([slot[i], slot[i + 1], slot[i + 2], slot[i + 3]]);
+    let counts = [count(20), count(24), count(28), count(32)];
+    let total: u64 = counts.iter().map(|c| u64::from(*c)).sum();
+    let record = CS_HEAD_BYTES as u64 + total * 8;
+    if record + 4 > CS_SLOT_BYTES as u64 {
+        return Err(corruption(path, at + 20, "id counts beyond the slot"));
+    }
+    let record = record as usize;
+    let stored = u32::from_le_bytes([
+        slot[record],
+        slot[record + 1],
+        slot[record + 2],
+        slot[record + 3],
+    ]);
+    if crc32c::crc32c(&slot[..record]) != stored {
+        return Err(corruption(path, at + record as u64, "CRC mismatch"));
+    }
+    let mut pos = CS_HEAD_BYTES;
+    let mut lists: Vec<Vec<u64>> = Vec::with_capacity(4);
+    for n in counts {
+        let mut l = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            l.push(u64_at(slot, pos));
+            pos += 8;
+        }
+        lists.push(l);
+    }
+    let learners_next = lists.pop().unwrap_or_default();
+    let voters_outgoing = lists.pop().unwrap_or_default();
+    let learners = lists.pop().unwrap_or_default();
+    let voters = lists.pop().unwrap_or_default();
+    Ok((
+        u64_at(slot, 8),
+        ConfState {
+            voters,
+            learners,
+            voters_outgoing,
+            learners_next,
+            auto_leave: slot[16] != 0,
+        },
+    ))
+}
+
+/// Reads a version-1 `confstate` file.
+fn load_conf_state_v1(dir: &Path) -> Result<ConfState> {
     let Some(d) = read_checked(dir, CONF_STATE_FILE, CS_MAGIC, 32)? else {
         return Ok(ConfState::default());
     };
@@ -478,7 +631,55 @@ mod tests {
             learners_next: vec![5, 6],
             auto_leave: true,
         };
-        save_conf_state(dir.path(), &cs).unwrap();
-        assert_eq!(load_conf_state(dir.path()).unwrap(), cs);
+        save_conf_state(dir.path(), &cs, 1, false).unwrap();
+        assert_eq!(load_conf_state(dir.path()).unwrap().state, cs);
+        // Later saves overwrite the slots in place, alternately; the newest wins.
+        let path = dir.path().join(CONF_STATE_FILE);
+        for seq in 2..6u64 {
+            let next = ConfState {
+                voters: vec![1, 2, seq],
+                ..cs.clone()
+            };
+            save_conf_state(dir.path(), &next, seq, true).unwrap();
+            let loaded = load_conf_state(dir.path()).unwrap();
+            assert_eq!(
+                (loaded.state, loaded.seq, loaded.in_place),
+                (next, seq, true)
+            );
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), 2048);
+        }
+        // A changed byte in a slot is damage.
+        flip(&path, 1024 + 40);
+        assert!(load_conf_state(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_version_1_conf_state_is_read_and_replaced_by_the_next_save() {
+        let dir = tempfile::tempdir().unwrap();
+        // Version 1: the record alone, replaced atomically.
+        let mut b = Vec::new();
+        b.extend_from_slice(CS_MAGIC);
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 0, 0]);
+        for n in [3u32, 0, 0, 0] {
+            b.extend_from_slice(&n.to_le_bytes());
+        }
+        for id in [1u64, 2, 3] {
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        std::fs::write(dir.path().join(CONF_STATE_FILE), &b).unwrap();
+        let loaded = load_conf_state(dir.path()).unwrap();
+        assert_eq!(loaded.state.voters, vec![1, 2, 3]);
+        assert_eq!((loaded.seq, loaded.in_place), (0, false));
+        let cs = ConfState {
+            voters: vec![1, 2, 4],
+            ..Default::default()
+        };
+        save_conf_state(dir.path(), &cs, 1, loaded.in_place).unwrap();
+        let loaded = load_conf_state(dir.path()).unwrap();
+        assert_eq!((loaded.state, loaded.seq, loaded.in_place), (cs, 1, true));
     }
 }

@@ -155,6 +155,10 @@ pub struct LogStore {
     /// Whether the `hardstate` file can be overwritten in place (an intact version-2 file).
     hard_state_in_place: bool,
     conf_state: ConfState,
+    /// Sequence number of the last `confstate` save (see `hard_state::save_conf_state`).
+    conf_state_seq: u64,
+    /// The `confstate` file has two slots: the next save overwrites one in place.
+    conf_state_in_place: bool,
     report: RecoveryReport,
     /// Records below this Kafka offset are deleted (DeleteRecords) even where their segment
     /// still exists: not readable, and their segments go at the next retention pass. Kept in
@@ -232,7 +236,7 @@ impl LogStore {
         if hard_state_damage.is_some() && !vote_unknown_path.exists() {
             crate::fsutil::atomic_write(dir, hard_state::VOTE_UNKNOWN_FILE, b"")?;
         }
-        let conf_state = hard_state::load_conf_state(dir)?;
+        let loaded_conf_state = hard_state::load_conf_state(dir)?;
         // Recovery treats a bad frame holding a committed entry as damage (a damaged hard
         // state tells no commit: 0).
         let saved_commit = loaded_hard_state.state.commit;
@@ -273,7 +277,9 @@ impl LogStore {
             hard_state: loaded_hard_state.state,
             hard_state_seq: loaded_hard_state.seq,
             hard_state_in_place: loaded_hard_state.in_place,
-            conf_state,
+            conf_state: loaded_conf_state.state,
+            conf_state_seq: loaded_conf_state.seq,
+            conf_state_in_place: loaded_conf_state.in_place,
             report: rec.report,
             records_floor: 0,
             damaged_from: AtomicU64::new(u64::MAX),
@@ -850,7 +856,6 @@ impl LogStore {
             });
         }
         let interval = self.config.index_interval_bytes;
-        self.reserve.detach();
         let k = self.segment_for_index(from_index);
         let seg = &self.segments[k];
         let (pos, h) = seg.locate_index(from_index, interval)?;
@@ -875,7 +880,30 @@ impl LogStore {
             p += hh.total_len();
         }
         idx.max_timestamp = max_ts;
+        // The one step that needs new disk space goes first, so a full disk fails the
+        // truncation with nothing changed (the caller retries once space returns): a sealed
+        // segment is never truncated in place (readers may hold slices of its map), its kept
+        // prefix is copied to a temp file that replaces it below.
+        let prefix_copy = if seg.sealed() {
+            let tmp = seg.path.with_extension("log.tmp");
+            let written = seg.map().and_then(|data| {
+                let f = File::create(&tmp).map_err(io_err(&tmp))?;
+                crate::fs::fs()
+                    .write_all_at(&f, &tmp, &data[..pos as usize], 0)
+                    .map_err(io_err(&tmp))?;
+                fdatasync(&f, &tmp);
+                Ok(())
+            });
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+            Some(tmp)
+        } else {
+            None
+        };
 
+        self.reserve.detach();
         self.cache.truncate_from(from_index);
         // Later segments go first, newest first, so a crash leaves a contiguous prefix.
         while self.segments.len() > k + 1 {
@@ -888,19 +916,8 @@ impl LogStore {
         fsync_dir(&self.dir)?;
         let dir = self.dir.clone();
         let seg = &mut self.segments[k];
-        if seg.sealed() {
-            // Never truncate a file that may be memory-mapped (readers may hold slices):
-            // write the kept prefix to a new file and rename it over the old one.
-            let data = seg.map()?;
-            let tmp = seg.path.with_extension("log.tmp");
-            {
-                let f = File::create(&tmp).map_err(io_err(&tmp))?;
-                crate::fs::fs()
-                    .write_all_at(&f, &tmp, &data[..pos as usize], 0)
-                    .map_err(io_err(&tmp))?;
-                fdatasync(&f, &tmp);
-            }
-            drop(data);
+        if let Some(tmp) = prefix_copy {
+            // The kept prefix, written above, replaces the sealed segment.
             crate::fs::fs()
                 .rename(&tmp, &seg.path)
                 .map_err(io_err(&seg.path))?;
@@ -1223,9 +1240,14 @@ impl LogStore {
         Ok(())
     }
 
-    /// Durably replaces the configuration state (temp file, fsync, rename, fsync dir).
+    /// Durably replaces the configuration state: overwrites one of the `confstate` file's two
+    /// slots in place (pwrite + fdatasync, no new disk space), except for the first save of a
+    /// store and the first after a version-1 file (temp file, fsync, rename, fsync dir).
     pub fn save_conf_state(&mut self, cs: &ConfState) -> Result<()> {
-        hard_state::save_conf_state(&self.dir, cs)?;
+        let seq = self.conf_state_seq + 1;
+        hard_state::save_conf_state(&self.dir, cs, seq, self.conf_state_in_place)?;
+        self.conf_state_seq = seq;
+        self.conf_state_in_place = true;
         self.conf_state = cs.clone();
         Ok(())
     }

@@ -2244,8 +2244,19 @@ impl Group {
                 decode_snapshot_data(&snap.data).unwrap_or(0)
             };
             let mut s = write(&self.p.store);
-            s.install_snapshot(meta.index, meta.term, next_offset)
-                .unwrap_or_else(|e| panic!("installing a snapshot failed: {e}"));
+            if let Err(e) = s.install_snapshot(meta.index, meta.term, next_offset) {
+                if self.p.state_machine.is_some() {
+                    // Its state was replaced already: the log must follow, or stop here.
+                    panic!("installing a snapshot failed: {e}");
+                }
+                // A full disk: the log is as it was; raft-rs forgets the snapshot and the
+                // leader sends another (see `retry_lost_snapshots`) once this one goes
+                // unanswered.
+                drop(s);
+                tracing::error!(stream = %self.p.name, index = meta.index, "installing a snapshot failed: {e}; waiting for the leader to send it again");
+                self.rebuild_raft(AppendError::Storage(e.to_string()));
+                return;
+            }
             s.save_conf_state(&from_raft_conf(meta.get_conf_state()))
                 .unwrap_or_else(|e| panic!("persisting conf state failed: {e}"));
             // The snapshot's index is committed and everything up to it is now in place (a
@@ -2398,8 +2409,15 @@ impl Group {
         let pending = {
             let mut s = write(&self.p.store);
             if first <= s.last_index() {
-                s.truncate_suffix(first)
-                    .unwrap_or_else(|e| panic!("truncating the log at {first} failed: {e}"));
+                if let Err(e) = s.truncate_suffix(first) {
+                    // A full disk (the copy of a sealed segment's kept prefix needs space):
+                    // nothing was cut; as with a refused append, raft-rs forgets the entries
+                    // and the leader sends them again later.
+                    drop(s);
+                    tracing::error!(stream = %self.p.name, first, "truncating the log failed: {e}; the entries are dropped and sent again later");
+                    self.rebuild_raft(AppendError::Storage(e.to_string()));
+                    return false;
+                }
             }
             let segments_before = s.segment_count();
             if let Err(e) = s.append(&converted) {
