@@ -754,17 +754,27 @@ pub fn boot_nonce() -> u64 {
     nanos ^ (u64::from(std::process::id()) << 48)
 }
 
-/// Rebuilds a stream's producer table from the newest committed entries (at most
-/// [`crate::producers::REBUILD_MAX_ENTRIES`] of them).
+/// Rebuilds a stream's producer table: the one saved in its directory (see
+/// [`crate::replication::producer_snapshot`]), then the committed entries after it (at most the
+/// newest [`crate::producers::REBUILD_MAX_ENTRIES`]).
 pub(crate) fn rebuild_producers(
     store: &SharedStore,
     applied: u64,
 ) -> crate::producers::ProducerTable {
-    let mut table = crate::producers::ProducerTable::default();
     let s = read(store);
+    // The newest saved table, then the committed log after it (the saved table may hold
+    // entries past `applied`: the group skips those when it applies them again).
+    let mut table = match crate::replication::producer_snapshot::load(s.dir()) {
+        Ok(saved) => saved.unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!("{e}: the producer table is rebuilt from the log alone");
+            crate::producers::ProducerTable::default()
+        }
+    };
     let mut lo = s
         .first_index()
-        .max(applied.saturating_sub(crate::producers::REBUILD_MAX_ENTRIES) + 1);
+        .max(applied.saturating_sub(crate::producers::REBUILD_MAX_ENTRIES) + 1)
+        .max(table.applied_through() + 1);
     while lo <= applied {
         let Ok(entries) = s.entries(lo, applied + 1, 4 << 20) else {
             break;
@@ -776,7 +786,7 @@ pub(crate) fn rebuild_producers(
             if e.kind == logstore::EntryKind::Records {
                 let infos = crate::producers::batch_infos(&e.payload);
                 if !infos.is_empty() {
-                    table.on_committed(&infos, e.first_offset);
+                    table.on_committed_at(e.index, &infos, e.first_offset);
                 }
             }
         }

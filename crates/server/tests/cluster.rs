@@ -455,6 +455,81 @@ async fn a_replaced_disk_votes_again_only_after_applying_the_commit_it_came_back
     }
 }
 
+/// Every replica saves its idempotent-producer table when it stops (and every 20,000 applied
+/// entries), so a restart knows producers older than the part of the log it replays; the
+/// saved table answers a retry of the last batch with its original offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_save_the_producer_table_when_they_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[STREAM]);
+    let nodes = start_all(&configs).await;
+    let leader = wait_for_leader(&nodes, Duration::from_secs(10)).await;
+    let s = stream(&nodes, leader);
+    let batch =
+        kafka_proto::records::RecordBatchBuilder::new(kafka_proto::records::Compression::None)
+            .with_records(&[kafka_proto::records::NewRecord::new(
+                1_700_000_000_000,
+                &b"idempotent"[..],
+            )])
+            .unwrap()
+            .producer(42, 0, 0)
+            .build()
+            .unwrap();
+    let a = s.append(batch, 1, APPEND_TIMEOUT).await.unwrap();
+    for i in 0..3 {
+        wait_for_hw(
+            &stream(&nodes, i),
+            a.base_offset + 1,
+            Duration::from_secs(10),
+        )
+        .await;
+    }
+    for n in nodes.iter().flatten() {
+        n.shutdown();
+    }
+    for c in &configs {
+        let saved = files_named(
+            &c.data_dir,
+            vdl_server::replication::producer_snapshot::SNAPSHOT_FILE,
+        );
+        assert_eq!(saved.len(), 1, "{}: {saved:?}", c.data_dir.display());
+        let mut table =
+            vdl_server::replication::producer_snapshot::load(saved[0].parent().unwrap())
+                .unwrap()
+                .expect("a saved table");
+        let retry = vdl_server::producers::BatchInfo {
+            producer_id: 42,
+            epoch: 0,
+            first_seq: 0,
+            last_seq: 0,
+            span: 1,
+        };
+        assert_eq!(
+            table.check(&[retry]),
+            vdl_server::producers::SequenceCheck::Duplicate {
+                base_offset: a.base_offset
+            }
+        );
+    }
+}
+
+/// The files named `name` under `dir`, at any depth.
+fn files_named(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.file_name().is_some_and(|n| n == name) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_streams_share_the_peer_connections_and_keep_their_own_offsets() {
     let dir = tempfile::tempdir().unwrap();

@@ -407,6 +407,9 @@ fn enospc_on_append_is_an_error_and_space_returning_recovers() {
     // Space returns: the node (restarted if a hard-state write made it stop) holds the log
     // again: with it and one other node up, every record is there.
     set_faults(dir.path(), leader, "");
+    // A hard-state write that failed just before the faults were cleared may still be
+    // stopping the node: give it a moment to exit before checking.
+    std::thread::sleep(Duration::from_millis(1500));
     if c.exited(leader).is_some() {
         c.kill(leader);
         c.spawn(leader);
@@ -414,6 +417,14 @@ fn enospc_on_append_is_an_error_and_space_returning_recovers() {
     produce_acked(&brokers, "nospc", 10, 10, 100, &mut acked);
     let other = (0..3).find(|&i| i != leader).unwrap();
     c.stop(other);
+    for i in (0..3).filter(|i| *i != other) {
+        assert!(
+            c.exited(i).is_none(),
+            "node {} exited; its log:\n{}",
+            i + 1,
+            c.log_tail(i)
+        );
+    }
     produce_acked(&brokers, "nospc", 5, 10, 100, &mut acked);
     let got = read_all(&brokers, "nospc");
     for (base, v) in &acked {

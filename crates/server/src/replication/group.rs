@@ -544,6 +544,9 @@ struct Group {
     leading_since: Option<Instant>,
     /// On the leader: its commit index over the last `in_sync_max_lag` (the in-sync rule).
     commit_history: CommitHistory,
+    /// Entries applied since the producer table was last saved (see
+    /// [`Group::save_producers`]).
+    producers_unsaved: u64,
     /// Read barriers asked of raft-rs, by the id in their context (at most
     /// [`MAX_PENDING_READS`]).
     reads_asked: HashMap<u64, oneshot::Sender<Result<u64, AppendError>>>,
@@ -653,6 +656,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         leading_since: None,
         snapshot_waits: HashMap::new(),
         commit_history: CommitHistory::default(),
+        producers_unsaved: 0,
         next_retention,
         next_rebalance,
         reads_asked: HashMap::new(),
@@ -744,6 +748,7 @@ impl Task for Group {
 
     fn finish(&mut self) {
         self.fail_all(AppendError::Stopped);
+        self.save_producers(true);
     }
 }
 
@@ -2488,6 +2493,7 @@ impl Group {
             return;
         };
         let last_index = last.index;
+        self.producers_unsaved += committed.len() as u64;
         for e in &committed {
             match e.get_entry_type() {
                 EntryType::EntryConfChange => {
@@ -2539,6 +2545,7 @@ impl Group {
         for e in &committed {
             self.answer_committed(e);
         }
+        self.save_producers(false);
     }
 
     /// Updates the producer table with a committed entry's batches.
@@ -2553,7 +2560,33 @@ impl Group {
         let end = read(&self.p.store)
             .next_offset_after_index(e.index)
             .unwrap_or_else(|err| panic!("committed index {} not in the log: {err}", e.index));
-        table.on_committed(&infos, end - total_span(&e.data));
+        table.on_committed_at(e.index, &infos, end - total_span(&e.data));
+    }
+
+    /// Saves the producer table (see [`crate::replication::producer_snapshot`]) when it knows
+    /// a producer and [`crate::replication::producer_snapshot::SNAPSHOT_EVERY_ENTRIES`] entries
+    /// were applied since the last save, or, with `stopping`, when any were. A failed save (a
+    /// full disk) is retried at the next one due; the log still holds what it would say.
+    fn save_producers(&mut self, stopping: bool) {
+        use crate::replication::producer_snapshot;
+        let Some(table) = self.p.producers.as_ref() else {
+            return;
+        };
+        let due = if stopping {
+            self.producers_unsaved > 0
+        } else {
+            self.producers_unsaved >= producer_snapshot::SNAPSHOT_EVERY_ENTRIES
+        };
+        if !due || table.is_empty() {
+            return;
+        }
+        let dir = read(&self.p.store).dir().to_path_buf();
+        match producer_snapshot::save(&dir, table) {
+            Ok(()) => self.producers_unsaved = 0,
+            Err(e) => {
+                tracing::warn!(stream = %self.p.name, "saving the producer table failed: {e}")
+            }
+        }
     }
 
     /// Persists the configuration a conf change produced (raft-rs rejects invalid ones).

@@ -14,7 +14,8 @@
 //!   remove; replicas of a removed member reassigned); [`known_peers`]: the members added at
 //!   runtime, remembered across restarts.
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
-//! - [`producers`]: idempotent producers' state, derived from each partition's replicated log.
+//! - [`producers`]: idempotent producers' state, derived from each partition's replicated log;
+//!   [`producer_snapshot`]: that state saved, so a restart remembers every producer.
 
 pub mod direct_send;
 pub mod group;
@@ -25,6 +26,7 @@ pub mod membership;
 pub mod peer_guard;
 pub mod peer_wire;
 pub mod placement;
+pub mod producer_snapshot;
 pub mod producers;
 pub mod raft_log;
 pub mod raft_storage;

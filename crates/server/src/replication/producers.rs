@@ -12,9 +12,14 @@
 //!   older epoch, or a retriable error when it repeats a batch still in flight.
 //!
 //! Because the table is rebuilt from the log, it survives failover: a new leader has applied the
-//! same batches. After a restart it is rebuilt from the newest part of the log (bounded: see
-//! [`REBUILD_MAX_ENTRIES`]); producers not seen there are treated as new, as Kafka does for
-//! producers whose state expired.
+//! same batches. It also survives restarts: each replica saves it to its stream directory every
+//! [`crate::producer_snapshot::SNAPSHOT_EVERY_ENTRIES`] applied entries and when it stops (as
+//! Kafka writes producer-state snapshots), and a restart loads the newest and replays the log
+//! after it (bounded: see [`REBUILD_MAX_ENTRIES`]). Without it, a producer not seen in the last
+//! [`REBUILD_MAX_ENTRIES`] entries was unknown after a restart, so a retry of its last batch was
+//! accepted at any sequence and written twice. Producers forgotten anyway (beyond
+//! [`MAX_PRODUCERS`], or never saved before a crash and older than the replayed part) are
+//! treated as new, as Kafka does for producers whose state expired.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -125,6 +130,23 @@ pub struct ProducerTable {
     /// Per producer: epoch and last sequence of batches proposed in this term, not yet committed.
     pending: HashMap<i64, (i16, i32, i32)>,
     stamp: u64,
+    /// The Raft index of the last committed entry the table holds (0: none known): an entry
+    /// at or below it is applied again after a restart (the saved commit lags) and skipped.
+    applied_through: u64,
+}
+
+/// One producer as the table's snapshot holds it (see [`crate::producer_snapshot`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerState {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// When it last wrote, in the table's write order (for forgetting the least recent).
+    pub stamp: u64,
+    /// Its last committed batches, oldest first: (first sequence, last sequence, base offset);
+    /// at most five.
+    pub batches: Vec<(i32, i32, u64)>,
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -190,6 +212,78 @@ impl ProducerTable {
         }
         self.pending.extend(staged);
         SequenceCheck::Append
+    }
+
+    /// Applies the batches of the committed entry at Raft index `index` (on every replica),
+    /// whose first offset is `base_offset`; nothing when the table holds that entry already
+    /// (loaded from a snapshot taken after it).
+    pub fn on_committed_at(&mut self, index: u64, batches: &[BatchInfo], base_offset: u64) {
+        if index <= self.applied_through {
+            return;
+        }
+        self.applied_through = index;
+        self.on_committed(batches, base_offset);
+    }
+
+    /// The Raft index of the last committed entry the table holds (0: none known).
+    pub fn applied_through(&self) -> u64 {
+        self.applied_through
+    }
+
+    /// The table's committed state, for a snapshot: its write-order stamp and every producer
+    /// (pending proposals are not part of it).
+    pub fn export(&self) -> (u64, Vec<ProducerState>) {
+        let mut producers: Vec<ProducerState> = self
+            .committed
+            .iter()
+            .map(|(id, p)| ProducerState {
+                producer_id: *id,
+                epoch: p.epoch,
+                stamp: p.stamp,
+                batches: p
+                    .batches
+                    .iter()
+                    .map(|b| (b.first_seq, b.last_seq, b.base_offset))
+                    .collect(),
+            })
+            .collect();
+        producers.sort_by_key(|p| p.producer_id);
+        (self.stamp, producers)
+    }
+
+    /// A table holding `producers` as of the committed entry at `applied_through` (from a
+    /// snapshot); at most [`MAX_PRODUCERS`] producers and five batches each are kept.
+    pub fn import(stamp: u64, applied_through: u64, producers: Vec<ProducerState>) -> Self {
+        let mut table = ProducerTable {
+            stamp,
+            applied_through,
+            ..ProducerTable::default()
+        };
+        for p in producers {
+            let skip = p.batches.len().saturating_sub(BATCHES_PER_PRODUCER);
+            let batches = p
+                .batches
+                .into_iter()
+                .skip(skip)
+                .map(|(first_seq, last_seq, base_offset)| CommittedBatch {
+                    first_seq,
+                    last_seq,
+                    base_offset,
+                })
+                .collect();
+            table.committed.insert(
+                p.producer_id,
+                Producer {
+                    epoch: p.epoch,
+                    batches,
+                    stamp: p.stamp.min(stamp),
+                },
+            );
+        }
+        if table.committed.len() > MAX_PRODUCERS {
+            table.forget_oldest();
+        }
+        table
     }
 
     /// Applies a committed entry's batches (on every replica), whose first offset is
