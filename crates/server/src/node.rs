@@ -192,6 +192,8 @@ pub struct LogStream {
     inbox: InboxSender<GroupInput>,
     store: SharedStore,
     visible: watch::Receiver<Visible>,
+    /// How many voters hold each index, on the leader (see [`crate::group::DurableCopies`]).
+    durable_copies: watch::Receiver<crate::group::DurableCopies>,
     metrics: Arc<crate::metrics::PartitionMetrics>,
 }
 
@@ -386,19 +388,18 @@ impl LogStream {
         timeout: Duration,
     ) -> Result<(), AppendError> {
         let mut rx = self.visible.clone();
+        let mut durable = self.durable_copies.clone();
         let outcome = tokio::time::timeout(timeout, async {
             loop {
                 let verdict = {
+                    let held = *durable.borrow_and_update();
                     let v = rx.borrow_and_update();
                     let in_sync = v.in_sync.iter().filter(|id| **id != 0).count();
                     if v.leader != me {
                         Some(Err(AppendError::NotLeader {
                             leader: (v.leader != 0).then_some(v.leader),
                         }))
-                    } else if copies == 0
-                        || v.durable_on
-                            .get(copies - 1)
-                            .is_some_and(|i| *i >= raft_index)
+                    } else if copies == 0 || held.get(copies - 1).is_some_and(|i| *i >= raft_index)
                     {
                         Some(Ok(()))
                     } else if in_sync < copies {
@@ -413,7 +414,11 @@ impl LogStream {
                 if let Some(verdict) = verdict {
                     return verdict;
                 }
-                if rx.changed().await.is_err() {
+                let changed = tokio::select! {
+                    r = rx.changed() => r,
+                    r = durable.changed() => r,
+                };
+                if changed.is_err() {
                     return Err(AppendError::Stopped);
                 }
             }
@@ -2575,6 +2580,7 @@ impl Node {
             Arc::new(move || waker_slot.schedule()),
         );
         let (vis_tx, vis_rx) = watch::channel(visible);
+        let (copies_tx, copies_rx) = watch::channel([0; crate::group::MAX_TRACKED_VOTERS]);
         let metrics = Arc::new(crate::metrics::PartitionMetrics::default());
         let parts = GroupParts {
             metrics: metrics.clone(),
@@ -2587,6 +2593,7 @@ impl Node {
             peers: self.peers.clone(),
             tick: t.tick,
             visible: vis_tx,
+            durable_copies: copies_tx,
             pipeline: t.pipeline,
             group_commit: t.group_commit,
             retention_interval: self.config.storage.retention_check_interval,
@@ -2623,6 +2630,7 @@ impl Node {
             inbox: tx,
             store: shared,
             visible: vis_rx,
+            durable_copies: copies_rx,
             metrics,
         };
         if group == METADATA_GROUP_ID {

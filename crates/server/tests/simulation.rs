@@ -204,6 +204,7 @@ fn open_group(
         peers,
         tick: Duration::from_millis(50),
         visible: vis_tx,
+        durable_copies: watch::channel([0; vdl_server::group::MAX_TRACKED_VOTERS]).0,
         pipeline: true,
         group_commit: true,
         forward_proposals: false,

@@ -292,11 +292,6 @@ pub struct Visible {
     pub leader_ready: bool,
     /// The group is quiesced: idle, not ticking, no heartbeats (see [`crate::quiesce`]).
     pub quiesced: bool,
-    /// On the leader: `durable_on[k - 1]` is the highest Raft index that at least `k` voters
-    /// hold durably (the leader's own fsynced log counted), so an acks=all produce that asks
-    /// for `k` copies (min.insync.replicas above the majority) waits for it to reach its
-    /// entry. All zero on a follower.
-    pub durable_on: [u64; MAX_TRACKED_VOTERS],
     /// The voters of the group's configuration as this replica knows it (ascending,
     /// 0-padded).
     pub voters: [u64; MAX_TRACKED_VOTERS],
@@ -329,6 +324,14 @@ fn rejoin_read_epoch(ctx: &[u8]) -> Option<u64> {
     let epoch = ctx.strip_prefix(REJOIN_READ_CONTEXT)?;
     Some(u64::from_be_bytes(epoch.try_into().ok()?))
 }
+
+/// On the leader: element `k - 1` is the highest Raft index that at least `k` voters hold
+/// durably (the leader's own fsynced log counted), so an acks=all produce that asks for `k`
+/// copies (min.insync.replicas above the majority) waits for it to reach its entry. All zero
+/// on a follower. Published on its own channel ([`GroupParts::durable_copies`]), not in
+/// [`Visible`]: it changes with every acknowledgement, and waking every reader of `Visible`
+/// (fetches waiting for the high watermark) that often would cost them for nothing.
+pub type DurableCopies = [u64; MAX_TRACKED_VOTERS];
 
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
@@ -382,6 +385,8 @@ pub struct GroupParts {
     pub tick: Duration,
     /// Where visibility changes are published.
     pub visible: watch::Sender<Visible>,
+    /// Where the leader publishes how many voters hold each index ([`DurableCopies`]).
+    pub durable_copies: watch::Sender<DurableCopies>,
     /// Send appends before the local fsync.
     pub pipeline: bool,
     /// Merge queued proposals into shared entries and fsyncs.
@@ -1762,7 +1767,7 @@ impl Group {
             .unwrap_or(self.visible.high_watermark.min(s.next_offset()));
         self.visible.leader_ready = false;
         self.visible.in_sync = [0; MAX_TRACKED_VOTERS];
-        self.visible.durable_on = [0; MAX_TRACKED_VOTERS];
+        self.p.durable_copies.send_replace([0; MAX_TRACKED_VOTERS]);
         drop(s);
         self.ready_term = 0;
         self.publish();
@@ -2338,7 +2343,7 @@ impl Group {
     /// hold each index durably ([`Visible::durable_on`]).
     fn update_in_sync(&mut self) {
         let mut in_sync = [0u64; MAX_TRACKED_VOTERS];
-        let mut durable_on = [0u64; MAX_TRACKED_VOTERS];
+        let mut durable_on: DurableCopies = [0; MAX_TRACKED_VOTERS];
         let raft = &self.p.node.raft;
         if raft.state == StateRole::Leader {
             let committed = raft.raft_log.committed;
@@ -2391,12 +2396,13 @@ impl Group {
         if leader_ready {
             self.ready_term = raft.term;
         }
-        if in_sync != self.visible.in_sync
-            || leader_ready != self.visible.leader_ready
-            || durable_on != self.visible.durable_on
-        {
+        self.p.durable_copies.send_if_modified(|copies| {
+            let changed = *copies != durable_on;
+            *copies = durable_on;
+            changed
+        });
+        if in_sync != self.visible.in_sync || leader_ready != self.visible.leader_ready {
             self.visible.in_sync = in_sync;
-            self.visible.durable_on = durable_on;
             self.visible.leader_ready = leader_ready;
             self.publish();
         }
