@@ -336,6 +336,22 @@ pub type DurableCopies = [u64; MAX_TRACKED_VOTERS];
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
 
+/// On a leader: the highest index at least k voters hold, for k = 1.. (see
+/// [`DurableCopies`]); no allocation, it runs at every turn.
+fn durable_copies(raft: &raft::Raft<RaftStorage>) -> DurableCopies {
+    let mut copies: DurableCopies = [0; MAX_TRACKED_VOTERS];
+    let mut n = 0;
+    let voters = raft.prs().conf().voters();
+    for (id, pr) in raft.prs().iter() {
+        if n < MAX_TRACKED_VOTERS && voters.contains(*id) {
+            copies[n] = pr.matched;
+            n += 1;
+        }
+    }
+    copies[..n].sort_unstable_by(|a, b| b.cmp(a));
+    copies
+}
+
 /// Commit-index samples kept for the in-sync rule (see [`CommitHistory`]).
 const COMMIT_HISTORY_SAMPLES: usize = 256;
 
@@ -2186,7 +2202,14 @@ impl Group {
         if !self.p.node.has_ready() {
             // A follower's acknowledgement that commits nothing new makes no Ready, but may
             // complete a produce that waits for more copies than a majority.
-            self.update_in_sync();
+            if self.p.node.raft.state == StateRole::Leader {
+                let copies = durable_copies(&self.p.node.raft);
+                self.p.durable_copies.send_if_modified(|held| {
+                    let changed = *held != copies;
+                    *held = copies;
+                    changed
+                });
+            }
             return;
         }
         let mut ready = self.p.node.ready();
@@ -2351,16 +2374,7 @@ impl Group {
                 self.commit_history
                     .note(Instant::now(), committed, self.p.in_sync_max_lag);
             let me = raft.id;
-            let mut matched: Vec<u64> = raft
-                .prs()
-                .iter()
-                .filter(|(id, _)| raft.prs().conf().voters().contains(**id))
-                .map(|(_, pr)| pr.matched)
-                .collect();
-            matched.sort_unstable_by(|a, b| b.cmp(a));
-            for (slot, index) in durable_on.iter_mut().zip(matched) {
-                *slot = index;
-            }
+            durable_on = durable_copies(raft);
             let recent =
                 self.p.tick * 2 * u32::try_from(raft.election_timeout()).unwrap_or(u32::MAX);
             let quiesced = self.visible.quiesced;
