@@ -64,23 +64,35 @@ const HS_VERSION: u16 = 2;
 /// damage.
 pub(crate) fn save_hard_state(dir: &Path, hs: &HardState, seq: u64, in_place: bool) -> Result<()> {
     assert!(seq > 0, "hard-state saves count from 1");
-    let slot = hard_state_slot(hs, seq);
-    let at = HS_SLOT_BYTES * ((seq - 1) % 2) as usize;
+    write_slot(
+        dir,
+        HARD_STATE_FILE,
+        &hard_state_slot(hs, seq),
+        seq,
+        in_place,
+    )
+}
+
+/// Writes save `seq`'s slot (`slot`, one slot's bytes) of a two-slot file: slot `(seq - 1) % 2`
+/// overwritten in place (pwrite + fdatasync, no new space) when `in_place`, else a new file
+/// with that slot and zeros in the other, replaced atomically.
+fn write_slot(dir: &Path, name: &str, slot: &[u8], seq: u64, in_place: bool) -> Result<()> {
+    let at = slot.len() * ((seq - 1) % 2) as usize;
     if in_place {
-        let path = dir.join(HARD_STATE_FILE);
+        let path = dir.join(name);
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .map_err(io_err(&path))?;
         crate::fs::fs()
-            .write_all_at(&file, &path, &slot, at as u64)
+            .write_all_at(&file, &path, slot, at as u64)
             .map_err(io_err(&path))?;
         fdatasync(&file, &path);
         return Ok(());
     }
-    let mut file = vec![0u8; 2 * HS_SLOT_BYTES];
-    file[at..at + HS_SLOT_BYTES].copy_from_slice(&slot);
-    atomic_write(dir, HARD_STATE_FILE, &file)
+    let mut file = vec![0u8; 2 * slot.len()];
+    file[at..at + slot.len()].copy_from_slice(slot);
+    atomic_write(dir, name, &file)
 }
 
 /// Bytes of one slot of a version-2 `hardstate` file.
@@ -124,22 +136,8 @@ fn hard_state_slot(hs: &HardState, seq: u64) -> Vec<u8> {
 pub(crate) fn save_conf_state(dir: &Path, cs: &ConfState, seq: u64, in_place: bool) -> Result<()> {
     assert!(seq > 0, "conf-state saves count from 1");
     let slot = conf_state_slot(dir, cs, seq)?;
-    let at = CS_SLOT_BYTES * ((seq - 1) % 2) as usize;
-    if in_place {
-        let path = dir.join(CONF_STATE_FILE);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
-        crate::fs::fs()
-            .write_all_at(&file, &path, &slot, at as u64)
-            .map_err(io_err(&path))?;
-        fdatasync(&file, &path);
-        return Ok(());
-    }
-    let mut file = vec![0u8; 2 * CS_SLOT_BYTES];
-    file[at..at + CS_SLOT_BYTES].copy_from_slice(&slot);
-    atomic_write(dir, CONF_STATE_FILE, &file)
+    debug_assert_eq!(slot.len(), CS_SLOT_BYTES);
+    write_slot(dir, CONF_STATE_FILE, &slot, seq, in_place)
 }
 
 /// Bytes of one slot of a version-2 `confstate` file.
