@@ -555,11 +555,20 @@ fn power_cuts_lose_nothing_acknowledged() {
         // Acknowledged in the background: must all be there (offsets of unacknowledged
         // attempts may hold other data only if they were never acknowledged).
         let got = read_all(&brokers, "pc");
-        for (base, v) in during.iter().chain(acked.iter()) {
-            assert_eq!(
-                got.get(base),
-                Some(v),
-                "round {round}: acknowledged batch at {base} lost"
+        let lost: Vec<u64> = during
+            .iter()
+            .chain(acked.iter())
+            .filter(|(base, v)| got.get(base) != Some(v))
+            .map(|(base, _)| *base)
+            .collect();
+        if !lost.is_empty() {
+            let logs: Vec<String> = (0..3)
+                .map(|i| format!("node {}:\n{}", i + 1, c.log_tail(i)))
+                .collect();
+            panic!(
+                "round {round}: acknowledged batches lost at {lost:?} ({} acknowledged); logs:\n{}",
+                during.len() + acked.len(),
+                logs.join("\n")
             );
         }
         acked.extend(during);
