@@ -336,7 +336,6 @@ fn parse_slot(path: &Path, at: u64, slot: &[u8]) -> Result<(u64, HardState)> {
     ))
 }
 
-/// Loads the configuration state; the default when the file does not exist.
 /// The `confstate` file as loaded: the state, its save sequence number (0: none, or a
 /// version-1 file) and whether the next save may overwrite a slot in place.
 #[derive(Debug, Default)]
@@ -417,29 +416,9 @@ fn parse_conf_slot(path: &Path, at: u64, slot: &[u8]) -> Result<(u64, ConfState)
     if crc32c::crc32c(&slot[..record]) != stored {
         return Err(corruption(path, at + record as u64, "CRC mismatch"));
     }
-    let mut pos = CS_HEAD_BYTES;
-    let mut lists: Vec<Vec<u64>> = Vec::with_capacity(4);
-    for n in counts {
-        let mut l = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            l.push(u64_at(slot, pos));
-            pos += 8;
-        }
-        lists.push(l);
-    }
-    let learners_next = lists.pop().unwrap_or_default();
-    let voters_outgoing = lists.pop().unwrap_or_default();
-    let learners = lists.pop().unwrap_or_default();
-    let voters = lists.pop().unwrap_or_default();
     Ok((
         u64_at(slot, 8),
-        ConfState {
-            voters,
-            learners,
-            voters_outgoing,
-            learners_next,
-            auto_leave: slot[16] != 0,
-        },
+        conf_state_from_ids(slot, CS_HEAD_BYTES, counts, slot[16] != 0),
     ))
 }
 
@@ -459,27 +438,31 @@ fn load_conf_state_v1(dir: &Path) -> Result<ConfState> {
             "id counts do not match the file length",
         ));
     }
-    let mut at = 28;
-    let mut lists: Vec<Vec<u64>> = Vec::with_capacity(4);
-    for n in counts {
-        let mut l = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            l.push(u64_at(&d, at));
-            at += 8;
-        }
-        lists.push(l);
+    Ok(conf_state_from_ids(&d, 28, counts, d[8] != 0))
+}
+
+/// The configuration whose four id lists (voters, learners, outgoing voters, next learners;
+/// `counts` ids each) stand back to back in `b` from `ids_at`; the caller checked the length.
+fn conf_state_from_ids<N: Into<u64>>(
+    b: &[u8],
+    ids_at: usize,
+    counts: [N; 4],
+    auto_leave: bool,
+) -> ConfState {
+    let mut pos = ids_at;
+    let mut lists = counts.map(|n| {
+        let n = n.into();
+        let list: Vec<u64> = (0..n).map(|k| u64_at(b, pos + 8 * k as usize)).collect();
+        pos += 8 * n as usize;
+        list
+    });
+    ConfState {
+        voters: std::mem::take(&mut lists[0]),
+        learners: std::mem::take(&mut lists[1]),
+        voters_outgoing: std::mem::take(&mut lists[2]),
+        learners_next: std::mem::take(&mut lists[3]),
+        auto_leave,
     }
-    let learners_next = lists.pop().unwrap_or_default();
-    let voters_outgoing = lists.pop().unwrap_or_default();
-    let learners = lists.pop().unwrap_or_default();
-    let voters = lists.pop().unwrap_or_default();
-    Ok(ConfState {
-        voters,
-        learners,
-        voters_outgoing,
-        learners_next,
-        auto_leave: d[8] != 0,
-    })
 }
 
 #[cfg(test)]
