@@ -26,6 +26,10 @@
 //!   member, a replica with nowhere to go), `504`, `503` as above. See [`crate::membership`].
 //! - `GET /metrics` — Prometheus metrics (OpenMetrics text, see [`crate::metrics`]).
 //! - The operator endpoints `vdlctl` uses: see [`crate::admin_ops`].
+//!
+//! Every call is authenticated and authorized (the endpoint's Kafka ACL) by
+//! [`crate::admin_auth`]: 401 without valid credentials when `[admin] require_auth` is on, 403
+//! when the ACLs refuse.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,13 +159,19 @@ pub fn router(node: Arc<Node>) -> Router {
             "/partitions/{topic}/{partition}/segments/delete",
             post(crate::admin_ops::delete_segments),
         )
+        // Every call authenticated and authorized (see crate::admin_auth).
+        .route_layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            crate::admin_auth::guard,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
         .with_state(node)
 }
 
-/// Serves the admin API on `listener` until the task is dropped.
+/// Serves the admin API on `listener` until the task is dropped: plain HTTP or HTTPS as the
+/// node's `[admin]` settings say (see [`crate::admin_http`]).
 pub async fn serve(listener: tokio::net::TcpListener, node: Arc<Node>) -> std::io::Result<()> {
-    axum::serve(listener, router(node)).await
+    crate::admin_http::serve(listener, node).await
 }
 
 async fn metrics(State(node): State<Arc<Node>>) -> Response {

@@ -26,16 +26,18 @@ use std::time::Duration;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use crate::admin_auth::Caller;
 use crate::group::ReplicaReport;
 use crate::metadata::METADATA_STREAM;
 use crate::node::{Node, TransferError};
 
 /// Longest the node waits for another node's admin answer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
-/// Largest answer read from another node's admin API.
+/// Largest answer read from another node's admin API (plain [`call_peer`]).
 const PEER_MAX_BYTES: u64 = 64 << 20;
 /// Longest an operation may be asked to wait.
 const MAX_OP_TIMEOUT_MS: u64 = 300_000;
@@ -185,7 +187,9 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
 }
 
-/// Calls another node's admin API (blocking client on a blocking thread): `(status, body)`.
+/// Calls another node's admin API over plain HTTP without credentials (blocking client on a
+/// blocking thread): `(status, body)`. Calls made for a caller use
+/// [`crate::admin_http::call_peer_as`].
 pub async fn call_peer(
     address: &str,
     method: &'static str,
@@ -217,9 +221,13 @@ pub async fn call_peer(
     .map_err(|e| format!("admin call task failed: {e}"))?
 }
 
-/// `GET /cluster/status`: 200 when healthy, 503 otherwise (same document).
-pub async fn cluster_status(State(node): State<Arc<Node>>) -> Response {
-    let status = gather_cluster_status(&node).await;
+/// `GET /cluster/status`: 200 when healthy, 503 otherwise (same document). The other nodes
+/// are asked with the caller's credentials.
+pub async fn cluster_status(
+    State(node): State<Arc<Node>>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    let status = gather_cluster_status_as(&node, &caller).await;
     let code = if status.healthy {
         StatusCode::OK
     } else {
@@ -228,9 +236,16 @@ pub async fn cluster_status(State(node): State<Arc<Node>>) -> Response {
     (code, Json(status)).into_response()
 }
 
-/// Builds the cluster status: asks every member's admin API for its replicas (this node's
-/// own are read directly) and combines them with the replica lists of the metadata.
+/// [`gather_cluster_status_as`] without credentials.
 pub async fn gather_cluster_status(node: &Arc<Node>) -> ClusterStatus {
+    gather_cluster_status_as(node, &Caller::anonymous()).await
+}
+
+/// Builds the cluster status: asks every member's admin API for its replicas (this node's
+/// own are read directly; the others with `caller`'s credentials) and combines them with the
+/// replica lists of the metadata. An answer from another node than the one asked (its
+/// announced address now serves another node) is a problem, never filed under the asked id.
+pub async fn gather_cluster_status_as(node: &Arc<Node>, caller: &Caller) -> ClusterStatus {
     let me = node.config().id;
     let admins = node.admin_addresses();
     let live: BTreeMap<u64, String> = node.live_brokers().into_iter().collect();
@@ -247,12 +262,30 @@ pub async fn gather_cluster_status(node: &Arc<Node>) -> ClusterStatus {
             let Some(admin) = admin else {
                 return (m.id, Err("admin address not announced".to_owned()));
             };
-            let answer = call_peer(&admin, "GET", "/replicas", PEER_TIMEOUT).await;
+            let answer = crate::admin_http::call_peer_as(
+                &node.config().admin,
+                caller.authorization.as_ref(),
+                &admin,
+                "GET",
+                "/replicas",
+                PEER_TIMEOUT,
+            )
+            .await;
             let parsed = answer.and_then(|(code, body)| {
                 if code != 200 {
-                    return Err(format!("HTTP {code}"));
+                    return Err(format!(
+                        "HTTP {code}: {}",
+                        body.chars().take(200).collect::<String>()
+                    ));
                 }
-                serde_json::from_str::<NodeReplicas>(&body).map_err(|e| e.to_string())
+                let r = serde_json::from_str::<NodeReplicas>(&body).map_err(|e| e.to_string())?;
+                if r.id != m.id {
+                    return Err(format!(
+                        "its announced admin address {admin} answered as node {}",
+                        r.id
+                    ));
+                }
+                Ok(r)
             });
             (m.id, parsed)
         }
@@ -520,6 +553,7 @@ pub struct SegmentParams {
 /// replica); `None` when this node should answer.
 async fn forward_to_leader(
     node: &Arc<Node>,
+    caller: &Caller,
     topic: &str,
     partition: u32,
     method: &'static str,
@@ -551,7 +585,16 @@ async fn forward_to_leader(
     };
     let path = format!("{path_and_query}{sep}local=true");
     Some(
-        match call_peer(&address, method, &path, Duration::from_secs(60)).await {
+        match crate::admin_http::call_peer_as(
+            &node.config().admin,
+            caller.authorization.as_ref(),
+            &address,
+            method,
+            &path,
+            Duration::from_secs(60),
+        )
+        .await
+        {
             Ok((code, body)) => (
                 StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
                 [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -581,12 +624,14 @@ fn segment_entries(stream: &crate::node::LogStream) -> Vec<SegmentEntry> {
 /// `GET /partitions/{topic}/{partition}/segments`: the leader's segment files.
 pub async fn list_segments(
     State(node): State<Arc<Node>>,
+    Extension(caller): Extension<Caller>,
     Path((topic, partition)): Path<(String, u32)>,
     Query(params): Query<SegmentParams>,
 ) -> Response {
     let path = format!("/partitions/{topic}/{partition}/segments");
     if let Some(r) = forward_to_leader(
         &node,
+        &caller,
         &topic,
         partition,
         "GET",
@@ -619,6 +664,7 @@ pub async fn list_segments(
 /// `storage.operator_delete_allowed` is on.
 pub async fn delete_segments(
     State(node): State<Arc<Node>>,
+    Extension(caller): Extension<Caller>,
     Path((topic, partition)): Path<(String, u32)>,
     Query(params): Query<SegmentParams>,
 ) -> Response {
@@ -634,6 +680,7 @@ pub async fn delete_segments(
     let path = format!("/partitions/{topic}/{partition}/segments/delete?before={before}");
     if let Some(r) = forward_to_leader(
         &node,
+        &caller,
         &topic,
         partition,
         "POST",

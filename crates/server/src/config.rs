@@ -93,6 +93,9 @@ pub struct NodeConfig {
     pub security: SecuritySettings,
     /// Mutual TLS between nodes (`[peer_tls]`); `None`: plain TCP.
     pub peer_tls: Option<TlsFiles>,
+    /// The admin API's HTTPS, authentication and advertised address (`[admin]`, see
+    /// [`crate::admin_auth`]).
+    pub admin: crate::admin_auth::AdminSettings,
     /// Longest a graceful shutdown (SIGTERM, SIGINT) may take: handing leadership over,
     /// answering the requests in flight, syncing; then the process exits anyway.
     pub shutdown_timeout: Duration,
@@ -370,6 +373,8 @@ struct FileConfig {
     #[serde(default)]
     security: FileSecurity,
     peer_tls: Option<FilePeerTls>,
+    #[serde(default)]
+    admin: crate::admin_auth::FileAdmin,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -501,6 +506,7 @@ impl NodeConfig {
             listeners: Vec::new(),
             security: SecuritySettings::default(),
             peer_tls: None,
+            admin: crate::admin_auth::AdminSettings::default(),
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
@@ -580,6 +586,13 @@ impl NodeConfig {
             None => None,
             Some(a) => Some(parse_addr("listeners.admin", &a)?),
         };
+        // Any security configured makes the admin API require authentication by default.
+        let secured = peer_tls.is_some()
+            || security.authorizer == crate::security::authorizer::AuthorizerMode::Acl
+            || listeners
+                .iter()
+                .any(|l| l.protocol != crate::security::config::SecurityProtocol::Plaintext);
+        let admin = crate::admin_auth::parse_admin(file.admin, secured)?;
         let members = match file.initial_cluster {
             None => vec![Member {
                 name: name.clone(),
@@ -832,6 +845,7 @@ impl NodeConfig {
             listeners,
             security,
             peer_tls,
+            admin,
         })
     }
 

@@ -26,6 +26,8 @@
 //! use.
 
 pub mod admin;
+pub mod admin_auth;
+pub mod admin_http;
 pub mod admin_ops;
 pub mod config;
 pub mod flow;

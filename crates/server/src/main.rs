@@ -232,12 +232,32 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         .context("starting the Kafka listener")?;
     let admin = match config.admin_listen {
         Some(addr) => {
+            if let Some(files) = &config.admin.tls {
+                vdl_server::security::tls::ReloadingServerTls::new(files.clone())
+                    .context("the admin listener's TLS files ([admin])")?;
+            }
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding the admin listener on {addr}"))?;
-            tracing::info!(%addr, "admin API listening");
+            let peer = config
+                .member(config.id)
+                .map_or(config.peer_listen, |m| m.peer_addr);
+            let announced = config.admin.announced_address(addr, peer);
+            tracing::info!(
+                %addr,
+                %announced,
+                https = config.admin.tls.is_some(),
+                require_auth = config.admin.require_auth,
+                "admin API listening"
+            );
+            if config.admin.require_auth
+                && config.admin.tls.is_none()
+                && !config.admin.allow_basic_without_tls
+            {
+                tracing::warn!("the admin API requires authentication but has no TLS and refuses Basic without it: every call will be refused (set [admin] tls_cert/tls_key/tls_ca)");
+            }
             // Other nodes forward operators' requests here (see vdl_server::admin_ops).
-            node.announce_admin_address(addr.to_string(), ADMIN_ANNOUNCE_REFRESH);
+            node.announce_admin_address(announced, ADMIN_ANNOUNCE_REFRESH);
             Some(tokio::spawn(vdl_server::admin::serve(
                 listener,
                 node.clone(),

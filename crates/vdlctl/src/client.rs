@@ -1,11 +1,18 @@
-//! The admin API client: plain HTTP/1.1 to one node (`--admin HOST:PORT`), JSON answers.
+//! The admin API client: HTTP/1.1 or HTTPS to one node (`--admin [https://]HOST:PORT`),
+//! with credentials (HTTP Basic with a SCRAM user, a client certificate), JSON answers.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use serde_json::Value;
 
 /// Largest answer read (a cluster status of many partitions fits easily).
 const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
+/// The environment variable holding the password when `--password-file` is not given.
+pub const PASSWORD_ENV: &str = "VDLCTL_PASSWORD";
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -36,23 +43,170 @@ pub enum ClientError {
     Usage(String),
 }
 
+/// How to reach and authenticate to one node's admin API (from the global options).
+#[derive(Clone)]
+pub struct Endpoint {
+    /// `http://HOST:PORT` or `https://HOST:PORT`.
+    base: String,
+    /// `Basic ...` when a user was given.
+    authorization: Option<String>,
+    /// CA and client certificate for HTTPS.
+    tls: Option<ureq::tls::TlsConfig>,
+}
+
+/// The credential options of the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// `--user`: a SCRAM user (HTTP Basic).
+    pub user: Option<String>,
+    /// `--password-file`: its first line is the password (else `VDLCTL_PASSWORD`).
+    pub password_file: Option<PathBuf>,
+    /// `--tls-ca`: the CA that signed the nodes' admin certificates (implies HTTPS).
+    pub tls_ca: Option<PathBuf>,
+    /// `--tls-cert` / `--tls-key`: a client certificate.
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's key.
+    pub tls_key: Option<PathBuf>,
+}
+
+fn usage(message: impl Into<String>) -> ClientError {
+    ClientError::Usage(message.into())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+fn certs(path: &Path) -> Result<Vec<ureq::tls::Certificate<'static>>, ClientError> {
+    let certs: Vec<_> = ureq::tls::parse_pem(&read(path)?)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    if certs.is_empty() {
+        return Err(usage(format!("{}: no certificate", path.display())));
+    }
+    Ok(certs)
+}
+
+impl Endpoint {
+    /// The endpoint of `admin` (`HOST:PORT`, `http://HOST:PORT` or `https://HOST:PORT`;
+    /// HTTPS by default when `--tls-ca` is given) with `credentials`. The password is read
+    /// from `--password-file` or `VDLCTL_PASSWORD`, never from the command line.
+    pub fn new(admin: &str, credentials: &Credentials) -> Result<Endpoint, ClientError> {
+        let (scheme, host) = match admin.split_once("://") {
+            Some(("http", h)) => ("http", h),
+            Some(("https", h)) => ("https", h),
+            Some((other, _)) => {
+                return Err(usage(format!(
+                    "--admin: scheme `{other}` is not http or https"
+                )))
+            }
+            None if credentials.tls_ca.is_some() => ("https", admin),
+            None => ("http", admin),
+        };
+        let host = host.trim_end_matches('/');
+        let authorization = match &credentials.user {
+            None => None,
+            Some(user) => {
+                let password = match &credentials.password_file {
+                    Some(f) => {
+                        let text = String::from_utf8(read(f)?)
+                            .map_err(|_| usage(format!("{}: not UTF-8", f.display())))?;
+                        text.lines().next().unwrap_or_default().to_string()
+                    }
+                    None => std::env::var(PASSWORD_ENV).map_err(|_| {
+                        usage(format!(
+                            "--user needs a password: --password-file FILE or {PASSWORD_ENV}"
+                        ))
+                    })?,
+                };
+                if user.is_empty() || user.contains(':') || password.is_empty() {
+                    return Err(usage(
+                        "the user must be non-empty without `:` and the password non-empty",
+                    ));
+                }
+                let token =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                Some(format!("Basic {token}"))
+            }
+        };
+        let client_cert = match (&credentials.tls_cert, &credentials.tls_key) {
+            (Some(c), Some(k)) => {
+                let key = ureq::tls::PrivateKey::from_pem(&read(k)?)
+                    .map_err(|e| usage(format!("{}: {e}", k.display())))?;
+                Some(ureq::tls::ClientCert::new_with_certs(&certs(c)?, key))
+            }
+            (None, None) => None,
+            _ => return Err(usage("--tls-cert and --tls-key go together")),
+        };
+        let tls = if scheme == "https" {
+            let roots = match &credentials.tls_ca {
+                Some(ca) => ureq::tls::RootCerts::new_with_certs(&certs(ca)?),
+                None => {
+                    return Err(usage(
+                        "https needs --tls-ca (the CA of the nodes' admin certificates)",
+                    ))
+                }
+            };
+            Some(
+                ureq::tls::TlsConfig::builder()
+                    .provider(ureq::tls::TlsProvider::Rustls)
+                    .root_certs(roots)
+                    .client_cert(client_cert)
+                    .unversioned_rustls_crypto_provider(Arc::new(
+                        rustls::crypto::ring::default_provider(),
+                    ))
+                    .build(),
+            )
+        } else {
+            if client_cert.is_some() {
+                return Err(usage("a client certificate needs https (--tls-ca)"));
+            }
+            None
+        };
+        Ok(Endpoint {
+            base: format!("{scheme}://{host}"),
+            authorization,
+            tls,
+        })
+    }
+
+    /// The URL of `path` on the node.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// An agent that gives up after `timeout`, with the endpoint's TLS settings.
+    pub fn agent(&self, timeout: Duration) -> ureq::Agent {
+        let mut config = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false);
+        if let Some(tls) = &self.tls {
+            config = config.tls_config(tls.clone());
+        }
+        config.build().into()
+    }
+
+    /// The `Authorization` header value, when a user was given.
+    pub fn authorization(&self) -> Option<&str> {
+        self.authorization.as_deref()
+    }
+}
+
 /// A client of one node's admin API.
 pub struct Client {
-    address: String,
+    endpoint: Endpoint,
     agent: ureq::Agent,
 }
 
 impl Client {
-    /// A client of the node at `address` (`HOST:PORT`); each call gives up after `timeout`.
-    pub fn new(address: &str, timeout: Duration) -> Client {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+    /// A client of the node at `endpoint`; each call gives up after `timeout`.
+    pub fn new(endpoint: &Endpoint, timeout: Duration) -> Client {
         Client {
-            address: address.to_owned(),
-            agent,
+            agent: endpoint.agent(timeout),
+            endpoint: endpoint.clone(),
         }
     }
 
@@ -87,15 +241,41 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(u16, Value), ClientError> {
-        let url = format!("http://{}{path}", self.address);
+        let url = self.endpoint.url(path);
         let unreachable = |e: ureq::Error| ClientError::Unreachable {
-            address: self.address.clone(),
+            address: self.endpoint.base.clone(),
             message: e.to_string(),
         };
+        let auth = self.endpoint.authorization().unwrap_or_default();
+        let no_auth = auth.is_empty();
         let mut response = match (method, body) {
-            ("PUT", Some(b)) => self.agent.put(&url).send_json(b),
-            ("POST", _) => self.agent.post(&url).send_empty(),
-            _ => self.agent.get(&url).call(),
+            ("PUT", Some(b)) => {
+                let r = self.agent.put(&url);
+                let r = if no_auth {
+                    r
+                } else {
+                    r.header("authorization", auth)
+                };
+                r.send_json(b)
+            }
+            ("POST", _) => {
+                let r = self.agent.post(&url);
+                let r = if no_auth {
+                    r
+                } else {
+                    r.header("authorization", auth)
+                };
+                r.send_empty()
+            }
+            _ => {
+                let r = self.agent.get(&url);
+                let r = if no_auth {
+                    r
+                } else {
+                    r.header("authorization", auth)
+                };
+                r.call()
+            }
         }
         .map_err(unreachable)?;
         let status = response.status().as_u16();

@@ -21,9 +21,26 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "vdlctl", version)]
 struct Cli {
-    /// Admin HTTP address of any node.
+    /// Admin address of any node: HOST:PORT (http, or https with --tls-ca), or a URL
+    /// `https://HOST:PORT`.
     #[arg(long, global = true, default_value = "127.0.0.1:9292")]
     admin: String,
+    /// A SCRAM user to authenticate as (HTTP Basic); the password comes from
+    /// --password-file or the environment variable VDLCTL_PASSWORD, never the command line.
+    #[arg(long, global = true)]
+    user: Option<String>,
+    /// A file whose first line is the password of --user.
+    #[arg(long, global = true)]
+    password_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) that signed the nodes' admin certificates; implies https.
+    #[arg(long, global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) to authenticate with (with --tls-key).
+    #[arg(long, global = true)]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, global = true)]
+    tls_key: Option<std::path::PathBuf>,
     /// Longest an operation may take, in milliseconds (the node waits this long for a leader
     /// transfer, a balance or a deletion; the HTTP call a little longer).
     #[arg(long, global = true, default_value_t = 30_000)]
@@ -63,12 +80,26 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let op_timeout = Duration::from_millis(cli.timeout_ms);
     // The HTTP call outlives the node's own wait so that its answer (done or timed out) arrives.
-    let client = client::Client::new(&cli.admin, op_timeout + Duration::from_secs(10));
+    let credentials = client::Credentials {
+        user: cli.user.clone(),
+        password_file: cli.password_file.clone(),
+        tls_ca: cli.tls_ca.clone(),
+        tls_cert: cli.tls_cert.clone(),
+        tls_key: cli.tls_key.clone(),
+    };
+    let endpoint = match client::Endpoint::new(&cli.admin, &credentials) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("vdlctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = client::Client::new(&endpoint, op_timeout + Duration::from_secs(10));
     let result: Result<Outcome, String> = match cli.command {
         Command::Cluster(c) => cluster::run(c, &client).map_err(|e| e.to_string()),
         Command::Leader(c) => leader::run(c, &client, op_timeout).map_err(|e| e.to_string()),
         Command::Segment(c) => segment::run(c, &client, op_timeout).map_err(|e| e.to_string()),
-        Command::Member(c) => member::run(&cli.admin, c)
+        Command::Member(c) => member::run(&endpoint, c)
             .map(|()| Outcome::Ok)
             .map_err(|e| format!("{e:#}")),
         Command::Rate(c) => rate::run(c, &client).map_err(|e| e.to_string()),

@@ -10,6 +10,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Subcommand;
 
+use crate::client::Endpoint;
+
 /// The `member` subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum MemberCommand {
@@ -51,7 +53,7 @@ pub enum MemberCommand {
 
 /// Runs one `member` subcommand against the node whose admin listener is `admin`
 /// (HOST:PORT), printing the outcome; an error carries the server's message.
-pub fn run(admin: &str, command: MemberCommand) -> anyhow::Result<()> {
+pub fn run(admin: &Endpoint, command: MemberCommand) -> anyhow::Result<()> {
     match command {
         MemberCommand::List { json } => {
             let members = call(admin, "GET", "/members", None, Duration::from_secs(10))?;
@@ -98,23 +100,32 @@ fn wait(timeout_s: u64) -> Duration {
 
 /// One request to the admin API; a non-2xx answer is an error with the server's message.
 fn call(
-    admin: &str,
+    admin: &Endpoint,
     method: &str,
     path: &str,
     body: Option<serde_json::Value>,
     timeout: Duration,
 ) -> anyhow::Result<serde_json::Value> {
-    let url = format!("http://{admin}{path}");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let url = admin.url(path);
+    let agent = admin.agent(timeout);
+    let auth = admin.authorization();
     let response = match (method, body) {
-        ("GET", _) => agent.get(&url).call(),
-        ("DELETE", _) => agent.delete(&url).call(),
-        (_, Some(b)) => agent.post(&url).send_json(&b),
-        (_, None) => agent.post(&url).send_empty(),
+        ("GET", _) => match auth {
+            Some(a) => agent.get(&url).header("authorization", a).call(),
+            None => agent.get(&url).call(),
+        },
+        ("DELETE", _) => match auth {
+            Some(a) => agent.delete(&url).header("authorization", a).call(),
+            None => agent.delete(&url).call(),
+        },
+        (_, Some(b)) => match auth {
+            Some(a) => agent.post(&url).header("authorization", a).send_json(&b),
+            None => agent.post(&url).send_json(&b),
+        },
+        (_, None) => match auth {
+            Some(a) => agent.post(&url).header("authorization", a).send_empty(),
+            None => agent.post(&url).send_empty(),
+        },
     }
     .with_context(|| format!("{method} {url}"))?;
     let status = response.status();

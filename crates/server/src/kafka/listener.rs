@@ -464,7 +464,8 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                 // After a v0 SaslHandshake the tokens come as bare frames.
                 if state.sasl.as_ref().is_some_and(SaslSession::expects_raw_token) {
                     flush(&mut pending, writer, state, write_timeout, metrics).await?;
-                    let outcome = raw_token(node, state, &frame);
+                    let verdict = plain_verdict(node, state, &frame).await;
+                    let outcome = raw_token(node, state, &frame, verdict);
                     finish_sasl(node, outcome, writer, write_timeout).await?;
                     continue;
                 }
@@ -480,7 +481,11 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                             Gate::Authenticate => {
                                 // One at a time, after what is owed for earlier requests.
                                 flush(&mut pending, writer, state, write_timeout, metrics).await?;
-                                let outcome = authenticate(node, state, &header, request);
+                                let verdict = match &request {
+                                    Request::SaslAuthenticate(r) => plain_verdict(node, state, &r.auth_bytes).await,
+                                    _ => None,
+                                };
+                                let outcome = authenticate(node, state, &header, request, verdict);
                                 finish_sasl(node, outcome, writer, write_timeout).await?;
                                 continue;
                             }
@@ -643,12 +648,48 @@ fn authenticated(
         .store(node.config().kafka.request_max_bytes, Ordering::Relaxed);
 }
 
+/// When `token` is a PLAIN message the session expects: whether its password is the user's,
+/// checked off the runtime threads through the process-wide gate
+/// ([`crate::security::password`]; a full gate refuses the login).
+async fn plain_verdict(node: &Node, state: &ConnState, token: &[u8]) -> Option<bool> {
+    let (user, password) = state.sasl.as_ref()?.plain_attempt(token)?;
+    match crate::security::password::verify_user(node, &user, password).await {
+        Ok(ok) => Some(ok),
+        Err(e) => {
+            tracing::warn!(peer = %state.conn.peer, "PLAIN login refused: {e}");
+            Some(false)
+        }
+    }
+}
+
+/// The credentials of `node`, with a PLAIN verdict computed beforehand ([`plain_verdict`]).
+struct NodeLookup<'a> {
+    node: &'a Node,
+    plain: Option<bool>,
+}
+
+impl crate::security::sasl::CredentialLookup for NodeLookup<'_> {
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        self.node.scram_credential(user, mechanism)
+    }
+
+    fn password_matches(&self, _user: &str, _password: &str) -> bool {
+        // Never derive here (on a runtime thread): no verdict means refused.
+        self.plain.unwrap_or(false)
+    }
+}
+
 /// Handles SaslHandshake or SaslAuthenticate on a SASL listener.
 fn authenticate(
     node: &Node,
     state: &mut ConnState,
     header: &RequestHeader,
     request: Request,
+    plain: Option<bool>,
 ) -> SaslOutcome {
     let Some(sasl) = state.sasl.as_mut() else {
         return SaslOutcome::Close;
@@ -675,7 +716,7 @@ fn authenticate(
             }
         }
         Request::SaslAuthenticate(req) => {
-            let lookup = |user: &str, m| node.scram_credential(user, m);
+            let lookup = NodeLookup { node, plain };
             let reauth = sasl.is_authenticated();
             let step = sasl.authenticate(&req.auth_bytes, &lookup, Instant::now());
             let mut response = SaslAuthenticateResponse::default();
@@ -723,11 +764,11 @@ fn authenticate(
 /// Handles a bare token after a v0 SaslHandshake: the answer is a bare length-prefixed token;
 /// a failure closes the connection without an answer (there is no error field), after the
 /// delay.
-fn raw_token(node: &Node, state: &mut ConnState, token: &[u8]) -> SaslOutcome {
+fn raw_token(node: &Node, state: &mut ConnState, token: &[u8], plain: Option<bool>) -> SaslOutcome {
     let Some(sasl) = state.sasl.as_mut() else {
         return SaslOutcome::Close;
     };
-    let lookup = |user: &str, m| node.scram_credential(user, m);
+    let lookup = NodeLookup { node, plain };
     let reauth = sasl.is_authenticated();
     let bare = |bytes: Vec<u8>| {
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);

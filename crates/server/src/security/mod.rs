@@ -7,6 +7,8 @@
 //! - [`config`]: listeners (security protocol, TLS, SASL), bootstrap users, peer TLS.
 //! - [`tls`]: rustls configurations from PEM files, certificate principals, reloading.
 //! - [`sasl`]: the SASL state machine of a connection (PLAIN, SCRAM server side, KIP-368).
+//! - [`password`]: password checks against SCRAM credentials (PLAIN, the admin API's Basic
+//!   authentication), off the runtime threads, equal cost for unknown users.
 //! - [`certs`]: CA, node and client certificates for tests and local clusters (rcgen).
 //! - [`stats`]: authentication counters.
 //! - [`acl`]: Kafka's ACL model (bindings, filters, implied operations); [`authorizer`]:
@@ -18,6 +20,7 @@ pub mod acl;
 pub mod authorizer;
 pub mod certs;
 pub mod config;
+pub mod password;
 pub mod sasl;
 pub mod scram;
 pub mod stats;

@@ -6,9 +6,9 @@
 //!   any other request closes the connection ([`SaslSession::gate`]).
 //! - Mechanisms: `PLAIN` (RFC 4616) and `SCRAM-SHA-256` / `SCRAM-SHA-512` (RFC 5802/7677,
 //!   server side, [`ScramServer`]). PLAIN checks the password against the user's SCRAM
-//!   credential: it derives SaltedPassword with the credential's salt and iterations and
-//!   compares the resulting StoredKey in constant time, so a user has one secret for both
-//!   (no password is stored anywhere).
+//!   credentials ([`crate::security::password`]: it must match every credential the user has;
+//!   an unknown user costs the same derivations; the Kafka listener runs the check off its
+//!   threads), so a user has one secret for both (no password is stored anywhere).
 //! - A failure answers SASL_AUTHENTICATION_FAILED with Kafka's message; the caller delays that
 //!   answer and closes the connection.
 //! - KIP-368: with `connections_max_reauth` set, a session lasts that long
@@ -35,6 +35,18 @@ pub const MAX_TOKEN_BYTES: usize = 64 * 1024;
 pub trait CredentialLookup {
     /// The credential of `user` for `mechanism`, if there is one.
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
+
+    /// Whether `password` is `user`'s (PLAIN): the rules of
+    /// [`crate::security::password`] (every credential of the user must match; equal work for
+    /// unknown users). The default derives here, blocking; the Kafka listener answers with a
+    /// verdict computed beforehand off the runtime threads ([`SaslSession::plain_attempt`]).
+    fn password_matches(&self, user: &str, password: &str) -> bool {
+        let plan = crate::security::password::plan(
+            self.credential(user, ScramMechanism::Sha256),
+            self.credential(user, ScramMechanism::Sha512),
+        );
+        crate::security::password::check_blocking(&plan, password)
+    }
 }
 
 impl<F: Fn(&str, ScramMechanism) -> Option<ScramCredential>> CredentialLookup for F {
@@ -198,6 +210,23 @@ impl SaslSession {
         HandshakeOutcome::Accepted
     }
 
+    /// When the next token is a PLAIN message (the session awaits PLAIN's first token) and
+    /// `token` is a well-formed one: its user name and password, so that the caller can check
+    /// the password off its thread ([`crate::security::password`]) and hand the verdict to
+    /// [`SaslSession::authenticate`] through [`CredentialLookup::password_matches`].
+    pub fn plain_attempt(&self, token: &[u8]) -> Option<(String, String)> {
+        match &self.state {
+            State::AwaitingFirstToken {
+                mechanism: SaslMechanism::Plain,
+                doomed: None,
+                ..
+            } => parse_plain(token)
+                .ok()
+                .map(|(u, p)| (u.to_string(), p.to_string())),
+            _ => None,
+        }
+    }
+
     /// The names of the enabled mechanisms, as SaslHandshake lists them.
     pub fn enabled_names(&self) -> Vec<String> {
         self.enabled.iter().map(|m| m.name().to_string()).collect()
@@ -313,6 +342,19 @@ enum PlainError {
 
 /// Checks a PLAIN message `authzid NUL authcid NUL password` and returns the user name.
 fn check_plain(token: &[u8], lookup: &dyn CredentialLookup) -> Result<String, PlainError> {
+    let (user, password) = parse_plain(token)?;
+    if lookup.password_matches(user, password) {
+        Ok(user.to_string())
+    } else {
+        Err(PlainError::Refused(
+            "Authentication failed: Invalid username or password".into(),
+        ))
+    }
+}
+
+/// The user name and password of a well-formed PLAIN message (the refusals Kafka sends for
+/// the others).
+fn parse_plain(token: &[u8]) -> Result<(&str, &str), PlainError> {
     if token.len() > MAX_TOKEN_BYTES {
         return Err(PlainError::Malformed("token too large".into()));
     }
@@ -340,25 +382,7 @@ fn check_plain(token: &[u8], lookup: &dyn CredentialLookup) -> Result<String, Pl
             "Authentication failed: Client requested an authorization id that is different from username".into(),
         ));
     }
-    let matches = [ScramMechanism::Sha512, ScramMechanism::Sha256]
-        .into_iter()
-        .filter_map(|m| lookup.credential(user, m))
-        .any(|cred| {
-            let derived = ScramCredential::from_password(
-                cred.mechanism,
-                password,
-                cred.salt.clone(),
-                cred.iterations,
-            );
-            constant_time_eq(&derived.stored_key, &cred.stored_key)
-        });
-    if matches {
-        Ok(user.to_string())
-    } else {
-        Err(PlainError::Refused(
-            "Authentication failed: Invalid username or password".into(),
-        ))
-    }
+    Ok((user, password))
 }
 
 /// Why a SCRAM exchange failed.

@@ -1,0 +1,531 @@
+//! Authentication and authorization of the admin HTTP API (see docs/security.md, "The admin
+//! API").
+//!
+//! - **Settings** (`[admin]`, [`AdminSettings`]): HTTPS files (`tls_cert`, `tls_key`,
+//!   `tls_ca`, `tls_client_auth`), `require_auth` (default on whenever the node has any
+//!   security configured: a Kafka listener other than PLAINTEXT, `[peer_tls]`, or
+//!   `authorizer = "acl"`), `allow_basic_without_tls` (default off), `advertised`.
+//! - **Credentials** ([`authenticate`]): an `Authorization: Basic` header with a SCRAM user's
+//!   name and password (checked by [`crate::security::password`]: the same users as SASL), or
+//!   else a client certificate verified against `tls_ca` during the TLS handshake (its
+//!   principal as the Kafka SSL listener derives it). Basic on a listener without TLS is
+//!   refused unless `allow_basic_without_tls`. With `require_auth`, a call with neither is
+//!   refused (401); without it, it acts as `User:ANONYMOUS`.
+//! - **Authorization** ([`required_access`], [`authorize`]): every route is mapped to the
+//!   Kafka ACL guarding the same power and decided by the node's Kafka authorizer (super users
+//!   pass; `authorizer = "none"`: every authenticated caller may do everything). Refused:
+//!   403 with a JSON error.
+//! - **Forwarding**: a node calling another node's admin API for a caller (cluster status,
+//!   segment forwarding) passes the caller's `Authorization` header on, over HTTPS verified with
+//!   `tls_ca` and presenting this node's certificate, so the receiving node authorizes the call
+//!   as the caller ([`Caller::authorization`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+use crate::node::Node;
+use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
+use crate::security::config::{ClientAuth, TlsFiles};
+use crate::security::Principal;
+
+/// Longest `Authorization` header read (a longer one is refused without decoding).
+pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
+
+/// The `[admin]` settings of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AdminSettings {
+    /// `HOST:PORT` other nodes and `vdlctl` reach this node's admin API at; `None`: derived
+    /// from the bind address ([`AdminSettings::announced_address`]).
+    pub advertised: Option<String>,
+    /// HTTPS: certificate, key, the CA that verifies client certificates and the other nodes'
+    /// admin certificates, and whether client certificates are asked for. `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
+    /// Every call must authenticate (401 otherwise).
+    pub require_auth: bool,
+    /// Accept HTTP Basic on a listener without TLS (the password crosses the network in the
+    /// clear); off by default.
+    pub allow_basic_without_tls: bool,
+}
+
+impl AdminSettings {
+    /// The address this node announces for its admin API bound at `bind`: `advertised` when
+    /// set; else the bind address, with an unspecified IP (`0.0.0.0`, `::`) replaced by the IP
+    /// of `peer` (this node's peer address, which the other nodes reach).
+    pub fn announced_address(&self, bind: SocketAddr, peer: SocketAddr) -> String {
+        if let Some(a) = &self.advertised {
+            return a.clone();
+        }
+        if bind.ip().is_unspecified() {
+            return SocketAddr::new(peer.ip(), bind.port()).to_string();
+        }
+        bind.to_string()
+    }
+
+    /// `https` with TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
+/// `[admin]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileAdmin {
+    advertised: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_auth: Option<String>,
+    require_auth: Option<bool>,
+    allow_basic_without_tls: Option<bool>,
+}
+
+fn invalid<T>(key: &'static str, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        message: message.into(),
+    })
+}
+
+/// Validates `[admin]`. `secured`: the node has some security configured (the default of
+/// `require_auth`).
+pub(crate) fn parse_admin(file: FileAdmin, secured: bool) -> Result<AdminSettings, ConfigError> {
+    if let Some(a) = &file.advertised {
+        if !crate::peer_wire::valid_advertised(a) {
+            return invalid("admin.advertised", format!("`{a}` is not HOST:PORT"));
+        }
+    }
+    let tls = match (file.tls_cert, file.tls_key) {
+        (Some(cert), Some(key)) => {
+            let client_auth = match file.tls_client_auth.as_deref().unwrap_or("none") {
+                "none" => ClientAuth::None,
+                "requested" => ClientAuth::Requested,
+                "required" => ClientAuth::Required,
+                other => {
+                    return invalid(
+                        "admin.tls_client_auth",
+                        format!("`{other}` is not none, requested or required"),
+                    )
+                }
+            };
+            let Some(ca) = file.tls_ca else {
+                return invalid(
+                    "admin.tls_ca",
+                    "HTTPS needs tls_ca: it verifies client certificates and the other nodes' admin certificates when calls are forwarded",
+                );
+            };
+            Some(TlsFiles {
+                cert,
+                key,
+                ca: Some(ca),
+                client_auth,
+            })
+        }
+        (None, None) if file.tls_ca.is_none() && file.tls_client_auth.is_none() => None,
+        _ => {
+            return invalid(
+                "admin.tls_cert",
+                "set tls_cert, tls_key and tls_ca together",
+            )
+        }
+    };
+    Ok(AdminSettings {
+        advertised: file.advertised,
+        tls,
+        require_auth: file.require_auth.unwrap_or(secured),
+        allow_basic_without_tls: file.allow_basic_without_tls.unwrap_or(false),
+    })
+}
+
+/// What a connection to the admin listener brought (inserted into every request's
+/// extensions by the listener, see [`crate::admin_http`]).
+#[derive(Debug, Clone)]
+pub struct AdminConnection {
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// The principal of the verified client certificate, if one was presented.
+    pub certificate: Option<Principal>,
+}
+
+/// Who is calling, as authenticated (a request extension for the handlers).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The principal the call acts as.
+    pub principal: Principal,
+    /// The caller's `Authorization` header, passed on when this node calls another for the
+    /// caller.
+    pub authorization: Option<HeaderValue>,
+}
+
+impl Caller {
+    /// A caller with no credentials (calls made by the node itself, tests).
+    pub fn anonymous() -> Caller {
+        Caller {
+            principal: Principal::anonymous(),
+            authorization: None,
+        }
+    }
+}
+
+/// Why a call was refused before its handler ran.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdminAuthError {
+    /// No credentials, or credentials that do not verify: 401.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Authenticated, but the ACLs do not allow it: 403.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Too many password checks in progress: 503.
+    #[error("{0}")]
+    Busy(String),
+}
+
+impl IntoResponse for AdminAuthError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            AdminAuthError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            AdminAuthError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AdminAuthError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let mut resp = (
+            status,
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"vdl admin\", charset=\"UTF-8\""),
+            );
+        }
+        resp
+    }
+}
+
+/// The user name and password of an `Authorization: Basic` header value.
+pub fn parse_basic(value: &HeaderValue) -> Result<(String, String), AdminAuthError> {
+    let bad =
+        |why: &str| AdminAuthError::Unauthenticated(format!("bad Authorization header: {why}"));
+    let bytes = value.as_bytes();
+    if bytes.len() > MAX_AUTHORIZATION_BYTES {
+        return Err(bad("too long"));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| bad("not UTF-8"))?;
+    let (scheme, rest) = text.split_once(' ').ok_or_else(|| bad("no scheme"))?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err(bad("only the Basic scheme is accepted"));
+    }
+    let decoded = B64.decode(rest.trim()).map_err(|_| bad("not base64"))?;
+    let decoded = String::from_utf8(decoded).map_err(|_| bad("not UTF-8"))?;
+    let (user, password) = decoded
+        .split_once(':')
+        .ok_or_else(|| bad("no `:` between user and password"))?;
+    if user.is_empty() || password.is_empty() {
+        return Err(bad("empty user or password"));
+    }
+    Ok((user.to_string(), password.to_string()))
+}
+
+/// Authenticates a call (the rules in the module documentation).
+pub async fn authenticate(
+    node: &Node,
+    conn: &AdminConnection,
+    authorization: Option<&HeaderValue>,
+) -> Result<Caller, AdminAuthError> {
+    let settings = &node.config().admin;
+    if let Some(value) = authorization {
+        if !conn.tls && !settings.allow_basic_without_tls {
+            return Err(AdminAuthError::Unauthenticated(
+                "Basic authentication is refused on an admin listener without TLS (set [admin] tls_cert, or allow_basic_without_tls)".into(),
+            ));
+        }
+        let (user, password) = parse_basic(value)?;
+        return match crate::security::password::verify_user(node, &user, password).await {
+            Ok(true) => Ok(Caller {
+                principal: Principal::user(user),
+                authorization: Some(value.clone()),
+            }),
+            Ok(false) => {
+                tokio::time::sleep(node.config().security.failed_authentication_delay).await;
+                Err(AdminAuthError::Unauthenticated(
+                    "invalid user name or password".into(),
+                ))
+            }
+            Err(e) => Err(AdminAuthError::Busy(e.to_string())),
+        };
+    }
+    if let Some(p) = &conn.certificate {
+        return Ok(Caller {
+            principal: p.clone(),
+            authorization: None,
+        });
+    }
+    if settings.require_auth {
+        return Err(AdminAuthError::Unauthenticated(
+            "authentication required: a client certificate or HTTP Basic with a SCRAM user".into(),
+        ));
+    }
+    Ok(Caller::anonymous())
+}
+
+/// The ACL a call needs: an operation on a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Required {
+    /// The operation.
+    pub operation: AclOperation,
+    /// The resource type.
+    pub resource_type: ResourceType,
+    /// The resource name (`kafka-cluster` for the cluster).
+    pub name: String,
+}
+
+fn cluster(operation: AclOperation) -> Required {
+    Required {
+        operation,
+        resource_type: ResourceType::Cluster,
+        name: CLUSTER_RESOURCE_NAME.to_string(),
+    }
+}
+
+/// The ACL guarding `method` on the route `route` (the router's template, as
+/// `/streams/{name}/records`) with path parameter `name` (the stream or topic, decoded):
+///
+/// | route | ACL |
+/// |---|---|
+/// | `GET /streams/{name}/records` | READ on topic `name` |
+/// | `POST /streams/{name}/append` | WRITE on topic `name` |
+/// | `POST /members`, `DELETE /members/{id}`, `PUT /rates`, `POST .../leader`, `POST /leaders/balance`, `POST .../segments/delete` | ALTER on the cluster |
+/// | every other route (`GET /status`, `/metrics`, `/members`, `/rates`, `/replicas`, `/cluster/status`, `.../segments`) | DESCRIBE on the cluster |
+pub fn required_access(method: &Method, route: &str, name: Option<&str>) -> Required {
+    let topic = |operation| Required {
+        operation,
+        resource_type: ResourceType::Topic,
+        name: name.unwrap_or_default().to_string(),
+    };
+    match (method.as_str(), route) {
+        ("GET", "/streams/{name}/records") => topic(AclOperation::Read),
+        ("POST", "/streams/{name}/append") => topic(AclOperation::Write),
+        ("POST", "/members")
+        | ("DELETE", "/members/{id}")
+        | ("PUT", "/rates")
+        | ("POST", "/partitions/{topic}/{partition}/leader")
+        | ("POST", "/leaders/balance")
+        | ("POST", "/partitions/{topic}/{partition}/segments/delete") => {
+            cluster(AclOperation::Alter)
+        }
+        _ => cluster(AclOperation::Describe),
+    }
+}
+
+/// Whether `caller`, connecting from `peer`, holds `required` on `node` (as the Kafka
+/// listener decides: until the node's ACLs are current only super users pass).
+pub fn authorize(node: &Node, caller: &Caller, peer: SocketAddr, required: &Required) -> bool {
+    let authorizer = node.authorizer();
+    if !authorizer.is_enabled() {
+        return true;
+    }
+    if !node.acls_current() {
+        return authorizer.is_super_user(&caller.principal);
+    }
+    authorizer.authorize(
+        &node.metadata().acls,
+        &caller.principal,
+        &peer.ip().to_canonical().to_string(),
+        required.operation,
+        required.resource_type,
+        &required.name,
+    )
+}
+
+/// The admin router's guard (a route layer: it runs once the route matched): authenticates
+/// the call, checks the route's ACL, and hands the [`Caller`] to the handler.
+pub async fn guard(State(node): State<Arc<Node>>, mut req: Request, next: Next) -> Response {
+    let Some(conn) = req.extensions().get::<AdminConnection>().cloned() else {
+        // A request that did not come through the admin listener (the router used alone).
+        return AdminAuthError::Unauthenticated("no connection information".into()).into_response();
+    };
+    let caller = match authenticate(&node, &conn, req.headers().get(header::AUTHORIZATION)).await {
+        Ok(c) => c,
+        Err(e) => {
+            node.security_stats().authentication_failed();
+            tracing::debug!(peer = %conn.peer, path = %req.uri().path(), "admin call refused: {e}");
+            return e.into_response();
+        }
+    };
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_default();
+    let (mut parts, body) = req.into_parts();
+    let name =
+        axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
+            &mut parts, &node,
+        )
+        .await
+        .ok()
+        .and_then(|p| p.0.get("name").cloned());
+    req = Request::from_parts(parts, body);
+    let required = required_access(req.method(), &route, name.as_deref());
+    if !authorize(&node, &caller, conn.peer, &required) {
+        tracing::info!(principal = %caller.principal, peer = %conn.peer, %route, "admin call denied by the ACLs");
+        return AdminAuthError::Forbidden(format!(
+            "{} may not {} on {} {} ({} {route})",
+            caller.principal,
+            required.operation.name(),
+            required.resource_type.name(),
+            required.name,
+            req.method(),
+        ))
+        .into_response();
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+use axum::extract::FromRequestParts;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_maps_to_the_acl_guarding_the_same_power() {
+        use AclOperation::*;
+        let c = |op| cluster(op);
+        let t = |op, n: &str| Required {
+            operation: op,
+            resource_type: ResourceType::Topic,
+            name: n.into(),
+        };
+        let cases = [
+            ("GET", "/status", None, c(Describe)),
+            ("GET", "/metrics", None, c(Describe)),
+            ("GET", "/members", None, c(Describe)),
+            ("POST", "/members", None, c(Alter)),
+            ("DELETE", "/members/{id}", None, c(Alter)),
+            ("GET", "/rates", None, c(Describe)),
+            ("PUT", "/rates", None, c(Alter)),
+            ("GET", "/replicas", None, c(Describe)),
+            ("GET", "/cluster/status", None, c(Describe)),
+            (
+                "POST",
+                "/partitions/{topic}/{partition}/leader",
+                None,
+                c(Alter),
+            ),
+            ("POST", "/leaders/balance", None, c(Alter)),
+            (
+                "GET",
+                "/partitions/{topic}/{partition}/segments",
+                None,
+                c(Describe),
+            ),
+            (
+                "POST",
+                "/partitions/{topic}/{partition}/segments/delete",
+                None,
+                c(Alter),
+            ),
+            ("GET", "/streams/{name}/records", Some("t1"), t(Read, "t1")),
+            ("POST", "/streams/{name}/append", Some("t1"), t(Write, "t1")),
+            // A method the route does not serve is never more than DESCRIBE.
+            ("GET", "/streams/{name}/append", Some("t1"), c(Describe)),
+        ];
+        for (method, route, name, want) in cases {
+            let m = Method::from_bytes(method.as_bytes()).unwrap();
+            assert_eq!(required_access(&m, route, name), want, "{method} {route}");
+        }
+    }
+
+    #[test]
+    fn basic_headers_parse_strictly() {
+        let h = |s: &str| HeaderValue::from_str(s).unwrap();
+        let enc = |s: &str| format!("Basic {}", B64.encode(s));
+        assert_eq!(
+            parse_basic(&h(&enc("alice:pa:ss"))).unwrap(),
+            ("alice".to_string(), "pa:ss".to_string())
+        );
+        assert_eq!(
+            parse_basic(&h(&format!("basic {}", B64.encode("a:b")))).unwrap(),
+            ("a".to_string(), "b".to_string())
+        );
+        for bad in [
+            "Bearer abc".to_string(),
+            "Basic".to_string(),
+            "Basic !!!".to_string(),
+            enc("nocolon"),
+            enc(":pw"),
+            enc("user:"),
+            format!("Basic {}", "A".repeat(MAX_AUTHORIZATION_BYTES)),
+        ] {
+            assert!(parse_basic(&h(&bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn admin_settings_parse_with_defaults() {
+        let parse = |text: &str, secured| {
+            let f: FileAdmin = toml::from_str(text).unwrap();
+            parse_admin(f, secured)
+        };
+        let plain = parse("", false).unwrap();
+        assert!(!plain.require_auth && plain.tls.is_none());
+        assert!(parse("", true).unwrap().require_auth);
+        assert!(!parse("require_auth = false", true).unwrap().require_auth);
+        let tls = parse(
+            "tls_cert = \"c\"\ntls_key = \"k\"\ntls_ca = \"ca\"\ntls_client_auth = \"requested\"\nadvertised = \"n1.example:9292\"",
+            true,
+        )
+        .unwrap();
+        assert_eq!(tls.tls.unwrap().client_auth, ClientAuth::Requested);
+        for bad in [
+            "tls_cert = \"c\"\ntls_key = \"k\"",
+            "tls_ca = \"ca\"",
+            "tls_cert = \"c\"\ntls_key = \"k\"\ntls_ca = \"ca\"\ntls_client_auth = \"maybe\"",
+            "advertised = \"nohostport\"",
+        ] {
+            assert!(parse(bad, true).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_announced_address_is_reachable() {
+        let s = AdminSettings::default();
+        let peer: SocketAddr = "10.0.0.5:9192".parse().unwrap();
+        assert_eq!(
+            s.announced_address("0.0.0.0:9292".parse().unwrap(), peer),
+            "10.0.0.5:9292"
+        );
+        assert_eq!(
+            s.announced_address("127.0.0.1:9293".parse().unwrap(), peer),
+            "127.0.0.1:9293"
+        );
+        let s = AdminSettings {
+            advertised: Some("node1.example:9292".into()),
+            ..AdminSettings::default()
+        };
+        assert_eq!(
+            s.announced_address("0.0.0.0:9292".parse().unwrap(), peer),
+            "node1.example:9292"
+        );
+    }
+}
