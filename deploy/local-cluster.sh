@@ -31,7 +31,9 @@
 #                        SCRAM-SHA-256), a CA and node certificates generated with `vdl certs
 #                        generate` into $VDL_DATA_DIR/tls (CA: $VDL_DATA_DIR/tls/ca.pem, a client
 #                        certificate for `admin` too), a user `admin` whose password is written to
-#                        $VDL_DATA_DIR/admin.password, and mutual TLS between the nodes. Default
+#                        $VDL_DATA_DIR/admin.password, mutual TLS between the nodes, and the
+#                        admin API over HTTPS with authentication required (Basic as admin, or
+#                        a client certificate; the script's own calls need curl). Default
 #                        (unset or "plaintext"): PLAINTEXT everywhere. Remembered between runs
 #   VDL_EXTRA_LISTENERS  with VDL_SECURITY=sasl_ssl, more Kafka listeners per node, space-separated
 #                        NAME:PROTOCOL:OFFSET[:MECHANISM,...]: node i listens on its Kafka port +
@@ -126,6 +128,13 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 admin_status() {
   local port
   port="$(admin_port "$1")"
+  if [[ "$SECURITY" == sasl_ssl ]]; then
+    # HTTPS, as the admin user (the password reaches curl on stdin, never its command line).
+    [[ -s "$DATA_DIR/admin.password" ]] || return 0
+    printf 'user = "admin:%s"\n' "$(cat "$DATA_DIR/admin.password")" |
+      curl -fsS --max-time 2 --cacert "$TLS_DIR/ca.pem" -K - "https://127.0.0.1:$port/status" 2>/dev/null || true
+    return 0
+  fi
   if command -v curl >/dev/null 2>&1; then
     curl -fsS --max-time 2 "http://127.0.0.1:$port/status" 2>/dev/null || true
   else
@@ -186,6 +195,11 @@ security_config() {
     fi
   done
   printf '\n[peer_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n\n' "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key" "$TLS_DIR/ca.pem"
+  # The admin API over HTTPS; every call authenticates (require_auth defaults to on with
+  # security): HTTP Basic with a SCRAM user (admin, password in $DATA_DIR/admin.password) or a
+  # client certificate from the CA.
+  printf '[admin]\ntls_cert = "%s"\ntls_key = "%s"\ntls_ca = "%s"\ntls_client_auth = "requested"\n\n' \
+    "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key" "$TLS_DIR/ca.pem"
   cat "$TLS_DIR/users.toml"
 }
 

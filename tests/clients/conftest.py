@@ -17,6 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -131,12 +132,61 @@ class Cluster:
                 break
             time.sleep(0.02)
 
-    def status(self, node, timeout=2.0):
-        """The /status document of node `node` (1-based), or None if it does not answer."""
-        url = f"http://127.0.0.1:{self.base + 200 + node - 1}/status"
+    @property
+    def secure(self):
+        """Whether the cluster runs with VDL_SECURITY=sasl_ssl (admin API over HTTPS, every
+        call authenticated)."""
+        return self.env.get("VDL_SECURITY") == "sasl_ssl"
+
+    def admin_url(self, node, path):
+        """The URL of `path` on node `node`'s admin API (https on a secure cluster)."""
+        scheme = "https" if self.secure else "http"
+        return f"{scheme}://127.0.0.1:{self.base + 200 + node - 1}{path}"
+
+    def admin_password(self):
+        """The bootstrapped `admin` user's password (secure clusters)."""
+        with open(os.path.join(self.data_dir, "admin.password")) as f:
+            return f.read().strip()
+
+    def admin_call(self, node, path, method="GET", body=None, user="admin", password=None,
+                   timeout=10.0, cert=None):
+        """One admin API call: (HTTP status, body bytes). On a secure cluster it goes over
+        HTTPS verified with the cluster CA, as `user` (HTTP Basic; `user=None`: no Basic) and
+        with the client certificate `cert` ((cert, key) paths) if given. HTTP errors are
+        answers, not exceptions."""
+        import base64
+        import ssl
+
+        headers = {}
+        context = None
+        if self.secure:
+            context = ssl.create_default_context(
+                cafile=os.path.join(self.data_dir, "tls", "ca.pem")
+            )
+            if cert is not None:
+                context.load_cert_chain(*cert)
+            if user is not None:
+                pw = self.admin_password() if password is None else password
+                token = base64.b64encode(f"{user}:{pw}".encode()).decode()
+                headers["Authorization"] = f"Basic {token}"
+        if body is not None and not isinstance(body, bytes):
+            body = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(
+            self.admin_url(node, path), data=body, method=method, headers=headers
+        )
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:
-                return json.loads(r.read())
+            with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def status(self, node, timeout=2.0):
+        """The /status document of node `node` (1-based), or None if it does not answer (on a
+        secure cluster asked as the `admin` user)."""
+        try:
+            code, body = self.admin_call(node, "/status", timeout=timeout)
+            return json.loads(body) if code == 200 else None
         except (OSError, ValueError):
             return None
 

@@ -29,8 +29,14 @@ pytestmark = pytest.mark.timeout(420)
 ACLS = "kafka.admin.AclCommand"  # kafka-acls.sh
 CONFIGS = "kafka.admin.ConfigCommand"  # kafka-configs.sh
 ANONYMOUS = "User:ANONYMOUS"
-BOOTSTRAP_CONFIG = '[security]\nauthorizer = "acl"\nsuper_users = ["User:ANONYMOUS"]\n'
-ACL_CONFIG = '[security]\nauthorizer = "acl"\nsuper_users = ["User:admin"]\n'
+# The Kafka port is PLAINTEXT (every client is User:ANONYMOUS); the admin API, which requires
+# authentication by default once the authorizer is on, admits anonymous calls here and checks
+# them against the ACLs like the Kafka port (ANONYMOUS gets DESCRIBE on the cluster below).
+ANONYMOUS_ADMIN = "\n[admin]\nrequire_auth = false\n"
+BOOTSTRAP_CONFIG = (
+    '[security]\nauthorizer = "acl"\nsuper_users = ["User:ANONYMOUS"]\n' + ANONYMOUS_ADMIN
+)
+ACL_CONFIG = '[security]\nauthorizer = "acl"\nsuper_users = ["User:admin"]\n' + ANONYMOUS_ADMIN
 SUFFIX = f"{random.randrange(1 << 30):x}"
 TOPIC = f"acl-orders-{SUFFIX}"
 PREFIXED = f"pre-{SUFFIX}-events"

@@ -24,9 +24,17 @@ pub fn run(cmd: ClusterCommand, client: &Client) -> Result<Outcome, ClientError>
     match cmd {
         ClusterCommand::Status { json } => {
             // 503 carries the same document: the cluster is unhealthy.
-            let (_, status) = client.get_with_status("/cluster/status")?;
+            let (code, status) = client.get_with_status("/cluster/status")?;
             if status.get("healthy").is_none() {
-                return Err(ClientError::NotJson(status.to_string()));
+                // Not a status document: an error answer (401, 403, ...) or something else.
+                return Err(match status.get("error").and_then(|e| e.as_str()) {
+                    Some(message) => ClientError::Refused {
+                        status: code,
+                        message: message.to_owned(),
+                        body: Some(status.clone()),
+                    },
+                    None => ClientError::NotJson(status.to_string()),
+                });
             }
             if json {
                 println!(
