@@ -364,8 +364,9 @@ def test_vdlctl_passes_credentials(secure, tmp_path):
     r = _vdlctl(cluster, "--tls-ca", ca, "--user", "admin", "leader", "transfer", TOPIC, "0",
                 "--to", str(target), env={"VDLCTL_PASSWORD": cluster.admin_password()},
                 node=target)
+    # vdlctl returns 0 once the target leads (the periodic leader rebalance may move the
+    # leadership back to the preferred replica right after, so it is not asked again here).
     assert r.returncode == 0, (r.stdout, r.stderr)
-    assert cluster.leader(TOPIC, timeout=30) == target
     # A client certificate from the cluster CA authenticates too (as its subject, which the
     # ACLs allow nothing: 403, not 401).
     tls = os.path.join(cluster.data_dir, "tls")
