@@ -137,9 +137,9 @@ def test_flood_from_one_address_leaves_room_and_is_closed_after_the_deadline(sec
         ]
         flood = [f.result() for f in attempts]
     held = [s for s in flood if s is not None]
-    # Each node let the attacker's address hold at most half of its connections.
-    assert len(held) <= NODES * MAX_CONNECTIONS // 2, len(held)
     try:
+        # Each node let the attacker's address hold at most half of its connections.
+        assert len(held) <= NODES * MAX_CONNECTIONS // 2, len(held)
         # The admin, from another address, still gets in, while the flood holds its share.
         topic = f"flood-{uuid.uuid4().hex[:8]}"
         values = [f"v{i}".encode() for i in range(10)]
