@@ -6,8 +6,14 @@
 //! `request_max_bytes` before anything is allocated for it; a malformed frame closes that
 //! connection only; a connection idle for `connection_idle` is closed.
 //!
+//! Which connections are accepted at all (per listener, per client address, accept rates) is
+//! [`crate::kafka::conn_limits`]. A connection to a TLS or SASL listener must authenticate (the
+//! TLS handshake, then SASL) within `kafka.authentication_timeout_ms` of being accepted, or it
+//! is closed.
+//!
 //! Security (per listener, see [`Endpoint`]): on a TLS listener the handshake must complete
-//! within [`TLS_HANDSHAKE_TIMEOUT`] (a client certificate's subject becomes the principal);
+//! within [`TLS_HANDSHAKE_TIMEOUT`] (or the authentication deadline, when sooner; a client
+//! certificate's subject becomes the principal);
 //! on a SASL listener requests go through the connection's [`SaslSession`] first: before
 //! authentication frames are limited to `security.sasl_max_receive_bytes` (checked before
 //! allocating) and only ApiVersions, SaslHandshake and SaslAuthenticate are served; any other
