@@ -1175,6 +1175,14 @@ impl Node {
                 let s = stats.snapshot();
                 s.authentication_failures + s.tls_handshake_failures
             }));
+        let stats = node.security_stats.clone();
+        node.metrics.set_connection_limit_source(Box::new(move || {
+            let s = stats.snapshot();
+            (
+                s.connections_refused_per_ip + s.connections_refused_rate_per_ip,
+                s.authentication_timeouts,
+            )
+        }));
         Ok(node)
     }
 

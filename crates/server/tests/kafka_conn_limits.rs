@@ -110,6 +110,13 @@ async fn per_address_override_and_listener_limit() {
     assert!(answered(&mut c1, Duration::from_secs(5)));
     let stats = node.security_stats().snapshot();
     assert_eq!(stats.connections_refused_per_ip, 1, "{stats:?}");
+    let metrics = vdl_server::metrics::encode(node.scrape());
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("vdl_connections_refused_total") && l.ends_with(" 1")),
+        "{metrics}"
+    );
     drop((a1, a2, b1));
     node.shutdown();
 }
