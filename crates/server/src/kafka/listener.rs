@@ -26,6 +26,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::{decode_request, read_frame_size, Request, Response};
+use kafka_proto::header::RequestHeader;
+use kafka_proto::messages::sasl_authenticate_response::SaslAuthenticateResponse;
+use kafka_proto::messages::sasl_handshake_response::SaslHandshakeResponse;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
 use crate::kafka::conn_limits::{ConnectionLimits, ListenerLimits};
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::{ClientSocket, DirectAnswer};
@@ -37,14 +46,6 @@ use crate::runtime::timeline::{self, Stage as Hop};
 use crate::security::config::KafkaListenerConfig;
 use crate::security::sasl::{AuthStep, Gate, HandshakeOutcome, SaslSession};
 use crate::security::tls::ReloadingServerTls;
-use bytes::{Bytes, BytesMut};
-use kafka_proto::error_code::ErrorCode;
-use kafka_proto::frame::{decode_request, read_frame_size, Request, Response};
-use kafka_proto::header::RequestHeader;
-use kafka_proto::messages::sasl_authenticate_response::SaslAuthenticateResponse;
-use kafka_proto::messages::sasl_handshake_response::SaslHandshakeResponse;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 /// Longest a client may take to complete the TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
