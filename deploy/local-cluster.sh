@@ -31,9 +31,13 @@
 #                        SCRAM-SHA-256), a CA and node certificates generated with `vdl certs
 #                        generate` into $VDL_DATA_DIR/tls (CA: $VDL_DATA_DIR/tls/ca.pem, a client
 #                        certificate for `admin` too), a user `admin` whose password is written to
-#                        $VDL_DATA_DIR/admin.password, mutual TLS between the nodes, and the
+#                        $VDL_DATA_DIR/admin.password, mutual TLS between the nodes, the
 #                        admin API over HTTPS with authentication required (Basic as admin, or
-#                        a client certificate; the script's own calls need curl). Default
+#                        a client certificate; the script's own calls need curl), and
+#                        authorizer = "acl" with super_users User:admin and the admin's
+#                        certificate (User:CN=admin,OU=clients,O=vdl): every other principal
+#                        needs ACLs (a [security] table in VDL_EXTRA_CONFIG may override
+#                        these two keys). Default
 #                        (unset or "plaintext"): PLAINTEXT everywhere. Remembered between runs
 #   VDL_EXTRA_LISTENERS  with VDL_SECURITY=sasl_ssl, more Kafka listeners per node, space-separated
 #                        NAME:PROTOCOL:OFFSET[:MECHANISM,...]: node i listens on its Kafka port +
@@ -200,7 +204,34 @@ security_config() {
   # client certificate from the CA.
   printf '[admin]\ntls_cert = "%s"\ntls_key = "%s"\ntls_ca = "%s"\ntls_client_auth = "requested"\n\n' \
     "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key" "$TLS_DIR/ca.pem"
+  # Authorization on (unless VDL_EXTRA_CONFIG has a [security] table: then its keys are
+  # merged into that table by extra_config instead, a TOML table being defined only once).
+  if ! has_security_table; then
+    printf '[security]\n%s\n' "$SECURE_AUTHZ"
+  fi
   cat "$TLS_DIR/users.toml"
+}
+
+# VDL_SECURITY=sasl_ssl: authorization by ACLs, the admin user (SCRAM) and the admin's client
+# certificate being the super users; every other principal needs ACLs.
+SECURE_AUTHZ='authorizer = "acl"
+super_users = ["User:admin", "User:CN=admin,OU=clients,O=vdl"]'
+
+has_security_table() { grep -qE '^[[:space:]]*\[security\][[:space:]]*$' <<<"${VDL_EXTRA_CONFIG:-}"; }
+
+# VDL_EXTRA_CONFIG as written into the configs: with VDL_SECURITY=sasl_ssl and a [security]
+# table of its own, the secure defaults (SECURE_AUTHZ) it does not set go into that table.
+extra_config() {
+  local extra="${VDL_EXTRA_CONFIG:-}" keys="" line key
+  if [[ "$SECURITY" == sasl_ssl ]] && has_security_table; then
+    while IFS= read -r line; do
+      key="${line%% =*}"
+      grep -qE "^[[:space:]]*$key[[:space:]]*=" <<<"$extra" || keys+="$line"$'\n'
+    done <<<"$SECURE_AUTHZ"
+    awk -v keys="$keys" '{ print } /^[[:space:]]*\[security\][[:space:]]*$/ { printf "%s", keys }' <<<"$extra"
+  else
+    printf '%s\n' "$extra"
+  fi
 }
 
 # Every listener port of node i (the Kafka port first).
@@ -244,7 +275,7 @@ election_timeout_ms = $ELECTION_MS
 initial = [$streams_toml]
 ${VDL_EXTRA_CONFIG:+
 # From VDL_EXTRA_CONFIG:
-$VDL_EXTRA_CONFIG}
+$(extra_config)}
 EOF
   if [[ "$SECURITY" == sasl_ssl ]]; then
     { echo; echo "# VDL_SECURITY=sasl_ssl"; security_config "$i"; } >>"$(config_file "$i")"

@@ -6,7 +6,8 @@ with VDL_SECURITY=sasl_ssl. Every node has three Kafka listeners:
   SASL_PLAIN      base + 300 + i: SASL_PLAINTEXT with PLAIN and SCRAM-SHA-256
   MTLS            base + 400 + i: SSL, a client certificate from the cluster CA required
 
-and the nodes talk to each other over mutual TLS. kcat (librdkafka), confluent-kafka (librdkafka)
+and the nodes talk to each other over mutual TLS; authorization is on (`authorizer = "acl"`, the
+admin's SCRAM user and client certificate are the super users). kcat (librdkafka), confluent-kafka (librdkafka)
 and Apache Kafka 3.9's Java client (its console producer and consumer) produce and consume on
 each; then the failures: wrong password, unknown user, a certificate of another CA, an expired
 one, a plaintext client on a TLS port, a request before authentication, a forged peer
@@ -643,6 +644,27 @@ def test_a_user_created_with_kafka_configs_logs_in_and_a_deleted_one_cannot(secu
     )
     configs("--alter", "--add-config", f"SCRAM-SHA-256=[password={password}]")
     assert "SCRAM-SHA-512=iterations=8192" in configs("--describe")
+    # VDL_SECURITY=sasl_ssl turns authorization on (only the admin is a super user): carol
+    # may use her own topics and consumer groups, as `kafka-acls.sh` allows her.
+    r = run(
+        "kafka.admin.AclCommand",
+        "--bootstrap-server",
+        admin.bootstrap,
+        "--command-config",
+        props,
+        "--add",
+        "--allow-principal",
+        f"User:{user}",
+        "--operation",
+        "All",
+        "--topic",
+        "carol-",
+        "--group",
+        "g-carol-",
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
     for kind in ("scram512", "scram256"):
         setup = Setup(secure, kind)
         setup.user, setup.password = user, password

@@ -83,6 +83,9 @@ pub struct NodeConfig {
     pub initial_streams: Vec<String>,
     /// Kafka listener limits.
     pub kafka: KafkaSettings,
+    /// Connection limits per client address, accept rates and the authentication deadline
+    /// of the Kafka listeners (see [`crate::kafka::conn_limits`]).
+    pub connection_limits: crate::kafka::conn_limits::ConnectionLimitSettings,
     /// The replicated cluster metadata's snapshots.
     pub metadata: MetadataSettings,
     /// The Kafka listeners of `[[kafka.listeners]]`. Empty: one PLAINTEXT listener named
@@ -401,6 +404,11 @@ struct FileKafka {
     offsets_retention_check_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
     listeners: Option<Vec<FileKafkaListener>>,
+    max_connections_per_ip: Option<usize>,
+    max_connections_per_ip_overrides: Option<std::collections::BTreeMap<String, usize>>,
+    max_connection_creation_rate: Option<u32>,
+    max_connection_creation_rate_per_ip: Option<u32>,
+    authentication_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -502,6 +510,7 @@ impl NodeConfig {
             storage: StorageSettings::default(),
             initial_streams: Vec::new(),
             kafka: KafkaSettings::default(),
+            connection_limits: Default::default(),
             metadata: MetadataSettings::default(),
             listeners: Vec::new(),
             security: SecuritySettings::default(),
@@ -704,6 +713,17 @@ impl NodeConfig {
 
         let mut kafka = KafkaSettings::default();
         let k = file.kafka;
+        let connection_limits = crate::kafka::conn_limits::ConnectionLimitSettings::from_file(
+            k.max_connections_per_ip,
+            k.max_connections_per_ip_overrides,
+            k.max_connection_creation_rate,
+            k.max_connection_creation_rate_per_ip,
+            k.authentication_timeout_ms,
+        )
+        .map_err(|e| ConfigError::Invalid {
+            key: e.key,
+            message: e.message,
+        })?;
         for (key, value, target) in [
             (
                 "kafka.max_connections",
@@ -841,6 +861,7 @@ impl NodeConfig {
             storage,
             initial_streams,
             kafka,
+            connection_limits,
             metadata,
             listeners,
             security,

@@ -17,7 +17,8 @@
 //! - [`shutdown`]: graceful shutdown (leadership hand-off, draining connections, sync).
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
 //!   [`metadata_codec`]: how its commands are stored in the Raft log; [`metadata_snapshot`]:
-//!   its snapshots; [`topic_config`]: topic-level configs.
+//!   its snapshots; [`topic_config`]: topic-level configs; [`bootstrap_users`]: the one-time
+//!   import of the configured SCRAM users into it.
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //!
@@ -29,6 +30,7 @@ pub mod admin;
 pub mod admin_auth;
 pub mod admin_http;
 pub mod admin_ops;
+pub mod bootstrap_users;
 pub mod config;
 pub mod flow;
 pub mod kafka;

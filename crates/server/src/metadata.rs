@@ -212,6 +212,16 @@ pub enum MetaCommand {
         /// `HMAC(SaltedPassword, "Server Key")`.
         server_key: Vec<u8>,
     },
+    /// Import the bootstrap SCRAM users of the configuration (`[[security.scram_users]]`),
+    /// once in the cluster's life (Kafka's `kafka-storage format --add-scram`): applied only
+    /// while no import is recorded; each credential whose user and mechanism has none yet is
+    /// added (within [`crate::security::scram::MAX_CREDENTIALS`]), and the import is recorded
+    /// even when it adds nothing. From then on nodes consult only the replicated credentials
+    /// (see [`crate::bootstrap_users`]).
+    ImportScramUsers {
+        /// The configured credentials.
+        credentials: Vec<crate::bootstrap_users::ImportedCredential>,
+    },
     /// Remove a user's SCRAM credential for one mechanism.
     DeleteScramCredential {
         /// The user name.
@@ -460,6 +470,9 @@ pub struct ClusterMeta {
     pub acls: AclSet,
     /// SCRAM credentials by user and mechanism.
     pub scram_credentials: BTreeMap<(String, ScramMechanism), ScramCredential>,
+    /// The bootstrap SCRAM users were imported ([`MetaCommand::ImportScramUsers`]): the
+    /// configured ones are no longer consulted.
+    pub scram_users_imported: bool,
     /// Flow control: node-wide limits and client quotas (shared with request handlers,
     /// replaced on change).
     pub flow: Arc<FlowSettings>,
@@ -705,6 +718,7 @@ impl ClusterMeta {
                 .iter()
                 .map(|((user, _), c)| ScramCredentialWire::new(user, c))
                 .collect(),
+            scram_users_imported: self.scram_users_imported,
             flow_limits: self
                 .flow
                 .limits
@@ -788,6 +802,7 @@ impl ClusterMeta {
                     .insert((user, credential.mechanism), credential);
             }
         }
+        meta.scram_users_imported = wire.scram_users_imported;
         meta.flow = Arc::new(FlowSettings {
             limits: wire.flow_limits.map(FlowLimits::from).unwrap_or_default(),
             client_quotas: crate::flow::wire::client_quotas_from_wire(wire.client_quotas),
@@ -1147,6 +1162,17 @@ impl ClusterMeta {
                         server_key,
                     },
                 );
+                None
+            }
+            MetaCommand::ImportScramUsers { credentials } => {
+                if !self.scram_users_imported {
+                    self.scram_users_imported = true;
+                    let added = crate::bootstrap_users::apply_import(
+                        &mut self.scram_credentials,
+                        credentials,
+                    );
+                    tracing::info!(added, "bootstrap SCRAM users imported into the metadata");
+                }
                 None
             }
             MetaCommand::DeleteScramCredential { user, mechanism } => {

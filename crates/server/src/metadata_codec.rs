@@ -28,6 +28,7 @@
 //!     DeleteAcls         delete_acls          = 14;
 //!     ScramCredential    upsert_scram_credential = 15;
 //!     DeleteScramCredential delete_scram_credential = 16;
+//!     ImportScramUsers   import_scram_users   = 29;
 //!     SetFlowLimits      set_flow_limits      = 27;
 //!     AlterClientQuotas  alter_client_quotas  = 28;
 //!     AddMember          add_member           = 23;
@@ -103,6 +104,7 @@
 //!                              uint32 iterations = 4; bytes stored_key = 5;
 //!                              bytes server_key = 6; }  // mechanism: Kafka's type (1, 2)
 //! message DeleteScramCredential { string user = 1; int32 mechanism = 2; }
+//! message ImportScramUsers   { repeated ScramCredential credentials = 1; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -211,7 +213,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29"
     )]
     pub command: Option<CommandWire>,
 }
@@ -278,6 +280,9 @@ pub enum CommandWire {
     /// [`MetaCommand::DeleteScramCredential`].
     #[prost(message, tag = "16")]
     DeleteScramCredential(DeleteScramCredentialWire),
+    /// [`MetaCommand::ImportScramUsers`].
+    #[prost(message, tag = "29")]
+    ImportScramUsers(ImportScramUsersWire),
     /// [`MetaCommand::SetFlowLimits`].
     #[prost(message, tag = "27")]
     SetFlowLimits(SetFlowLimitsWire),
@@ -465,6 +470,14 @@ impl ScramCredentialWire {
             },
         ))
     }
+}
+
+/// `ImportScramUsers` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ImportScramUsersWire {
+    /// The configured credentials.
+    #[prost(message, repeated, tag = "1")]
+    pub credentials: Vec<ScramCredentialWire>,
 }
 
 /// `DeleteScramCredential` on the wire.
@@ -1107,6 +1120,11 @@ impl From<&MetaCommand> for CommandWire {
                 stored_key: stored_key.clone(),
                 server_key: server_key.clone(),
             }),
+            MetaCommand::ImportScramUsers { credentials } => {
+                CommandWire::ImportScramUsers(ImportScramUsersWire {
+                    credentials: credentials.iter().map(ScramCredentialWire::from).collect(),
+                })
+            }
             MetaCommand::DeleteScramCredential { user, mechanism } => {
                 CommandWire::DeleteScramCredential(DeleteScramCredentialWire {
                     user: user.clone(),
@@ -1243,6 +1261,13 @@ impl From<CommandWire> for MetaCommand {
                 stored_key: c.stored_key,
                 server_key: c.server_key,
             },
+            CommandWire::ImportScramUsers(c) => MetaCommand::ImportScramUsers {
+                credentials: c
+                    .credentials
+                    .into_iter()
+                    .map(crate::bootstrap_users::ImportedCredential::from)
+                    .collect(),
+            },
             CommandWire::DeleteScramCredential(c) => MetaCommand::DeleteScramCredential {
                 user: c.user,
                 mechanism: i8::try_from(c.mechanism).unwrap_or(0),
@@ -1373,6 +1398,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   repeated ScramCredential scram_credentials = 14;  // by user, then mechanism
 ///   FlowLimits flow_limits = 21;            // absent: unlimited
 ///   repeated ClientQuota client_quotas = 22; // in entity order
+///   bool scram_users_imported = 23;         // the bootstrap SCRAM users were imported
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -1431,6 +1457,9 @@ pub struct MetaSnapshotWire {
     /// A membership command was applied (see `ClusterMeta::membership_changed`).
     #[prost(bool, tag = "11")]
     pub membership_changed: bool,
+    /// The bootstrap SCRAM users were imported (see `ClusterMeta::scram_users_imported`).
+    #[prost(bool, tag = "23")]
+    pub scram_users_imported: bool,
 }
 
 /// One topic in a snapshot.
@@ -1685,6 +1714,19 @@ mod tests {
             MetaCommand::DeleteScramCredential {
                 user: "alice".into(),
                 mechanism: 1,
+            },
+            MetaCommand::ImportScramUsers {
+                credentials: vec![crate::bootstrap_users::ImportedCredential {
+                    user: "admin".into(),
+                    mechanism: 1,
+                    salt: vec![4, 5],
+                    iterations: 4096,
+                    stored_key: vec![1; 32],
+                    server_key: vec![2; 32],
+                }],
+            },
+            MetaCommand::ImportScramUsers {
+                credentials: vec![],
             },
             MetaCommand::SetFlowLimits {
                 limits: FlowLimits {

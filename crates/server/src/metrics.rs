@@ -194,6 +194,9 @@ pub struct NodeMetrics {
     pub connections_accepted: AtomicU64,
     /// Where the authentication failure count comes from (set by the security layer).
     auth_failures: OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>,
+    /// Reads the connections refused by the per-address limits and the authentication
+    /// timeouts (see [`NodeMetrics::set_connection_limit_source`]).
+    connection_limits: OnceLock<Box<dyn Fn() -> (u64, u64) + Send + Sync>>,
 }
 
 impl std::fmt::Debug for NodeMetrics {
@@ -225,6 +228,7 @@ impl NodeMetrics {
             active_connections: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
             auth_failures: OnceLock::new(),
+            connection_limits: OnceLock::new(),
         }
     }
 
@@ -267,6 +271,20 @@ impl NodeMetrics {
 
     fn authentication_failures(&self) -> u64 {
         self.auth_failures.get().map_or(0, |f| f())
+    }
+
+    /// Sets where `vdl_connections_refused_total` (the first value: connections closed by the
+    /// per-address limits) and `vdl_authentication_timeouts_total` (the second) are read from
+    /// (once; later calls are ignored and return false). Until set, both read 0.
+    pub fn set_connection_limit_source(
+        &self,
+        source: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    ) -> bool {
+        self.connection_limits.set(source).is_ok()
+    }
+
+    fn connection_limits(&self) -> (u64, u64) {
+        self.connection_limits.get().map_or((0, 0), |f| f())
     }
 }
 
@@ -638,6 +656,23 @@ impl Collector for Scrape {
             "Failed client authentications since start.",
             Counter,
             node(n.authentication_failures()),
+        )?;
+        let (refused, auth_timeouts) = n.connection_limits();
+        family(
+            &mut e,
+            "vdl_connections_refused",
+            "Kafka connections closed at accept by the per-address limits \
+             (max_connections_per_ip, max_connection_creation_rate_per_ip) since start.",
+            Counter,
+            node(refused),
+        )?;
+        family(
+            &mut e,
+            "vdl_authentication_timeouts",
+            "Kafka connections closed for not authenticating within \
+             kafka.authentication_timeout_ms since start.",
+            Counter,
+            node(auth_timeouts),
         )?;
         family(
             &mut e,

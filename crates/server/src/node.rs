@@ -1175,6 +1175,14 @@ impl Node {
                 let s = stats.snapshot();
                 s.authentication_failures + s.tls_handshake_failures
             }));
+        let stats = node.security_stats.clone();
+        node.metrics.set_connection_limit_source(Box::new(move || {
+            let s = stats.snapshot();
+            (
+                s.connections_refused_per_ip + s.connections_refused_rate_per_ip,
+                s.authentication_timeouts,
+            )
+        }));
         Ok(node)
     }
 
@@ -1232,16 +1240,17 @@ impl Node {
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::coordinator(self);
         self.start_acl_catch_up();
+        crate::bootstrap_users::start_import(self);
         let node = self.clone();
         Ok(tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
-            let permits = crate::kafka::listener::connection_permits(&node);
+            let limits = crate::kafka::listener::connection_limits(&node);
             for (listener, endpoint) in endpoints {
                 tasks.spawn(crate::kafka::serve(
                     listener,
                     node.clone(),
                     endpoint,
-                    permits.clone(),
+                    limits.clone(),
                     shutdown.clone(),
                 ));
             }
@@ -1291,22 +1300,25 @@ impl Node {
     }
 
     /// The SCRAM credential of `user` for `mechanism`: the replicated one (set with
-    /// AlterUserScramCredentials, e.g. `kafka-configs.sh --entity-type users`), else the
-    /// bootstrap user of the configuration (`[[security.scram_users]]`).
+    /// AlterUserScramCredentials, e.g. `kafka-configs.sh --entity-type users`, or imported
+    /// from the bootstrap users); until the bootstrap users were imported, else the configured
+    /// one (`[[security.scram_users]]`, see [`crate::bootstrap_users`]).
     pub fn scram_credential(
         &self,
         user: &str,
         mechanism: crate::security::scram::ScramMechanism,
     ) -> Option<crate::security::scram::ScramCredential> {
-        // The replicated credentials (AlterUserScramCredentials) first, then the bootstrap
-        // users of the configuration.
-        self.replicated_scram_credential(user, mechanism)
-            .or_else(|| self.config.security.scram_user(user, mechanism).cloned())
+        crate::bootstrap_users::credential(self, user, mechanism)
     }
 
     /// Authentication counters of the Kafka listeners.
     pub fn security_stats(&self) -> &crate::security::stats::SecurityStats {
         &self.security_stats
+    }
+
+    /// The same counters, shared (for the connection limits).
+    pub fn security_stats_arc(&self) -> Arc<crate::security::stats::SecurityStats> {
+        self.security_stats.clone()
     }
 
     /// Whether this node's ACLs are known to be current: a metadata barrier committed after

@@ -65,7 +65,7 @@ impl Access {
             principal: conn.principal.clone(),
             // As Kafka prints a client address in ACLs (`InetAddress.getHostAddress`).
             host: if enabled {
-                conn.peer.ip().to_canonical().to_string()
+                crate::security::acl::kafka_host(conn.peer.ip())
             } else {
                 String::new()
             },

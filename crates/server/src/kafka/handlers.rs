@@ -213,7 +213,7 @@ pub fn dispatch(
         }
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
-            let client_host = format!("/{}", conn.peer.ip());
+            let client_host = format!("/{}", crate::security::acl::kafka_host(conn.peer.ip()));
             groups::join_group(
                 node,
                 access,

@@ -6,8 +6,14 @@
 //! `request_max_bytes` before anything is allocated for it; a malformed frame closes that
 //! connection only; a connection idle for `connection_idle` is closed.
 //!
+//! Which connections are accepted at all (per listener, per client address, accept rates) is
+//! [`crate::kafka::conn_limits`]. A connection to a TLS or SASL listener must authenticate (the
+//! TLS handshake, then SASL) within `kafka.authentication_timeout_ms` of being accepted, or it
+//! is closed.
+//!
 //! Security (per listener, see [`Endpoint`]): on a TLS listener the handshake must complete
-//! within [`TLS_HANDSHAKE_TIMEOUT`] (a client certificate's subject becomes the principal);
+//! within [`TLS_HANDSHAKE_TIMEOUT`] (or the authentication deadline, when sooner; a client
+//! certificate's subject becomes the principal);
 //! on a SASL listener requests go through the connection's [`SaslSession`] first: before
 //! authentication frames are limited to `security.sasl_max_receive_bytes` (checked before
 //! allocating) and only ApiVersions, SaslHandshake and SaslAuthenticate are served; any other
@@ -28,8 +34,8 @@ use kafka_proto::messages::sasl_authenticate_response::SaslAuthenticateResponse;
 use kafka_proto::messages::sasl_handshake_response::SaslHandshakeResponse;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
+use crate::kafka::conn_limits::{ConnectionLimits, ListenerLimits};
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::{ClientSocket, DirectAnswer};
 use crate::kafka::handlers::{dispatch, frame as encode_frame, Reply};
@@ -53,9 +59,10 @@ pub struct Endpoint {
     pub tls: Option<Arc<ReloadingServerTls>>,
 }
 
-/// The connection budget shared by every Kafka listener of `node`: `kafka.max_connections`,
-/// lowered to what the open-file limit allows beside storage ([`crate::fd_budget`]).
-pub fn connection_permits(node: &Node) -> Arc<Semaphore> {
+/// The connection limits shared by every Kafka listener of `node`: `kafka.max_connections`
+/// (lowered to what the open-file limit allows beside storage, [`crate::fd_budget`]) and the
+/// per-address limits (see [`crate::kafka::conn_limits`]).
+pub fn connection_limits(node: &Node) -> Arc<ConnectionLimits> {
     let limits = node.config().kafka;
     let nofile = crate::fd_budget::nofile_limits().map_or(1024, |(soft, _)| soft);
     let max_connections = crate::fd_budget::client_connection_limit(limits.max_connections, nofile);
@@ -68,7 +75,11 @@ pub fn connection_permits(node: &Node) -> Arc<Semaphore> {
              raise the limit (e.g. LimitNOFILE) to allow more"
         );
     }
-    Arc::new(Semaphore::new(max_connections))
+    ConnectionLimits::new(
+        node.config().connection_limits.clone(),
+        max_connections,
+        node.security_stats_arc(),
+    )
 }
 
 /// How far a listener's shutdown has gone (see [`serve`]).
@@ -95,8 +106,11 @@ pub const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(120);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Accepts connections on `listener` (the listener `endpoint`) until the task is dropped or
-/// `shutdown` says so; at most as many run at once as `permits` allows, all listeners together
-/// (see [`connection_permits`]); further ones wait in the accept backlog. When accept fails, it
+/// `shutdown` says so; at most as many run at once as the listener's `max_connections` and
+/// `limits` allow (the node's, all listeners together, see [`connection_limits`]); further
+/// ones wait in the accept backlog, as do those beyond the listener's accept rate. A connection
+/// whose address holds its most connections, or opens them too fast, is closed as soon as it
+/// is accepted (counted in the security counters). When accept fails, it
 /// logs and backs off (up to 1 s) instead of spinning. At [`ShutdownPhase::StopAccepting`] it
 /// closes the listening socket; at [`ShutdownPhase::Drain`] every connection reads no more
 /// requests, answers those it has read and closes; it returns once all have closed (a dropped
@@ -105,19 +119,33 @@ pub async fn serve(
     listener: TcpListener,
     node: Arc<Node>,
     endpoint: Arc<Endpoint>,
-    permits: Arc<Semaphore>,
+    limits: Arc<ConnectionLimits>,
     mut shutdown: ShutdownSignal,
 ) {
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = Duration::from_millis(10);
+    let mut own = ListenerLimits::new(
+        endpoint.config.max_connections,
+        endpoint
+            .config
+            .max_connection_creation_rate
+            .or(limits.settings().max_connection_creation_rate),
+    );
     loop {
         if *shutdown.borrow() >= ShutdownPhase::StopAccepting {
             break;
         }
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
+        // The listener's own slot first, then the node's: a listener at its limit holds none
+        // of the node's.
+        let slots = tokio::select! {
+            p = async {
+                let listener_slot = own.acquire().await?;
+                let node_slot = limits.node_permits.clone().acquire_owned().await.ok()?;
+                own.pace().await;
+                Some((listener_slot, node_slot))
+            } => match p {
+                Some(p) => p,
+                None => return,
             },
             changed = shutdown.changed() => match changed {
                 Ok(()) => continue,
@@ -143,13 +171,23 @@ pub async fn serve(
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
+        let accepted_at = Instant::now();
+        let ip_slot = match limits.admit(peer.ip(), accepted_at) {
+            Ok(slot) => slot,
+            Err(refused) => {
+                tracing::debug!(%peer, listener = %endpoint.config.name, "kafka connection refused: {refused}");
+                drop(sock);
+                continue;
+            }
+        };
+        let auth_deadline = accepted_at + limits.settings().authentication_timeout;
         let node = node.clone();
         let endpoint = endpoint.clone();
         let stop = shutdown.clone();
         connections.spawn(async move {
-            let _permit = permit;
+            let _slots = (slots, ip_slot);
             let _gauge = crate::metrics::ConnectionGauge::open(node.metrics().clone());
-            if let Err(e) = run_connection(sock, peer, node, endpoint, stop).await {
+            if let Err(e) = run_connection(sock, peer, node, endpoint, auth_deadline, stop).await {
                 tracing::debug!(%peer, "kafka connection closed: {e}");
             }
         });
@@ -188,6 +226,9 @@ pub enum ConnectionEnd {
     /// SASL authentication failed (the failure was answered after the delay).
     #[error("authentication failed")]
     AuthenticationFailed,
+    /// The connection had not authenticated within `kafka.authentication_timeout_ms`.
+    #[error("not authenticated in time")]
+    AuthenticationTimeout,
 }
 
 /// The responses a connection owes, in request order: each a response (None: nothing to
@@ -241,9 +282,17 @@ async fn run_connection(
     peer: SocketAddr,
     node: Arc<Node>,
     endpoint: Arc<Endpoint>,
+    auth_deadline: Instant,
     shutdown: ShutdownSignal,
 ) -> Result<(), ConnectionEnd> {
     sock.set_nodelay(true)?;
+    // SASL must be done by the deadline too (TLS listeners without SASL authenticate with
+    // the handshake).
+    let sasl_deadline = endpoint
+        .config
+        .protocol
+        .uses_sasl()
+        .then_some(auth_deadline);
     let mut conn = ConnectionContext::unauthenticated(peer, endpoint.config.name.clone());
     let sasl = endpoint.config.protocol.uses_sasl().then(|| {
         SaslSession::new(
@@ -259,14 +308,38 @@ async fn run_connection(
                 // that learn their commits (see `direct_answer`).
                 None => {
                     let (socket, writer) = ClientSocket::new(writer);
-                    serve_stream(reader, writer, &node, conn, None, Some(socket), shutdown).await
+                    serve_stream(
+                        reader,
+                        writer,
+                        &node,
+                        conn,
+                        None,
+                        Some(socket),
+                        None,
+                        shutdown,
+                    )
+                    .await
                 }
-                Some(_) => serve_stream(reader, writer, &node, conn, sasl, None, shutdown).await,
+                Some(_) => {
+                    serve_stream(
+                        reader,
+                        writer,
+                        &node,
+                        conn,
+                        sasl,
+                        None,
+                        sasl_deadline,
+                        shutdown,
+                    )
+                    .await
+                }
             }
         }
         Some(tls) => {
+            let handshake_deadline = auth_deadline.min(Instant::now() + TLS_HANDSHAKE_TIMEOUT);
             let accepted =
-                tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(sock)).await;
+                tokio::time::timeout_at(handshake_deadline.into(), tls.acceptor().accept(sock))
+                    .await;
             let stream = match accepted {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
@@ -275,6 +348,9 @@ async fn run_connection(
                 }
                 Err(_) => {
                     node.security_stats().tls_handshake_failed();
+                    if handshake_deadline == auth_deadline {
+                        node.security_stats().authentication_timed_out();
+                    }
                     return Err(ConnectionEnd::TlsHandshake("timed out".into()));
                 }
             };
@@ -295,7 +371,17 @@ async fn run_connection(
                 }
             }
             let (reader, writer) = tokio::io::split(stream);
-            serve_stream(reader, writer, &node, conn, sasl, None, shutdown).await
+            serve_stream(
+                reader,
+                writer,
+                &node,
+                conn,
+                sasl,
+                None,
+                sasl_deadline,
+                shutdown,
+            )
+            .await
         }
     }
 }
@@ -310,6 +396,7 @@ async fn serve_stream<R, W>(
     conn: ConnectionContext,
     sasl: Option<SaslSession>,
     direct: Option<Arc<ClientSocket>>,
+    auth_deadline: Option<Instant>,
     shutdown: ShutdownSignal,
 ) -> Result<(), ConnectionEnd>
 where
@@ -358,6 +445,7 @@ where
         frame_limit,
         direct,
         answered: 0,
+        auth_deadline,
     };
     let result = connection_loop(
         node,
@@ -381,6 +469,9 @@ struct ConnState {
     direct: Option<Arc<ClientSocket>>,
     /// Responses answered so far (written, or found to have nothing to write), in order.
     answered: u64,
+    /// When the connection is closed unless SASL authentication has succeeded (cleared when
+    /// it has); `None`: no SASL on this listener.
+    auth_deadline: Option<Instant>,
 }
 
 impl ConnState {
@@ -432,6 +523,12 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
             direct.defer_wakes(can_read && pending.len() <= 1);
         }
         tokio::select! {
+            // Not authenticated in time: closed (the deadline is cleared on success).
+            _ = sleep_until_muted(state.auth_deadline), if state.auth_deadline.is_some() => {
+                node.security_stats().authentication_timed_out();
+                tracing::debug!(peer = %state.conn.peer, "closing: not authenticated in time");
+                return Err(ConnectionEnd::AuthenticationTimeout);
+            }
             _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
             // Responses go out in request order as they complete.
             Some((response, timing)) = pending.next_done(), if !pending.is_empty() => {
@@ -581,7 +678,7 @@ fn api_key_tag(frame: &[u8]) -> u64 {
     })
 }
 
-/// Waits until a connection's mute ends.
+/// Waits until `until` (a connection's mute end, or its authentication deadline).
 async fn sleep_until_muted(until: Option<Instant>) {
     if let Some(until) = until {
         tokio::time::sleep_until(until.into()).await;
@@ -643,6 +740,7 @@ fn authenticated(
     node.security_stats().authenticated(reauth);
     tracing::debug!(peer = %state.conn.peer, %principal, reauth, "SASL authentication succeeded");
     state.conn.principal = principal;
+    state.auth_deadline = None;
     state
         .frame_limit
         .store(node.config().kafka.request_max_bytes, Ordering::Relaxed);

@@ -2,6 +2,8 @@
 //!
 //! - [`listener`]: accepts connections (bounded), reads frames, handles requests concurrently
 //!   and writes responses in request order.
+//! - [`conn_limits`]: connection limits per listener and client address, accept rates, the
+//!   authentication deadline.
 //! - [`connection`]: what a handler knows of its connection (peer, principal, listener).
 //! - [`access`]: what the request's principal may do (the authorizer over the replicated ACLs).
 //! - [`acls`]: CreateAcls, DescribeAcls, DeleteAcls.
@@ -23,6 +25,7 @@ pub mod access;
 pub mod acls;
 pub mod cluster;
 pub mod configs;
+pub mod conn_limits;
 pub mod connection;
 pub mod direct_answer;
 pub mod fetch;

@@ -8,6 +8,7 @@
 //! Which bindings decide a request is the [`crate::security::authorizer`]'s job.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -222,10 +223,38 @@ impl AclBinding {
         }
     }
 
-    /// Whether this binding's entry is about `principal` (`Type:name`) connecting from `host`.
+    /// Whether this binding's entry is about `principal` (`Type:name`) connecting from `host`
+    /// (the client address as [`kafka_host`] writes it). The binding's host matches when it is
+    /// `*`, the same string, or another textual form of the same IP address (`::1` for
+    /// `0:0:0:0:0:0:0:1`, `::ffff:10.0.0.1` for `10.0.0.1`): Kafka compares the strings only,
+    /// so there a rule written in another form never matches (a DENY that silently does not
+    /// apply); vdl applies it.
     pub fn entry_matches(&self, principal: &str, host: &str) -> bool {
         (self.principal == principal || self.principal == WILDCARD_PRINCIPAL)
-            && (self.host == host || self.host == WILDCARD)
+            && (self.host == host || self.host == WILDCARD || same_address(&self.host, host))
+    }
+}
+
+/// A client address as Kafka writes it in ACLs (Java's `InetAddress.getHostAddress()`): IPv4
+/// dotted (also for an IPv4-mapped IPv6 address, which Java turns into an `Inet4Address`), IPv6
+/// as eight lowercase hexadecimal groups without leading zeros and without `::` compression,
+/// e.g. `0:0:0:0:0:0:0:1`. (A scope id, `%eth0`, is not kept: vdl's ACLs never name one.)
+pub fn kafka_host(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let groups = v6.segments().map(|g| format!("{g:x}"));
+            groups.join(":")
+        }
+    }
+}
+
+/// Whether two host strings are IP addresses naming the same address.
+fn same_address(a: &str, b: &str) -> bool {
+    let parse = |s: &str| s.parse::<IpAddr>().ok().map(|ip| ip.to_canonical());
+    match (parse(a), parse(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -407,6 +436,43 @@ impl AclSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Client addresses are written as Java's `InetAddress.getHostAddress()` writes them.
+    #[test]
+    fn client_hosts_are_written_as_kafka_writes_them() {
+        let host = |s: &str| kafka_host(s.parse().unwrap());
+        assert_eq!(host("::1"), "0:0:0:0:0:0:0:1");
+        assert_eq!(host("fe80::1:abcd"), "fe80:0:0:0:0:0:1:abcd");
+        assert_eq!(
+            host("2001:DB8:0:0:8:800:200C:417A"),
+            "2001:db8:0:0:8:800:200c:417a"
+        );
+        assert_eq!(host("::ffff:10.0.0.1"), "10.0.0.1");
+        assert_eq!(host("127.0.0.1"), "127.0.0.1");
+    }
+
+    /// A rule's host matches the client in Kafka's form, in any other textual form of the same
+    /// address, and `*`; never another address or a non-address string.
+    #[test]
+    fn hosts_match_by_address() {
+        let mut b = binding("t", PatternType::Literal, AclOperation::Read);
+        let client = kafka_host("::1".parse().unwrap());
+        for rule in ["0:0:0:0:0:0:0:1", "::1", "0::1", "0000:0000::0001", "*"] {
+            b.host = rule.into();
+            assert!(b.entry_matches("User:alice", &client), "{rule}");
+        }
+        for rule in ["::2", "127.0.0.1", "localhost", ""] {
+            b.host = rule.into();
+            assert!(!b.entry_matches("User:alice", &client), "{rule}");
+        }
+        let v4 = kafka_host("::ffff:10.0.0.1".parse().unwrap());
+        for rule in ["10.0.0.1", "::ffff:10.0.0.1", "::ffff:a00:1"] {
+            b.host = rule.into();
+            assert!(b.entry_matches("User:alice", &v4), "{rule}");
+        }
+        b.host = "10.0.0.2".into();
+        assert!(!b.entry_matches("User:alice", &v4));
+    }
 
     fn binding(name: &str, pattern: PatternType, op: AclOperation) -> AclBinding {
         AclBinding {

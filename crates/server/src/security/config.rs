@@ -133,6 +133,14 @@ pub struct KafkaListenerConfig {
     /// SASL mechanisms enabled, in the order SaslHandshake lists them (empty unless the
     /// protocol uses SASL).
     pub sasl_mechanisms: Vec<SaslMechanism>,
+    /// Most connections this listener holds at once (Kafka's
+    /// `listener.name.NAME.max.connections`); `None`: only the node-wide and per-address
+    /// limits apply. Further connections wait in the accept backlog.
+    pub max_connections: Option<usize>,
+    /// Most new connections this listener accepts per second (Kafka's
+    /// `listener.name.NAME.max.connection.creation.rate`); `None`: `kafka.max_connection_creation_rate`.
+    /// Accepting pauses when it is reached (the connections wait in the backlog).
+    pub max_connection_creation_rate: Option<u32>,
 }
 
 impl KafkaListenerConfig {
@@ -146,6 +154,8 @@ impl KafkaListenerConfig {
             protocol: SecurityProtocol::Plaintext,
             tls: None,
             sasl_mechanisms: Vec::new(),
+            max_connections: None,
+            max_connection_creation_rate: None,
         }
     }
 }
@@ -222,6 +232,8 @@ pub(crate) struct FileKafkaListener {
     tls_ca: Option<PathBuf>,
     tls_client_auth: Option<String>,
     sasl_mechanisms: Option<Vec<String>>,
+    max_connections: Option<usize>,
+    max_connection_creation_rate: Option<u32>,
 }
 
 /// `[security]` as written.
@@ -396,6 +408,18 @@ pub(crate) fn parse_listeners(
                 )
             }
         };
+        if l.max_connections == Some(0) {
+            return invalid(
+                "kafka.listeners.max_connections",
+                format!("listener {name}: must be positive"),
+            );
+        }
+        if l.max_connection_creation_rate == Some(0) {
+            return invalid(
+                "kafka.listeners.max_connection_creation_rate",
+                format!("listener {name}: must be positive (leave it out for no limit)"),
+            );
+        }
         out.push(KafkaListenerConfig {
             name,
             listen,
@@ -403,6 +427,8 @@ pub(crate) fn parse_listeners(
             protocol,
             tls,
             sasl_mechanisms,
+            max_connections: l.max_connections,
+            max_connection_creation_rate: l.max_connection_creation_rate,
         });
     }
     Ok(out)

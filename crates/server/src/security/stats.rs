@@ -11,10 +11,14 @@ pub struct SecurityStats {
     tls_handshake_failures: AtomicU64,
     unauthenticated_request_closes: AtomicU64,
     expired_session_closes: AtomicU64,
+    connections_refused_per_ip: AtomicU64,
+    connections_refused_rate_per_ip: AtomicU64,
+    authentication_timeouts: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SecurityStatsSnapshot {
     /// SASL authentications that succeeded (re-authentications included).
     pub authentication_successes: u64,
@@ -30,6 +34,15 @@ pub struct SecurityStatsSnapshot {
     pub unauthenticated_request_closes: u64,
     /// Connections closed for a request after their SASL session expired.
     pub expired_session_closes: u64,
+    /// Connections closed at once because their client address held
+    /// `kafka.max_connections_per_ip` (or its override) already.
+    pub connections_refused_per_ip: u64,
+    /// Connections closed at once because their client address opened connections faster
+    /// than `kafka.max_connection_creation_rate_per_ip`.
+    pub connections_refused_rate_per_ip: u64,
+    /// Connections closed because they had not authenticated (TLS handshake and SASL)
+    /// within `kafka.authentication_timeout_ms` of being accepted.
+    pub authentication_timeouts: u64,
 }
 
 impl SecurityStats {
@@ -63,6 +76,23 @@ impl SecurityStats {
         self.expired_session_closes.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a connection refused for its address's connection limit.
+    pub fn refused_per_ip(&self) {
+        self.connections_refused_per_ip
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection refused for its address's creation rate.
+    pub fn refused_rate_per_ip(&self) {
+        self.connections_refused_rate_per_ip
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed for not authenticating in time.
+    pub fn authentication_timed_out(&self) {
+        self.authentication_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> SecurityStatsSnapshot {
         SecurityStatsSnapshot {
@@ -74,6 +104,11 @@ impl SecurityStats {
                 .unauthenticated_request_closes
                 .load(Ordering::Relaxed),
             expired_session_closes: self.expired_session_closes.load(Ordering::Relaxed),
+            connections_refused_per_ip: self.connections_refused_per_ip.load(Ordering::Relaxed),
+            connections_refused_rate_per_ip: self
+                .connections_refused_rate_per_ip
+                .load(Ordering::Relaxed),
+            authentication_timeouts: self.authentication_timeouts.load(Ordering::Relaxed),
         }
     }
 }
