@@ -81,12 +81,14 @@ enum Command {
 
 #[derive(Subcommand)]
 enum CertsCommand {
-    /// Write a CA, node certificates (server and client use) and client certificates.
+    /// Write a client CA (ca.pem) with Kafka listener certificates (node<i>.pem) and client
+    /// certificates (client-<name>.pem), and a separate peer CA (peer-ca.pem) with node peer
+    /// certificates for [peer_tls] (peer-node<i>.pem, naming node id i as vdl-node://<i>).
     Generate {
         /// Output directory (created if missing).
         #[arg(long)]
         out: PathBuf,
-        /// Node certificates to make: node1.pem/node1.key, ...
+        /// Nodes to make certificates for (ids 1..=nodes): node<i> and peer-node<i>.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
         /// Host names and IP addresses the node certificates are valid for (comma-separated).
@@ -101,6 +103,18 @@ enum CertsCommand {
         /// Days the certificates are valid.
         #[arg(long, default_value_t = 365)]
         valid_days: u32,
+    },
+    /// Write <dir>/peer-crl.pem: a CRL of the peer CA made by `certs generate` in <dir>,
+    /// revoking the given peer certificates (set it as [peer_tls] crl on every node).
+    Revoke {
+        /// The directory of `certs generate` (peer-ca.key is read from it).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Days until the CRL's next update.
+        #[arg(long, default_value_t = 30)]
+        valid_days: u32,
+        /// Peer certificates (PEM files) to revoke; none: an empty CRL.
+        certs: Vec<PathBuf>,
     },
 }
 
@@ -184,6 +198,19 @@ fn main() -> anyhow::Result<()> {
             for path in vdl_server::security::certs::generate(&out, &spec)? {
                 println!("{}", path.display());
             }
+            Ok(())
+        }
+        Command::Certs {
+            command:
+                CertsCommand::Revoke {
+                    dir,
+                    valid_days,
+                    certs,
+                },
+        } => {
+            let path =
+                vdl_server::security::certs::revoke_peer_certificates(&dir, &certs, valid_days)?;
+            println!("{}", path.display());
             Ok(())
         }
         Command::Start { config } => {

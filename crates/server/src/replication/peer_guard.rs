@@ -81,6 +81,22 @@ pub enum Refusal {
     /// The listener already holds as many connections as it accepts.
     #[error("too many peer connections")]
     TooManyConnections,
+    /// With `[peer_tls]`: the client certificate (valid for the peer CA) names no node (a Kafka
+    /// client certificate, say), see [`crate::security::peer_tls`].
+    #[error("peer certificate refused: {0}")]
+    UncertifiedPeer(crate::security::peer_tls::NodeNameError),
+    /// With `[peer_tls]`: the hello claims another node than the certificate names.
+    #[error("hello claims node {claimed} with a certificate of node {certified}")]
+    CertificateOfOtherNode {
+        /// The id the hello claimed.
+        claimed: u64,
+        /// The id the connection's certificate names.
+        certified: u64,
+    },
+    /// A forwarded metadata proposal the sender may not make (see
+    /// [`crate::replication::forwarded`]).
+    #[error("forwarded proposal refused: {0}")]
+    Unauthorized(&'static str),
     /// A message's `from` is not the connection's hello id.
     #[error("message from node {from} on the connection of node {hello}")]
     WrongSender {
@@ -310,6 +326,22 @@ impl PeerGuard {
         }
     }
 
+    /// [`PeerGuard::admit_hello`], and with mutual TLS (`certified`: the node id the
+    /// connection's verified certificate names) the hello must claim exactly that node.
+    pub fn admit_certified_hello(
+        &self,
+        claimed: u64,
+        source: IpAddr,
+        certified: Option<u64>,
+    ) -> Result<(), Refusal> {
+        if let Some(certified) = certified {
+            if certified != claimed {
+                return Err(Refusal::CertificateOfOtherNode { claimed, certified });
+            }
+        }
+        self.admit_hello(claimed, source)
+    }
+
     /// The checks a message passes on its own, before it is handed to its group (step 1 of the
     /// module documentation). `hello` is the id the connection announced (already admitted).
     pub fn check_message(&self, hello: u64, group: u64, msg: &Message) -> Result<(), Refusal> {
@@ -465,6 +497,7 @@ fn check_proposal(msg: &Message) -> Result<(), Refusal> {
                 "a proposal's context does not name its sender",
             ));
         }
+        crate::replication::forwarded::authorize(msg.from, &e.data)?;
     }
     Ok(())
 }

@@ -31,12 +31,15 @@
 //!   stepping it. A refused message is dropped and counted ([`PeerStats`]); the connection
 //!   stays.
 //!
-//! **Mutual TLS** (`[peer_tls]`, [`PeerTls`]): when configured, every connection is TLS (1.2
-//! or 1.3, rustls with ring) in both directions; the acceptor requires a client certificate
-//! that chains to the cluster CA and the dialer checks the acceptor's certificate for the
-//! peer's IP. The handshake must complete within the hello deadline; a connection without a
-//! valid certificate is closed (counted as a refused connection) before any byte of hello or
-//! Raft message is read.
+//! **Mutual TLS** (`[peer_tls]`, [`PeerTls`], see [`crate::security::peer_tls`]): when
+//! configured, every connection is TLS (1.2 or 1.3, rustls with ring) in both directions. The
+//! acceptor requires a client certificate that chains to the peer CA, is not revoked and names
+//! a node (`vdl-node://<id>`); the hello must claim that node (besides coming from its IP).
+//! The dialer checks the acceptor's certificate for the peer's IP and that it names the node
+//! it dialed. The handshake must complete within the hello deadline; a connection without a
+//! valid certificate naming a node is closed (counted as a refused connection) before any
+//! byte of hello or Raft message is read, one whose hello claims another node right after the
+//! hello.
 //!
 //! Sending never blocks the caller: messages go into a bounded per-peer queue and are dropped
 //! when it is full (Raft tolerates loss). When a connection fails or the peer closes it, every
@@ -64,31 +67,7 @@ use crate::runtime::timeline::{self, Stage as Hop};
 pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerStream for T {}
 
-/// Mutual TLS between nodes: what the acceptor and the dialer use.
-pub struct PeerTls {
-    /// Requires a client certificate from the cluster CA.
-    pub acceptor: tokio_rustls::TlsAcceptor,
-    /// Presents this node's certificate and checks the peer's against the CA.
-    pub connector: tokio_rustls::TlsConnector,
-}
-
-impl PeerTls {
-    /// Both sides from `[peer_tls]`'s files.
-    pub fn from_files(
-        files: &crate::security::config::TlsFiles,
-    ) -> Result<PeerTls, crate::security::tls::TlsError> {
-        let mut server_files = files.clone();
-        server_files.client_auth = crate::security::config::ClientAuth::Required;
-        Ok(PeerTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(
-                &server_files,
-            )?),
-            connector: tokio_rustls::TlsConnector::from(crate::security::tls::client_config(
-                files,
-            )?),
-        })
-    }
-}
+pub use crate::security::peer_tls::PeerTls;
 
 /// Largest frame accepted from a peer (a batch of append messages).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
@@ -496,12 +475,27 @@ impl Link {
             }
             Some(tls) => {
                 let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
-                let handshake = tls.connector.connect(name, tcp);
+                let handshake = tls.connector().connect(name, tcp);
                 let stream = tokio::time::timeout(HELLO_DEADLINE, handshake)
                     .await
                     .map_err(|_| {
                         std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
                     })??;
+                // The certificate must name the node dialed, not just any member.
+                let named = crate::security::peer_tls::connection_node_id(stream.get_ref().1);
+                if named != Ok(self.peer) {
+                    let why = match named {
+                        Ok(other) => format!("it names node {other}"),
+                        Err(e) => e.to_string(),
+                    };
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!(
+                            "the peer certificate at {} does not name node {}: {why}",
+                            self.addr, self.peer
+                        ),
+                    ));
+                }
                 Box::new(stream)
             }
         };
@@ -903,15 +897,19 @@ impl Connection {
         let opened_at = tokio::time::Instant::now();
         // With mutual TLS, nothing is read before the peer proved it holds a certificate from
         // the cluster CA (rustls refuses the handshake otherwise).
-        let mut sock: Box<dyn PeerStream> = match &self.tls {
-            None => Box::new(sock),
+        // The certificate must name a node (a Kafka client certificate names none), which the
+        // hello must then claim.
+        let (mut sock, certified): (Box<dyn PeerStream>, Option<u64>) = match &self.tls {
+            None => (Box::new(sock), None),
             Some(tls) => {
-                let handshake = tls.acceptor.accept(sock);
+                let handshake = tls.acceptor().accept(sock);
                 let stream = tokio::time::timeout(self.limits.hello_deadline, handshake)
                     .await
                     .map_err(|_| PeerFrameError::HelloTimeout)?
                     .map_err(PeerFrameError::Tls)?;
-                Box::new(stream)
+                let id = crate::security::peer_tls::connection_node_id(stream.get_ref().1)
+                    .map_err(|e| PeerFrameError::Refused(Refusal::UncertifiedPeer(e)))?;
+                (Box::new(stream), Some(id))
             }
         };
         let left = self
@@ -923,7 +921,7 @@ impl Connection {
             .map_err(|_| PeerFrameError::HelloTimeout)??;
         let from = hello.from;
         self.guard
-            .admit_hello(from, self.source.ip())
+            .admit_certified_hello(from, self.source.ip(), certified)
             .map_err(PeerFrameError::Refused)?;
         drop(hello_slot);
         self.versions
@@ -1164,7 +1162,7 @@ mod tests {
     #[tokio::test]
     async fn mutual_tls_refuses_connections_without_a_cluster_certificate() {
         use crate::security::certs::{generate, CertSpec};
-        use crate::security::config::{ClientAuth, TlsFiles};
+        use crate::security::config::{ClientAuth, PeerTlsFiles, TlsFiles};
         let spec = CertSpec {
             nodes: 2,
             hosts: vec!["127.0.0.1".into()],
@@ -1176,11 +1174,14 @@ mod tests {
         generate(dir.path(), &spec).unwrap();
         let other = tempfile::tempdir().unwrap();
         generate(other.path(), &spec).unwrap();
-        let files = |d: &std::path::Path, i: usize| TlsFiles {
-            cert: d.join(format!("node{i}.pem")),
-            key: d.join(format!("node{i}.key")),
-            ca: Some(d.join("ca.pem")),
-            client_auth: ClientAuth::Required,
+        let files = |d: &std::path::Path, i: usize| PeerTlsFiles {
+            tls: TlsFiles {
+                cert: d.join(format!("peer-node{i}.pem")),
+                key: d.join(format!("peer-node{i}.key")),
+                ca: Some(d.join("peer-ca.pem")),
+                client_auth: ClientAuth::Required,
+            },
+            crl: None,
         };
         let listener = TcpListener::bind((LOCAL, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1195,7 +1196,7 @@ mod tests {
             Arc::new(PeerVersions::default()),
             short_limits(),
             Some(Arc::new(
-                PeerTls::from_files(&files(dir.path(), 1)).unwrap(),
+                PeerTls::from_files(&files(dir.path(), 1), 1).unwrap(),
             )),
         ));
         let mut heartbeat = Message::default();
@@ -1223,7 +1224,7 @@ mod tests {
         .unwrap()
         .with_root_certificates({
             let mut roots = rustls::RootCertStore::empty();
-            for c in crate::security::tls::read_certs(&dir.path().join("ca.pem")).unwrap() {
+            for c in crate::security::tls::read_certs(&dir.path().join("peer-ca.pem")).unwrap() {
                 roots.add(c).unwrap();
             }
             roots
@@ -1231,12 +1232,18 @@ mod tests {
         .with_no_client_auth();
         let strangers = [
             tokio_rustls::TlsConnector::from(Arc::new(no_cert)),
-            PeerTls::from_files(&TlsFiles {
-                ca: Some(dir.path().join("ca.pem")),
-                ..files(other.path(), 2)
-            })
+            PeerTls::from_files(
+                &PeerTlsFiles {
+                    tls: TlsFiles {
+                        ca: Some(dir.path().join("peer-ca.pem")),
+                        ..files(other.path(), 2).tls
+                    },
+                    crl: None,
+                },
+                2,
+            )
             .unwrap()
-            .connector,
+            .connector(),
         ];
         for connector in strangers {
             let tcp = TcpStream::connect(addr).await.unwrap();
@@ -1264,7 +1271,7 @@ mod tests {
             Arc::new(OpenLinks),
             Arc::new(PeerVersions::default()),
             Some(Arc::new(
-                PeerTls::from_files(&files(dir.path(), 2)).unwrap(),
+                PeerTls::from_files(&files(dir.path(), 2), 2).unwrap(),
             )),
         );
         sender.send(7, heartbeat.clone());

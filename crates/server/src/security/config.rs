@@ -256,6 +256,7 @@ pub(crate) struct FilePeerTls {
     cert: PathBuf,
     key: PathBuf,
     ca: PathBuf,
+    crl: Option<PathBuf>,
 }
 
 fn invalid<T>(key: &'static str, message: String) -> Result<T, ConfigError> {
@@ -516,13 +517,28 @@ pub(crate) fn parse_security(file: FileSecurity) -> Result<SecuritySettings, Con
     Ok(s)
 }
 
-/// Validates `[peer_tls]`: mutual TLS between nodes, every file required.
-pub(crate) fn parse_peer_tls(file: FilePeerTls) -> TlsFiles {
-    TlsFiles {
-        cert: file.cert,
-        key: file.key,
-        ca: Some(file.ca),
-        client_auth: ClientAuth::Required,
+/// `[peer_tls]`: mutual TLS between nodes (see [`crate::security::peer_tls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTlsFiles {
+    /// This node's peer certificate chain (PEM), naming its node id, and its key; `ca` is the
+    /// peer CA every member's certificate must chain to (it may differ from the Kafka
+    /// listeners' `tls_ca`); `client_auth` is always `Required`.
+    pub tls: TlsFiles,
+    /// Certificate revocation lists (PEM, one or more) of the peer CA: a member certificate
+    /// listed there is refused both when accepting and when dialing. `None`: no revocation.
+    pub crl: Option<PathBuf>,
+}
+
+/// Validates `[peer_tls]`: mutual TLS between nodes, cert, key and CA required, CRL optional.
+pub(crate) fn parse_peer_tls(file: FilePeerTls) -> PeerTlsFiles {
+    PeerTlsFiles {
+        tls: TlsFiles {
+            cert: file.cert,
+            key: file.key,
+            ca: Some(file.ca),
+            client_auth: ClientAuth::Required,
+        },
+        crl: file.crl,
     }
 }
 

@@ -6,6 +6,8 @@
 //!   derivation; what is stored per user, never a password.
 //! - [`config`]: listeners (security protocol, TLS, SASL), bootstrap users, peer TLS.
 //! - [`tls`]: rustls configurations from PEM files, certificate principals, reloading.
+//! - [`peer_tls`]: mutual TLS between nodes: certificates naming node ids, the peer CA, CRLs,
+//!   reloading.
 //! - [`sasl`]: the SASL state machine of a connection (PLAIN, SCRAM server side, KIP-368).
 //! - [`certs`]: CA, node and client certificates for tests and local clusters (rcgen).
 //! - [`stats`]: authentication counters.
@@ -18,6 +20,7 @@ pub mod acl;
 pub mod authorizer;
 pub mod certs;
 pub mod config;
+pub mod peer_tls;
 pub mod sasl;
 pub mod scram;
 pub mod stats;

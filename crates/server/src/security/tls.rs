@@ -39,15 +39,15 @@ pub enum TlsError {
     Verifier(String),
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// TLS 1.2 and 1.3; nothing older.
-const VERSIONS: &[&rustls::SupportedProtocolVersion] =
+pub(crate) const VERSIONS: &[&rustls::SupportedProtocolVersion] =
     &[&rustls::version::TLS13, &rustls::version::TLS12];
 
-fn file_error(path: &Path, message: impl ToString) -> TlsError {
+pub(crate) fn file_error(path: &Path, message: impl ToString) -> TlsError {
     TlsError::File {
         path: path.to_owned(),
         message: message.to_string(),
@@ -66,11 +66,11 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
     Ok(certs)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_file(path).map_err(|e| file_error(path, e))
 }
 
-fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+pub(crate) fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in read_certs(path)? {
         roots
