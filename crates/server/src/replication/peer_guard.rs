@@ -769,9 +769,18 @@ mod tests {
         let mut ctx = vec![CTX_META];
         ctx.extend_from_slice(&from.to_be_bytes());
         ctx.extend_from_slice(&7u64.to_be_bytes());
+        let data = crate::metadata::MetaEntry {
+            request: crate::metadata::RequestId {
+                node: from,
+                boot: 1,
+                seq: 1,
+            },
+            command: crate::metadata::MetaCommand::AllocateProducerId,
+        }
+        .encode();
         Entry {
             context: Bytes::from(ctx),
-            data: Bytes::from_static(b"{}"),
+            data: Bytes::from(data),
             ..Default::default()
         }
     }

@@ -435,4 +435,94 @@ mod tests {
             Err(NodeNameError::Unparseable)
         );
     }
+
+    use crate::security::certs::{generate, revoke_peer_certificates, CertSpec};
+    use crate::security::config::{ClientAuth, TlsFiles};
+
+    fn files(dir: &Path, cert: &str, crl: bool) -> PeerTlsFiles {
+        PeerTlsFiles {
+            tls: TlsFiles {
+                cert: dir.join(format!("{cert}.pem")),
+                key: dir.join(format!("{cert}.key")),
+                ca: Some(dir.join("peer-ca.pem")),
+                client_auth: ClientAuth::Required,
+            },
+            crl: crl.then(|| dir.join("peer-crl.pem")),
+        }
+    }
+
+    /// A TLS handshake in memory from `client` to `server`: the ids each side's peer
+    /// certificate names, or the handshake's error.
+    async fn handshake(
+        server: &PeerTls,
+        client: tokio_rustls::TlsConnector,
+    ) -> Result<(u64, u64), String> {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let name =
+            rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
+        let acceptor = server.acceptor();
+        let (accepted, connected) = tokio::join!(acceptor.accept(a), client.connect(name, b));
+        let accepted = accepted.map_err(|e| format!("server: {e}"))?;
+        let connected = connected.map_err(|e| format!("client: {e}"))?;
+        Ok((
+            connection_node_id(accepted.get_ref().1).map_err(|e| e.to_string())?,
+            connection_node_id(connected.get_ref().1).map_err(|e| e.to_string())?,
+        ))
+    }
+
+    /// `vdl certs generate`'s peer certificates name their node and pass between members;
+    /// a Kafka client certificate (the client CA) does not pass the peer CA; a certificate
+    /// revoked in the CRL is refused once the changed CRL is reloaded.
+    #[tokio::test]
+    async fn generated_peer_certificates_name_nodes_and_revocation_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        generate(
+            d,
+            &CertSpec {
+                nodes: 2,
+                hosts: vec!["127.0.0.1".into()],
+                clients: vec!["alice".into()],
+                expired_clients: vec![],
+                valid_days: 10,
+            },
+        )
+        .unwrap();
+        revoke_peer_certificates(d, &[], 10).unwrap();
+        let node1 = PeerTls::from_files(&files(d, "peer-node1", true), 1).unwrap();
+        let node2 = PeerTls::from_files(&files(d, "peer-node2", true), 2).unwrap();
+        assert_eq!(handshake(&node1, node2.connector()).await, Ok((2, 1)));
+        // The Kafka listener certificate and the client certificate come from the client CA.
+        assert!(check_own_certificate(&files(d, "node1", false), 1).is_err());
+        for stranger in ["client-alice", "node2"] {
+            let mut f = files(d, stranger, false);
+            f.tls.ca = Some(d.join("ca.pem"));
+            let config = client_config(&PeerTlsFiles {
+                tls: TlsFiles {
+                    ca: Some(d.join("peer-ca.pem")),
+                    ..f.tls
+                },
+                crl: None,
+            })
+            .unwrap();
+            let r = handshake(&node1, tokio_rustls::TlsConnector::from(config)).await;
+            assert!(r.is_err(), "{stranger}: {r:?}");
+        }
+        // Node 2 revoked: refused by node 1 once the CRL's change is noticed.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        revoke_peer_certificates(d, &[d.join("peer-node2.pem")], 10).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.join("peer-crl.pem"))
+            .unwrap();
+        f.set_modified(SystemTime::now() + Duration::from_secs(5))
+            .unwrap();
+        assert!(node1.reload_if_changed().unwrap());
+        assert!(!node1.reload_if_changed().unwrap());
+        let r = handshake(&node1, node2.connector()).await;
+        assert!(r.is_err(), "{r:?}");
+        // Node 1 dialing the revoked node 2 refuses its server certificate as well.
+        let r = handshake(&node2, node1.connector()).await;
+        assert!(r.as_ref().is_err_and(|e| e.contains("Revoked")), "{r:?}");
+    }
 }
