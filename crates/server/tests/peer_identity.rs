@@ -217,8 +217,10 @@ fn send_over_tls(config: &Arc<rustls::ClientConfig>, peer: SocketAddr, bytes: &[
         return true;
     }
     let mut buf = [0u8; 64];
+    // The acceptor never writes: end of stream or an error (an alert) is the node closing.
     match tls.read(&mut buf) {
-        Ok(_) => true,
+        Ok(0) => true,
+        Ok(_) => false,
         Err(e) => !matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
