@@ -13,7 +13,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::security::config::{
-    FileKafkaListener, FilePeerTls, FileSecurity, KafkaListenerConfig, SecuritySettings,
+    FileKafkaListener, FilePeerTls, FileSecurity, KafkaListenerConfig, SecuritySettings, TlsFiles,
 };
 
 /// Why a configuration could not be used.
@@ -92,7 +92,7 @@ pub struct NodeConfig {
     /// Authentication, bootstrap users and authorization (`[security]`).
     pub security: SecuritySettings,
     /// Mutual TLS between nodes (`[peer_tls]`); `None`: plain TCP.
-    pub peer_tls: Option<crate::security::config::PeerTlsFiles>,
+    pub peer_tls: Option<TlsFiles>,
     /// Longest a graceful shutdown (SIGTERM, SIGINT) may take: handing leadership over,
     /// answering the requests in flight, syncing; then the process exits anyway.
     pub shutdown_timeout: Duration,
@@ -1141,7 +1141,7 @@ mod tests {
             Duration::from_millis(5)
         );
         let peer_tls = c.peer_tls.as_ref().unwrap();
-        assert_eq!(peer_tls.tls.ca, Some("peer-ca.pem".into()));
+        assert_eq!(peer_tls.ca, Some("peer-ca.pem".into()));
         assert_eq!(peer_tls.crl, Some("peer-crl.pem".into()));
         let mixed =
             format!("{THREE}\n[[kafka.listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\n");

@@ -105,11 +105,15 @@ enum CertsCommand {
         valid_days: u32,
     },
     /// Write <dir>/peer-crl.pem: a CRL of the peer CA made by `certs generate` in <dir>,
-    /// revoking the given peer certificates (set it as [peer_tls] crl on every node).
+    /// revoking the given peer certificates (set it as [peer_tls] crl on every node); with
+    /// --client-ca, <dir>/crl.pem of the client CA (a Kafka listener's tls_crl).
     Revoke {
-        /// The directory of `certs generate` (peer-ca.key is read from it).
+        /// The directory of `certs generate` (peer-ca.key or ca.key is read from it).
         #[arg(long)]
         dir: PathBuf,
+        /// Revoke client certificates of the client CA instead of peer certificates.
+        #[arg(long)]
+        client_ca: bool,
         /// Days until the CRL's next update.
         #[arg(long, default_value_t = 30)]
         valid_days: u32,
@@ -204,12 +208,18 @@ fn main() -> anyhow::Result<()> {
             command:
                 CertsCommand::Revoke {
                     dir,
+                    client_ca,
                     valid_days,
                     certs,
                 },
         } => {
-            let path =
-                vdl_server::security::certs::revoke_peer_certificates(&dir, &certs, valid_days)?;
+            use vdl_server::security::certs::{revoke_certificates, CaKind};
+            let ca = if client_ca {
+                CaKind::Client
+            } else {
+                CaKind::Peer
+            };
+            let path = revoke_certificates(&dir, ca, &certs, valid_days)?;
             println!("{}", path.display());
             Ok(())
         }

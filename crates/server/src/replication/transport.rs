@@ -1162,7 +1162,7 @@ mod tests {
     #[tokio::test]
     async fn mutual_tls_refuses_connections_without_a_cluster_certificate() {
         use crate::security::certs::{generate, CertSpec};
-        use crate::security::config::{ClientAuth, PeerTlsFiles, TlsFiles};
+        use crate::security::config::{ClientAuth, TlsFiles};
         let spec = CertSpec {
             nodes: 2,
             hosts: vec!["127.0.0.1".into()],
@@ -1174,13 +1174,11 @@ mod tests {
         generate(dir.path(), &spec).unwrap();
         let other = tempfile::tempdir().unwrap();
         generate(other.path(), &spec).unwrap();
-        let files = |d: &std::path::Path, i: usize| PeerTlsFiles {
-            tls: TlsFiles {
-                cert: d.join(format!("peer-node{i}.pem")),
-                key: d.join(format!("peer-node{i}.key")),
-                ca: Some(d.join("peer-ca.pem")),
-                client_auth: ClientAuth::Required,
-            },
+        let files = |d: &std::path::Path, i: usize| TlsFiles {
+            cert: d.join(format!("peer-node{i}.pem")),
+            key: d.join(format!("peer-node{i}.key")),
+            ca: Some(d.join("peer-ca.pem")),
+            client_auth: ClientAuth::Required,
             crl: None,
         };
         let listener = TcpListener::bind((LOCAL, 0)).await.unwrap();
@@ -1233,12 +1231,9 @@ mod tests {
         let strangers = [
             tokio_rustls::TlsConnector::from(Arc::new(no_cert)),
             PeerTls::from_files(
-                &PeerTlsFiles {
-                    tls: TlsFiles {
-                        ca: Some(dir.path().join("peer-ca.pem")),
-                        ..files(other.path(), 2).tls
-                    },
-                    crl: None,
+                &TlsFiles {
+                    ca: Some(dir.path().join("peer-ca.pem")),
+                    ..files(other.path(), 2)
                 },
                 2,
             )

@@ -10,9 +10,9 @@
 //!   naming its node id `i` with the URI `vdl-node://<i>` (see [`crate::security::peer_tls`]).
 //!   No Kafka client certificate comes from it, so none passes on the peer port.
 //!
-//! for i in 1..=nodes. [`revoke_peer_certificates`] (`vdl certs revoke`) writes
-//! `peer-crl.pem`, a CRL of the peer CA listing the given certificates. Key files are created
-//! with mode 0600.
+//! for i in 1..=nodes. [`revoke_certificates`] (`vdl certs revoke`) writes `peer-crl.pem` or
+//! `crl.pem`, a CRL of the peer or client CA listing the given certificates. Key files are
+//! created with mode 0600.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -115,21 +115,46 @@ fn ca_params(cn: &str, valid_days: u32) -> CertificateParams {
     params
 }
 
-/// Writes `dir/peer-crl.pem`: a CRL of the peer CA made by [`generate`] in `dir` (signed with
-/// `dir/peer-ca.key`) that revokes the certificates in `revoked` (PEM files; their serial
-/// numbers are listed), valid for `valid_days`. Returns the file written.
+/// Which CA of [`generate`] a CRL is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaKind {
+    /// The client CA (`ca.pem`): Kafka client certificates; its CRL is `crl.pem`.
+    Client,
+    /// The peer CA (`peer-ca.pem`): member certificates; its CRL is `peer-crl.pem`.
+    Peer,
+}
+
+/// Writes `dir/peer-crl.pem`: a CRL of the peer CA made by [`generate`] in `dir` (see
+/// [`revoke_certificates`]).
 pub fn revoke_peer_certificates(
     dir: &Path,
     revoked: &[PathBuf],
     valid_days: u32,
 ) -> Result<PathBuf, CertError> {
-    let key_path = dir.join("peer-ca.key");
+    revoke_certificates(dir, CaKind::Peer, revoked, valid_days)
+}
+
+/// Writes a CRL of the CA `ca` made by [`generate`] in `dir` (signed with its key in `dir`):
+/// `dir/peer-crl.pem` or `dir/crl.pem`, revoking the certificates in `revoked` (PEM files;
+/// their serial numbers are listed; none: an empty CRL), valid for `valid_days`. Returns the
+/// file written.
+pub fn revoke_certificates(
+    dir: &Path,
+    ca: CaKind,
+    revoked: &[PathBuf],
+    valid_days: u32,
+) -> Result<PathBuf, CertError> {
+    let (key_file, ca_name, out_file) = match ca {
+        CaKind::Client => ("ca.key", CLIENT_CA_NAME, "crl.pem"),
+        CaKind::Peer => ("peer-ca.key", PEER_CA_NAME, "peer-crl.pem"),
+    };
+    let key_path = dir.join(key_file);
     let key_pem =
         std::fs::read_to_string(&key_path).map_err(|e| CertError::Io(key_path.clone(), e))?;
     let ca_key = KeyPair::from_pem(&key_pem)?;
     // The issuer as rcgen needs it: same name and key as the CA (the CRL names the issuer by
     // its subject and key identifier, both the same).
-    let ca = ca_params(PEER_CA_NAME, valid_days).self_signed(&ca_key)?;
+    let ca = ca_params(ca_name, valid_days).self_signed(&ca_key)?;
     let now = time::OffsetDateTime::now_utc();
     let mut revoked_certs = Vec::new();
     for path in revoked {
@@ -153,7 +178,7 @@ pub fn revoke_peer_certificates(
         key_identifier_method: rcgen::KeyIdMethod::Sha256,
     };
     let crl = params.signed_by(&ca, &ca_key)?;
-    write_file(dir, "peer-crl.pem", &crl.pem()?, false)
+    write_file(dir, out_file, &crl.pem()?, false)
 }
 
 /// Writes the client CA, the peer CA, node (Kafka and peer) and client certificates into `out`
@@ -273,6 +298,7 @@ mod tests {
             key: dir.path().join("node1.key"),
             ca: Some(dir.path().join("ca.pem")),
             client_auth: ClientAuth::Required,
+            crl: None,
         };
         tls::server_config(&files).unwrap();
         tls::client_config(&files).unwrap();
@@ -302,6 +328,7 @@ mod tests {
             key: dir.path().join("node1.key"),
             ca: None,
             client_auth: ClientAuth::None,
+            crl: None,
         };
         let reloading = tls::ReloadingServerTls::new(files.clone()).unwrap();
         let before = reloading.current_config();
@@ -323,6 +350,48 @@ mod tests {
         assert!(reloading.reload_if_changed().is_err());
         assert!(Arc::ptr_eq(&after, &reloading.current_config()));
         assert!(reloading.reload().is_err());
+    }
+
+    /// A Kafka listener with `tls_crl` refuses a revoked client certificate and still takes
+    /// the others.
+    #[tokio::test]
+    async fn listener_crl_refuses_revoked_client_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        generate(
+            d,
+            &CertSpec {
+                clients: vec!["alice".into(), "bob".into()],
+                ..spec()
+            },
+        )
+        .unwrap();
+        revoke_certificates(d, CaKind::Client, &[d.join("client-bob.pem")], 10).unwrap();
+        let server = tls::server_config(&TlsFiles {
+            cert: d.join("node1.pem"),
+            key: d.join("node1.key"),
+            ca: Some(d.join("ca.pem")),
+            client_auth: ClientAuth::Required,
+            crl: Some(d.join("crl.pem")),
+        })
+        .unwrap();
+        for (client, ok) in [("alice", true), ("bob", false)] {
+            let client = tls::client_config(&TlsFiles {
+                cert: d.join(format!("client-{client}.pem")),
+                key: d.join(format!("client-{client}.key")),
+                ca: Some(d.join("ca.pem")),
+                client_auth: ClientAuth::None,
+                crl: None,
+            })
+            .unwrap();
+            let (a, b) = tokio::io::duplex(1 << 16);
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let (accepted, _) = tokio::join!(
+                tokio_rustls::TlsAcceptor::from(server.clone()).accept(a),
+                tokio_rustls::TlsConnector::from(client).connect(name, b)
+            );
+            assert_eq!(accepted.is_ok(), ok, "{accepted:?}");
+        }
     }
 
     use std::sync::Arc;

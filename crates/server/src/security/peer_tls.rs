@@ -27,11 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateRevocationListDer;
 use rustls::server::WebPkiClientVerifier;
 
-use crate::security::config::PeerTlsFiles;
+use crate::security::config::TlsFiles;
 use crate::security::tls::{self, TlsError};
 
 /// The URI scheme (and `//`) of the subject alternative name that names a node.
@@ -140,21 +138,8 @@ pub enum PeerTlsError {
     },
 }
 
-/// Reads every CRL of a PEM file (at least one).
-pub fn read_crls(path: &Path) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
-    let crls = CertificateRevocationListDer::pem_file_iter(path)
-        .map_err(|e| tls::file_error(path, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls::file_error(path, e))?;
-    if crls.is_empty() {
-        return Err(tls::file_error(path, "no X509 CRL in the file"));
-    }
-    Ok(crls)
-}
-
-fn ca_path(files: &PeerTlsFiles) -> Result<&Path, TlsError> {
+fn ca_path(files: &TlsFiles) -> Result<&Path, TlsError> {
     files
-        .tls
         .ca
         .as_deref()
         .ok_or_else(|| TlsError::Verifier("no peer CA file".into()))
@@ -162,13 +147,13 @@ fn ca_path(files: &PeerTlsFiles) -> Result<&Path, TlsError> {
 
 /// The acceptor's configuration: this node's certificate, client certificates required,
 /// chaining to the peer CA and not revoked by the CRLs.
-fn server_config(files: &PeerTlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let certs = tls::read_certs(&files.tls.cert)?;
-    let key = tls::read_key(&files.tls.key)?;
+fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let certs = tls::read_certs(&files.cert)?;
+    let key = tls::read_key(&files.key)?;
     let roots = Arc::new(tls::read_roots(ca_path(files)?)?);
     let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, tls::provider());
     if let Some(crl) = &files.crl {
-        verifier = verifier.with_crls(read_crls(crl)?);
+        verifier = verifier.with_crls(tls::read_crls(crl)?);
     }
     let verifier = verifier
         .build()
@@ -183,14 +168,14 @@ fn server_config(files: &PeerTlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
 
 /// The dialer's configuration: presents this node's certificate, checks the acceptor's
 /// against the peer CA and the CRLs (the node id is checked after the handshake).
-fn client_config(files: &PeerTlsFiles) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+fn client_config(files: &TlsFiles) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let roots = Arc::new(tls::read_roots(ca_path(files)?)?);
-    let certs = tls::read_certs(&files.tls.cert)?;
-    let key = tls::read_key(&files.tls.key)?;
+    let certs = tls::read_certs(&files.cert)?;
+    let key = tls::read_key(&files.key)?;
     let mut verifier =
         rustls::client::WebPkiServerVerifier::builder_with_provider(roots, tls::provider());
     if let Some(crl) = &files.crl {
-        verifier = verifier.with_crls(read_crls(crl)?);
+        verifier = verifier.with_crls(tls::read_crls(crl)?);
     }
     let verifier = verifier
         .build()
@@ -206,12 +191,12 @@ fn client_config(files: &PeerTlsFiles) -> Result<Arc<rustls::ClientConfig>, TlsE
 /// Peers refuse a certificate that does not name the node it is used by, so a mismatch is a
 /// misconfiguration: it is logged at error level when the files are (re)read, but not fatal
 /// (a node's own check protects nothing: peers check, see the module documentation).
-pub fn check_own_certificate(files: &PeerTlsFiles, self_id: u64) -> Result<(), PeerTlsError> {
-    let own = tls::read_certs(&files.tls.cert)?;
+pub fn check_own_certificate(files: &TlsFiles, self_id: u64) -> Result<(), PeerTlsError> {
+    let own = tls::read_certs(&files.cert)?;
     match certificate_node_id(&own[0]) {
         Ok(id) if id == self_id => Ok(()),
         named => Err(PeerTlsError::OwnName {
-            path: files.tls.cert.clone(),
+            path: files.cert.clone(),
             uri: node_uri(self_id),
             why: match named {
                 Ok(other) => format!("it names node {other}"),
@@ -223,7 +208,7 @@ pub fn check_own_certificate(files: &PeerTlsFiles, self_id: u64) -> Result<(), P
 
 /// Both configurations (this node's certificate is checked to name `self_id`, logged).
 fn build(
-    files: &PeerTlsFiles,
+    files: &TlsFiles,
     self_id: u64,
 ) -> Result<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector), PeerTlsError> {
     if let Err(e) = check_own_certificate(files, self_id) {
@@ -235,11 +220,11 @@ fn build(
     ))
 }
 
-fn mtimes(files: &PeerTlsFiles) -> Vec<Option<SystemTime>> {
+fn mtimes(files: &TlsFiles) -> Vec<Option<SystemTime>> {
     [
-        Some(&files.tls.cert),
-        Some(&files.tls.key),
-        files.tls.ca.as_ref(),
+        Some(&files.cert),
+        Some(&files.key),
+        files.ca.as_ref(),
         files.crl.as_ref(),
     ]
     .into_iter()
@@ -258,7 +243,7 @@ struct Current {
 /// Mutual TLS between nodes: what the acceptor and the dialer use now (see the module
 /// documentation), re-read when the files change.
 pub struct PeerTls {
-    files: PeerTlsFiles,
+    files: TlsFiles,
     self_id: u64,
     current: RwLock<Current>,
 }
@@ -266,7 +251,7 @@ pub struct PeerTls {
 impl PeerTls {
     /// Both sides from `[peer_tls]`'s files, for node `self_id` (whose certificate should name
     /// it: see [`check_own_certificate`]).
-    pub fn from_files(files: &PeerTlsFiles, self_id: u64) -> Result<PeerTls, PeerTlsError> {
+    pub fn from_files(files: &TlsFiles, self_id: u64) -> Result<PeerTls, PeerTlsError> {
         let stamp = mtimes(files);
         let (acceptor, connector) = build(files, self_id)?;
         Ok(PeerTls {
@@ -439,14 +424,12 @@ mod tests {
     use crate::security::certs::{generate, revoke_peer_certificates, CertSpec};
     use crate::security::config::{ClientAuth, TlsFiles};
 
-    fn files(dir: &Path, cert: &str, crl: bool) -> PeerTlsFiles {
-        PeerTlsFiles {
-            tls: TlsFiles {
-                cert: dir.join(format!("{cert}.pem")),
-                key: dir.join(format!("{cert}.key")),
-                ca: Some(dir.join("peer-ca.pem")),
-                client_auth: ClientAuth::Required,
-            },
+    fn files(dir: &Path, cert: &str, crl: bool) -> TlsFiles {
+        TlsFiles {
+            cert: dir.join(format!("{cert}.pem")),
+            key: dir.join(format!("{cert}.key")),
+            ca: Some(dir.join("peer-ca.pem")),
+            client_auth: ClientAuth::Required,
             crl: crl.then(|| dir.join("peer-crl.pem")),
         }
     }
@@ -495,16 +478,8 @@ mod tests {
         // The Kafka listener certificate and the client certificate come from the client CA.
         assert!(check_own_certificate(&files(d, "node1", false), 1).is_err());
         for stranger in ["client-alice", "node2"] {
-            let mut f = files(d, stranger, false);
-            f.tls.ca = Some(d.join("ca.pem"));
-            let config = client_config(&PeerTlsFiles {
-                tls: TlsFiles {
-                    ca: Some(d.join("peer-ca.pem")),
-                    ..f.tls
-                },
-                crl: None,
-            })
-            .unwrap();
+            // Presents the stranger's certificate, trusts the peer CA.
+            let config = client_config(&files(d, stranger, false)).unwrap();
             let r = handshake(&node1, tokio_rustls::TlsConnector::from(config)).await;
             assert!(r.is_err(), "{stranger}: {r:?}");
         }
