@@ -44,8 +44,8 @@ fn binary() -> PathBuf {
 
 /// PEM files of one CA: `ca.pem`, `node<i>.pem/.key` naming `vdl-node://<i>` (server and
 /// client use, valid for 127.0.0.1) for i in 1..=4, and `alice.pem/.key`, a Kafka client
-/// certificate (client use, no node name).
-fn one_ca_for_everything(dir: &Path) {
+/// certificate (client use, no node name). Returns the CA and its key (to sign CRLs).
+fn one_ca_for_everything(dir: &Path) -> (rcgen::Certificate, rcgen::KeyPair) {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
         SanType,
@@ -83,6 +83,41 @@ fn one_ca_for_everything(dir: &Path) {
     let key = KeyPair::generate().unwrap();
     write("alice.pem", p.signed_by(&key, &ca, &ca_key).unwrap().pem());
     write("alice.key", key.serialize_pem());
+    (ca, ca_key)
+}
+
+/// Writes `<tls>/crl.pem` (through a rename, as an operator would): a CRL of `ca` revoking
+/// the certificates `revoked` (names of PEM files in `tls`).
+fn write_crl(tls: &Path, ca: &rcgen::Certificate, ca_key: &rcgen::KeyPair, revoked: &[&str]) {
+    use rustls::pki_types::pem::PemObject;
+    let now = time::OffsetDateTime::now_utc();
+    let revoked_certs = revoked
+        .iter()
+        .map(|name| {
+            let der =
+                rustls::pki_types::CertificateDer::from_pem_file(tls.join(format!("{name}.pem")))
+                    .unwrap();
+            let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+            rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from_slice(cert.raw_serial()),
+                revocation_time: now,
+                reason_code: None,
+                invalidity_date: None,
+            }
+        })
+        .collect();
+    let crl = rcgen::CertificateRevocationListParams {
+        this_update: now - time::Duration::minutes(1),
+        next_update: now + time::Duration::days(1),
+        crl_number: rcgen::SerialNumber::from(revoked.len() as u64 + 1),
+        issuing_distribution_point: None,
+        revoked_certs,
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(ca, ca_key)
+    .unwrap();
+    std::fs::write(tls.join("crl.pem.new"), crl.pem().unwrap()).unwrap();
+    std::fs::rename(tls.join("crl.pem.new"), tls.join("crl.pem")).unwrap();
 }
 
 /// A `vdl` process, killed on drop; logs to `<dir>/vdl<id>.log`.
@@ -125,8 +160,8 @@ struct Layout {
 }
 
 /// Writes `vdl<id>.toml` for node `id`: members 1..=3 (plus 4 when `join`), peer TLS with
-/// `cert` / `key` from `tls`.
-fn write_config(dir: &Path, tls: &Path, l: &Layout, id: u64, cert: &str, join: bool) {
+/// `cert` / `key` from `tls` (and `tls/crl.pem` when `crl`).
+fn write_config(dir: &Path, tls: &Path, l: &Layout, id: u64, cert: &str, join: bool, crl: bool) {
     let n = if join { 4 } else { 3 };
     let members: Vec<String> = (1..=n)
         .map(|j| format!("\"vdl{j}={j}@{}\"", l.peer[j - 1]))
@@ -148,7 +183,12 @@ fn write_config(dir: &Path, tls: &Path, l: &Layout, id: u64, cert: &str, join: b
         key = tls.join(format!("{cert}.key")).display(),
         ca = tls.join("ca.pem").display(),
     );
-    std::fs::write(dir.join(format!("vdl{id}.toml")), cfg).unwrap();
+    let crl = if crl {
+        format!("crl = \"{}\"\n", tls.join("crl.pem").display())
+    } else {
+        String::new()
+    };
+    std::fs::write(dir.join(format!("vdl{id}.toml")), cfg + &crl).unwrap();
 }
 
 /// A forged metadata proposal "from" `claimed` to node `to`: CreateTopic `topic`.
@@ -282,6 +322,16 @@ fn member_state(admin: SocketAddr, id: u64) -> String {
         .unwrap_or_default()
 }
 
+fn layout() -> Layout {
+    let ports = free_ports(12);
+    let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    Layout {
+        peer: ports[0..4].iter().map(|p| addr(*p)).collect(),
+        kafka: ports[4..8].iter().map(|p| addr(*p)).collect(),
+        admin: ports[8..12].iter().map(|p| addr(*p)).collect(),
+    }
+}
+
 fn logs(dir: &Path) -> String {
     (1..=4)
         .map(|i| {
@@ -301,16 +351,10 @@ fn peers_prove_their_identity_with_certificates_naming_their_node() {
     let tls = dir.path().join("tls");
     std::fs::create_dir_all(&tls).unwrap();
     one_ca_for_everything(&tls);
-    let ports = free_ports(12);
-    let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-    let l = Layout {
-        peer: ports[0..4].iter().map(|p| addr(*p)).collect(),
-        kafka: ports[4..8].iter().map(|p| addr(*p)).collect(),
-        admin: ports[8..12].iter().map(|p| addr(*p)).collect(),
-    };
+    let l = layout();
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
-        write_config(dir.path(), &tls, &l, id, &format!("node{id}"), false);
+        write_config(dir.path(), &tls, &l, id, &format!("node{id}"), false, false);
         nodes.push(Proc::start(dir.path(), id));
     }
     let kafka = &l.kafka[..3];
@@ -365,7 +409,7 @@ fn peers_prove_their_identity_with_certificates_naming_their_node() {
 
     // (c) A rogue node 4 with `join = true` whose peer certificate is a valid one of another
     // member (node 3's: the CA issued no credential for node 4).
-    write_config(dir.path(), &tls, &l, 4, "node3", true);
+    write_config(dir.path(), &tls, &l, 4, "node3", true, false);
     let mut rogue = Proc::start(dir.path(), 4);
     let body = format!(
         "{{\"id\": 4, \"peer\": \"{}\", \"kafka\": \"{}\"}}",
@@ -406,4 +450,85 @@ fn peers_prove_their_identity_with_certificates_naming_their_node() {
         .filter(|log| log.contains("peer connection refused"))
         .count();
     assert!(refusals > 0, "no node logged a refused peer connection");
+}
+
+/// A member certificate revoked while the cluster runs (`[peer_tls] crl` rewritten): the other
+/// members reload the CRL within seconds, close the connections opened before and refuse the
+/// revoked node's new ones both ways; it stops receiving the cluster's metadata while the other
+/// two keep committing.
+#[test]
+fn a_revoked_member_certificate_is_cut_off_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    let (ca, ca_key) = one_ca_for_everything(&tls);
+    write_crl(&tls, &ca, &ca_key, &[]);
+    let l = layout();
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        write_config(dir.path(), &tls, &l, id, &format!("node{id}"), false, true);
+        nodes.push(Proc::start(dir.path(), id));
+    }
+    let kafka = &l.kafka[..3];
+    on_any(kafka, WAIT, "create", |k| {
+        k.create_topic(TOPIC)
+            .map(|e| (if e == 36 { 0 } else { e }, ()))
+    });
+    produce_ok(kafka, "first produce");
+    // Node 3 learns new topics while it is a member.
+    on_any(kafka, WAIT, "create before", |k| {
+        k.create_topic("before-revocation")
+            .map(|e| (if e == 36 { 0 } else { e }, ()))
+    });
+    let until = Instant::now() + WAIT;
+    while !topic_exists(&l.kafka[2..3], "before-revocation") {
+        assert!(
+            Instant::now() < until,
+            "node 3 never learned the topic\n{}",
+            logs(dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    write_crl(&tls, &ca, &ca_key, &["node3"]);
+    // Nodes 1 and 2 poll the files every 2 s; then node 3's connections are closed and refused.
+    let until = Instant::now() + Duration::from_secs(20);
+    let revoked_seen = || {
+        (1..=2).all(|i| {
+            std::fs::read_to_string(dir.path().join(format!("vdl{i}.log")))
+                .unwrap_or_default()
+                .to_lowercase()
+                .contains("revoked")
+        })
+    };
+    while !revoked_seen() {
+        assert!(
+            Instant::now() < until,
+            "nodes 1 and 2 did not refuse the revoked certificate\n{}",
+            logs(dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Nodes 1 and 2 go on: a new topic and records commit with the two of them.
+    let kafka12 = &l.kafka[..2];
+    on_any(kafka12, WAIT, "create after", |k| {
+        k.create_topic("after-revocation")
+            .map(|e| (if e == 36 { 0 } else { e }, ()))
+    });
+    produce_ok(kafka12, "produce after the revocation");
+    // Node 3 hears nothing more: not over a new connection, nor an old one.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !topic_exists(&l.kafka[2..3], "after-revocation"),
+        "the revoked node still receives the metadata\n{}",
+        logs(dir.path())
+    );
+    for (i, n) in nodes.iter_mut().enumerate() {
+        assert!(
+            n.child.try_wait().unwrap().is_none(),
+            "node {} exited\n{}",
+            i + 1,
+            logs(dir.path())
+        );
+    }
 }

@@ -104,6 +104,10 @@ pub enum PeerFrameError {
     /// A newer connection of the same member replaced this one.
     #[error("replaced by a newer connection of the same peer")]
     Replaced,
+    /// The peer TLS files were reloaded: connections opened before are closed, the peer
+    /// reconnects under the new ones.
+    #[error("closed: the peer TLS certificates were reloaded")]
+    TlsReloaded,
     /// A frame claims more than [`MAX_FRAME_BYTES`].
     #[error("frame of {0} bytes exceeds the limit")]
     FrameTooLarge(usize),
@@ -521,10 +525,18 @@ async fn sender_task(
     let mut conn: Option<Outgoing> = None;
     let mut frame = FrameWriter::new(FrameFormat::of_version(peer_wire::CURRENT_VERSION));
     let mut generation = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
+    let mut tls_generation = link.tls.as_ref().map_or(0, |t| t.generation());
     loop {
         let now = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
         if now != generation {
             generation = now;
+            set_conn(&direct, &mut conn, None, generation);
+        }
+        // The peer TLS files were reloaded: dial again under the new ones (a revoked peer
+        // certificate must not keep a connection opened before).
+        let tls_now = link.tls.as_ref().map_or(0, |t| t.generation());
+        if tls_now != tls_generation {
+            tls_generation = tls_now;
             set_conn(&direct, &mut conn, None, generation);
         }
         // The peer was heard in another version since this connection was dialed (an old node
@@ -895,6 +907,11 @@ impl Connection {
     /// replaces it.
     async fn run(&self, sock: TcpStream, hello_slot: PendingSlot) -> Result<(), PeerFrameError> {
         let opened_at = tokio::time::Instant::now();
+        // Subscribed before the handshake: a reload after it closes this connection.
+        let mut reloads = self.tls.as_ref().map(|t| t.subscribe());
+        if let Some(r) = reloads.as_mut() {
+            r.borrow_and_update();
+        }
         // With mutual TLS, nothing is read before the peer proved it holds a certificate from
         // the cluster CA (rustls refuses the handshake otherwise).
         // The certificate must name a node (a Kafka client certificate names none), which the
@@ -935,6 +952,7 @@ impl Connection {
         let result = tokio::select! {
             r = self.read_frames(&mut sock, from, format) => r,
             _ = replaced => Err(PeerFrameError::Replaced),
+            () = tls_reloaded(&mut reloads) => Err(PeerFrameError::TlsReloaded),
         };
         self.inbox.peer_gone(from, slot.id);
         result
@@ -964,6 +982,17 @@ impl Connection {
             timeline::stamp(Hop::PeerFrameDelivered, from);
         }
     }
+}
+
+/// Resolves when the peer TLS files are reloaded (never without TLS).
+async fn tls_reloaded(reloads: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(r) = reloads.as_mut() {
+        if r.changed().await.is_ok() {
+            return;
+        }
+    }
+    // No TLS, or the configuration is gone (the node is stopping).
+    std::future::pending().await
 }
 
 /// Reads a hello of any version this node speaks (see [`crate::peer_wire`]), reading no byte

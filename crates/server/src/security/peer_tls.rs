@@ -17,7 +17,9 @@
 //! node id it dialed. So holding node 2's key is needed to be node 2 on the peer port.
 //!
 //! **Reloading.** [`PeerTls`] holds the current acceptor and connector; new connections take
-//! them, open ones keep theirs. [`PeerTls::reload_if_changed`] re-reads the files (cert, key,
+//! them, and every reload closes the connections opened before it (both directions), so the
+//! peers handshake again under the new files at once ([`PeerTls::generation`]): a revoked
+//! certificate loses its open connections too. [`PeerTls::reload_if_changed`] re-reads the files (cert, key,
 //! CA, CRL) when a modification time changed ([`spawn_reload_poll`] calls it every
 //! [`PEER_TLS_RELOAD_POLL`]); [`PeerTls::reload`] always (on SIGHUP). A reload that fails
 //! (a half-written file, a key that does not match, a certificate naming another node) keeps
@@ -246,6 +248,9 @@ pub struct PeerTls {
     files: TlsFiles,
     self_id: u64,
     current: RwLock<Current>,
+    /// Counts the configurations installed by reloads; connections opened under an older one
+    /// are closed (see [`PeerTls::generation`]).
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl PeerTls {
@@ -262,7 +267,36 @@ impl PeerTls {
                 connector,
                 stamp,
             }),
+            generation: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// The number of configurations installed by reloads so far. Each reload closes the
+    /// connections opened before it (incoming ones through [`PeerTls::subscribe`], outgoing ones
+    /// when their sender sees the generation change), so a certificate revoked or a CA removed
+    /// applies to every connection, not only to new ones: the peers reconnect at once and
+    /// handshake again under the new files.
+    pub fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// A receiver that changes at each reload (see [`PeerTls::generation`]).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    fn install(
+        &self,
+        acceptor: tokio_rustls::TlsAcceptor,
+        connector: tokio_rustls::TlsConnector,
+        stamp: Vec<Option<SystemTime>>,
+    ) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Current {
+            acceptor,
+            connector,
+            stamp,
+        };
+        self.generation.send_modify(|g| *g += 1);
     }
 
     /// The acceptor for a new incoming connection: requires a client certificate from the
@@ -289,11 +323,7 @@ impl PeerTls {
     pub fn reload(&self) -> Result<(), PeerTlsError> {
         let stamp = mtimes(&self.files);
         let (acceptor, connector) = build(&self.files, self.self_id)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Current {
-            acceptor,
-            connector,
-            stamp,
-        };
+        self.install(acceptor, connector, stamp);
         Ok(())
     }
 
@@ -306,11 +336,7 @@ impl PeerTls {
         }
         match build(&self.files, self.self_id) {
             Ok((acceptor, connector)) => {
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Current {
-                    acceptor,
-                    connector,
-                    stamp,
-                };
+                self.install(acceptor, connector, stamp);
                 Ok(true)
             }
             Err(e) => {
@@ -492,8 +518,12 @@ mod tests {
             .unwrap();
         f.set_modified(SystemTime::now() + Duration::from_secs(5))
             .unwrap();
+        let mut reloads = node1.subscribe();
+        assert_eq!(node1.generation(), 0);
         assert!(node1.reload_if_changed().unwrap());
         assert!(!node1.reload_if_changed().unwrap());
+        assert_eq!(node1.generation(), 1);
+        assert!(reloads.has_changed().unwrap());
         let r = handshake(&node1, node2.connector()).await;
         assert!(r.is_err(), "{r:?}");
         // Node 1 dialing the revoked node 2 refuses its server certificate as well.
