@@ -518,7 +518,7 @@ mod tests {
             .unwrap();
         f.set_modified(SystemTime::now() + Duration::from_secs(5))
             .unwrap();
-        let mut reloads = node1.subscribe();
+        let reloads = node1.subscribe();
         assert_eq!(node1.generation(), 0);
         assert!(node1.reload_if_changed().unwrap());
         assert!(!node1.reload_if_changed().unwrap());
