@@ -39,7 +39,9 @@
 //! it dialed. The handshake must complete within the hello deadline; a connection without a
 //! valid certificate naming a node is closed (counted as a refused connection) before any
 //! byte of hello or Raft message is read, one whose hello claims another node right after the
-//! hello.
+//! hello. A reload of the peer TLS files closes the connections opened before it, incoming
+//! ([`PeerFrameError::TlsReloaded`]) and outgoing (redialed), so they handshake again under the
+//! new files.
 //!
 //! Sending never blocks the caller: messages go into a bounded per-peer queue and are dropped
 //! when it is full (Raft tolerates loss). When a connection fails or the peer closes it, every
