@@ -486,7 +486,12 @@ impl Link {
                     .await
                     .map_err(|_| {
                         std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
-                    })??;
+                    })?
+                    .inspect_err(|e| {
+                        // A certificate refused (unknown CA, revoked, wrong IP); at most once a
+                        // second per peer (the dial backoff).
+                        tracing::warn!(peer = self.peer, addr = %self.addr, "peer TLS handshake failed: {e}");
+                    })?;
                 // The certificate must name the node dialed, not just any member.
                 let named = crate::security::peer_tls::connection_node_id(stream.get_ref().1);
                 if named != Ok(self.peer) {
@@ -494,12 +499,14 @@ impl Link {
                         Ok(other) => format!("it names node {other}"),
                         Err(e) => e.to_string(),
                     };
+                    let message = format!(
+                        "the peer certificate at {} does not name node {}: {why}",
+                        self.addr, self.peer
+                    );
+                    tracing::warn!("peer connection not used: {message}");
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::PermissionDenied,
-                        format!(
-                            "the peer certificate at {} does not name node {}: {why}",
-                            self.addr, self.peer
-                        ),
+                        message,
                     ));
                 }
                 Box::new(stream)
