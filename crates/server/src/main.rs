@@ -81,14 +81,15 @@ enum Command {
 
 #[derive(Subcommand)]
 enum CertsCommand {
-    /// Write a client CA (ca.pem) with Kafka listener certificates (node<i>.pem) and client
-    /// certificates (client-<name>.pem), and a separate peer CA (peer-ca.pem) with node peer
-    /// certificates for [peer_tls] (peer-node<i>.pem, naming node id i as vdl-node://<i>).
+    /// Write a client CA (`ca.pem`) with Kafka listener certificates (`node<i>.pem`) and client
+    /// certificates (`client-<name>.pem`), and a separate peer CA (`peer-ca.pem`) with node
+    /// peer certificates for `[peer_tls]` (`peer-node<i>.pem`, naming node i as
+    /// `vdl-node://<i>`).
     Generate {
         /// Output directory (created if missing).
         #[arg(long)]
         out: PathBuf,
-        /// Nodes to make certificates for (ids 1..=nodes): node<i> and peer-node<i>.
+        /// Nodes to make certificates for (ids 1..=nodes): `node<i>` and `peer-node<i>`.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
         /// Host names and IP addresses the node certificates are valid for (comma-separated).
@@ -104,9 +105,9 @@ enum CertsCommand {
         #[arg(long, default_value_t = 365)]
         valid_days: u32,
     },
-    /// Write <dir>/peer-crl.pem: a CRL of the peer CA made by `certs generate` in <dir>,
-    /// revoking the given peer certificates (set it as [peer_tls] crl on every node); with
-    /// --client-ca, <dir>/crl.pem of the client CA (a Kafka listener's tls_crl).
+    /// Write `<dir>/peer-crl.pem`: a CRL of the peer CA made by `certs generate` in `<dir>`,
+    /// revoking the given peer certificates (set it as `[peer_tls] crl` on every node); with
+    /// `--client-ca`, `<dir>/crl.pem` of the client CA (a Kafka listener's `tls_crl`).
     Revoke {
         /// The directory of `certs generate` (peer-ca.key or ca.key is read from it).
         #[arg(long)]
