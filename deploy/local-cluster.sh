@@ -28,10 +28,12 @@
 #   VDL_EXTRA_CONFIG     TOML appended to every node's config (whole tables, e.g.
 #                        $'[kafka]\nmax_connections = 1000'); not remembered between runs
 #   VDL_SECURITY         "sasl_ssl": SASL_SSL on the Kafka ports (SCRAM-SHA-512 and
-#                        SCRAM-SHA-256), a CA and node certificates generated with `vdl certs
-#                        generate` into $VDL_DATA_DIR/tls (CA: $VDL_DATA_DIR/tls/ca.pem, a client
-#                        certificate for `admin` too), a user `admin` whose password is written to
-#                        $VDL_DATA_DIR/admin.password, mutual TLS between the nodes, the
+#                        SCRAM-SHA-256), certificates generated with `vdl certs generate` into
+#                        $VDL_DATA_DIR/tls (client CA $VDL_DATA_DIR/tls/ca.pem: the Kafka
+#                        listeners' node<i>.pem and a client certificate for `admin`), a user
+#                        `admin` whose password is written to $VDL_DATA_DIR/admin.password,
+#                        mutual TLS between the nodes with a separate peer CA
+#                        ($VDL_DATA_DIR/tls/peer-ca.pem, peer-node<i>.pem naming node i), the
 #                        admin API over HTTPS with authentication required (Basic as admin, or
 #                        a client certificate; the script's own calls need curl), and
 #                        authorizer = "acl" with super_users User:admin and the admin's
@@ -160,7 +162,7 @@ stream_leaders() {
 # and kept with the cluster's data (a restart reuses them).
 ensure_security() {
   [[ "$SECURITY" == sasl_ssl ]] || return 0
-  if [[ ! -f "$TLS_DIR/ca.pem" || ! -f "$TLS_DIR/node$NODES.pem" ]]; then
+  if [[ ! -f "$TLS_DIR/ca.pem" || ! -f "$TLS_DIR/node$NODES.pem" || ! -f "$TLS_DIR/peer-node$NODES.pem" ]]; then
     "$BIN" certs generate --out "$TLS_DIR" --nodes "$NODES" --clients admin >/dev/null \
       || die "cannot generate certificates in $TLS_DIR"
   fi
@@ -198,7 +200,9 @@ security_config() {
       printf 'sasl_mechanisms = [%s]\n' "$mech_list"
     fi
   done
-  printf '\n[peer_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n\n' "$TLS_DIR/node$i.pem" "$TLS_DIR/node$i.key" "$TLS_DIR/ca.pem"
+  # Peers: the peer CA's certificate naming node i (never the client CA, so a Kafka client
+  # certificate is no peer credential).
+  printf '\n[peer_tls]\ncert = "%s"\nkey = "%s"\nca = "%s"\n\n' "$TLS_DIR/peer-node$i.pem" "$TLS_DIR/peer-node$i.key" "$TLS_DIR/peer-ca.pem"
   # The admin API over HTTPS; every call authenticates (require_auth defaults to on with
   # security): HTTP Basic with a SCRAM user (admin, password in $DATA_DIR/admin.password) or a
   # client certificate from the CA.

@@ -1158,7 +1158,8 @@ mod tests {
             [peer_tls]
             cert = "n.pem"
             key = "n.key"
-            ca = "ca.pem"
+            ca = "peer-ca.pem"
+            crl = "peer-crl.pem"
             "#
         );
         let c = NodeConfig::from_toml(&text).unwrap();
@@ -1174,7 +1175,9 @@ mod tests {
             c.security.failed_authentication_delay,
             Duration::from_millis(5)
         );
-        assert!(c.peer_tls.is_some());
+        let peer_tls = c.peer_tls.as_ref().unwrap();
+        assert_eq!(peer_tls.ca, Some("peer-ca.pem".into()));
+        assert_eq!(peer_tls.crl, Some("peer-crl.pem".into()));
         let mixed =
             format!("{THREE}\n[[kafka.listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\n");
         match NodeConfig::from_toml(&mixed).unwrap_err() {

@@ -81,12 +81,15 @@ enum Command {
 
 #[derive(Subcommand)]
 enum CertsCommand {
-    /// Write a CA, node certificates (server and client use) and client certificates.
+    /// Write a client CA (`ca.pem`) with Kafka listener certificates (`node<i>.pem`) and client
+    /// certificates (`client-<name>.pem`), and a separate peer CA (`peer-ca.pem`) with node
+    /// peer certificates for `[peer_tls]` (`peer-node<i>.pem`, naming node i as
+    /// `vdl-node://<i>`).
     Generate {
         /// Output directory (created if missing).
         #[arg(long)]
         out: PathBuf,
-        /// Node certificates to make: node1.pem/node1.key, ...
+        /// Nodes to make certificates for (ids 1..=nodes): `node<i>` and `peer-node<i>`.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
         /// Host names and IP addresses the node certificates are valid for (comma-separated).
@@ -101,6 +104,22 @@ enum CertsCommand {
         /// Days the certificates are valid.
         #[arg(long, default_value_t = 365)]
         valid_days: u32,
+    },
+    /// Write `<dir>/peer-crl.pem`: a CRL of the peer CA made by `certs generate` in `<dir>`,
+    /// revoking the given peer certificates (set it as `[peer_tls] crl` on every node); with
+    /// `--client-ca`, `<dir>/crl.pem` of the client CA (a Kafka listener's `tls_crl`).
+    Revoke {
+        /// The directory of `certs generate` (peer-ca.key or ca.key is read from it).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Revoke client certificates of the client CA instead of peer certificates.
+        #[arg(long)]
+        client_ca: bool,
+        /// Days until the CRL's next update.
+        #[arg(long, default_value_t = 30)]
+        valid_days: u32,
+        /// Peer certificates (PEM files) to revoke; none: an empty CRL.
+        certs: Vec<PathBuf>,
     },
 }
 
@@ -184,6 +203,25 @@ fn main() -> anyhow::Result<()> {
             for path in vdl_server::security::certs::generate(&out, &spec)? {
                 println!("{}", path.display());
             }
+            Ok(())
+        }
+        Command::Certs {
+            command:
+                CertsCommand::Revoke {
+                    dir,
+                    client_ca,
+                    valid_days,
+                    certs,
+                },
+        } => {
+            use vdl_server::security::certs::{revoke_certificates, CaKind};
+            let ca = if client_ca {
+                CaKind::Client
+            } else {
+                CaKind::Peer
+            };
+            let path = revoke_certificates(&dir, ca, &certs, valid_days)?;
+            println!("{}", path.display());
             Ok(())
         }
         Command::Start { config } => {

@@ -688,6 +688,8 @@ pub struct Node {
     /// The TLS configurations of the Kafka listeners that use TLS, by listener name (set by
     /// `serve_kafka`), for reloads.
     listener_tls: Mutex<Vec<(String, Arc<crate::security::tls::ReloadingServerTls>)>>,
+    /// Mutual TLS between nodes (`[peer_tls]`), for reloads, and the task polling its files.
+    peer_tls: Option<(Arc<transport::PeerTls>, tokio::task::JoinHandle<()>)>,
     /// Damaged replicas and the scrubber's counters (see [`crate::storage_faults`]).
     storage_faults: Arc<crate::storage_faults::StorageFaults>,
     /// The background scrubber (None when `storage.scrub_rate_mb_per_s` is 0).
@@ -1001,13 +1003,16 @@ impl Node {
         let versions = Arc::new(crate::peer_wire::PeerVersions::default());
         let peer_tls = match &config.peer_tls {
             None => None,
-            Some(files) => Some(Arc::new(transport::PeerTls::from_files(files).map_err(
-                |e| NodeError::Tls {
+            Some(files) => Some(Arc::new(
+                transport::PeerTls::from_files(files, config.id).map_err(|e| NodeError::Tls {
                     listener: "the peer transport".into(),
                     message: e.to_string(),
-                },
-            )?)),
+                })?,
+            )),
         };
+        let peer_tls_reload = peer_tls
+            .as_ref()
+            .map(|t| (t.clone(), crate::security::peer_tls::spawn_reload_poll(t)));
         let peer_task = tokio::spawn(transport::serve_peers(
             listener,
             registry.clone(),
@@ -1107,6 +1112,7 @@ impl Node {
             open_lock: Mutex::new(()),
             security_stats: Arc::new(crate::security::stats::SecurityStats::default()),
             listener_tls: Mutex::new(Vec::new()),
+            peer_tls: peer_tls_reload,
             storage_faults: Arc::new(crate::storage_faults::StorageFaults::default()),
             scrubber: Mutex::new(None),
             metrics: Arc::new(crate::metrics::NodeMetrics::new(
@@ -1273,10 +1279,14 @@ impl Node {
         }))
     }
 
-    /// Re-reads the TLS files of the Kafka listeners: all of them (`force`, on SIGHUP) or
-    /// those whose modification time changed. New connections get the new certificates;
-    /// a file that does not load keeps the previous ones (logged).
+    /// Re-reads the TLS files of the Kafka listeners and of `[peer_tls]`: all of them (`force`,
+    /// on SIGHUP) or those whose modification time changed. New connections get the new
+    /// certificates; a file that does not load keeps the previous ones (logged).
     pub fn reload_tls(&self, force: bool) {
+        // Changed peer TLS files are picked up by their own poll task.
+        if let (true, Some((peer_tls, _))) = (force, &self.peer_tls) {
+            peer_tls.reload_logged(true);
+        }
         let listeners = self
             .listener_tls
             .lock()
@@ -3541,6 +3551,9 @@ impl Node {
         );
         self.sync_all();
         self.peer_task.abort();
+        if let Some((_, poll)) = &self.peer_tls {
+            poll.abort();
+        }
         self.rejoin_task.abort();
         self.liveness_task.abort();
         self.registry

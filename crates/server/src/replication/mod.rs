@@ -18,6 +18,7 @@
 //!   [`producer_snapshot`]: that state saved, so a restart remembers every producer.
 
 pub mod direct_send;
+pub mod forwarded;
 pub mod group;
 pub mod known_peers;
 pub mod leaders;

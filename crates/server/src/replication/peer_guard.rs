@@ -26,6 +26,7 @@
 //! | `MsgAppend`: entries at `index + 1, + 2, ...`, terms in `1..=term`, non-decreasing from `log_term`; `log_term > 0` when `index > 0`; conf changes only as `EntryConfChangeV2` (the leader's membership steps; raft-rs returns an error, not a panic, for an invalid one when it applies) | `entry conflict with committed entry`, out-of-bounds slicing, entries of term 0 "matching" past the log then `commit_to` panics, store `TermRegression` panics |
 //! | `MsgAppend`, `MsgPropose`: Records payloads are valid batches, entries within the store's size limits | the store refuses the append and the group thread panics |
 //! | `MsgPropose` entries are metadata entries whose context names the sender | record batches nobody validated; another node's client answered |
+//! | `MsgPropose` entries decode, their request id names the sender, node-scoped commands are about the sender ([`crate::replication::forwarded`]) | a member announcing another node's admin address; undecodable metadata committed |
 //! | `MsgAppendResponse`: `index`, `reject_hint` <= this node's last index | the leader commits past its log (`commit_to` panics) or overflows |
 //! | `MsgHeartbeat`: a commit beyond this node's last index becomes its own commit index | `commit_to` panics (a follower whose disk was wiped: the leader still believes it holds what it acknowledged) |
 //! | `MsgReadIndex`, `MsgReadIndexResp` carry exactly one entry | index out of bounds |
@@ -35,11 +36,22 @@
 //! | `MsgTransferLeader` only to the leader, in its term | a follower forwarding it panics (`term should not be set`) |
 //! | vote responses only while every entry is persisted | `become_leader` asserts all entries are persisted |
 //!
-//! What the checks cannot do: a sender that passes as a member (its id, from the IP configured
-//! for it) is that member as far as this node can tell, and Raft does not tolerate Byzantine
-//! members. Such a sender cannot crash a node, but its well-formed lies (forged votes, appends,
+//! **Who a sender is.** A connection is admitted for member `n` when its hello claims `n`, it
+//! comes from `n`'s configured peer IP and, with `[peer_tls]`, its verified client certificate
+//! names `n` (`vdl-node://<n>`, see [`crate::security::peer_tls`] and
+//! [`PeerGuard::admit_certified_hello`]); every message on it must then be from `n`. Without
+//! `[peer_tls]` the source IP is the only proof, which any process able to send from that IP
+//! passes.
+//!
+//! **What a member is trusted with.** A sender that passes as a member is that member as far as
+//! this node can tell, and Raft does not tolerate Byzantine members: it is trusted as Raft
+//! requires. It cannot crash a node, but its well-formed lies (forged votes, appends,
 //! snapshots, a term pushed to [`MAX_PEER_TERM_OR_INDEX`]) can make a node's log diverge for
-//! good or stall a group. Only authenticating peers would prevent that.
+//! good or stall a group. Its forwarded metadata proposals are authorized by
+//! [`crate::replication::forwarded`]: node-scoped commands only about itself; client commands
+//! (topics, ACLs, credentials, quotas, membership, ...) are its clients' requests, which it
+//! authenticated and authorized where it took them. Peer identity is what keeps non-members
+//! out of this trust: a deployment facing an attacker on the network sets `[peer_tls]`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -81,6 +93,22 @@ pub enum Refusal {
     /// The listener already holds as many connections as it accepts.
     #[error("too many peer connections")]
     TooManyConnections,
+    /// With `[peer_tls]`: the client certificate (valid for the peer CA) names no node (a Kafka
+    /// client certificate, say), see [`crate::security::peer_tls`].
+    #[error("peer certificate refused: {0}")]
+    UncertifiedPeer(crate::security::peer_tls::NodeNameError),
+    /// With `[peer_tls]`: the hello claims another node than the certificate names.
+    #[error("hello claims node {claimed} with a certificate of node {certified}")]
+    CertificateOfOtherNode {
+        /// The id the hello claimed.
+        claimed: u64,
+        /// The id the connection's certificate names.
+        certified: u64,
+    },
+    /// A forwarded metadata proposal the sender may not make (see
+    /// [`crate::replication::forwarded`]).
+    #[error("forwarded proposal refused: {0}")]
+    Unauthorized(&'static str),
     /// A message's `from` is not the connection's hello id.
     #[error("message from node {from} on the connection of node {hello}")]
     WrongSender {
@@ -310,6 +338,22 @@ impl PeerGuard {
         }
     }
 
+    /// [`PeerGuard::admit_hello`], and with mutual TLS (`certified`: the node id the
+    /// connection's verified certificate names) the hello must claim exactly that node.
+    pub fn admit_certified_hello(
+        &self,
+        claimed: u64,
+        source: IpAddr,
+        certified: Option<u64>,
+    ) -> Result<(), Refusal> {
+        if let Some(certified) = certified {
+            if certified != claimed {
+                return Err(Refusal::CertificateOfOtherNode { claimed, certified });
+            }
+        }
+        self.admit_hello(claimed, source)
+    }
+
     /// The checks a message passes on its own, before it is handed to its group (step 1 of the
     /// module documentation). `hello` is the id the connection announced (already admitted).
     pub fn check_message(&self, hello: u64, group: u64, msg: &Message) -> Result<(), Refusal> {
@@ -465,6 +509,7 @@ fn check_proposal(msg: &Message) -> Result<(), Refusal> {
                 "a proposal's context does not name its sender",
             ));
         }
+        crate::replication::forwarded::authorize(msg.from, &e.data)?;
     }
     Ok(())
 }
@@ -736,9 +781,18 @@ mod tests {
         let mut ctx = vec![CTX_META];
         ctx.extend_from_slice(&from.to_be_bytes());
         ctx.extend_from_slice(&7u64.to_be_bytes());
+        let data = crate::metadata::MetaEntry {
+            request: crate::metadata::RequestId {
+                node: from,
+                boot: 1,
+                seq: 1,
+            },
+            command: crate::metadata::MetaCommand::AllocateProducerId,
+        }
+        .encode();
         Entry {
             context: Bytes::from(ctx),
-            data: Bytes::from_static(b"{}"),
+            data: Bytes::from(data),
             ..Default::default()
         }
     }

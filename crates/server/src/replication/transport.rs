@@ -31,12 +31,17 @@
 //!   stepping it. A refused message is dropped and counted ([`PeerStats`]); the connection
 //!   stays.
 //!
-//! **Mutual TLS** (`[peer_tls]`, [`PeerTls`]): when configured, every connection is TLS (1.2
-//! or 1.3, rustls with ring) in both directions; the acceptor requires a client certificate
-//! that chains to the cluster CA and the dialer checks the acceptor's certificate for the
-//! peer's IP. The handshake must complete within the hello deadline; a connection without a
-//! valid certificate is closed (counted as a refused connection) before any byte of hello or
-//! Raft message is read.
+//! **Mutual TLS** (`[peer_tls]`, [`PeerTls`], see [`crate::security::peer_tls`]): when
+//! configured, every connection is TLS (1.2 or 1.3, rustls with ring) in both directions. The
+//! acceptor requires a client certificate that chains to the peer CA, is not revoked and names
+//! a node (`vdl-node://<id>`); the hello must claim that node (besides coming from its IP).
+//! The dialer checks the acceptor's certificate for the peer's IP and that it names the node
+//! it dialed. The handshake must complete within the hello deadline; a connection without a
+//! valid certificate naming a node is closed (counted as a refused connection) before any
+//! byte of hello or Raft message is read, one whose hello claims another node right after the
+//! hello. A reload of the peer TLS files closes the connections opened before it, incoming
+//! ([`PeerFrameError::TlsReloaded`]) and outgoing (redialed), so they handshake again under the
+//! new files.
 //!
 //! Sending never blocks the caller: messages go into a bounded per-peer queue and are dropped
 //! when it is full (Raft tolerates loss). When a connection fails or the peer closes it, every
@@ -64,31 +69,7 @@ use crate::runtime::timeline::{self, Stage as Hop};
 pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerStream for T {}
 
-/// Mutual TLS between nodes: what the acceptor and the dialer use.
-pub struct PeerTls {
-    /// Requires a client certificate from the cluster CA.
-    pub acceptor: tokio_rustls::TlsAcceptor,
-    /// Presents this node's certificate and checks the peer's against the CA.
-    pub connector: tokio_rustls::TlsConnector,
-}
-
-impl PeerTls {
-    /// Both sides from `[peer_tls]`'s files.
-    pub fn from_files(
-        files: &crate::security::config::TlsFiles,
-    ) -> Result<PeerTls, crate::security::tls::TlsError> {
-        let mut server_files = files.clone();
-        server_files.client_auth = crate::security::config::ClientAuth::Required;
-        Ok(PeerTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(crate::security::tls::server_config(
-                &server_files,
-            )?),
-            connector: tokio_rustls::TlsConnector::from(crate::security::tls::client_config(
-                files,
-            )?),
-        })
-    }
-}
+pub use crate::security::peer_tls::PeerTls;
 
 /// Largest frame accepted from a peer (a batch of append messages).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
@@ -125,6 +106,10 @@ pub enum PeerFrameError {
     /// A newer connection of the same member replaced this one.
     #[error("replaced by a newer connection of the same peer")]
     Replaced,
+    /// The peer TLS files were reloaded: connections opened before are closed, the peer
+    /// reconnects under the new ones.
+    #[error("closed: the peer TLS certificates were reloaded")]
+    TlsReloaded,
     /// A frame claims more than [`MAX_FRAME_BYTES`].
     #[error("frame of {0} bytes exceeds the limit")]
     FrameTooLarge(usize),
@@ -496,12 +481,34 @@ impl Link {
             }
             Some(tls) => {
                 let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
-                let handshake = tls.connector.connect(name, tcp);
+                let handshake = tls.connector().connect(name, tcp);
                 let stream = tokio::time::timeout(HELLO_DEADLINE, handshake)
                     .await
                     .map_err(|_| {
                         std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
-                    })??;
+                    })?
+                    .inspect_err(|e| {
+                        // A certificate refused (unknown CA, revoked, wrong IP); at most once a
+                        // second per peer (the dial backoff).
+                        tracing::warn!(peer = self.peer, addr = %self.addr, "peer TLS handshake failed: {e}");
+                    })?;
+                // The certificate must name the node dialed, not just any member.
+                let named = crate::security::peer_tls::connection_node_id(stream.get_ref().1);
+                if named != Ok(self.peer) {
+                    let why = match named {
+                        Ok(other) => format!("it names node {other}"),
+                        Err(e) => e.to_string(),
+                    };
+                    let message = format!(
+                        "the peer certificate at {} does not name node {}: {why}",
+                        self.addr, self.peer
+                    );
+                    tracing::warn!("peer connection not used: {message}");
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        message,
+                    ));
+                }
                 Box::new(stream)
             }
         };
@@ -527,10 +534,18 @@ async fn sender_task(
     let mut conn: Option<Outgoing> = None;
     let mut frame = FrameWriter::new(FrameFormat::of_version(peer_wire::CURRENT_VERSION));
     let mut generation = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
+    let mut tls_generation = link.tls.as_ref().map_or(0, |t| t.generation());
     loop {
         let now = hello_generation.load(std::sync::atomic::Ordering::SeqCst);
         if now != generation {
             generation = now;
+            set_conn(&direct, &mut conn, None, generation);
+        }
+        // The peer TLS files were reloaded: dial again under the new ones (a revoked peer
+        // certificate must not keep a connection opened before).
+        let tls_now = link.tls.as_ref().map_or(0, |t| t.generation());
+        if tls_now != tls_generation {
+            tls_generation = tls_now;
             set_conn(&direct, &mut conn, None, generation);
         }
         // The peer was heard in another version since this connection was dialed (an old node
@@ -901,17 +916,26 @@ impl Connection {
     /// replaces it.
     async fn run(&self, sock: TcpStream, hello_slot: PendingSlot) -> Result<(), PeerFrameError> {
         let opened_at = tokio::time::Instant::now();
+        // Subscribed before the handshake: a reload after it closes this connection.
+        let mut reloads = self.tls.as_ref().map(|t| t.subscribe());
+        if let Some(r) = reloads.as_mut() {
+            r.borrow_and_update();
+        }
         // With mutual TLS, nothing is read before the peer proved it holds a certificate from
         // the cluster CA (rustls refuses the handshake otherwise).
-        let mut sock: Box<dyn PeerStream> = match &self.tls {
-            None => Box::new(sock),
+        // The certificate must name a node (a Kafka client certificate names none), which the
+        // hello must then claim.
+        let (mut sock, certified): (Box<dyn PeerStream>, Option<u64>) = match &self.tls {
+            None => (Box::new(sock), None),
             Some(tls) => {
-                let handshake = tls.acceptor.accept(sock);
+                let handshake = tls.acceptor().accept(sock);
                 let stream = tokio::time::timeout(self.limits.hello_deadline, handshake)
                     .await
                     .map_err(|_| PeerFrameError::HelloTimeout)?
                     .map_err(PeerFrameError::Tls)?;
-                Box::new(stream)
+                let id = crate::security::peer_tls::connection_node_id(stream.get_ref().1)
+                    .map_err(|e| PeerFrameError::Refused(Refusal::UncertifiedPeer(e)))?;
+                (Box::new(stream), Some(id))
             }
         };
         let left = self
@@ -923,7 +947,7 @@ impl Connection {
             .map_err(|_| PeerFrameError::HelloTimeout)??;
         let from = hello.from;
         self.guard
-            .admit_hello(from, self.source.ip())
+            .admit_certified_hello(from, self.source.ip(), certified)
             .map_err(PeerFrameError::Refused)?;
         drop(hello_slot);
         self.versions
@@ -937,6 +961,7 @@ impl Connection {
         let result = tokio::select! {
             r = self.read_frames(&mut sock, from, format) => r,
             _ = replaced => Err(PeerFrameError::Replaced),
+            () = tls_reloaded(&mut reloads) => Err(PeerFrameError::TlsReloaded),
         };
         self.inbox.peer_gone(from, slot.id);
         result
@@ -966,6 +991,17 @@ impl Connection {
             timeline::stamp(Hop::PeerFrameDelivered, from);
         }
     }
+}
+
+/// Resolves when the peer TLS files are reloaded (never without TLS).
+async fn tls_reloaded(reloads: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(r) = reloads.as_mut() {
+        if r.changed().await.is_ok() {
+            return;
+        }
+    }
+    // No TLS, or the configuration is gone (the node is stopping).
+    std::future::pending().await
 }
 
 /// Reads a hello of any version this node speaks (see [`crate::peer_wire`]), reading no byte
@@ -1177,10 +1213,11 @@ mod tests {
         let other = tempfile::tempdir().unwrap();
         generate(other.path(), &spec).unwrap();
         let files = |d: &std::path::Path, i: usize| TlsFiles {
-            cert: d.join(format!("node{i}.pem")),
-            key: d.join(format!("node{i}.key")),
-            ca: Some(d.join("ca.pem")),
+            cert: d.join(format!("peer-node{i}.pem")),
+            key: d.join(format!("peer-node{i}.key")),
+            ca: Some(d.join("peer-ca.pem")),
             client_auth: ClientAuth::Required,
+            crl: None,
         };
         let listener = TcpListener::bind((LOCAL, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1195,7 +1232,7 @@ mod tests {
             Arc::new(PeerVersions::default()),
             short_limits(),
             Some(Arc::new(
-                PeerTls::from_files(&files(dir.path(), 1)).unwrap(),
+                PeerTls::from_files(&files(dir.path(), 1), 1).unwrap(),
             )),
         ));
         let mut heartbeat = Message::default();
@@ -1223,7 +1260,7 @@ mod tests {
         .unwrap()
         .with_root_certificates({
             let mut roots = rustls::RootCertStore::empty();
-            for c in crate::security::tls::read_certs(&dir.path().join("ca.pem")).unwrap() {
+            for c in crate::security::tls::read_certs(&dir.path().join("peer-ca.pem")).unwrap() {
                 roots.add(c).unwrap();
             }
             roots
@@ -1231,12 +1268,15 @@ mod tests {
         .with_no_client_auth();
         let strangers = [
             tokio_rustls::TlsConnector::from(Arc::new(no_cert)),
-            PeerTls::from_files(&TlsFiles {
-                ca: Some(dir.path().join("ca.pem")),
-                ..files(other.path(), 2)
-            })
+            PeerTls::from_files(
+                &TlsFiles {
+                    ca: Some(dir.path().join("peer-ca.pem")),
+                    ..files(other.path(), 2)
+                },
+                2,
+            )
             .unwrap()
-            .connector,
+            .connector(),
         ];
         for connector in strangers {
             let tcp = TcpStream::connect(addr).await.unwrap();
@@ -1264,7 +1304,7 @@ mod tests {
             Arc::new(OpenLinks),
             Arc::new(PeerVersions::default()),
             Some(Arc::new(
-                PeerTls::from_files(&files(dir.path(), 2)).unwrap(),
+                PeerTls::from_files(&files(dir.path(), 2), 2).unwrap(),
             )),
         );
         sender.send(7, heartbeat.clone());

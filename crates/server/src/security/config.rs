@@ -114,6 +114,10 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
     /// Whether client certificates are asked for (always `Required` for peers).
     pub client_auth: ClientAuth,
+    /// Certificate revocation lists (PEM, one or more `X509 CRL` blocks) of the CA: a client
+    /// (or peer) certificate listed there is refused; with a CRL set, a certificate whose
+    /// issuer has no CRL in the file is refused too. `None`: no revocation check.
+    pub crl: Option<PathBuf>,
 }
 
 /// One Kafka listener (`[[kafka.listeners]]`).
@@ -231,6 +235,7 @@ pub(crate) struct FileKafkaListener {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_client_auth: Option<String>,
+    tls_crl: Option<PathBuf>,
     sasl_mechanisms: Option<Vec<String>>,
     max_connections: Option<usize>,
     max_connection_creation_rate: Option<u32>,
@@ -268,6 +273,7 @@ pub(crate) struct FilePeerTls {
     cert: PathBuf,
     key: PathBuf,
     ca: PathBuf,
+    crl: Option<PathBuf>,
 }
 
 fn invalid<T>(key: &'static str, message: String) -> Result<T, ConfigError> {
@@ -351,11 +357,18 @@ pub(crate) fn parse_listeners(
                         format!("listener {name} asks for client certificates: set tls_ca"),
                     );
                 }
+                if l.tls_crl.is_some() && client_auth == ClientAuth::None {
+                    return invalid(
+                        "kafka.listeners.tls_crl",
+                        format!("listener {name} asks for no client certificates: tls_crl does not apply"),
+                    );
+                }
                 Some(TlsFiles {
                     cert,
                     key,
                     ca: l.tls_ca,
                     client_auth,
+                    crl: l.tls_crl,
                 })
             }
             (true, _, _) => {
@@ -364,7 +377,11 @@ pub(crate) fn parse_listeners(
                     format!("listener {name} ({protocol_name}) needs tls_cert and tls_key"),
                 )
             }
-            (false, None, None) if l.tls_ca.is_none() && l.tls_client_auth.is_none() => None,
+            (false, None, None)
+                if l.tls_ca.is_none() && l.tls_client_auth.is_none() && l.tls_crl.is_none() =>
+            {
+                None
+            }
             (false, _, _) => {
                 return invalid(
                     "kafka.listeners.tls_cert",
@@ -542,13 +559,16 @@ pub(crate) fn parse_security(file: FileSecurity) -> Result<SecuritySettings, Con
     Ok(s)
 }
 
-/// Validates `[peer_tls]`: mutual TLS between nodes, every file required.
+/// Validates `[peer_tls]`: mutual TLS between nodes (see [`crate::security::peer_tls`]): cert,
+/// key and the peer CA required (it may differ from the Kafka listeners' `tls_ca`), CRL
+/// optional.
 pub(crate) fn parse_peer_tls(file: FilePeerTls) -> TlsFiles {
     TlsFiles {
         cert: file.cert,
         key: file.key,
         ca: Some(file.ca),
         client_auth: ClientAuth::Required,
+        crl: file.crl,
     }
 }
 
@@ -612,9 +632,20 @@ mod tests {
             "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanisms = [\"GSSAPI\"]",
             "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\n[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:2\"",
             "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"TLS\"",
+            // A CRL without client certificates, or on a plaintext listener.
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"SSL\"\ntls_cert = \"c\"\ntls_key = \"k\"\ntls_crl = \"crl.pem\"",
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\ntls_crl = \"crl.pem\"",
         ] {
             assert!(listeners(bad).is_err(), "{bad}");
         }
+        let with_crl = listeners(
+            "[[listeners]]\nname = \"A\"\nlisten = \"127.0.0.1:1\"\nsecurity_protocol = \"SSL\"\ntls_cert = \"c\"\ntls_key = \"k\"\ntls_ca = \"ca\"\ntls_client_auth = \"required\"\ntls_crl = \"crl.pem\"",
+        )
+        .unwrap();
+        assert_eq!(
+            with_crl[0].tls.as_ref().unwrap().crl,
+            Some(PathBuf::from("crl.pem"))
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   derivation; what is stored per user, never a password.
 //! - [`config`]: listeners (security protocol, TLS, SASL), bootstrap users, peer TLS.
 //! - [`tls`]: rustls configurations from PEM files, certificate principals, reloading.
+//! - [`peer_tls`]: mutual TLS between nodes: certificates naming node ids, the peer CA, CRLs,
+//!   reloading.
 //! - [`sasl`]: the SASL state machine of a connection (PLAIN, SCRAM server side, KIP-368).
 //! - [`password`]: password checks against SCRAM credentials (PLAIN, the admin API's Basic
 //!   authentication), off the runtime threads, equal cost for unknown users.
@@ -21,6 +23,7 @@ pub mod authorizer;
 pub mod certs;
 pub mod config;
 pub mod password;
+pub mod peer_tls;
 pub mod sasl;
 pub mod scram;
 pub mod stats;

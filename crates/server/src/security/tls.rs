@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
@@ -39,15 +39,15 @@ pub enum TlsError {
     Verifier(String),
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// TLS 1.2 and 1.3; nothing older.
-const VERSIONS: &[&rustls::SupportedProtocolVersion] =
+pub(crate) const VERSIONS: &[&rustls::SupportedProtocolVersion] =
     &[&rustls::version::TLS13, &rustls::version::TLS12];
 
-fn file_error(path: &Path, message: impl ToString) -> TlsError {
+pub(crate) fn file_error(path: &Path, message: impl ToString) -> TlsError {
     TlsError::File {
         path: path.to_owned(),
         message: message.to_string(),
@@ -66,11 +66,23 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
     Ok(certs)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     PrivateKeyDer::from_pem_file(path).map_err(|e| file_error(path, e))
 }
 
-fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
+/// Reads every CRL of a PEM file (at least one).
+pub fn read_crls(path: &Path) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsError> {
+    let crls = CertificateRevocationListDer::pem_file_iter(path)
+        .map_err(|e| file_error(path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, e))?;
+    if crls.is_empty() {
+        return Err(file_error(path, "no X509 CRL in the file"));
+    }
+    Ok(crls)
+}
+
+pub(crate) fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in read_certs(path)? {
         roots
@@ -81,7 +93,7 @@ fn read_roots(path: &Path) -> Result<RootCertStore, TlsError> {
 }
 
 /// A server configuration from `files`: its certificate chain and key, and client
-/// certificates verified against its CA as `files.client_auth` says.
+/// certificates verified against its CA (and its CRLs, when set) as `files.client_auth` says.
 pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs = read_certs(&files.cert)?;
     let key = read_key(&files.key)?;
@@ -96,6 +108,10 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsE
                 verifier.allow_unauthenticated()
             } else {
                 verifier
+            };
+            let verifier = match &files.crl {
+                Some(crl) => verifier.with_crls(read_crls(crl)?),
+                None => verifier,
             };
             let verifier = verifier
                 .build()
@@ -202,11 +218,16 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
 }
 
 fn mtimes(files: &TlsFiles) -> Vec<Option<SystemTime>> {
-    [Some(&files.cert), Some(&files.key), files.ca.as_ref()]
-        .into_iter()
-        .flatten()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
+    [
+        Some(&files.cert),
+        Some(&files.key),
+        files.ca.as_ref(),
+        files.crl.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+    .collect()
 }
 
 /// A listener's TLS configuration, re-read when its files change or on demand.
