@@ -91,6 +91,7 @@ pub(crate) struct FileAdmin {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_client_auth: Option<String>,
+    tls_crl: Option<PathBuf>,
     require_auth: Option<bool>,
     allow_basic_without_tls: Option<bool>,
 }
@@ -134,9 +135,16 @@ pub(crate) fn parse_admin(file: FileAdmin, secured: bool) -> Result<AdminSetting
                 key,
                 ca: Some(ca),
                 client_auth,
+                crl: file.tls_crl,
             })
         }
-        (None, None) if file.tls_ca.is_none() && file.tls_client_auth.is_none() => None,
+        (None, None)
+            if file.tls_ca.is_none()
+                && file.tls_client_auth.is_none()
+                && file.tls_crl.is_none() =>
+        {
+            None
+        }
         _ => {
             return invalid(
                 "admin.tls_cert",
