@@ -18,13 +18,16 @@ fi
 # --- Real-client tests (tests/clients/) ---
 
 # Debian packages, installed together with one apt-get update when any is missing: a JDK and
-# Maven for the Java client test, iproute2 (`ip netns`) for the network-partition nemesis.
+# Maven for the Java client test, iproute2 (`ip netns`) for the network-partition nemesis, curl
+# for the secure local cluster's admin calls.
 need_pkgs=()
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 # libfaketime for the clock nemesis (one node's wall clock jumps).
 compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need_pkgs+=(faketime)
 { command -v java >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; } || need_pkgs+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
+# curl: deploy/local-cluster.sh calls the HTTPS admin API of a VDL_SECURITY=sasl_ssl cluster with it.
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 if ((${#need_pkgs[@]})); then
   echo "installing ${need_pkgs[*]} (Debian packages)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
