@@ -373,6 +373,9 @@ pub async fn guard(State(node): State<Arc<Node>>, mut req: Request, next: Next) 
     let caller = match authenticate(&node, &conn, req.headers().get(header::AUTHORIZATION)).await {
         Ok(c) => c,
         Err(e) => {
+            if matches!(e, AdminAuthError::Unauthenticated(_)) {
+                node.security_stats().admin_authentication_failed();
+            }
             tracing::debug!(peer = %conn.peer, path = %req.uri().path(), "admin call refused: {e}");
             return e.into_response();
         }
@@ -394,6 +397,7 @@ pub async fn guard(State(node): State<Arc<Node>>, mut req: Request, next: Next) 
     let required = required_access(req.method(), &route, name.as_deref());
     if !authorize(&node, &caller, conn.peer, &required) {
         tracing::info!(principal = %caller.principal, peer = %conn.peer, %route, "admin call denied by the ACLs");
+        node.security_stats().admin_call_denied();
         return AdminAuthError::Forbidden(format!(
             "{} may not {} on {} {} ({} {route})",
             caller.principal,

@@ -21,41 +21,16 @@ use crate::security::tls::ReloadingServerTls;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most admin connections served at once (one more waits for a slot to free).
 pub const MAX_ADMIN_CONNECTIONS: usize = 256;
-/// How often the certificate files are checked for changes.
-const RELOAD_POLL: Duration = Duration::from_secs(10);
 /// Largest answer read from another node's admin API.
 const PEER_MAX_BYTES: u64 = 64 << 20;
 
-/// Serves `router` on `listener` as `settings` say (HTTPS when `settings.tls`), until the task
-/// is dropped. An error only when the TLS files cannot be read at start.
+/// Serves `router` on `listener`, over HTTPS with `tls` (else plain HTTP), until the task is
+/// dropped.
 pub async fn serve_router(
     listener: tokio::net::TcpListener,
     router: axum::Router,
-    settings: &AdminSettings,
+    tls: Option<Arc<ReloadingServerTls>>,
 ) -> std::io::Result<()> {
-    let tls = match &settings.tls {
-        Some(files) => Some(Arc::new(
-            ReloadingServerTls::new(files.clone())
-                .map_err(|e| std::io::Error::other(format!("admin TLS: {e}")))?,
-        )),
-        None => None,
-    };
-    if let Some(tls) = &tls {
-        let weak = Arc::downgrade(tls);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(RELOAD_POLL).await;
-                let Some(tls) = weak.upgrade() else { return };
-                match tls.reload_if_changed() {
-                    Ok(true) => tracing::info!("admin TLS certificates reloaded"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(
-                        "admin TLS certificates not reloaded, the previous ones stay in use: {e}"
-                    ),
-                }
-            }
-        });
-    }
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_ADMIN_CONNECTIONS));
     loop {
         let permit = slots
@@ -218,7 +193,20 @@ pub async fn call_peer_as(
 }
 
 /// Serves `node`'s admin API on `listener` (see [`crate::admin`]).
+/// With `[admin]` TLS the certificate files are re-read with the Kafka listeners' (when their
+/// modification time changes, and on SIGHUP: [`Node::reload_tls`]); an error only when they
+/// cannot be read at start.
 pub async fn serve(listener: tokio::net::TcpListener, node: Arc<Node>) -> std::io::Result<()> {
-    let settings = node.config().admin.clone();
-    serve_router(listener, crate::admin::router(node), &settings).await
+    let tls = match &node.config().admin.tls {
+        Some(files) => {
+            let tls = Arc::new(
+                ReloadingServerTls::new(files.clone())
+                    .map_err(|e| std::io::Error::other(format!("admin TLS: {e}")))?,
+            );
+            node.reload_tls_with_listeners("admin", tls.clone());
+            Some(tls)
+        }
+        None => None,
+    };
+    serve_router(listener, crate::admin::router(node), tls).await
 }

@@ -1279,7 +1279,20 @@ impl Node {
         }))
     }
 
-    /// Re-reads the TLS files of the Kafka listeners and of `[peer_tls]`: all of them (`force`,
+    /// Adds `tls` (named `name` in logs) to what [`Node::reload_tls`] re-reads: the admin
+    /// listener's certificates are reloaded with the Kafka listeners'.
+    pub fn reload_tls_with_listeners(
+        &self,
+        name: &str,
+        tls: Arc<crate::security::tls::ReloadingServerTls>,
+    ) {
+        self.listener_tls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), tls));
+    }
+
+    /// Re-reads the TLS files of the Kafka listeners, the admin listener and `[peer_tls]`: all of them (`force`,
     /// on SIGHUP) or those whose modification time changed. New connections get the new
     /// certificates; a file that does not load keeps the previous ones (logged).
     pub fn reload_tls(&self, force: bool) {

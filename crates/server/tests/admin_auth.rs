@@ -108,6 +108,14 @@ async fn basic_users_are_authorized_by_the_acls() {
         call(&addr, Some(basic("nobody", "x")), "/status").await,
         401
     );
+    // Operators see refusals in /status: three 401s so far.
+    assert_eq!(
+        node.security_stats()
+            .snapshot()
+            .admin_authentication_failures,
+        3
+    );
+    assert_eq!(node.security_stats().snapshot().admin_calls_denied, 0);
     for path in [
         "/status",
         "/metrics",
@@ -125,6 +133,13 @@ async fn basic_users_are_authorized_by_the_acls() {
             "{path} root"
         );
     }
+    assert_eq!(node.security_stats().snapshot().admin_calls_denied, 4);
+    assert_eq!(
+        node.security_stats()
+            .snapshot()
+            .admin_authentication_failures,
+        3
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

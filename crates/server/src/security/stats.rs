@@ -14,6 +14,8 @@ pub struct SecurityStats {
     connections_refused_per_ip: AtomicU64,
     connections_refused_rate_per_ip: AtomicU64,
     authentication_timeouts: AtomicU64,
+    admin_authentication_failures: AtomicU64,
+    admin_calls_denied: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -43,6 +45,11 @@ pub struct SecurityStatsSnapshot {
     /// Connections closed because they had not authenticated (TLS handshake and SASL)
     /// within `kafka.authentication_timeout_ms` of being accepted.
     pub authentication_timeouts: u64,
+    /// Admin API calls refused with 401: no credentials where they are required, a wrong
+    /// password, Basic without TLS.
+    pub admin_authentication_failures: u64,
+    /// Admin API calls refused with 403: authenticated, but the ACLs do not allow the call.
+    pub admin_calls_denied: u64,
 }
 
 impl SecurityStats {
@@ -93,6 +100,17 @@ impl SecurityStats {
         self.authentication_timeouts.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts an admin API call refused with 401.
+    pub fn admin_authentication_failed(&self) {
+        self.admin_authentication_failures
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an admin API call refused with 403.
+    pub fn admin_call_denied(&self) {
+        self.admin_calls_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> SecurityStatsSnapshot {
         SecurityStatsSnapshot {
@@ -109,6 +127,10 @@ impl SecurityStats {
                 .connections_refused_rate_per_ip
                 .load(Ordering::Relaxed),
             authentication_timeouts: self.authentication_timeouts.load(Ordering::Relaxed),
+            admin_authentication_failures: self
+                .admin_authentication_failures
+                .load(Ordering::Relaxed),
+            admin_calls_denied: self.admin_calls_denied.load(Ordering::Relaxed),
         }
     }
 }
