@@ -79,8 +79,10 @@ async fn interval_fsyncs_once_per_interval_and_the_tail_of_a_burst() {
     let interval = Duration::from_secs(1);
     let dir = tempfile::tempdir().unwrap();
     let (node, s) = start(dir.path(), SyncMode::Interval(interval)).await;
-    // Let everything written so far (topic creation, the warm-up append) be synced.
-    tokio::time::sleep(interval * 2).await;
+    // Let everything written so far (topic creation, the leader's first entry, the warm-up
+    // append) be synced: the last of those syncs is at most one interval after the warm-up,
+    // so after three the next sync is due.
+    tokio::time::sleep(interval * 3).await;
     // More than an interval since the last sync: this append is fsynced on its way.
     let before_first = fsyncs(&node);
     s.append(batch(1, b"first"), 1, Duration::from_secs(5))
