@@ -23,7 +23,7 @@
 //!   time (the change goes on), `503` the command did not commit.
 //! - `DELETE /members/{id}?timeout_ms=N` — moves the member's replicas to other members and
 //!   removes it from the metadata group; `200` once done, `404` unknown id, `409` refused (last
-//! member, a replica with nowhere to go), `504`, `503` as above. See
+//!   member, a replica with nowhere to go), `504`, `503` as above. See
 //!   [`crate::replication::membership`].
 //! - `GET /metrics` — Prometheus metrics (OpenMetrics text, see [`crate::metrics`]).
 //! - The operator endpoints `vdlctl` uses: see [`crate::admin_ops`].
