@@ -170,10 +170,7 @@ fn code_only(src: &str) -> String {
             // A char literal ('x', '\n', '\u{..}', '"'); otherwise a lifetime.
             let len = if rest.get(1) == Some(&b'\\') {
                 // '\n', '\'', '\\', '\u{..}': the closing quote is after the escaped char.
-                rest.iter()
-                    .skip(3)
-                    .position(|c| *c == b'\'')
-                    .map(|p| p + 4)
+                rest.iter().skip(3).position(|c| *c == b'\'').map(|p| p + 4)
             } else {
                 std::str::from_utf8(&rest[1..rest.len().min(6)])
                     .ok()
@@ -301,8 +298,7 @@ fn module_of(rel: &str) -> &str {
 /// Why importing `to` from a file of module `from` breaks a rule, if it does.
 fn broken_rule(from: &str, to: &str) -> Option<&'static str> {
     let is = |set: &[&str], m: &str| set.contains(&m);
-    if is(REPLICATION, from)
-        && (is(KAFKA, to) || is(ADMIN, to) || is(METADATA, to) || is(NODE, to))
+    if is(REPLICATION, from) && (is(KAFKA, to) || is(ADMIN, to) || is(METADATA, to) || is(NODE, to))
     {
         return Some("replication/ imports nothing of kafka/, the admin API, metadata or node");
     }
