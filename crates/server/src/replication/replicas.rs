@@ -8,9 +8,9 @@
 //! - every leader resets that peer's replication progress, so its log is sent again from the
 //!   start (or as a snapshot) instead of being assumed present;
 //! - the peer is told in the hellos it receives ("I knew you with another directory", or "you
-//!   are rejoining") and enters *rejoin mode*: in each Raft group it grants no vote until it
-//!   has applied the commit index the leader announced to it, so a node with an empty log can
-//!   never elect a leader that lacks acknowledged entries. The mode is kept in a marker file
+//!   are rejoining") and enters *rejoin mode*: in each Raft group it grants no vote and does
+//!   not campaign until it has applied the commit index the leader announced to it, so a node
+//!   with an empty log can never elect a leader that lacks acknowledged entries. The mode is kept in a marker file
 //!   (`rejoining`) across restarts and ends when every group has caught up; the node then
 //!   reconnects to its peers with a hello that says it is settled, and they stop calling it
 //!   rejoining.

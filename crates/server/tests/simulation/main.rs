@@ -1,21 +1,41 @@
-//! Deterministic simulation of the group runtime: many Raft groups (the real [`new_group`]
+//! Deterministic simulation of the group runtime: many Raft groups (the real `new_group`
 //! state machines, the real log stores on disk) on three simulated nodes, driven turn by turn
 //! by one thread on a simulated clock, over a simulated network that loses, delays and reorders
 //! messages, cuts nodes off or single links between two nodes (the bridge shape: the third node
-//! sees both), and restarts nodes. Everything random comes from one seed.
+//! sees both), and crashes and restarts nodes. Everything random comes from one seed.
+//!
+//! Crashes (`world.rs`, `disk.rs`): the log stores write through a simulated disk that keeps
+//! every write not yet fsynced. A crash between turns, or a power cut that strikes *at* one of
+//! a node's next fsyncs (in the middle of a group's turn: the fsync does not happen, the turn
+//! unwinds, nothing after it is sent), loses those writes as a device may: all, none, a prefix,
+//! or any subset of their 512-byte sectors (a later sector kept, an earlier one lost); index
+//! files, written without fsync, may be gone or cut short.
+//!
+//! Options (off by default, see `soak`): `SIM_DISKS=1` replaces disks (a node's directory
+//! wiped while it is down; it comes back with a new directory id, which its peers' hellos
+//! notice: their leaders send its log again and it rejoins without voting until caught up, as
+//! the real node does); `SIM_MEMBERSHIP=1` asks groups for two voters and then for all three
+//! again (`GroupInput::SetVoters`, the real membership path).
 //!
 //! After the faults stop and the network heals, it checks, for every group:
 //! - every replica holds the same committed entries (index, term, payload);
 //! - every acknowledged append is in every replica's log at the offset it was acknowledged
-//!   with, holding the value that was appended, and no value is in a log twice.
+//!   with, holding the value that was appended, and no value is in a log twice;
+//! - every group converges (a leader with all three voters, every replica at the same applied
+//!   index) and no node is still rejoining.
 //!
 //! A failure names its seed; `SIM_SEED=N cargo test -p vdl-server --test simulation` runs just
-//! that seed again (the same seed makes the same run: checked below by running one twice).
-//! `SIM_SEEDS=K` runs seeds 1..=K (default 4); `SIM_STEPS` sets the faulty steps per seed.
+//! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 4); `SIM_STEPS` sets the faulty
+//! steps per seed.
 //!
 //! Determinism: raft-rs draws randomised election timeouts from the thread's RNG, so the
 //! simulated groups use a fixed timeout (`max_election_tick = min + 1`) and the simulator breaks
-//! ties itself, by letting each node's clock skip ticks at random (seeded).
+//! ties itself, by letting each node's clock skip ticks at random (seeded). The same seed
+//! makes the same run (checked below by running one twice) as long as the group's few
+//! wall-clock timers do not matter: the retries of a lost snapshot and of a rejoining
+//! replica's read-index round, and retention's "not heard from" hold, read `Instant::now()`.
+//! Runs with disk replacements or membership changes depend on them, and a seed may replay
+//! differently, above all on a loaded machine.
 
 #[path = "../common/mod.rs"]
 mod common;
