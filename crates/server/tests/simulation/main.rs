@@ -40,6 +40,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod disk;
+mod open;
 mod rng;
 mod world;
 
