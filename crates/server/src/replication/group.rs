@@ -722,9 +722,10 @@ impl Task for Group {
         }
         self.propose_queued();
         if tick && !self.visible.quiesced {
-            if self.may_not_vote() {
-                // A replica repairing lost entries, or whose term and vote are unknown, never
-                // campaigns: its election timer is held just short of firing. It still ticks,
+            if self.may_not_campaign() {
+                // A replica repairing lost entries, whose term and vote are unknown, or
+                // rejoining after a replaced disk, never campaigns: its election timer is held
+                // just short of firing. It still ticks,
                 // so its leader lease (check_quorum) expires and it can vote for a candidate
                 // `repair_allows` admits once the leader is gone.
                 let raft = &mut self.p.node.raft;
@@ -1147,7 +1148,7 @@ impl Group {
             }
             GroupInput::Campaign => {
                 self.set_quiesced(false);
-                if !self.may_not_vote() {
+                if !self.may_not_campaign() {
                     let _ = self.p.node.campaign();
                 }
             }
@@ -1310,6 +1311,17 @@ impl Group {
         self.repair.is_some() || self.hard_state_unknown
     }
 
+    /// Whether this replica must not campaign (nor take leadership handed to it): it may not
+    /// vote (above), or it is rejoining after a replaced disk and has not applied its rejoin
+    /// target yet. A rejoining replica's own vote counts for a log that may lack committed
+    /// entries: with one voter that also lacks them it would win, and the entries are lost;
+    /// and a rejoining leader never ends rejoin mode (its target comes from a leader). Found
+    /// by the simulation (tests/simulation with `SIM_DISKS=1 SIM_MEMBERSHIP=1`, retention
+    /// seed 1001 in one run: a rejoining node led seven groups and stayed rejoining).
+    fn may_not_campaign(&self) -> bool {
+        self.may_not_vote() || self.rejoin_epoch_pending().is_some()
+    }
+
     /// Protocol-aware recovery (see the README, "Storage faults"): while repairing, a vote
     /// or pre-vote is considered only for a candidate whose log is at least as up to date as
     /// this replica's log was *before* the cut, so it never helps elect a leader lacking an
@@ -1326,7 +1338,7 @@ impl Group {
                 self.repair
                     .is_none_or(|r| r.marker.covered_by(m.index, m.log_term))
             }
-            MessageType::MsgTimeoutNow => !self.may_not_vote(),
+            MessageType::MsgTimeoutNow => !self.may_not_campaign(),
             _ => true,
         }
     }

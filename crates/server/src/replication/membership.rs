@@ -148,6 +148,15 @@ pub fn next_step(
         .collect();
     extra.sort_unstable();
     if let Some(&other) = extra.iter().find(|v| **v != me) {
+        // A voter leaves only while every other target voter is caught up (etcd's strict
+        // reconfiguration check): removing a live voter while a target voter is down or
+        // behind leaves fewer live voters than the new configuration's quorum. Found by the
+        // simulation (tests/simulation, retention seed 1001): {1, 2, 3} -> {2, 3} while 2 was
+        // down for a replaced disk left 3 alone; 2 came back empty and, rejoining, grants no
+        // vote until it has caught up from a leader: the group had no leader ever again.
+        if target.iter().any(|t| *t != me && !caught_up(*t)) {
+            return None;
+        }
         return Some(Step::Change(ChangeKind::Remove, other));
     }
     if extra.contains(&me) {
@@ -204,6 +213,22 @@ mod tests {
             Some(Step::Change(ChangeKind::Remove, 1))
         );
         assert_eq!(next_step(2, &[2, 3, 4], &[2, 3, 4], &[], all), None);
+    }
+
+    #[test]
+    fn a_voter_leaves_only_while_every_other_target_voter_is_caught_up() {
+        // {1, 2, 3} -> {2, 3}, led by 3, while 2 is down (or back empty after a replaced
+        // disk): removing 1 would leave 3 as the only live voter of a two-voter group.
+        assert_eq!(next_step(3, &[2, 3], &[1, 2, 3], &[], |id| id != 2), None);
+        assert_eq!(
+            next_step(3, &[2, 3], &[1, 2, 3], &[], |_| true),
+            Some(Step::Change(ChangeKind::Remove, 1))
+        );
+        // The leader's own progress does not count (it holds everything).
+        assert_eq!(
+            next_step(3, &[2, 3], &[1, 2, 3], &[], |id| id == 2),
+            Some(Step::Change(ChangeKind::Remove, 1))
+        );
     }
 
     #[test]

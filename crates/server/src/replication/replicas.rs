@@ -8,9 +8,9 @@
 //! - every leader resets that peer's replication progress, so its log is sent again from the
 //!   start (or as a snapshot) instead of being assumed present;
 //! - the peer is told in the hellos it receives ("I knew you with another directory", or "you
-//!   are rejoining") and enters *rejoin mode*: in each Raft group it grants no vote until it
-//!   has applied the commit index the leader announced to it, so a node with an empty log can
-//!   never elect a leader that lacks acknowledged entries. The mode is kept in a marker file
+//!   are rejoining") and enters *rejoin mode*: in each Raft group it grants no vote and does
+//!   not campaign until it has applied the commit index the leader announced to it, so a node
+//!   with an empty log can never elect a leader that lacks acknowledged entries. The mode is kept in a marker file
 //!   (`rejoining`) across restarts and ends when every group has caught up; the node then
 //!   reconnects to its peers with a hello that says it is settled, and they stop calling it
 //!   rejoining.
@@ -123,6 +123,9 @@ pub struct Directories {
     own: u128,
     peers: Mutex<BTreeMap<u64, PeerDirectory>>,
     rejoin: Rejoin,
+    /// This process ended rejoin mode: a later hello that still calls it rejoining was written
+    /// before the peer read its "settled" hello (the two cross on reconnection) and is stale.
+    settled_here: AtomicBool,
 }
 
 impl Directories {
@@ -149,6 +152,7 @@ impl Directories {
             own,
             peers: Mutex::new(peers),
             rejoin: Rejoin::default(),
+            settled_here: AtomicBool::new(false),
         };
         if rejoining {
             d.rejoin.active.store(true, Ordering::SeqCst);
@@ -189,8 +193,12 @@ impl Directories {
         if hello.dir == 0 {
             return HelloOutcome::Nothing; // an older peer: no directory ids
         }
+        // "You are rejoining" after this process settled is the peer's view from before it
+        // read this node's settled hello (the hellos of a reconnection cross): taking it
+        // would put the node back into rejoin mode at every reconnection (found by the
+        // simulation, `SIM_DISKS=1`). A directory the peer knows differently always counts.
         if (hello.known_dir_of_receiver != 0 && hello.known_dir_of_receiver != self.own)
-            || hello.receiver_rejoining
+            || (hello.receiver_rejoining && !self.settled_here.load(Ordering::SeqCst))
         {
             self.enter_rejoin();
         }
@@ -245,6 +253,13 @@ impl Directories {
             return;
         }
         self.rejoin.epoch.fetch_add(1, Ordering::SeqCst);
+        // Groups caught up in an earlier epoch must catch up again.
+        self.rejoin
+            .caught_up
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.settled_here.store(false, Ordering::SeqCst);
         atomic_write(&self.data_dir, REJOINING_FILE, b"")
             .unwrap_or_else(|e| panic!("persisting {REJOINING_FILE} failed: {e}"));
         tracing::warn!(
@@ -275,6 +290,7 @@ impl Directories {
             }
         }
         self.rejoin.active.store(false, Ordering::SeqCst);
+        self.settled_here.store(true, Ordering::SeqCst);
         tracing::info!("every Raft group caught up after the replaced disk: this node votes again");
         true
     }
@@ -347,6 +363,29 @@ mod tests {
         d.on_hello(2, hello(8, d.own()));
         assert!(!d.hello_for(2).receiver_rejoining);
         assert!(!d.rejoin().is_active());
+    }
+
+    #[test]
+    fn a_stale_rejoining_hello_after_settling_does_not_restart_rejoin() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = Directories::open(tmp.path()).unwrap();
+        d.on_hello(3, hello(5, 12345));
+        assert!(d.rejoin().is_active());
+        d.rejoin().caught_up(1, d.rejoin().epoch());
+        assert!(d.maybe_settle(&[1]));
+        // The peer's hello of the reconnection, written before it read "settled".
+        let mut stale = hello(5, d.own());
+        stale.receiver_rejoining = true;
+        d.on_hello(3, stale);
+        assert!(
+            !d.rejoin().is_active(),
+            "settled nodes ignore a stale 'rejoining'"
+        );
+        // A directory the peer knows differently still starts rejoin mode, and groups caught
+        // up before must catch up again.
+        d.on_hello(3, hello(5, 999));
+        assert!(d.rejoin().is_active());
+        assert!(!d.maybe_settle(&[1]));
     }
 
     #[test]

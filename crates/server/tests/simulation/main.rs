@@ -1,0 +1,307 @@
+//! Deterministic simulation of the group runtime: many Raft groups (the real `new_group`
+//! state machines, the real log stores on disk) on three simulated nodes, driven turn by turn
+//! by one thread on a simulated clock, over a simulated network that loses, delays and reorders
+//! messages, cuts nodes off or single links between two nodes (the bridge shape: the third node
+//! sees both), and crashes and restarts nodes. Everything random comes from one seed.
+//!
+//! Crashes (`world.rs`, `disk.rs`): the log stores write through a simulated disk that keeps
+//! every write not yet fsynced. A crash between turns, or a power cut that strikes *at* one of
+//! a node's next fsyncs (in the middle of a group's turn: the fsync does not happen, the turn
+//! unwinds, nothing after it is sent), loses those writes as a device may: all, none, a prefix,
+//! or any subset of their 512-byte sectors (a later sector kept, an earlier one lost); index
+//! files, written without fsync, may be gone or cut short.
+//!
+//! Options (off by default, see `soak`): `SIM_DISKS=1` replaces disks (a node's directory
+//! wiped while it is down; it comes back with a new directory id, which its peers' hellos
+//! notice: their leaders send its log again and it rejoins without voting until caught up, as
+//! the real node does); `SIM_MEMBERSHIP=1` asks groups for two voters and then for all three
+//! again (`GroupInput::SetVoters`, the real membership path).
+//!
+//! After the faults stop and the network heals, it checks, for every group:
+//! - every replica holds the same committed entries (index, term, payload);
+//! - every acknowledged append is in every replica's log at the offset it was acknowledged
+//!   with, holding the value that was appended, and no value is in a log twice;
+//! - every group converges (a leader with all three voters, every replica at the same applied
+//!   index) and no node is still rejoining.
+//!
+//! A failure names its seed; `SIM_SEED=N cargo test -p vdl-server --test simulation` runs just
+//! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 4); `SIM_STEPS` sets the faulty
+//! steps per seed.
+//!
+//! Determinism: raft-rs draws randomised election timeouts from the thread's RNG, so the
+//! simulated groups use a fixed timeout (`max_election_tick = min + 1`) and the simulator breaks
+//! ties itself, by letting each node's clock skip ticks at random (seeded). The same seed
+//! makes the same run (checked below by running one twice) as long as the group's few
+//! wall-clock timers do not matter: the retries of a lost snapshot and of a rejoining
+//! replica's read-index round, and retention's "not heard from" hold, read `Instant::now()`.
+//! Runs with disk replacements or membership changes depend on them, and a seed may replay
+//! differently, above all on a loaded machine.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod disk;
+mod open;
+mod rng;
+mod world;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use vdl_server::replication::raft_storage::read;
+
+use world::{FaultCounts, SimOptions, World, GROUPS};
+
+/// Steps after the faults stop in which every group must converge.
+const SETTLE_STEPS_MAX: u64 = 6_000;
+
+/// What one run produced, for the checks and for comparing two runs of one seed.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    /// (group, index, term, values) of every committed records entry, as node 1 holds them.
+    log: Vec<(u64, u64, u64, Vec<Vec<u8>>)>,
+    acknowledged: usize,
+    faults: FaultCounts,
+    /// Highest term reached by a group.
+    top_term: u64,
+}
+
+/// The values of the record batches of a records payload.
+fn values(payload: &Bytes) -> Vec<Vec<u8>> {
+    common::split_batches(payload)
+        .into_iter()
+        .map(|(_, _, v)| v)
+        .collect()
+}
+
+fn run(seed: u64, steps: u64) -> Outcome {
+    run_with(seed, steps, SimOptions::default())
+}
+
+fn run_with(seed: u64, steps: u64, options: SimOptions) -> Outcome {
+    let root = sim_dir(seed);
+    let mut w = World::new(seed, &root, options);
+    for _ in 0..steps {
+        w.step_once(true, true);
+    }
+    // Heal: every node up and connected, no loss; let the last appends settle.
+    w.heal();
+    let mut settled = false;
+    for _ in 0..SETTLE_STEPS_MAX {
+        w.step_once(false, false);
+        if w.quiet() && w.converged() {
+            settled = true;
+            break;
+        }
+    }
+    assert!(
+        settled,
+        "seed {seed}: the groups did not converge within {SETTLE_STEPS_MAX} steps after \
+         healing:\n{}",
+        w.describe()
+    );
+    let outcome = check(seed, &w);
+    drop(w);
+    let _ = std::fs::remove_dir_all(&root);
+    outcome
+}
+
+/// The checks; returns node 1's committed log for comparing runs.
+fn check(seed: u64, w: &World) -> Outcome {
+    let mut log = Vec::new();
+    for g in 100..100 + GROUPS {
+        // With retention the replicas' logs start at different places: compare from the
+        // latest start.
+        let start = w
+            .nodes
+            .iter()
+            .map(|n| read(&n.groups[&g].store).first_index())
+            .max()
+            .unwrap_or(1);
+        let mut reference: Option<Vec<logstore::Entry>> = None;
+        for n in &w.nodes {
+            let sg = &n.groups[&g];
+            let applied = sg.visible.borrow().applied_index;
+            let s = read(&sg.store);
+            let entries = if applied >= start {
+                s.entries(start, applied + 1, u64::MAX)
+                    .expect("read committed entries")
+            } else {
+                Vec::new()
+            };
+            drop(s);
+            match &reference {
+                None => reference = Some(entries),
+                Some(r) => {
+                    assert_eq!(
+                        r.len(),
+                        entries.len(),
+                        "seed {seed}: group {g}: node {} holds another number of committed entries",
+                        n.id
+                    );
+                    for (a, b) in r.iter().zip(&entries) {
+                        assert!(
+                            a.index == b.index && a.term == b.term && a.payload == b.payload,
+                            "seed {seed}: group {g}: committed entry {} differs on node {} (term {} vs {})",
+                            a.index,
+                            n.id,
+                            a.term,
+                            b.term
+                        );
+                    }
+                }
+            }
+        }
+        let entries = reference.unwrap_or_default();
+        let mut seen = HashSet::new();
+        for e in &entries {
+            if e.kind != logstore::EntryKind::Records {
+                continue;
+            }
+            let vals = values(&e.payload);
+            for v in &vals {
+                assert!(
+                    seen.insert(v.clone()),
+                    "seed {seed}: group {g}: value {} is in the log twice",
+                    String::from_utf8_lossy(v)
+                );
+            }
+            log.push((g, e.index, e.term, vals));
+        }
+    }
+    for (g, appended, value) in &w.acked {
+        for n in &w.nodes {
+            let sg = &n.groups[g];
+            let hw = sg.visible.borrow().high_watermark;
+            if appended.base_offset < read(&sg.store).log_start_offset() {
+                continue; // deleted by retention on this replica
+            }
+            let read = read(&sg.store)
+                .read_records(appended.base_offset, 1 << 20, hw)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "seed {seed}: group {g}: node {}: acknowledged offset {} unreadable: {e}",
+                        n.id, appended.base_offset
+                    )
+                });
+            let data: Vec<u8> = read.chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            let found = common::split_batches(&data)
+                .into_iter()
+                .find(|(base, _, _)| *base == appended.base_offset);
+            assert_eq!(
+                found.map(|(_, _, v)| v).as_deref(),
+                Some(value.as_slice()),
+                "seed {seed}: group {g}: node {}: the acknowledged value {} is not at offset {}",
+                n.id,
+                String::from_utf8_lossy(value),
+                appended.base_offset
+            );
+        }
+    }
+    let top_term = log.iter().map(|(_, _, term, _)| *term).max().unwrap_or(0);
+    Outcome {
+        log,
+        acknowledged: w.acked.len(),
+        faults: w.faults,
+        top_term,
+    }
+}
+
+fn sim_dir(seed: u64) -> PathBuf {
+    // tmpfs when there is one: the simulation fsyncs at every Ready.
+    let base = if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    // Tests of this binary run at once, and may run the same seed.
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = base.join(format!("vdl-sim-{}-{seed}-{run}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Runs `SIM_SEEDS` seeds (default `default_seeds`; `SIM_SEED` one) of `SIM_STEPS` steps
+/// (default 3,000), numbered from `first_seed`; prints one line per seed.
+fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut options: SimOptions) {
+    // Off by default: both still find runs that never converge (see docs/reliability.md,
+    // issue 32, "The simulation's faults"); `SIM_DISKS=1` and `SIM_MEMBERSHIP=1` turn them on.
+    options.disk_replacements = env_u64("SIM_DISKS") == Some(1);
+    options.membership = env_u64("SIM_MEMBERSHIP") == Some(1);
+    let steps = env_u64("SIM_STEPS").unwrap_or(3_000);
+    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (1..=env_u64("SIM_SEEDS").unwrap_or(default_seeds)).collect(),
+    };
+    for n in seeds {
+        let seed = first_seed + n;
+        let result = std::panic::catch_unwind(|| run_with(seed, steps, options));
+        match result {
+            Ok(o) => {
+                let f = o.faults;
+                eprintln!(
+                    "{label}seed {seed}: {} acknowledged appends, {} committed record entries \
+                     kept, all replicas agree ({} cut-offs, {} crashes, {} power cuts at an \
+                     fsync, {} disks replaced, {} membership changes; {} of {} unsynced \
+                     sectors lost, {} files persisted out of order, {} index files cut; terms \
+                     up to {})",
+                    o.acknowledged,
+                    o.log.len(),
+                    f.cuts,
+                    f.crashes,
+                    f.power_cuts,
+                    f.disk_replacements,
+                    f.membership_changes,
+                    f.disk.lost_sectors,
+                    f.disk.unsynced_sectors,
+                    f.disk.out_of_order_files,
+                    f.disk.index_files_hit,
+                    o.top_term
+                );
+                assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");
+            }
+            Err(panic) => {
+                eprintln!(
+                    "simulation failed for seed {seed}: rerun with SIM_SEED={n} SIM_STEPS={steps} \
+                     cargo test -p vdl-server --test simulation {test}"
+                );
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+#[test]
+fn groups_agree_and_keep_every_acknowledged_append_under_faults() {
+    soak("", "groups_agree_and_keep", 0, 4, SimOptions::default());
+}
+
+/// The same faults with retention at every turn and leaders that hold nothing back for any
+/// replica: replicas that fall behind catch up from snapshots, across crashes and cut-offs.
+/// `SIM_SEEDS` seeds (default 2), `SIM_STEPS` steps each; seeds 1001, 1002, ...
+#[test]
+fn groups_agree_with_retention_and_snapshots_under_faults() {
+    soak(
+        "retention ",
+        "groups_agree_with_retention",
+        1000,
+        2,
+        SimOptions {
+            retention: true,
+            ..SimOptions::default()
+        },
+    );
+}
+
+#[test]
+fn one_seed_makes_one_run() {
+    let a = run(7, 800);
+    let b = run(7, 800);
+    assert_eq!(a, b, "the same seed made two different runs");
+}

@@ -1,0 +1,695 @@
+//! The simulated cluster: nodes hosting the real Raft groups on real log stores (on the
+//! simulated disks of [`crate::disk`]), the network between them, the clients, and the faults.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use raft::prelude::Message;
+use tokio::sync::{mpsc, oneshot, watch};
+use vdl_server::replication::group::{
+    try_deliver, AppendError, AppendReply, Appended, GroupInput, Proposal, ProposalData, Visible,
+};
+use vdl_server::runtime::inbox::InboxSender;
+use vdl_server::replication::raft_storage::SharedStore;
+use vdl_server::replication::replicas::{Directories, HelloOutcome};
+use vdl_server::runtime::{Next, Task};
+use vdl_server::replication::transport::detached_sender;
+
+use crate::disk::{power_cut, sim_fs, CutReport, SimCrash};
+use crate::open::open_group;
+use crate::rng::Rng;
+
+pub const NODES: [u64; 3] = [1, 2, 3];
+/// Raft groups per node (group ids 100, 101, ...).
+pub const GROUPS: u64 = 10;
+/// A node's clock ticks every this many steps (when it does not skip).
+const STEPS_PER_TICK: u64 = 2;
+/// A power cut armed on a node strikes at one of its next this many fsyncs.
+const POWER_CUT_WITHIN_SYNCS: u64 = 40;
+
+/// What a run exercises beyond elections, message faults and crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SimOptions {
+    /// Small segments and a byte limit, retention at every turn, and leaders that wait for
+    /// no replica: followers that fall behind (down, cut off) catch up from snapshots, and
+    /// the checks hold across different log starts.
+    pub retention: bool,
+    /// Disks replaced: a node's directory wiped while it is down.
+    pub disk_replacements: bool,
+    /// Membership changes: a group asked for two voters, then all three again.
+    pub membership: bool,
+}
+
+pub struct SimGroup {
+    pub task: Box<dyn Task>,
+    pub inbox: InboxSender<GroupInput>,
+    pub store: SharedStore,
+    pub visible: watch::Receiver<Visible>,
+}
+
+pub struct SimNode {
+    pub id: u64,
+    pub dir: PathBuf,
+    options: SimOptions,
+    pub up: bool,
+    /// Steps until a node that is down starts again.
+    down_for: u64,
+    pub groups: BTreeMap<u64, SimGroup>,
+    /// The data directory's identity and the node's rejoin mode (the real node's, shared by
+    /// its groups); None while down.
+    dirs: Option<Arc<Directories>>,
+    /// Per destination, in node order (iteration order is part of the run).
+    outbox: BTreeMap<u64, mpsc::Receiver<(u64, Message)>>,
+}
+
+struct InFlight {
+    due: u64,
+    from: u64,
+    to: u64,
+    group: u64,
+    msg: Message,
+}
+
+struct Pending {
+    group: u64,
+    value: Vec<u8>,
+    reply: oneshot::Receiver<Result<Appended, AppendError>>,
+}
+
+/// Faults injected in a run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Nodes or links cut off.
+    pub cuts: u64,
+    /// Crashes between turns.
+    pub crashes: u64,
+    /// Crashes at an fsync, in the middle of a turn (power cuts).
+    pub power_cuts: u64,
+    /// Disks replaced (a node's directory wiped while it is down).
+    pub disk_replacements: u64,
+    /// Voter sets asked of a group (one voter removed, or all three again).
+    pub membership_changes: u64,
+    /// What the crashes did to the files (summed).
+    pub disk: CutReport,
+}
+
+impl SimNode {
+    /// Starts the node as the server does: its directory identity, then its groups, each told
+    /// the voters it should have (the real node has them from the replicated metadata).
+    fn start(&mut self, targets: &BTreeMap<u64, Vec<u64>>) {
+        let dirs = Arc::new(Directories::open(&self.dir).expect("directories"));
+        let (sender, outbox) = detached_sender(self.id, &NODES);
+        self.outbox = outbox.into_iter().collect();
+        self.groups = (0..GROUPS)
+            .map(|g| {
+                let sg = open_group(
+                    &self.dir,
+                    self.id,
+                    100 + g,
+                    sender.clone(),
+                    self.options,
+                    &dirs,
+                );
+                if let Some(t) = targets.get(&(100 + g)) {
+                    try_deliver(&sg.inbox, GroupInput::SetVoters(t.clone()));
+                }
+                (100 + g, sg)
+            })
+            .collect();
+        self.dirs = Some(dirs);
+        self.up = true;
+    }
+
+    /// Whether the node is rejoining after a replaced disk (grants no votes yet).
+    pub fn rejoining(&self) -> bool {
+        self.dirs.as_ref().is_some_and(|d| d.rejoin().is_active())
+    }
+}
+
+pub struct World {
+    rng: Rng,
+    options: SimOptions,
+    pub nodes: Vec<SimNode>,
+    /// Nodes cut off from every other node (both directions).
+    isolated: HashSet<u64>,
+    /// Single links cut (both directions), lower id first: with one link cut, the third node
+    /// still sees both ends (the "bridge" shape).
+    cut_links: HashSet<(u64, u64)>,
+    /// Per mille of messages lost.
+    loss: u64,
+    /// Largest delivery delay in steps (delays reorder messages).
+    max_delay: u64,
+    net: Vec<InFlight>,
+    step: u64,
+    pending: Vec<Pending>,
+    pub acked: Vec<(u64, Appended, Vec<u8>)>,
+    next_value: u64,
+    pub faults: FaultCounts,
+    /// Pairs of nodes connected (lower id first): a connection starts with both hellos,
+    /// which carry the directory ids (see `vdl_server::replication::replicas`).
+    connected: BTreeSet<(u64, u64)>,
+    /// The voters each group is asked to have.
+    targets: BTreeMap<u64, Vec<u64>>,
+    /// A node whose disk was replaced and that has not ended rejoin mode yet (down or up).
+    replacing: Option<u64>,
+}
+
+impl World {
+    pub fn new(seed: u64, root: &Path, options: SimOptions) -> World {
+        let fs = sim_fs();
+        let targets: BTreeMap<u64, Vec<u64>> =
+            (0..GROUPS).map(|g| (100 + g, NODES.to_vec())).collect();
+        let nodes = NODES
+            .iter()
+            .map(|&id| {
+                let dir = root.join(format!("node{id}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                fs.register(&dir);
+                let mut n = SimNode {
+                    id,
+                    dir,
+                    options,
+                    up: false,
+                    down_for: 0,
+                    groups: BTreeMap::new(),
+                    dirs: None,
+                    outbox: BTreeMap::new(),
+                };
+                n.start(&targets);
+                n
+            })
+            .collect();
+        World {
+            rng: Rng(seed),
+            options,
+            nodes,
+            isolated: HashSet::new(),
+            cut_links: HashSet::new(),
+            loss: 0,
+            max_delay: 1,
+            net: Vec::new(),
+            step: 0,
+            pending: Vec::new(),
+            acked: Vec::new(),
+            next_value: 0,
+            faults: FaultCounts::default(),
+            connected: BTreeSet::new(),
+            targets,
+            replacing: None,
+        }
+    }
+
+    fn link_up(&self, a: u64, b: u64) -> bool {
+        !self.isolated.contains(&a)
+            && !self.isolated.contains(&b)
+            && !self.cut_links.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Node liveness, as the real node's pings report it: every group on `to` hears that
+    /// `peer` went silent (so a quiesced group fails over).
+    fn report_down(&mut self, peer: u64) {
+        for n in self.nodes.iter().filter(|n| n.up && n.id != peer) {
+            for g in n.groups.values() {
+                try_deliver(&g.inbox, GroupInput::PeerDown(peer));
+            }
+        }
+    }
+
+    /// Stops node `i` as a crash does: its groups are dropped as they stand (no shutdown),
+    /// and its disk loses what was not fsynced as a power cut does (see [`crate::disk`]).
+    fn crash(&mut self, i: usize, down_for: u64) {
+        let node = &mut self.nodes[i];
+        node.groups.clear();
+        node.dirs = None;
+        node.outbox.clear();
+        node.up = false;
+        node.down_for = down_for;
+        let unsynced = sim_fs().take_crash(&node.dir);
+        let cut = power_cut(&node.dir, unsynced, &mut self.rng).expect("a power cut");
+        let d = &mut self.faults.disk;
+        d.unsynced_sectors += cut.unsynced_sectors;
+        d.lost_sectors += cut.lost_sectors;
+        d.out_of_order_files += cut.out_of_order_files;
+        d.index_files_hit += cut.index_files_hit;
+        let id = node.id;
+        self.connected.retain(|&(a, b)| a != id && b != id);
+        self.report_down(id);
+    }
+
+    /// Connections come and go with nodes and links; each new one starts with both nodes'
+    /// hellos, as the real transport's: a node that comes back with a new data directory is
+    /// noticed (its peers' leaders send its log again) and learns it is rejoining.
+    fn update_connections(&mut self) {
+        for a in NODES {
+            for b in NODES.iter().copied().filter(|b| *b > a) {
+                let up = self.nodes[(a - 1) as usize].up && self.nodes[(b - 1) as usize].up;
+                if !up || !self.link_up(a, b) {
+                    self.connected.remove(&(a, b));
+                } else if self.connected.insert((a, b)) {
+                    self.hello(a, b);
+                    self.hello(b, a);
+                }
+            }
+        }
+        // A rejoining node whose groups all caught up ends rejoin mode and reconnects, so
+        // its peers hear that it is settled (the real node's `settle_rejoin`).
+        let groups: Vec<u64> = (0..GROUPS).map(|g| 100 + g).collect();
+        for n in &self.nodes {
+            if n.up && n.dirs.as_ref().is_some_and(|d| d.maybe_settle(&groups)) {
+                let id = n.id;
+                self.connected.retain(|&(a, b)| a != id && b != id);
+                if self.replacing == Some(id) {
+                    self.replacing = None;
+                }
+            }
+        }
+    }
+
+    /// Node `to` takes node `from`'s hello.
+    fn hello(&mut self, from: u64, to: u64) {
+        let (Some(sender), Some(receiver)) = (
+            self.nodes[(from - 1) as usize].dirs.clone(),
+            self.nodes[(to - 1) as usize].dirs.clone(),
+        ) else {
+            return;
+        };
+        let hello = sender.hello_for(to);
+        // Recording the peer's directory is an fsynced write: a power cut may strike there.
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| receiver.on_hello(from, hello)));
+        match outcome {
+            Ok(HelloOutcome::PeerReplaced) => {
+                for g in self.nodes[(to - 1) as usize].groups.values() {
+                    try_deliver(&g.inbox, GroupInput::PeerReplaced(from));
+                }
+            }
+            Ok(HelloOutcome::Nothing) => {}
+            Err(p) if p.downcast_ref::<SimCrash>().is_some() => {
+                let down_for = 20 + self.rng.below(200);
+                self.crash((to - 1) as usize, down_for);
+                self.faults.power_cuts += 1;
+            }
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+
+    /// Asks every running replica of `group` for the voters `voters` (the leader acts).
+    fn set_voters(&mut self, group: u64, voters: Vec<u64>) {
+        for n in self.nodes.iter().filter(|n| n.up) {
+            if let Some(g) = n.groups.get(&group) {
+                try_deliver(&g.inbox, GroupInput::SetVoters(voters.clone()));
+            }
+        }
+        self.targets.insert(group, voters);
+    }
+
+    fn inject_faults(&mut self) {
+        if !self.rng.chance(10) {
+            return;
+        }
+        let victim = NODES[self.rng.below(3) as usize];
+        let all_up = self.nodes.iter().all(|n| n.up);
+        let calm = all_up && !self.power_cut_armed() && self.replacing.is_none();
+        match self.rng.below(11) {
+            0 => {
+                // Cut one node off (never two: a majority stays connected).
+                self.isolated.clear();
+                self.isolated.insert(victim);
+                self.faults.cuts += 1;
+                self.report_down(victim);
+                // ...and the cut-off node's liveness reports every other node silent.
+                if let Some(n) = self.nodes.iter().find(|n| n.id == victim && n.up) {
+                    for g in n.groups.values() {
+                        for peer in NODES.iter().filter(|p| **p != victim) {
+                            try_deliver(&g.inbox, GroupInput::PeerDown(*peer));
+                        }
+                    }
+                }
+            }
+            1 => {
+                self.isolated.clear();
+                self.cut_links.clear();
+            }
+            5 => {
+                // Cut the link between the victim and one other node: each end's liveness
+                // reports the other silent; the third node still reaches both.
+                let other = NODES[((victim - 1 + 1 + self.rng.below(2)) % 3) as usize];
+                self.cut_links
+                    .insert((victim.min(other), victim.max(other)));
+                self.faults.cuts += 1;
+                for (from, silent) in [(victim, other), (other, victim)] {
+                    if let Some(n) = self.nodes.iter().find(|n| n.id == from && n.up) {
+                        for g in n.groups.values() {
+                            try_deliver(&g.inbox, GroupInput::PeerDown(silent));
+                        }
+                    }
+                }
+            }
+            2 => {
+                // A crash between turns (one node down at a time).
+                if all_up && !self.power_cut_armed() {
+                    let down_for = 20 + self.rng.below(200);
+                    self.crash((victim - 1) as usize, down_for);
+                    self.faults.crashes += 1;
+                }
+            }
+            6 | 9 => {
+                // A power cut at one of the victim's next fsyncs, in the middle of a turn:
+                // what it wrote since its last fsync is lost, torn or kept out of order.
+                if all_up && !self.power_cut_armed() {
+                    let syncs = 1 + self.rng.below(POWER_CUT_WITHIN_SYNCS);
+                    sim_fs().arm(&self.nodes[(victim - 1) as usize].dir, syncs);
+                }
+            }
+            7 | 10 => {
+                // A replaced disk: the node stops, its directory is wiped, and it starts again
+                // empty with a new directory id. Never while another node is rejoining (two
+                // lost disks out of three lose data, whatever the software does), nor while a
+                // group has two voters (one lost disk of two is the same).
+                if self.options.disk_replacements && calm && self.replaceable(victim) {
+                    let i = (victim - 1) as usize;
+                    let down_for = 20 + self.rng.below(200);
+                    self.crash(i, down_for);
+                    let dir = self.nodes[i].dir.clone();
+                    std::fs::remove_dir_all(&dir).expect("wipe a data directory");
+                    std::fs::create_dir_all(&dir).expect("a new data directory");
+                    sim_fs().register(&dir);
+                    self.faults.disk_replacements += 1;
+                    self.replacing = Some(victim);
+                }
+            }
+            8 if self.options.membership && self.replacing.is_none() => {
+                // A membership change of one group: one voter removed, or all three again.
+                // Not while a replaced disk rejoins: a group of two voters, one of them
+                // rejoining, has no leader for good once the other loses leadership (the
+                // rejoining one grants no vote until a leader confirmed its target); see
+                // docs/reliability.md, issue 32.
+                let g = 100 + self.rng.below(GROUPS);
+                let voters = if self.targets[&g].len() == NODES.len() {
+                    NODES.iter().copied().filter(|n| *n != victim).collect()
+                } else {
+                    NODES.to_vec()
+                };
+                self.set_voters(g, voters);
+                self.faults.membership_changes += 1;
+            }
+            3 => self.loss = [0, 20, 100][self.rng.below(3) as usize],
+            _ => self.max_delay = 1 + self.rng.below(8),
+        }
+    }
+
+    /// Whether `node`'s disk may be replaced: every group has a leader whose configuration is
+    /// the one asked, with three voters or without `node`.
+    fn replaceable(&self, node: u64) -> bool {
+        (0..GROUPS).all(|g| {
+            let target = &self.targets[&(100 + g)];
+            (target.len() == NODES.len() || !target.contains(&node))
+                && self.nodes.iter().any(|n| {
+                    n.groups.get(&(100 + g)).is_some_and(|sg| {
+                        let v = *sg.visible.borrow();
+                        let voters: Vec<u64> =
+                            v.voters.iter().copied().filter(|id| *id != 0).collect();
+                        v.leader == n.id && v.membership_settled && voters == *target
+                    })
+                })
+        })
+    }
+
+    fn power_cut_armed(&self) -> bool {
+        self.nodes.iter().any(|n| sim_fs().armed(&n.dir))
+    }
+
+    /// Disarms a power cut that has not struck (when the faults stop).
+    pub fn disarm(&mut self) {
+        for n in &self.nodes {
+            sim_fs().disarm(&n.dir);
+        }
+    }
+
+    /// A client's append to one group: usually one small value, sometimes a burst of several
+    /// (one Ready, one write of many frames across sectors) and sometimes larger ones.
+    fn propose(&mut self) {
+        let g = 100 + self.rng.below(GROUPS);
+        let burst = if self.rng.chance(150) {
+            2 + self.rng.below(7)
+        } else {
+            1
+        };
+        for _ in 0..burst {
+            self.propose_to(g);
+        }
+    }
+
+    fn propose_to(&mut self, g: u64) {
+        // A client sends to whichever node says it leads the group (or to any, which refuses).
+        let leader = self.nodes.iter().position(|n| {
+            n.up && n
+                .groups
+                .get(&g)
+                .is_some_and(|sg| sg.visible.borrow().leader == n.id)
+        });
+        let at = leader.unwrap_or(self.rng.below(3) as usize);
+        let node = &self.nodes[at];
+        let Some(sg) = node.groups.get(&g) else {
+            return;
+        };
+        self.next_value += 1;
+        let mut value = format!("g{g}-v{}", self.next_value).into_bytes();
+        if self.rng.chance(250) {
+            let pad = self.rng.below(1500) as usize;
+            value.extend(std::iter::repeat_n(b'.', pad));
+        }
+        let (reply, rx) = oneshot::channel();
+        let batches = crate::common::batch(1, &value);
+        try_deliver(
+            &sg.inbox,
+            GroupInput::Propose(Proposal {
+                data: ProposalData::Records {
+                    batches,
+                    offset_span: 1,
+                },
+                reply: AppendReply::new(reply, None),
+            }),
+        );
+        self.pending.push(Pending {
+            group: g,
+            value,
+            reply: rx,
+        });
+    }
+
+    fn deliver(&mut self) {
+        let step = self.step;
+        let mut due: Vec<InFlight> = Vec::new();
+        let mut later = Vec::with_capacity(self.net.len());
+        for m in self.net.drain(..) {
+            if m.due <= step {
+                due.push(m);
+            } else {
+                later.push(m);
+            }
+        }
+        self.net = later;
+        // Messages due together arrive in a random order.
+        for i in (1..due.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            due.swap(i, j);
+        }
+        for m in due {
+            if !self.link_up(m.from, m.to) {
+                continue;
+            }
+            let node = &self.nodes[(m.to - 1) as usize];
+            if let Some(g) = node.groups.get(&m.group).filter(|_| node.up) {
+                try_deliver(&g.inbox, GroupInput::Raft(m.msg));
+            }
+        }
+    }
+
+    fn run_turns(&mut self) {
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].up {
+                let n = &mut self.nodes[i];
+                n.down_for = n.down_for.saturating_sub(1);
+                if n.down_for == 0 {
+                    n.start(&self.targets);
+                }
+                continue;
+            }
+            // Each node's clock ticks on its own phase and skips now and then.
+            let tick = (self.step + i as u64) % STEPS_PER_TICK == 0 && !self.rng.chance(100);
+            let node = &mut self.nodes[i];
+            let mut crashed = false;
+            'groups: for g in node.groups.values_mut() {
+                let mut tick_now = tick;
+                // A bounded number of turns: one group cannot starve the rest.
+                for _ in 0..4 {
+                    let turn = std::panic::catch_unwind(AssertUnwindSafe(|| g.task.turn(tick_now)));
+                    match turn {
+                        Ok(Next::Continue { .. }) => {}
+                        Ok(Next::Done) => panic!("a simulated group stopped"),
+                        Err(p) if p.downcast_ref::<SimCrash>().is_some() => {
+                            crashed = true;
+                            break 'groups;
+                        }
+                        Err(p) => std::panic::resume_unwind(p),
+                    }
+                    tick_now = false;
+                    if !g.task.has_input() {
+                        break;
+                    }
+                }
+            }
+            if crashed {
+                let down_for = 20 + self.rng.below(200);
+                self.crash(i, down_for);
+                self.faults.power_cuts += 1;
+            }
+        }
+    }
+
+    fn collect_sent(&mut self) {
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].up {
+                continue;
+            }
+            let from = self.nodes[i].id;
+            let mut sent = Vec::new();
+            for rx in self.nodes[i].outbox.values_mut() {
+                while let Ok((group, msg)) = rx.try_recv() {
+                    sent.push((group, msg));
+                }
+            }
+            for (group, msg) in sent {
+                if self.rng.chance(self.loss) {
+                    continue;
+                }
+                let due = self.step + 1 + self.rng.below(self.max_delay);
+                self.net.push(InFlight {
+                    due,
+                    from,
+                    to: msg.to,
+                    group,
+                    msg,
+                });
+            }
+        }
+    }
+
+    fn collect_replies(&mut self) {
+        let mut still = Vec::with_capacity(self.pending.len());
+        for mut p in self.pending.drain(..) {
+            match p.reply.try_recv() {
+                Ok(Ok(appended)) => self.acked.push((p.group, appended, p.value)),
+                Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
+                Err(oneshot::error::TryRecvError::Empty) => still.push(p),
+            }
+        }
+        self.pending = still;
+    }
+
+    pub fn step_once(&mut self, faults: bool, clients: bool) {
+        if faults {
+            self.inject_faults();
+        }
+        if clients && self.rng.chance(400) {
+            self.propose();
+        }
+        self.update_connections();
+        self.deliver();
+        self.run_turns();
+        self.collect_sent();
+        self.collect_replies();
+        self.step += 1;
+    }
+
+    /// Heals: every node up and connected, no loss, no power cut waiting to strike.
+    pub fn heal(&mut self) {
+        self.disarm();
+        self.isolated.clear();
+        self.cut_links.clear();
+        self.loss = 0;
+        for n in &mut self.nodes {
+            if !n.up {
+                n.start(&self.targets);
+            }
+        }
+        for g in 0..GROUPS {
+            self.set_voters(100 + g, NODES.to_vec());
+        }
+    }
+
+    /// Nothing in flight: no client waiting, no message on the network.
+    pub fn quiet(&self) -> bool {
+        self.pending.is_empty() && self.net.is_empty()
+    }
+
+    /// Every group has the same applied index on every node, and a leader whose configuration
+    /// is all three nodes; no node is still rejoining after a replaced disk.
+    pub fn converged(&self) -> bool {
+        if self.nodes.iter().any(|n| n.rejoining()) {
+            return false;
+        }
+        (0..GROUPS).all(|g| {
+            let views: Vec<Visible> = self
+                .nodes
+                .iter()
+                .map(|n| *n.groups[&(100 + g)].visible.borrow())
+                .collect();
+            let leader = views[0].leader;
+            // Only the leader knows whether its configuration is the one asked.
+            let lv = (leader != 0).then(|| views[(leader - 1) as usize]);
+            leader != 0
+                && lv.is_some_and(|lv| {
+                    lv.membership_settled
+                        && lv.voters.iter().filter(|v| **v != 0).count() == NODES.len()
+                })
+                && views
+                    .iter()
+                    .all(|v| v.leader == leader && v.applied_index == views[0].applied_index)
+        })
+    }
+}
+
+impl World {
+    /// Every replica's view, for a failure message.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            out.push_str(&format!(
+                "node {} up {} rejoining {}\n",
+                n.id,
+                n.up,
+                n.rejoining()
+            ));
+            for (g, sg) in &n.groups {
+                let v = *sg.visible.borrow();
+                let s = vdl_server::replication::raft_storage::read(&sg.store);
+                out.push_str(&format!(
+                    "  group {g}: leader {} term {} applied {} voters {:?} settled {}; log \
+                     {}..={}, hard state {:?}, configuration {:?}\n",
+                    v.leader,
+                    v.term,
+                    v.applied_index,
+                    v.voters,
+                    v.membership_settled,
+                    s.first_index(),
+                    s.last_index(),
+                    s.hard_state(),
+                    s.conf_state()
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.groups.clear();
+            sim_fs().unregister(&n.dir);
+        }
+    }
+}
