@@ -11,11 +11,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use vdl_server::replication::group::{
     try_deliver, AppendError, AppendReply, Appended, GroupInput, Proposal, ProposalData, Visible,
 };
-use vdl_server::runtime::inbox::InboxSender;
 use vdl_server::replication::raft_storage::SharedStore;
 use vdl_server::replication::replicas::{Directories, HelloOutcome};
-use vdl_server::runtime::{Next, Task};
 use vdl_server::replication::transport::detached_sender;
+use vdl_server::runtime::inbox::InboxSender;
+use vdl_server::runtime::{Next, Task};
 
 use crate::disk::{power_cut, sim_fs, CutReport, SimCrash};
 use crate::open::open_group;
