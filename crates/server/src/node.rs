@@ -1727,9 +1727,11 @@ impl Node {
             // No cap per stream beyond the node's budget (`store_resources`): one busy
             // partition may use it all while the others are idle.
             cache_bytes: usize::try_from(s.cache_bytes).unwrap_or(usize::MAX),
+            // The one place the durability policy is decided: the group appends unsynced and
+            // fsyncs (outside the store's lock) when the store's policy says a sync is due,
+            // once per Ready under `always` (group commit).
             sync_policy: match s.sync {
-                // The group thread calls sync() itself once per Ready (group commit).
-                SyncMode::Always => SyncPolicy::Never,
+                SyncMode::Always => SyncPolicy::Always,
                 SyncMode::Interval(d) => SyncPolicy::Interval(d),
                 SyncMode::Never => SyncPolicy::Never,
             },

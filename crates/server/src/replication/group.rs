@@ -11,7 +11,9 @@
 //!    `pipeline = false`, then they are sent after the fsync);
 //! 2. install a snapshot if there is one;
 //! 3. apply committed entries (already durable here): move the high watermark, answer proposals;
-//! 4. append `entries()` to the store and fsync once for all of them (group commit);
+//! 4. append `entries()` to the store and fsync once for all of them (group commit) when the
+//!    store's sync policy asks for it (`sync = "always"`; `interval` fsyncs once the interval
+//!    has passed, from the turn when no append comes; `never` does not);
 //! 5. persist the hard state when term or vote changed (it must be durable before a vote is
 //!    sent);
 //! 6. send `persisted_messages()` (votes, follower acknowledgements) — only now, after the fsync;
@@ -753,10 +755,12 @@ impl Task for Group {
                 self.next_rebalance = Some(Instant::now() + every);
             }
         }
-        // A quiesced group wakes only for input and its slow timers.
+        let sync_due = self.sync_when_due();
+        // A quiesced group wakes only for input and its slow timers (and a due sync).
         let slow = self
             .next_rebalance
             .map_or(self.next_retention, |r| r.min(self.next_retention));
+        let slow = sync_due.map_or(slow, |d| d.min(slow));
         Next::Continue {
             ticking: !self.visible.quiesced,
             wake_at: Some(slow),
@@ -2422,8 +2426,38 @@ impl Group {
         }
     }
 
-    /// Appends entries (truncating a conflicting suffix first) and makes them durable with one
-    /// fsync; then records the indexes of this node's proposals. A write the store refuses
+    /// Runs a sync prepared by the store (see [`Group::append`]). The fsync runs without the
+    /// store's lock, so consumers keep reading committed data meanwhile; this thread is the
+    /// only writer, so nothing changes the log in between.
+    fn run_sync(&self, pending: Option<logstore::PendingSync>) {
+        if let Some(pending) = pending {
+            let started = Instant::now();
+            pending.run();
+            self.p.node_metrics.fsync.observe(started.elapsed());
+            write(&self.p.store)
+                .complete_sync(pending)
+                .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
+            timeline::stamp(Hop::FsyncDone, self.p.id);
+        }
+    }
+
+    /// Under `sync = "interval"`, the fsync that falls due with no append to carry it (the
+    /// last appends of a burst). Returns when the next one falls due, if any, so the turn
+    /// wakes for it.
+    fn sync_when_due(&mut self) -> Option<Instant> {
+        let due = read(&self.p.store).sync_due_at()?;
+        if due > Instant::now() {
+            return Some(due);
+        }
+        let pending = write(&self.p.store)
+            .prepare_due_sync()
+            .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"));
+        self.run_sync(pending);
+        None
+    }
+
+    /// Appends entries (truncating a conflicting suffix first) and makes them durable as the
+    /// store's sync policy says: with one fsync under `always` (group commit); then records the indexes of this node's proposals. A write the store refuses
     /// with an I/O error (a full disk) leaves nothing in the store (it cuts what it wrote);
     /// raft-rs is then rebuilt from the store, which drops the entries as a crash before
     /// persisting them would, and the proposals waiting here fail with a storage error: false.
@@ -2445,7 +2479,7 @@ impl Group {
                 }
             }
             let segments_before = s.segment_count();
-            if let Err(e) = s.append(&converted) {
+            if let Err(e) = s.append_unsynced(&converted) {
                 drop(s);
                 tracing::error!(stream = %self.p.name, first, "appending to the log failed: {e}; the entries are dropped and their proposals fail");
                 self.rebuild_raft(AppendError::Storage(e.to_string()));
@@ -2460,20 +2494,12 @@ impl Group {
                     "segment rolled"
                 );
             }
-            s.prepare_sync()
+            // The store's sync policy (the node's `sync`) decides whether this Ready fsyncs:
+            // `always` does, `interval` once the interval has passed, `never` does not.
+            s.prepare_due_sync()
                 .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
         };
-        // The fsync runs without the store's lock, so consumers keep reading committed data
-        // meanwhile; this thread is the only writer, so nothing changes the log in between.
-        if let Some(pending) = pending {
-            let started = Instant::now();
-            pending.run();
-            self.p.node_metrics.fsync.observe(started.elapsed());
-            write(&self.p.store)
-                .complete_sync(pending)
-                .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
-            timeline::stamp(Hop::FsyncDone, self.p.id);
-        }
+        self.run_sync(pending);
         let durable_at = Instant::now();
         for e in entries {
             let Some(id) = proposal_id(&e.context, self.p.node.raft.id) else {
