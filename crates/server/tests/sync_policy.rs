@@ -67,7 +67,10 @@ async fn never_does_not_fsync_appends() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ran = fsyncs(&node) - before;
-    assert_eq!(ran, 0, "{APPENDS} appends under sync = never ran {ran} fsyncs");
+    assert_eq!(
+        ran, 0,
+        "{APPENDS} appends under sync = never ran {ran} fsyncs"
+    );
     node.shutdown();
 }
 
@@ -100,7 +103,10 @@ async fn interval_fsyncs_once_per_interval_and_the_tail_of_a_burst() {
         burst < interval,
         "the burst took {burst:?}, longer than the interval; the test cannot tell"
     );
-    assert_eq!(ran, 0, "{APPENDS} appends within one interval ran {ran} fsyncs");
+    assert_eq!(
+        ran, 0,
+        "{APPENDS} appends within one interval ran {ran} fsyncs"
+    );
     // With no further append, the burst's tail is fsynced once the interval has passed.
     let deadline = Instant::now() + interval * 3;
     while fsyncs(&node) == before && Instant::now() < deadline {
