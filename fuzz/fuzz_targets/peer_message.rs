@@ -11,8 +11,8 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use raft::storage::MemStorage;
 use raft::RawNode;
-use vdl_server::peer_guard::{check_in_group, check_message, GroupLimits};
-use vdl_server::peer_wire::{decode_frame, FrameFormat};
+use vdl_server::replication::peer_guard::{check_in_group, check_message, GroupLimits};
+use vdl_server::replication::peer_wire::{decode_frame, FrameFormat};
 
 fn node() -> RawNode<MemStorage> {
     let storage = MemStorage::new_with_conf_state((vec![1, 2, 3], vec![]));

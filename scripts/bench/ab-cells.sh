@@ -14,7 +14,8 @@
 #   env: CELLS (default "50x1KiB"): BATCHxSIZE[@PARTITIONS] each, e.g.
 #          "50x1KiB 10x4KiB 1x4KiB 50x1KiB@8" (@8: 8 partitions, 8 producers, producer i on
 #          partition i, topic bench8);
-#        CELL_S (default 6), WARMUP_S (default 10), VDL_PERF.
+#        CELL_S (default 6), WARMUP_S (default 10), VDL_PERF;
+#        SYNC (default always): the vdl nodes' storage.sync (always, never, interval:MS).
 # Writes OUT_DIR/results.tsv (round, target, cell, records/s, p50 ms, p99 ms, mean ms,
 # percent of requests at 1 ms or more) and prints each line. A benchmark: it measures, it
 # does not judge.
@@ -52,7 +53,8 @@ run_target() { # round target
       "$REPO/deploy/compare-kafka/run-suite.sh" --mode "${target#kafka-}" --exec "$RUN_CELLS" \
         > "$CELL_OUT/run.log" 2>&1 ;;
     *)
-      VDL="$target" "$REPO/deploy/compare-kafka/run-vdl-suite.sh" --exec "$RUN_CELLS" \
+      VDL="$target" "$REPO/deploy/compare-kafka/run-vdl-suite.sh" --sync "${SYNC:-always}" \
+        --exec "$RUN_CELLS" \
         > "$CELL_OUT/run.log" 2>&1 ;;
   esac
   for cell in $CELLS; do

@@ -724,6 +724,35 @@ impl LogStore {
         }))
     }
 
+    /// The sync the [`SyncPolicy`] asks for now, prepared as [`LogStore::prepare_sync`] does
+    /// (run it, then [`LogStore::complete_sync`]): under `Always`, whatever is not durable
+    /// yet; under `Interval(d)`, the same once `d` has passed since the last sync, else
+    /// `None`; under `Never`, `None`. For a caller that appends with
+    /// [`LogStore::append_unsynced`] and fsyncs outside the store's lock (the server's Raft
+    /// groups): the policy is decided here, and only here.
+    pub fn prepare_due_sync(&self) -> Result<Option<PendingSync>> {
+        match self.config.sync_policy {
+            SyncPolicy::Always => self.prepare_sync(),
+            SyncPolicy::Interval(d) if self.last_sync.elapsed() >= d => self.prepare_sync(),
+            SyncPolicy::Interval(_) | SyncPolicy::Never => Ok(None),
+        }
+    }
+
+    /// When [`LogStore::prepare_due_sync`] will next return a sync, given no more appends:
+    /// `None` when everything appended is durable or under `Never`; under `Interval(d)`, the
+    /// last sync plus `d`; under `Always`, now. A caller wakes by then, so the last appends
+    /// of a burst become durable within one interval even when no append follows.
+    pub fn sync_due_at(&self) -> Option<Instant> {
+        if self.synced_len >= self.active().len {
+            return None;
+        }
+        match self.config.sync_policy {
+            SyncPolicy::Always => Some(Instant::now()),
+            SyncPolicy::Interval(d) => Some(self.last_sync + d),
+            SyncPolicy::Never => None,
+        }
+    }
+
     /// Records that `pending` ran: everything up to its length is durable.
     pub fn complete_sync(&mut self, pending: PendingSync) -> Result<()> {
         let active = self.active();

@@ -23,7 +23,8 @@
 //!   time (the change goes on), `503` the command did not commit.
 //! - `DELETE /members/{id}?timeout_ms=N` — moves the member's replicas to other members and
 //!   removes it from the metadata group; `200` once done, `404` unknown id, `409` refused (last
-//!   member, a replica with nowhere to go), `504`, `503` as above. See [`crate::membership`].
+//!   member, a replica with nowhere to go), `504`, `503` as above. See
+//!   [`crate::replication::membership`].
 //! - `GET /metrics` — Prometheus metrics (OpenMetrics text, see [`crate::metrics`]).
 //! - The operator endpoints `vdlctl` uses: see [`crate::admin_ops`].
 //!
@@ -43,8 +44,8 @@ use axum::{Json, Router};
 use kafka_proto::records::{split_batches, validate_producer_batch};
 use serde::{Deserialize, Serialize};
 
-use crate::group::AppendError;
 use crate::node::Node;
+use crate::replication::group::AppendError;
 
 /// Largest append body accepted (as Kafka's default message.max.bytes).
 pub const MAX_APPEND_BYTES: usize = 1 << 20;
@@ -232,7 +233,7 @@ async fn status(State(node): State<Arc<Node>>) -> Json<NodeStatus> {
 }
 
 /// A stream partition this node has no replica of: 421 with the leader the leaders report
-/// (see [`crate::leaders`]) when the partition exists, 404 when it does not.
+/// (see [`crate::replication::leaders`]) when the partition exists, 404 when it does not.
 fn not_here(node: &Node, name: &str, partition: u32) -> Response {
     match node.topic_layout(name) {
         Some(l) if (partition as usize) < l.replicas.len() => error(
@@ -362,7 +363,9 @@ async fn records(
     }
 }
 
-async fn members(State(node): State<Arc<Node>>) -> Json<Vec<crate::membership::MemberView>> {
+async fn members(
+    State(node): State<Arc<Node>>,
+) -> Json<Vec<crate::replication::membership::MemberView>> {
     Json(node.members())
 }
 
@@ -390,8 +393,8 @@ fn membership_timeout(params: &MembershipParams) -> Duration {
     )
 }
 
-fn membership_error(e: crate::membership::MembershipError) -> Response {
-    use crate::membership::MembershipError as E;
+fn membership_error(e: crate::replication::membership::MembershipError) -> Response {
+    use crate::replication::membership::MembershipError as E;
     let status = match &e {
         E::Unknown(_) => StatusCode::NOT_FOUND,
         E::Removed(_) | E::Conflict(..) | E::LastMember | E::NoRoom(_) => StatusCode::CONFLICT,
@@ -420,7 +423,7 @@ async fn add_member(
             None,
         );
     };
-    if !crate::peer_wire::valid_advertised(&body.kafka) {
+    if !crate::replication::peer_wire::valid_advertised(&body.kafka) {
         return error(
             StatusCode::BAD_REQUEST,
             format!("kafka `{}` is not HOST:PORT", body.kafka),

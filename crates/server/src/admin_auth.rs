@@ -107,7 +107,7 @@ fn invalid<T>(key: &'static str, message: impl Into<String>) -> Result<T, Config
 /// `require_auth`).
 pub(crate) fn parse_admin(file: FileAdmin, secured: bool) -> Result<AdminSettings, ConfigError> {
     if let Some(a) = &file.advertised {
-        if !crate::peer_wire::valid_advertised(a) {
+        if !crate::replication::peer_wire::valid_advertised(a) {
             return invalid("admin.advertised", format!("`{a}` is not HOST:PORT"));
         }
     }

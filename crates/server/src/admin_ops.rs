@@ -31,9 +31,9 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use crate::admin_auth::Caller;
-use crate::group::ReplicaReport;
 use crate::metadata::METADATA_STREAM;
 use crate::node::{Node, TransferError};
+use crate::replication::group::ReplicaReport;
 
 /// Longest the node waits for another node's admin answer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);

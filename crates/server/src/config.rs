@@ -70,8 +70,8 @@ pub struct NodeConfig {
     /// Every member of the cluster, this node included.
     pub members: Vec<Member>,
     /// This node joins a running cluster (`[node] join = true`, see
-    /// [`crate::membership`]): `members` are the cluster's current members and this node; at
-    /// first start its metadata group starts as a learner of the others, whose metadata it
+    /// [`crate::replication::membership`]): `members` are the cluster's current members and this
+    /// node; at first start its metadata group starts as a learner of the others, whose metadata it
     /// receives once an operator added it (`POST /members`). Ignored once the data directory
     /// holds the metadata group's state.
     pub join: bool,

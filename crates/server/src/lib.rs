@@ -22,9 +22,9 @@
 //! - [`node`]: a node: its streams, the transport, handles to append and read.
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //!
-//! The modules of `runtime` and `replication` are also re-exported at the crate root under
-//! their earlier paths (`vdl_server::group`, `vdl_server::inbox`, ...), which tests and tools
-//! use.
+//! Code names a module by its real path (`crate::replication::group`,
+//! `crate::runtime::inbox`); the layout rules are in the crate README and
+//! `tests/layout_rules.rs`.
 
 pub mod admin;
 pub mod admin_auth;
@@ -47,11 +47,5 @@ pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;
 
-pub use replication::{
-    group, known_peers, leaders, liveness, membership, peer_guard, peer_wire, placement, producers,
-    raft_log, raft_storage, replicas, transport,
-};
-pub use runtime::{fd_budget, inbox, quiesce};
-
-pub use group::{AppendError, Appended, Visible};
 pub use node::{LogStream, Node};
+pub use replication::group::{AppendError, Appended, Visible};

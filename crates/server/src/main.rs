@@ -239,7 +239,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: NodeConfig) -> anyhow::Result<()> {
-    match vdl_server::fd_budget::raise_nofile_limit() {
+    match vdl_server::runtime::fd_budget::raise_nofile_limit() {
         Ok(limit) => tracing::info!(open_files = limit, "open file limit"),
         Err(e) => tracing::warn!("cannot raise the open file limit: {e}"),
     }

@@ -15,8 +15,8 @@ use std::sync::{Arc, RwLock, Weak};
 use serde::{Deserialize, Serialize};
 
 use crate::flow::settings::{FlowLimits, FlowSettings, QuotaAlteration};
-use crate::group::StateMachine;
 use crate::node::Node;
+use crate::replication::group::StateMachine;
 use crate::security::acl::{AclBinding, AclSet};
 use crate::security::scram::{ScramCredential, ScramMechanism};
 
@@ -43,7 +43,8 @@ pub enum MetaCommand {
         #[serde(default = "one_partition")]
         partitions: u32,
         /// The replicas of each partition, preferred leader first, chosen by the proposer (see
-        /// [`crate::placement`]). Empty (commands written before placement): every member.
+        /// [`crate::replication::placement`]). Empty (commands written before placement): every
+        /// member.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         replicas: Vec<Vec<u64>>,
         /// The topic's config overrides (Kafka names, validated values; see
@@ -240,8 +241,8 @@ pub enum MetaCommand {
         /// Per entity: quotas set, then quotas removed.
         alterations: Vec<QuotaAlteration>,
     },
-    /// Add a member to the cluster (see [`crate::membership`]): every node learns its peer
-    /// address, and the metadata group's leader adds it as a learner and promotes it once
+    /// Add a member to the cluster (see [`crate::replication::membership`]): every node learns its
+    /// peer address, and the metadata group's leader adds it as a learner and promotes it once
     /// caught up. A known id is not changed.
     AddMember {
         /// Its Raft id (non-zero).
@@ -278,7 +279,7 @@ pub enum MetaCommand {
     },
 }
 
-/// A cluster member as the replicated metadata knows it (see [`crate::membership`]).
+/// A cluster member as the replicated metadata knows it (see [`crate::replication::membership`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberRecord {
     /// Its name.
@@ -444,7 +445,7 @@ pub struct ClusterMeta {
     /// commands from before placement.
     members: Vec<u64>,
     /// Every member by id, with its addresses: the initial members, then those added and
-    /// removed at runtime (see [`crate::membership`]).
+    /// removed at runtime (see [`crate::replication::membership`]).
     pub member_records: BTreeMap<u64, MemberRecord>,
     /// A membership command was applied: from then on the member list, not the configured
     /// voters, says who the metadata group's voters are (until then a node's configuration
@@ -602,7 +603,8 @@ impl ClusterMeta {
     /// The replica lists of partitions `first..count` of incarnation `incarnation` of topic
     /// `name`, from a command's `lists` (indexed by partition), or every member when it has none
     /// (commands from before placement). `None` when the lists are malformed (see
-    /// [`crate::placement::check`]): the command is then not applied, on every node alike.
+    /// [`crate::replication::placement::check`]): the command is then not applied, on every node
+    /// alike.
     fn resolve_replicas(
         &self,
         name: &str,
@@ -614,7 +616,14 @@ impl ClusterMeta {
         if lists.is_empty() {
             return Some(
                 (first..count)
-                    .map(|p| crate::placement::every_member(&self.members, name, incarnation, p))
+                    .map(|p| {
+                        crate::replication::placement::every_member(
+                            &self.members,
+                            name,
+                            incarnation,
+                            p,
+                        )
+                    })
                     .collect(),
             );
         }
@@ -627,7 +636,7 @@ impl ClusterMeta {
             .copied()
             .filter(|id| *id != 0)
             .collect();
-        if let Err(e) = crate::placement::check(&lists, count as usize, &named) {
+        if let Err(e) = crate::replication::placement::check(&lists, count as usize, &named) {
             tracing::error!(topic = %name, "metadata command with bad replica lists not applied: {e}");
             return None;
         }
@@ -1260,8 +1269,8 @@ enum Effect {
     /// The leader of a partition should hand leadership to its preferred replica: (name,
     /// incarnation, partition, preferred replica).
     ElectPreferred(String, u64, u32, u64),
-    /// Members or replica lists changed (see [`crate::membership`]): the node opens, retargets
-    /// or drops its groups to match.
+    /// Members or replica lists changed (see [`crate::replication::membership`]): the node opens,
+    /// retargets or drops its groups to match.
     MembershipChanged,
     /// A node announced its admin address: (node, address).
     AdminAddress(u64, String),
@@ -1293,7 +1302,7 @@ pub struct MetadataStateMachine {
     /// Applied entries between snapshots (0: none are taken).
     interval_entries: u64,
     /// The newest durable snapshot, shared with the group's Raft storage.
-    latest: crate::raft_storage::LatestSnapshot,
+    latest: crate::replication::raft_storage::LatestSnapshot,
     /// The applied index at which the next snapshot is due.
     next_due: u64,
 }
@@ -1312,13 +1321,13 @@ impl MetadataStateMachine {
             node,
             dir,
             interval_entries,
-            latest: crate::raft_storage::LatestSnapshot::default(),
+            latest: crate::replication::raft_storage::LatestSnapshot::default(),
             next_due: interval_entries,
         }
     }
 
     /// The newest durable snapshot, which the group's Raft storage sends to followers.
-    pub fn latest(&self) -> crate::raft_storage::LatestSnapshot {
+    pub fn latest(&self) -> crate::replication::raft_storage::LatestSnapshot {
         self.latest.clone()
     }
 
@@ -1340,11 +1349,12 @@ impl MetadataStateMachine {
             state.member_records = records;
         }
         drop(state);
-        self.latest.set(crate::raft_storage::StoredSnapshot {
-            index,
-            term,
-            data: bytes.into(),
-        });
+        self.latest
+            .set(crate::replication::raft_storage::StoredSnapshot {
+                index,
+                term,
+                data: bytes.into(),
+            });
         self.next_due = index.saturating_add(self.interval_entries);
         (index, term)
     }
@@ -1425,11 +1435,12 @@ impl StateMachine for MetadataStateMachine {
                     path = %path.display(),
                     "metadata snapshot written"
                 );
-                self.latest.set(crate::raft_storage::StoredSnapshot {
-                    index,
-                    term,
-                    data: bytes.into(),
-                });
+                self.latest
+                    .set(crate::replication::raft_storage::StoredSnapshot {
+                        index,
+                        term,
+                        data: bytes.into(),
+                    });
             }
             Err(e) => tracing::error!(index, "writing a metadata snapshot failed: {e}"),
         }
@@ -1574,7 +1585,7 @@ mod tests {
     #[test]
     fn replica_lists_come_from_the_commands() {
         let mut m = ClusterMeta::new(vec![3, 1, 2, 4, 5]);
-        let lists = crate::placement::assign(&[1, 2, 3, 4, 5], 3, 0, 4, 2, 1);
+        let lists = crate::replication::placement::assign(&[1, 2, 3, 4, 5], 3, 0, 4, 2, 1);
         let create = |name: &str, replicas: Vec<Vec<u64>>| MetaCommand::CreateTopic {
             name: name.into(),
             partitions: replicas.len().max(1) as u32,
@@ -1595,7 +1606,7 @@ mod tests {
         // Before placement: every member, rotated.
         assert!(m.apply(4, id(4), create("old", Vec::new())).is_some());
         assert_eq!(m.topics["old"].replicas[0].len(), 5);
-        let all = crate::placement::assign(&[1, 2, 3, 4, 5], 3, 0, 8, 2, 1);
+        let all = crate::replication::placement::assign(&[1, 2, 3, 4, 5], 3, 0, 8, 2, 1);
         let grow = |count: u32, replicas: Vec<Vec<u64>>| MetaCommand::CreatePartitions {
             name: "t".into(),
             incarnation: 1,

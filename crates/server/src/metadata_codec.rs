@@ -113,8 +113,8 @@
 //!
 //! **Mixed clusters.** A node of an earlier release reads only JSON and skips anything else,
 //! so its metadata would diverge (topics not opened, producer ids handed out twice). While any
-//! peer's last hello was of an earlier release ([`crate::peer_wire::PeerVersions`]), a node
-//! writes its commands in that JSON ([`encode_entry_json`]); once every node is upgraded, only
+//! peer's last hello was of an earlier release ([`crate::replication::peer_wire::PeerVersions`]), a
+//! node writes its commands in that JSON ([`encode_entry_json`]); once every node is upgraded, only
 //! protobuf is written.
 //!
 //! [`MetaCommand`] stays the in-memory type; this module only converts it to and from the wire

@@ -41,7 +41,7 @@ use crate::metadata_codec::SnapshotDecodeError;
 
 /// Largest snapshot written or read: it must fit one peer frame to reach a follower (with room
 /// for the Raft message around it).
-pub const MAX_SNAPSHOT_BYTES: usize = crate::transport::MAX_FRAME_BYTES - (1 << 20);
+pub const MAX_SNAPSHOT_BYTES: usize = crate::replication::transport::MAX_FRAME_BYTES - (1 << 20);
 
 const PREFIX: &str = "meta-snapshot-";
 const SUFFIX: &str = ".snap";

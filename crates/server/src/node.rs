@@ -2,7 +2,7 @@
 //! handles for reading and appending. Can run inside any tokio program (tests start three in one
 //! process).
 
-use crate::inbox::{inbox_with_waker, InboxSender};
+use crate::runtime::inbox::{inbox_with_waker, InboxSender};
 use crate::runtime::timeline::{self, Stage as Hop};
 use crate::runtime::{Runtime, Slot};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -18,18 +18,18 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::{NodeConfig, SyncMode};
-use crate::group::{
-    new_group, try_deliver, AnswerHook, AppendError, AppendReply, Appended, GroupInput, GroupParts,
-    Proposal, ProposalData, Visible,
-};
 use crate::metadata::{
     ClusterMeta, CommittedOffset, MetaCommand, MetaEntry, MetadataStateMachine, RequestId,
     METADATA_GROUP_ID, METADATA_STREAM,
 };
-use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
-use crate::raft_storage::{read, RaftStorage, SharedStore};
+use crate::replication::group::{
+    new_group, try_deliver, AnswerHook, AppendError, AppendReply, Appended, GroupInput, GroupParts,
+    Proposal, ProposalData, Visible,
+};
+use crate::replication::peer_guard::{PeerGuard, PeerStats, Refusal};
+use crate::replication::raft_storage::{read, RaftStorage, SharedStore};
+use crate::replication::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
 use crate::topic_config::TopicSettings;
-use crate::transport::{self, LinkFilter, OpenLinks, PeerInbox, PeerSender};
 
 /// Inputs queued for one group before further ones are dropped (messages) or refused
 /// (proposals, answered with `Busy`).
@@ -192,8 +192,9 @@ pub struct LogStream {
     inbox: InboxSender<GroupInput>,
     store: SharedStore,
     visible: watch::Receiver<Visible>,
-    /// How many voters hold each index, on the leader (see [`crate::group::DurableCopies`]).
-    durable_copies: watch::Receiver<crate::group::DurableCopies>,
+    /// How many voters hold each index, on the leader (see
+    /// [`crate::replication::group::DurableCopies`]).
+    durable_copies: watch::Receiver<crate::replication::group::DurableCopies>,
     metrics: Arc<crate::metrics::PartitionMetrics>,
 }
 
@@ -457,7 +458,7 @@ impl LogStream {
 
     /// The idempotent producers this replica knows from its committed log (empty when the
     /// group is stopped or busy).
-    pub async fn producers(&self) -> Vec<crate::producers::ProducerSummary> {
+    pub async fn producers(&self) -> Vec<crate::replication::producers::ProducerSummary> {
         let (tx, rx) = oneshot::channel();
         try_deliver(&self.inbox, GroupInput::DescribeProducers(tx));
         rx.await.unwrap_or_default()
@@ -474,7 +475,7 @@ impl LogStream {
 
     /// This replica's Raft role, term, commit and last index, and on the leader every voter's
     /// progress (None when the group is stopped or its inbox full).
-    pub async fn describe_replicas(&self) -> Option<crate::group::ReplicaReport> {
+    pub async fn describe_replicas(&self) -> Option<crate::replication::group::ReplicaReport> {
         let (tx, rx) = oneshot::channel();
         try_deliver(&self.inbox, GroupInput::DescribeReplicas(tx));
         rx.await.ok()
@@ -512,17 +513,17 @@ impl PendingAppend {
 struct Registry {
     groups: RwLock<HashMap<u64, InboxSender<GroupInput>>>,
     /// This node's directory id, its peers', and its rejoin mode.
-    directories: Arc<crate::replicas::Directories>,
+    directories: Arc<crate::replication::replicas::Directories>,
     /// What the peer port refused (messages for unknown groups are counted here).
     stats: Arc<PeerStats>,
     /// Per peer: its open admitted connections, oldest first, with the Kafka addresses each
     /// announced. The newest one's addresses are the peer's: a connection's claim lasts only
     /// as long as the connection.
     peers: Mutex<HashMap<u64, Vec<PeerConnection>>>,
-    /// When each peer last pinged (see [`crate::liveness`]).
-    liveness: crate::liveness::Liveness,
-    /// Which groups each peer reports leading (see [`crate::leaders`]).
-    leaders: crate::leaders::LeaderBook,
+    /// When each peer last pinged (see [`crate::replication::liveness`]).
+    liveness: crate::replication::liveness::Liveness,
+    /// Which groups each peer reports leading (see [`crate::replication::leaders`]).
+    leaders: crate::replication::leaders::LeaderBook,
 }
 
 /// One admitted connection of a peer and the Kafka addresses its hello announced.
@@ -562,7 +563,7 @@ impl Registry {
 
 impl PeerInbox for Registry {
     fn deliver(&self, group: u64, msg: raft::prelude::Message) {
-        if group == crate::liveness::LIVENESS_GROUP {
+        if group == crate::replication::liveness::LIVENESS_GROUP {
             self.liveness.heard(msg.from);
             if let Err(e) = self.leaders.record(msg.from, &msg.context) {
                 self.stats
@@ -594,7 +595,7 @@ impl PeerInbox for Registry {
         connection: u64,
         advertised: String,
         listeners: Vec<(String, String)>,
-        dirs: crate::replicas::HelloDirs,
+        dirs: crate::replication::replicas::HelloDirs,
     ) {
         {
             let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
@@ -604,7 +605,9 @@ impl PeerInbox for Registry {
                 listeners,
             });
         }
-        if self.directories.on_hello(peer, dirs) == crate::replicas::HelloOutcome::PeerReplaced {
+        if self.directories.on_hello(peer, dirs)
+            == crate::replication::replicas::HelloOutcome::PeerReplaced
+        {
             let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
             for inbox in groups.values() {
                 try_deliver(inbox, GroupInput::PeerReplaced(peer));
@@ -612,7 +615,7 @@ impl PeerInbox for Registry {
         }
     }
 
-    fn hello_for(&self, peer: u64) -> crate::replicas::HelloDirs {
+    fn hello_for(&self, peer: u64) -> crate::replication::replicas::HelloDirs {
         self.directories.hello_for(peer)
     }
 
@@ -640,9 +643,9 @@ pub struct Node {
     /// The worker pool and timer that drive the groups.
     runtime: Runtime,
     peer_task: tokio::task::JoinHandle<()>,
-    /// Ends rejoin mode once every group caught up (see [`crate::replicas`]).
+    /// Ends rejoin mode once every group caught up (see [`crate::replication::replicas`]).
     rejoin_task: tokio::task::JoinHandle<()>,
-    /// Pings peers and reports silent ones (see [`crate::liveness`]).
+    /// Pings peers and reports silent ones (see [`crate::replication::liveness`]).
     liveness_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
     metadata_group: Mutex<Option<LogStream>>,
@@ -663,7 +666,7 @@ pub struct Node {
     metadata_replay_target: std::sync::atomic::AtomicU64,
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
-    peer_versions: Arc<crate::peer_wire::PeerVersions>,
+    peer_versions: Arc<crate::replication::peer_wire::PeerVersions>,
     /// Flow control: the buckets of the node-wide limits and client quotas in use here.
     flow: crate::flow::throttle::FlowControl,
     /// Decides what each Kafka request may do (`[security]`; the ACLs are in `metadata`).
@@ -676,9 +679,10 @@ pub struct Node {
     /// The peers the liveness task pings: the configured ones and those added at runtime.
     ping_peers: Arc<RwLock<Vec<u64>>>,
     /// Proposes `FinishReassignment` for the partitions this node leads whose reassignment is
-    /// done (see [`crate::membership`]).
+    /// done (see [`crate::replication::membership`]).
     membership_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Members added at runtime, as saved in `known_peers` (see [`crate::known_peers`]).
+    /// Members added at runtime, as saved in `known_peers` (see
+    /// [`crate::replication::known_peers`]).
     known_peers: Mutex<BTreeMap<u64, std::net::SocketAddr>>,
     /// Held while partitions are opened: the metadata group's thread and a membership
     /// reconcile from another thread must not both open the same partition.
@@ -763,11 +767,11 @@ pub fn boot_nonce() -> u64 {
 
 /// Rebuilds a stream's producer table: the one saved in its directory (see
 /// [`crate::replication::producer_snapshot`]), then the committed entries after it (at most the
-/// newest [`crate::producers::REBUILD_MAX_ENTRIES`]).
+/// newest [`crate::replication::producers::REBUILD_MAX_ENTRIES`]).
 pub(crate) fn rebuild_producers(
     store: &SharedStore,
     applied: u64,
-) -> crate::producers::ProducerTable {
+) -> crate::replication::producers::ProducerTable {
     let s = read(store);
     // The newest saved table, then the committed log after it (the saved table may hold
     // entries past `applied`: the group skips those when it applies them again).
@@ -775,12 +779,12 @@ pub(crate) fn rebuild_producers(
         Ok(saved) => saved.unwrap_or_default(),
         Err(e) => {
             tracing::warn!("{e}: the producer table is rebuilt from the log alone");
-            crate::producers::ProducerTable::default()
+            crate::replication::producers::ProducerTable::default()
         }
     };
     let mut lo = s
         .first_index()
-        .max(applied.saturating_sub(crate::producers::REBUILD_MAX_ENTRIES) + 1)
+        .max(applied.saturating_sub(crate::replication::producers::REBUILD_MAX_ENTRIES) + 1)
         .max(table.applied_through() + 1);
     while lo <= applied {
         let Ok(entries) = s.entries(lo, applied + 1, 4 << 20) else {
@@ -791,7 +795,7 @@ pub(crate) fn rebuild_producers(
         };
         for e in entries {
             if e.kind == logstore::EntryKind::Records {
-                let infos = crate::producers::batch_infos(&e.payload);
+                let infos = crate::replication::producers::batch_infos(&e.payload);
                 if !infos.is_empty() {
                     table.on_committed_at(e.index, &infos, e.first_offset);
                 }
@@ -803,8 +807,8 @@ pub(crate) fn rebuild_producers(
 }
 
 /// Pings every peer once per heartbeat interval and reports to every group each peer not heard
-/// from for an election timeout (see [`crate::liveness`]). Each ping carries this node's leader
-/// report when it is due (see [`crate::leaders`]).
+/// from for an election timeout (see [`crate::replication::liveness`]). Each ping carries this
+/// node's leader report when it is due (see [`crate::replication::leaders`]).
 async fn watch_liveness(
     registry: Arc<Registry>,
     peers: PeerSender,
@@ -816,17 +820,17 @@ async fn watch_liveness(
 ) {
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut schedule = crate::leaders::ReportSchedule::default();
+    let mut schedule = crate::replication::leaders::ReportSchedule::default();
     loop {
         interval.tick().await;
         let report = schedule.due(led_here(&streams, me), std::time::Instant::now());
         let others = others.read().unwrap_or_else(|e| e.into_inner()).clone();
         for peer in &others {
-            let mut ping = crate::liveness::ping(me, *peer);
+            let mut ping = crate::replication::liveness::ping(me, *peer);
             if let Some(report) = &report {
                 ping.context = report.clone();
             }
-            peers.send(crate::liveness::LIVENESS_GROUP, ping);
+            peers.send(crate::replication::liveness::LIVENESS_GROUP, ping);
         }
         for peer in registry
             .liveness
@@ -847,7 +851,7 @@ fn kafka_live_or_self(id: u64, me: u64, live: &[(u64, String)]) -> bool {
 }
 
 /// Every 200 ms, proposes `FinishReassignment` for each partition this node leads whose Raft
-/// group reached its new replicas (see [`crate::membership`]); ends with the node.
+/// group reached its new replicas (see [`crate::replication::membership`]); ends with the node.
 async fn finish_reassignments(node: std::sync::Weak<Node>) {
     let mut interval = tokio::time::interval(Duration::from_millis(200));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -960,19 +964,19 @@ impl Node {
         filter: Arc<dyn LinkFilter>,
     ) -> Result<Arc<Node>, NodeError> {
         let listener = bind_listener(config.peer_listen).await?;
-        let directories = crate::replicas::Directories::open(&config.data_dir).map_err(|e| {
+        let directories = crate::replication::replicas::Directories::open(&config.data_dir)
+            .map_err(|e| NodeError::Directory {
+                dir: config.data_dir.clone(),
+                message: e.to_string(),
+            })?;
+        let peer_stats = Arc::new(PeerStats::default());
+        // The configured members, and those added at runtime this node heard of before.
+        let known_peers = crate::replication::known_peers::load(&config.data_dir).map_err(|e| {
             NodeError::Directory {
                 dir: config.data_dir.clone(),
                 message: e.to_string(),
             }
         })?;
-        let peer_stats = Arc::new(PeerStats::default());
-        // The configured members, and those added at runtime this node heard of before.
-        let known_peers =
-            crate::known_peers::load(&config.data_dir).map_err(|e| NodeError::Directory {
-                dir: config.data_dir.clone(),
-                message: e.to_string(),
-            })?;
         let mut peer_list: Vec<(u64, std::net::SocketAddr)> =
             config.members.iter().map(|m| (m.id, m.peer_addr)).collect();
         for (id, addr) in &known_peers {
@@ -995,12 +999,12 @@ impl Node {
             groups: RwLock::new(HashMap::new()),
             stats: peer_stats.clone(),
             peers: Mutex::new(HashMap::new()),
-            liveness: crate::liveness::Liveness::new(&others),
-            leaders: crate::leaders::LeaderBook::new(&others, max_reported),
+            liveness: crate::replication::liveness::Liveness::new(&others),
+            leaders: crate::replication::leaders::LeaderBook::new(&others, max_reported),
         });
         let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
         let ping_peers = Arc::new(RwLock::new(others.clone()));
-        let versions = Arc::new(crate::peer_wire::PeerVersions::default());
+        let versions = Arc::new(crate::replication::peer_wire::PeerVersions::default());
         let peer_tls = match &config.peer_tls {
             None => None,
             Some(files) => Some(Arc::new(
@@ -1462,7 +1466,8 @@ impl Node {
 
     /// The leader of partition `partition` of incarnation `incarnation` of topic `name`, and
     /// its term, as a node that does not host it knows it: from the leaders' reports (see
-    /// [`crate::leaders`]). The leader may have died since; callers check it is connected.
+    /// [`crate::replication::leaders`]). The leader may have died since; callers check it is
+    /// connected.
     pub fn reported_leader(
         &self,
         name: &str,
@@ -1589,7 +1594,7 @@ impl Node {
     }
 
     /// The members new replicas may be placed on: those of the replicated member list that
-    /// are not leaving (see [`crate::membership`]), ascending.
+    /// are not leaving (see [`crate::replication::membership`]), ascending.
     pub fn placement_members(&self) -> Vec<u64> {
         self.metadata().active_members()
     }
@@ -1604,9 +1609,9 @@ impl Node {
     }
 
     /// Every member the replicated metadata knows, with its state (see
-    /// [`crate::membership::MemberState`]), ascending by id.
-    pub fn members(&self) -> Vec<crate::membership::MemberView> {
-        use crate::membership::{MemberState, MemberView};
+    /// [`crate::replication::membership::MemberState`]), ascending by id.
+    pub fn members(&self) -> Vec<crate::replication::membership::MemberView> {
+        use crate::replication::membership::{MemberState, MemberView};
         let voters = self.metadata_voters_now();
         let live = self.live_brokers();
         let meta = self.metadata();
@@ -1643,8 +1648,8 @@ impl Node {
             .collect()
     }
 
-    /// Adds member `id` (see [`crate::membership`]) and waits until it is a voter of the
-    /// metadata group: it must be running (started with `join = true`) to catch up.
+    /// Adds member `id` (see [`crate::replication::membership`]) and waits until it is a voter of
+    /// the metadata group: it must be running (started with `join = true`) to catch up.
     pub async fn add_member(
         &self,
         id: u64,
@@ -1652,8 +1657,8 @@ impl Node {
         peer_addr: std::net::SocketAddr,
         kafka_addr: String,
         timeout: Duration,
-    ) -> Result<(), crate::membership::MembershipError> {
-        use crate::membership::MembershipError;
+    ) -> Result<(), crate::replication::membership::MembershipError> {
+        use crate::replication::membership::MembershipError;
         let deadline = tokio::time::Instant::now() + timeout;
         if let Some(m) = self.metadata().member_records.get(&id) {
             if m.leaving {
@@ -1684,14 +1689,14 @@ impl Node {
         }
     }
 
-    /// Removes member `id` (see [`crate::membership`]): its replicas move to other members,
-    /// then it leaves the metadata group. Waits until both are done.
+    /// Removes member `id` (see [`crate::replication::membership`]): its replicas move to other
+    /// members, then it leaves the metadata group. Waits until both are done.
     pub async fn remove_member(
         &self,
         id: u64,
         timeout: Duration,
-    ) -> Result<(), crate::membership::MembershipError> {
-        use crate::membership::MembershipError;
+    ) -> Result<(), crate::replication::membership::MembershipError> {
+        use crate::replication::membership::MembershipError;
         let deadline = tokio::time::Instant::now() + timeout;
         {
             let meta = self.metadata();
@@ -1740,9 +1745,11 @@ impl Node {
             // No cap per stream beyond the node's budget (`store_resources`): one busy
             // partition may use it all while the others are idle.
             cache_bytes: usize::try_from(s.cache_bytes).unwrap_or(usize::MAX),
+            // The one place the durability policy is decided: the group appends unsynced and
+            // fsyncs (outside the store's lock) when the store's policy says a sync is due,
+            // once per Ready under `always` (group commit).
             sync_policy: match s.sync {
-                // The group thread calls sync() itself once per Ready (group commit).
-                SyncMode::Always => SyncPolicy::Never,
+                SyncMode::Always => SyncPolicy::Always,
                 SyncMode::Interval(d) => SyncPolicy::Interval(d),
                 SyncMode::Never => SyncPolicy::Never,
             },
@@ -1794,8 +1801,8 @@ impl Node {
     }
 
     /// Makes this node match the replicated member list and replica lists (see
-    /// [`crate::membership`]): admits and dials every member, opens the partitions it is a
-    /// new replica of (as a learner), tells the groups being reassigned and the metadata
+    /// [`crate::replication::membership`]): admits and dials every member, opens the partitions it
+    /// is a new replica of (as a learner), tells the groups being reassigned and the metadata
     /// group their target voters, and drops the partitions whose reassignment away from this
     /// node finished. Only once the metadata replay at start is done: targets from a
     /// partial state could undo later changes.
@@ -1877,11 +1884,11 @@ impl Node {
             return;
         }
         known.insert(id, addr);
-        if let Err(e) = crate::known_peers::save(&self.config.data_dir, &known) {
+        if let Err(e) = crate::replication::known_peers::save(&self.config.data_dir, &known) {
             tracing::warn!(
                 peer = id,
                 "saving {} failed: {e}",
-                crate::known_peers::KNOWN_PEERS_FILE
+                crate::replication::known_peers::KNOWN_PEERS_FILE
             );
         }
     }
@@ -1914,7 +1921,7 @@ impl Node {
     }
 
     /// The partitions this node leads whose reassignment reached its new replicas (see
-    /// [`crate::membership`]): (name, incarnation, partition).
+    /// [`crate::replication::membership`]): (name, incarnation, partition).
     fn settled_reassignments(&self) -> Vec<(String, u64, u32)> {
         let moving: Vec<(String, u64, u32, Vec<u64>)> = {
             let meta = self.metadata();
@@ -2564,7 +2571,7 @@ impl Node {
             log_start_offset: store.first_readable_offset(),
             leader: 0,
             term: hs.term,
-            in_sync: [0; crate::group::MAX_TRACKED_VOTERS],
+            in_sync: [0; crate::replication::group::MAX_TRACKED_VOTERS],
             leader_ready: false,
             quiesced: false,
             ..Visible::default()
@@ -2597,13 +2604,13 @@ impl Node {
             skip_bcast_commit: metadata_sm.is_none(),
             ..Default::default()
         };
-        let logger = crate::raft_log::group_logger(name);
+        let logger = crate::replication::raft_log::group_logger(name);
         let storage = match metadata_sm.as_ref() {
             Some(sm) => RaftStorage::with_state_snapshots(shared.clone(), sm.latest()),
             None => RaftStorage::new(shared.clone()),
         };
         let state_machine =
-            metadata_sm.map(|sm| Box::new(sm) as Box<dyn crate::group::StateMachine>);
+            metadata_sm.map(|sm| Box::new(sm) as Box<dyn crate::replication::group::StateMachine>);
         let raw = RawNode::new(&cfg, storage, &logger).map_err(|e| NodeError::Raft {
             name: name.to_owned(),
             message: e.to_string(),
@@ -2615,7 +2622,8 @@ impl Node {
             Arc::new(move || waker_slot.schedule()),
         );
         let (vis_tx, vis_rx) = watch::channel(visible);
-        let (copies_tx, copies_rx) = watch::channel([0; crate::group::MAX_TRACKED_VOTERS]);
+        let (copies_tx, copies_rx) =
+            watch::channel([0; crate::replication::group::MAX_TRACKED_VOTERS]);
         let metrics = Arc::new(crate::metrics::PartitionMetrics::default());
         let parts = GroupParts {
             metrics: metrics.clone(),
@@ -2634,7 +2642,7 @@ impl Node {
             retention_interval: self.config.storage.retention_check_interval,
             retention_allowed: self.retention_allowed.clone(),
             in_sync_max_lag: self.config.kafka.replica_lag_time_max,
-            retention_hold: crate::group::RetentionHold {
+            retention_hold: crate::replication::group::RetentionHold {
                 down_replica_wait: self.config.storage.retention_down_replica_wait,
                 lagging_replica_max_bytes: self.config.storage.retention_lagging_replica_max_bytes,
             },
@@ -2762,7 +2770,7 @@ impl Node {
     }
 
     /// Whether this node is in rejoin mode (its disk was replaced and some Raft group has not
-    /// caught up yet; it grants no votes meanwhile, see [`crate::replicas`]).
+    /// caught up yet; it grants no votes meanwhile, see [`crate::replication::replicas`]).
     pub fn is_rejoining(&self) -> bool {
         self.registry.directories.rejoin().is_active()
     }
@@ -2910,8 +2918,8 @@ impl Node {
     }
 
     /// Creates a topic with `partitions` partitions of `replication_factor` replicas each
-    /// (1..=members), placed as [`crate::placement`] says (a no-op when it exists). Returns once
-    /// this node has applied it.
+    /// (1..=members), placed as [`crate::replication::placement`] says (a no-op when it exists).
+    /// Returns once this node has applied it.
     pub async fn create_topic_replicated(
         &self,
         name: &str,
@@ -2962,9 +2970,15 @@ impl Node {
                 self.check_limits(&meta, 1, partitions)?;
             }
         }
-        let (start, shift) = crate::placement::random_pattern(members.len());
-        let replicas =
-            crate::placement::assign(&members, replication_factor, 0, partitions, start, shift);
+        let (start, shift) = crate::replication::placement::random_pattern(members.len());
+        let replicas = crate::replication::placement::assign(
+            &members,
+            replication_factor,
+            0,
+            partitions,
+            start,
+            shift,
+        );
         self.propose_metadata(
             &MetaCommand::CreateTopic {
                 name: name.to_owned(),
@@ -2980,8 +2994,9 @@ impl Node {
 
     /// Refuses `new_topics` more topics with `new_partitions` more partitions when the cluster
     /// would pass `kafka.max_topics` or `kafka.max_partitions`, or this node could host more
-    /// partitions than its open-file limit allows ([`crate::fd_budget::partition_capacity`]);
-    /// the message says "holds its limit of" (answered POLICY_VIOLATION).
+    /// partitions than its open-file limit allows
+    /// ([`crate::runtime::fd_budget::partition_capacity`]); the message says "holds its limit of"
+    /// (answered POLICY_VIOLATION).
     pub fn check_limits(
         &self,
         meta: &ClusterMeta,
@@ -3007,8 +3022,9 @@ impl Node {
         // is fail-stop), so a create that could make it host more partitions than its
         // descriptors allow is refused instead (counting every new partition as hosted here).
         if new_partitions > 0 {
-            if let Ok((nofile, _)) = crate::fd_budget::nofile_limits() {
-                let capacity = crate::fd_budget::partition_capacity(nofile, k.max_connections);
+            if let Ok((nofile, _)) = crate::runtime::fd_budget::nofile_limits() {
+                let capacity =
+                    crate::runtime::fd_budget::partition_capacity(nofile, k.max_connections);
                 let hosted = self
                     .streams
                     .lock()
@@ -3022,7 +3038,7 @@ impl Node {
                          ({} descriptors each, client connections and a reserve kept): it hosts {hosted}, \
                          {new_partitions} more asked; raise LimitNOFILE or lower kafka.max_connections",
                         self.config.id,
-                        crate::fd_budget::DESCRIPTORS_PER_PARTITION
+                        crate::runtime::fd_budget::DESCRIPTORS_PER_PARTITION
                     )));
                 }
             }
@@ -3031,9 +3047,9 @@ impl Node {
     }
 
     /// Grows topic `name` to `count` partitions, the new ones with as many replicas as its
-    /// partition 0 and placed to continue its pattern (see [`crate::placement`]). Returns once
-    /// this node has applied it. Fails when the topic does not exist or has `count` partitions
-    /// or more already (Kafka's INVALID_PARTITIONS), or a limit would be passed.
+    /// partition 0 and placed to continue its pattern (see [`crate::replication::placement`]).
+    /// Returns once this node has applied it. Fails when the topic does not exist or has `count`
+    /// partitions or more already (Kafka's INVALID_PARTITIONS), or a limit would be passed.
     pub async fn create_partitions(
         &self,
         name: &str,
@@ -3055,10 +3071,10 @@ impl Node {
             self.check_limits(&meta, 0, count - topic.partitions)?;
             let first = topic.replicas.first().cloned().unwrap_or_default();
             let replication_factor = first.len().clamp(1, members.len());
-            let (start, shift) = crate::placement::pattern_of(&members, &first)
-                .unwrap_or_else(|| crate::placement::random_pattern(members.len()));
+            let (start, shift) = crate::replication::placement::pattern_of(&members, &first)
+                .unwrap_or_else(|| crate::replication::placement::random_pattern(members.len()));
             let mut replicas = topic.replicas.clone();
-            replicas.extend(crate::placement::assign(
+            replicas.extend(crate::replication::placement::assign(
                 &members,
                 replication_factor,
                 topic.partitions,

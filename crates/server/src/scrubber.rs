@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::node::LogStream;
-use crate::raft_storage::read;
+use crate::replication::raft_storage::read;
 use crate::storage_faults::StorageFaults;
 
 /// A running scrubber; stopped (and joined) on drop.

@@ -497,7 +497,7 @@ async fn replicas_save_the_producer_table_when_they_stop() {
             vdl_server::replication::producer_snapshot::load(saved[0].parent().unwrap())
                 .unwrap()
                 .expect("a saved table");
-        let retry = vdl_server::producers::BatchInfo {
+        let retry = vdl_server::replication::producers::BatchInfo {
             producer_id: 42,
             epoch: 0,
             first_seq: 0,
@@ -506,7 +506,7 @@ async fn replicas_save_the_producer_table_when_they_stop() {
         };
         assert_eq!(
             table.check(&[retry]),
-            vdl_server::producers::SequenceCheck::Duplicate {
+            vdl_server::replication::producers::SequenceCheck::Duplicate {
                 base_offset: a.base_offset
             }
         );

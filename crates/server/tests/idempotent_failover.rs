@@ -13,8 +13,8 @@ use bytes::Bytes;
 use common::cluster_configs;
 use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
 use raft::prelude::{Message, MessageType};
-use vdl_server::producers::SequenceError;
-use vdl_server::transport::LinkFilter;
+use vdl_server::replication::producers::SequenceError;
+use vdl_server::replication::transport::LinkFilter;
 use vdl_server::{AppendError, Node};
 
 const STREAM: &str = "idem-failover";

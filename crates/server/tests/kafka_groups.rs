@@ -680,14 +680,20 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
         .propose_metadata_in_term(&commit(5), term, timeout)
         .await;
     assert!(
-        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        matches!(
+            r,
+            Err(vdl_server::replication::group::AppendError::NotLeader { .. })
+        ),
         "{r:?}"
     );
     let r = nodes[leader]
         .propose_metadata_in_term(&commit(6), term - 1, timeout)
         .await;
     assert!(
-        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        matches!(
+            r,
+            Err(vdl_server::replication::group::AppendError::NotLeader { .. })
+        ),
         "{r:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(2), "not retried");
@@ -728,7 +734,10 @@ async fn offset_fetch_appends_no_metadata_entry() {
     let follower = nodes[(leader + 1) % 3].metadata_group().unwrap();
     let r = follower.read_index(Duration::from_secs(5)).await;
     assert!(
-        matches!(r, Err(vdl_server::group::AppendError::NotLeader { .. })),
+        matches!(
+            r,
+            Err(vdl_server::replication::group::AppendError::NotLeader { .. })
+        ),
         "{r:?}"
     );
     let meta = nodes[leader].metadata_group().unwrap();

@@ -496,7 +496,7 @@ fn on_any_once(
 
 /// Raises this test process's soft open-file limit to its hard limit.
 fn raise_own_nofile() -> std::io::Result<u64> {
-    vdl_server::fd_budget::raise_nofile_limit()
+    vdl_server::runtime::fd_budget::raise_nofile_limit()
 }
 
 /// Item 13: a stream whose saved commit index is beyond its last entry on disk (acknowledged,

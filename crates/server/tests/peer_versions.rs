@@ -17,8 +17,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use vdl_server::metadata::METADATA_STREAM;
 use vdl_server::metadata_codec::FORMAT_PROST_V1;
-use vdl_server::peer_wire::{self, FrameFormat};
-use vdl_server::replicas::HelloDirs;
+use vdl_server::replication::peer_wire::{self, FrameFormat};
+use vdl_server::replication::replicas::HelloDirs;
 use vdl_server::Node;
 
 const T: Duration = Duration::from_secs(10);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{batch, cluster_configs};
-use vdl_server::transport::LinkFilter;
+use vdl_server::replication::transport::LinkFilter;
 use vdl_server::Node;
 
 const T: Duration = Duration::from_secs(20);

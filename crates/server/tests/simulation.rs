@@ -29,16 +29,16 @@ use logstore::{LogStore, StoreConfig, SyncPolicy};
 use raft::prelude::Message;
 use raft::RawNode;
 use tokio::sync::{mpsc, oneshot, watch};
-use vdl_server::group::{
+use vdl_server::replication::group::{
     new_group, try_deliver, AppendError, AppendReply, Appended, GroupInput, GroupParts, Proposal,
     ProposalData, Visible,
 };
-use vdl_server::inbox::{inbox, InboxSender};
-use vdl_server::peer_guard::PeerStats;
-use vdl_server::producers::ProducerTable;
-use vdl_server::raft_storage::{read, RaftStorage, SharedStore};
+use vdl_server::replication::peer_guard::PeerStats;
+use vdl_server::replication::producers::ProducerTable;
+use vdl_server::replication::raft_storage::{read, RaftStorage, SharedStore};
+use vdl_server::replication::transport::{detached_sender, PeerSender};
+use vdl_server::runtime::inbox::{inbox, InboxSender};
 use vdl_server::runtime::{Next, Task};
-use vdl_server::transport::{detached_sender, PeerSender};
 
 const NODES: [u64; 3] = [1, 2, 3];
 /// Raft groups per node (group ids 100, 101, ...).
@@ -167,7 +167,7 @@ fn open_group(
         log_start_offset: store.log_start_offset(),
         leader: 0,
         term: hs.term,
-        in_sync: [0; vdl_server::group::MAX_TRACKED_VOTERS],
+        in_sync: [0; vdl_server::replication::group::MAX_TRACKED_VOTERS],
         leader_ready: false,
         quiesced: false,
         ..Visible::default()
@@ -190,7 +190,7 @@ fn open_group(
     let raw = RawNode::new(
         &cfg,
         RaftStorage::new(shared.clone()),
-        &vdl_server::raft_log::group_logger(&name),
+        &vdl_server::replication::raft_log::group_logger(&name),
     )
     .expect("a raft node");
     let (tx, rx) = inbox(vdl_server::node::GROUP_INBOX_CAPACITY);
@@ -204,7 +204,7 @@ fn open_group(
         peers,
         tick: Duration::from_millis(50),
         visible: vis_tx,
-        durable_copies: watch::channel([0; vdl_server::group::MAX_TRACKED_VOTERS]).0,
+        durable_copies: watch::channel([0; vdl_server::replication::group::MAX_TRACKED_VOTERS]).0,
         pipeline: true,
         group_commit: true,
         forward_proposals: false,
@@ -218,7 +218,7 @@ fn open_group(
         },
         retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         in_sync_max_lag: Duration::from_secs(30),
-        retention_hold: vdl_server::group::RetentionHold {
+        retention_hold: vdl_server::replication::group::RetentionHold {
             down_replica_wait: if options.retention {
                 Duration::ZERO
             } else {
@@ -229,7 +229,9 @@ fn open_group(
         peer_stats: Arc::new(PeerStats::default()),
         state_machine: None,
         producers: Some(ProducerTable::default()),
-        rejoin: Arc::new(vdl_server::replicas::Directories::open(dir).expect("directories")),
+        rejoin: Arc::new(
+            vdl_server::replication::replicas::Directories::open(dir).expect("directories"),
+        ),
         preferred_leader: None,
         raft_config: cfg.clone(),
         faults: Arc::new(vdl_server::storage_faults::StorageFaults::default()),

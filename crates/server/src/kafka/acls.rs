@@ -265,7 +265,7 @@ async fn delete_matching(
     node: &Node,
     filters: &[(usize, AclBindingFilter)],
 ) -> Result<Vec<AclBinding>, (ErrorCode, String)> {
-    let failed = |e: crate::group::AppendError| (metadata_error(&e), e.to_string());
+    let failed = |e: crate::replication::group::AppendError| (metadata_error(&e), e.to_string());
     node.metadata_barrier(ACL_COMMIT_TIMEOUT)
         .await
         .map_err(failed)?;

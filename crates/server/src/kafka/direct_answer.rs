@@ -55,7 +55,7 @@ use tokio::io::AsyncWrite;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 
-use crate::group::{AppendError, Appended};
+use crate::replication::group::{AppendError, Appended};
 use crate::runtime::timeline::{self, Stage as Hop};
 
 /// The write half of a plaintext client connection, shared by its task (through

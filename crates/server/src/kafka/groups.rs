@@ -57,7 +57,6 @@ use kafka_proto::messages::offset_fetch_response::{
 use kafka_proto::messages::sync_group_request::SyncGroupRequest;
 use kafka_proto::messages::sync_group_response::SyncGroupResponse;
 
-use crate::group::AppendError;
 use crate::kafka::access::{Access, GROUP_OPERATIONS};
 use crate::kafka::group_coordinator::{
     self, GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams,
@@ -66,6 +65,7 @@ use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use crate::node::Node;
+use crate::replication::group::AppendError;
 use crate::security::acl::{AclOperation, ResourceType};
 
 /// Longest an OffsetCommit waits for its offsets to commit through the metadata group.

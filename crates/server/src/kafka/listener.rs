@@ -60,12 +60,13 @@ pub struct Endpoint {
 }
 
 /// The connection limits shared by every Kafka listener of `node`: `kafka.max_connections`
-/// (lowered to what the open-file limit allows beside storage, [`crate::fd_budget`]) and the
-/// per-address limits (see [`crate::kafka::conn_limits`]).
+/// (lowered to what the open-file limit allows beside storage, [`crate::runtime::fd_budget`]) and
+/// the per-address limits (see [`crate::kafka::conn_limits`]).
 pub fn connection_limits(node: &Node) -> Arc<ConnectionLimits> {
     let limits = node.config().kafka;
-    let nofile = crate::fd_budget::nofile_limits().map_or(1024, |(soft, _)| soft);
-    let max_connections = crate::fd_budget::client_connection_limit(limits.max_connections, nofile);
+    let nofile = crate::runtime::fd_budget::nofile_limits().map_or(1024, |(soft, _)| soft);
+    let max_connections =
+        crate::runtime::fd_budget::client_connection_limit(limits.max_connections, nofile);
     if max_connections < limits.max_connections {
         tracing::warn!(
             configured = limits.max_connections,

@@ -165,7 +165,8 @@ fn topic_metadata(node: &Node, name: &str) -> MetadataResponseTopic {
 }
 
 /// A partition this node holds no replica of: its leader as the leaders report it (see
-/// [`crate::leaders`]), if that node is connected now; the live replicas as in-sync replicas.
+/// [`crate::replication::leaders`]), if that node is connected now; the live replicas as in-sync
+/// replicas.
 fn remote_partition_metadata(
     node: &Node,
     name: &str,

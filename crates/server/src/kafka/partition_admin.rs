@@ -22,9 +22,9 @@
 //!   a replica that may lack committed records, so ELECTION_NOT_NEEDED when a leader exists
 //!   and ELIGIBLE_LEADERS_NOT_AVAILABLE otherwise.
 //! - **ListPartitionReassignments**: the partitions being moved off a member that is being
-//!   removed (see [`crate::membership`]): replicas = new and old together, adding = new ones,
-//!   removing = old ones (`kafka-topics --describe` asks it). vdl starts reassignments
-//!   itself (AlterPartitionReassignments is not served).
+//!   removed (see [`crate::replication::membership`]): replicas = new and old together,
+//!   adding = new ones, removing = old ones (`kafka-topics --describe` asks it). vdl starts
+//!   reassignments itself (AlterPartitionReassignments is not served).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -38,13 +38,13 @@ use kafka_proto::DecodeError;
 
 use crate::config::KafkaSettings;
 use crate::flow::throttle::{throttle_ms, ClientIdentity};
-use crate::group::{AnswerHook, AppendError, Appended};
 use crate::kafka::access::Access;
 use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::node::{LogStream, Node, PendingAppend};
-use crate::producers::SequenceError;
+use crate::replication::group::{AnswerHook, AppendError, Appended};
+use crate::replication::producers::SequenceError;
 use crate::security::acl::AclOperation;
 use crate::topic_config::{TimestampType, TopicSettings};
 
@@ -61,7 +61,8 @@ const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const MAX_PARTITION_DATA_BYTES: usize = 32 << 20;
 
 // A partition's records, once an entry, always fit a peer frame with room to spare.
-const _: () = assert!(MAX_PARTITION_DATA_BYTES <= crate::transport::MAX_FRAME_BYTES / 2);
+const _: () =
+    assert!(MAX_PARTITION_DATA_BYTES <= crate::replication::transport::MAX_FRAME_BYTES / 2);
 
 /// The limits a Produce request's records are validated against: `message.max.bytes` (capped
 /// by [`MAX_PARTITION_DATA_BYTES`]), the decompression bound derived from it, this node's clock

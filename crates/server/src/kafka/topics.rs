@@ -1,8 +1,8 @@
 //! CreateTopics, CreatePartitions and DeleteTopics, through the replicated cluster metadata.
 //!
 //! A topic has one or more partitions; each is its own log stream and Raft group, replicated to
-//! `replication_factor` nodes placed by [`crate::placement`]. A partition count of -1 takes
-//! `kafka.num_partitions`; 0 or below -1 gets INVALID_PARTITIONS, as in Kafka. A replication
+//! `replication_factor` nodes placed by [`crate::replication::placement`]. A partition count of -1
+//! takes `kafka.num_partitions`; 0 or below -1 gets INVALID_PARTITIONS, as in Kafka. A replication
 //! factor of -1 takes `kafka.default_replication_factor` (default: the smaller of 3 and the number
 //! of nodes); 0, below -1 or above the number of nodes gets INVALID_REPLICATION_FACTOR. Explicit
 //! replica assignments get INVALID_REPLICA_ASSIGNMENT: vdl places replicas itself. Configs
@@ -28,11 +28,11 @@ use kafka_proto::messages::delete_topics_request::DeleteTopicsRequest;
 use kafka_proto::messages::delete_topics_response::{DeletableTopicResult, DeleteTopicsResponse};
 
 use crate::config::valid_stream_name;
-use crate::group::AppendError;
 use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{topic_id_of, topic_name_by_id};
 use crate::node::Node;
+use crate::replication::group::AppendError;
 use crate::security::acl::AclOperation;
 use crate::topic_config;
 

@@ -1,7 +1,7 @@
 //! What a member may propose into the metadata group through another node: the authorization
 //! of forwarded proposals (`MsgPropose` from a peer), checked by [`authorize`] on every entry
-//! before the proposal reaches raft-rs (from [`crate::peer_guard`]'s message check; the
-//! entry's context must already name the sender).
+//! before the proposal reaches raft-rs (from [`crate::replication::peer_guard`]'s message check;
+//! the entry's context must already name the sender).
 //!
 //! A member forwards proposals for two reasons, and they are authorized differently:
 //!
@@ -26,7 +26,7 @@
 //! answer that node's waiting client.
 
 use crate::metadata::{MetaCommand, MetaEntry};
-use crate::peer_guard::Refusal;
+use crate::replication::peer_guard::Refusal;
 
 /// Whether node `from` may have the metadata entry `data` proposed through the leader (see
 /// the module documentation).

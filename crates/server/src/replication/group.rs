@@ -11,7 +11,9 @@
 //!    `pipeline = false`, then they are sent after the fsync);
 //! 2. install a snapshot if there is one;
 //! 3. apply committed entries (already durable here): move the high watermark, answer proposals;
-//! 4. append `entries()` to the store and fsync once for all of them (group commit);
+//! 4. append `entries()` to the store and fsync once for all of them (group commit) when the
+//!    store's sync policy asks for it (`sync = "always"`; `interval` fsyncs once the interval
+//!    has passed, from the turn when no append comes; `never` does not);
 //! 5. persist the hard state when term or vote changed (it must be durable before a vote is
 //!    sent);
 //! 6. send `persisted_messages()` (votes, follower acknowledgements) — only now, after the fsync;
@@ -24,7 +26,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::TrySendError;
 
-use crate::inbox::{InboxReceiver, InboxSender};
+use crate::runtime::inbox::{InboxReceiver, InboxSender};
 use crate::runtime::timeline::{self, Stage as Hop};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,14 +37,16 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 use tokio::sync::{oneshot, watch};
 
-use crate::peer_guard::{check_in_group, GroupLimits, PeerStats};
-use crate::producers::{batch_infos, total_span, ProducerTable, SequenceCheck, SequenceError};
-use crate::raft_storage::{
+use crate::replication::peer_guard::{check_in_group, GroupLimits, PeerStats};
+use crate::replication::producers::{
+    batch_infos, total_span, ProducerTable, SequenceCheck, SequenceError,
+};
+use crate::replication::raft_storage::{
     decode_snapshot_data, from_raft_conf, read, to_store_entry, write, RaftStorage, SharedStore,
     CTX_META, CTX_RECORDS,
 };
+use crate::replication::transport::PeerSender;
 use crate::runtime::{Next, Task};
-use crate::transport::PeerSender;
 
 /// Proposals waiting for commit on one group before new ones are refused with
 /// [`AppendError::Busy`].
@@ -215,16 +219,16 @@ pub enum GroupInput {
     /// and delete the segments below it now.
     RecordsFloorRaised,
     /// Report the idempotent producers this group knows (DescribeProducers).
-    DescribeProducers(oneshot::Sender<Vec<crate::producers::ProducerSummary>>),
+    DescribeProducers(oneshot::Sender<Vec<crate::replication::producers::ProducerSummary>>),
     /// A linearizable read barrier (Raft's ReadIndex, confirmed by a quorum's heartbeats, no
     /// log entry): answered with the read index once this replica, as leader, has applied
     /// through it; NOT_LEADER on a follower or when leadership is lost first.
     ReadIndex(oneshot::Sender<Result<u64, AppendError>>),
     /// This peer has not been heard from for an election timeout (node liveness, see
-    /// [`crate::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
+    /// [`crate::runtime::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
     PeerDown(u64),
-    /// The replicas this group should have as voters (see [`crate::membership`]): its leader
-    /// adds the missing ones as learners, promotes each once caught up, then removes the
+    /// The replicas this group should have as voters (see [`crate::replication::membership`]): its
+    /// leader adds the missing ones as learners, promotes each once caught up, then removes the
     /// others, one configuration change at a time (handing leadership away first when it is
     /// itself removed).
     SetVoters(Vec<u64>),
@@ -290,7 +294,7 @@ pub struct Visible {
     /// (Kafka's leader-epoch start offset, KIP-207). False on a follower and on a leader just
     /// elected, which answers offset queries OFFSET_NOT_AVAILABLE until then.
     pub leader_ready: bool,
-    /// The group is quiesced: idle, not ticking, no heartbeats (see [`crate::quiesce`]).
+    /// The group is quiesced: idle, not ticking, no heartbeats (see [`crate::runtime::quiesce`]).
     pub quiesced: bool,
     /// The voters of the group's configuration as this replica knows it (ascending,
     /// 0-padded).
@@ -427,8 +431,8 @@ pub struct GroupParts {
     pub state_machine: Option<Box<dyn StateMachine>>,
     /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
     pub producers: Option<ProducerTable>,
-    /// This node's rejoin mode after a replaced disk (see [`crate::replicas`]).
-    pub rejoin: std::sync::Arc<crate::replicas::Directories>,
+    /// This node's rejoin mode after a replaced disk (see [`crate::replication::replicas`]).
+    pub rejoin: std::sync::Arc<crate::replication::replicas::Directories>,
     /// The replica that should lead this group when it is live and caught up (topic
     /// partitions), and how often the leader checks; `None`: whoever is elected stays.
     pub preferred_leader: Option<(u64, Duration)>,
@@ -532,7 +536,7 @@ struct Group {
     persisted_term: u64,
     persisted_vote: u64,
     visible: Visible,
-    /// Rejoin epoch in which this group caught up (see [`crate::replicas`]).
+    /// Rejoin epoch in which this group caught up (see [`crate::replication::replicas`]).
     rejoin_done: u64,
     /// In rejoin mode: (epoch, commit index a leader confirmed with a quorum in it).
     rejoin_target: Option<(u64, u64)>,
@@ -546,7 +550,7 @@ struct Group {
     /// The term in which this node, as leader, committed and applied an entry of its own term
     /// (0: none); see [`Visible::leader_ready`].
     ready_term: u64,
-    /// On the leader: consecutive ticks its log was idle (see [`crate::quiesce`]).
+    /// On the leader: consecutive ticks its log was idle (see [`crate::runtime::quiesce`]).
     idle_ticks: usize,
     /// The heartbeats of the Ready being handled tell followers to quiesce.
     mark_quiesce_heartbeats: bool,
@@ -753,10 +757,12 @@ impl Task for Group {
                 self.next_rebalance = Some(Instant::now() + every);
             }
         }
-        // A quiesced group wakes only for input and its slow timers.
+        let sync_due = self.sync_when_due();
+        // A quiesced group wakes only for input and its slow timers (and a due sync).
         let slow = self
             .next_rebalance
             .map_or(self.next_retention, |r| r.min(self.next_retention));
+        let slow = sync_due.map_or(slow, |d| d.min(slow));
         Next::Continue {
             ticking: !self.visible.quiesced,
             wake_at: Some(slow),
@@ -775,7 +781,7 @@ impl Task for Group {
 
 impl Group {
     /// On the leader, once per tick: counts idle ticks and, after an election timeout of them,
-    /// broadcasts the quiesce heartbeat and stops ticking (see [`crate::quiesce`]). The
+    /// broadcasts the quiesce heartbeat and stops ticking (see [`crate::runtime::quiesce`]). The
     /// metadata group never quiesces.
     fn maybe_quiesce(&mut self) {
         let idle = !self.p.forward_proposals
@@ -784,14 +790,14 @@ impl Group {
             && self.proposed.is_empty()
             && self.appended.is_empty()
             && self.pending_count == 0
-            && crate::quiesce::leader_may_quiesce(&self.p.node.raft);
+            && crate::runtime::quiesce::leader_may_quiesce(&self.p.node.raft);
         if !idle {
             self.idle_ticks = 0;
             return;
         }
         self.idle_ticks += 1;
-        let needed =
-            self.p.node.raft.election_timeout() * crate::quiesce::QUIESCE_AFTER_IDLE_ELECTIONS;
+        let needed = self.p.node.raft.election_timeout()
+            * crate::runtime::quiesce::QUIESCE_AFTER_IDLE_ELECTIONS;
         if self.idle_ticks >= needed {
             self.p.node.raft.ping();
             self.mark_quiesce_heartbeats = true;
@@ -1058,7 +1064,7 @@ impl Group {
                     tracing::debug!(stream = %self.p.name, "leaving: not taking leadership back");
                     return true;
                 }
-                let quiesce = crate::quiesce::is_quiesce_heartbeat(&m);
+                let quiesce = crate::runtime::quiesce::is_quiesce_heartbeat(&m);
                 // Followers answer the quiesce heartbeat: a quiesced leader stays quiesced
                 // unless the answer shows the group is not idle after all.
                 let answer = self.visible.quiesced
@@ -1097,10 +1103,13 @@ impl Group {
                     self.rebuild_hard_state();
                     if let Some(hb) = heartbeat {
                         let agree = !self.p.forward_proposals
-                            && crate::quiesce::follower_may_quiesce(&self.p.node.raft, &hb);
+                            && crate::runtime::quiesce::follower_may_quiesce(
+                                &self.p.node.raft,
+                                &hb,
+                            );
                         self.set_quiesced(agree);
                     }
-                    if answer && !crate::quiesce::leader_may_quiesce(&self.p.node.raft) {
+                    if answer && !crate::runtime::quiesce::leader_may_quiesce(&self.p.node.raft) {
                         self.set_quiesced(false);
                     }
                 }
@@ -1763,7 +1772,7 @@ impl Group {
         };
         let mut cfg = self.p.raft_config.clone();
         cfg.applied = commit;
-        let logger = crate::raft_log::group_logger(&self.p.name);
+        let logger = crate::replication::raft_log::group_logger(&self.p.name);
         match RawNode::new(&cfg, storage, &logger) {
             Ok(node) => self.p.node = node,
             Err(e) => {
@@ -1812,7 +1821,9 @@ impl Group {
                     tracing::warn!(stream = %self.p.name, from = m.from, "snapshot refused: {e}");
                     self.p.peer_stats.refuse_message(
                         self.p.id,
-                        &crate::peer_guard::Refusal::BadSnapshot("state does not decode"),
+                        &crate::replication::peer_guard::Refusal::BadSnapshot(
+                            "state does not decode",
+                        ),
                     );
                     return;
                 }
@@ -1837,8 +1848,8 @@ impl Group {
     }
 
     /// On the leader, one step towards the voters asked by [`GroupInput::SetVoters`] when no
-    /// configuration change is in flight (see [`crate::membership`] for the order). Returns
-    /// whether a change was proposed or leadership handed over.
+    /// configuration change is in flight (see [`crate::replication::membership`] for the order).
+    /// Returns whether a change was proposed or leadership handed over.
     fn change_membership(&mut self) -> bool {
         let Some(target) = self.target_voters.clone() else {
             return false;
@@ -1852,7 +1863,7 @@ impl Group {
             return false;
         }
         let conf = raft.prs().conf();
-        let step = crate::membership::next_step(
+        let step = crate::replication::membership::next_step(
             raft.id,
             &target,
             &conf.voters().ids().iter().collect::<Vec<u64>>(),
@@ -1868,12 +1879,12 @@ impl Group {
         };
         tracing::info!(stream = %self.p.name, ?step, "membership change");
         match step {
-            crate::membership::Step::TransferTo(to) => {
+            crate::replication::membership::Step::TransferTo(to) => {
                 self.p.node.transfer_leader(to);
                 true
             }
-            crate::membership::Step::Change(kind, id) => {
-                let cc = crate::membership::conf_change(kind, id);
+            crate::replication::membership::Step::Change(kind, id) => {
+                let cc = crate::replication::membership::conf_change(kind, id);
                 if let Err(e) = self.p.node.propose_conf_change(Vec::new(), cc) {
                     tracing::warn!(stream = %self.p.name, "proposing a membership change failed: {e}");
                     return false;
@@ -2020,9 +2031,9 @@ impl Group {
         }
     }
 
-    /// Checks idempotent producers' batches in arrival order (see [`crate::producers`]):
-    /// retries of committed batches are answered with their original offsets, batches out of
-    /// sequence are refused, the rest go on to be proposed.
+    /// Checks idempotent producers' batches in arrival order (see
+    /// [`crate::replication::producers`]): retries of committed batches are answered with their
+    /// original offsets, batches out of sequence are refused, the rest go on to be proposed.
     fn check_producers(&mut self, queued: Vec<Proposal>) -> Vec<Proposal> {
         let Some(table) = self.p.producers.as_mut() else {
             return queued;
@@ -2190,7 +2201,7 @@ impl Group {
             if self.mark_quiesce_heartbeats
                 && m.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat
             {
-                m.context = crate::quiesce::QUIESCE_CONTEXT.to_vec().into();
+                m.context = crate::runtime::quiesce::QUIESCE_CONTEXT.to_vec().into();
             }
             self.p.peers.send(self.p.id, m);
         }
@@ -2422,8 +2433,38 @@ impl Group {
         }
     }
 
-    /// Appends entries (truncating a conflicting suffix first) and makes them durable with one
-    /// fsync; then records the indexes of this node's proposals. A write the store refuses
+    /// Runs a sync prepared by the store (see [`Group::append`]). The fsync runs without the
+    /// store's lock, so consumers keep reading committed data meanwhile; this thread is the
+    /// only writer, so nothing changes the log in between.
+    fn run_sync(&self, pending: Option<logstore::PendingSync>) {
+        if let Some(pending) = pending {
+            let started = Instant::now();
+            pending.run();
+            self.p.node_metrics.fsync.observe(started.elapsed());
+            write(&self.p.store)
+                .complete_sync(pending)
+                .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
+            timeline::stamp(Hop::FsyncDone, self.p.id);
+        }
+    }
+
+    /// Under `sync = "interval"`, the fsync that falls due with no append to carry it (the
+    /// last appends of a burst). Returns when the next one falls due, if any, so the turn
+    /// wakes for it.
+    fn sync_when_due(&mut self) -> Option<Instant> {
+        let due = read(&self.p.store).sync_due_at()?;
+        if due > Instant::now() {
+            return Some(due);
+        }
+        let pending = write(&self.p.store)
+            .prepare_due_sync()
+            .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"));
+        self.run_sync(pending);
+        None
+    }
+
+    /// Appends entries (truncating a conflicting suffix first) and makes them durable as the
+    /// store's sync policy says: with one fsync under `always` (group commit); then records the indexes of this node's proposals. A write the store refuses
     /// with an I/O error (a full disk) leaves nothing in the store (it cuts what it wrote);
     /// raft-rs is then rebuilt from the store, which drops the entries as a crash before
     /// persisting them would, and the proposals waiting here fail with a storage error: false.
@@ -2445,7 +2486,7 @@ impl Group {
                 }
             }
             let segments_before = s.segment_count();
-            if let Err(e) = s.append(&converted) {
+            if let Err(e) = s.append_unsynced(&converted) {
                 drop(s);
                 tracing::error!(stream = %self.p.name, first, "appending to the log failed: {e}; the entries are dropped and their proposals fail");
                 self.rebuild_raft(AppendError::Storage(e.to_string()));
@@ -2460,20 +2501,12 @@ impl Group {
                     "segment rolled"
                 );
             }
-            s.prepare_sync()
+            // The store's sync policy (the node's `sync`) decides whether this Ready fsyncs:
+            // `always` does, `interval` once the interval has passed, `never` does not.
+            s.prepare_due_sync()
                 .unwrap_or_else(|e| panic!("preparing a log sync failed: {e}"))
         };
-        // The fsync runs without the store's lock, so consumers keep reading committed data
-        // meanwhile; this thread is the only writer, so nothing changes the log in between.
-        if let Some(pending) = pending {
-            let started = Instant::now();
-            pending.run();
-            self.p.node_metrics.fsync.observe(started.elapsed());
-            write(&self.p.store)
-                .complete_sync(pending)
-                .unwrap_or_else(|e| panic!("completing a log sync failed: {e}"));
-            timeline::stamp(Hop::FsyncDone, self.p.id);
-        }
+        self.run_sync(pending);
         let durable_at = Instant::now();
         for e in entries {
             let Some(id) = proposal_id(&e.context, self.p.node.raft.id) else {

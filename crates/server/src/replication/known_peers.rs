@@ -1,7 +1,7 @@
 //! `<data_dir>/known_peers`: the peer addresses of members added at runtime (see
-//! [`crate::membership`]), so a restarted node admits and dials them before its metadata
-//! replay reaches their `AddMember` command. Without it, nodes that all restart at once could
-//! each refuse the others' connections (their saved commit index, written only with term and
+//! [`crate::replication::membership`]), so a restarted node admits and dials them before its
+//! metadata replay reaches their `AddMember` command. Without it, nodes that all restart at once
+//! could each refuse the others' connections (their saved commit index, written only with term and
 //! vote, may predate the command) and no group could elect a leader.
 //!
 //! Format: one `ID IP:PORT` line per member, replaced atomically (temp file, fsync, rename).

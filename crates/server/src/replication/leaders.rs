@@ -3,13 +3,13 @@
 //! A node knows the leader of each Raft group it is a replica of (its `Visible`), but with
 //! replica placement most nodes host only some partitions, and Metadata at any node must still
 //! name every partition's leader. So each node tells its peers which groups it leads: a liveness
-//! ping (see [`crate::liveness`]) carries, in its `context` bytes, the node's whole list of
-//! `(group id, term)` it leads as of now. It is attached when the list changed since the last one
-//! sent, and at least every [`REPORT_REFRESH`] (a peer that restarted, or a ping dropped by a full
-//! queue, learns it then); other pings stay empty. A receiver keeps each peer's latest list, and
-//! answers "who leads group g" with the peer claiming it in the highest term; Metadata also drops
-//! a claimed leader that is not connected now (a node killed before it could report its loss).
-//! An older node ignores the bytes; pings from one carry none and change nothing.
+//! ping (see [`crate::replication::liveness`]) carries, in its `context` bytes, the node's whole
+//! list of `(group id, term)` it leads as of now. It is attached when the list changed since the
+//! last one sent, and at least every [`REPORT_REFRESH`] (a peer that restarted, or a ping dropped
+//! by a full queue, learns it then); other pings stay empty. A receiver keeps each peer's latest
+//! list, and answers "who leads group g" with the peer claiming it in the highest term; Metadata
+//! also drops a claimed leader that is not connected now (a node killed before it could report its
+//! loss). An older node ignores the bytes; pings from one carry none and change nothing.
 //!
 //! Encoding: one version byte ([`REPORT_VERSION`]) then 16 bytes per group (group id, term; both
 //! big-endian u64). A report that does not decode, or lists more than the receiver's limit, is

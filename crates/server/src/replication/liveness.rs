@@ -1,5 +1,5 @@
 //! Node liveness: one ping per peer per heartbeat interval, whatever the number of Raft groups,
-//! so quiesced groups (see [`crate::quiesce`]) still learn when a peer fails.
+//! so quiesced groups (see [`crate::runtime::quiesce`]) still learn when a peer fails.
 //!
 //! A ping is a heartbeat-typed Raft message (term 1, so the peer port's checks admit it) sent on
 //! the peer transport under group id [`LIVENESS_GROUP`], which no Raft group has; it goes

@@ -2,9 +2,10 @@
 //!
 //! The replicated metadata says which nodes should be the voters of each group (the metadata
 //! group: every member not leaving, see [`crate::metadata::MemberRecord`]; a partition: its
-//! replica list). Each replica of a group is told that target ([`crate::group::GroupInput::SetVoters`])
-//! and the group's leader walks its configuration towards it with single-node raft-rs
-//! `ConfChangeV2` changes ([`next_step`]), one in flight at a time:
+//! replica list). Each replica of a group is told that target
+//! ([`crate::replication::group::GroupInput::SetVoters`]) and the group's leader walks its
+//! configuration towards it with single-node raft-rs `ConfChangeV2` changes ([`next_step`]), one in
+//! flight at a time:
 //!
 //! 1. a target node that is not in the configuration is added as a *learner* (it receives the
 //!    log, or a snapshot, but does not count for quorums or elections);
@@ -26,7 +27,7 @@ use raft::prelude::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::group::AppendError;
+use crate::replication::group::AppendError;
 
 /// Where a member is in its life, as `GET /members` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

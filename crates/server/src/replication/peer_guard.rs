@@ -62,7 +62,7 @@ use raft::prelude::{ConfState, EntryType, Message, MessageType};
 use raft::{Raft, StateRole, Storage};
 use thiserror::Error;
 
-use crate::raft_storage::{decode_snapshot_data, CTX_META, CTX_RECORDS};
+use crate::replication::raft_storage::{decode_snapshot_data, CTX_META, CTX_RECORDS};
 
 /// Largest term or index accepted from a peer. Far beyond anything a real log reaches, and low
 /// enough that raft-rs's `+ 1`s on terms and indexes cannot overflow.
@@ -129,9 +129,9 @@ pub enum Refusal {
     #[error("no group {0} on this node")]
     UnknownGroup(u64),
     /// A liveness ping's leader report does not decode or is too long (see
-    /// [`crate::leaders`]); the ping still counts as a sign of life.
+    /// [`crate::replication::leaders`]); the ping still counts as a sign of life.
     #[error("leader report refused: {0}")]
-    BadLeaderReport(crate::leaders::ReportError),
+    BadLeaderReport(crate::replication::leaders::ReportError),
     /// The sender is neither voter nor learner of the group's configuration.
     #[error("node {0} is not in the group's configuration")]
     NotInGroup(u64),
@@ -480,8 +480,8 @@ fn check_append(msg: &Message) -> Result<(), Refusal> {
         }
         prev_term = e.term;
         if e.get_entry_type() == EntryType::EntryConfChange {
-            // vdl changes membership with ConfChangeV2 only (see `crate::membership`); a
-            // leader's v2 change is applied through raft-rs, which refuses invalid ones.
+            // vdl changes membership with ConfChangeV2 only (see `crate::replication::membership`);
+            // a leader's v2 change is applied through raft-rs, which refuses invalid ones.
             return Err(Refusal::BadEntries(
                 "version 1 configuration change entries",
             ));
@@ -757,7 +757,7 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
-    use crate::raft_storage::encode_snapshot_data;
+    use crate::replication::raft_storage::encode_snapshot_data;
 
     fn msg(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
         let mut m = Message::default();

@@ -1,6 +1,6 @@
 //! The bytes of the peer protocol: hellos and frames, in the current version (3, protobuf via
 //! prost) and in the versions of earlier nodes (1 and 2, fixed binary layouts), and which one
-//! each peer speaks. The socket handling around them is in [`crate::transport`].
+//! each peer speaks. The socket handling around them is in [`crate::replication::transport`].
 //!
 //! ```text
 //! connection := hello frame*
@@ -63,7 +63,7 @@ use protobuf::Message as _;
 use raft::prelude::Message;
 use thiserror::Error;
 
-use crate::replicas::HelloDirs;
+use crate::replication::replicas::HelloDirs;
 
 /// First bytes of every hello.
 pub const MAGIC: &[u8; 4] = b"VDLP";

@@ -205,7 +205,7 @@ pub fn load(dir: &Path) -> Result<Option<ProducerTable>, SnapshotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::producers::{BatchInfo, SequenceCheck};
+    use crate::replication::producers::{BatchInfo, SequenceCheck};
 
     fn b(pid: i64, epoch: i16, first: i32, count: i32) -> BatchInfo {
         BatchInfo {
@@ -294,7 +294,7 @@ mod tests {
             preallocate_bytes: 0,
             ..StoreConfig::default()
         };
-        let store: crate::raft_storage::SharedStore =
+        let store: crate::replication::raft_storage::SharedStore =
             Arc::new(RwLock::new(LogStore::open(dir.path(), config).unwrap()));
         store
             .write()
@@ -305,7 +305,7 @@ mod tests {
         save(dir.path(), &crate::node::rebuild_producers(&store, 1)).unwrap();
         // More entries than a restart replays, none of them from producer 7.
         let filler = batch(None);
-        let last = crate::producers::REBUILD_MAX_ENTRIES + 10;
+        let last = crate::replication::producers::REBUILD_MAX_ENTRIES + 10;
         let mut index = 2;
         while index <= last {
             let chunk: Vec<NewEntry> = (index..(index + 10_000).min(last + 1))

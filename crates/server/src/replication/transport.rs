@@ -1,14 +1,14 @@
 //! Raft peer transport: TCP between nodes, one outgoing connection per peer carrying the
 //! messages of every Raft group, batched, with bounded queues and reconnect with backoff.
 //!
-//! Wire format: see [`crate::peer_wire`] (a hello, then length-prefixed frames; version 3 is
-//! protobuf, versions 1 and 2 of earlier releases are still read, and a peer that speaks one
-//! of them is dialed in its version).
+//! Wire format: see [`crate::replication::peer_wire`] (a hello, then length-prefixed frames;
+//! version 3 is protobuf, versions 1 and 2 of earlier releases are still read, and a peer that
+//! speaks one of them is dialed in its version).
 //!
 //! The dialer sends `hello` once, then frames; the acceptor never writes (each direction of a pair
 //! has its own connection). The dialer connects from its own configured peer IP.
 //!
-//! What the acceptor admits (see [`crate::peer_guard`] for the message checks):
+//! What the acceptor admits (see [`crate::replication::peer_guard`] for the message checks):
 //!
 //! - **Connections**: only from an IP some other member is configured at; at most
 //!   [`PeerLimits::max_pending`] ([`PEER_CONNECTIONS_PER_MEMBER`] x peers) still in their hello;
@@ -60,9 +60,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::peer_guard::{PeerGuard, PeerStats, Refusal};
-use crate::peer_wire::{self, FrameFormat, FrameWriter, Hello, PeerVersions, WireError};
 use crate::replication::direct_send::{Direct, DirectConn};
+use crate::replication::peer_guard::{PeerGuard, PeerStats, Refusal};
+use crate::replication::peer_wire::{
+    self, FrameFormat, FrameWriter, Hello, PeerVersions, WireError,
+};
 use crate::runtime::timeline::{self, Stage as Hop};
 
 /// A byte stream between two nodes: TCP, or TLS over TCP.
@@ -136,14 +138,14 @@ pub trait PeerInbox: Send + Sync + 'static {
         connection: u64,
         advertised: String,
         listeners: Vec<(String, String)>,
-        dirs: crate::replicas::HelloDirs,
+        dirs: crate::replication::replicas::HelloDirs,
     ) {
         let _ = (peer, connection, advertised, listeners, dirs);
     }
     /// What this node's hello to `peer` says about directories.
-    fn hello_for(&self, peer: u64) -> crate::replicas::HelloDirs {
+    fn hello_for(&self, peer: u64) -> crate::replication::replicas::HelloDirs {
         let _ = peer;
-        crate::replicas::HelloDirs::default()
+        crate::replication::replicas::HelloDirs::default()
     }
     /// A connection announced by `peer_hello` ended.
     fn peer_gone(&self, peer: u64, connection: u64) {
@@ -223,8 +225,8 @@ impl PeerSender {
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Starts sending to a member added at runtime (see [`crate::membership`]), dialing
-    /// `addr`; a peer known already keeps its sender. Callable from any thread.
+    /// Starts sending to a member added at runtime (see [`crate::replication::membership`]),
+    /// dialing `addr`; a peer known already keeps its sender. Callable from any thread.
     pub fn add_peer(&self, peer: u64, addr: SocketAddr) {
         let Some(ctx) = self.spawn.as_ref() else {
             return;
@@ -1004,8 +1006,8 @@ async fn tls_reloaded(reloads: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
-/// Reads a hello of any version this node speaks (see [`crate::peer_wire`]), reading no byte
-/// past it.
+/// Reads a hello of any version this node speaks (see [`crate::replication::peer_wire`]), reading
+/// no byte past it.
 async fn read_hello(sock: &mut Box<dyn PeerStream>) -> Result<Hello, PeerFrameError> {
     let hello_error = |e| match e {
         WireError::BadHello(why) => PeerFrameError::BadHello(why),
@@ -1031,7 +1033,7 @@ async fn read_hello(sock: &mut Box<dyn PeerStream>) -> Result<Hello, PeerFrameEr
     let advertised =
         String::from_utf8(adv).map_err(|_| PeerFrameError::BadHello("address not UTF-8"))?;
     peer_wire::check_advertised(&advertised).map_err(hello_error)?;
-    let mut dirs = crate::replicas::HelloDirs::default();
+    let mut dirs = crate::replication::replicas::HelloDirs::default();
     if version >= peer_wire::VERSION_2 {
         let mut tail = [0u8; peer_wire::LEGACY_V2_TAIL_BYTES];
         sock.read_exact(&mut tail).await?;
@@ -1070,7 +1072,7 @@ async fn read_body(sock: &mut Box<dyn PeerStream>, len: usize) -> Result<Bytes, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicas::HelloDirs;
+    use crate::replication::replicas::HelloDirs;
     use raft::prelude::{Entry, MessageType};
     use std::net::{IpAddr, Ipv4Addr};
 
@@ -1093,7 +1095,7 @@ mod tests {
             connection: u64,
             advertised: String,
             _listeners: Vec<(String, String)>,
-            _dirs: crate::replicas::HelloDirs,
+            _dirs: crate::replication::replicas::HelloDirs,
         ) {
             self.hellos
                 .lock()

@@ -15,12 +15,13 @@
 //!    a proposal, an election request, a leadership hand-over, a peer reported unreachable or
 //!    down. A woken group ticks on from where it stopped.
 //! 4. Failure detection does not rely on the groups' heartbeats: every node pings every peer
-//!    once per heartbeat interval on the peer transport (group id [`crate::liveness`]'s
-//!    `LIVENESS_GROUP`); a peer not heard from for an election timeout, or whose connection
-//!    failed, is reported down to every group. A quiesced follower whose leader is down, and
-//!    a quiesced leader of which it is a voter (to check its quorum), wake; the followers then
-//!    elect a new leader as after any leader failure. The same pings carry each node's list of
-//!    the groups it leads (see [`crate::leaders`]).
+//!    once per heartbeat interval on the peer transport (group id
+//!    [`crate::replication::liveness`]'s `LIVENESS_GROUP`); a peer not heard from for an
+//!    election timeout, or whose connection failed, is reported down to every group. A
+//!    quiesced follower whose leader is down, and a quiesced leader of which it is a voter (to
+//!    check its quorum), wake; the followers then elect a new leader as after any leader
+//!    failure. The same pings carry each node's list of the groups it leads (see
+//!    [`crate::replication::leaders`]).
 
 use raft::prelude::{Message, MessageType};
 use raft::{Raft, StateRole, Storage};

@@ -292,7 +292,7 @@ pub(crate) fn parse_listeners(
     let mut out: Vec<KafkaListenerConfig> = Vec::with_capacity(file.len());
     for l in file {
         let name = l.name;
-        if !crate::peer_wire::valid_listener_name(&name) {
+        if !crate::replication::peer_wire::valid_listener_name(&name) {
             return invalid(
                 "kafka.listeners.name",
                 format!("`{name}` is not 1-64 of [A-Za-z0-9_-]"),
@@ -301,12 +301,12 @@ pub(crate) fn parse_listeners(
         if out.iter().any(|o| o.name == name) {
             return invalid("kafka.listeners.name", format!("`{name}` is listed twice"));
         }
-        if out.len() >= crate::peer_wire::MAX_HELLO_LISTENERS {
+        if out.len() >= crate::replication::peer_wire::MAX_HELLO_LISTENERS {
             return invalid(
                 "kafka.listeners",
                 format!(
                     "at most {} listeners",
-                    crate::peer_wire::MAX_HELLO_LISTENERS
+                    crate::replication::peer_wire::MAX_HELLO_LISTENERS
                 ),
             );
         }
@@ -321,7 +321,7 @@ pub(crate) fn parse_listeners(
             );
         }
         let advertised = l.advertised.unwrap_or_else(|| listen.to_string());
-        if !crate::peer_wire::valid_advertised(&advertised) {
+        if !crate::replication::peer_wire::valid_advertised(&advertised) {
             return invalid(
                 "kafka.listeners.advertised",
                 format!("`{advertised}` (listener {name}) is not HOST:PORT"),

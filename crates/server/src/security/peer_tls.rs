@@ -12,8 +12,8 @@
 //! `[peer_tls] ca`, is not revoked by `[peer_tls] crl`, and names a node: a certificate that
 //! names none (a Kafka client certificate, even from the same CA) is refused before any hello
 //! byte is read, and the hello must then claim exactly the id the certificate names (see
-//! [`crate::peer_guard::PeerGuard::admit_certified_hello`]). The dialing node requires the
-//! acceptor's certificate to chain to the same CA, be valid for the peer's IP and name the
+//! [`crate::replication::peer_guard::PeerGuard::admit_certified_hello`]). The dialing node requires
+//! the acceptor's certificate to chain to the same CA, be valid for the peer's IP and name the
 //! node id it dialed. So holding node 2's key is needed to be node 2 on the peer port.
 //!
 //! **Reloading.** [`PeerTls`] holds the current acceptor and connector; new connections take

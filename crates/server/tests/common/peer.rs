@@ -12,7 +12,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
 use vdl_server::config::NodeConfig;
 use vdl_server::metadata::MetaCommand;
-use vdl_server::peer_wire;
+use vdl_server::replication::peer_wire;
 use vdl_server::Node;
 
 use super::batch;
@@ -36,7 +36,7 @@ pub fn hello(from: u64, advertised: &str) -> Vec<u8> {
 /// The current peer hello (version 3, protobuf), claiming `from`, settled, without directory
 /// ids; frames after it are [`frame_v3`]s.
 pub fn hello_v3(from: u64, advertised: &str) -> Vec<u8> {
-    let dirs = vdl_server::replicas::HelloDirs {
+    let dirs = vdl_server::replication::replicas::HelloDirs {
         sender_settled: true,
         ..Default::default()
     };

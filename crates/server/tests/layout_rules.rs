@@ -1,0 +1,450 @@
+//! The layout rules of `crates/server` (see "Layout rules" in the crate README), checked
+//! against the source so that a later change cannot quietly break them:
+//!
+//! 1. No file under `src/` is over [`MAX_LINES`] lines, except those in [`OVERSIZE_ALLOWED`],
+//!    each at most as long as it was when listed: a listed file may shrink, never grow.
+//! 2. Imports between top-level modules (`crate::x::...`, `use crate::{x, y::z}`) point down:
+//!    - `replication/` imports nothing of `kafka/`, the admin API, the metadata or `node`;
+//!    - the metadata (`metadata`, `metadata_codec`, `metadata_snapshot`) imports nothing of
+//!      `kafka/` or the admin API;
+//!    - only the composition root (`main.rs`, `lib.rs`) imports `kafka/` and the admin API
+//!      (`admin`, `admin_auth`, `admin_http`, `admin_ops`), besides those modules themselves.
+//!
+//!    The edges that break a rule today are listed in [`EDGES_ALLOWED`] (file, module it
+//!    imports): each is a to-do. A new violating edge fails the test, and so does a listed one
+//!    that no longer exists (take it off the list, so the list stays the true to-do list).
+//!
+//! Comments and string literals are skipped; `#[cfg(test)]` code counts like any other.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Longest file allowed under `src/` (lines).
+const MAX_LINES: usize = 800;
+
+/// Files over [`MAX_LINES`] when this test was written, with their line counts then. Each may
+/// only shrink; take it off the list once it is at or under [`MAX_LINES`].
+const OVERSIZE_ALLOWED: &[(&str, usize)] = &[
+    ("config.rs", 1257),
+    ("kafka/group_coordinator.rs", 2433),
+    ("kafka/groups.rs", 1404),
+    ("kafka/listener.rs", 1024),
+    ("metadata.rs", 2284),
+    ("metadata_codec.rs", 1971),
+    ("metrics.rs", 823),
+    ("node.rs", 3613),
+    ("replication/group.rs", 2782),
+    ("replication/peer_guard.rs", 1169),
+    ("replication/peer_wire.rs", 950),
+    ("replication/transport.rs", 1547),
+    ("security/sasl.rs", 887),
+];
+
+/// Imports that break a rule today: (file under `src/`, top-level module it imports). Each
+/// is a to-do; none may be added.
+const EDGES_ALLOWED: &[(&str, &str)] = &[
+    // The admin API reads the Kafka listener's state.
+    ("admin.rs", "kafka"),
+    // The configuration parses the admin API's and the Kafka connection limits' settings.
+    ("config.rs", "admin_auth"),
+    ("config.rs", "kafka"),
+    // node.rs owns the group coordinator and starts the Kafka listeners.
+    ("node.rs", "kafka"),
+    // Replication checks forwarded metadata proposals and metadata snapshots.
+    ("replication/forwarded.rs", "metadata"),
+    ("replication/peer_guard.rs", "metadata"),
+    ("replication/peer_guard.rs", "metadata_snapshot"),
+    // Replication calls back into node.rs (boot nonce, producer rebuild, group ids).
+    ("replication/group.rs", "node"),
+    ("replication/placement.rs", "node"),
+    ("replication/producer_snapshot.rs", "node"),
+    // Shutdown drives the Kafka listeners' phases.
+    ("shutdown.rs", "kafka"),
+];
+
+const KAFKA: &[&str] = &["kafka"];
+const ADMIN: &[&str] = &["admin", "admin_auth", "admin_http", "admin_ops"];
+const METADATA: &[&str] = &["metadata", "metadata_codec", "metadata_snapshot"];
+const NODE: &[&str] = &["node"];
+const REPLICATION: &[&str] = &["replication"];
+/// The files that wire the rooms together (`main.rs`, `lib.rs`, as top-level module names).
+const COMPOSITION_ROOT: &[&str] = &["main", "lib"];
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.rs` file under `dir`, as (path relative to `src/` with `/`, full path), sorted.
+fn rust_files(dir: &Path) -> Vec<(String, PathBuf)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .map(|e| e.expect("a directory entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(root).expect("under src");
+                let rel = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                out.push((rel, p));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    assert!(out.len() > 10, "no sources found under {}", dir.display());
+    out
+}
+
+/// The source with comments removed and string and char literals blanked (line breaks
+/// kept), so that only code is searched for paths.
+fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = String::with_capacity(src.len());
+    let mut i = 0;
+    // Keeps the line breaks of a skipped span.
+    let blank = |out: &mut String, span: &[u8]| {
+        out.push(' ');
+        out.extend(span.iter().filter(|c| **c == b'\n').map(|_| '\n'));
+    };
+    while i < b.len() {
+        let rest = &b[i..];
+        let ident_at = |k: usize| b[k].is_ascii_alphanumeric() || b[k] == b'_';
+        // Whether a raw string may start here: not inside an identifier, or right after the
+        // `b` of a raw byte string (br"...").
+        let raw_may_start =
+            i == 0 || !ident_at(i - 1) || (b[i - 1] == b'b' && (i < 2 || !ident_at(i - 2)));
+        if rest.starts_with(b"//") {
+            i += rest.iter().position(|c| *c == b'\n').unwrap_or(rest.len());
+        } else if rest.starts_with(b"/*") {
+            let mut depth = 0usize;
+            let mut j = 0;
+            while j < rest.len() {
+                if rest[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if rest[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, &rest[..j]);
+            i += j;
+        } else if raw_may_start && (rest.starts_with(b"r#") || rest.starts_with(b"r\"")) {
+            // A raw string: r"..." or r#"..."# (with any number of #).
+            let hashes = rest[1..].iter().take_while(|c| **c == b'#').count();
+            if rest.get(1 + hashes) != Some(&b'"') {
+                out.push(b[i] as char);
+                i += 1;
+                continue;
+            }
+            let mut close = vec![b'"'];
+            close.resize(1 + hashes, b'#');
+            let body = 2 + hashes;
+            let end = rest[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(rest.len(), |p| body + p + close.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if b[i] == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = (j + 1).min(rest.len());
+            blank(&mut out, &rest[..end]);
+            i += end;
+        } else if b[i] == b'\'' {
+            // A char literal ('x', '\n', '\u{..}', '"'); otherwise a lifetime.
+            let len = if rest.get(1) == Some(&b'\\') {
+                // '\n', '\'', '\\', '\u{..}': the closing quote is after the escaped char.
+                rest.iter().skip(3).position(|c| *c == b'\'').map(|p| p + 4)
+            } else {
+                std::str::from_utf8(&rest[1..rest.len().min(6)])
+                    .ok()
+                    .or_else(|| std::str::from_utf8(&rest[1..]).ok())
+                    .and_then(|s| s.chars().next())
+                    .filter(|c| rest.get(1 + c.len_utf8()) == Some(&b'\''))
+                    .map(|c| c.len_utf8() + 2)
+            };
+            match len {
+                Some(n) if n <= 12 => {
+                    out.push(' ');
+                    i += n;
+                }
+                _ => {
+                    out.push('\'');
+                    i += 1;
+                }
+            }
+        } else {
+            // Copy one whole UTF-8 character.
+            let ch = src[i..].chars().next().expect("a character");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// The identifier at the start of `s` (after whitespace), if any.
+fn first_ident(s: &str) -> Option<&str> {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    let ident = &s[..end];
+    (!ident.is_empty() && !ident.starts_with(|c: char| c.is_ascii_digit())).then_some(ident)
+}
+
+/// The first path segment after every `crate::` (and `vdl_server::`, as the binary names the
+/// library) in `code`, with each item of a `crate::{a, b::c}` group.
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for prefix in ["crate", "vdl_server"] {
+        let mut from = 0;
+        while let Some(pos) = code[from..].find(prefix) {
+            let at = from + pos;
+            from = at + prefix.len();
+            let before_ok = at == 0
+                || !code[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+            let rest = code[from..].trim_start();
+            if !before_ok || !rest.starts_with("::") {
+                continue;
+            }
+            let rest = rest[2..].trim_start();
+            if let Some(group) = rest.strip_prefix('{') {
+                // Items of the group at depth 1, split on commas.
+                let mut depth = 1usize;
+                let mut item_start = 0;
+                for (k, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' | ',' if depth == 1 => {
+                            if let Some(id) = first_ident(&group[item_start..k]) {
+                                if id != "self" {
+                                    found.insert(id.to_string());
+                                }
+                            }
+                            item_start = k + 1;
+                            if c == '}' {
+                                break;
+                            }
+                        }
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                }
+            } else if let Some(id) = first_ident(rest) {
+                found.insert(id.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The crate's top-level modules (`pub mod x;` in lib.rs), and each name lib.rs re-exports
+/// with the top-level module it comes from (`pub use node::{LogStream, Node};`).
+fn crate_root() -> (BTreeSet<String>, BTreeMap<String, String>) {
+    let lib = code_only(&std::fs::read_to_string(src_dir().join("lib.rs")).expect("lib.rs"));
+    let mut modules = BTreeSet::new();
+    let mut reexports = BTreeMap::new();
+    for stmt in lib.split(';') {
+        let words: Vec<&str> = stmt.split_whitespace().collect();
+        match words.as_slice() {
+            ["pub", "mod", name] | ["mod", name] => {
+                modules.insert(name.to_string());
+            }
+            ["pub", "use", ..] => {
+                let path = stmt.trim_start().trim_start_matches("pub").trim_start();
+                let path = path.trim_start_matches("use").trim_start();
+                let top = first_ident(path).expect("a re-export's module").to_string();
+                let names = path[top.len()..]
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| !w.is_empty());
+                for name in names {
+                    reexports.insert(name.to_string(), top.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(modules.contains("replication") && modules.contains("kafka"));
+    (modules, reexports)
+}
+
+/// The top-level module a file under `src/` belongs to (`replication/group.rs` ->
+/// `replication`, `node.rs` -> `node`, `main.rs` -> `main`).
+fn module_of(rel: &str) -> &str {
+    let first = rel.split('/').next().expect("a path");
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+/// Why importing `to` from a file of module `from` breaks a rule, if it does.
+fn broken_rule(from: &str, to: &str) -> Option<&'static str> {
+    let is = |set: &[&str], m: &str| set.contains(&m);
+    if is(REPLICATION, from) && (is(KAFKA, to) || is(ADMIN, to) || is(METADATA, to) || is(NODE, to))
+    {
+        return Some("replication/ imports nothing of kafka/, the admin API, metadata or node");
+    }
+    if is(METADATA, from) && (is(KAFKA, to) || is(ADMIN, to)) {
+        return Some("the metadata imports nothing of kafka/ or the admin API");
+    }
+    if is(KAFKA, to) && !is(KAFKA, from) && !is(COMPOSITION_ROOT, from) {
+        return Some("only the composition root imports kafka/");
+    }
+    if is(ADMIN, to) && !is(ADMIN, from) && !is(COMPOSITION_ROOT, from) {
+        return Some("only the composition root imports the admin API");
+    }
+    None
+}
+
+/// Every (file, top-level module) import edge of the sources that breaks a rule, with why.
+fn violating_edges() -> BTreeMap<(String, String), &'static str> {
+    let (modules, reexports) = crate_root();
+    let mut edges = BTreeMap::new();
+    for (rel, path) in rust_files(&src_dir()) {
+        let code = code_only(&std::fs::read_to_string(&path).expect("a source file"));
+        let from = module_of(&rel);
+        for first in crate_paths(&code) {
+            let to = if modules.contains(&first) {
+                first.clone()
+            } else if let Some(m) = reexports.get(&first) {
+                m.clone()
+            } else {
+                continue;
+            };
+            if to == from {
+                continue;
+            }
+            if let Some(why) = broken_rule(from, &to) {
+                edges.insert((rel.clone(), to), why);
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn no_file_grows_past_the_line_limit() {
+    let allowed: BTreeMap<&str, usize> = OVERSIZE_ALLOWED.iter().copied().collect();
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (rel, path) in rust_files(&src_dir()) {
+        let lines = std::fs::read_to_string(&path)
+            .expect("a source file")
+            .lines()
+            .count();
+        match allowed.get(rel.as_str()) {
+            Some(&max) => {
+                seen.insert(rel.clone());
+                if lines > max {
+                    problems.push(format!(
+                        "{rel}: {lines} lines, more than the {max} it is allowed (a listed file \
+                         may only shrink: move code to a new module)"
+                    ));
+                } else if lines <= MAX_LINES {
+                    problems.push(format!(
+                        "{rel}: {lines} lines, at or under {MAX_LINES}: take it off \
+                         OVERSIZE_ALLOWED"
+                    ));
+                }
+            }
+            None if lines > MAX_LINES => problems.push(format!(
+                "{rel}: {lines} lines, over {MAX_LINES} (split it into modules)"
+            )),
+            None => {}
+        }
+    }
+    for rel in allowed.keys() {
+        if !seen.contains(*rel) {
+            problems.push(format!(
+                "{rel} is in OVERSIZE_ALLOWED but not under src/: take it off"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn imports_point_down() {
+    let found = violating_edges();
+    let allowed: BTreeSet<(String, String)> = EDGES_ALLOWED
+        .iter()
+        .map(|(f, m)| (f.to_string(), m.to_string()))
+        .collect();
+    let mut problems = Vec::new();
+    for ((file, module), why) in &found {
+        if !allowed.contains(&(file.clone(), module.clone())) {
+            problems.push(format!(
+                "src/{file} imports crate::{module}: {why} (see the crate README's Layout rules)"
+            ));
+        }
+    }
+    for (file, module) in &allowed {
+        if !found.contains_key(&(file.clone(), module.clone())) {
+            problems.push(format!(
+                "(\"{file}\", \"{module}\") is in EDGES_ALLOWED but src/{file} no longer \
+                 imports crate::{module} against a rule: take it off the list"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The parser finds the paths the rules are about, and not those in comments or strings.
+#[test]
+fn the_path_parser_reads_uses_groups_and_skips_comments_and_strings() {
+    let src = r##"
+        use crate::replication::group::AppendError;
+        use crate::{
+            kafka::listener::{Endpoint, ShutdownPhase},
+            metrics, self,
+        };
+        // use crate::admin::Server;
+        /* crate::admin_ops /* nested */ crate::admin_http */
+        /// See [`crate::node::Node`].
+        let s = "crate::metadata::X";
+        let r = r#"crate::metadata_codec"#;
+        let c = '"'; let l: &'static str = "";
+        let q = '\''; let bs = br"crate::admin\"; let k = "\"crate::admin\" \\";
+        let e = '\\'; let u = '\u{1F600}';
+        let x = vdl_server::config::NodeConfig::default();
+        fn f<'a>(v: &'a str) -> crate::Node { todo!() }
+        let not = mycrate::flow::X;
+    "##;
+    let found = crate_paths(&code_only(src));
+    let want: BTreeSet<String> = ["replication", "kafka", "metrics", "config", "Node"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(found, want);
+    assert_eq!(module_of("replication/group.rs"), "replication");
+    assert_eq!(module_of("node.rs"), "node");
+    // Each rule forbids what it says and nothing else.
+    assert!(broken_rule("replication", "node").is_some());
+    assert!(broken_rule("replication", "metadata_codec").is_some());
+    assert!(broken_rule("replication", "runtime").is_none());
+    assert!(broken_rule("metadata", "admin_ops").is_some());
+    assert!(broken_rule("metadata", "replication").is_none());
+    assert!(broken_rule("flow", "kafka").is_some());
+    assert!(broken_rule("main", "kafka").is_none());
+    assert!(broken_rule("kafka", "node").is_none());
+    assert!(broken_rule("admin_ops", "admin_http").is_none());
+    assert!(broken_rule("security", "admin").is_some());
+}
