@@ -1,7 +1,7 @@
 //! The admin API's operator endpoints (what `vdlctl` calls): cluster status, leader transfer
 //! and balance, segment listing and deletion. Any node answers: it gathers the other nodes'
 //! views from their admin listeners (addresses announced through the metadata log,
-//! [`crate::node::Node::announce_admin_address`]) or forwards the request to the node that
+//! [`announce_admin_address`]) or forwards the request to the node that
 //! must act.
 //!
 //! Endpoints (JSON answers; errors are `{"error": ..}` with a 4xx/5xx status):
@@ -180,6 +180,33 @@ pub struct ClusterStatus {
     pub partitions: Vec<PartitionStatus>,
     /// Partitions under-replicated, as `topic-partition`.
     pub under_replicated: Vec<String>,
+}
+
+/// Announces `node`'s admin address through the metadata log now, and again every `refresh`
+/// (so nodes that installed a metadata snapshot, which does not carry it, learn it again) or
+/// sooner when this node's view lacks it. Runs until the node is dropped.
+pub fn announce_admin_address(node: &Arc<Node>, address: String, refresh: Duration) {
+    let weak = Arc::downgrade(node);
+    tokio::spawn(async move {
+        let mut last_sent: Option<std::time::Instant> = None;
+        loop {
+            let Some(node) = weak.upgrade() else { return };
+            let me = node.config().id;
+            let known = node.admin_addresses().get(&me) == Some(&address);
+            if !known || last_sent.is_none_or(|t| t.elapsed() >= refresh) {
+                let cmd = crate::metadata::MetaCommand::AdminAddress {
+                    node: me,
+                    address: address.clone(),
+                };
+                match node.propose_metadata(&cmd, Duration::from_secs(5)).await {
+                    Ok(_) => last_sent = Some(std::time::Instant::now()),
+                    Err(e) => tracing::debug!("announcing the admin address failed: {e}"),
+                }
+            }
+            drop(node);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
 }
 
 /// A JSON error answer.

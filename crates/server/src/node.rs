@@ -3257,32 +3257,6 @@ impl Node {
             .clone()
     }
 
-    /// Announces this node's admin address through the metadata log now, and again every
-    /// `refresh` (so nodes that installed a metadata snapshot, which does not carry it, learn
-    /// it again) or sooner when this node's view lacks it. Runs until the node is dropped.
-    pub fn announce_admin_address(self: &Arc<Self>, address: String, refresh: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut last_sent: Option<Instant> = None;
-            loop {
-                let Some(node) = weak.upgrade() else { return };
-                let known = node.admin_addresses().get(&node.config.id) == Some(&address);
-                if !known || last_sent.is_none_or(|t| t.elapsed() >= refresh) {
-                    let cmd = MetaCommand::AdminAddress {
-                        node: node.config.id,
-                        address: address.clone(),
-                    };
-                    match node.propose_metadata(&cmd, Duration::from_secs(5)).await {
-                        Ok(_) => last_sent = Some(Instant::now()),
-                        Err(e) => tracing::debug!("announcing the admin address failed: {e}"),
-                    }
-                }
-                drop(node);
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
-    }
-
     /// Every group this node hosts (the metadata group first).
     fn all_groups(&self) -> Vec<LogStream> {
         let mut all: Vec<LogStream> = self.metadata_group().into_iter().collect();

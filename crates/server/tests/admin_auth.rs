@@ -154,8 +154,16 @@ async fn cluster_status_never_files_an_answer_under_another_nodes_id() {
         addrs.push(addr);
     }
     // Node 2 announces node 1's address (as two nodes announcing the same loopback bind would).
-    nodes[0].announce_admin_address(addrs[0].clone(), Duration::from_secs(300));
-    nodes[1].announce_admin_address(addrs[0].clone(), Duration::from_secs(300));
+    vdl_server::admin_ops::announce_admin_address(
+        &nodes[0],
+        addrs[0].clone(),
+        Duration::from_secs(300),
+    );
+    vdl_server::admin_ops::announce_admin_address(
+        &nodes[1],
+        addrs[0].clone(),
+        Duration::from_secs(300),
+    );
     let deadline = Instant::now() + T;
     while nodes[0].admin_addresses().len() < 2 {
         assert!(Instant::now() < deadline, "admin addresses not announced");

@@ -61,7 +61,11 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, Vec<String>, Vec<Nod
             .await
             .expect("bind admin");
         tokio::spawn(vdl_server::admin::serve(listener, node.clone()));
-        node.announce_admin_address(addr.to_string(), Duration::from_secs(300));
+        vdl_server::admin_ops::announce_admin_address(
+            &node,
+            addr.to_string(),
+            Duration::from_secs(300),
+        );
         admins.push(addr.to_string());
         nodes.push(node);
     }

@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
 use raft::{RawNode, StateRole};
+
+use crate::replication::in_sync::{durable_copies, CommitHistory};
 use thiserror::Error;
 use tokio::sync::{oneshot, watch};
 
@@ -340,25 +342,6 @@ pub type DurableCopies = [u64; MAX_TRACKED_VOTERS];
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
 
-/// On a leader: the highest index at least k voters hold, for k = 1.. (see
-/// [`DurableCopies`]); no allocation, it runs at every turn.
-fn durable_copies(raft: &raft::Raft<RaftStorage>) -> DurableCopies {
-    let mut copies: DurableCopies = [0; MAX_TRACKED_VOTERS];
-    let mut n = 0;
-    let voters = raft.prs().conf().voters();
-    for (id, pr) in raft.prs().iter() {
-        if n < MAX_TRACKED_VOTERS && voters.contains(*id) {
-            copies[n] = pr.matched;
-            n += 1;
-        }
-    }
-    copies[..n].sort_unstable_by(|a, b| b.cmp(a));
-    copies
-}
-
-/// Commit-index samples kept for the in-sync rule (see [`CommitHistory`]).
-const COMMIT_HISTORY_SAMPLES: usize = 256;
-
 /// Receives committed metadata entries in log order (used by the metadata group).
 pub trait StateMachine: Send + 'static {
     /// Applies one committed `Meta` entry.
@@ -445,48 +428,6 @@ pub struct GroupParts {
     pub metrics: Arc<crate::metrics::PartitionMetrics>,
     /// The node's metrics (fsync latency, Produce's local and remote stages).
     pub node_metrics: Arc<crate::metrics::NodeMetrics>,
-}
-
-/// The leader's commit index over the last `replica_lag_time_max`, sampled: a follower is in
-/// sync while it holds what was committed that long ago (Kafka's rule: caught up with the
-/// leader within `replica.lag.time.max.ms`). At most [`COMMIT_HISTORY_SAMPLES`] samples, at
-/// least `lag / COMMIT_HISTORY_SAMPLES` apart, so the answer errs by at most that much time.
-#[derive(Debug, Default)]
-struct CommitHistory {
-    samples: std::collections::VecDeque<(Instant, u64)>,
-}
-
-impl CommitHistory {
-    /// Records the commit index now; returns the highest commit index known to be at least
-    /// `lag` old (or, when leading for less than `lag`, the oldest sample: what was committed
-    /// when this leader started).
-    fn note(&mut self, now: Instant, committed: u64, lag: Duration) -> u64 {
-        let spacing = lag / COMMIT_HISTORY_SAMPLES as u32;
-        let due = self
-            .samples
-            .back()
-            .is_none_or(|(at, c)| *c != committed && now.saturating_duration_since(*at) >= spacing);
-        if due {
-            self.samples.push_back((now, committed));
-        }
-        // Keep one sample at least `lag` old: the newest such is the answer.
-        while self.samples.len() > 1
-            && self
-                .samples
-                .get(1)
-                .is_some_and(|(at, _)| now.saturating_duration_since(*at) >= lag)
-        {
-            self.samples.pop_front();
-        }
-        while self.samples.len() > COMMIT_HISTORY_SAMPLES {
-            self.samples.pop_front();
-        }
-        self.samples.front().map_or(committed, |(_, c)| *c)
-    }
-
-    fn clear(&mut self) {
-        self.samples.clear();
-    }
 }
 
 /// How far a leader's retention waits for a replica that still needs entries it would delete
@@ -2748,35 +2689,5 @@ pub fn try_deliver(inbox: &InboxSender<GroupInput>, input: GroupInput) -> bool {
             false
         }
         Err(_) => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn in_sync_means_holding_what_was_committed_the_lag_time_ago() {
-        let lag = Duration::from_secs(30);
-        let start = Instant::now();
-        let mut history = CommitHistory::default();
-        // A new leader: the bar is what was committed when it started.
-        assert_eq!(history.note(start, 100, lag), 100);
-        assert_eq!(history.note(start + Duration::from_secs(10), 500, lag), 100);
-        assert_eq!(history.note(start + Duration::from_secs(20), 900, lag), 100);
-        // 31 s on, 100 (at 0 s) is the newest sample at least 30 s old; 500 (at 10 s) becomes
-        // the bar once 30 s old.
-        assert_eq!(history.note(start + Duration::from_secs(31), 950, lag), 100);
-        assert_eq!(history.note(start + Duration::from_secs(41), 960, lag), 500);
-        assert_eq!(history.note(start + Duration::from_secs(51), 970, lag), 900);
-        // Bounded, however often it is told.
-        for i in 0..10_000u64 {
-            history.note(
-                start + Duration::from_secs(60) + Duration::from_millis(i),
-                1000 + i,
-                lag,
-            );
-        }
-        assert!(history.samples.len() <= COMMIT_HISTORY_SAMPLES);
     }
 }

@@ -1,7 +1,8 @@
 //! Raft replication: one Raft group per partition (and one for the cluster metadata), the
 //! transport between nodes, and where replicas and leaders live.
 //!
-//! - [`group`]: one group's Ready loop, proposals, commit notification.
+//! - [`group`]: one group's Ready loop, proposals, commit notification; [`in_sync`]: what a
+//!   leader knows of its voters' copies (durable copies, Kafka's in-sync rule).
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store; [`raft_log`]: raft-rs's log
 //!   records forwarded to `tracing`.
 //! - [`transport`]: Raft messages between nodes over TCP; [`peer_wire`]: the bytes of the peer
@@ -20,6 +21,7 @@
 pub mod direct_send;
 pub mod forwarded;
 pub mod group;
+pub mod in_sync;
 pub mod known_peers;
 pub mod leaders;
 pub mod liveness;
