@@ -37,8 +37,6 @@ use crate::replication::group::ReplicaReport;
 
 /// Longest the node waits for another node's admin answer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
-/// Largest answer read from another node's admin API (plain [`call_peer`]).
-const PEER_MAX_BYTES: u64 = 64 << 20;
 /// Longest an operation may be asked to wait.
 const MAX_OP_TIMEOUT_MS: u64 = 300_000;
 
@@ -223,29 +221,8 @@ pub async fn call_peer(
     path_and_query: &str,
     timeout: Duration,
 ) -> Result<(u16, String), String> {
-    let url = format!("http://{address}{path_and_query}");
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let response = match method {
-            "POST" => agent.post(&url).send_empty(),
-            _ => agent.get(&url).call(),
-        };
-        let mut response = response.map_err(|e| format!("{url}: {e}"))?;
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(PEER_MAX_BYTES)
-            .read_to_string()
-            .map_err(|e| format!("{url}: {e}"))?;
-        Ok((status, body))
-    })
-    .await
-    .map_err(|e| format!("admin call task failed: {e}"))?
+    let plain = crate::admin_auth::AdminSettings::default();
+    crate::admin_http::call_peer_as(&plain, None, address, method, path_and_query, timeout).await
 }
 
 /// `GET /cluster/status`: 200 when healthy, 503 otherwise (same document). The other nodes

@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 use rustls::server::WebPkiClientVerifier;
 
 use crate::security::config::TlsFiles;
-use crate::security::tls::{self, TlsError};
+use crate::security::tls::{self, mtimes, TlsError};
 
 /// The URI scheme (and `//`) of the subject alternative name that names a node.
 pub const NODE_URI_PREFIX: &str = "vdl-node://";
@@ -220,19 +220,6 @@ fn build(
         tokio_rustls::TlsAcceptor::from(server_config(files)?),
         tokio_rustls::TlsConnector::from(client_config(files)?),
     ))
-}
-
-fn mtimes(files: &TlsFiles) -> Vec<Option<SystemTime>> {
-    [
-        Some(&files.cert),
-        Some(&files.key),
-        files.ca.as_ref(),
-        files.crl.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-    .collect()
 }
 
 /// The acceptor and connector in use and the files' modification times they were read at.

@@ -217,7 +217,9 @@ fn rfc2253(name: &x509_parser::x509::X509Name<'_>) -> String {
     rdns.into_iter().rev().collect::<Vec<_>>().join(",")
 }
 
-fn mtimes(files: &TlsFiles) -> Vec<Option<SystemTime>> {
+/// The modification times of `files` (cert, key, and CA and CRL when set): what a reload
+/// compares to decide whether the files changed.
+pub(crate) fn mtimes(files: &TlsFiles) -> Vec<Option<SystemTime>> {
     [
         Some(&files.cert),
         Some(&files.key),
