@@ -35,8 +35,9 @@ pub fn open_group(
 ) -> SimGroup {
     let mut store_config = StoreConfig {
         segment_bytes: 1 << 20,
-        // The group syncs once per Ready itself.
-        sync_policy: SyncPolicy::Never,
+        // As a node with `sync = "always"` configures it: the store's policy asks the group for
+        // one fsync per Ready (group commit), which the group runs outside the store's lock.
+        sync_policy: SyncPolicy::Always,
         preallocate_bytes: 0,
         ..StoreConfig::default()
     };
