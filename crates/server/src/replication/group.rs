@@ -1035,7 +1035,11 @@ impl Group {
                             m.from,
                             m.term,
                             m.commit,
-                            m.get_snapshot().get_metadata().index,
+                            // A snapshot at or below the commit index restores nothing (raft-rs
+                            // only answers it): no repair target.
+                            Some(m.get_snapshot().get_metadata().index)
+                                .filter(|i| *i > self.p.node.raft.raft_log.committed)
+                                .unwrap_or(0),
                         )
                     });
                     self.step_peer_message(m);
@@ -1390,7 +1394,9 @@ impl Group {
         };
         match kind {
             MessageType::MsgAppend if repair.target.is_none() => repair.target = Some(commit),
-            MessageType::MsgSnapshot if repair.target.is_none() => repair.target = Some(snap_index),
+            MessageType::MsgSnapshot if repair.target.is_none() && snap_index > 0 => {
+                repair.target = Some(snap_index)
+            }
             MessageType::MsgHeartbeat => {
                 // A quiet leader sends no appends; tell it where this log ends.
                 let last = read(&self.p.store).last_index();

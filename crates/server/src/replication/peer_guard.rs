@@ -31,7 +31,7 @@
 //! | `MsgHeartbeat`: a commit beyond this node's last index becomes its own commit index | `commit_to` panics (a follower whose disk was wiped: the leader still believes it holds what it acknowledged) |
 //! | `MsgReadIndex`, `MsgReadIndexResp` carry exactly one entry | index out of bounds |
 //! | `MsgSnapshot`: metadata term in `1..=term`, data decodes, configuration restorable (checked as raft-rs restores it), naming the sender a voter and this node a member (it may differ from the group's: membership changed while this replica was away) | `commit_to` past the log; `unable to restore config` panic |
-//! | `MsgSnapshot` above the commit index | a committed entry replaced (raft-rs restores a snapshot at the commit index whatever its term) |
+//! | `MsgSnapshot` at the commit index only with the committed entry's term (below it, raft-rs restores nothing and answers with its commit index, which the leader needs) | a committed entry replaced (raft-rs restores a snapshot at the commit index whatever its term) |
 //! | the metadata group's `MsgSnapshot`: its state decodes (format byte, CRC, protobuf) at the snapshot's index (checked by the group before stepping) | a follower's metadata replaced by garbage |
 //! | `MsgTransferLeader` only to the leader, in its term | a follower forwarding it panics (`term should not be set`) |
 //! | vote responses only while every entry is persisted | `become_leader` asserts all entries are persisted |
@@ -592,11 +592,24 @@ pub fn check_in_group<S: Storage>(
         MsgAppend => check_entries_fit(limits, msg)?,
         MsgSnapshot if !limits.snapshots => return Err(Refusal::NotAccepted(kind)),
         MsgSnapshot => {
-            if msg.get_snapshot().get_metadata().index <= raft.raft_log.committed {
-                // Below the commit index raft-rs ignores a snapshot; at it, a correct leader's
-                // snapshot has the committed entry's term (raft-rs then only fast-forwards),
-                // while another term would replace a committed entry.
-                return Err(Refusal::BadSnapshot("not above the commit index"));
+            let meta = msg.get_snapshot().get_metadata();
+            let committed = raft.raft_log.committed;
+            if meta.index < committed {
+                // raft-rs restores nothing below its commit index and answers with that index
+                // (an append response), which is how a leader whose snapshot was overtaken
+                // (the follower caught up by appends meanwhile) learns where the follower is
+                // and leaves its snapshot state. Dropped here, the leader waited for that
+                // answer for good and never sent the follower another entry (found by the
+                // simulation: SIM_MEMBERSHIP=1, retention seed 1002).
+                return Ok(());
+            }
+            if meta.index == committed && raft.raft_log.term(committed).ok() != Some(meta.term) {
+                // At the commit index a correct leader's snapshot has the committed entry's
+                // term (raft-rs then only fast-forwards and answers); raft-rs would restore
+                // one of another term, replacing a committed entry.
+                return Err(Refusal::BadSnapshot(
+                    "at the commit index with another term",
+                ));
             }
             // Its configuration is the group's as committed at the snapshot's index, which may
             // differ from what this replica last applied (membership changed while it was
@@ -948,6 +961,64 @@ mod tests {
         m.mut_snapshot().mut_metadata().term = 2;
         m.mut_snapshot().data = Bytes::from_static(b"junk");
         assert!(matches!(refused(&m), Refusal::BadSnapshot(_)));
+    }
+
+    /// A leader whose snapshot was overtaken (the follower caught up by appends meanwhile)
+    /// waits in its snapshot state for the follower's answer: the guard lets a snapshot below
+    /// the commit index through, and raft-rs restores nothing and answers with its commit
+    /// index. At the commit index only the committed entry's term passes.
+    #[test]
+    fn a_snapshot_below_the_commit_index_is_answered_not_dropped() {
+        let mut n = node();
+        let l = limits();
+        // Leader 2 of term 2 appends 1..=6 and commits 5.
+        let mut a = msg(MessageType::MsgAppend, 2, 1, 2);
+        a.entries = (1..=6).map(|i| entry(i, 2)).collect::<Vec<_>>().into();
+        a.commit = 5;
+        assert_eq!(check_in_group(&n.raft, &l, &mut a), Ok(()));
+        n.step(a).expect("append");
+        let rd = n.ready();
+        n.mut_store().wl().append(rd.entries()).expect("store");
+        let mut light = n.advance(rd);
+        n.advance_apply_to(light.commit_index().unwrap_or(5));
+        let _ = light.take_messages();
+        assert_eq!(n.raft.raft_log.committed, 5);
+
+        let snapshot_at = |index: u64, term: u64| {
+            let mut s = msg(MessageType::MsgSnapshot, 2, 1, 2);
+            let meta = s.mut_snapshot().mut_metadata();
+            meta.index = index;
+            meta.term = term;
+            meta.mut_conf_state().voters = vec![1, 2, 3];
+            s
+        };
+        let mut below = snapshot_at(3, 2);
+        assert_eq!(check_in_group(&n.raft, &l, &mut below), Ok(()));
+        n.step(below).expect("snapshot");
+        let rd = n.ready();
+        assert!(rd.snapshot().is_empty(), "nothing restored");
+        let answers: Vec<Message> = rd
+            .messages()
+            .iter()
+            .chain(rd.persisted_messages())
+            .cloned()
+            .collect();
+        assert!(
+            answers
+                .iter()
+                .any(|m| m.get_msg_type() == MessageType::MsgAppendResponse
+                    && m.to == 2
+                    && m.index == 5
+                    && !m.reject),
+            "answered with the commit index: {answers:?}"
+        );
+        let _ = n.advance(rd);
+        // At the commit index: the committed entry's term only.
+        assert_eq!(check_in_group(&n.raft, &l, &mut snapshot_at(5, 2)), Ok(()));
+        assert!(matches!(
+            check_in_group(&n.raft, &l, &mut snapshot_at(5, 1)),
+            Err(Refusal::BadSnapshot(_))
+        ));
     }
 
     #[test]

@@ -500,6 +500,14 @@ impl World {
             if !self.link_up(m.from, m.to) {
                 continue;
             }
+            if std::env::var("SIM_TRACE_GROUP")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                == Some(m.group)
+                && self.step > 2900
+            {
+                eprintln!("TRACE step {} {}->{} {:?} term {} idx {} logterm {} commit {} reject {} hint {} ents {} snap {}", step, m.from, m.to, m.msg.get_msg_type(), m.msg.term, m.msg.index, m.msg.log_term, m.msg.commit, m.msg.reject, m.msg.reject_hint, m.msg.entries.len(), m.msg.get_snapshot().get_metadata().index);
+            }
             let node = &self.nodes[(m.to - 1) as usize];
             if let Some(g) = node.groups.get(&m.group).filter(|_| node.up) {
                 try_deliver(&g.inbox, GroupInput::Raft(m.msg));
@@ -667,13 +675,15 @@ impl World {
                 let v = *sg.visible.borrow();
                 let s = vdl_server::replication::raft_storage::read(&sg.store);
                 out.push_str(&format!(
-                    "  group {g}: leader {} term {} applied {} voters {:?} settled {}; log \
-                     {}..={}, hard state {:?}, configuration {:?}\n",
+                    "  group {g}: leader {} term {} applied {} voters {:?} settled {} quiesced {} \
+                     in sync {:?}; log {}..={}, hard state {:?}, configuration {:?}\n",
                     v.leader,
                     v.term,
                     v.applied_index,
                     v.voters,
                     v.membership_settled,
+                    v.quiesced,
+                    v.in_sync,
                     s.first_index(),
                     s.last_index(),
                     s.hard_state(),
