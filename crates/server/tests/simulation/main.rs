@@ -15,7 +15,9 @@
 //! wiped while it is down; it comes back with a new directory id, which its peers' hellos
 //! notice: their leaders send its log again and it rejoins without voting until caught up, as
 //! the real node does); `SIM_MEMBERSHIP=1` asks groups for two voters and then for all three
-//! again (`GroupInput::SetVoters`, the real membership path).
+//! again (`GroupInput::SetVoters`, the real membership path). `SIM_TRACE=G:S` prints every
+//! message of group G delivered from step S on (the faults run for `SIM_STEPS` steps, then the
+//! heal): how a failing seed is read.
 //!
 //! After the faults stop and the network heals, it checks, for every group:
 //! - every replica holds the same committed entries (index, term, payload);
@@ -234,6 +236,10 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
     // issue 32, "The simulation's faults"); `SIM_DISKS=1` and `SIM_MEMBERSHIP=1` turn them on.
     options.disk_replacements = env_u64("SIM_DISKS") == Some(1);
     options.membership = env_u64("SIM_MEMBERSHIP") == Some(1);
+    options.trace = std::env::var("SIM_TRACE").ok().and_then(|v| {
+        let (group, step) = v.split_once(':').unwrap_or((&v, "0"));
+        Some((group.parse().ok()?, step.parse().ok()?))
+    });
     let steps = env_u64("SIM_STEPS").unwrap_or(3_000);
     let seeds: Vec<u64> = match env_u64("SIM_SEED") {
         Some(seed) => vec![seed],

@@ -40,6 +40,9 @@ pub struct SimOptions {
     pub disk_replacements: bool,
     /// Membership changes: a group asked for two voters, then all three again.
     pub membership: bool,
+    /// Prints every message of this group delivered from this step on (`SIM_TRACE=group:step`),
+    /// to stderr: how a failing seed is diagnosed.
+    pub trace: Option<(u64, u64)>,
 }
 
 pub struct SimGroup {
@@ -500,13 +503,27 @@ impl World {
             if !self.link_up(m.from, m.to) {
                 continue;
             }
-            if std::env::var("SIM_TRACE_GROUP")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                == Some(m.group)
-                && self.step > 2900
+            if self
+                .options
+                .trace
+                .is_some_and(|(g, from)| g == m.group && step >= from)
             {
-                eprintln!("TRACE step {} {}->{} {:?} term {} idx {} logterm {} commit {} reject {} hint {} ents {} snap {}", step, m.from, m.to, m.msg.get_msg_type(), m.msg.term, m.msg.index, m.msg.log_term, m.msg.commit, m.msg.reject, m.msg.reject_hint, m.msg.entries.len(), m.msg.get_snapshot().get_metadata().index);
+                eprintln!(
+                    "trace step {step} group {} {}->{} {:?} term {} index {} log term {} commit \
+                     {} reject {} hint {} entries {} snapshot {}",
+                    m.group,
+                    m.from,
+                    m.to,
+                    m.msg.get_msg_type(),
+                    m.msg.term,
+                    m.msg.index,
+                    m.msg.log_term,
+                    m.msg.commit,
+                    m.msg.reject,
+                    m.msg.reject_hint,
+                    m.msg.entries.len(),
+                    m.msg.get_snapshot().get_metadata().index
+                );
             }
             let node = &self.nodes[(m.to - 1) as usize];
             if let Some(g) = node.groups.get(&m.group).filter(|_| node.up) {
