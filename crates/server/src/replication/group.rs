@@ -481,8 +481,10 @@ struct Group {
     rejoin_done: u64,
     /// In rejoin mode: (epoch, commit index a leader confirmed with a quorum in it).
     rejoin_target: Option<(u64, u64)>,
-    /// In rejoin mode: (epoch, when) this replica last asked its leader for the target.
-    rejoin_target_asked: Option<(u64, Instant)>,
+    /// In rejoin mode: (epoch, ticks since) this replica last asked its leader for the
+    /// target. Counted in ticks, not wall-clock time: the group keeps ticking while it waits
+    /// (it does not quiesce), and the simulation replays it.
+    rejoin_target_asked: Option<(u64, usize)>,
     /// Entries and bytes of peer appends stepped since the last Ready was handled: the next
     /// Ready's append must fit the store's batch limits.
     unpersisted: (usize, u64),
@@ -674,6 +676,9 @@ impl Task for Group {
                 raft.election_elapsed = raft.election_elapsed.min(hold);
             }
             self.p.node.tick();
+            if let Some((_, ticks)) = self.rejoin_target_asked.as_mut() {
+                *ticks += 1;
+            }
             self.maybe_quiesce();
             self.retry_lost_snapshots();
         }
@@ -1048,7 +1053,12 @@ impl Group {
                     }
                     self.rebuild_hard_state();
                     if let Some(hb) = heartbeat {
+                        // A replica waiting for its rejoin target keeps ticking so that it
+                        // asks again: a leader that has not committed in its term yet drops
+                        // the read-index request (raft-rs), and a quiesced group would not
+                        // ask again until some input came.
                         let agree = !self.p.forward_proposals
+                            && self.rejoin_epoch_pending().is_none()
                             && crate::runtime::quiesce::follower_may_quiesce(
                                 &self.p.node.raft,
                                 &hb,
@@ -1213,10 +1223,11 @@ impl Group {
 
     /// In rejoin mode, once a leader is known: asks it for the rejoin target with a read-index
     /// round (raft-rs forwards it; the leader answers with its commit index once a quorum of
-    /// the current term confirmed its leadership), again after an election timeout without an
-    /// answer. Never the commit index an append carries (a deposed leader's, or a lagging
-    /// one's) nor a snapshot's index (where retention cut, below the commit): the replica
-    /// must hold everything committed before it votes again.
+    /// the current term confirmed its leadership), again after an election timeout (in ticks)
+    /// without an answer (a new leader drops it until it has committed in its term). Never
+    /// the commit index an append carries (a deposed leader's, or a lagging one's) nor a
+    /// snapshot's index (where retention cut, below the commit): the replica must hold
+    /// everything committed before it votes again.
     fn ask_rejoin_target(&mut self) {
         let Some(epoch) = self.rejoin_epoch_pending() else {
             return;
@@ -1227,15 +1238,14 @@ impl Group {
         {
             return;
         }
-        let timeout =
-            self.p.tick * u32::try_from(self.p.node.raft.election_timeout()).unwrap_or(u32::MAX);
+        let timeout_ticks = self.p.node.raft.election_timeout();
         if self
             .rejoin_target_asked
-            .is_some_and(|(e, at)| e == epoch && at.elapsed() < timeout)
+            .is_some_and(|(e, ticks)| e == epoch && ticks < timeout_ticks)
         {
             return;
         }
-        self.rejoin_target_asked = Some((epoch, Instant::now()));
+        self.rejoin_target_asked = Some((epoch, 0));
         self.p.node.read_index(rejoin_read_context(epoch));
     }
 
