@@ -1202,16 +1202,30 @@ impl Group {
     }
 
     /// In rejoin mode (this node's disk was replaced), until this group has applied its
-    /// target: no vote is granted (the message is dropped, as if this node were down).
+    /// target: no vote is granted (the message is dropped, as if this node were down), except
+    /// to the other voter of a group of two. Why that one is safe: with two voters every
+    /// committed entry was acknowledged by both, so the other voter holds all of them (it
+    /// campaigns only when its own log is whole: a replica repairing or rejoining never
+    /// does), and this replica's vote elects no log that lacks one. Without it a group of
+    /// two with a replaced disk had no leader for good once the other lost leadership (the
+    /// rejoining replica gets its target only from a leader).
     fn rejoin_allows(&mut self, m: &Message) -> bool {
         use raft::prelude::MessageType;
         if self.rejoin_epoch_pending().is_none() {
             return true;
         }
-        !matches!(
+        if !matches!(
             m.get_msg_type(),
             MessageType::MsgRequestVote | MessageType::MsgRequestPreVote
-        )
+        ) {
+            return true;
+        }
+        let cs = self.p.node.raft.prs().conf().to_conf_state();
+        let mut voters = cs.voters.clone();
+        voters.sort_unstable();
+        let mut pair = [self.p.node.raft.id, m.from];
+        pair.sort_unstable();
+        cs.voters_outgoing.is_empty() && voters == pair
     }
 
     /// The rejoin epoch this group has not caught up in yet (None: not rejoining, or done).

@@ -382,12 +382,10 @@ impl World {
                     self.replacing = Some(victim);
                 }
             }
-            8 if self.options.membership && self.replacing.is_none() => {
-                // A membership change of one group: one voter removed, or all three again.
-                // Not while a replaced disk rejoins: a group of two voters, one of them
-                // rejoining, has no leader for good once the other loses leadership (the
-                // rejoining one grants no vote until a leader confirmed its target); see
-                // docs/reliability.md, issue 32.
+            8 if self.options.membership => {
+                // A membership change of one group: one voter removed, or all three again,
+                // also while a replaced disk rejoins (a group of two voters, one of them
+                // rejoining, elects the other: see `rejoin_allows` in group.rs).
                 let g = 100 + self.rng.below(GROUPS);
                 let voters = if self.targets[&g].len() == NODES.len() {
                     NODES.iter().copied().filter(|n| *n != victim).collect()
