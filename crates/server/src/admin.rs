@@ -281,7 +281,7 @@ async fn append(
     // Each batch is checked as a Kafka produce's batch is (at the newest Produce version).
     let limits = crate::kafka::produce::produce_limits(
         &node.config().kafka,
-        crate::kafka::produce::now_ms(),
+        crate::metadata::wall_clock_ms(),
     );
     let mut span: u64 = 0;
     for batch in split_batches(body.clone()) {

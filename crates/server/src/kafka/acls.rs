@@ -29,8 +29,8 @@ use kafka_proto::messages::describe_acls_response::{
 };
 
 use crate::kafka::access::Access;
-use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::topics::metadata_error;
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
 use crate::node::Node;
 use crate::security::acl::{AclBinding, AclBindingFilter, AclOperation, MAX_ACLS};
@@ -66,7 +66,7 @@ pub fn create_acls(
 ) -> Reply {
     let refused = refusal(node, access, AclOperation::Alter);
     let node = node.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut results: Vec<AclCreationResult> = Vec::with_capacity(req.creations.len());
         let mut valid: Vec<(usize, AclBinding)> = Vec::new();
         for (i, c) in req.creations.iter().enumerate() {
@@ -113,20 +113,16 @@ pub fn create_acls(
             };
             if let Err(e) = node.propose_metadata(&cmd, ACL_COMMIT_TIMEOUT).await {
                 for (i, _) in &valid {
-                    results[*i].error_code = metadata_error(&e).code();
+                    results[*i].error_code = append_error_code(&e, Proposal::MetadataChange).code();
                     results[*i].error_message = Some(e.to_string());
                 }
             }
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::CreateAcls(CreateAclsResponse {
-                results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::CreateAcls(CreateAclsResponse {
+            results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Handles DescribeAcls: the matching ACLs grouped by resource pattern.
@@ -200,7 +196,7 @@ pub fn delete_acls(
 ) -> Reply {
     let refused = refusal(node, access, AclOperation::Alter);
     let node = node.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut results: Vec<DeleteAclsFilterResult> = Vec::with_capacity(req.filters.len());
         let mut filters: Vec<(usize, AclBindingFilter)> = Vec::new();
         for (i, f) in req.filters.iter().enumerate() {
@@ -248,15 +244,11 @@ pub fn delete_acls(
                 }
             }
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::DeleteAcls(DeleteAclsResponse {
-                filter_results: results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::DeleteAcls(DeleteAclsResponse {
+            filter_results: results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Commits the removal of every ACL one of `filters` matches (after a barrier, see the module
@@ -265,7 +257,12 @@ async fn delete_matching(
     node: &Node,
     filters: &[(usize, AclBindingFilter)],
 ) -> Result<Vec<AclBinding>, (ErrorCode, String)> {
-    let failed = |e: crate::replication::group::AppendError| (metadata_error(&e), e.to_string());
+    let failed = |e: crate::replication::group::AppendError| {
+        (
+            append_error_code(&e, Proposal::MetadataChange),
+            e.to_string(),
+        )
+    };
     node.metadata_barrier(ACL_COMMIT_TIMEOUT)
         .await
         .map_err(failed)?;

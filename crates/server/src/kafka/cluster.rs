@@ -18,8 +18,9 @@ use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
 
 use crate::kafka::access::{Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED};
-use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::metadata::{cluster_id, split_host_port};
+use crate::kafka::fields::split_host_port;
+use crate::kafka::metadata::cluster_id;
+use crate::kafka::reply::{self, Reply};
 use crate::node::Node;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 use crate::topic_config::{ConfigSource, ConfigType, DescribedConfig};
@@ -54,7 +55,7 @@ pub fn init_producer_id(
         None => Some(ErrorCode::ClusterAuthorizationFailed),
     };
     let node = node.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut r = InitProducerIdResponse {
             producer_id: -1,
             producer_epoch: -1,
@@ -82,8 +83,8 @@ pub fn init_producer_id(
                 }
             }
         }
-        frame(correlation_id, version, &Response::InitProducerId(r))
-    }))
+        Response::InitProducerId(r)
+    })
 }
 
 /// Handles DescribeCluster: the cluster id, a controller (the metadata group's leader) and every

@@ -30,8 +30,8 @@ use kafka_proto::messages::incremental_alter_configs_response::{
 
 use crate::kafka::access::Access;
 use crate::kafka::cluster::{BROKER, TOPIC};
-use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::topics::metadata_error;
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::reply::{self, Reply};
 use crate::node::Node;
 use crate::security::acl::AclOperation;
 use crate::topic_config::{self, ConfigError};
@@ -126,7 +126,12 @@ async fn apply(
         ALTER_TIMEOUT,
     )
     .await
-    .map_err(|e| (metadata_error(&e), e.to_string()))
+    .map_err(|e| {
+        (
+            append_error_code(&e, Proposal::MetadataChange),
+            e.to_string(),
+        )
+    })
 }
 
 /// Alters one resource of a request whose resources are `all` (type, name): refuses a resource
@@ -211,7 +216,7 @@ pub fn alter_configs(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let all: Vec<(i8, &str)> = req
             .resources
             .iter()
@@ -238,15 +243,11 @@ pub fn alter_configs(
                 ..Default::default()
             });
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::AlterConfigs(AlterConfigsResponse {
-                responses,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::AlterConfigs(AlterConfigsResponse {
+            responses,
+            ..Default::default()
+        })
+    })
 }
 
 /// The change one IncrementalAlterConfigs resource asks of a topic whose overrides are
@@ -336,7 +337,7 @@ pub fn incremental_alter_configs(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let all: Vec<(i8, &str)> = req
             .resources
             .iter()
@@ -364,15 +365,11 @@ pub fn incremental_alter_configs(
                 ..Default::default()
             });
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
-                responses,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+            responses,
+            ..Default::default()
+        })
+    })
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ use kafka_proto::RecordChunks;
 
 use crate::flow::throttle::{throttle_ms, ClientIdentity, Mute, ReadKind};
 use crate::kafka::access::Access;
-use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
+use crate::kafka::reply::{self, Reply};
 
 /// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
 /// Kafka's broker setting `fetch.max.bytes` and its default (55 MiB). A single batch larger than
@@ -73,7 +73,7 @@ pub fn fetch(
             }
         }
     }
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let (mut response, read_kind) = fetch_response(&node, &req, version, &denied).await;
         let settings = node.flow_settings();
         if !settings.is_unlimited() {
@@ -98,8 +98,8 @@ pub fn fetch(
             }
             response.throttle_time_ms = throttle_ms(throttle);
         }
-        frame(correlation_id, version, &Response::Fetch(response))
-    }))
+        Response::Fetch(response)
+    })
 }
 
 struct Target {

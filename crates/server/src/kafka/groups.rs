@@ -58,11 +58,13 @@ use kafka_proto::messages::sync_group_request::SyncGroupRequest;
 use kafka_proto::messages::sync_group_response::SyncGroupResponse;
 
 use crate::kafka::access::{Access, GROUP_OPERATIONS};
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::fields::split_host_port;
 use crate::kafka::group_coordinator::{
     self, GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams,
 };
-use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
+use crate::kafka::reply::{self, Reply};
 use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use crate::node::Node;
 use crate::replication::group::AppendError;
@@ -259,23 +261,6 @@ fn start_ticker(node: Weak<Node>) {
     });
 }
 
-fn now(correlation_id: i32, version: i16, response: Response) -> Reply {
-    match frame(correlation_id, version, &response) {
-        Some(s) => Reply::Now(s),
-        None => Reply::Close,
-    }
-}
-
-fn split_host_port(addr: &str) -> (String, i32) {
-    match addr.rsplit_once(':') {
-        Some((h, p)) => (
-            h.trim_matches(['[', ']']).to_owned(),
-            p.parse().unwrap_or(9092),
-        ),
-        None => (addr.to_owned(), 9092),
-    }
-}
-
 /// The coordinator's (node id, host, port), or why there is none.
 fn locate(
     node: &Node,
@@ -388,7 +373,7 @@ pub fn find_coordinator(
             }
         }
     }
-    now(correlation_id, version, Response::FindCoordinator(resp))
+    reply::now(correlation_id, version, Response::FindCoordinator(resp))
 }
 
 fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
@@ -426,31 +411,27 @@ pub fn join_group(
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    let respond = move |o: JoinOutcome| {
-        frame(
-            correlation_id,
-            version,
-            &Response::JoinGroup(join_response(o, version)),
-        )
-    };
+    let respond = move |o: JoinOutcome| Response::JoinGroup(join_response(o, version));
     // Kafka: READ on the group.
     if !access.group(AclOperation::Read, &req.group_id) {
-        return match respond(JoinOutcome::error(
-            ErrorCode::GroupAuthorizationFailed,
-            &req.member_id,
-        )) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        };
+        return reply::now(
+            correlation_id,
+            version,
+            respond(JoinOutcome::error(
+                ErrorCode::GroupAuthorizationFailed,
+                &req.member_id,
+            )),
+        );
     }
     let Some(term) = coordinator_term(node) else {
-        return match respond(JoinOutcome::error(
-            ErrorCode::NotCoordinator,
-            &req.member_id,
-        )) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        };
+        return reply::now(
+            correlation_id,
+            version,
+            respond(JoinOutcome::error(
+                ErrorCode::NotCoordinator,
+                &req.member_id,
+            )),
+        );
     };
     let member_id = req.member_id.clone();
     let params = JoinParams {
@@ -474,17 +455,14 @@ pub fn join_group(
         require_known_member_id: version >= 4,
     };
     match coordinator(node).join(term, params, Instant::now()) {
-        Pending::Now(o) => match respond(o) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        },
-        Pending::Wait(rx, wait) => Reply::Later(Box::pin(async move {
+        Pending::Now(o) => reply::now(correlation_id, version, respond(o)),
+        Pending::Wait(rx, wait) => reply::later(correlation_id, version, async move {
             let o = match tokio::time::timeout(wait, rx).await {
                 Ok(Ok(o)) => o,
                 _ => JoinOutcome::error(ErrorCode::CoordinatorNotAvailable, &member_id),
             };
             respond(o)
-        })),
+        }),
     }
 }
 
@@ -507,13 +485,7 @@ pub fn sync_group(
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    let respond = move |o: SyncOutcome| {
-        frame(
-            correlation_id,
-            version,
-            &Response::SyncGroup(sync_response(o)),
-        )
-    };
+    let respond = |o: SyncOutcome| Response::SyncGroup(sync_response(o));
     let term = coordinator_term(node);
     let req_group_id = req.group_id.clone();
     let allowed = access.group(AclOperation::Read, &req.group_id);
@@ -540,7 +512,7 @@ pub fn sync_group(
     };
     let node = node.clone();
     let group_id = req_group_id;
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let o = match pending {
             Pending::Now(o) => o,
             Pending::Wait(rx, wait) => match tokio::time::timeout(wait, rx).await {
@@ -556,7 +528,7 @@ pub fn sync_group(
             _ => o,
         };
         respond(o)
-    }))
+    })
 }
 
 /// Waits until group `group_id`'s last membership record (of coordinator term `term`) is
@@ -606,7 +578,7 @@ pub fn heartbeat(
             Instant::now(),
         ),
     };
-    now(
+    reply::now(
         correlation_id,
         version,
         Response::Heartbeat(HeartbeatResponse {
@@ -656,20 +628,7 @@ pub fn leave_group(
             }
         }
     }
-    now(correlation_id, version, Response::LeaveGroup(resp))
-}
-
-/// The error an OffsetCommit partition gets when its commit through the metadata group fails.
-fn commit_error(e: &AppendError) -> ErrorCode {
-    match e {
-        AppendError::Timeout => ErrorCode::RequestTimedOut,
-        AppendError::Busy => ErrorCode::CoordinatorLoadInProgress,
-        AppendError::Invalid(_) => ErrorCode::InvalidCommitOffsetSize,
-        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped => {
-            ErrorCode::NotCoordinator
-        }
-        _ => ErrorCode::UnknownServerError,
-    }
+    reply::now(correlation_id, version, Response::LeaveGroup(resp))
 }
 
 /// Handles OffsetCommit: checks the member and generation, then commits the offsets through the
@@ -766,20 +725,13 @@ pub fn offset_commit(
                 ..Default::default()
             })
             .collect();
-        frame(
-            correlation_id,
-            version,
-            &Response::OffsetCommit(OffsetCommitResponse {
-                topics,
-                ..Default::default()
-            }),
-        )
+        Response::OffsetCommit(OffsetCommitResponse {
+            topics,
+            ..Default::default()
+        })
     };
     if offsets.is_empty() {
-        return match respond(None) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        };
+        return reply::now(correlation_id, version, respond(None));
     }
     let node = node.clone();
     let group = req.group_id;
@@ -787,7 +739,7 @@ pub fn offset_commit(
     // it (a deposed coordinator's commit fails NOT_COORDINATOR; the client retries at the new
     // coordinator, against the membership there).
     let term = term.unwrap_or_default();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let result = node
             .propose_metadata_in_term(
                 &MetaCommand::CommitOffsets {
@@ -802,8 +754,12 @@ pub fn offset_commit(
         if let Err(e) = &result {
             tracing::debug!(%group, "offset commit failed: {e}");
         }
-        respond(result.err().map(|e| commit_error(&e)))
-    }))
+        respond(
+            result
+                .err()
+                .map(|e| append_error_code(&e, Proposal::OffsetCommit)),
+        )
+    })
 }
 
 /// One partition's committed offset as read: (partition, offset, leader epoch, metadata).
@@ -846,16 +802,6 @@ fn read_offsets(node: &Node, group: &str, topics: &TopicSelection) -> GroupOffse
     }
 }
 
-/// The error an OffsetFetch gets when its read barrier fails (errors Java's consumer retries).
-fn barrier_error(e: &AppendError) -> ErrorCode {
-    match e {
-        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped => {
-            ErrorCode::NotCoordinator
-        }
-        _ => ErrorCode::CoordinatorLoadInProgress,
-    }
-}
-
 /// A read barrier on the metadata group (Raft's ReadIndex: a quorum confirms this node still
 /// leads, no log entry is written): every offset committed before (also through a previous
 /// coordinator) is applied here before the read, and a node deposed without knowing it yet
@@ -868,7 +814,7 @@ async fn read_barrier(node: &Node) -> Option<ErrorCode> {
         .read_index(FETCH_BARRIER_TIMEOUT)
         .await
         .err()
-        .map(|e| barrier_error(&e))
+        .map(|e| append_error_code(&e, Proposal::ReadBarrier))
 }
 
 /// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
@@ -906,7 +852,7 @@ pub fn offset_fetch(
     let term = coordinator_term(node);
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let error = match (term, groups.first()) {
             (None, _) => Some(ErrorCode::NotCoordinator),
             (Some(_), None) => None,
@@ -1045,8 +991,8 @@ pub fn offset_fetch(
                 },
             }
         };
-        frame(correlation_id, version, &Response::OffsetFetch(resp))
-    }))
+        Response::OffsetFetch(resp)
+    })
 }
 
 /// Groups that only have committed offsets (no membership state): reported as Empty.
@@ -1075,7 +1021,7 @@ pub fn list_groups(
     correlation_id: i32,
 ) -> Reply {
     let Some(term) = coordinator_term(node) else {
-        return now(
+        return reply::now(
             correlation_id,
             version,
             Response::ListGroups(ListGroupsResponse::default()),
@@ -1083,7 +1029,7 @@ pub fn list_groups(
     };
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let listed = match read_barrier(&node).await {
             Some(e) => Err(e),
             None => coordinator(&node).list(term),
@@ -1095,7 +1041,7 @@ pub fn list_groups(
                     error_code: e.code(),
                     ..Default::default()
                 };
-                return frame(correlation_id, version, &Response::ListGroups(resp));
+                return Response::ListGroups(resp);
             }
         };
         let known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
@@ -1135,15 +1081,11 @@ pub fn list_groups(
                 ..Default::default()
             })
             .collect();
-        frame(
-            correlation_id,
-            version,
-            &Response::ListGroups(ListGroupsResponse {
-                groups,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::ListGroups(ListGroupsResponse {
+            groups,
+            ..Default::default()
+        })
+    })
 }
 
 /// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
@@ -1161,7 +1103,7 @@ pub fn describe_groups(
     let term = coordinator_term(node);
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let barrier = match (term, req.groups.first()) {
             (Some(_), Some(_)) => read_barrier(&node).await,
             _ => None,
@@ -1233,15 +1175,11 @@ pub fn describe_groups(
                 g
             })
             .collect();
-        frame(
-            correlation_id,
-            version,
-            &Response::DescribeGroups(DescribeGroupsResponse {
-                groups,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::DescribeGroups(DescribeGroupsResponse {
+            groups,
+            ..Default::default()
+        })
+    })
 }
 
 /// Whether group `group_id` exists for DeleteGroups / OffsetDelete: it has membership state
@@ -1271,10 +1209,12 @@ async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
         .await
     {
         Ok(()) => ErrorCode::None,
-        Err(AppendError::NotLeader { .. }) => ErrorCode::NotCoordinator,
         Err(e) => {
-            tracing::warn!(group = %group_id, "deleting a group's offsets failed: {e}");
-            ErrorCode::CoordinatorNotAvailable
+            let code = append_error_code(&e, Proposal::OffsetDeletion);
+            if code != ErrorCode::NotCoordinator {
+                tracing::warn!(group = %group_id, "deleting a group's offsets failed: {e}");
+            }
+            code
         }
     }
 }
@@ -1292,7 +1232,7 @@ pub fn delete_groups(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut results = Vec::with_capacity(req.groups_names.len());
         for group_id in &req.groups_names {
             let code = if access.group(AclOperation::Delete, group_id) {
@@ -1306,15 +1246,11 @@ pub fn delete_groups(
                 ..Default::default()
             });
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::DeleteGroups(DeleteGroupsResponse {
-                results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::DeleteGroups(DeleteGroupsResponse {
+            results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Handles OffsetDelete (API 47): removes a group's committed offsets of the named partitions.
@@ -1333,7 +1269,7 @@ pub fn offset_delete(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut resp = OffsetDeleteResponse::default();
         let group_error = match coordinator_term(&node) {
             _ if !access.group(AclOperation::Delete, &req.group_id) => {
@@ -1385,10 +1321,12 @@ pub fn offset_delete(
                             .await
                         {
                             Ok(()) => None,
-                            Err(AppendError::NotLeader { .. }) => Some(ErrorCode::NotCoordinator),
                             Err(e) => {
-                                tracing::warn!(group = %req.group_id, "deleting offsets failed: {e}");
-                                Some(ErrorCode::CoordinatorNotAvailable)
+                                let code = append_error_code(&e, Proposal::OffsetDeletion);
+                                if code != ErrorCode::NotCoordinator {
+                                    tracing::warn!(group = %req.group_id, "deleting offsets failed: {e}");
+                                }
+                                Some(code)
                             }
                         }
                     }
@@ -1399,6 +1337,6 @@ pub fn offset_delete(
             resp.error_code = code.code();
             resp.topics.clear();
         }
-        frame(correlation_id, version, &Response::OffsetDelete(resp))
-    }))
+        Response::OffsetDelete(resp)
+    })
 }

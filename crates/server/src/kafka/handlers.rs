@@ -3,38 +3,20 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use futures::future::BoxFuture;
 use kafka_proto::api::ApiKey;
-use kafka_proto::frame::{encode_response, Request, Response};
+use kafka_proto::frame::{Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
 use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::DirectAnswer;
+use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
     acls, cluster, configs, fetch, groups, metadata, partition_admin, produce, quotas, topics,
     users,
 };
 use crate::node::Node;
-
-/// What to send back for a request.
-pub enum Reply {
-    /// The response frame, ready now.
-    Now(Vec<Bytes>),
-    /// A response frame that will be ready later (awaiting commit, long-poll fetch).
-    Later(BoxFuture<'static, Option<Vec<Bytes>>>),
-    /// A produce response that a worker may write to the socket itself
-    /// ([`crate::kafka::direct_answer`]): what is left for the task to write, and when the
-    /// worker wrote the whole response (None: it did not).
-    Direct(BoxFuture<'static, (Option<Vec<Bytes>>, Option<std::time::Instant>)>),
-    /// No response at all (produce with acks=0).
-    None,
-    /// The request cannot be served: answer what is owed for earlier requests, then close the
-    /// connection (what Kafka does with a request it cannot handle).
-    Close,
-}
 
 /// The APIs this server serves, with the versions it serves them at. ApiVersions lists exactly
 /// these, so clients never send a request the server cannot answer.
@@ -96,28 +78,6 @@ pub fn api_versions() -> ApiVersionsResponse {
     }
 }
 
-/// Encodes a response frame; an encoding failure is a bug in building the response (every
-/// value comes from this server), logged, and the connection gets no answer for it.
-pub fn frame(correlation_id: i32, version: i16, response: &Response) -> Option<Vec<Bytes>> {
-    match encode_response(correlation_id, version, response) {
-        Ok(segments) => Some(segments),
-        Err(e) => {
-            tracing::error!(
-                "cannot encode a {:?} v{version} response: {e}",
-                response.api_key()
-            );
-            None
-        }
-    }
-}
-
-fn now(correlation_id: i32, version: i16, response: Response) -> Reply {
-    match frame(correlation_id, version, &response) {
-        Some(s) => Reply::Now(s),
-        None => Reply::Close,
-    }
-}
-
 /// Handles one request. Produce requests are submitted to their streams before this returns,
 /// so a connection's produces reach each stream in the order they were sent. With `direct`,
 /// a produce's response may be written by the worker that learns its commit (see
@@ -135,7 +95,7 @@ pub fn dispatch(
     // Every handler checks what the connection's principal may do (see `access`).
     let access = &Access::new(node, conn);
     match request {
-        Request::ApiVersions(_) => now(cid, version, Response::ApiVersions(api_versions())),
+        Request::ApiVersions(_) => reply::now(cid, version, Response::ApiVersions(api_versions())),
         Request::Metadata(req) => {
             metadata::handle(node, access, req, version, cid, &conn.listener_name)
         }
@@ -145,7 +105,7 @@ pub fn dispatch(
             topics::create_partitions(node, access, req, version, cid)
         }
         Request::InitProducerId(req) => cluster::init_producer_id(node, access, req, version, cid),
-        Request::DescribeCluster(req) => now(
+        Request::DescribeCluster(req) => reply::now(
             cid,
             version,
             Response::DescribeCluster(cluster::describe_cluster(
@@ -155,7 +115,7 @@ pub fn dispatch(
                 &conn.listener_name,
             )),
         ),
-        Request::DescribeConfigs(req) => now(
+        Request::DescribeConfigs(req) => reply::now(
             cid,
             version,
             Response::DescribeConfigs(cluster::describe_configs(node, access, &req, version)),
@@ -167,7 +127,7 @@ pub fn dispatch(
         Request::DeleteRecords(req) => {
             partition_admin::delete_records(node, access, req, version, cid)
         }
-        Request::DescribeLogDirs(req) => now(
+        Request::DescribeLogDirs(req) => reply::now(
             cid,
             version,
             Response::DescribeLogDirs(partition_admin::describe_log_dirs(node, access, &req)),
@@ -178,14 +138,14 @@ pub fn dispatch(
         Request::ElectLeaders(req) => {
             partition_admin::elect_leaders(node, access, req, version, cid)
         }
-        Request::ListPartitionReassignments(req) => now(
+        Request::ListPartitionReassignments(req) => reply::now(
             cid,
             version,
             Response::ListPartitionReassignments(partition_admin::list_partition_reassignments(
                 node, access, &req,
             )),
         ),
-        Request::ListOffsets(req) => now(
+        Request::ListOffsets(req) => reply::now(
             cid,
             version,
             Response::ListOffsets(metadata::list_offsets(node, access, &req, version)),
@@ -234,13 +194,13 @@ pub fn dispatch(
         Request::DeleteGroups(req) => groups::delete_groups(node, access, req, version, cid),
         Request::OffsetDelete(req) => groups::offset_delete(node, access, req, version, cid),
         Request::CreateAcls(req) => acls::create_acls(node, access, req, version, cid),
-        Request::DescribeAcls(req) => now(
+        Request::DescribeAcls(req) => reply::now(
             cid,
             version,
             Response::DescribeAcls(acls::describe_acls(node, access, &req)),
         ),
         Request::DeleteAcls(req) => acls::delete_acls(node, access, req, version, cid),
-        Request::DescribeUserScramCredentials(req) => now(
+        Request::DescribeUserScramCredentials(req) => reply::now(
             cid,
             version,
             Response::DescribeUserScramCredentials(users::describe_user_scram_credentials(

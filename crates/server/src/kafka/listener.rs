@@ -38,8 +38,8 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::kafka::conn_limits::{ConnectionLimits, ListenerLimits};
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::{ClientSocket, DirectAnswer};
-use crate::kafka::handlers::{dispatch, frame as encode_frame, Reply};
 use crate::kafka::in_order::InOrder;
+use crate::kafka::reply::{self, Reply};
 use crate::metrics::{NodeMetrics, Stage};
 use crate::node::Node;
 use crate::runtime::timeline::{self, Stage as Hop};
@@ -615,7 +615,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                             socket: Arc::downgrade(socket),
                             seq: state.answered + pending.len() as u64,
                         });
-                        let reply = dispatch(node, header, request, &state.conn, &mut chain, direct);
+                        let reply = crate::kafka::handlers::dispatch(node, header, request, &state.conn, &mut chain, direct);
                         if let Some(client_id) = quota_client {
                             let now = Instant::now();
                             let throttle = node.flow().charge_request_time(
@@ -711,7 +711,7 @@ async fn finish_sasl<W: AsyncWrite + Unpin>(
 }
 
 fn encoded(header: &RequestHeader, response: Response) -> Option<Vec<Bytes>> {
-    encode_frame(header.correlation_id, header.api_version, &response)
+    reply::frame(header.correlation_id, header.api_version, &response)
 }
 
 /// SaslHandshake / SaslAuthenticate on a listener without SASL.

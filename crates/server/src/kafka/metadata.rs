@@ -10,7 +10,8 @@ use crate::config::valid_stream_name;
 use crate::kafka::access::{
     Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, TOPIC_OPERATIONS,
 };
-use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::fields::split_host_port;
+use crate::kafka::reply::{self, Reply};
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
 use kafka_proto::error_code::ErrorCode;
@@ -103,17 +104,6 @@ pub fn cluster_id(node: &Node) -> String {
         .map(u64::to_string)
         .collect();
     format!("vdl-{}", ids.join("-"))
-}
-
-/// Splits `HOST:PORT` (port 9092 when missing or bad).
-pub fn split_host_port(addr: &str) -> (String, i32) {
-    match addr.rsplit_once(':') {
-        Some((h, p)) => (
-            h.trim_matches(['[', ']']).to_owned(),
-            p.parse().unwrap_or(9092),
-        ),
-        None => (addr.to_owned(), 9092),
-    }
 }
 
 fn as_i32(id: u64) -> i32 {
@@ -282,19 +272,16 @@ pub fn handle(
         }
     }
     if to_create.is_empty() {
-        return match frame(
+        return reply::now(
             correlation_id,
             version,
-            &Response::Metadata(metadata(node, access, &req, version, &refused, listener)),
-        ) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        };
+            Response::Metadata(metadata(node, access, &req, version, &refused, listener)),
+        );
     }
     let node = node.clone();
     let access = access.clone();
     let listener = listener.to_string();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         for name in to_create {
             let partitions = node.config().kafka.num_partitions;
             if let Err(e) = node
@@ -304,12 +291,8 @@ pub fn handle(
                 tracing::warn!(topic = %name, "auto-creating a topic failed: {e}");
             }
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::Metadata(metadata(&node, &access, &req, version, &refused, &listener)),
-        )
-    }))
+        Response::Metadata(metadata(&node, &access, &req, version, &refused, &listener))
+    })
 }
 
 /// How long a Metadata request waits for the topics it auto-creates.

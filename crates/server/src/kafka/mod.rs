@@ -9,6 +9,13 @@
 //! - [`acls`]: CreateAcls, DescribeAcls, DeleteAcls.
 //! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
+//! - [`reply`]: what a handler answers (the [`reply::Reply`] the listener writes) and the one
+//!   encoding of a response for its request's correlation id and version ([`reply::now`],
+//!   [`reply::later`]).
+//! - [`error_codes`]: the one table of Kafka error codes for failed appends and proposals,
+//!   keyed by what was proposed (records, a metadata change, an offset commit, ...).
+//! - [`fields`]: field values converted the same way for every API (an admin request's
+//!   timeout, an advertised address's host and port).
 //! - [`produce`], [`fetch`], [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log
 //!   streams and the replicated cluster metadata.
 //! - [`configs`]: AlterConfigs and IncrementalAlterConfigs (topic config overrides).
@@ -28,7 +35,9 @@ pub mod configs;
 pub mod conn_limits;
 pub mod connection;
 pub mod direct_answer;
+pub mod error_codes;
 pub mod fetch;
+pub mod fields;
 pub mod group_coordinator;
 pub mod group_deadlines;
 pub mod groups;
@@ -39,6 +48,7 @@ pub mod metadata;
 pub mod partition_admin;
 pub mod produce;
 pub mod quotas;
+pub mod reply;
 pub mod topics;
 pub mod users;
 

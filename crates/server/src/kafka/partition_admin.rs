@@ -55,21 +55,15 @@ use kafka_proto::messages::list_partition_reassignments_response::{
 };
 
 use crate::kafka::access::Access;
-use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::fields::admin_timeout;
 use crate::kafka::metadata::{locate_partition, PartitionHome};
-use crate::kafka::topics::metadata_error;
+use crate::kafka::reply::{self, Reply};
 use crate::node::{LogStream, Node};
 use crate::security::acl::AclOperation;
 
-/// Longest DeleteRecords or ElectLeaders waits, whatever the client's timeout says.
-const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often ElectLeaders looks whether the preferred replica took over.
 const ELECTION_POLL: Duration = Duration::from_millis(20);
-
-fn timeout(ms: i32) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-        .clamp(Duration::from_millis(100), MAX_TIMEOUT)
-}
 
 /// The partition's stream when this node leads it, or the error to answer.
 fn led_here(node: &Node, topic: &str, index: i32) -> Result<LogStream, ErrorCode> {
@@ -104,10 +98,7 @@ async fn delete_partition(
     }
     node.delete_records(topic, stream.partition(), target, wait)
         .await
-        .map_err(|e| match metadata_error(&e) {
-            ErrorCode::NotController => ErrorCode::RequestTimedOut,
-            other => other,
-        })?;
+        .map_err(|e| append_error_code(&e, Proposal::RecordDeletion))?;
     Ok(stream.visible().log_start_offset.max(target) as i64)
 }
 
@@ -121,8 +112,8 @@ pub fn delete_records(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
-        let wait = timeout(req.timeout_ms);
+    reply::later(correlation_id, version, async move {
+        let wait = admin_timeout(req.timeout_ms);
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
@@ -150,15 +141,11 @@ pub fn delete_records(
                 ..Default::default()
             });
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::DeleteRecords(DeleteRecordsResponse {
-                topics,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::DeleteRecords(DeleteRecordsResponse {
+            topics,
+            ..Default::default()
+        })
+    })
 }
 
 /// The total and available bytes of the file system holding `path` (None when unknown).
@@ -244,7 +231,7 @@ pub fn describe_producers(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let mut partitions = Vec::with_capacity(t.partition_indexes.len());
@@ -285,15 +272,11 @@ pub fn describe_producers(
                 ..Default::default()
             });
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::DescribeProducers(DescribeProducersResponse {
-                topics,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::DescribeProducers(DescribeProducersResponse {
+            topics,
+            ..Default::default()
+        })
+    })
 }
 
 /// Kafka's election types.
@@ -398,22 +381,19 @@ pub fn elect_leaders(
                 ..Default::default()
             })
             .collect();
-        return match frame(
+        return reply::now(
             correlation_id,
             version,
-            &Response::ElectLeaders(ElectLeadersResponse {
+            Response::ElectLeaders(ElectLeadersResponse {
                 error_code: ErrorCode::ClusterAuthorizationFailed.code(),
                 replica_election_results: results,
                 ..Default::default()
             }),
-        ) {
-            Some(s) => Reply::Now(s),
-            None => Reply::Close,
-        };
+        );
     }
     let node = node.clone();
-    Reply::Later(Box::pin(async move {
-        let deadline = tokio::time::Instant::now() + timeout(req.timeout_ms);
+    reply::later(correlation_id, version, async move {
+        let deadline = tokio::time::Instant::now() + admin_timeout(req.timeout_ms);
         // Null: every partition of every topic (Kafka: all partitions whose preferred replica
         // does not lead); those needing no election are then left out of the answer.
         let all = req.topic_partitions.is_none();
@@ -459,15 +439,11 @@ pub fn elect_leaders(
                 });
             }
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::ElectLeaders(ElectLeadersResponse {
-                replica_election_results: results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::ElectLeaders(ElectLeadersResponse {
+            replica_election_results: results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Handles ListPartitionReassignments (API 46): the partitions being reassigned, of the

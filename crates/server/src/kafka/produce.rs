@@ -40,11 +40,12 @@ use crate::config::KafkaSettings;
 use crate::flow::throttle::{throttle_ms, ClientIdentity};
 use crate::kafka::access::Access;
 use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
-use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
+use crate::kafka::reply::{self, frame, Reply};
+use crate::metadata::wall_clock_ms;
 use crate::node::{LogStream, Node, PendingAppend};
 use crate::replication::group::{AnswerHook, AppendError, Appended};
-use crate::replication::producers::SequenceError;
 use crate::security::acl::AclOperation;
 use crate::topic_config::{TimestampType, TopicSettings};
 
@@ -72,13 +73,6 @@ pub fn produce_limits(settings: &KafkaSettings, now_ms: i64) -> ProduceLimits {
     ProduceLimits::new(message_max_bytes, now_ms).with_timestamp_after_max_ms(
         i64::try_from(settings.message_timestamp_after_max_ms).unwrap_or(i64::MAX),
     )
-}
-
-/// This node's clock in milliseconds since the Unix epoch (0 if it is set before 1970).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Checks a partition's records from a Produce request of `version` as Kafka's broker does,
@@ -129,24 +123,6 @@ fn convert_legacy(records: Bytes, message_max_bytes: usize) -> Result<Bytes, Err
         r.offset = i as i64;
     }
     message_set_to_batch(&decoded, Compression::None).map_err(|_| ErrorCode::InvalidRecord)
-}
-
-/// The Kafka error for an append that was not acknowledged.
-pub fn append_error_code(e: &AppendError) -> ErrorCode {
-    match e {
-        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped => {
-            ErrorCode::NotLeaderOrFollower
-        }
-        AppendError::Timeout | AppendError::Busy => ErrorCode::RequestTimedOut,
-        AppendError::Invalid(_) => ErrorCode::InvalidRecord,
-        AppendError::Sequence(SequenceError::OutOfOrder) => ErrorCode::OutOfOrderSequenceNumber,
-        AppendError::Sequence(SequenceError::InvalidEpoch) => ErrorCode::InvalidProducerEpoch,
-        // The first attempt is still being replicated: a retriable error; the retry after it
-        // commits is answered with its offset.
-        AppendError::Sequence(SequenceError::DuplicateInFlight) => ErrorCode::NotEnoughReplicas,
-        AppendError::Storage(_) => ErrorCode::KafkaStorageError,
-        AppendError::TooFewInSync { .. } => ErrorCode::NotEnoughReplicasAfterAppend,
-    }
 }
 
 /// Most partitions a connection's chain remembers; beyond it the chain starts afresh.
@@ -286,7 +262,7 @@ pub fn produce(
     throttle: Duration,
     direct: Option<DirectAnswer>,
 ) -> Reply {
-    let now = now_ms();
+    let now = wall_clock_ms();
     let timeout =
         Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0)).min(MAX_PRODUCE_TIMEOUT);
     let mut submitted: Vec<(String, Vec<SubmittedPartition>)> = Vec::new();
@@ -372,7 +348,7 @@ pub fn produce(
         }
     }
     let me = node.config().id;
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut responses = Vec::with_capacity(submitted.len());
         for (name, partitions) in submitted {
             let mut out = Vec::with_capacity(partitions.len());
@@ -417,16 +393,12 @@ pub fn produce(
                 ..Default::default()
             });
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::Produce(ProduceResponse {
-                responses,
-                throttle_time_ms: throttle_ms(throttle),
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::Produce(ProduceResponse {
+            responses,
+            throttle_time_ms: throttle_ms(throttle),
+            ..Default::default()
+        })
+    })
 }
 
 /// What a request to one partition leaves a later one to it on the same connection: its
@@ -464,7 +436,7 @@ fn partition_response(
             }
             r.log_start_offset = i64::try_from(stream.visible().log_start_offset).unwrap_or(0);
         }
-        Err(e) => r.error_code = append_error_code(e).code(),
+        Err(e) => r.error_code = append_error_code(e, Proposal::Records).code(),
     }
     r
 }
@@ -671,7 +643,7 @@ mod tests {
     }
 
     fn batch(value_len: usize) -> Bytes {
-        let record = kafka_proto::records::NewRecord::new(now_ms(), vec![b'x'; value_len]);
+        let record = kafka_proto::records::NewRecord::new(wall_clock_ms(), vec![b'x'; value_len]);
         kafka_proto::records::build_batch(Compression::None, &[record]).unwrap()
     }
 
@@ -681,7 +653,7 @@ mod tests {
             message_max_bytes: 1 << 30,
             ..KafkaSettings::default()
         };
-        let limits = produce_limits(&settings, now_ms());
+        let limits = produce_limits(&settings, wall_clock_ms());
         // One batch just over the cap (v9), and legacy-looking data over it (v2).
         let big = batch(MAX_PARTITION_DATA_BYTES);
         assert_eq!(
@@ -700,7 +672,7 @@ mod tests {
 
     #[test]
     fn v3_and_later_carry_exactly_one_v2_batch() {
-        let limits = produce_limits(&KafkaSettings::default(), now_ms());
+        let limits = produce_limits(&KafkaSettings::default(), wall_clock_ms());
         let one = batch(10);
         assert_eq!(
             validate_records(one.clone(), 9, &limits),
@@ -720,7 +692,7 @@ mod tests {
             kafka_proto::records::TimestampType::CreateTime,
             &[kafka_proto::records::LegacyRecord::new(
                 5,
-                now_ms(),
+                wall_clock_ms(),
                 None,
                 Some(Bytes::from("v")),
             )],

@@ -34,8 +34,8 @@ use crate::flow::settings::{
     ENTITY_CLIENT_ID, ENTITY_USER,
 };
 use crate::kafka::access::Access;
-use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::topics::metadata_error;
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
 use crate::node::Node;
 use crate::security::acl::AclOperation;
@@ -187,14 +187,11 @@ pub fn describe_client_quotas(
             response.entries = None;
         }
     }
-    match frame(
+    reply::now(
         correlation_id,
         version,
-        &Response::DescribeClientQuotas(response),
-    ) {
-        Some(segments) => Reply::Now(segments),
-        None => Reply::Close,
-    }
+        Response::DescribeClientQuotas(response),
+    )
 }
 
 /// Checks one AlterClientQuotas entry, giving the alteration it asks for.
@@ -244,7 +241,7 @@ pub fn alter_client_quotas(
 ) -> Reply {
     let node = node.clone();
     let allowed = access.cluster(AclOperation::AlterConfigs);
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         let mut outcomes: Vec<Result<(), (ErrorCode, String)>> = Vec::new();
         let mut valid = Vec::new();
         for entry in &req.entries {
@@ -267,7 +264,7 @@ pub fn alter_client_quotas(
         if !req.validate_only && !valid.is_empty() {
             let command = MetaCommand::AlterClientQuotas { alterations: valid };
             if let Err(e) = node.propose_metadata(&command, ALTER_TIMEOUT).await {
-                let code = metadata_error(&e);
+                let code = append_error_code(&e, Proposal::MetadataChange);
                 for o in outcomes.iter_mut().filter(|o| o.is_ok()) {
                     *o = Err((code, e.to_string()));
                 }
@@ -298,15 +295,11 @@ pub fn alter_client_quotas(
                 }
             })
             .collect();
-        frame(
-            correlation_id,
-            version,
-            &Response::AlterClientQuotas(AlterClientQuotasResponse {
-                entries,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::AlterClientQuotas(AlterClientQuotasResponse {
+            entries,
+            ..Default::default()
+        })
+    })
 }
 
 #[cfg(test)]

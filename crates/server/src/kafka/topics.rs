@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
@@ -29,30 +28,13 @@ use kafka_proto::messages::delete_topics_response::{DeletableTopicResult, Delete
 
 use crate::config::valid_stream_name;
 use crate::kafka::access::Access;
-use crate::kafka::handlers::{frame, Reply};
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::fields::admin_timeout;
 use crate::kafka::metadata::{topic_id_of, topic_name_by_id};
+use crate::kafka::reply::{self, Reply};
 use crate::node::Node;
-use crate::replication::group::AppendError;
 use crate::security::acl::AclOperation;
 use crate::topic_config;
-
-/// Longest a topic creation or deletion waits for the metadata commit.
-const MAX_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn timeout(ms: i32) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-        .clamp(Duration::from_millis(100), MAX_TIMEOUT)
-}
-
-/// The Kafka error for a failed metadata proposal.
-pub(crate) fn metadata_error(e: &AppendError) -> ErrorCode {
-    match e {
-        AppendError::Timeout => ErrorCode::RequestTimedOut,
-        AppendError::Invalid(m) if m.contains("limit of") => ErrorCode::PolicyViolation,
-        AppendError::Invalid(_) => ErrorCode::InvalidRequest,
-        _ => ErrorCode::NotController,
-    }
-}
 
 /// A topic to create, as checked: partition count, replication factor, config overrides.
 type Creatable = (u32, usize, BTreeMap<String, String>);
@@ -160,8 +142,8 @@ pub fn create_topics(
             )
         })
         .collect();
-    Reply::Later(Box::pin(async move {
-        let wait = timeout(req.timeout_ms);
+    reply::later(correlation_id, version, async move {
+        let wait = admin_timeout(req.timeout_ms);
         let mut results = Vec::with_capacity(req.topics.len());
         for (t, (may_create, may_describe_configs)) in req.topics.iter().zip(authorized) {
             let mut r = CreatableTopicResult {
@@ -193,7 +175,12 @@ pub fn create_topics(
                     )
                     .await
                     .map(|()| (partitions, replication, configs))
-                    .map_err(|e| (metadata_error(&e), e.to_string())),
+                    .map_err(|e| {
+                        (
+                            append_error_code(&e, Proposal::MetadataChange),
+                            e.to_string(),
+                        )
+                    }),
             };
             match outcome {
                 Ok((partitions, replication, configs)) => {
@@ -213,15 +200,11 @@ pub fn create_topics(
             }
             results.push(r);
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::CreateTopics(CreateTopicsResponse {
-                topics: results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::CreateTopics(CreateTopicsResponse {
+            topics: results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Handles DeleteTopics (by name, or by topic id in v6). Each topic needs DELETE on it (else
@@ -235,8 +218,8 @@ pub fn delete_topics(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
-        let wait = timeout(req.timeout_ms);
+    reply::later(correlation_id, version, async move {
+        let wait = admin_timeout(req.timeout_ms);
         let wanted: Vec<(Option<String>, kafka_proto::Uuid)> = if version >= 6 {
             req.topics
                 .iter()
@@ -281,22 +264,18 @@ pub fn delete_topics(
                 Some(n) => {
                     r.topic_id = topic_id_of(&node, &n);
                     if let Err(e) = node.delete_topic(&n, wait).await {
-                        r.error_code = metadata_error(&e).code();
+                        r.error_code = append_error_code(&e, Proposal::MetadataChange).code();
                         r.error_message = Some(e.to_string());
                     }
                 }
             }
             results.push(r);
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::DeleteTopics(DeleteTopicsResponse {
-                responses: results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::DeleteTopics(DeleteTopicsResponse {
+            responses: results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Checks one topic of a CreatePartitions request against what this node has applied; `Ok`
@@ -353,8 +332,8 @@ pub fn create_partitions(
 ) -> Reply {
     let node = node.clone();
     let access = access.clone();
-    Reply::Later(Box::pin(async move {
-        let wait = timeout(req.timeout_ms);
+    reply::later(correlation_id, version, async move {
+        let wait = admin_timeout(req.timeout_ms);
         let mut results = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let duplicate = req.topics.iter().filter(|o| o.name == t.name).count() > 1;
@@ -375,7 +354,12 @@ pub fn create_partitions(
                     Ok(count) => node
                         .create_partitions(&t.name, count, wait)
                         .await
-                        .map_err(|e| (metadata_error(&e), e.to_string())),
+                        .map_err(|e| {
+                            (
+                                append_error_code(&e, Proposal::MetadataChange),
+                                e.to_string(),
+                            )
+                        }),
                 }
             };
             let mut r = CreatePartitionsTopicResult {
@@ -388,13 +372,9 @@ pub fn create_partitions(
             }
             results.push(r);
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::CreatePartitions(CreatePartitionsResponse {
-                results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::CreatePartitions(CreatePartitionsResponse {
+            results,
+            ..Default::default()
+        })
+    })
 }

@@ -38,8 +38,8 @@ use kafka_proto::messages::describe_user_scram_credentials_response::{
 };
 
 use crate::kafka::access::Access;
-use crate::kafka::handlers::{frame, Reply};
-use crate::kafka::topics::metadata_error;
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
 use crate::node::Node;
 use crate::security::acl::AclOperation;
@@ -199,7 +199,7 @@ pub fn alter_user_scram_credentials(
 ) -> Reply {
     let authorized = access.cluster(AclOperation::Alter);
     let node = node.clone();
-    Reply::Later(Box::pin(async move {
+    reply::later(correlation_id, version, async move {
         // Users in order of first appearance, and how many alterations each has.
         let mut users: Vec<&str> = Vec::new();
         let mut alterations: HashMap<&str, usize> = HashMap::new();
@@ -234,7 +234,10 @@ pub fn alter_user_scram_credentials(
                     "Cluster authorization failed.".to_owned(),
                 ))
             } else if let Some(e) = &barrier {
-                Err((metadata_error(e), e.to_string()))
+                Err((
+                    append_error_code(e, Proposal::MetadataChange),
+                    e.to_string(),
+                ))
             } else {
                 match check_user(&node, user, &req, &alterations) {
                     Ok(alterations) => apply(&node, user, alterations).await,
@@ -247,15 +250,11 @@ pub fn alter_user_scram_credentials(
             }
             results.push(r);
         }
-        frame(
-            correlation_id,
-            version,
-            &Response::AlterUserScramCredentials(AlterUserScramCredentialsResponse {
-                results,
-                ..Default::default()
-            }),
-        )
-    }))
+        Response::AlterUserScramCredentials(AlterUserScramCredentialsResponse {
+            results,
+            ..Default::default()
+        })
+    })
 }
 
 /// Commits one user's checked alterations.
@@ -281,7 +280,12 @@ async fn apply(
         };
         node.propose_metadata(&cmd, COMMIT_TIMEOUT)
             .await
-            .map_err(|e| (metadata_error(&e), e.to_string()))?;
+            .map_err(|e| {
+                (
+                    append_error_code(&e, Proposal::MetadataChange),
+                    e.to_string(),
+                )
+            })?;
     }
     Ok(())
 }
