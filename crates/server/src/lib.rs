@@ -47,5 +47,6 @@ pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;
 
-pub use node::{LogStream, Node};
+pub use node::Node;
 pub use replication::group::{AppendError, Appended, Visible};
+pub use replication::stream::LogStream;

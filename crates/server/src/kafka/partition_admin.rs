@@ -58,7 +58,8 @@ use crate::kafka::access::Access;
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::topics::metadata_error;
-use crate::node::{LogStream, Node};
+use crate::node::Node;
+use crate::replication::stream::LogStream;
 use crate::security::acl::AclOperation;
 
 /// Longest DeleteRecords or ElectLeaders waits, whatever the client's timeout says.

@@ -42,9 +42,10 @@ use crate::kafka::access::Access;
 use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
 use crate::kafka::handlers::{frame, Reply};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
-use crate::node::{LogStream, Node, PendingAppend};
+use crate::node::Node;
 use crate::replication::group::{AnswerHook, AppendError, Appended};
 use crate::replication::producers::SequenceError;
+use crate::replication::stream::{LogStream, PendingAppend};
 use crate::security::acl::AclOperation;
 use crate::topic_config::{TimestampType, TopicSettings};
 
@@ -208,10 +209,10 @@ enum PartitionOutcome {
     Failed(ErrorCode),
     /// Submitted; with the append time stamped on the batch for a LogAppendTime topic, and
     /// the copies an acks=all produce waits for beyond the commit's majority
-    /// (min.insync.replicas above it; see [`crate::node::LogStream::wait_for_copies`]).
+    /// (min.insync.replicas above it; see [`crate::replication::stream::LogStream::wait_for_copies`]).
     Submitted(
         PendingAppend,
-        crate::node::LogStream,
+        crate::replication::stream::LogStream,
         Option<i64>,
         Option<usize>,
     ),
