@@ -76,7 +76,8 @@ pub struct NodeReplicas {
 
 /// This node's replicas, read now.
 pub async fn local_replicas(node: &Node) -> NodeReplicas {
-    let mut streams: Vec<crate::node::LogStream> = node.metadata_group().into_iter().collect();
+    let mut streams: Vec<crate::replication::stream::LogStream> =
+        node.metadata_group().into_iter().collect();
     for name in node.stream_names() {
         streams.extend(node.partitions(&name));
     }
@@ -610,7 +611,7 @@ async fn forward_to_leader(
     )
 }
 
-fn segment_entries(stream: &crate::node::LogStream) -> Vec<SegmentEntry> {
+fn segment_entries(stream: &crate::replication::stream::LogStream) -> Vec<SegmentEntry> {
     stream
         .segments()
         .into_iter()

@@ -3,8 +3,9 @@
 //! Layout (folders by concern):
 //! - [`runtime`]: the worker pool and timer every Raft group runs on, group inboxes,
 //!   quiescence of idle groups, the open-file budget.
-//! - [`replication`]: one Raft group per partition, the peer transport and what it admits,
-//!   liveness, replica placement and leaders, idempotent producer state.
+//! - [`replication`]: one Raft group per partition and the handle on it (`LogStream`), the
+//!   peer transport, what it admits and where its messages go, liveness, replica placement and
+//!   leaders, idempotent producer state.
 //! - [`kafka`]: the Kafka protocol listener and the handlers of each API.
 //! - [`flow`]: flow control: node-wide rate limits and Kafka client quotas, throttling.
 //! - [`security`]: listeners' TLS and SASL, principals, SCRAM credentials, ACLs and the
@@ -19,7 +20,8 @@
 //!   [`metadata_codec`]: how its commands are stored in the Raft log; [`metadata_snapshot`]:
 //!   its snapshots; [`topic_config`]: topic-level configs; [`bootstrap_users`]: the one-time
 //!   import of the configured SCRAM users into it.
-//! - [`node`]: a node: its streams, the transport, handles to append and read.
+//! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
+//!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
 //! - [`config`]: the node's TOML configuration and the embedded single-node default.
 //!
 //! Code names a module by its real path (`crate::replication::group`,
@@ -47,5 +49,6 @@ pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;
 
-pub use node::{LogStream, Node};
+pub use node::Node;
 pub use replication::group::{AppendError, Appended, Visible};
+pub use replication::stream::LogStream;

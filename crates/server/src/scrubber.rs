@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::node::LogStream;
 use crate::replication::raft_storage::read;
+use crate::replication::stream::LogStream;
 use crate::storage_faults::StorageFaults;
 
 /// A running scrubber; stopped (and joined) on drop.

@@ -295,7 +295,7 @@ impl Stream {
         let stream = self.leader_handle(partition).await?;
         let node = &self.log.node;
         let settings: TopicSettings = node.topic_settings(&self.name);
-        let now = vdl_server::kafka::produce::now_ms();
+        let now = vdl_server::metadata::wall_clock_ms();
         let kafka = vdl_server::config::KafkaSettings {
             message_max_bytes: settings.max_message_bytes,
             ..node.config().kafka

@@ -28,7 +28,8 @@ use crate::kafka::reply::{self, Reply};
 /// Kafka's broker setting `fetch.max.bytes` and its default (55 MiB). A single batch larger than
 /// what is left is still returned whole for the first partition with data (KIP-74).
 pub const FETCH_MAX_BYTES: u64 = 55 << 20;
-use crate::node::{LogStream, Node};
+use crate::node::Node;
+use crate::replication::stream::LogStream;
 use crate::security::acl::AclOperation;
 
 /// Longest a fetch long-polls, whatever the client asked for.

@@ -25,7 +25,8 @@ use kafka_proto::messages::metadata_response::{
 };
 use kafka_proto::Uuid;
 
-use crate::node::{LogStream, Node};
+use crate::node::Node;
+use crate::replication::stream::LogStream;
 
 /// A topic's id: derived from its name and incarnation (the Raft index of the command that
 /// created it), so every node gives the same id without coordination and a topic created again

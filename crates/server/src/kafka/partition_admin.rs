@@ -59,7 +59,8 @@ use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::fields::admin_timeout;
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::reply::{self, Reply};
-use crate::node::{LogStream, Node};
+use crate::node::Node;
+use crate::replication::stream::LogStream;
 use crate::security::acl::AclOperation;
 
 /// How often ElectLeaders looks whether the preferred replica took over.

@@ -44,8 +44,9 @@ use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::reply::{self, frame, Reply};
 use crate::metadata::wall_clock_ms;
-use crate::node::{LogStream, Node, PendingAppend};
+use crate::node::Node;
 use crate::replication::group::{AnswerHook, AppendError, Appended};
+use crate::replication::stream::{LogStream, PendingAppend};
 use crate::security::acl::AclOperation;
 use crate::topic_config::{TimestampType, TopicSettings};
 
@@ -184,10 +185,10 @@ enum PartitionOutcome {
     Failed(ErrorCode),
     /// Submitted; with the append time stamped on the batch for a LogAppendTime topic, and
     /// the copies an acks=all produce waits for beyond the commit's majority
-    /// (min.insync.replicas above it; see [`crate::node::LogStream::wait_for_copies`]).
+    /// (min.insync.replicas above it; see [`crate::replication::stream::LogStream::wait_for_copies`]).
     Submitted(
         PendingAppend,
-        crate::node::LogStream,
+        crate::replication::stream::LogStream,
         Option<i64>,
         Option<usize>,
     ),

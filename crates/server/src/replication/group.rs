@@ -607,7 +607,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         // Entry contexts name (node, proposal id); ids start from a per-start nonce (the clock
         // in nanoseconds), so an entry proposed before a restart can never be taken for a
         // proposal made after it.
-        next_proposal_id: crate::node::boot_nonce(),
+        next_proposal_id: crate::replication::ids::boot_nonce(),
         pending_count: 0,
         persisted_term: hs.term,
         persisted_vote: hs.vote,
@@ -1765,7 +1765,7 @@ impl Group {
         }
         self.fail_all(why);
         if let Some(t) = self.p.producers.as_mut() {
-            *t = crate::node::rebuild_producers(&self.p.store, commit);
+            *t = crate::replication::producer_snapshot::rebuild_producers(&self.p.store, commit);
         }
         let s = read(&self.p.store);
         self.visible.leader = 0;

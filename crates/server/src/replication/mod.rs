@@ -8,6 +8,9 @@
 //! - [`transport`]: Raft messages between nodes over TCP; [`peer_wire`]: the bytes of the peer
 //!   protocol; [`peer_guard`]: which connections, hellos and messages the peer port admits;
 //!   [`direct_send`]: a group's worker writing to an idle peer link itself.
+//! - [`stream`]: a handle on one partition's log stream (append, read, await commits);
+//!   [`router`]: what the peer transport receives, routed to groups, liveness and leaders;
+//!   [`ids`]: group ids derived from names, the boot nonce.
 //! - [`liveness`]: one ping per peer per heartbeat interval, whatever the partition count.
 //! - [`placement`]: which nodes hold each partition's replicas, and which should lead;
 //!   [`leaders`]: who leads the partitions a node does not host.
@@ -16,11 +19,13 @@
 //!   runtime, remembered across restarts.
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`producers`]: idempotent producers' state, derived from each partition's replicated log;
-//!   [`producer_snapshot`]: that state saved, so a restart remembers every producer.
+//!   [`producer_snapshot`]: that state saved, so a restart remembers every producer, and
+//!   rebuilt from the saved table and the log after it.
 
 pub mod direct_send;
 pub mod forwarded;
 pub mod group;
+pub mod ids;
 pub mod in_sync;
 pub mod known_peers;
 pub mod leaders;
@@ -34,4 +39,6 @@ pub mod producers;
 pub mod raft_log;
 pub mod raft_storage;
 pub mod replicas;
+pub mod router;
+pub mod stream;
 pub mod transport;

@@ -89,7 +89,7 @@ pub fn every_member(members: &[u64], name: &str, incarnation: u64, partition: u3
         return Vec::new();
     }
     let n = members.len() as u64;
-    let start = crate::node::group_id_for_topic(name, incarnation, 0) % n;
+    let start = crate::replication::ids::group_id_for_topic(name, incarnation, 0) % n;
     let first = ((start + u64::from(partition)) % n) as usize;
     let mut replicas = members.to_vec();
     replicas.rotate_left(first);

@@ -202,6 +202,47 @@ pub fn load(dir: &Path) -> Result<Option<ProducerTable>, SnapshotError> {
     }
 }
 
+/// Rebuilds a stream's producer table: the one saved in its directory (see
+/// [`crate::replication::producer_snapshot`]), then the committed entries after it (at most the
+/// newest [`crate::replication::producers::REBUILD_MAX_ENTRIES`]).
+pub(crate) fn rebuild_producers(
+    store: &crate::replication::raft_storage::SharedStore,
+    applied: u64,
+) -> crate::replication::producers::ProducerTable {
+    let s = crate::replication::raft_storage::read(store);
+    // The newest saved table, then the committed log after it (the saved table may hold
+    // entries past `applied`: the group skips those when it applies them again).
+    let mut table = match load(s.dir()) {
+        Ok(saved) => saved.unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!("{e}: the producer table is rebuilt from the log alone");
+            crate::replication::producers::ProducerTable::default()
+        }
+    };
+    let mut lo = s
+        .first_index()
+        .max(applied.saturating_sub(crate::replication::producers::REBUILD_MAX_ENTRIES) + 1)
+        .max(table.applied_through() + 1);
+    while lo <= applied {
+        let Ok(entries) = s.entries(lo, applied + 1, 4 << 20) else {
+            break;
+        };
+        let Some(last) = entries.last().map(|e| e.index) else {
+            break;
+        };
+        for e in entries {
+            if e.kind == logstore::EntryKind::Records {
+                let infos = crate::replication::producers::batch_infos(&e.payload);
+                if !infos.is_empty() {
+                    table.on_committed_at(e.index, &infos, e.first_offset);
+                }
+            }
+        }
+        lo = last + 1;
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,7 +343,7 @@ mod tests {
             .append(&[entry(1, batch(Some((7, 0))))])
             .unwrap();
         // What the group saves as it applies: the table through entry 1.
-        save(dir.path(), &crate::node::rebuild_producers(&store, 1)).unwrap();
+        save(dir.path(), &rebuild_producers(&store, 1)).unwrap();
         // More entries than a restart replays, none of them from producer 7.
         let filler = batch(None);
         let last = crate::replication::producers::REBUILD_MAX_ENTRIES + 10;
@@ -314,7 +355,7 @@ mod tests {
             index += chunk.len() as u64;
             store.write().unwrap().append(&chunk).unwrap();
         }
-        let mut table = crate::node::rebuild_producers(&store, last);
+        let mut table = rebuild_producers(&store, last);
         assert_eq!(
             table.check(&[b(7, 0, 0, 1)]),
             SequenceCheck::Duplicate { base_offset: 0 },
@@ -322,7 +363,7 @@ mod tests {
         );
         // Without the saved table, producer 7 is unknown (what a restart did before).
         std::fs::remove_file(dir.path().join(SNAPSHOT_FILE)).unwrap();
-        let mut table = crate::node::rebuild_producers(&store, last);
+        let mut table = rebuild_producers(&store, last);
         assert_eq!(table.check(&[b(7, 0, 0, 1)]), SequenceCheck::Append);
     }
 

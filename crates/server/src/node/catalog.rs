@@ -1,0 +1,341 @@
+//! The topic catalog of a node: the streams and topic partitions hosted here, looking them up,
+//! opening and dropping them, and their topic-level settings.
+
+use std::collections::BTreeMap;
+
+use crate::replication::group::{try_deliver, AppendError, GroupInput};
+use crate::replication::ids::{group_id_for, group_id_for_topic};
+use crate::replication::stream::LogStream;
+use crate::topic_config::TopicSettings;
+
+use super::{GroupKind, Node, NodeError, TopicLayout};
+
+/// The store retention policy of a topic's settings.
+pub(super) fn retention_policy(settings: &TopicSettings) -> logstore::RetentionPolicy {
+    logstore::RetentionPolicy {
+        max_segments: None,
+        max_bytes: settings.retention_bytes,
+        max_age: settings.retention_age,
+    }
+}
+
+impl Node {
+    /// A handle on partition 0 of topic (or configured stream) `name`.
+    pub fn stream(&self, name: &str) -> Option<LogStream> {
+        self.partition(name, 0)
+    }
+
+    /// A handle on partition `partition` of topic `name`, if this node is one of its replicas.
+    pub fn partition(&self, name: &str, partition: u32) -> Option<LogStream> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .and_then(|p| p.get(&partition))
+            .cloned()
+    }
+
+    /// Handles on the partitions of topic `name` this node is a replica of, in partition order
+    /// (empty when it hosts none, or the topic is unknown).
+    pub fn partitions(&self, name: &str) -> Vec<LogStream> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Where topic `name` lives: from the replicated metadata, or a stream configured at start
+    /// (one partition, every member). `None` when there is no such topic.
+    pub fn topic_layout(&self, name: &str) -> Option<TopicLayout> {
+        if let Some(t) = self.metadata().topics.get(name) {
+            return Some(TopicLayout {
+                incarnation: t.created_at_index,
+                replicas: t.replicas.clone(),
+            });
+        }
+        self.partition(name, 0)
+            .filter(|s| s.incarnation == 0)
+            .map(|_| TopicLayout {
+                incarnation: 0,
+                replicas: vec![self.config.member_ids()],
+            })
+    }
+
+    /// The incarnation of topic `name` (0 for a stream configured at start), without copying
+    /// its replica lists; `None` when there is no such topic.
+    pub fn topic_incarnation(&self, name: &str) -> Option<u64> {
+        if let Some(i) = self.metadata().incarnation(name) {
+            return Some(i);
+        }
+        self.partition(name, 0)
+            .filter(|s| s.incarnation == 0)
+            .map(|_| 0)
+    }
+
+    /// Names of every topic of the cluster (hosted here or not) and of the streams configured
+    /// at start, sorted.
+    pub fn topic_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.metadata().topics.keys().cloned().collect();
+        for name in self.stream_names() {
+            if self.partition(&name, 0).is_some_and(|s| s.incarnation == 0) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Names of every stream this node hosts a partition of.
+    pub fn stream_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Stops one partition's group and deletes its data here (its replica moved to another
+    /// node). Appends waiting on it fail with `Stopped`.
+    pub(super) fn drop_partition(&self, name: &str, incarnation: u64, partition: u32) {
+        let Some(stream) = self
+            .partition(name, partition)
+            .filter(|s| s.incarnation == incarnation)
+        else {
+            return;
+        };
+        self.stop_group(stream.group);
+        {
+            let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(parts) = streams.get_mut(name) {
+                parts.remove(&partition);
+                if parts.is_empty() {
+                    streams.remove(name);
+                }
+            }
+        }
+        let dir = self.topic_dir(name, incarnation, partition);
+        if dir.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(topic = %name, partition, dir = %dir.display(), "removing a moved replica's data failed: {e}");
+            }
+        }
+    }
+
+    /// The effective settings of topic `name`: its config overrides over this node's
+    /// configuration (the node's alone for a topic it does not know).
+    pub fn topic_settings(&self, name: &str) -> TopicSettings {
+        let meta = self.metadata();
+        match meta.topics.get(name) {
+            Some(t) if !t.configs.is_empty() => TopicSettings::resolve(&self.config, &t.configs),
+            _ => TopicSettings::resolve(&self.config, &BTreeMap::new()),
+        }
+    }
+
+    /// Applies topic `name`'s current config overrides to its partitions open here (called
+    /// when the replicated metadata changed them): retention and segment size on their stores;
+    /// the produce path reads the rest per request.
+    pub fn apply_topic_settings(&self, name: &str, incarnation: u64) {
+        let settings = self.topic_settings(name);
+        for stream in self.partitions(name) {
+            if stream.incarnation != incarnation {
+                continue;
+            }
+            {
+                let mut store = stream.store.write().unwrap_or_else(|e| e.into_inner());
+                store.set_retention(retention_policy(&settings));
+                store.set_segment_bytes(settings.segment_bytes);
+            }
+            tracing::info!(stream = %name, partition = stream.partition, ?settings, "topic configs changed");
+        }
+    }
+
+    /// The current incarnation of topic `name` in the replicated metadata, for a command that
+    /// names it (`Invalid` when there is no such topic).
+    pub(super) fn current_incarnation(&self, name: &str) -> Result<u64, AppendError> {
+        self.metadata()
+            .incarnation(name)
+            .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))
+    }
+
+    /// Raises the log start offset of partition `partition` of topic `name` to `offset`
+    /// (DeleteRecords, applied from the replicated metadata): records below it are no longer
+    /// readable here, and the segments wholly below it are removed by the partition's group.
+    pub fn delete_records_before(&self, name: &str, incarnation: u64, partition: u32, offset: u64) {
+        let Some(stream) = self
+            .partition(name, partition)
+            .filter(|s| s.incarnation == incarnation)
+        else {
+            return;
+        };
+        stream
+            .store
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .raise_records_floor(offset);
+        try_deliver(&stream.inbox, GroupInput::RecordsFloorRaised);
+    }
+
+    /// Opens (creating on first use) a stream configured at start and starts its Raft group;
+    /// returns the existing handle when it is already open. Every member of the cluster is a
+    /// voter.
+    pub fn open_stream(&self, name: &str) -> Result<LogStream, NodeError> {
+        if let Some(s) = self.stream(name) {
+            return Ok(s);
+        }
+        let group = group_id_for(name);
+        self.open_group(
+            name,
+            0,
+            group,
+            0,
+            GroupKind::Stream(self.stream_dir(name)),
+            self.config.member_ids(),
+            Vec::new(),
+            None,
+        )
+    }
+
+    /// Opens (creating on first use) the partitions of incarnation `incarnation` of topic
+    /// `name` this node is a replica of (`replicas[p]` lists partition `p`'s, preferred leader
+    /// first), starting a Raft group whose voters are those replicas for each that is not open
+    /// yet. An older incarnation still open under the name is dropped first.
+    pub fn open_topic(
+        &self,
+        name: &str,
+        incarnation: u64,
+        replicas: &[Vec<u64>],
+    ) -> Result<(), NodeError> {
+        let _opening = self.open_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let open = self.partitions(name);
+        if let Some(s) = open.first() {
+            if s.incarnation != incarnation {
+                self.drop_topic(name, Some(s.incarnation));
+            }
+        }
+        self.migrate_topic_dir(name, incarnation)?;
+        // Replaying the metadata log at start re-runs every CreateTopic, also those of
+        // incarnations deleted since. Such an incarnation's data is gone (its delete was applied
+        // here before, so it was committed and is in the local log); opening it again would
+        // show clients an empty topic under the name until the replay reaches its delete (a
+        // produce accepted then would be lost with it). So it is not opened at all.
+        let gone = self.topic_dirs_on_disk(name, incarnation).is_empty()
+            && self
+                .deleted_before_start
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(name.to_owned(), incarnation));
+        if gone {
+            tracing::debug!(topic = %name, incarnation, "a deleted incarnation is not reopened on replay");
+            return Ok(());
+        }
+        let moving = self
+            .metadata()
+            .topics
+            .get(name)
+            .filter(|t| t.created_at_index == incarnation)
+            .map(|t| t.moving.clone())
+            .unwrap_or_default();
+        let me = self.config.id;
+        for (partition, voters) in (0u32..).zip(replicas) {
+            if self.partition(name, partition).is_some() {
+                continue;
+            }
+            // A partition being reassigned starts from its configuration before the move: a
+            // new replica as a learner of the old ones (it is added as one, and promoted once
+            // caught up), an old one as a voter until its group removes it.
+            let (conf_voters, conf_learners) = match moving.get(&partition) {
+                Some(old) if old.contains(&me) => (old.clone(), Vec::new()),
+                Some(old) if voters.contains(&me) => (old.clone(), vec![me]),
+                _ if voters.contains(&me) => (voters.clone(), Vec::new()),
+                _ => continue,
+            };
+            let group = group_id_for_topic(name, incarnation, partition);
+            let dir = self.topic_dir(name, incarnation, partition);
+            let preferred = voters[0];
+            let stream = self.open_group(
+                name,
+                partition,
+                group,
+                incarnation,
+                GroupKind::Stream(dir),
+                conf_voters,
+                conf_learners,
+                Some(preferred),
+            )?;
+            // The preferred replica stands for election at once: a new partition gets a leader
+            // without waiting an election timeout, and leaders start spread over the nodes.
+            // Not while the metadata log is replayed from disk at start (no metadata leader
+            // known yet): every replica may be replaying at once after a restart of every node,
+            // and a campaign would elect a leader for a topic incarnation that the rest of the
+            // log deletes (an empty log, answering ListOffsets with 0 until the delete
+            // replays). Elections then wait for a timeout, and leader rebalance moves
+            // leadership to the preferred replica.
+            let live = self
+                .metadata_group()
+                .is_some_and(|g| g.visible().leader != 0);
+            if preferred == self.config.id
+                && voters.len() > 1
+                && live
+                && !moving.contains_key(&partition)
+            {
+                stream.campaign();
+            }
+        }
+        Ok(())
+    }
+
+    /// The replicas of `stream` in Kafka's order: the preferred leader first (a stream
+    /// configured at start: every member in id order).
+    pub fn replicas_of(&self, stream: &LogStream) -> Vec<u64> {
+        self.topic_layout(&stream.name)
+            .filter(|l| l.incarnation == stream.incarnation)
+            .and_then(|l| l.replicas.get(stream.partition as usize).cloned())
+            .unwrap_or_else(|| self.config.member_ids())
+    }
+
+    /// Stops a topic's groups (every partition) and deletes its data on this node (the topic
+    /// was deleted). With an incarnation, only that incarnation is touched: a newer one open
+    /// under the same name stays, and the older one's directories are removed if they are
+    /// still there. Without one, the stream open under the name (a stream configured at start)
+    /// is dropped. Appends waiting on a dropped stream fail with `Stopped`.
+    pub fn drop_topic(&self, name: &str, incarnation: Option<u64>) {
+        let open: Vec<LogStream> = self
+            .partitions(name)
+            .into_iter()
+            .filter(|s| incarnation.is_none_or(|i| i == s.incarnation))
+            .collect();
+        for stream in &open {
+            self.stop_group(stream.group);
+        }
+        let dirs = match (incarnation, open.first()) {
+            (Some(i), _) => self.topic_dirs_on_disk(name, i),
+            (None, Some(s)) if s.incarnation > 0 => self.topic_dirs_on_disk(name, s.incarnation),
+            (None, _) => vec![self.stream_dir(name)],
+        };
+        for dir in dirs.iter().filter(|d| d.exists()) {
+            if let Err(e) = std::fs::remove_dir_all(dir) {
+                tracing::warn!(stream = %name, dir = %dir.display(), "removing a deleted stream's data failed: {e}");
+            }
+        }
+        // Last: once the topic is gone from the map, its data is gone too.
+        if !open.is_empty() {
+            self.streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(name);
+        }
+    }
+
+    /// Whether `name` is a topic (created through the metadata group, hosted here or not, or
+    /// a stream configured at start).
+    pub fn is_topic(&self, name: &str) -> bool {
+        self.topic_layout(name).is_some()
+    }
+}

@@ -1,0 +1,166 @@
+//! The Kafka listeners of a node: binding them (retrying while an address is still in use),
+//! serving them, and reloading their TLS files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use super::{Node, NodeError};
+
+/// How long a listener's address may stay in use before binding it fails: the listener of a
+/// node that was just shut down in the same process (its task is cancelled, not yet dropped),
+/// or of a previous process of this node that is still exiting, lets go of it within this.
+pub(super) const BIND_RETRY_FOR: Duration = Duration::from_secs(5);
+
+/// Binds `addr`, retrying while it is in use for at most [`BIND_RETRY_FOR`].
+pub(super) async fn bind_listener(addr: std::net::SocketAddr) -> Result<TcpListener, NodeError> {
+    let deadline = tokio::time::Instant::now() + BIND_RETRY_FOR;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(source) => return Err(NodeError::Bind { addr, source }),
+        }
+    }
+}
+
+/// How often the TLS files of the Kafka listeners are checked for changes.
+pub const TLS_RELOAD_POLL: Duration = Duration::from_secs(2);
+
+impl Node {
+    /// Binds every Kafka listener (reading the TLS files of those that use TLS) and serves
+    /// Kafka clients on them until the returned task is aborted. While it runs, TLS files
+    /// whose modification time changed are re-read every [`TLS_RELOAD_POLL`].
+    pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
+        // The sender stays with the listeners' task: the shutdown signal never fires.
+        let (keep, never) =
+            tokio::sync::watch::channel(crate::kafka::listener::ShutdownPhase::Running);
+        self.start_kafka_listeners(never, Some(keep)).await
+    }
+
+    /// Like [`Node::serve_kafka`], with a graceful shutdown (see [`crate::shutdown`]): at
+    /// `StopAccepting` the listeners close their sockets, at `Drain` every connection answers
+    /// what it has read and closes; the returned task ends once all have.
+    pub async fn serve_kafka_until(
+        self: &Arc<Self>,
+        shutdown: crate::kafka::listener::ShutdownSignal,
+    ) -> Result<tokio::task::JoinHandle<()>, NodeError> {
+        self.start_kafka_listeners(shutdown, None).await
+    }
+
+    pub(super) async fn start_kafka_listeners(
+        self: &Arc<Self>,
+        shutdown: crate::kafka::listener::ShutdownSignal,
+        keep: Option<tokio::sync::watch::Sender<crate::kafka::listener::ShutdownPhase>>,
+    ) -> Result<tokio::task::JoinHandle<()>, NodeError> {
+        let mut endpoints = Vec::new();
+        for config in self.config.kafka_listeners() {
+            let tls = match &config.tls {
+                None => None,
+                Some(files) => {
+                    let tls = crate::security::tls::ReloadingServerTls::new(files.clone())
+                        .map_err(|e| NodeError::Tls {
+                            listener: config.name.clone(),
+                            message: e.to_string(),
+                        })?;
+                    Some(Arc::new(tls))
+                }
+            };
+            let listener = bind_listener(config.listen).await?;
+            if let Some(tls) = &tls {
+                self.listener_tls
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((config.name.clone(), tls.clone()));
+            }
+            endpoints.push((
+                listener,
+                Arc::new(crate::kafka::listener::Endpoint { config, tls }),
+            ));
+        }
+        // The group coordinator's background tasks (deadlines, stored membership, offset
+        // expiry) run whether or not a group request ever reaches this node.
+        crate::kafka::groups::coordinator(self);
+        self.start_acl_catch_up();
+        crate::bootstrap_users::start_import(self);
+        let node = self.clone();
+        Ok(tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            let limits = crate::kafka::listener::connection_limits(&node);
+            for (listener, endpoint) in endpoints {
+                tasks.spawn(crate::kafka::serve(
+                    listener,
+                    node.clone(),
+                    endpoint,
+                    limits.clone(),
+                    shutdown.clone(),
+                ));
+            }
+            let weak = Arc::downgrade(&node);
+            drop(node);
+            let reload = async move {
+                loop {
+                    tokio::time::sleep(TLS_RELOAD_POLL).await;
+                    let Some(node) = weak.upgrade() else { return };
+                    node.reload_tls(false);
+                }
+            };
+            // Ends when every listener has (after a shutdown's drain); aborting this task
+            // drops the set, which aborts every listener.
+            tokio::select! {
+                _ = async { while tasks.join_next().await.is_some() {} } => {}
+                _ = reload => {}
+            }
+            drop(keep);
+        }))
+    }
+
+    /// Adds `tls` (named `name` in logs) to what [`Node::reload_tls`] re-reads: the admin
+    /// listener's certificates are reloaded with the Kafka listeners'.
+    pub fn reload_tls_with_listeners(
+        &self,
+        name: &str,
+        tls: Arc<crate::security::tls::ReloadingServerTls>,
+    ) {
+        self.listener_tls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), tls));
+    }
+
+    /// Re-reads the TLS files of the Kafka listeners, the admin listener and `[peer_tls]`: all of them (`force`,
+    /// on SIGHUP) or those whose modification time changed. New connections get the new
+    /// certificates; a file that does not load keeps the previous ones (logged).
+    pub fn reload_tls(&self, force: bool) {
+        // Changed peer TLS files are picked up by their own poll task.
+        if let (true, Some((peer_tls, _))) = (force, &self.peer_tls) {
+            peer_tls.reload_logged(true);
+        }
+        let listeners = self
+            .listener_tls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, tls) in listeners {
+            let result = if force {
+                tls.reload().map(|()| true)
+            } else {
+                tls.reload_if_changed()
+            };
+            match result {
+                Ok(true) => tracing::info!(listener = %name, "TLS certificates reloaded"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    listener = %name,
+                    "TLS certificates not reloaded, the previous ones stay in use: {e}"
+                ),
+            }
+        }
+    }
+}

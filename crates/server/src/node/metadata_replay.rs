@@ -1,0 +1,201 @@
+//! The node's side of the metadata group: its replay at start, metadata snapshots loaded and
+//! applied, the deleted incarnations found in the log, and when the log may be compacted.
+
+use std::path::Path;
+use std::time::Instant;
+
+use logstore::LogStore;
+
+use crate::metadata::{MetaCommand, MetadataStateMachine, METADATA_STREAM};
+use crate::replication::stream::LogStream;
+
+use super::{Node, NodeError};
+
+impl Node {
+    /// Whether the metadata log may be compacted below a snapshot: every other member has said,
+    /// in its last hello to this node, that it installs metadata snapshots (a member of an
+    /// earlier release, or one not heard from since this node started, could not catch up
+    /// through one, so its entries are kept).
+    pub fn metadata_compaction_allowed(&self) -> bool {
+        let others: Vec<u64> = self
+            .config
+            .member_ids()
+            .into_iter()
+            .filter(|id| *id != self.config.id)
+            .collect();
+        self.peer_versions.all_install_metadata_snapshots(&others)
+    }
+
+    /// Called as the metadata group applies entries (and once at its start): when `index`
+    /// reaches the commit index the node started with, the replay is done and retention may
+    /// run.
+    pub fn note_metadata_applied(&self, index: u64) {
+        use std::sync::atomic::Ordering;
+        // The catch-up replication limit follows the replicated flow limits.
+        self.peers.catch_up_limiter().set_rate(
+            self.metadata()
+                .flow
+                .limits
+                .catchup_replication_bytes_per_sec,
+        );
+        if index >= self.metadata_replay_target.load(Ordering::Acquire)
+            && !self.retention_allowed.swap(true, Ordering::AcqRel)
+        {
+            tracing::debug!(index, "metadata replay done: retention may run");
+            // Membership targets set during the replay were skipped (a partial state's
+            // targets could undo later changes): set the final ones now.
+            self.reconcile_membership();
+        }
+    }
+
+    /// Loads the newest metadata snapshot in `dir` into the state machine (and the node's
+    /// metadata), makes the metadata log `store` start no later than right after it, and opens
+    /// the topics it holds as the replay of the entries it covers would have. Returns its index
+    /// (None: no snapshot; the log must then start at index 1).
+    pub(super) fn load_metadata_snapshot(
+        &self,
+        sm: &mut MetadataStateMachine,
+        dir: &Path,
+        store: &mut LogStore,
+    ) -> Result<Option<u64>, NodeError> {
+        let store_err = |source| NodeError::Store {
+            name: METADATA_STREAM.to_owned(),
+            source,
+        };
+        let Some((wire, bytes)) = crate::metadata_snapshot::load_newest(dir)? else {
+            if store.first_index() > 1 {
+                return Err(NodeError::MetadataLogGap {
+                    dir: dir.to_owned(),
+                    first_index: store.first_index(),
+                    snapshot_index: 0,
+                });
+            }
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let (index, term) = sm.load(wire, bytes);
+        if index + 1 < store.first_index() {
+            return Err(NodeError::MetadataLogGap {
+                dir: dir.to_owned(),
+                first_index: store.first_index(),
+                snapshot_index: index,
+            });
+        }
+        // The log ends before the snapshot (a snapshot installed from the leader, then a crash
+        // before the log was reset), or holds another term at its index (entries never
+        // committed): the log restarts right after the snapshot.
+        let matches = index <= store.last_index()
+            && (index + 1 == store.first_index() || store.term(index).ok() == Some(term));
+        if !matches {
+            store
+                .install_snapshot(index, term, store.next_offset())
+                .map_err(store_err)?;
+        }
+        self.apply_metadata_snapshot(index, false);
+        tracing::info!(
+            index,
+            term,
+            took_ms = started.elapsed().as_millis() as u64,
+            "metadata snapshot loaded; replaying the entries after it"
+        );
+        Ok(Some(index))
+    }
+
+    /// Brings the node in line with the metadata state just loaded from a snapshot at `index`,
+    /// as applying the entries it covers would have: removes what is left on disk of topic
+    /// incarnations created at or before `index` that the state does not hold (their delete
+    /// is covered by the snapshot; a crash may have left their files), opens every topic's
+    /// partitions hosted here (an incarnation whose delete is later in the log stays closed),
+    /// sets their records floors, and with `reconcile` (a snapshot installed from the leader
+    /// while running) also drops the incarnations open here that the state no longer has and
+    /// applies every topic's configs. Streams configured at start (incarnation 0) are left
+    /// alone.
+    pub fn apply_metadata_snapshot(&self, index: u64, reconcile: bool) {
+        let topics: Vec<(String, crate::metadata::TopicMeta)> = self
+            .metadata()
+            .topics
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect();
+        if reconcile {
+            let open: Vec<(String, u64)> = self
+                .streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter_map(|(name, parts)| {
+                    let incarnation = parts.values().next()?.incarnation;
+                    (incarnation != 0).then(|| (name.clone(), incarnation))
+                })
+                .collect();
+            for (name, incarnation) in open {
+                let current = topics
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, t)| t.created_at_index);
+                if current != Some(incarnation) {
+                    self.drop_topic(&name, Some(incarnation));
+                }
+            }
+        }
+        self.remove_deleted_topic_dirs(index, &topics);
+        for (name, t) in &topics {
+            if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
+                tracing::error!(topic = %name, incarnation = t.created_at_index, "cannot open a topic of the metadata snapshot: {e}");
+            }
+            if reconcile {
+                self.apply_topic_settings(name, t.created_at_index);
+            }
+            for (partition, floor) in (0u32..).zip(&t.deleted_before) {
+                if *floor > 0 {
+                    self.delete_records_before(name, t.created_at_index, partition, *floor);
+                }
+            }
+        }
+    }
+
+    /// Records the topic incarnations deleted by a `DeleteTopic` in the metadata log `store`
+    /// (read once at start, before the replay).
+    pub(super) fn note_deleted_incarnations(&self, store: &LogStore) {
+        let mut deleted = self
+            .deleted_before_start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut lo = store.first_index();
+        let hi = store.last_index() + 1;
+        while lo < hi {
+            let entries = match store.entries(lo, hi, 4 << 20) {
+                Ok(entries) if !entries.is_empty() => entries,
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!("reading the metadata log for deleted topics failed: {e}");
+                    break;
+                }
+            };
+            lo = entries.last().map_or(hi, |e| e.index + 1);
+            for e in entries
+                .iter()
+                .filter(|e| e.kind == logstore::EntryKind::Meta)
+            {
+                if let Ok((
+                    _,
+                    MetaCommand::DeleteTopic {
+                        name,
+                        incarnation: Some(incarnation),
+                    },
+                )) = crate::metadata::MetaEntry::decode(&e.payload)
+                {
+                    deleted.insert((name, incarnation));
+                }
+            }
+        }
+    }
+
+    /// The metadata group's handle (the Raft group every node votes in).
+    pub fn metadata_group(&self) -> Option<LogStream> {
+        self.metadata_group
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
