@@ -9,6 +9,7 @@ use crate::metadata::MetaCommand;
 use crate::replication::group::GroupInput;
 use crate::replication::ids::{group_id_for, group_id_for_topic};
 use crate::replication::peer_guard::PeerStats;
+use crate::replication::router::PeerConnection;
 
 use super::Node;
 
@@ -45,20 +46,7 @@ impl Node {
     /// each announced (`HOST:PORT`, of its first listener), by node id.
     pub fn live_brokers(&self) -> Vec<(u64, String)> {
         let mut out = vec![(self.config.id, self.config.kafka_advertised.clone())];
-        let peers = self
-            .registry
-            .peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let removed = self.removed_members();
-        for (id, open) in peers.iter() {
-            if let Some(c) = open
-                .last()
-                .filter(|_| *id != self.config.id && !removed.contains(id))
-            {
-                out.push((*id, c.advertised.clone()));
-            }
-        }
+        out.extend(self.live_peer_addresses(|c| Some(c.advertised.clone())));
         out.sort();
         out
     }
@@ -77,23 +65,28 @@ impl Node {
         {
             out.push((self.config.id, own.advertised));
         }
+        out.extend(self.live_peer_addresses(|c| c.address_on(listener).map(str::to_string)));
+        out.sort();
+        out
+    }
+
+    /// Every connected peer that is still a member (not this node), with the address
+    /// `address` finds on its newest connection (peers for which it finds none are left out).
+    fn live_peer_addresses(
+        &self,
+        address: impl Fn(&PeerConnection) -> Option<String>,
+    ) -> Vec<(u64, String)> {
         let peers = self
             .registry
             .peers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let removed = self.removed_members();
-        for (id, open) in peers.iter() {
-            if let Some(addr) = open
-                .last()
-                .filter(|_| *id != self.config.id && !removed.contains(id))
-                .and_then(|c| c.address_on(listener))
-            {
-                out.push((*id, addr.to_string()));
-            }
-        }
-        out.sort();
-        out
+        peers
+            .iter()
+            .filter(|(id, _)| **id != self.config.id && !removed.contains(id))
+            .filter_map(|(id, open)| Some((*id, address(open.last()?)?)))
+            .collect()
     }
 
     /// The members whose removal finished: leaving, and no longer voters of the metadata

@@ -1246,6 +1246,11 @@ impl Group {
         let Some(epoch) = self.rejoin_epoch_pending() else {
             return;
         };
+        // A group that was quiesced when rejoin mode began ticks again, so that it asks
+        // again when an answer does not come.
+        if self.visible.quiesced {
+            self.set_quiesced(false);
+        }
         if self.rejoin_target.is_some_and(|(e, _)| e == epoch)
             || self.p.node.raft.leader_id == 0
             || self.p.node.raft.leader_id == self.p.node.raft.id
