@@ -15,7 +15,6 @@ use std::sync::{Arc, RwLock, Weak};
 use serde::{Deserialize, Serialize};
 
 use crate::flow::settings::{FlowLimits, FlowSettings, QuotaAlteration};
-use crate::node::Node;
 use crate::replication::group::StateMachine;
 use crate::security::acl::{AclBinding, AclSet};
 use crate::security::scram::{ScramCredential, ScramMechanism};
@@ -25,7 +24,8 @@ pub const METADATA_GROUP_ID: u64 = 1;
 /// Name of the metadata group's stream directory (not a topic).
 pub const METADATA_STREAM: &str = "__cluster_metadata";
 /// Producer ids handed out per InitProducerId (one id per producer, as Kafka does).
-const FIRST_PRODUCER_ID: i64 = 1000;
+/// The first producer id the metadata hands out ([`MetaCommand::AllocateProducerId`]).
+pub const FIRST_PRODUCER_ID: i64 = 1000;
 /// Allocation results remembered for proposers to read back.
 const MAX_REMEMBERED_ALLOCATIONS: usize = 4096;
 
@@ -1253,8 +1253,9 @@ impl ClusterMeta {
     }
 }
 
-/// What applying a command asks of the node.
-enum Effect {
+/// What applying a command asks of the node hosting the replica ([`MetadataHost::carry_out`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
     /// Open the streams of a topic's partitions this node is a replica of: (name, incarnation,
     /// replicas of every partition); partitions open already stay.
     OpenTopic(String, u64, Vec<Vec<u64>>),
@@ -1292,11 +1293,29 @@ fn valid_overrides(configs: BTreeMap<String, String>) -> BTreeMap<String, String
         .collect()
 }
 
+/// What the metadata group's state machine asks of the node that hosts the replica. The node
+/// implements it; the deterministic simulation (`tests/simulation/`) implements it with a
+/// recorder, so the metadata group runs there without a node, a runtime or sockets.
+pub trait MetadataHost: Send + Sync {
+    /// Carries out what a command applied just now asks of this node (open or drop a topic's
+    /// streams, apply its settings, ...). Called on the metadata group's thread, in log order.
+    fn carry_out(&self, effect: Effect);
+    /// Entry `index` was applied (or skipped as undecodable, as on every node) and its effect
+    /// carried out; also called once with the index a start or an installed snapshot begins at.
+    fn metadata_applied(&self, index: u64);
+    /// A snapshot at `index` received from the leader replaced the state (the entries it covers
+    /// are not applied one by one): bring the node in line with the new state.
+    fn snapshot_installed(&self, index: u64);
+    /// Whether the metadata log may be compacted below a snapshot now (every member can install
+    /// one).
+    fn compaction_allowed(&self) -> bool;
+}
+
 /// Applies metadata commands on the metadata group's thread, and writes and installs the
 /// state's snapshots (see [`crate::metadata_snapshot`]).
 pub struct MetadataStateMachine {
     state: Arc<RwLock<ClusterMeta>>,
-    node: Weak<Node>,
+    host: Weak<dyn MetadataHost>,
     /// The metadata group's directory, where snapshot files go.
     dir: std::path::PathBuf,
     /// Applied entries between snapshots (0: none are taken).
@@ -1308,17 +1327,19 @@ pub struct MetadataStateMachine {
 }
 
 impl MetadataStateMachine {
-    /// A state machine writing into `state`, opening or dropping streams on `node`, and
-    /// snapshotting every `interval_entries` applied entries (0: never) into `dir`.
+    /// A state machine writing into `state`, asking `host` to carry out what applied commands
+    /// ask of the node (open or drop streams, ...), and snapshotting every `interval_entries`
+    /// applied entries (0: never) into `dir`. The host is held weakly: once it is gone,
+    /// commands still change `state` but their effects are dropped.
     pub fn new(
         state: Arc<RwLock<ClusterMeta>>,
-        node: Weak<Node>,
+        host: Weak<dyn MetadataHost>,
         dir: std::path::PathBuf,
         interval_entries: u64,
     ) -> MetadataStateMachine {
         MetadataStateMachine {
             state,
-            node,
+            host,
             dir,
             interval_entries,
             latest: crate::replication::raft_storage::LatestSnapshot::default(),
@@ -1360,15 +1381,81 @@ impl MetadataStateMachine {
     }
 }
 
+/// Why the metadata log and its snapshots could not be brought back at start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataRecoveryError {
+    /// The newest snapshot could not be read or is damaged.
+    #[error("{0}")]
+    Snapshot(#[from] crate::metadata_snapshot::SnapshotFileError),
+    /// The log was compacted but no snapshot covers the entries removed.
+    #[error(
+        "the metadata log in {dir} starts at index {first_index} but the newest snapshot covers \
+         only up to {snapshot_index}: the entries between are missing"
+    )]
+    LogGap {
+        /// The metadata directory.
+        dir: std::path::PathBuf,
+        /// The first entry kept.
+        first_index: u64,
+        /// The newest snapshot's index (0: none).
+        snapshot_index: u64,
+    },
+    /// The metadata log's store failed.
+    #[error("{0}")]
+    Store(#[from] logstore::LogStoreError),
+}
+
+impl MetadataStateMachine {
+    /// At start, before the group opens: loads the newest snapshot in `dir` into this machine
+    /// (its state and the snapshot sent to followers) and makes the metadata log `store` start
+    /// no later than right after it. Returns the snapshot's index: the group replays the log
+    /// from there (None: no snapshot, the log must start at index 1). Does not tell the host:
+    /// the caller brings the node in line with the loaded state.
+    pub fn recover(
+        &mut self,
+        dir: &std::path::Path,
+        store: &mut logstore::LogStore,
+    ) -> Result<Option<u64>, MetadataRecoveryError> {
+        let Some((wire, bytes)) = crate::metadata_snapshot::load_newest(dir)? else {
+            if store.first_index() > 1 {
+                return Err(MetadataRecoveryError::LogGap {
+                    dir: dir.to_owned(),
+                    first_index: store.first_index(),
+                    snapshot_index: 0,
+                });
+            }
+            return Ok(None);
+        };
+        let (index, term) = self.load(wire, bytes);
+        if index + 1 < store.first_index() {
+            return Err(MetadataRecoveryError::LogGap {
+                dir: dir.to_owned(),
+                first_index: store.first_index(),
+                snapshot_index: index,
+            });
+        }
+        // The log ends before the snapshot (a snapshot installed from the leader, then a crash
+        // before the log was reset), or holds another term at its index (entries never
+        // committed): the log restarts right after the snapshot.
+        let matches = index <= store.last_index()
+            && (index + 1 == store.first_index() || store.term(index).ok() == Some(term));
+        if !matches {
+            store.install_snapshot(index, term, store.next_offset())?;
+        }
+        Ok(Some(index))
+    }
+}
+
 impl StateMachine for MetadataStateMachine {
     fn apply(&mut self, index: u64, data: &[u8]) {
+        let host = self.host.upgrade();
         let (request, cmd) = match MetaEntry::decode(data) {
             Ok(c) => c,
             Err(e) => {
                 // Every node skips the same undecodable entry, so they stay in agreement.
                 tracing::error!(index, "undecodable metadata command skipped: {e}");
-                if let Some(node) = self.node.upgrade() {
-                    node.note_metadata_applied(index);
+                if let Some(host) = host {
+                    host.metadata_applied(index);
                 }
                 return;
             }
@@ -1378,30 +1465,13 @@ impl StateMachine for MetadataStateMachine {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .apply(index, request, cmd);
-        let Some(node) = self.node.upgrade() else {
+        let Some(host) = host else {
             return;
         };
-        match effect {
-            Some(Effect::OpenTopic(name, incarnation, replicas)) => {
-                if let Err(e) = node.open_topic(&name, incarnation, &replicas) {
-                    tracing::error!(topic = %name, incarnation, "cannot open the stream of a created topic: {e}");
-                }
-            }
-            Some(Effect::DropTopic(name, incarnation)) => node.drop_topic(&name, incarnation),
-            Some(Effect::TopicConfigChanged(name, incarnation)) => {
-                node.apply_topic_settings(&name, incarnation)
-            }
-            Some(Effect::RecordsDeleted(name, incarnation, partition, offset)) => {
-                node.delete_records_before(&name, incarnation, partition, offset)
-            }
-            Some(Effect::ElectPreferred(name, incarnation, partition, preferred)) => {
-                node.hand_leadership_to(&name, incarnation, partition, preferred)
-            }
-            Some(Effect::MembershipChanged) => node.reconcile_membership(),
-            Some(Effect::AdminAddress(id, address)) => node.note_admin_address(id, address),
-            None => {}
+        if let Some(effect) = effect {
+            host.carry_out(effect);
         }
-        node.note_metadata_applied(index);
+        host.metadata_applied(index);
     }
 
     fn after_apply(&mut self, index: u64, term: u64) -> u64 {
@@ -1452,9 +1522,7 @@ impl StateMachine for MetadataStateMachine {
     }
 
     fn compaction_allowed(&self) -> bool {
-        self.node
-            .upgrade()
-            .is_some_and(|n| n.metadata_compaction_allowed())
+        self.host.upgrade().is_some_and(|h| h.compaction_allowed())
     }
 
     fn check_snapshot(&self, index: u64, data: &[u8]) -> Result<(), String> {
@@ -1476,9 +1544,9 @@ impl StateMachine for MetadataStateMachine {
             .unwrap_or_else(|e| panic!("persisting a received metadata snapshot failed: {e}"));
         tracing::info!(index, term, path = %path.display(), "metadata snapshot installed from the leader");
         self.load(wire, data.to_vec());
-        if let Some(node) = self.node.upgrade() {
-            node.apply_metadata_snapshot(index, true);
-            node.note_metadata_applied(index);
+        if let Some(host) = self.host.upgrade() {
+            host.snapshot_installed(index);
+            host.metadata_applied(index);
         }
     }
 }

@@ -6,10 +6,49 @@ use std::time::Instant;
 
 use logstore::LogStore;
 
-use crate::metadata::{MetaCommand, MetadataStateMachine, METADATA_STREAM};
+use crate::metadata::{
+    Effect, MetaCommand, MetadataHost, MetadataRecoveryError, MetadataStateMachine, METADATA_STREAM,
+};
 use crate::replication::stream::LogStream;
 
 use super::{Node, NodeError};
+
+/// The node carries out what applied metadata commands ask of it.
+impl MetadataHost for Node {
+    fn carry_out(&self, effect: Effect) {
+        match effect {
+            Effect::OpenTopic(name, incarnation, replicas) => {
+                if let Err(e) = self.open_topic(&name, incarnation, &replicas) {
+                    tracing::error!(topic = %name, incarnation, "cannot open the stream of a created topic: {e}");
+                }
+            }
+            Effect::DropTopic(name, incarnation) => self.drop_topic(&name, incarnation),
+            Effect::TopicConfigChanged(name, incarnation) => {
+                self.apply_topic_settings(&name, incarnation)
+            }
+            Effect::RecordsDeleted(name, incarnation, partition, offset) => {
+                self.delete_records_before(&name, incarnation, partition, offset)
+            }
+            Effect::ElectPreferred(name, incarnation, partition, preferred) => {
+                self.hand_leadership_to(&name, incarnation, partition, preferred)
+            }
+            Effect::MembershipChanged => self.reconcile_membership(),
+            Effect::AdminAddress(id, address) => self.note_admin_address(id, address),
+        }
+    }
+
+    fn metadata_applied(&self, index: u64) {
+        self.note_metadata_applied(index);
+    }
+
+    fn snapshot_installed(&self, index: u64) {
+        self.apply_metadata_snapshot(index, true);
+    }
+
+    fn compaction_allowed(&self) -> bool {
+        self.metadata_compaction_allowed()
+    }
+}
 
 impl Node {
     /// Whether the metadata log may be compacted below a snapshot: every other member has said,
@@ -58,43 +97,29 @@ impl Node {
         dir: &Path,
         store: &mut LogStore,
     ) -> Result<Option<u64>, NodeError> {
-        let store_err = |source| NodeError::Store {
-            name: METADATA_STREAM.to_owned(),
-            source,
-        };
-        let Some((wire, bytes)) = crate::metadata_snapshot::load_newest(dir)? else {
-            if store.first_index() > 1 {
-                return Err(NodeError::MetadataLogGap {
-                    dir: dir.to_owned(),
-                    first_index: store.first_index(),
-                    snapshot_index: 0,
-                });
-            }
+        let started = Instant::now();
+        let index = sm.recover(dir, store).map_err(|e| match e {
+            MetadataRecoveryError::Snapshot(e) => NodeError::MetadataSnapshot(e),
+            MetadataRecoveryError::LogGap {
+                dir,
+                first_index,
+                snapshot_index,
+            } => NodeError::MetadataLogGap {
+                dir,
+                first_index,
+                snapshot_index,
+            },
+            MetadataRecoveryError::Store(source) => NodeError::Store {
+                name: METADATA_STREAM.to_owned(),
+                source,
+            },
+        })?;
+        let Some(index) = index else {
             return Ok(None);
         };
-        let started = Instant::now();
-        let (index, term) = sm.load(wire, bytes);
-        if index + 1 < store.first_index() {
-            return Err(NodeError::MetadataLogGap {
-                dir: dir.to_owned(),
-                first_index: store.first_index(),
-                snapshot_index: index,
-            });
-        }
-        // The log ends before the snapshot (a snapshot installed from the leader, then a crash
-        // before the log was reset), or holds another term at its index (entries never
-        // committed): the log restarts right after the snapshot.
-        let matches = index <= store.last_index()
-            && (index + 1 == store.first_index() || store.term(index).ok() == Some(term));
-        if !matches {
-            store
-                .install_snapshot(index, term, store.next_offset())
-                .map_err(store_err)?;
-        }
         self.apply_metadata_snapshot(index, false);
         tracing::info!(
             index,
-            term,
             took_ms = started.elapsed().as_millis() as u64,
             "metadata snapshot loaded; replaying the entries after it"
         );

@@ -462,9 +462,11 @@ impl Node {
             admin_addresses: Mutex::new(BTreeMap::new()),
         });
         node.refuse_old_layout()?;
+        let host: std::sync::Weak<Node> = Arc::downgrade(&node);
+        let host: std::sync::Weak<dyn crate::metadata::MetadataHost> = host;
         let sm = MetadataStateMachine::new(
             node.metadata.clone(),
-            Arc::downgrade(&node),
+            host,
             node.config.data_dir.join(METADATA_STREAM),
             node.config.metadata.snapshot_interval_entries,
         );

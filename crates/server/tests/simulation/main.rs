@@ -67,6 +67,20 @@ struct Outcome {
     faults: FaultCounts,
     /// Highest term reached by a group.
     top_term: u64,
+    /// The metadata: commands acknowledged, topics and producer ids in the agreed state, and
+    /// that state encoded as a snapshot (node 1's).
+    metadata: MetadataOutcome,
+}
+
+/// What the metadata group ended with.
+#[derive(Debug, PartialEq, Eq)]
+struct MetadataOutcome {
+    acknowledged: usize,
+    topics: usize,
+    producer_ids: usize,
+    applied_index: u64,
+    snapshots_installed: u64,
+    state: Vec<u8>,
 }
 
 /// The values of the record batches of a records payload.
@@ -207,6 +221,85 @@ fn check(seed: u64, w: &World) -> Outcome {
         acknowledged: w.acked.len(),
         faults: w.faults,
         top_term,
+        metadata: check_metadata(seed, w),
+    }
+}
+
+/// The metadata group's checks: every replica's state machine holds the same state at the
+/// same applied index; every acknowledged command is in it (each topic created, each producer
+/// id allocation remembered); no command was applied twice (a retry under the same request
+/// id after a failed attempt that committed after all) and no producer id handed out twice.
+fn check_metadata(seed: u64, w: &World) -> MetadataOutcome {
+    use vdl_server::metadata::{MetaCommand, FIRST_PRODUCER_ID, METADATA_GROUP_ID};
+    let mut reference: Option<(u64, Vec<u8>)> = None;
+    let mut snapshots_installed = 0;
+    for n in &w.nodes {
+        let sg = &n.groups[&METADATA_GROUP_ID];
+        let meta = sg.meta.as_ref().expect("the metadata group's state");
+        let applied = sg.visible.borrow().applied_index;
+        let state = meta.state.read().unwrap();
+        let encoded = vdl_server::metadata_codec::encode_snapshot(&state.to_snapshot(applied, 0));
+        snapshots_installed += meta
+            .host
+            .snapshots_installed
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match &reference {
+            None => reference = Some((applied, encoded)),
+            Some((index, r)) => {
+                assert_eq!(
+                    *index, applied,
+                    "seed {seed}: metadata: node {} applied another index",
+                    n.id
+                );
+                assert!(
+                    *r == encoded,
+                    "seed {seed}: metadata: node {}'s state differs from node 1's at index {applied}",
+                    n.id
+                );
+            }
+        }
+        for acked in &w.acked_meta {
+            match &acked.command {
+                MetaCommand::CreateTopic { name, .. } => assert!(
+                    state.topics.contains_key(name),
+                    "seed {seed}: metadata: node {}: acknowledged topic {name} is missing",
+                    n.id
+                ),
+                MetaCommand::AllocateProducerId => assert!(
+                    state.allocations.contains_key(&acked.request),
+                    "seed {seed}: metadata: node {}: acknowledged producer id allocation {:?} \
+                     is missing",
+                    n.id,
+                    acked.request
+                ),
+                other => panic!("the simulation sent {other:?}"),
+            }
+        }
+        let ids: HashSet<i64> = state.allocations.values().copied().collect();
+        assert_eq!(
+            ids.len(),
+            state.allocations.len(),
+            "seed {seed}: metadata: node {}: a producer id was handed out twice",
+            n.id
+        );
+        assert_eq!(
+            (state.next_producer_id - FIRST_PRODUCER_ID).max(0) as usize,
+            state.allocations.len(),
+            "seed {seed}: metadata: node {}: producer ids allocated do not match the requests \
+             applied (a request applied twice?)",
+            n.id
+        );
+    }
+    let (applied_index, state) = reference.expect("three nodes");
+    let n1 = &w.nodes[0].groups[&METADATA_GROUP_ID];
+    let meta = n1.meta.as_ref().expect("state").state.read().unwrap();
+    MetadataOutcome {
+        acknowledged: w.acked_meta.len(),
+        topics: meta.topics.len(),
+        producer_ids: meta.allocations.len(),
+        applied_index,
+        snapshots_installed,
+        state,
     }
 }
 
@@ -252,14 +345,23 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
         match result {
             Ok(o) => {
                 let f = o.faults;
+                let m = &o.metadata;
                 eprintln!(
                     "{label}seed {seed}: {} acknowledged appends, {} committed record entries \
-                     kept, all replicas agree ({} cut-offs, {} crashes, {} power cuts at an \
+                     kept, all replicas agree; metadata: {} commands acknowledged, {} topics, \
+                     {} producer ids at index {}, {} snapshots installed, {} retried, states \
+                     agree ({} cut-offs, {} crashes, {} power cuts at an \
                      fsync, {} disks replaced, {} membership changes; {} of {} unsynced \
                      sectors lost, {} files persisted out of order, {} index files cut; terms \
                      up to {})",
                     o.acknowledged,
                     o.log.len(),
+                    m.acknowledged,
+                    m.topics,
+                    m.producer_ids,
+                    m.applied_index,
+                    m.snapshots_installed,
+                    f.metadata_retries,
                     f.cuts,
                     f.crashes,
                     f.power_cuts,

@@ -1,14 +1,18 @@
 //! Opening one simulated replica: its log store (on the simulated disk) and the real group
-//! state machine over it, configured as the server does but with a pinned election timeout.
+//! state machine over it, configured as the server does but with a pinned election timeout;
+//! for the metadata group also the real metadata state machine, with its snapshots, over a
+//! recorder standing in for the node ([`MetaRecorder`]).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use logstore::{LogStore, StoreConfig, SyncPolicy};
 use raft::RawNode;
 use tokio::sync::watch;
-use vdl_server::replication::group::{new_group, GroupParts, Visible};
+use vdl_server::metadata::{ClusterMeta, Effect, MetadataHost, MetadataStateMachine};
+use vdl_server::replication::group::{new_group, GroupParts, StateMachine, Visible};
 use vdl_server::replication::peer_guard::PeerStats;
 use vdl_server::replication::producers::ProducerTable;
 use vdl_server::replication::raft_storage::{RaftStorage, SharedStore};
@@ -24,6 +28,77 @@ const ELECTION_TICKS: usize = 10;
 const RETENTION_SEGMENT_BYTES: u64 = 2 << 10;
 const RETENTION_MAX_BYTES: u64 = 6 << 10;
 
+/// Metadata entries applied between the metadata state machine's snapshots: small, so that
+/// snapshots, the log's compaction below them and followers installing them happen often.
+const METADATA_SNAPSHOT_INTERVAL_ENTRIES: u64 = 12;
+/// Segment size of the metadata log: small, so that compaction below a snapshot deletes
+/// segments.
+const METADATA_SEGMENT_BYTES: u64 = 1 << 10;
+
+/// Stands in for the node hosting a metadata replica: counts what the state machine asks of
+/// it (the node would open and drop streams).
+#[derive(Default)]
+pub struct MetaRecorder {
+    /// Effects carried out.
+    pub effects: AtomicU64,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: AtomicU64,
+    /// The highest index reported applied.
+    pub applied: AtomicU64,
+}
+
+impl MetadataHost for MetaRecorder {
+    fn carry_out(&self, _effect: Effect) {
+        self.effects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn metadata_applied(&self, index: u64) {
+        self.applied.fetch_max(index, Ordering::Relaxed);
+    }
+
+    fn snapshot_installed(&self, _index: u64) {
+        self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn compaction_allowed(&self) -> bool {
+        true
+    }
+}
+
+/// A metadata replica's state, as the node holds it.
+pub struct SimMeta {
+    /// The state the state machine applies into.
+    pub state: Arc<RwLock<ClusterMeta>>,
+    /// The node's side, kept alive while the replica runs.
+    pub host: Arc<MetaRecorder>,
+}
+
+/// Opens replica `node` of the metadata group under `dir`: its state machine loads the newest
+/// snapshot (as the node does at start) and the group replays the log after it.
+pub fn open_metadata_group(
+    dir: &Path,
+    node: u64,
+    peers: PeerSender,
+    options: SimOptions,
+    directories: &Arc<Directories>,
+) -> SimGroup {
+    let group = vdl_server::metadata::METADATA_GROUP_ID;
+    let meta_dir = dir.join(format!("g{group}"));
+    let state = Arc::new(RwLock::new(ClusterMeta::new(NODES.to_vec())));
+    let host = Arc::new(MetaRecorder::default());
+    let weak_host: std::sync::Weak<MetaRecorder> = Arc::downgrade(&host);
+    let weak_host: std::sync::Weak<dyn MetadataHost> = weak_host;
+    let sm = MetadataStateMachine::new(
+        state.clone(),
+        weak_host,
+        meta_dir,
+        METADATA_SNAPSHOT_INTERVAL_ENTRIES,
+    );
+    let mut sg = open_replica(dir, node, group, peers, options, directories, Some(sm));
+    sg.meta = Some(SimMeta { state, host });
+    sg
+}
+
 /// Opens replica `node` of `group` under `dir`.
 pub fn open_group(
     dir: &Path,
@@ -32,6 +107,19 @@ pub fn open_group(
     peers: PeerSender,
     options: SimOptions,
     directories: &Arc<Directories>,
+) -> SimGroup {
+    open_replica(dir, node, group, peers, options, directories, None)
+}
+
+/// Opens a replica: a log stream's, or with `metadata` the metadata group's.
+fn open_replica(
+    dir: &Path,
+    node: u64,
+    group: u64,
+    peers: PeerSender,
+    options: SimOptions,
+    directories: &Arc<Directories>,
+    mut metadata: Option<MetadataStateMachine>,
 ) -> SimGroup {
     let mut store_config = StoreConfig {
         segment_bytes: 1 << 20,
@@ -48,8 +136,21 @@ pub fn open_group(
             ..Default::default()
         };
     }
-    let mut store = LogStore::open(&dir.join(format!("g{group}")), store_config)
+    if metadata.is_some() {
+        // As the node opens the metadata log: deleted only below its snapshots.
+        store_config.deletion_allowed = true;
+        store_config.retention = logstore::RetentionPolicy::default();
+        store_config.segment_bytes = METADATA_SEGMENT_BYTES;
+    }
+    let group_dir = dir.join(format!("g{group}"));
+    let mut store = LogStore::open(&group_dir, store_config)
         .unwrap_or_else(|e| panic!("node {node}: opening the store of group {group}: {e}"));
+    let snapshot_index = match metadata.as_mut() {
+        Some(sm) => sm
+            .recover(&group_dir, &mut store)
+            .unwrap_or_else(|e| panic!("node {node}: recovering the metadata: {e}")),
+        None => None,
+    };
     if store.conf_state().voters.is_empty() {
         let cs = logstore::ConfState {
             voters: NODES.to_vec(),
@@ -61,10 +162,18 @@ pub fn open_group(
     let commit = hs
         .commit
         .max(store.first_index().saturating_sub(1))
+        .max(snapshot_index.unwrap_or(0))
         .min(store.last_index());
+    // The metadata state machine replays the log from its snapshot (as the node does); a
+    // stream's state is its log.
+    let applied = if metadata.is_some() {
+        snapshot_index.unwrap_or_else(|| store.first_index().saturating_sub(1))
+    } else {
+        commit
+    };
     let visible = Visible {
-        applied_index: commit,
-        high_watermark: store.next_offset_after_index(commit).expect("offsets"),
+        applied_index: applied,
+        high_watermark: store.next_offset_after_index(applied).expect("offsets"),
         log_start_offset: store.log_start_offset(),
         leader: 0,
         term: hs.term,
@@ -78,7 +187,7 @@ pub fn open_group(
         id: node,
         election_tick: ELECTION_TICKS,
         heartbeat_tick: HEARTBEAT_TICKS,
-        applied: commit,
+        applied,
         max_size_per_msg: 1 << 20,
         max_inflight_msgs: 256,
         check_quorum: true,
@@ -88,9 +197,15 @@ pub fn open_group(
         ..Default::default()
     };
     let name = format!("n{node}-g{group}");
+    let storage = match metadata.as_ref() {
+        Some(sm) => RaftStorage::with_state_snapshots(shared.clone(), sm.latest()),
+        None => RaftStorage::new(shared.clone()),
+    };
+    let replay = metadata.is_some();
+    let state_machine = metadata.map(|sm| Box::new(sm) as Box<dyn StateMachine>);
     let raw = RawNode::new(
         &cfg,
-        RaftStorage::new(shared.clone()),
+        storage,
         &vdl_server::replication::raft_log::group_logger(&name),
     )
     .expect("a raft node");
@@ -128,8 +243,8 @@ pub fn open_group(
             lagging_replica_max_bytes: if options.retention { 0 } else { 1 << 30 },
         },
         peer_stats: Arc::new(PeerStats::default()),
-        state_machine: None,
-        producers: Some(ProducerTable::default()),
+        state_machine,
+        producers: (!replay).then(ProducerTable::default),
         rejoin: directories.clone(),
         preferred_leader: None,
         raft_config: cfg.clone(),
@@ -142,5 +257,6 @@ pub fn open_group(
         inbox: tx,
         store: shared,
         visible: vis_rx,
+        meta: None,
     }
 }

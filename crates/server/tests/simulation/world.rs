@@ -17,13 +17,21 @@ use vdl_server::replication::transport::detached_sender;
 use vdl_server::runtime::inbox::InboxSender;
 use vdl_server::runtime::{Next, Task};
 
+use vdl_server::metadata::{MetaCommand, MetaEntry, RequestId, METADATA_GROUP_ID};
+
 use crate::disk::{power_cut, sim_fs, CutReport, SimCrash};
-use crate::open::open_group;
+use crate::open::{open_group, open_metadata_group, SimMeta};
 use crate::rng::Rng;
 
 pub const NODES: [u64; 3] = [1, 2, 3];
 /// Raft groups per node (group ids 100, 101, ...).
 pub const GROUPS: u64 = 10;
+/// Every group a node hosts: the metadata group, then the stream groups.
+pub fn all_groups() -> Vec<u64> {
+    std::iter::once(METADATA_GROUP_ID)
+        .chain((0..GROUPS).map(|g| 100 + g))
+        .collect()
+}
 /// A node's clock ticks every this many steps (when it does not skip).
 const STEPS_PER_TICK: u64 = 2;
 /// A power cut armed on a node strikes at one of its next this many fsyncs.
@@ -50,6 +58,8 @@ pub struct SimGroup {
     pub inbox: InboxSender<GroupInput>,
     pub store: SharedStore,
     pub visible: watch::Receiver<Visible>,
+    /// The metadata group's state machine state (None for a stream group).
+    pub meta: Option<SimMeta>,
 }
 
 pub struct SimNode {
@@ -75,10 +85,26 @@ struct InFlight {
     msg: Message,
 }
 
+/// What a client waits for.
+enum Waiting {
+    /// An append of `value` to stream group `group`.
+    Records { group: u64, value: Vec<u8> },
+    /// A metadata command, stored with request id `request`.
+    Meta { entry: MetaEntry, retries_left: u8 },
+}
+
 struct Pending {
-    group: u64,
-    value: Vec<u8>,
+    what: Waiting,
     reply: oneshot::Receiver<Result<Appended, AppendError>>,
+}
+
+/// A metadata command acknowledged to its client.
+#[derive(Debug, Clone)]
+pub struct AckedMeta {
+    /// The request id it was stored with.
+    pub request: RequestId,
+    /// What it was.
+    pub command: MetaCommand,
 }
 
 /// Faults injected in a run.
@@ -94,6 +120,8 @@ pub struct FaultCounts {
     pub disk_replacements: u64,
     /// Voter sets asked of a group (one voter removed, or all three again).
     pub membership_changes: u64,
+    /// Metadata commands sent again with the same request id after an attempt failed.
+    pub metadata_retries: u64,
     /// What the crashes did to the files (summed).
     pub disk: CutReport,
 }
@@ -105,6 +133,7 @@ impl SimNode {
         let dirs = Arc::new(Directories::open(&self.dir).expect("directories"));
         let (sender, outbox) = detached_sender(self.id, &NODES);
         self.outbox = outbox.into_iter().collect();
+        let metadata = open_metadata_group(&self.dir, self.id, sender.clone(), self.options, &dirs);
         self.groups = (0..GROUPS)
             .map(|g| {
                 let sg = open_group(
@@ -121,6 +150,7 @@ impl SimNode {
                 (100 + g, sg)
             })
             .collect();
+        self.groups.insert(METADATA_GROUP_ID, metadata);
         self.dirs = Some(dirs);
         self.up = true;
     }
@@ -148,7 +178,11 @@ pub struct World {
     step: u64,
     pending: Vec<Pending>,
     pub acked: Vec<(u64, Appended, Vec<u8>)>,
+    /// Metadata commands acknowledged.
+    pub acked_meta: Vec<AckedMeta>,
     next_value: u64,
+    /// Sequence numbers of metadata request ids.
+    next_request: u64,
     pub faults: FaultCounts,
     /// Pairs of nodes connected (lower id first): a connection starts with both hellos,
     /// which carry the directory ids (see `vdl_server::replication::replicas`).
@@ -162,8 +196,12 @@ pub struct World {
 impl World {
     pub fn new(seed: u64, root: &Path, options: SimOptions) -> World {
         let fs = sim_fs();
-        let targets: BTreeMap<u64, Vec<u64>> =
-            (0..GROUPS).map(|g| (100 + g, NODES.to_vec())).collect();
+        // The metadata group keeps its three voters (the node changes them only when members
+        // are added or removed, which needs a fourth node).
+        let targets: BTreeMap<u64, Vec<u64>> = all_groups()
+            .into_iter()
+            .map(|g| (g, NODES.to_vec()))
+            .collect();
         let nodes = NODES
             .iter()
             .map(|&id| {
@@ -196,7 +234,9 @@ impl World {
             step: 0,
             pending: Vec::new(),
             acked: Vec::new(),
+            acked_meta: Vec::new(),
             next_value: 0,
+            next_request: 0,
             faults: FaultCounts::default(),
             connected: BTreeSet::new(),
             targets,
@@ -258,7 +298,7 @@ impl World {
         }
         // A rejoining node whose groups all caught up ends rejoin mode and reconnects, so
         // its peers hear that it is settled (the real node's `settle_rejoin`).
-        let groups: Vec<u64> = (0..GROUPS).map(|g| 100 + g).collect();
+        let groups = all_groups();
         for n in &self.nodes {
             if n.up && n.dirs.as_ref().is_some_and(|d| d.maybe_settle(&groups)) {
                 let id = n.id;
@@ -403,11 +443,11 @@ impl World {
     /// Whether `node`'s disk may be replaced: every group has a leader whose configuration is
     /// the one asked, with three voters or without `node`.
     fn replaceable(&self, node: u64) -> bool {
-        (0..GROUPS).all(|g| {
-            let target = &self.targets[&(100 + g)];
+        all_groups().into_iter().all(|g| {
+            let target = &self.targets[&g];
             (target.len() == NODES.len() || !target.contains(&node))
                 && self.nodes.iter().any(|n| {
-                    n.groups.get(&(100 + g)).is_some_and(|sg| {
+                    n.groups.get(&g).is_some_and(|sg| {
                         let v = *sg.visible.borrow();
                         let voters: Vec<u64> =
                             v.voters.iter().copied().filter(|id| *id != 0).collect();
@@ -431,6 +471,10 @@ impl World {
     /// A client's append to one group: usually one small value, sometimes a burst of several
     /// (one Ready, one write of many frames across sectors) and sometimes larger ones.
     fn propose(&mut self) {
+        if self.rng.chance(120) {
+            self.propose_metadata();
+            return;
+        }
         let g = 100 + self.rng.below(GROUPS);
         let burst = if self.rng.chance(150) {
             2 + self.rng.below(7)
@@ -442,15 +486,77 @@ impl World {
         }
     }
 
-    fn propose_to(&mut self, g: u64) {
-        // A client sends to whichever node says it leads the group (or to any, which refuses).
+    /// The node a client sends group `g`'s proposals to: whichever says it leads the group, or
+    /// any (which refuses).
+    fn pick_proposer(&mut self, g: u64) -> usize {
         let leader = self.nodes.iter().position(|n| {
             n.up && n
                 .groups
                 .get(&g)
                 .is_some_and(|sg| sg.visible.borrow().leader == n.id)
         });
-        let at = leader.unwrap_or(self.rng.below(3) as usize);
+        leader.unwrap_or(self.rng.below(3) as usize)
+    }
+
+    /// A client's metadata command: a new topic (one name each) or a producer id allocation,
+    /// stored with a request id unique in the run, as the node's proposal path does.
+    fn propose_metadata(&mut self) {
+        let at = self.pick_proposer(METADATA_GROUP_ID);
+        self.next_request += 1;
+        let command = if self.rng.chance(500) {
+            MetaCommand::AllocateProducerId
+        } else {
+            MetaCommand::CreateTopic {
+                name: format!("t{}", self.next_request),
+                partitions: 1 + self.rng.below(3) as u32,
+                replicas: Vec::new(),
+                configs: BTreeMap::new(),
+            }
+        };
+        let entry = MetaEntry {
+            request: RequestId {
+                node: self.nodes[at].id,
+                boot: 0,
+                seq: self.next_request,
+            },
+            command,
+        };
+        // Now and then the same request twice at once: a client that gave up waiting sends
+        // it again while the first attempt is still on its way, and both may commit.
+        if self.rng.chance(150) {
+            let again = self.pick_proposer(METADATA_GROUP_ID);
+            self.faults.metadata_retries += 1;
+            self.send_metadata(again, entry.clone(), 0);
+        }
+        self.send_metadata(at, entry, 3);
+    }
+
+    /// Sends `entry` to node `at`'s metadata replica; a failed attempt may be sent again with
+    /// the same request id `retries_left` times (the node's proposal path retries so).
+    fn send_metadata(&mut self, at: usize, entry: MetaEntry, retries_left: u8) {
+        let node = &self.nodes[at];
+        let Some(sg) = node.groups.get(&METADATA_GROUP_ID) else {
+            return;
+        };
+        let (reply, rx) = oneshot::channel();
+        try_deliver(
+            &sg.inbox,
+            GroupInput::Propose(Proposal {
+                data: ProposalData::Meta(bytes::Bytes::from(entry.encode())),
+                reply: AppendReply::new(reply, None),
+            }),
+        );
+        self.pending.push(Pending {
+            what: Waiting::Meta {
+                entry,
+                retries_left,
+            },
+            reply: rx,
+        });
+    }
+
+    fn propose_to(&mut self, g: u64) {
+        let at = self.pick_proposer(g);
         let node = &self.nodes[at];
         let Some(sg) = node.groups.get(&g) else {
             return;
@@ -474,8 +580,7 @@ impl World {
             }),
         );
         self.pending.push(Pending {
-            group: g,
-            value,
+            what: Waiting::Records { group: g, value },
             reply: rx,
         });
     }
@@ -602,14 +707,39 @@ impl World {
 
     fn collect_replies(&mut self) {
         let mut still = Vec::with_capacity(self.pending.len());
-        for mut p in self.pending.drain(..) {
-            match p.reply.try_recv() {
-                Ok(Ok(appended)) => self.acked.push((p.group, appended, p.value)),
-                Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed) => {}
-                Err(oneshot::error::TryRecvError::Empty) => still.push(p),
+        let mut retry = Vec::new();
+        for mut p in std::mem::take(&mut self.pending) {
+            match (p.reply.try_recv(), p.what) {
+                (Ok(Ok(appended)), Waiting::Records { group, value }) => {
+                    self.acked.push((group, appended, value))
+                }
+                (Ok(Ok(_)), Waiting::Meta { entry, .. }) => self.acked_meta.push(AckedMeta {
+                    request: entry.request,
+                    command: entry.command,
+                }),
+                // A metadata command that failed may have committed all the same: the node's
+                // proposal path sends it again under the same request id, which must not
+                // apply it twice.
+                (
+                    Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed),
+                    Waiting::Meta {
+                        entry,
+                        retries_left,
+                    },
+                ) if retries_left > 0 && self.rng.chance(500) => retry.push((entry, retries_left)),
+                (Ok(Err(_)) | Err(oneshot::error::TryRecvError::Closed), _) => {}
+                (Err(oneshot::error::TryRecvError::Empty), what) => still.push(Pending {
+                    what,
+                    reply: p.reply,
+                }),
             }
         }
         self.pending = still;
+        for (entry, retries_left) in retry {
+            let at = self.pick_proposer(METADATA_GROUP_ID);
+            self.faults.metadata_retries += 1;
+            self.send_metadata(at, entry, retries_left - 1);
+        }
     }
 
     pub fn step_once(&mut self, faults: bool, clients: bool) {
@@ -638,8 +768,8 @@ impl World {
                 n.start(&self.targets);
             }
         }
-        for g in 0..GROUPS {
-            self.set_voters(100 + g, NODES.to_vec());
+        for g in all_groups() {
+            self.set_voters(g, NODES.to_vec());
         }
     }
 
@@ -654,11 +784,11 @@ impl World {
         if self.nodes.iter().any(|n| n.rejoining()) {
             return false;
         }
-        (0..GROUPS).all(|g| {
+        all_groups().into_iter().all(|g| {
             let views: Vec<Visible> = self
                 .nodes
                 .iter()
-                .map(|n| *n.groups[&(100 + g)].visible.borrow())
+                .map(|n| *n.groups[&g].visible.borrow())
                 .collect();
             let leader = views[0].leader;
             // Only the leader knows whether its configuration is the one asked.
