@@ -7,7 +7,7 @@
 //! NOT_COORDINATOR, so clients look the coordinator up again.
 //!
 //! **State.** Membership (members, generations, assignments) is run in memory on the coordinator
-//! ([`group_coordinator`](crate::kafka::group_coordinator)) and stored in the metadata log where
+//! ([`coordinator`]) and stored in the metadata log where
 //! Kafka's coordinator writes its group metadata record: when a rebalance completes (the leader's
 //! SyncGroup), when a static member is replaced, and when a group becomes empty
 //! ([`MetaCommand::StoreGroup`], written by a persisting task only while this node coordinates in
@@ -19,8 +19,21 @@
 //! a read barrier on the metadata group (Raft's ReadIndex, no log entry), so the coordinator has
 //! applied every offset committed before (also through a previous coordinator) before it reads.
 
+pub(crate) mod coordinator;
+mod coordinator_admin;
+mod coordinator_membership;
+mod coordinator_tasks;
+#[cfg(test)]
+mod coordinator_tests;
+mod deadlines;
+mod group;
+mod group_record;
+mod limits;
+pub(crate) mod node_coordinator;
+mod types;
+
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_proto::error_code::ErrorCode;
@@ -60,206 +73,21 @@ use kafka_proto::messages::sync_group_response::SyncGroupResponse;
 use crate::kafka::access::{Access, GROUP_OPERATIONS};
 use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::fields::split_host_port;
-use crate::kafka::group_coordinator::{
-    self, GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams,
-};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use crate::node::Node;
-use crate::replication::group::AppendError;
 use crate::security::acl::{AclOperation, ResourceType};
+use limits::COMMIT_TIMEOUT;
+use node_coordinator::{coordinator, coordinator_term};
+use types::{GroupState, JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams};
 
-/// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
-pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest an OffsetFetch waits for its read barrier.
 pub const FETCH_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest committed metadata string accepted (Kafka's `offset.metadata.max.bytes`).
 pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 /// The group type ListGroups reports (every group here uses the classic protocol).
 pub const GROUP_TYPE: &str = "classic";
-
-/// The metadata term in which this node leads the metadata group (and so coordinates every
-/// group); None when it does not lead, or leads but has not applied the metadata through its
-/// term's start yet (the groups stored by the previous coordinator are not all known then).
-/// The first call in a term loads those groups into the coordinator.
-pub fn coordinator_term(node: &Arc<Node>) -> Option<u64> {
-    let v = node.metadata_group()?.visible();
-    if v.leader == 0 || v.leader != node.config().id || !v.leader_ready {
-        return None;
-    }
-    coordinator(node).load(
-        v.term,
-        || {
-            node.metadata()
-                .groups
-                .iter()
-                .map(|(id, r)| (id.clone(), r.clone()))
-                .collect()
-        },
-        Instant::now(),
-    );
-    Some(v.term)
-}
-
-/// This node's group coordinator; the first call starts its deadline and persisting tasks.
-pub fn coordinator(node: &Arc<Node>) -> &group_coordinator::Coordinator {
-    let c = node.group_coordinator();
-    if c.claim_ticker() {
-        start_ticker(Arc::downgrade(node));
-        start_persister(Arc::downgrade(node), c.records_waiting());
-        start_offset_expiry(Arc::downgrade(node));
-    }
-    c
-}
-
-/// Every `kafka.offsets_retention_check_ms`: [`expire_offsets`]. Ends with the node.
-fn start_offset_expiry(node: Weak<Node>) {
-    tokio::spawn(async move {
-        loop {
-            let Some(interval) = node
-                .upgrade()
-                .map(|n| n.config().kafka.offsets_retention_check_interval)
-            else {
-                return;
-            };
-            tokio::time::sleep(interval).await;
-            let Some(node) = node.upgrade() else {
-                return;
-            };
-            if node.metadata_group().is_none() {
-                return;
-            }
-            let expired = expire_offsets(&node).await;
-            if expired > 0 {
-                tracing::info!(groups = expired, "committed offsets of idle groups expired");
-            }
-        }
-    });
-}
-
-/// Groups whose offsets expire per check at most (the rest wait for the next check).
-pub const MAX_EXPIRIES_PER_CHECK: usize = 1000;
-
-/// Offset expiry (Kafka's `offsets.retention.minutes`), on the coordinator only: proposes
-/// [`MetaCommand::ExpireGroupOffsets`] for every group without members (neither stored nor
-/// here) whose last activity (a commit, or becoming empty) is at least
-/// `kafka.offsets_retention_ms` old; applied only if the group stayed idle. Returns how many
-/// groups' expiry committed.
-pub async fn expire_offsets(node: &Arc<Node>) -> usize {
-    let Some(term) = coordinator_term(node) else {
-        return 0;
-    };
-    let retention_ms =
-        i64::try_from(node.config().kafka.offsets_retention.as_millis()).unwrap_or(i64::MAX);
-    let due = node.metadata().expired_groups(
-        // Not ahead of the monotonic clock: a forward jump of this node's wall clock
-        // expires nothing early (logstore::clock).
-        logstore::clock::retention_now_ms() as i64,
-        retention_ms,
-        MAX_EXPIRIES_PER_CHECK,
-    );
-    let mut expired = 0;
-    for (group, activity_ms) in due {
-        // Members here whose membership is not stored yet keep the group's offsets.
-        if coordinator(node)
-            .describe(term, &group)
-            .is_some_and(|d| !d.members.is_empty())
-        {
-            continue;
-        }
-        let command = MetaCommand::ExpireGroupOffsets {
-            group: group.clone(),
-            activity_ms,
-        };
-        match node
-            .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
-            .await
-        {
-            Ok(_) => expired += 1,
-            Err(e) => {
-                tracing::warn!(%group, "expiring a group's offsets failed: {e}");
-                break;
-            }
-        }
-    }
-    expired
-}
-
-/// Writes the coordinator's membership records ([`MetaCommand::StoreGroup`]) through the
-/// metadata group, one at a time in the order they were taken, each only while this node still
-/// coordinates in the records' term (never through another leader). A record that fails is
-/// dropped with a log line: the group keeps running here, and a later coordinator loads the
-/// group's previous record (its members then rejoin, as without the record). Ends with the node.
-fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
-    tokio::spawn(async move {
-        loop {
-            // Woken by new records; the timeout notices the node's end.
-            let _ = tokio::time::timeout(Duration::from_secs(1), waiting.notified()).await;
-            let Some(node) = node.upgrade() else {
-                return;
-            };
-            if node.metadata_group().is_none() {
-                return;
-            }
-            let Some((term, last_seq, records)) = node.group_coordinator().take_records() else {
-                continue;
-            };
-            let total = records.len();
-            for (done, (group, record)) in records.into_iter().enumerate() {
-                let command = MetaCommand::StoreGroup {
-                    group: group.clone(),
-                    record,
-                    time_ms: wall_clock_ms(),
-                };
-                match node
-                    .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(
-                        AppendError::NotLeader { .. } | AppendError::Lost | AppendError::Stopped,
-                    ) => {
-                        // No longer the coordinator of this term: the rest cannot be written
-                        // either; the next coordinator loads what was stored.
-                        tracing::info!(
-                            term,
-                            left = total - done,
-                            "group records of a past term dropped"
-                        );
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(%group, term, "storing a group's membership failed: {e}")
-                    }
-                }
-            }
-            // Written, or given up on: SyncGroup answers waiting for these records go out.
-            node.group_coordinator().records_stored(last_seq);
-        }
-    });
-}
-
-/// Every [`group_coordinator::TICK`]: expire sessions, complete due rebalances, and drop the
-/// groups when this node no longer leads. Ends with the node (dropped or shut down).
-fn start_ticker(node: Weak<Node>) {
-    tokio::spawn(async move {
-        let mut interval = tokio::time::interval(group_coordinator::TICK);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            interval.tick().await;
-            let Some(node) = node.upgrade() else {
-                return;
-            };
-            let running = node.metadata_group().is_some();
-            node.group_coordinator()
-                .tick(coordinator_term(&node), Instant::now());
-            if !running {
-                return;
-            }
-        }
-    });
-}
 
 /// The coordinator's (node id, host, port), or why there is none.
 fn locate(
