@@ -81,6 +81,7 @@ pub(super) type GroupRef = Arc<Mutex<Group>>;
 /// Shards of the group map (a group id's hash picks one).
 const SHARDS: usize = 64;
 
+/// Locks `m`, also when a thread panicked holding it (the state stays usable).
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -363,6 +364,7 @@ impl Coordinator {
         }
     }
 
+    /// A new member id: the client id and a suffix mixed from a counter and the time.
     pub(super) fn new_member_id(&self, client_id: &str) -> String {
         let n = self.ids.fetch_add(1, Ordering::Relaxed);
         let t = SystemTime::now()

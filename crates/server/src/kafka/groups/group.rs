@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 use super::limits::{rebalance_timeout, session_timeout, INITIAL_REBALANCE_DELAY};
 use super::types::{GroupState, JoinOutcome, JoinParams, JoinedMember, SyncOutcome};
 
+/// One member of a group: who it is, its timeouts and protocols, its assignment, and the
+/// JoinGroup or SyncGroup it waits in.
 pub(super) struct Member {
     pub(super) instance_id: Option<String>,
     pub(super) client_id: String,
@@ -37,6 +39,7 @@ pub(super) struct Member {
 }
 
 impl Member {
+    /// The member's metadata for `protocol` (empty if it does not support it).
     pub(super) fn metadata_for(&self, protocol: &str) -> Bytes {
         self.protocols
             .iter()
@@ -45,11 +48,13 @@ impl Member {
             .unwrap_or_default()
     }
 
+    /// Whether the member supports exactly these protocols, with the same metadata.
     pub(super) fn same_protocols(&self, protocols: &[(String, Bytes)]) -> bool {
         self.protocols == protocols
     }
 }
 
+/// One group's membership state, under its own lock (see [`super::coordinator`]).
 pub(super) struct Group {
     pub(super) state: GroupState,
     pub(super) generation: i32,
@@ -72,7 +77,8 @@ pub(super) struct Group {
     pub(super) pending_sync: HashSet<String>,
     pub(super) sync_deadline: Option<Instant>,
     pub(super) next_seq: u64,
-    /// The metadata holds a record of this group's membership (see [`Shared::note`]).
+    /// The metadata holds a record of this group's membership (see
+    /// [`Shared::note`](super::coordinator::Shared::note)).
     pub(super) stored: bool,
     /// The membership changed in a way the metadata must learn (a rebalance completed, a static
     /// member was replaced).
@@ -84,6 +90,7 @@ pub(super) struct Group {
 }
 
 impl Group {
+    /// An Empty group.
     pub(super) fn new() -> Group {
         Group {
             state: GroupState::Empty,
@@ -165,6 +172,8 @@ impl Group {
         best.map(|(c, _)| c.clone())
     }
 
+    /// Starts a rebalance: waiting syncs are answered REBALANCE_IN_PROGRESS, and members have
+    /// until the join deadline (the initial delay for an empty group) to rejoin.
     pub(super) fn prepare_rebalance(&mut self, now: Instant) {
         if self.state == GroupState::CompletingRebalance {
             for m in self.members.values_mut() {
@@ -268,6 +277,8 @@ impl Group {
         self.sync_deadline = Some(now + sync_timeout);
     }
 
+    /// Removes member `id` (what it waits for is answered UNKNOWN_MEMBER_ID); the group
+    /// rebalances without it.
     pub(super) fn remove_member(&mut self, id: &str, now: Instant) {
         let Some(mut m) = self.members.remove(id) else {
             return;
@@ -297,6 +308,7 @@ impl Group {
         }
     }
 
+    /// Adds member `id`, waiting in JoinGroup on `waiter`, and starts or extends a rebalance.
     pub(super) fn add_member(
         &mut self,
         id: String,
@@ -344,6 +356,8 @@ impl Group {
         self.try_complete_join(now);
     }
 
+    /// A known member rejoins: its protocols, timeouts and client are updated and its join
+    /// waits on `waiter`.
     pub(super) fn update_member(
         &mut self,
         id: &str,
@@ -462,6 +476,7 @@ impl Group {
         }
     }
 
+    /// Answers every waiting JoinGroup and SyncGroup with `error`.
     pub(super) fn drop_waiters(&mut self, error: ErrorCode) {
         for (id, m) in self.members.iter_mut() {
             if let Some(w) = m.join_waiter.take() {
@@ -502,6 +517,7 @@ impl Group {
         }
     }
 
+    /// Whether the group holds nothing: Empty, no members, no member ids handed out.
     pub(super) fn is_removable(&self) -> bool {
         self.state == GroupState::Empty && self.members.is_empty() && self.pending.is_empty()
     }

@@ -94,7 +94,8 @@ impl Group {
         }
     }
 
-    /// Whether the metadata must learn of this group's membership (see [`Shared::note`]).
+    /// Whether the metadata must learn of this group's membership (see
+    /// [`Shared::note`](super::coordinator::Shared::note)).
     pub(super) fn needs_store(&self) -> bool {
         (self.dirty && self.state == GroupState::Stable) || (self.members.is_empty() && self.stored)
     }

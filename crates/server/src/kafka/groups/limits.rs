@@ -1,7 +1,7 @@
 //! The group coordinator's limits and timeouts: how often deadlines are checked, the initial
 //! rebalance delay, the bounds on session and rebalance timeouts, on groups and on members (with
-//! the clamping of a request's timeouts to them), and how long a group's write to the metadata
-//! may take.
+//! the clamping of a request's timeouts to them), how long a write to the metadata may take and
+//! how long a read barrier may.
 
 use std::time::Duration;
 
@@ -30,12 +30,18 @@ pub(super) const MAX_GROUPS: usize = 10_000;
 pub(super) const MAX_MEMBERS: usize = 1_000;
 /// Longest an OffsetCommit waits for its offsets to commit through the metadata group.
 pub(super) const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest an OffsetFetch waits for its read barrier.
+pub(super) const FETCH_BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A member's session timeout (`ms` as requested), within [`MIN_SESSION_TIMEOUT`] and
+/// [`MAX_SESSION_TIMEOUT`].
 pub(super) fn session_timeout(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
         .clamp(MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT)
 }
 
+/// A member's rebalance timeout (`ms` as requested), at least a millisecond and at most
+/// [`MAX_REBALANCE_TIMEOUT`].
 pub(super) fn rebalance_timeout(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
         .clamp(Duration::from_millis(1), MAX_REBALANCE_TIMEOUT)
