@@ -127,7 +127,7 @@ impl Coordinator {
 /// The topics of a `consumer` protocol subscription (Kafka's ConsumerProtocolSubscription,
 /// any version: an INT16 version, then an array of STRING topics). Bounds-checked; what does
 /// not parse yields the topics read so far.
-pub(super) fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
+fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     let Some(count) = metadata.get(2..6) else {
         return out;
