@@ -11,10 +11,10 @@ use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsRespon
 use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::DirectAnswer;
+use crate::kafka::groups::{find_coordinator_api, group_admin_api, membership_api, offsets_api};
 use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
-    acls, cluster, configs, fetch, groups, metadata, partition_admin, produce, quotas, topics,
-    users,
+    acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, users,
 };
 use crate::node::Node;
 
@@ -168,13 +168,18 @@ pub fn dispatch(
             };
             fetch::fetch(node.clone(), access, req, version, cid, charged)
         }
-        Request::FindCoordinator(req) => {
-            groups::find_coordinator(node, access, req, version, cid, &conn.listener_name)
-        }
+        Request::FindCoordinator(req) => find_coordinator_api::find_coordinator(
+            node,
+            access,
+            req,
+            version,
+            cid,
+            &conn.listener_name,
+        ),
         Request::JoinGroup(req) => {
             // Reported by DescribeGroups as Kafka does (`InetAddress.toString`).
             let client_host = format!("/{}", crate::security::acl::kafka_host(conn.peer.ip()));
-            groups::join_group(
+            membership_api::join_group(
                 node,
                 access,
                 header.client_id.clone(),
@@ -184,15 +189,19 @@ pub fn dispatch(
                 cid,
             )
         }
-        Request::SyncGroup(req) => groups::sync_group(node, access, req, version, cid),
-        Request::Heartbeat(req) => groups::heartbeat(node, access, req, version, cid),
-        Request::LeaveGroup(req) => groups::leave_group(node, access, req, version, cid),
-        Request::OffsetCommit(req) => groups::offset_commit(node, access, req, version, cid),
-        Request::OffsetFetch(req) => groups::offset_fetch(node, access, req, version, cid),
-        Request::ListGroups(req) => groups::list_groups(node, access, req, version, cid),
-        Request::DescribeGroups(req) => groups::describe_groups(node, access, req, version, cid),
-        Request::DeleteGroups(req) => groups::delete_groups(node, access, req, version, cid),
-        Request::OffsetDelete(req) => groups::offset_delete(node, access, req, version, cid),
+        Request::SyncGroup(req) => membership_api::sync_group(node, access, req, version, cid),
+        Request::Heartbeat(req) => membership_api::heartbeat(node, access, req, version, cid),
+        Request::LeaveGroup(req) => membership_api::leave_group(node, access, req, version, cid),
+        Request::OffsetCommit(req) => offsets_api::offset_commit(node, access, req, version, cid),
+        Request::OffsetFetch(req) => offsets_api::offset_fetch(node, access, req, version, cid),
+        Request::ListGroups(req) => group_admin_api::list_groups(node, access, req, version, cid),
+        Request::DescribeGroups(req) => {
+            group_admin_api::describe_groups(node, access, req, version, cid)
+        }
+        Request::DeleteGroups(req) => {
+            group_admin_api::delete_groups(node, access, req, version, cid)
+        }
+        Request::OffsetDelete(req) => offsets_api::offset_delete(node, access, req, version, cid),
         Request::CreateAcls(req) => acls::create_acls(node, access, req, version, cid),
         Request::DescribeAcls(req) => reply::now(
             cid,

@@ -22,9 +22,8 @@
 //! - [`partition_admin`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
 //!   ListPartitionReassignments.
 //! - [`quotas`]: DescribeClientQuotas and AlterClientQuotas (client quotas, see [`crate::flow`]).
-//! - [`groups`], [`group_coordinator`], [`group_deadlines`]: consumer groups (classic
-//!   protocol): coordinator lookup, membership and rebalances (with each group's next deadline
-//!   in a heap), committed offsets.
+//! - [`groups`]: consumer groups (classic protocol): coordinator lookup, membership and
+//!   rebalances (with each group's next deadline in a heap), committed offsets.
 //!
 //! Each partition of a topic is its own log stream and Raft group (see the crate README).
 
@@ -38,9 +37,7 @@ pub mod direct_answer;
 pub mod error_codes;
 pub mod fetch;
 pub mod fields;
-pub mod group_coordinator;
-pub mod group_deadlines;
-pub mod groups;
+pub(crate) mod groups;
 pub mod handlers;
 pub mod in_order;
 pub mod listener;

@@ -171,7 +171,7 @@ pub struct Node {
     /// Shared by every store of the node: the tail-cache budget and the open sealed segments.
     store_resources: logstore::StoreResources,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
-    group_coordinator: crate::kafka::group_coordinator::Coordinator,
+    group_coordinator: crate::kafka::groups::coordinator::Coordinator,
     /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
     boot_nonce: u64,
     /// Topic incarnations whose `DeleteTopic` was in this node's metadata log when it started
@@ -435,7 +435,7 @@ impl Node {
             metadata: Arc::new(RwLock::new(metadata)),
             metadata_group: Mutex::new(None),
             store_resources,
-            group_coordinator: crate::kafka::group_coordinator::Coordinator::new(),
+            group_coordinator: crate::kafka::groups::coordinator::Coordinator::new(),
             boot_nonce: boot_nonce(),
             deleted_before_start: Mutex::new(HashSet::new()),
             request_seq: std::sync::atomic::AtomicU64::new(0),
@@ -564,7 +564,7 @@ impl Node {
     }
 
     /// This node's consumer group coordinator state (see `kafka::groups`).
-    pub fn group_coordinator(&self) -> &crate::kafka::group_coordinator::Coordinator {
+    pub(crate) fn group_coordinator(&self) -> &crate::kafka::groups::coordinator::Coordinator {
         &self.group_coordinator
     }
 

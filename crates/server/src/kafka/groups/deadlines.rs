@@ -14,11 +14,11 @@ use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
 
 /// Stale entries tolerated beyond the live ones before the heap is rebuilt.
-pub const COMPACT_SLACK: usize = 1024;
+const COMPACT_SLACK: usize = 1024;
 
 /// Each group's next deadline, earliest first.
 #[derive(Debug, Default)]
-pub struct Deadlines {
+pub(super) struct Deadlines {
     heap: BinaryHeap<Reverse<(Instant, String)>>,
     /// The live entry of each scheduled group.
     live: HashMap<String, Instant>,
@@ -26,13 +26,13 @@ pub struct Deadlines {
 
 impl Deadlines {
     /// No group scheduled.
-    pub fn new() -> Deadlines {
+    pub(super) fn new() -> Deadlines {
         Deadlines::default()
     }
 
     /// Makes sure group `id` is due no later than `at`: an earlier entry is kept, a later one is
     /// replaced.
-    pub fn schedule(&mut self, id: &str, at: Instant) {
+    pub(super) fn schedule(&mut self, id: &str, at: Instant) {
         match self.live.get_mut(id) {
             Some(t) if *t <= at => return,
             Some(t) => *t = at,
@@ -47,13 +47,13 @@ impl Deadlines {
     }
 
     /// Forgets group `id` (it was removed).
-    pub fn cancel(&mut self, id: &str) {
+    pub(super) fn cancel(&mut self, id: &str) {
         self.live.remove(id);
     }
 
     /// The groups due at `now` (each once), unscheduled: the caller schedules them again at
     /// their next deadline, if any.
-    pub fn take_due(&mut self, now: Instant) -> Vec<String> {
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<String> {
         let mut due = Vec::new();
         while let Some(Reverse((at, _))) = self.heap.peek() {
             if *at > now {
@@ -72,24 +72,27 @@ impl Deadlines {
     }
 
     /// Forgets every group.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.heap.clear();
         self.live.clear();
     }
 
     /// Groups scheduled.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.live.len()
     }
 
     /// Whether no group is scheduled.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.live.is_empty()
     }
 
     /// Entries in the heap, stale ones included (bounded by twice [`Deadlines::len`] plus
     /// [`COMPACT_SLACK`]).
-    pub fn heap_len(&self) -> usize {
+    #[cfg(test)]
+    fn heap_len(&self) -> usize {
         self.heap.len()
     }
 

@@ -1,0 +1,276 @@
+//! The Kafka handlers of group administration: ListGroups, DescribeGroups and DeleteGroups, over
+//! the groups with membership state on the coordinator and those that only have committed
+//! offsets.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::delete_groups_request::DeleteGroupsRequest;
+use kafka_proto::messages::delete_groups_response::{DeletableGroupResult, DeleteGroupsResponse};
+use kafka_proto::messages::describe_groups_request::DescribeGroupsRequest;
+use kafka_proto::messages::describe_groups_response::{
+    DescribeGroupsResponse, DescribedGroup, DescribedGroupMember,
+};
+use kafka_proto::messages::list_groups_request::ListGroupsRequest;
+use kafka_proto::messages::list_groups_response::{ListGroupsResponse, ListedGroup};
+
+use super::limits::COMMIT_TIMEOUT;
+use super::node_coordinator::{coordinator, coordinator_term, group_exists, read_barrier};
+use super::types::GroupState;
+use crate::kafka::access::{Access, GROUP_OPERATIONS};
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::reply::{self, Reply};
+use crate::node::Node;
+use crate::security::acl::{AclOperation, ResourceType};
+
+/// The group type ListGroups reports (every group here uses the classic protocol).
+const GROUP_TYPE: &str = "classic";
+
+/// Groups that only have committed offsets (no membership state): reported as Empty.
+fn offset_only_groups(node: &Node, known: &HashSet<String>) -> Vec<String> {
+    let meta = node.metadata();
+    let mut v: Vec<String> = meta
+        .offsets
+        .iter()
+        .filter(|(g, o)| !g.is_empty() && !o.is_empty() && !known.contains(*g))
+        .map(|(g, _)| g.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Handles ListGroups: the coordinator lists every group; other nodes list none (clients ask
+/// every broker and merge).
+///
+/// As in Kafka: with DESCRIBE on the cluster every group, else only the groups the principal
+/// may DESCRIBE.
+pub(crate) fn list_groups(
+    node: &Arc<Node>,
+    access: &Access,
+    req: ListGroupsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let Some(term) = coordinator_term(node) else {
+        return reply::now(
+            correlation_id,
+            version,
+            Response::ListGroups(ListGroupsResponse::default()),
+        );
+    };
+    let node = node.clone();
+    let access = access.clone();
+    reply::later(correlation_id, version, async move {
+        let listed = match read_barrier(&node).await {
+            Some(e) => Err(e),
+            None => coordinator(&node).list(term),
+        };
+        let listed = match listed {
+            Ok(l) => l,
+            Err(e) => {
+                let resp = ListGroupsResponse {
+                    error_code: e.code(),
+                    ..Default::default()
+                };
+                return Response::ListGroups(resp);
+            }
+        };
+        let known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
+        let mut all: Vec<(String, String, GroupState)> = listed
+            .into_iter()
+            .map(|g| (g.group_id, g.protocol_type, g.state))
+            .collect();
+        all.extend(
+            offset_only_groups(&node, &known)
+                .into_iter()
+                .map(|g| (g, String::new(), GroupState::Empty)),
+        );
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        if !access.cluster(AclOperation::Describe) {
+            all.retain(|(g, _, _)| access.group(AclOperation::Describe, g));
+        }
+        let type_ok = req.types_filter.is_empty()
+            || req
+                .types_filter
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(GROUP_TYPE));
+        let groups = all
+            .into_iter()
+            .filter(|(_, _, state)| {
+                type_ok
+                    && (req.states_filter.is_empty()
+                        || req
+                            .states_filter
+                            .iter()
+                            .any(|s| s.eq_ignore_ascii_case(state.name())))
+            })
+            .map(|(group_id, protocol_type, state)| ListedGroup {
+                group_id,
+                protocol_type,
+                group_state: state.name().to_owned(),
+                group_type: GROUP_TYPE.to_owned(),
+                ..Default::default()
+            })
+            .collect();
+        Response::ListGroups(ListGroupsResponse {
+            groups,
+            ..Default::default()
+        })
+    })
+}
+
+/// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
+/// does); one that only has committed offsets, Empty.
+///
+/// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it); its authorized
+/// operations when asked for (v3+).
+pub(crate) fn describe_groups(
+    node: &Arc<Node>,
+    access: &Access,
+    req: DescribeGroupsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let term = coordinator_term(node);
+    let node = node.clone();
+    let access = access.clone();
+    reply::later(correlation_id, version, async move {
+        let barrier = match (term, req.groups.first()) {
+            (Some(_), Some(_)) => read_barrier(&node).await,
+            _ => None,
+        };
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|group_id| {
+                if !access.group(AclOperation::Describe, &group_id) {
+                    return DescribedGroup {
+                        error_code: ErrorCode::GroupAuthorizationFailed.code(),
+                        group_id,
+                        ..Default::default()
+                    };
+                }
+                let (Some(term), None) = (term, barrier) else {
+                    return DescribedGroup {
+                        error_code: barrier.unwrap_or(ErrorCode::NotCoordinator).code(),
+                        group_id,
+                        group_state: GroupState::Dead.name().to_owned(),
+                        ..Default::default()
+                    };
+                };
+                match coordinator(&node).describe(term, &group_id) {
+                    Some(d) => DescribedGroup {
+                        group_id,
+                        group_state: d.state.name().to_owned(),
+                        protocol_type: d.protocol_type,
+                        protocol_data: d.protocol,
+                        members: d
+                            .members
+                            .into_iter()
+                            .map(|m| DescribedGroupMember {
+                                member_id: m.member_id,
+                                group_instance_id: m.group_instance_id,
+                                client_id: m.client_id,
+                                client_host: m.client_host,
+                                member_metadata: m.metadata,
+                                member_assignment: m.assignment,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    },
+                    None => {
+                        let has_offsets = node
+                            .metadata()
+                            .offsets
+                            .get(&group_id)
+                            .is_some_and(|o| !o.is_empty());
+                        let state = if has_offsets {
+                            GroupState::Empty
+                        } else {
+                            GroupState::Dead
+                        };
+                        DescribedGroup {
+                            group_id,
+                            group_state: state.name().to_owned(),
+                            ..Default::default()
+                        }
+                    }
+                }
+            })
+            .map(|mut g: DescribedGroup| {
+                if req.include_authorized_operations && g.error_code == 0 {
+                    g.authorized_operations =
+                        access.operations(ResourceType::Group, &g.group_id, GROUP_OPERATIONS);
+                }
+                g
+            })
+            .collect();
+        Response::DescribeGroups(DescribeGroupsResponse {
+            groups,
+            ..Default::default()
+        })
+    })
+}
+
+/// One group of DeleteGroups: error 0 once its offsets and membership state are gone.
+async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
+    let Some(term) = coordinator_term(node) else {
+        return ErrorCode::NotCoordinator;
+    };
+    if !group_exists(node, term, group_id) {
+        return ErrorCode::GroupIdNotFound;
+    }
+    if let Err(code) = coordinator(node).remove_empty(term, group_id) {
+        return code;
+    }
+    match node
+        .delete_group_offsets(group_id, None, COMMIT_TIMEOUT)
+        .await
+    {
+        Ok(()) => ErrorCode::None,
+        Err(e) => {
+            let code = append_error_code(&e, Proposal::OffsetDeletion);
+            if code != ErrorCode::NotCoordinator {
+                tracing::warn!(group = %group_id, "deleting a group's offsets failed: {e}");
+            }
+            code
+        }
+    }
+}
+
+/// Handles DeleteGroups (API 42): a group with members gets NON_EMPTY_GROUP, an unknown one
+/// GROUP_ID_NOT_FOUND, as in Kafka; otherwise its committed offsets (replicated) and its
+/// membership state go.
+/// Each group needs DELETE on it (else GROUP_AUTHORIZATION_FAILED).
+pub(crate) fn delete_groups(
+    node: &Arc<Node>,
+    access: &Access,
+    req: DeleteGroupsRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    let access = access.clone();
+    reply::later(correlation_id, version, async move {
+        let mut results = Vec::with_capacity(req.groups_names.len());
+        for group_id in &req.groups_names {
+            let code = if access.group(AclOperation::Delete, group_id) {
+                delete_group(&node, group_id).await
+            } else {
+                ErrorCode::GroupAuthorizationFailed
+            };
+            results.push(DeletableGroupResult {
+                group_id: group_id.clone(),
+                error_code: code.code(),
+                ..Default::default()
+            });
+        }
+        Response::DeleteGroups(DeleteGroupsResponse {
+            results,
+            ..Default::default()
+        })
+    })
+}

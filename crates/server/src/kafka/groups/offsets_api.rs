@@ -1,0 +1,473 @@
+//! The Kafka handlers of committed offsets: OffsetCommit (checked against the group's
+//! membership, then committed through the metadata group), OffsetFetch (read after a read
+//! barrier) and OffsetDelete.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::offset_commit_request::OffsetCommitRequest;
+use kafka_proto::messages::offset_commit_response::{
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_proto::messages::offset_delete_request::OffsetDeleteRequest;
+use kafka_proto::messages::offset_delete_response::{
+    OffsetDeleteResponse, OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_proto::messages::offset_fetch_request::OffsetFetchRequest;
+use kafka_proto::messages::offset_fetch_response::{
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+
+use super::limits::COMMIT_TIMEOUT;
+use super::node_coordinator::{coordinator, coordinator_term, group_exists, read_barrier};
+use crate::kafka::access::Access;
+use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::metadata::{locate_partition, PartitionHome};
+use crate::kafka::reply::{self, Reply};
+use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
+use crate::node::Node;
+use crate::security::acl::AclOperation;
+
+/// Longest committed metadata string accepted (Kafka's `offset.metadata.max.bytes`).
+const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+
+/// Handles OffsetCommit: checks the member and generation, then commits the offsets through the
+/// metadata group and answers once they are committed.
+///
+/// As in Kafka: READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition), and
+/// READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
+pub(crate) fn offset_commit(
+    node: &Arc<Node>,
+    access: &Access,
+    req: OffsetCommitRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    // Per topic: (name, [(partition, error)]); NONE entries are in `offsets`.
+    let term = coordinator_term(node);
+    let group_error = match term {
+        _ if !access.group(AclOperation::Read, &req.group_id) => {
+            ErrorCode::GroupAuthorizationFailed
+        }
+        None => ErrorCode::NotCoordinator,
+        Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
+        Some(term) => coordinator(node).validate_commit(
+            term,
+            &req.group_id,
+            if version >= 1 {
+                req.generation_id_or_member_epoch
+            } else {
+                -1
+            },
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            Instant::now(),
+        ),
+    };
+    let mut offsets = Vec::new();
+    let topics: Vec<(String, Vec<(i32, ErrorCode)>)> = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partition_count = node.topic_layout(&t.name).map_or(0, |l| l.replicas.len());
+            let topic_allowed =
+                group_error != ErrorCode::None || access.topic(AclOperation::Read, &t.name);
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let error = if group_error != ErrorCode::None {
+                        group_error
+                    } else if !topic_allowed {
+                        ErrorCode::TopicAuthorizationFailed
+                    } else if usize::try_from(p.partition_index)
+                        .map_or(true, |i| i >= partition_count)
+                    {
+                        ErrorCode::UnknownTopicOrPartition
+                    } else if p
+                        .committed_metadata
+                        .as_ref()
+                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES)
+                    {
+                        ErrorCode::OffsetMetadataTooLarge
+                    } else {
+                        offsets.push(CommittedOffset {
+                            topic: t.name.clone(),
+                            partition: p.partition_index,
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata: p.committed_metadata,
+                        });
+                        ErrorCode::None
+                    };
+                    (p.partition_index, error)
+                })
+                .collect();
+            (t.name, partitions)
+        })
+        .collect();
+    let respond = move |commit: Option<ErrorCode>| {
+        let topics = topics
+            .into_iter()
+            .map(|(name, partitions)| OffsetCommitResponseTopic {
+                name,
+                partitions: partitions
+                    .into_iter()
+                    .map(|(partition_index, e)| OffsetCommitResponsePartition {
+                        partition_index,
+                        error_code: match (e, commit) {
+                            (ErrorCode::None, Some(c)) => c.code(),
+                            (e, _) => e.code(),
+                        },
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        Response::OffsetCommit(OffsetCommitResponse {
+            topics,
+            ..Default::default()
+        })
+    };
+    if offsets.is_empty() {
+        return reply::now(correlation_id, version, respond(None));
+    }
+    let node = node.clone();
+    let group = req.group_id;
+    // Validated against this term's membership: committed only while this node still leads in
+    // it (a deposed coordinator's commit fails NOT_COORDINATOR; the client retries at the new
+    // coordinator, against the membership there).
+    let term = term.unwrap_or_default();
+    reply::later(correlation_id, version, async move {
+        let result = node
+            .propose_metadata_in_term(
+                &MetaCommand::CommitOffsets {
+                    group: group.clone(),
+                    offsets,
+                    commit_time_ms: wall_clock_ms(),
+                },
+                term,
+                COMMIT_TIMEOUT,
+            )
+            .await;
+        if let Err(e) = &result {
+            tracing::debug!(%group, "offset commit failed: {e}");
+        }
+        respond(
+            result
+                .err()
+                .map(|e| append_error_code(&e, Proposal::OffsetCommit)),
+        )
+    })
+}
+
+/// One partition's committed offset as read: (partition, offset, leader epoch, metadata).
+type PartitionOffset = (i32, i64, i32, Option<String>);
+
+/// One group's offsets as read, by topic.
+type GroupOffsets = Vec<(String, Vec<PartitionOffset>)>;
+
+/// Requested topics: None for all of the group's.
+type TopicSelection = Option<Vec<(String, Vec<i32>)>>;
+
+/// Reads a group's committed offsets as applied on this node; partitions without one get -1.
+fn read_offsets(node: &Node, group: &str, topics: &TopicSelection) -> GroupOffsets {
+    let meta = node.metadata();
+    let committed = meta.offsets.get(group);
+    let entry = |topic: &str, partition: i32| {
+        committed
+            .and_then(|g| g.get(&(topic.to_owned(), partition)))
+            .map_or((partition, -1, -1, Some(String::new())), |o| {
+                (
+                    partition,
+                    o.offset,
+                    o.leader_epoch,
+                    Some(o.metadata.clone().unwrap_or_default()),
+                )
+            })
+    };
+    match topics {
+        Some(list) => list
+            .iter()
+            .map(|(t, parts)| (t.clone(), parts.iter().map(|p| entry(t, *p)).collect()))
+            .collect(),
+        None => {
+            let mut by_topic: BTreeMap<String, Vec<PartitionOffset>> = BTreeMap::new();
+            for ((t, p), _) in committed.into_iter().flatten() {
+                by_topic.entry(t.clone()).or_default().push(entry(t, *p));
+            }
+            by_topic.into_iter().collect()
+        }
+    }
+}
+
+/// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
+///
+/// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it) and on each
+/// topic: a named topic without it answers TOPIC_AUTHORIZATION_FAILED per partition, and a
+/// group's "all topics" leaves such topics out.
+pub(crate) fn offset_fetch(
+    node: &Arc<Node>,
+    access: &Access,
+    req: OffsetFetchRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let groups: Vec<(String, TopicSelection)> = if version >= 8 {
+        req.groups
+            .into_iter()
+            .map(|g| {
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name, t.partition_indexes))
+                        .collect()
+                });
+                (g.group_id, topics)
+            })
+            .collect()
+    } else {
+        let topics = req.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| (t.name, t.partition_indexes))
+                .collect()
+        });
+        vec![(req.group_id, topics)]
+    };
+    let term = coordinator_term(node);
+    let node = node.clone();
+    let access = access.clone();
+    reply::later(correlation_id, version, async move {
+        let error = match (term, groups.first()) {
+            (None, _) => Some(ErrorCode::NotCoordinator),
+            (Some(_), None) => None,
+            // Everything committed before this barrier is applied here once it commits.
+            (Some(_), Some(_)) => read_barrier(&node).await,
+        };
+        let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
+            .into_iter()
+            .map(|(g, topics)| {
+                let r = match error {
+                    _ if !access.group(AclOperation::Describe, &g) => {
+                        Err(ErrorCode::GroupAuthorizationFailed)
+                    }
+                    Some(e) => Err(e),
+                    None => Ok(read_offsets(&node, &g, &topics)
+                        .into_iter()
+                        .filter(|(t, _)| {
+                            topics.is_some() || access.topic(AclOperation::Describe, t)
+                        })
+                        .collect()),
+                };
+                (g, topics, r)
+            })
+            .collect();
+        let topic_error = |name: &str| {
+            if access.topic(AclOperation::Describe, name) {
+                0
+            } else {
+                ErrorCode::TopicAuthorizationFailed.code()
+            }
+        };
+        let resp = if version >= 8 {
+            OffsetFetchResponse {
+                groups: results
+                    .into_iter()
+                    .map(|(group_id, _, r)| match r {
+                        Ok(topics) => OffsetFetchResponseGroup {
+                            group_id,
+                            topics: topics
+                                .into_iter()
+                                .map(|(name, parts)| {
+                                    let error = topic_error(&name);
+                                    OffsetFetchResponseTopics {
+                                        partitions: parts
+                                            .into_iter()
+                                            .map(|(p, o, epoch, metadata)| {
+                                                let refused = error != 0;
+                                                OffsetFetchResponsePartitions {
+                                                    partition_index: p,
+                                                    committed_offset: if refused { -1 } else { o },
+                                                    committed_leader_epoch: if refused {
+                                                        -1
+                                                    } else {
+                                                        epoch
+                                                    },
+                                                    metadata,
+                                                    error_code: error,
+                                                    ..Default::default()
+                                                }
+                                            })
+                                            .collect(),
+                                        name,
+                                        ..Default::default()
+                                    }
+                                })
+                                .collect(),
+                            ..Default::default()
+                        },
+                        Err(e) => OffsetFetchResponseGroup {
+                            group_id,
+                            error_code: e.code(),
+                            ..Default::default()
+                        },
+                    })
+                    .collect(),
+                ..Default::default()
+            }
+        } else {
+            let (_, requested, r) = results
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| (String::new(), None, Ok(Vec::new())));
+            let partition =
+                |(p, o, epoch, metadata): PartitionOffset, e: i16| OffsetFetchResponsePartition {
+                    partition_index: p,
+                    committed_offset: o,
+                    committed_leader_epoch: epoch,
+                    metadata,
+                    error_code: e,
+                    ..Default::default()
+                };
+            match r {
+                Ok(topics) => OffsetFetchResponse {
+                    topics: topics
+                        .into_iter()
+                        .map(|(name, parts)| {
+                            let error = topic_error(&name);
+                            OffsetFetchResponseTopic {
+                                partitions: parts
+                                    .into_iter()
+                                    .map(|(p, o, epoch, metadata)| {
+                                        if error != 0 {
+                                            partition((p, -1, -1, metadata), error)
+                                        } else {
+                                            partition((p, o, epoch, metadata), 0)
+                                        }
+                                    })
+                                    .collect(),
+                                name,
+                                ..Default::default()
+                            }
+                        })
+                        .collect(),
+                    ..Default::default()
+                },
+                // v2+ carry the group's error at the top; v0-1 only per partition.
+                Err(e) => OffsetFetchResponse {
+                    error_code: e.code(),
+                    topics: if version < 2 {
+                        requested
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(name, parts)| OffsetFetchResponseTopic {
+                                name,
+                                partitions: parts
+                                    .into_iter()
+                                    .map(|p| partition((p, -1, -1, Some(String::new())), e.code()))
+                                    .collect(),
+                                ..Default::default()
+                            })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    },
+                    ..Default::default()
+                },
+            }
+        };
+        Response::OffsetFetch(resp)
+    })
+}
+
+/// Handles OffsetDelete (API 47): removes a group's committed offsets of the named partitions.
+/// As in Kafka: NOT_COORDINATOR off the coordinator, GROUP_ID_NOT_FOUND for an unknown group,
+/// NON_EMPTY_GROUP for a group with members that does not use the consumer protocol, and per
+/// partition GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to its topic and
+/// UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+/// Authorization as Kafka's: DELETE on the group (else GROUP_AUTHORIZATION_FAILED), READ on
+/// each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
+pub(crate) fn offset_delete(
+    node: &Arc<Node>,
+    access: &Access,
+    req: OffsetDeleteRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let node = node.clone();
+    let access = access.clone();
+    reply::later(correlation_id, version, async move {
+        let mut resp = OffsetDeleteResponse::default();
+        let group_error = match coordinator_term(&node) {
+            _ if !access.group(AclOperation::Delete, &req.group_id) => {
+                Some(ErrorCode::GroupAuthorizationFailed)
+            }
+            None => Some(ErrorCode::NotCoordinator),
+            Some(term) if !group_exists(&node, term, &req.group_id) => {
+                Some(ErrorCode::GroupIdNotFound)
+            }
+            Some(term) => match coordinator(&node).subscriptions(term, &req.group_id) {
+                Some((protocol_type, _)) if protocol_type != "consumer" => {
+                    Some(ErrorCode::NonEmptyGroup)
+                }
+                subscribed => {
+                    let topics = subscribed.map(|(_, t)| t).unwrap_or_default();
+                    let mut delete = Vec::new();
+                    for t in &req.topics {
+                        let mut partitions = Vec::with_capacity(t.partitions.len());
+                        for p in &t.partitions {
+                            let exists = matches!(
+                                locate_partition(&node, &t.name, p.partition_index),
+                                PartitionHome::Here(_) | PartitionHome::Elsewhere
+                            );
+                            let code = if !access.topic(AclOperation::Read, &t.name) {
+                                ErrorCode::TopicAuthorizationFailed
+                            } else if topics.contains(&t.name) {
+                                ErrorCode::GroupSubscribedToTopic
+                            } else if !exists {
+                                ErrorCode::UnknownTopicOrPartition
+                            } else {
+                                delete.push((t.name.clone(), p.partition_index));
+                                ErrorCode::None
+                            };
+                            partitions.push(OffsetDeleteResponsePartition {
+                                partition_index: p.partition_index,
+                                error_code: code.code(),
+                            });
+                        }
+                        resp.topics.push(OffsetDeleteResponseTopic {
+                            name: t.name.clone(),
+                            partitions,
+                        });
+                    }
+                    if delete.is_empty() {
+                        None
+                    } else {
+                        match node
+                            .delete_group_offsets(&req.group_id, Some(delete), COMMIT_TIMEOUT)
+                            .await
+                        {
+                            Ok(()) => None,
+                            Err(e) => {
+                                let code = append_error_code(&e, Proposal::OffsetDeletion);
+                                if code != ErrorCode::NotCoordinator {
+                                    tracing::warn!(group = %req.group_id, "deleting offsets failed: {e}");
+                                }
+                                Some(code)
+                            }
+                        }
+                    }
+                }
+            },
+        };
+        if let Some(code) = group_error {
+            resp.error_code = code.code();
+            resp.topics.clear();
+        }
+        Response::OffsetDelete(resp)
+    })
+}
