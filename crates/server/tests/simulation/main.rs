@@ -43,6 +43,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod disk;
+mod lost_hard_state;
 mod open;
 mod rng;
 mod world;
