@@ -44,6 +44,7 @@
 mod common;
 mod disk;
 mod lost_hard_state;
+mod membership_catch_up;
 mod open;
 mod rng;
 mod world;
