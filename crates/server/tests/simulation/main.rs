@@ -31,6 +31,10 @@
 //! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 4); `SIM_STEPS` sets the faulty
 //! steps per seed.
 //!
+//! Two scripted scenarios share the harness (issue 32): `lost_hard_state` (one real group
+//! driven message by message: no double vote after hard-state damage) and
+//! `membership_catch_up` (a node away during membership changes catches up from a snapshot).
+//!
 //! Determinism: raft-rs draws randomised election timeouts from the thread's RNG, so the
 //! simulated groups use a fixed timeout (`max_election_tick = min + 1`) and the simulator breaks
 //! ties itself, by letting each node's clock skip ticks at random (seeded). The same seed
@@ -43,6 +47,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod disk;
+mod lost_hard_state;
+mod membership_catch_up;
 mod open;
 mod rng;
 mod world;

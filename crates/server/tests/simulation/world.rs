@@ -281,6 +281,18 @@ impl World {
         self.report_down(id);
     }
 
+    /// Crashes node `id` (as [`World::crash`]) and keeps it down until [`World::start`].
+    pub fn stop(&mut self, id: u64) {
+        self.crash((id - 1) as usize, u64::MAX);
+    }
+
+    /// Starts node `id`, down since [`World::stop`], over what its disk kept.
+    pub fn start(&mut self, id: u64) {
+        let node = &mut self.nodes[(id - 1) as usize];
+        assert!(!node.up, "node {id} is running");
+        node.start(&self.targets);
+    }
+
     /// Connections come and go with nodes and links; each new one starts with both nodes'
     /// hellos, as the real transport's: a node that comes back with a new data directory is
     /// noticed (its peers' leaders send its log again) and learns it is rejoining.
@@ -338,7 +350,7 @@ impl World {
     }
 
     /// Asks every running replica of `group` for the voters `voters` (the leader acts).
-    fn set_voters(&mut self, group: u64, voters: Vec<u64>) {
+    pub fn set_voters(&mut self, group: u64, voters: Vec<u64>) {
         for n in self.nodes.iter().filter(|n| n.up) {
             if let Some(g) = n.groups.get(&group) {
                 try_deliver(&g.inbox, GroupInput::SetVoters(voters.clone()));
