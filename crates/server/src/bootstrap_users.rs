@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::metadata::codec::ScramCredentialWire;
 use crate::metadata::MetaCommand;
-use crate::metadata_codec::ScramCredentialWire;
 use crate::node::Node;
 use crate::security::scram::{ScramCredential, ScramMechanism, MAX_CREDENTIALS};
 

@@ -107,7 +107,7 @@ pub struct NodeConfig {
 /// Default [`NodeConfig::shutdown_timeout`].
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Snapshots of the replicated cluster metadata (see [`crate::metadata_snapshot`]).
+/// Snapshots of the replicated cluster metadata (see [`crate::metadata::snapshot`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MetadataSettings {
     /// A node writes a snapshot of the metadata every this many applied entries and then

@@ -17,8 +17,9 @@
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`shutdown`]: graceful shutdown (leadership hand-off, draining connections, sync).
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
-//!   [`metadata_codec`]: how its commands are stored in the Raft log; [`metadata_snapshot`]:
-//!   its snapshots; [`topic_config`]: topic-level configs; [`bootstrap_users`]: the one-time
+//!   (`metadata/`: commands, state, apply, the group's state machine over a host trait;
+//!   [`metadata::codec`]: how its commands are stored in the Raft log; [`metadata::snapshot`]:
+//!   its snapshots); [`topic_config`]: topic-level configs; [`bootstrap_users`]: the one-time
 //!   import of the configured SCRAM users into it.
 //! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
 //!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
@@ -37,8 +38,6 @@ pub mod config;
 pub mod flow;
 pub mod kafka;
 pub mod metadata;
-pub mod metadata_codec;
-pub mod metadata_snapshot;
 pub mod metrics;
 pub mod node;
 pub mod replication;

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::cluster_configs;
 use vdl_server::config::NodeConfig;
+use vdl_server::metadata::snapshot;
 use vdl_server::metadata::{CommittedOffset, MetaCommand, MetaEntry, RequestId};
-use vdl_server::metadata_snapshot;
 use vdl_server::Node;
 
 const T: Duration = Duration::from_secs(20);
@@ -446,5 +446,5 @@ async fn restart_time_with_a_long_history_with_and_without_snapshots() {
 
 #[test]
 fn snapshot_file_names_sort_by_index() {
-    assert!(metadata_snapshot::file_name(99) < metadata_snapshot::file_name(100));
+    assert!(snapshot::file_name(99) < snapshot::file_name(100));
 }

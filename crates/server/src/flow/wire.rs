@@ -1,5 +1,5 @@
 //! How flow limits and client quotas are stored in the metadata log and its snapshots
-//! (protobuf messages of [`crate::metadata_codec`]: commands 27 and 28, snapshot fields 21 and
+//! (protobuf messages of [`crate::metadata::codec`]: commands 27 and 28, snapshot fields 21 and
 //! 22; the schema is in that module's documentation).
 
 use std::collections::BTreeMap;

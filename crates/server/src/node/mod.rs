@@ -113,7 +113,7 @@ pub enum NodeError {
     },
     /// The metadata snapshot could not be read, is damaged, or does not fit the metadata log.
     #[error("{0}")]
-    MetadataSnapshot(#[from] crate::metadata_snapshot::SnapshotFileError),
+    MetadataSnapshot(#[from] crate::metadata::snapshot::SnapshotFileError),
     /// The metadata log was compacted but no snapshot covers the entries removed.
     #[error(
         "the metadata log in {dir} starts at index {first_index} but the newest snapshot covers \

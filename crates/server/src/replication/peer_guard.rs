@@ -447,7 +447,7 @@ pub fn check_message(self_id: u64, hello: u64, group: u64, msg: &Message) -> Res
         if group == crate::metadata::METADATA_GROUP_ID {
             // The metadata state (decoded and checked by the group before raft-rs takes it).
             if snap.data.is_empty()
-                || snap.data.len() > crate::metadata_snapshot::MAX_SNAPSHOT_BYTES
+                || snap.data.len() > crate::metadata::snapshot::MAX_SNAPSHOT_BYTES
             {
                 return Err(Refusal::BadSnapshot("metadata state size out of range"));
             }

@@ -244,7 +244,7 @@ fn check_metadata(seed: u64, w: &World) -> MetadataOutcome {
         let meta = sg.meta.as_ref().expect("the metadata group's state");
         let applied = sg.visible.borrow().applied_index;
         let state = meta.state.read().unwrap();
-        let encoded = vdl_server::metadata_codec::encode_snapshot(&state.to_snapshot(applied, 0));
+        let encoded = vdl_server::metadata::codec::encode_snapshot(&state.to_snapshot(applied, 0));
         snapshots_installed += meta
             .host
             .snapshots_installed

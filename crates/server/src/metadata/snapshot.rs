@@ -2,7 +2,7 @@
 //! does not replay the metadata log from its first entry.
 //!
 //! **What a snapshot is.** The state after applying every entry up to and including Raft index
-//! `index` (term `term`), encoded by [`crate::metadata_codec::encode_snapshot`] (format byte,
+//! `index` (term `term`), encoded by [`crate::metadata::codec::encode_snapshot`] (format byte,
 //! CRC-32C, protobuf). The same bytes are the file on disk and the `data` of the Raft snapshot
 //! a leader sends a follower whose needed entries were compacted.
 //!
@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::metadata_codec::SnapshotDecodeError;
+use crate::metadata::codec::SnapshotDecodeError;
 
 /// Largest snapshot written or read: it must fit one peer frame to reach a follower (with room
 /// for the Raft message around it).
@@ -136,7 +136,7 @@ pub fn write(dir: &Path, index: u64, bytes: &[u8]) -> Result<PathBuf, SnapshotFi
 /// snapshot is an error; an older one is never used instead.
 pub fn load_newest(
     dir: &Path,
-) -> Result<Option<(crate::metadata_codec::MetaSnapshotWire, Vec<u8>)>, SnapshotFileError> {
+) -> Result<Option<(crate::metadata::codec::MetaSnapshotWire, Vec<u8>)>, SnapshotFileError> {
     let Some((index, path)) = list(dir)?.pop() else {
         return Ok(None);
     };
@@ -155,7 +155,7 @@ pub fn load_newest(
         path: path.clone(),
         reason,
     };
-    let wire = crate::metadata_codec::decode_snapshot(&bytes)
+    let wire = crate::metadata::codec::decode_snapshot(&bytes)
         .map_err(|e: SnapshotDecodeError| damaged(e.to_string()))?;
     if wire.index != index {
         return Err(damaged(format!(
@@ -176,7 +176,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(load_newest(dir.path()).unwrap().is_none());
         let meta = ClusterMeta::new(vec![1, 2, 3]);
-        let bytes = |index| crate::metadata_codec::encode_snapshot(&meta.to_snapshot(index, 2));
+        let bytes = |index| crate::metadata::codec::encode_snapshot(&meta.to_snapshot(index, 2));
         write(dir.path(), 10, &bytes(10)).unwrap();
         let second = write(dir.path(), 20, &bytes(20)).unwrap();
         let (wire, _) = load_newest(dir.path()).unwrap().unwrap();

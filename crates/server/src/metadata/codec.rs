@@ -1326,7 +1326,7 @@ impl From<CommittedOffsetWire> for CommittedOffset {
     }
 }
 
-/// First byte of a metadata snapshot (see [`crate::metadata_snapshot`]), version 1: then a
+/// First byte of a metadata snapshot (see [`crate::metadata::snapshot`]), version 1: then a
 /// CRC-32C of the body (4 bytes, big endian), then a protobuf [`MetaSnapshotWire`].
 pub const SNAPSHOT_FORMAT_V1: u8 = 0x01;
 
