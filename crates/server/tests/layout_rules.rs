@@ -35,7 +35,6 @@ const OVERSIZE_ALLOWED: &[(&str, usize)] = &[
     ("replication/group.rs", 2782),
     ("replication/peer_guard.rs", 1087),
     ("replication/peer_wire.rs", 950),
-    ("replication/transport.rs", 1547),
     ("security/sasl.rs", 887),
 ];
 

@@ -947,4 +947,22 @@ mod tests {
         assert!(!v.all_install_metadata_snapshots(&[2, 3]));
         assert!(v.all_install_metadata_snapshots(&[]));
     }
+
+    #[test]
+    fn advertised_addresses_are_host_and_port() {
+        for ok in ["127.0.0.1:9092", "kafka-1.example:9092", "[::1]:9092"] {
+            assert!(valid_advertised(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ":9092",
+            "host",
+            "host:",
+            "host:99999",
+            "ho st:1",
+            "h\u{e9}:1",
+        ] {
+            assert!(!valid_advertised(bad), "{bad}");
+        }
+    }
 }
