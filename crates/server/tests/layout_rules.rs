@@ -34,7 +34,6 @@ const OVERSIZE_ALLOWED: &[(&str, usize)] = &[
     ("metrics.rs", 823),
     ("replication/group.rs", 2782),
     ("replication/peer_guard.rs", 1087),
-    ("replication/peer_wire.rs", 950),
     ("security/sasl.rs", 887),
 ];
 
