@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, RwLock, Weak};
 
-use crate::replication::group::StateMachine;
+use crate::replication::state_machine::StateMachine;
 
 use super::*;
 

@@ -230,8 +230,8 @@ impl Node {
             Some(sm) => RaftStorage::with_state_snapshots(shared.clone(), sm.latest()),
             None => RaftStorage::new(shared.clone()),
         };
-        let state_machine =
-            metadata_sm.map(|sm| Box::new(sm) as Box<dyn crate::replication::group::StateMachine>);
+        let state_machine = metadata_sm
+            .map(|sm| Box::new(sm) as Box<dyn crate::replication::state_machine::StateMachine>);
         let raw = RawNode::new(&cfg, storage, &logger).map_err(|e| NodeError::Raft {
             name: name.to_owned(),
             message: e.to_string(),

@@ -1,7 +1,8 @@
 //! Raft replication: one Raft group per partition (and one for the cluster metadata), the
 //! transport between nodes, and where replicas and leaders live.
 //!
-//! - [`group`]: one group's Ready loop, proposals, commit notification; [`in_sync`]: what a
+//! - [`group`]: one group's Ready loop, proposals, commit notification; [`state_machine`]: what
+//!   a group with replicated state (the metadata) asks of it; [`in_sync`]: what a
 //!   leader knows of its voters' copies (durable copies, Kafka's in-sync rule).
 //! - [`raft_storage`]: raft-rs's `Storage` over the log store; [`raft_log`]: raft-rs's log
 //!   records forwarded to `tracing`.
@@ -40,5 +41,6 @@ pub mod raft_log;
 pub mod raft_storage;
 pub mod replicas;
 pub mod router;
+pub mod state_machine;
 pub mod stream;
 pub mod transport;

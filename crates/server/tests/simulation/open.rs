@@ -12,11 +12,12 @@ use logstore::{LogStore, StoreConfig, SyncPolicy};
 use raft::RawNode;
 use tokio::sync::watch;
 use vdl_server::metadata::{ClusterMeta, Effect, MetadataHost, MetadataStateMachine};
-use vdl_server::replication::group::{new_group, GroupParts, StateMachine, Visible};
+use vdl_server::replication::group::{new_group, GroupParts, Visible};
 use vdl_server::replication::peer_guard::PeerStats;
 use vdl_server::replication::producers::ProducerTable;
 use vdl_server::replication::raft_storage::{RaftStorage, SharedStore};
 use vdl_server::replication::replicas::Directories;
+use vdl_server::replication::state_machine::StateMachine;
 use vdl_server::replication::transport::PeerSender;
 use vdl_server::runtime::inbox::inbox;
 
