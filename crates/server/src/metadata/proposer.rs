@@ -177,3 +177,73 @@ impl MetadataProposer {
             .was_applied(request)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::peer_wire::VERSION_2;
+
+    fn proposer(versions: Arc<PeerVersions>) -> MetadataProposer {
+        MetadataProposer::new(
+            7,
+            42,
+            versions,
+            Arc::new(RwLock::new(ClusterMeta::default())),
+        )
+    }
+
+    #[test]
+    fn request_ids_carry_the_node_and_nonce_and_never_repeat() {
+        let p = proposer(Arc::default());
+        let (a, _) = p.entry(&MetaCommand::barrier());
+        let (b, _) = p.entry(&MetaCommand::barrier());
+        assert_eq!((a.node, a.boot), (7, 42));
+        assert_eq!((b.node, b.boot), (7, 42));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn entries_are_json_only_while_an_earlier_release_is_in_the_cluster() {
+        let versions = Arc::new(PeerVersions::default());
+        let p = proposer(versions.clone());
+        let cmd = MetaCommand::AllocateProducerId;
+        let (request, data) = p.entry(&cmd);
+        let entry = MetaEntry {
+            request,
+            command: cmd.clone(),
+        };
+        assert_eq!(data.as_ref(), entry.encode().as_slice());
+        assert_eq!(
+            MetaEntry::decode(&data).unwrap(),
+            (Some(request), cmd.clone())
+        );
+
+        versions.heard(2, VERSION_2, "earlier");
+        let (request, data) = p.entry(&cmd);
+        let entry = MetaEntry {
+            request,
+            command: cmd.clone(),
+        };
+        assert_eq!(data.as_ref(), entry.encode_json().as_slice());
+        assert_eq!(MetaEntry::decode(&data).unwrap(), (Some(request), cmd));
+    }
+
+    #[test]
+    fn proposals_without_a_metadata_group_fail_stopped() {
+        let p = proposer(Arc::default());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let timeout = Duration::from_millis(200);
+        let cmd = MetaCommand::barrier();
+        assert!(matches!(
+            rt.block_on(p.propose(&cmd, timeout)),
+            Err(AppendError::Stopped)
+        ));
+        assert!(matches!(
+            rt.block_on(p.propose_in_term(&cmd, 1, timeout)),
+            Err(AppendError::Stopped)
+        ));
+    }
+}
