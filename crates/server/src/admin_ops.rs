@@ -197,7 +197,11 @@ pub fn announce_admin_address(node: &Arc<Node>, address: String, refresh: Durati
                     node: me,
                     address: address.clone(),
                 };
-                match node.propose_metadata(&cmd, Duration::from_secs(5)).await {
+                match node
+                    .metadata_proposer()
+                    .propose(&cmd, Duration::from_secs(5))
+                    .await
+                {
                     Ok(_) => last_sent = Some(std::time::Instant::now()),
                     Err(e) => tracing::debug!("announcing the admin address failed: {e}"),
                 }
@@ -734,7 +738,19 @@ pub async fn delete_segments(
     };
     let timeout = op_timeout(params.timeout_ms);
     if floor > stream.visible().log_start_offset {
-        if let Err(e) = node.delete_records(&topic, partition, floor, timeout).await {
+        let command = node.current_incarnation(&topic).map(|incarnation| {
+            crate::metadata::MetaCommand::DeleteRecords {
+                name: topic.clone(),
+                incarnation,
+                partition,
+                offset: floor,
+            }
+        });
+        let proposed = match command {
+            Ok(command) => node.metadata_proposer().propose(&command, timeout).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = proposed {
             return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         }
     }

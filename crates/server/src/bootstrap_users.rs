@@ -179,7 +179,8 @@ pub fn start_import(node: &Arc<Node>) {
             };
             if group.visible().leader == node.config().id {
                 match node
-                    .propose_metadata(&import_command(&node), IMPORT_TIMEOUT)
+                    .metadata_proposer()
+                    .propose(&import_command(&node), IMPORT_TIMEOUT)
                     .await
                 {
                     Ok(_) => {}

@@ -421,7 +421,8 @@ async fn a_replaced_disk_votes_again_only_after_applying_the_commit_it_came_back
     nodes[leader]
         .as_ref()
         .unwrap()
-        .propose_metadata(&command, APPEND_TIMEOUT)
+        .metadata_proposer()
+        .propose(&command, APPEND_TIMEOUT)
         .await
         .unwrap();
     let committed = s.visible().applied_index;

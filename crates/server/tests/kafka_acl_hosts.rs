@@ -62,18 +62,19 @@ fn ipv6_client_hosts_match_kafka_form_and_compressed_rules() {
         n.create_topic(TOPIC, 1, WAIT).await.expect("topic created");
         // Everyone may do everything on the topic, except: READ denied to the IPv6 loopback in
         // Kafka's form, WRITE denied to it written compressed.
-        n.propose_metadata(
-            &MetaCommand::CreateAcls {
-                acls: vec![
-                    binding("*", 2, 3),
-                    binding("0:0:0:0:0:0:0:1", 3, 2),
-                    binding("::1", 4, 2),
-                ],
-            },
-            WAIT,
-        )
-        .await
-        .expect("ACLs committed");
+        n.metadata_proposer()
+            .propose(
+                &MetaCommand::CreateAcls {
+                    acls: vec![
+                        binding("*", 2, 3),
+                        binding("0:0:0:0:0:0:0:1", 3, 2),
+                        binding("::1", 4, 2),
+                    ],
+                },
+                WAIT,
+            )
+            .await
+            .expect("ACLs committed");
         n
     });
     let records = common::batch(2, b"v");

@@ -215,7 +215,7 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
     );
 
     // An administrator (here: the node itself) lets the anonymous principal manage ACLs.
-    rt.block_on(nodes[0].propose_metadata(
+    rt.block_on(nodes[0].metadata_proposer().propose(
         &MetaCommand::CreateAcls {
             acls: vec![
                 AclBinding::from_kafka(4, "kafka-cluster", 3, "User:ANONYMOUS", "*", 7, 3).unwrap(),

@@ -677,7 +677,8 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
     let started = Instant::now();
     let follower = &nodes[(leader + 1) % 3];
     let r = follower
-        .propose_metadata_in_term(&commit(5), term, timeout)
+        .metadata_proposer()
+        .propose_in_term(&commit(5), term, timeout)
         .await;
     assert!(
         matches!(
@@ -687,7 +688,8 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
         "{r:?}"
     );
     let r = nodes[leader]
-        .propose_metadata_in_term(&commit(6), term - 1, timeout)
+        .metadata_proposer()
+        .propose_in_term(&commit(6), term - 1, timeout)
         .await;
     assert!(
         matches!(
@@ -699,7 +701,8 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
     assert!(started.elapsed() < Duration::from_secs(2), "not retried");
     // In its own term the leader commits.
     nodes[leader]
-        .propose_metadata_in_term(&commit(7), term, timeout)
+        .metadata_proposer()
+        .propose_in_term(&commit(7), term, timeout)
         .await
         .unwrap();
     for n in &nodes {

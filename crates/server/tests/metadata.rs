@@ -12,6 +12,23 @@ use common::{batch, cluster_configs};
 use vdl_server::metadata::{CommittedOffset, MetaCommand, MetaEntry, RequestId};
 use vdl_server::Node;
 
+/// The command that records `group`'s committed `offsets` (now on this machine's clock).
+fn commit_offsets(group: &str, offsets: Vec<CommittedOffset>) -> MetaCommand {
+    MetaCommand::CommitOffsets {
+        group: group.to_owned(),
+        offsets,
+        commit_time_ms: vdl_server::metadata::wall_clock_ms(),
+    }
+}
+
+/// The command that deletes topic `name` in the incarnation `node` knows now.
+fn delete_topic(node: &Node, name: &str) -> MetaCommand {
+    MetaCommand::DeleteTopic {
+        name: name.to_owned(),
+        incarnation: node.metadata().incarnation(name),
+    }
+}
+
 const T: Duration = Duration::from_secs(10);
 
 async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
@@ -90,7 +107,10 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
         leader_epoch: -1,
         metadata: Some("m".into()),
     };
-    f.commit_offsets("g1", vec![offset(1)], T).await.unwrap();
+    f.metadata_proposer()
+        .propose(&commit_offsets("g1", vec![offset(1)]), T)
+        .await
+        .unwrap();
     for n in nodes.iter().flatten() {
         let n = n.clone();
         wait_until("offsets on every node", move || {
@@ -112,7 +132,8 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
     .await;
     let survivor = nodes.iter().flatten().next().unwrap().clone();
     survivor
-        .commit_offsets("g1", vec![offset(7)], T)
+        .metadata_proposer()
+        .propose(&commit_offsets("g1", vec![offset(7)]), T)
         .await
         .unwrap();
     survivor.create_topic("payments", 1, T).await.unwrap();
@@ -150,7 +171,8 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
 
     // Deleting a topic removes it and its data on every node.
     let any = nodes[1].clone().unwrap();
-    any.delete_topic("payments", T).await.unwrap();
+    let command = delete_topic(&any, "payments");
+    any.metadata_proposer().propose(&command, T).await.unwrap();
     for (i, n) in nodes.iter().flatten().enumerate() {
         let n2 = n.clone();
         wait_until("the topic gone", move || !n2.is_topic("payments")).await;
@@ -236,7 +258,7 @@ async fn a_metadata_log_written_in_json_replays_as_before() {
     // Then this release's entries, through the node's API (protobuf).
     n0.create_topic("new-d", 2, T).await.unwrap();
     let producer_id = n0.allocate_producer_id(T).await.unwrap();
-    n0.commit_offsets(
+    let command = commit_offsets(
         "g",
         vec![CommittedOffset {
             topic: "new-d".into(),
@@ -245,10 +267,8 @@ async fn a_metadata_log_written_in_json_replays_as_before() {
             leader_epoch: -1,
             metadata: Some("m".into()),
         }],
-        T,
-    )
-    .await
-    .unwrap();
+    );
+    n0.metadata_proposer().propose(&command, T).await.unwrap();
 
     type Snapshot = (
         std::collections::BTreeMap<String, vdl_server::metadata::TopicMeta>,

@@ -17,6 +17,23 @@ use vdl_server::metadata::snapshot;
 use vdl_server::metadata::{CommittedOffset, MetaCommand, MetaEntry, RequestId};
 use vdl_server::Node;
 
+/// The command that records `group`'s committed `offsets` (now on this machine's clock).
+fn commit_offsets(group: &str, offsets: Vec<CommittedOffset>) -> MetaCommand {
+    MetaCommand::CommitOffsets {
+        group: group.to_owned(),
+        offsets,
+        commit_time_ms: vdl_server::metadata::wall_clock_ms(),
+    }
+}
+
+/// The command that deletes topic `name` in the incarnation `node` knows now.
+fn delete_topic(node: &Node, name: &str) -> MetaCommand {
+    MetaCommand::DeleteTopic {
+        name: name.to_owned(),
+        incarnation: node.metadata().incarnation(name),
+    }
+}
+
 const T: Duration = Duration::from_secs(20);
 
 async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
@@ -118,7 +135,8 @@ async fn snapshots_compact_the_metadata_log_survive_restarts_and_catch_up_a_lagg
     l.create_topic_configured("doomed", 1, 3, configs_of("1000"), T)
         .await
         .unwrap();
-    l.delete_topic("doomed", T).await.unwrap();
+    let command = delete_topic(&l, "doomed");
+    l.metadata_proposer().propose(&command, T).await.unwrap();
     let producer_id = l.allocate_producer_id(T).await.unwrap();
 
     // One node goes down; the others commit many offsets (far more entries than the interval
@@ -132,7 +150,8 @@ async fn snapshots_compact_the_metadata_log_survive_restarts_and_catch_up_a_lagg
         tasks.push(tokio::spawn(async move {
             for i in (worker..COMMITS).step_by(8) {
                 let group = format!("g{}", i % 5);
-                n.commit_offsets(&group, vec![offset((i % 2) as i32, i)], T)
+                n.metadata_proposer()
+                    .propose(&commit_offsets(&group, vec![offset((i % 2) as i32, i)]), T)
                     .await
                     .unwrap();
             }
@@ -171,7 +190,8 @@ async fn snapshots_compact_the_metadata_log_survive_restarts_and_catch_up_a_lagg
     assert!(back.is_topic("orders") && !back.is_topic("doomed"));
     println!("caught-up node's metadata log: [{back_first}, {back_last}]");
     // It takes part in commits again.
-    l.commit_offsets("after", vec![offset(0, 1)], T)
+    l.metadata_proposer()
+        .propose(&commit_offsets("after", vec![offset(0, 1)]), T)
         .await
         .unwrap();
     let want = observable(&l);
@@ -260,9 +280,13 @@ async fn a_snapshot_ahead_of_the_log_is_loaded_and_removes_deleted_topics_data()
         .join(format!("gone~{gone}-0"));
     assert!(gone_dir.exists());
 
-    l.delete_topic("gone", T).await.unwrap();
+    let command = delete_topic(&l, "gone");
+    l.metadata_proposer().propose(&command, T).await.unwrap();
     for i in 0..150 {
-        l.commit_offsets("g", vec![offset(0, i)], T).await.unwrap();
+        l.metadata_proposer()
+            .propose(&commit_offsets("g", vec![offset(0, i)]), T)
+            .await
+            .unwrap();
     }
     let names = snapshot_files(&configs[leader].data_dir);
     let newest = names.last().expect("the leader wrote a snapshot");
@@ -305,7 +329,8 @@ async fn a_damaged_snapshot_is_an_error_naming_the_file() {
     })
     .await;
     for i in 0..150 {
-        node.commit_offsets("g", vec![offset(0, i)], T)
+        node.metadata_proposer()
+            .propose(&commit_offsets("g", vec![offset(0, i)]), T)
             .await
             .unwrap();
     }

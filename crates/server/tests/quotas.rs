@@ -369,7 +369,12 @@ async fn a_follower_catches_up_at_the_catch_up_replication_limit() {
             ..Default::default()
         },
     };
-    two.0[0].0.propose_metadata(&command, T).await.unwrap();
+    two.0[0]
+        .0
+        .metadata_proposer()
+        .propose(&command, T)
+        .await
+        .unwrap();
     let leader_hw = |nodes: &common::serving::Nodes| {
         nodes
             .0

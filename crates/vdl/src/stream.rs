@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_proto::records::{validate_produce_records, ProduceValidationError, RecordBatch};
-use vdl_server::metadata::CommittedOffset;
+use vdl_server::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
 use vdl_server::topic_config::{TimestampType, TopicSettings};
 use vdl_server::{AppendError, LogStream};
 
@@ -556,20 +556,23 @@ impl Stream {
         if consumer.is_empty() {
             return Err(Error::InvalidStream("an empty consumer name".into()));
         }
+        let command = MetaCommand::CommitOffsets {
+            group: consumer.to_owned(),
+            offsets: vec![CommittedOffset {
+                topic: self.name.to_string(),
+                partition,
+                offset,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+            commit_time_ms: wall_clock_ms(),
+        };
         self.log
             .node
-            .commit_offsets(
-                consumer,
-                vec![CommittedOffset {
-                    topic: self.name.to_string(),
-                    partition,
-                    offset,
-                    leader_epoch: -1,
-                    metadata: None,
-                }],
-                self.log.options.metadata_timeout,
-            )
+            .metadata_proposer()
+            .propose(&command, self.log.options.metadata_timeout)
             .await
+            .map(|_| ())
             .map_err(|e| match e {
                 AppendError::Timeout => Error::Timeout(self.log.options.metadata_timeout),
                 AppendError::Stopped => Error::Closed,

@@ -90,7 +90,11 @@ async fn update(State(node): State<Arc<Node>>, Json(body): Json<Value>) -> Respo
         Err(e) => return bad_request(e),
     };
     let command = MetaCommand::SetFlowLimits { limits };
-    match node.propose_metadata(&command, UPDATE_TIMEOUT).await {
+    match node
+        .metadata_proposer()
+        .propose(&command, UPDATE_TIMEOUT)
+        .await
+    {
         Ok(_) => Json(limits_json(&node, &node.flow_settings().limits)).into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -111,7 +111,11 @@ pub fn create_acls(
             let cmd = MetaCommand::CreateAcls {
                 acls: valid.iter().map(|(_, b)| b.clone()).collect(),
             };
-            if let Err(e) = node.propose_metadata(&cmd, ACL_COMMIT_TIMEOUT).await {
+            if let Err(e) = node
+                .metadata_proposer()
+                .propose(&cmd, ACL_COMMIT_TIMEOUT)
+                .await
+            {
                 for (i, _) in &valid {
                     results[*i].error_code = append_error_code(&e, Proposal::MetadataChange).code();
                     results[*i].error_message = Some(e.to_string());
@@ -263,7 +267,8 @@ async fn delete_matching(
             e.to_string(),
         )
     };
-    node.metadata_barrier(ACL_COMMIT_TIMEOUT)
+    node.metadata_proposer()
+        .propose(&MetaCommand::barrier(), ACL_COMMIT_TIMEOUT)
         .await
         .map_err(failed)?;
     let doomed: Vec<AclBinding> = {
@@ -275,14 +280,15 @@ async fn delete_matching(
             .collect()
     };
     if !doomed.is_empty() {
-        node.propose_metadata(
-            &MetaCommand::DeleteAcls {
-                acls: doomed.clone(),
-            },
-            ACL_COMMIT_TIMEOUT,
-        )
-        .await
-        .map_err(failed)?;
+        node.metadata_proposer()
+            .propose(
+                &MetaCommand::DeleteAcls {
+                    acls: doomed.clone(),
+                },
+                ACL_COMMIT_TIMEOUT,
+            )
+            .await
+            .map_err(failed)?;
     }
     Ok(doomed)
 }

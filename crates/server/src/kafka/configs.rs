@@ -118,20 +118,24 @@ async fn apply(
     if validate_only {
         return Ok(());
     }
-    node.alter_topic_configs(
-        name,
-        change.set,
-        change.remove,
-        change.replace_all,
-        ALTER_TIMEOUT,
-    )
-    .await
-    .map_err(|e| {
+    let failed = |e: crate::replication::group::AppendError| {
         (
             append_error_code(&e, Proposal::MetadataChange),
             e.to_string(),
         )
-    })
+    };
+    let command = crate::metadata::MetaCommand::AlterTopicConfigs {
+        name: name.to_owned(),
+        incarnation: node.current_incarnation(name).map_err(failed)?,
+        set: change.set,
+        remove: change.remove,
+        replace_all: change.replace_all,
+    };
+    node.metadata_proposer()
+        .propose(&command, ALTER_TIMEOUT)
+        .await
+        .map(|_| ())
+        .map_err(failed)
 }
 
 /// Alters one resource of a request whose resources are `all` (type, name): refuses a resource

@@ -97,9 +97,17 @@ async fn delete_partition(
         // A stream configured at start has no entry in the replicated metadata to keep it.
         return Err(ErrorCode::PolicyViolation);
     }
-    node.delete_records(topic, stream.partition(), target, wait)
+    let failed = |e| append_error_code(&e, Proposal::RecordDeletion);
+    let command = crate::metadata::MetaCommand::DeleteRecords {
+        name: topic.to_owned(),
+        incarnation: node.current_incarnation(topic).map_err(failed)?,
+        partition: stream.partition(),
+        offset: target,
+    };
+    node.metadata_proposer()
+        .propose(&command, wait)
         .await
-        .map_err(|e| append_error_code(&e, Proposal::RecordDeletion))?;
+        .map_err(failed)?;
     Ok(stream.visible().log_start_offset.max(target) as i64)
 }
 

@@ -263,7 +263,11 @@ pub fn alter_client_quotas(
         }
         if !req.validate_only && !valid.is_empty() {
             let command = MetaCommand::AlterClientQuotas { alterations: valid };
-            if let Err(e) = node.propose_metadata(&command, ALTER_TIMEOUT).await {
+            if let Err(e) = node
+                .metadata_proposer()
+                .propose(&command, ALTER_TIMEOUT)
+                .await
+            {
                 let code = append_error_code(&e, Proposal::MetadataChange);
                 for o in outcomes.iter_mut().filter(|o| o.is_ok()) {
                     *o = Err((code, e.to_string()));

@@ -263,7 +263,13 @@ pub fn delete_topics(
                 }
                 Some(n) => {
                     r.topic_id = topic_id_of(&node, &n);
-                    if let Err(e) = node.delete_topic(&n, wait).await {
+                    // The incarnation this node knows now: a retried or late delete never
+                    // removes a topic created again under the same name.
+                    let command = crate::metadata::MetaCommand::DeleteTopic {
+                        incarnation: node.metadata().incarnation(&n),
+                        name: n.clone(),
+                    };
+                    if let Err(e) = node.metadata_proposer().propose(&command, wait).await {
                         r.error_code = append_error_code(&e, Proposal::MetadataChange).code();
                         r.error_message = Some(e.to_string());
                     }

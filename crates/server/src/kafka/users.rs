@@ -217,7 +217,10 @@ pub fn alter_user_scram_credentials(
         }
         // Deletions are checked against what every node committed before this request.
         let barrier = if authorized {
-            node.metadata_barrier(COMMIT_TIMEOUT).await.err()
+            node.metadata_proposer()
+                .propose(&MetaCommand::barrier(), COMMIT_TIMEOUT)
+                .await
+                .err()
         } else {
             None
         };
@@ -278,7 +281,8 @@ async fn apply(
                 server_key: c.server_key,
             },
         };
-        node.propose_metadata(&cmd, COMMIT_TIMEOUT)
+        node.metadata_proposer()
+            .propose(&cmd, COMMIT_TIMEOUT)
             .await
             .map_err(|e| {
                 (

@@ -332,6 +332,15 @@ pub struct RequestId {
     pub seq: u64,
 }
 
+impl MetaCommand {
+    /// A command that changes nothing (removes no ACLs), proposed as a read barrier: once this
+    /// node applied it, its metadata holds every change committed before the proposal, on any
+    /// node, leader or not.
+    pub fn barrier() -> MetaCommand {
+        MetaCommand::DeleteAcls { acls: Vec::new() }
+    }
+}
+
 impl MetaEntry {
     /// The entry's bytes in the metadata log (the current format, see
     /// [`crate::metadata::codec`]).

@@ -14,11 +14,13 @@
 //! a command changes the state, and the [`Effect`] it asks of the node), `state_machine.rs`
 //! (the group's state machine, which asks its effects of a [`MetadataHost`]: the node, or the
 //! simulation's recorder), `codec.rs` (the log and snapshot formats), `snapshot.rs` (snapshot
-//! files). It imports nothing of the Kafka handlers, the admin API or the node.
+//! files), `proposer.rs` (the one path that writes commands: request ids, encoding,
+//! retries). It imports nothing of the Kafka handlers, the admin API or the node.
 
 mod apply;
 pub mod codec;
 mod command;
+pub mod proposer;
 pub mod snapshot;
 mod state;
 mod state_machine;

@@ -605,8 +605,7 @@ fn history() -> Vec<(u64, Option<RequestId>, MetaCommand)> {
         .zip(cmds)
         .map(|(index, cmd)| (index, id(index), cmd))
         .collect();
-    // Retries of requests applied before: an allocation and a commit (refused), and a
-    // request without an id.
+    // Retries of earlier requests (an allocation, a commit: refused), one without an id.
     let n = out.len() as u64;
     out.push((n + 1, id(3), MetaCommand::AllocateProducerId));
     out.push((n + 2, id(7), commit("g", "t", 0, 999, 9_000)));

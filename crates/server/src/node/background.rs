@@ -69,7 +69,11 @@ pub(super) async fn finish_reassignments(node: std::sync::Weak<Node>) {
                 incarnation,
                 partition,
             };
-            if let Err(e) = node.propose_metadata(&cmd, Duration::from_secs(5)).await {
+            if let Err(e) = node
+                .metadata_proposer()
+                .propose(&cmd, Duration::from_secs(5))
+                .await
+            {
                 tracing::debug!("finishing a reassignment failed (retried): {e}");
             }
         }

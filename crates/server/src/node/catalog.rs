@@ -158,7 +158,7 @@ impl Node {
 
     /// The current incarnation of topic `name` in the replicated metadata, for a command that
     /// names it (`Invalid` when there is no such topic).
-    pub(super) fn current_incarnation(&self, name: &str) -> Result<u64, AppendError> {
+    pub fn current_incarnation(&self, name: &str) -> Result<u64, AppendError> {
         self.metadata()
             .incarnation(name)
             .ok_or_else(|| AppendError::Invalid(format!("no topic {name}")))

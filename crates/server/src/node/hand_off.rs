@@ -45,16 +45,17 @@ impl Node {
         partition: u32,
         timeout: Duration,
     ) -> Result<(), AppendError> {
-        self.propose_metadata(
-            &MetaCommand::ElectPreferredLeader {
-                name: name.to_owned(),
-                incarnation,
-                partition,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
+        self.metadata_proposer()
+            .propose(
+                &MetaCommand::ElectPreferredLeader {
+                    name: name.to_owned(),
+                    incarnation,
+                    partition,
+                },
+                timeout,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Graceful shutdown's first step: hands leadership of every group this node leads (every
@@ -163,7 +164,8 @@ impl Node {
                 // Asked again every two election timeouts: a transfer raft-rs gave up on (the
                 // target was behind) is retried.
                 let left = deadline.saturating_duration_since(Instant::now());
-                self.propose_metadata(&cmd, left)
+                self.metadata_proposer()
+                    .propose(&cmd, left)
                     .await
                     .map_err(TransferError::Propose)?;
                 next_ask = Instant::now() + 2 * self.config.raft.election_timeout;

@@ -197,7 +197,8 @@ impl Node {
             kafka_addr,
             members: self.metadata().member_records.clone(),
         };
-        self.propose_metadata(&cmd, timeout)
+        self.metadata_proposer()
+            .propose(&cmd, timeout)
             .await
             .map_err(MembershipError::Propose)?;
         loop {
@@ -241,7 +242,8 @@ impl Node {
             }
         }
         let members = self.metadata().member_records.clone();
-        self.propose_metadata(&MetaCommand::RemoveMember { id, members }, timeout)
+        self.metadata_proposer()
+            .propose(&MetaCommand::RemoveMember { id, members }, timeout)
             .await
             .map_err(MembershipError::Propose)?;
         loop {

@@ -1,123 +1,20 @@
-//! Writing to the replicated metadata: proposing a command (retrying while no leader is known,
-//! with a request id unique across restarts) and the operations built on it (topics,
-//! partitions, producer ids, configs, offsets, barriers).
+//! The metadata operations with logic of their own, which stay on the node because they need
+//! its state: topic creation and growth (placement over the members, the cluster's limits and
+//! this node's open-file budget, which counts the partitions it hosts) and the producer id
+//! allocation (it reads its result back by request id, which only the proposer knows).
+//!
+//! Every other change to the metadata is a [`MetaCommand`] the caller builds and proposes
+//! through [`Node::metadata_proposer`] (see [`crate::metadata::proposer`]): no wrapper here.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
-
-use crate::metadata::{
-    ClusterMeta, CommittedOffset, MetaCommand, MetaEntry, RequestId, METADATA_STREAM,
-};
+use crate::metadata::{ClusterMeta, MetaCommand, METADATA_STREAM};
 use crate::replication::group::AppendError;
 
 use super::Node;
 
-/// Pause between attempts to propose a metadata command while no leader is known.
-pub(super) const METADATA_RETRY_PAUSE: Duration = Duration::from_millis(50);
-
 impl Node {
-    /// Commits a metadata command through the metadata group (from any node: followers forward
-    /// it to the leader) and returns the Raft index it was applied at; by then this node has
-    /// applied it.
-    pub async fn propose_metadata(
-        &self,
-        cmd: &MetaCommand,
-        timeout: Duration,
-    ) -> Result<u64, AppendError> {
-        self.propose_metadata_request(cmd, timeout)
-            .await
-            .map(|(index, _)| index)
-    }
-
-    /// Commits a metadata command only while this node leads the metadata group in term `term`:
-    /// one attempt on this node's replica, never forwarded to or retried through another leader
-    /// ([`AppendError::NotLeader`] when this node does not lead in `term`, [`AppendError::Lost`]
-    /// when it was deposed before the entry committed). For writes validated against the group
-    /// coordinator's state of that term (a commit checked against the membership of a deposed
-    /// coordinator must not land through its successor). Returns once this node applied it.
-    pub async fn propose_metadata_in_term(
-        &self,
-        cmd: &MetaCommand,
-        term: u64,
-        timeout: Duration,
-    ) -> Result<u64, AppendError> {
-        let entry = MetaEntry {
-            request: self.next_request_id(),
-            command: cmd.clone(),
-        };
-        let data = if self.peer_versions.any_earlier_release() {
-            entry.encode_json()
-        } else {
-            entry.encode()
-        };
-        let group = self.metadata_group().ok_or(AppendError::Stopped)?;
-        let appended = group
-            .append_meta_as_leader(Bytes::from(data), term, timeout)
-            .await?;
-        Ok(appended.raft_index)
-    }
-
-    /// A new metadata request id, unique across nodes and restarts.
-    pub(super) fn next_request_id(&self) -> RequestId {
-        RequestId {
-            node: self.config.id,
-            boot: self.boot_nonce,
-            seq: self
-                .request_seq
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-
-    /// [`Node::propose_metadata`], also returning the request id the command was stored with.
-    /// Every retry carries the same id, so a command is applied once even when an attempt
-    /// reported lost had committed after all.
-    pub(super) async fn propose_metadata_request(
-        &self,
-        cmd: &MetaCommand,
-        timeout: Duration,
-    ) -> Result<(u64, RequestId), AppendError> {
-        let request = self.next_request_id();
-        let entry = MetaEntry {
-            request,
-            command: cmd.clone(),
-        };
-        // A node of an earlier release cannot read protobuf entries (it would skip them and its
-        // metadata would diverge): while one is in the cluster, commands are written in JSON.
-        let data = if self.peer_versions.any_earlier_release() {
-            entry.encode_json()
-        } else {
-            entry.encode()
-        };
-        let data = Bytes::from(data);
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let group = self.metadata_group().ok_or(AppendError::Stopped)?;
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match group.append_meta(data.clone(), left).await {
-                Ok(appended) => return Ok((appended.raft_index, request)),
-                // The entry is applied already (an earlier attempt committed after it was
-                // reported lost): done.
-                Err(_) if self.metadata().was_applied(&request) => {
-                    let index = self
-                        .metadata_group()
-                        .map_or(0, |g| g.visible().applied_index);
-                    return Ok((index, request));
-                }
-                // No leader yet (start-up, election) or the proposal died with its leader:
-                // try again until the deadline. The request id makes the retry apply once
-                // even if the lost attempt commits after all.
-                Err(AppendError::NotLeader { .. } | AppendError::Lost)
-                    if tokio::time::Instant::now() + METADATA_RETRY_PAUSE < deadline =>
-                {
-                    tokio::time::sleep(METADATA_RETRY_PAUSE).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
     /// Creates a topic with `partitions` partitions, each on
     /// [`NodeConfig::default_replication_factor`] nodes (a no-op when it exists). Returns once
     /// this node has applied it (its replicas here are open).
@@ -194,17 +91,18 @@ impl Node {
             start,
             shift,
         );
-        self.propose_metadata(
-            &MetaCommand::CreateTopic {
-                name: name.to_owned(),
-                partitions,
-                replicas,
-                configs,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
+        self.metadata_proposer
+            .propose(
+                &MetaCommand::CreateTopic {
+                    name: name.to_owned(),
+                    partitions,
+                    replicas,
+                    configs,
+                },
+                timeout,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Refuses `new_topics` more topics with `new_partitions` more partitions when the cluster
@@ -299,141 +197,31 @@ impl Node {
             ));
             (topic.created_at_index, replicas)
         };
-        self.propose_metadata(
-            &MetaCommand::CreatePartitions {
-                name: name.to_owned(),
-                incarnation,
-                count,
-                replicas,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Deletes a topic and its data on every node: the incarnation this node knows now, so a
-    /// retried or late delete never removes a topic created again under the same name.
-    pub async fn delete_topic(&self, name: &str, timeout: Duration) -> Result<(), AppendError> {
-        let incarnation = self.metadata().incarnation(name);
-        self.propose_metadata(
-            &MetaCommand::DeleteTopic {
-                name: name.to_owned(),
-                incarnation,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
+        self.metadata_proposer
+            .propose(
+                &MetaCommand::CreatePartitions {
+                    name: name.to_owned(),
+                    incarnation,
+                    count,
+                    replicas,
+                },
+                timeout,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Allocates a producer id unique in the cluster.
     pub async fn allocate_producer_id(&self, timeout: Duration) -> Result<i64, AppendError> {
-        let (_, request) = self
-            .propose_metadata_request(&MetaCommand::AllocateProducerId, timeout)
-            .await?;
+        let request = self
+            .metadata_proposer
+            .propose(&MetaCommand::AllocateProducerId, timeout)
+            .await?
+            .request;
         self.metadata()
             .allocations
             .get(&request)
             .copied()
             .ok_or_else(|| AppendError::Invalid("producer id allocation not found".into()))
-    }
-
-    /// Changes topic `name`'s config overrides through the replicated metadata: with
-    /// `replace_all` they become exactly `set`, otherwise `remove` goes back to defaults and
-    /// `set` is applied. The caller validated the result ([`crate::topic_config`]). Returns once
-    /// this node has applied it; every replica applies it as it commits.
-    pub async fn alter_topic_configs(
-        &self,
-        name: &str,
-        set: BTreeMap<String, String>,
-        remove: Vec<String>,
-        replace_all: bool,
-        timeout: Duration,
-    ) -> Result<(), AppendError> {
-        let incarnation = self.current_incarnation(name)?;
-        self.propose_metadata(
-            &MetaCommand::AlterTopicConfigs {
-                name: name.to_owned(),
-                incarnation,
-                set,
-                remove,
-                replace_all,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Deletes partition `partition` of topic `name`'s records below `offset` on every replica
-    /// (DeleteRecords) through the replicated metadata; the caller checked `offset` against the
-    /// high watermark. Returns once this node has applied it.
-    pub async fn delete_records(
-        &self,
-        name: &str,
-        partition: u32,
-        offset: u64,
-        timeout: Duration,
-    ) -> Result<(), AppendError> {
-        let incarnation = self.current_incarnation(name)?;
-        self.propose_metadata(
-            &MetaCommand::DeleteRecords {
-                name: name.to_owned(),
-                incarnation,
-                partition,
-                offset,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Removes consumer group `group`'s committed offsets: all of them (`None`, DeleteGroups)
-    /// or those of the listed partitions (OffsetDelete). Returns once this node has applied it.
-    pub async fn delete_group_offsets(
-        &self,
-        group: &str,
-        partitions: Option<Vec<(String, i32)>>,
-        timeout: Duration,
-    ) -> Result<(), AppendError> {
-        self.propose_metadata(
-            &MetaCommand::DeleteGroupOffsets {
-                group: group.to_owned(),
-                partitions,
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Records a consumer group's committed offsets, replicated.
-    pub async fn commit_offsets(
-        &self,
-        group: &str,
-        offsets: Vec<CommittedOffset>,
-        timeout: Duration,
-    ) -> Result<(), AppendError> {
-        self.propose_metadata(
-            &MetaCommand::CommitOffsets {
-                group: group.to_owned(),
-                offsets,
-                commit_time_ms: crate::metadata::wall_clock_ms(),
-            },
-            timeout,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// Commits a metadata command that changes nothing and returns once this node applied it:
-    /// afterwards this node's metadata holds every change committed before the call (a read
-    /// barrier that works on any node, leader or not).
-    pub async fn metadata_barrier(&self, timeout: Duration) -> Result<(), AppendError> {
-        self.propose_metadata(&MetaCommand::DeleteAcls { acls: Vec::new() }, timeout)
-            .await
-            .map(|_| ())
     }
 }

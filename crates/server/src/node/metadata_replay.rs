@@ -218,9 +218,13 @@ impl Node {
 
     /// The metadata group's handle (the Raft group every node votes in).
     pub fn metadata_group(&self) -> Option<LogStream> {
-        self.metadata_group
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.metadata_proposer.group()
+    }
+
+    /// The one path by which anything on this node writes to the replicated metadata: build
+    /// the [`crate::metadata::MetaCommand`] and propose it here (see
+    /// [`crate::metadata::proposer`]).
+    pub fn metadata_proposer(&self) -> &crate::metadata::proposer::MetadataProposer {
+        &self.metadata_proposer
     }
 }

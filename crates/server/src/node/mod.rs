@@ -167,17 +167,16 @@ pub struct Node {
     /// Pings peers and reports silent ones (see [`crate::replication::liveness`]).
     liveness_task: tokio::task::JoinHandle<()>,
     metadata: Arc<RwLock<ClusterMeta>>,
-    metadata_group: Mutex<Option<LogStream>>,
+    /// The one path by which this node writes to the metadata (it holds the metadata group's
+    /// handle once the group is open).
+    metadata_proposer: crate::metadata::proposer::MetadataProposer,
     /// Shared by every store of the node: the tail-cache budget and the open sealed segments.
     store_resources: logstore::StoreResources,
     /// Consumer group membership, while this node coordinates groups (leads the metadata group).
     group_coordinator: crate::kafka::groups::coordinator::Coordinator,
-    /// Drawn at start: with a counter, makes metadata request ids unique across restarts.
-    boot_nonce: u64,
     /// Topic incarnations whose `DeleteTopic` was in this node's metadata log when it started
     /// (see [`Node::open_topic`]).
     deleted_before_start: Mutex<HashSet<(String, u64)>>,
-    request_seq: std::sync::atomic::AtomicU64,
     /// Set once the metadata group has applied what was committed when this node started
     /// (its replay is done): retention waits for it (see `GroupParts::retention_allowed`).
     retention_allowed: Arc<std::sync::atomic::AtomicBool>,
@@ -420,6 +419,13 @@ impl Node {
             config.security.super_users.iter().cloned(),
             config.security.allow_everyone_if_no_acl_found,
         );
+        let metadata = Arc::new(RwLock::new(metadata));
+        let metadata_proposer = crate::metadata::proposer::MetadataProposer::new(
+            config.id,
+            boot_nonce(),
+            versions.clone(),
+            metadata.clone(),
+        );
         let node = Arc::new(Node {
             authorizer,
             acls_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -432,13 +438,11 @@ impl Node {
             groups: Mutex::new(Vec::new()),
             runtime,
             peer_task,
-            metadata: Arc::new(RwLock::new(metadata)),
-            metadata_group: Mutex::new(None),
+            metadata,
+            metadata_proposer,
             store_resources,
             group_coordinator: crate::kafka::groups::coordinator::Coordinator::new(),
-            boot_nonce: boot_nonce(),
             deleted_before_start: Mutex::new(HashSet::new()),
-            request_seq: std::sync::atomic::AtomicU64::new(0),
             retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
             peer_versions: versions,
@@ -607,10 +611,7 @@ impl Node {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        *self
-            .metadata_group
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.metadata_proposer.set_group(None);
     }
 }
 

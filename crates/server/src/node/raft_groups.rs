@@ -298,10 +298,7 @@ impl Node {
             metrics,
         };
         if group == METADATA_GROUP_ID {
-            *self
-                .metadata_group
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(stream.clone());
+            self.metadata_proposer.set_group(Some(stream.clone()));
         } else {
             let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
             let partitions = streams.entry(topic.to_owned()).or_default();

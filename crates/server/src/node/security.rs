@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Node;
+use crate::metadata::MetaCommand;
 
 impl Node {
     /// The SCRAM credential of `user` for `mechanism`: the replicated one (set with
@@ -58,8 +59,12 @@ impl Node {
                 if n.metadata_group().is_none() {
                     return;
                 }
-                match n.metadata_barrier(Duration::from_secs(5)).await {
-                    Ok(()) => {
+                match n
+                    .metadata_proposer()
+                    .propose(&MetaCommand::barrier(), Duration::from_secs(5))
+                    .await
+                {
+                    Ok(_) => {
                         n.acls_current.store(true, Ordering::Release);
                         tracing::info!("ACLs caught up with the cluster metadata");
                         return;

@@ -149,17 +149,18 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
     if all {
         for (i, n) in nodes.iter().enumerate() {
             let topic = format!("{tag}-{i}");
-            n.propose_metadata(
-                &MetaCommand::CreateTopic {
-                    name: topic,
-                    partitions: 1,
-                    replicas: Vec::new(),
-                    configs: Default::default(),
-                },
-                TIMEOUT,
-            )
-            .await
-            .unwrap_or_else(|e| panic!("metadata command through node {}: {e}", i + 1));
+            n.metadata_proposer()
+                .propose(
+                    &MetaCommand::CreateTopic {
+                        name: topic,
+                        partitions: 1,
+                        replicas: Vec::new(),
+                        configs: Default::default(),
+                    },
+                    TIMEOUT,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("metadata command through node {}: {e}", i + 1));
         }
     } else {
         // A node the hostile input made diverge may never see its own command commit; the
@@ -173,7 +174,11 @@ pub async fn assert_cluster_commits(nodes: &[Arc<Node>], tag: &str, all: bool) {
                 replicas: Vec::new(),
                 configs: Default::default(),
             };
-            match nodes[leader].propose_metadata(&cmd, TIMEOUT).await {
+            match nodes[leader]
+                .metadata_proposer()
+                .propose(&cmd, TIMEOUT)
+                .await
+            {
                 Ok(_) => break,
                 Err(e) if Instant::now() < deadline => {
                     eprintln!("metadata command after hostile input: {e}; retrying");

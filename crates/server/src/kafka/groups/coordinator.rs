@@ -291,7 +291,7 @@ impl Coordinator {
     }
 
     /// The membership records waiting for the metadata, oldest first, with the term they
-    /// belong to (write them with [`crate::node::Node::propose_metadata_in_term`] in that term;
+    /// belong to (write them with [`crate::metadata::proposer::MetadataProposer::propose_in_term`] in that term;
     /// at most one per group) and the sequence number to pass to
     /// [`Coordinator::records_stored`] once written. None when there are none.
     pub(super) fn take_records(&self) -> Option<(u64, u64, Vec<StoredRecord>)> {

@@ -70,7 +70,8 @@ async fn expire_offsets(node: &Arc<Node>) -> usize {
             activity_ms,
         };
         match node
-            .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
+            .metadata_proposer()
+            .propose_in_term(&command, term, COMMIT_TIMEOUT)
             .await
         {
             Ok(_) => expired += 1,
@@ -110,7 +111,8 @@ pub(super) fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify
                     time_ms: wall_clock_ms(),
                 };
                 match node
-                    .propose_metadata_in_term(&command, term, COMMIT_TIMEOUT)
+                    .metadata_proposer()
+                    .propose_in_term(&command, term, COMMIT_TIMEOUT)
                     .await
                 {
                     Ok(_) => {}

@@ -22,6 +22,7 @@ use super::types::GroupState;
 use crate::kafka::access::{Access, GROUP_OPERATIONS};
 use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::reply::{self, Reply};
+use crate::metadata::MetaCommand;
 use crate::node::Node;
 use crate::security::acl::{AclOperation, ResourceType};
 
@@ -226,11 +227,16 @@ async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
     if let Err(code) = coordinator(node).remove_empty(term, group_id) {
         return code;
     }
+    let command = MetaCommand::DeleteGroupOffsets {
+        group: group_id.to_owned(),
+        partitions: None,
+    };
     match node
-        .delete_group_offsets(group_id, None, COMMIT_TIMEOUT)
+        .metadata_proposer()
+        .propose(&command, COMMIT_TIMEOUT)
         .await
     {
-        Ok(()) => ErrorCode::None,
+        Ok(_) => ErrorCode::None,
         Err(e) => {
             let code = append_error_code(&e, Proposal::OffsetDeletion);
             if code != ErrorCode::NotCoordinator {

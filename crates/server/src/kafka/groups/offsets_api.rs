@@ -145,7 +145,8 @@ pub(crate) fn offset_commit(
     let term = term.unwrap_or_default();
     reply::later(correlation_id, version, async move {
         let result = node
-            .propose_metadata_in_term(
+            .metadata_proposer()
+            .propose_in_term(
                 &MetaCommand::CommitOffsets {
                     group: group.clone(),
                     offsets,
@@ -447,11 +448,16 @@ pub(crate) fn offset_delete(
                     if delete.is_empty() {
                         None
                     } else {
+                        let command = MetaCommand::DeleteGroupOffsets {
+                            group: req.group_id.clone(),
+                            partitions: Some(delete),
+                        };
                         match node
-                            .delete_group_offsets(&req.group_id, Some(delete), COMMIT_TIMEOUT)
+                            .metadata_proposer()
+                            .propose(&command, COMMIT_TIMEOUT)
                             .await
                         {
-                            Ok(()) => None,
+                            Ok(_) => None,
                             Err(e) => {
                                 let code = append_error_code(&e, Proposal::OffsetDeletion);
                                 if code != ErrorCode::NotCoordinator {
