@@ -28,6 +28,10 @@
 //! - `GET /metrics` — Prometheus metrics (OpenMetrics text, see [`crate::metrics`]).
 //! - The operator endpoints `vdlctl` uses: see [`crate::admin_ops`].
 //!
+//! The JSON answers' types (except `/status`'s, below) are in the `vdl-admin-api` crate,
+//! shared with `vdlctl`; every answer carries the header `x-vdl-admin-api-version` with
+//! [`vdl_admin_api::ADMIN_API_VERSION`].
+//!
 //! Every call is authenticated and authorized (the endpoint's Kafka ACL) by
 //! [`crate::admin_auth`]: 401 without valid credentials when `[admin] require_auth` is on, 403
 //! when the ACLs refuse.
@@ -166,7 +170,19 @@ pub fn router(node: Arc<Node>) -> Router {
             crate::admin_auth::guard,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_APPEND_BYTES))
+        // Every answer says which admin API version produced it (see vdl-admin-api).
+        .layer(axum::middleware::map_response(with_version_header))
         .with_state(node)
+}
+
+/// Adds [`vdl_admin_api::VERSION_HEADER`] (this server's
+/// [`vdl_admin_api::ADMIN_API_VERSION`]) to an answer.
+async fn with_version_header(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        vdl_admin_api::VERSION_HEADER,
+        HeaderValue::from(vdl_admin_api::ADMIN_API_VERSION),
+    );
+    response
 }
 
 /// Serves the admin API on `listener` until the task is dropped: plain HTTP or HTTPS as the
@@ -369,16 +385,6 @@ async fn members(
     Json(node.members())
 }
 
-/// The body of `POST /members`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AddMemberBody {
-    id: u64,
-    peer: String,
-    kafka: String,
-    name: Option<String>,
-}
-
 #[derive(Deserialize)]
 struct MembershipParams {
     timeout_ms: Option<u64>,
@@ -409,7 +415,7 @@ async fn add_member(
     Query(params): Query<MembershipParams>,
     body: Bytes,
 ) -> Response {
-    let body: AddMemberBody = match serde_json::from_slice(&body) {
+    let body: vdl_admin_api::members::AddMember = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad body: {e}"), None),
     };
@@ -454,7 +460,7 @@ async fn remove_member(
     Query(params): Query<MembershipParams>,
 ) -> Response {
     match node.remove_member(id, membership_timeout(&params)).await {
-        Ok(()) => Json(serde_json::json!({ "removed": id })).into_response(),
+        Ok(()) => Json(vdl_admin_api::members::RemovedMember { removed: id }).into_response(),
         Err(e) => membership_error(e),
     }
 }

@@ -4,7 +4,8 @@
 //! [`announce_admin_address`]) or forwards the request to the node that
 //! must act.
 //!
-//! Endpoints (JSON answers; errors are `{"error": ..}` with a 4xx/5xx status):
+//! Endpoints (JSON answers, typed in the `vdl-admin-api` crate shared with `vdlctl`; errors
+//! are `{"error": ..}` ([`vdl_admin_api::ErrorBody`]) with a 4xx/5xx status):
 //! - `GET /replicas`: this node's replicas with their Raft state (role, term, commit, last
 //!   index, on the leader every voter's matched index) and log (offsets, segments, bytes).
 //! - `GET /cluster/status`: every member (addresses, liveness, reachable) and every
@@ -29,6 +30,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use vdl_admin_api::leaders::{LeaderTransferred, LeadersBalanced};
+use vdl_admin_api::segments::{SegmentList, SegmentsDeleted};
+use vdl_admin_api::ErrorBody;
 
 use crate::admin_auth::Caller;
 use crate::metadata::METADATA_STREAM;
@@ -109,77 +113,11 @@ pub async fn replicas(State(node): State<Arc<Node>>) -> Json<NodeReplicas> {
     Json(local_replicas(&node).await)
 }
 
-/// A member in `GET /cluster/status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct MemberStatus {
-    /// Node id.
-    pub id: u64,
-    /// Node name.
-    pub name: String,
-    /// Raft peer address.
-    pub peer: String,
-    /// Kafka address it announced (empty: not connected to the answering node).
-    pub kafka: String,
-    /// Admin address it announced (empty: unknown).
-    pub admin: String,
-    /// Connected to the answering node (or is it).
-    pub live: bool,
-    /// Its admin API answered.
-    pub reachable: bool,
-}
-
-/// One replica of a partition in `GET /cluster/status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ReplicaStatus {
-    /// Node id.
-    pub id: u64,
-    /// `leader`, `follower`, `candidate`, `pre_candidate`, or `unknown` (node unreachable).
-    pub role: String,
-    /// Raft entries behind the leader (leader's last index minus this replica's matched
-    /// index, as the leader tracks it).
-    pub lag_entries: u64,
-    /// Bytes behind the leader: the leader's log bytes minus this replica's (approximate:
-    /// assumes the two apply the same retention).
-    pub lag_bytes: u64,
-    /// Offset after the last record stored on the replica.
-    pub log_end_offset: u64,
-}
-
-/// One partition in `GET /cluster/status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PartitionStatus {
-    /// Topic name (`__cluster_metadata` for the metadata group).
-    pub topic: String,
-    /// Partition index.
-    pub partition: u32,
-    /// Replicas, preferred leader first.
-    pub replicas: Vec<u64>,
-    /// Leader (0: none).
-    pub leader: u64,
-    /// In-sync replicas as the leader reports them.
-    pub isr: Vec<u64>,
-    /// Fewer in-sync replicas than replicas (or no leader).
-    pub under_replicated: bool,
-    /// Each replica's state.
-    pub replica_status: Vec<ReplicaStatus>,
-}
-
-/// `GET /cluster/status`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ClusterStatus {
-    /// The node that answered.
-    pub answered_by: u64,
-    /// No problem found.
-    pub healthy: bool,
-    /// What makes the cluster unhealthy, one line each.
-    pub problems: Vec<String>,
-    /// Every member.
-    pub nodes: Vec<MemberStatus>,
-    /// Every partition (and the metadata group).
-    pub partitions: Vec<PartitionStatus>,
-    /// Partitions under-replicated, as `topic-partition`.
-    pub under_replicated: Vec<String>,
-}
+/// The `GET /cluster/status` document and its parts: wire types of the admin API, defined
+/// in the `vdl-admin-api` crate (shared with `vdlctl`).
+pub use vdl_admin_api::cluster::{ClusterStatus, MemberStatus, PartitionStatus, ReplicaStatus};
+/// A segment in `GET .../segments`, in the `vdl-admin-api` crate.
+pub use vdl_admin_api::segments::SegmentEntry;
 
 /// Announces `node`'s admin address through the metadata log now, and again every `refresh`
 /// (so nodes that installed a metadata snapshot, which does not carry it, learn it again) or
@@ -214,7 +152,7 @@ pub fn announce_admin_address(node: &Arc<Node>, address: String, refresh: Durati
 
 /// A JSON error answer.
 pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
+    (status, Json(ErrorBody::new(message))).into_response()
 }
 
 /// Calls another node's admin API over plain HTTP without credentials (blocking client on a
@@ -457,10 +395,12 @@ pub async fn transfer_leader(
         .transfer_leader(&topic, partition, to, op_timeout(params.timeout_ms))
         .await
     {
-        Ok(()) => Json(serde_json::json!({
-            "topic": topic, "partition": partition, "leader": to,
-            "elapsed_ms": started.elapsed().as_millis() as u64,
-        }))
+        Ok(()) => Json(LeaderTransferred {
+            elapsed_ms: started.elapsed().as_millis() as u64,
+            leader: to,
+            partition,
+            topic,
+        })
         .into_response(),
         Err(e @ TransferError::NoPartition(..)) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e @ TransferError::NotAReplica { .. }) => error(StatusCode::BAD_REQUEST, e.to_string()),
@@ -517,34 +457,20 @@ pub async fn balance_leaders(
         let left = pending(&node);
         if left.is_empty() || std::time::Instant::now() >= deadline {
             let moved = wanted.len() - left.len();
-            let body =
-                serde_json::json!({ "asked": wanted.len(), "moved": moved, "not_moved": left });
             let code = if left.is_empty() {
                 StatusCode::OK
             } else {
                 StatusCode::GATEWAY_TIMEOUT
             };
+            let body = LeadersBalanced {
+                asked: wanted.len() as u64,
+                moved: moved as u64,
+                not_moved: left,
+            };
             return (code, Json(body)).into_response();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// A segment in `GET .../segments`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct SegmentEntry {
-    /// Raft index of its first entry.
-    pub base_index: u64,
-    /// Raft index of its last entry.
-    pub last_index: u64,
-    /// First offset it holds.
-    pub first_offset: u64,
-    /// Offset after its last record.
-    pub next_offset: u64,
-    /// File bytes.
-    pub bytes: u64,
-    /// The active (written) segment.
-    pub active: bool,
 }
 
 /// Query of the segment endpoints.
@@ -657,12 +583,12 @@ pub async fn list_segments(
             format!("no replica of {topic}-{partition} here"),
         );
     };
-    Json(serde_json::json!({
-        "topic": topic,
-        "partition": partition,
-        "node": node.config().id,
-        "segments": segment_entries(&stream),
-    }))
+    Json(SegmentList {
+        node: node.config().id,
+        partition,
+        segments: segment_entries(&stream),
+        topic,
+    })
     .into_response()
 }
 
@@ -733,8 +659,11 @@ pub async fn delete_segments(
         .cloned()
         .collect();
     let Some(floor) = doomed.last().map(|s| s.next_offset) else {
-        return Json(serde_json::json!({ "deleted": [], "log_start_offset": stream.visible().log_start_offset }))
-            .into_response();
+        return Json(SegmentsDeleted {
+            deleted: Vec::new(),
+            log_start_offset: stream.visible().log_start_offset,
+        })
+        .into_response();
     };
     let timeout = op_timeout(params.timeout_ms);
     if floor > stream.visible().log_start_offset {
@@ -765,9 +694,9 @@ pub async fn delete_segments(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tracing::info!(topic = %topic, partition, before, log_start_offset = floor, segments = doomed.len(), "segments deleted by an operator");
-    Json(serde_json::json!({
-        "deleted": doomed,
-        "log_start_offset": stream.visible().log_start_offset,
-    }))
+    Json(SegmentsDeleted {
+        deleted: doomed,
+        log_start_offset: stream.visible().log_start_offset,
+    })
     .into_response()
 }

@@ -240,6 +240,80 @@ async fn segment_delete_is_refused_without_the_permission() {
     node.shutdown();
 }
 
+/// Every admin answer, success or error, carries the admin API version header, and each
+/// answer `vdlctl` reads parses as its `vdl-admin-api` type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn admin_answers_carry_the_api_version_and_parse_as_the_shared_types() {
+    use vdl_admin_api::{cluster, members, rates, segments, ErrorBody};
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(1, dir.path(), &[STREAM]);
+    let port = free_ports(1)[0];
+    configs[0].admin_listen = Some(([127, 0, 0, 1], port).into());
+    let node = Node::start(configs[0].clone()).await.unwrap();
+    let addr = configs[0].admin_listen.unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(vdl_server::admin::serve(listener, node.clone()));
+    vdl_server::admin_ops::announce_admin_address(&node, addr.to_string(), T);
+    let n = node.clone();
+    eventually("the node knows its admin address", || {
+        n.admin_addresses().len() == 1
+    })
+    .await;
+    let answers = tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(T))
+            .build()
+            .into();
+        let paths = [
+            "/cluster/status",
+            "/members",
+            "/rates",
+            &format!("/partitions/{STREAM}/0/segments"),
+            "/members/99",
+        ];
+        paths
+            .iter()
+            .map(|path| {
+                let url = format!("http://{addr}{path}");
+                let mut r = if path.starts_with("/members/") {
+                    agent.delete(&url).call()
+                } else {
+                    agent.get(&url).call()
+                }
+                .expect("admin answers");
+                let version = r
+                    .headers()
+                    .get(vdl_admin_api::VERSION_HEADER)
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let body = r.body_mut().read_to_string().unwrap();
+                (path.to_string(), r.status().as_u16(), version, body)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for (path, code, version, body) in &answers {
+        assert_eq!(
+            version.as_deref(),
+            Some(vdl_admin_api::ADMIN_API_VERSION.to_string().as_str()),
+            "{path}: {code} {body}"
+        );
+        let parsed = match path.as_str() {
+            "/cluster/status" => serde_json::from_str::<cluster::ClusterStatus>(body).map(|_| ()),
+            "/members" => serde_json::from_str::<Vec<members::MemberView>>(body).map(|_| ()),
+            "/rates" => serde_json::from_str::<rates::Rates>(body).map(|_| ()),
+            "/members/99" => {
+                assert_eq!(*code, 404, "{body}");
+                serde_json::from_str::<ErrorBody>(body).map(|_| ())
+            }
+            _ => serde_json::from_str::<segments::SegmentList>(body).map(|_| ()),
+        };
+        assert!(parsed.is_ok(), "{path}: {parsed:?} in {body}");
+    }
+    node.shutdown();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hand_off_moves_every_group_led_here_and_transfer_reaches_a_chosen_replica() {
     let dir = tempfile::tempdir().unwrap();

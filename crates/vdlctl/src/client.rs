@@ -1,12 +1,15 @@
 //! The admin API client: HTTP/1.1 or HTTPS to one node (`--admin [https://]HOST:PORT`),
-//! with credentials (HTTP Basic with a SCRAM user, a client certificate), JSON answers.
+//! with credentials (HTTP Basic with a SCRAM user, a client certificate); JSON answers read as
+//! the `vdl-admin-api` crate's types after their API version is checked.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use vdl_admin_api::{check_version, ErrorBody, VersionError, VERSION_HEADER};
 
 /// Largest answer read (a cluster status of many partitions fits easily).
 const MAX_ANSWER_BYTES: u64 = 64 << 20;
@@ -32,12 +35,13 @@ pub enum ClientError {
         status: u16,
         /// The error the node gave, or the body.
         message: String,
-        /// The JSON answer, when it was JSON.
-        body: Option<Value>,
     },
-    /// The answer was not JSON.
-    #[error("the answer is not JSON: {0}")]
+    /// The answer was not the JSON document expected.
+    #[error("the answer is not the expected JSON document: {0}")]
     NotJson(String),
+    /// The node speaks an admin API version this client does not know.
+    #[error("{0}")]
+    Version(VersionError),
     /// The command line asked for something that cannot be sent.
     #[error("{0}")]
     Usage(String),
@@ -204,6 +208,43 @@ pub struct Client {
     agent: ureq::Agent,
 }
 
+/// An answer whose API version was checked: its status and body.
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// The body (JSON from a vdl node).
+    pub text: String,
+}
+
+impl Answer {
+    /// The body as a `T` when the status is 2xx or one of `also_ok` (a status that carries the
+    /// same document, e.g. 503 for an unhealthy cluster status); any other status is
+    /// [`ClientError::Refused`] with the node's `error` message.
+    pub fn document<T: DeserializeOwned>(&self, also_ok: &[u16]) -> Result<T, ClientError> {
+        if (200..300).contains(&self.status) || also_ok.contains(&self.status) {
+            return serde_json::from_str(&self.text)
+                .map_err(|e| ClientError::NotJson(format!("{e}: {}", self.text.trim())));
+        }
+        let message = match serde_json::from_str::<ErrorBody>(&self.text) {
+            Ok(e) => e.error,
+            Err(_) => self.text.trim().to_owned(),
+        };
+        Err(ClientError::Refused {
+            status: self.status,
+            message,
+        })
+    }
+
+    /// The body pretty-printed as the node sent it (every field, known to this client or
+    /// not), for `--json`.
+    pub fn pretty(&self) -> String {
+        match serde_json::from_str::<serde_json::Value>(&self.text) {
+            Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_else(|_| self.text.clone()),
+            Err(_) => self.text.clone(),
+        }
+    }
+}
+
 impl Client {
     /// A client of the node at `endpoint`; each call gives up after `timeout`.
     pub fn new(endpoint: &Endpoint, timeout: Duration) -> Client {
@@ -213,74 +254,75 @@ impl Client {
         }
     }
 
-    /// `GET path`: the JSON answer of a 2xx status; 4xx/5xx is [`ClientError::Refused`].
-    pub fn get(&self, path: &str) -> Result<Value, ClientError> {
-        self.call("GET", path).and_then(ok_or_refused)
+    /// `POST path` (empty body): the answer of a 2xx status as a `T`; 4xx/5xx is
+    /// [`ClientError::Refused`] with the node's message.
+    pub fn post<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.call("POST", path, None)?.document(&[])
     }
 
-    /// `POST path` (empty body): as [`Client::get`].
-    pub fn post(&self, path: &str) -> Result<Value, ClientError> {
-        self.call("POST", path).and_then(ok_or_refused)
-    }
-
-    /// `PUT path` with a JSON body: as [`Client::get`].
-    pub fn put_json(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
-        self.call_with("PUT", path, Some(body))
-            .and_then(ok_or_refused)
-    }
-
-    /// `GET path` with the status: `(status, JSON)` whatever the status.
-    pub fn get_with_status(&self, path: &str) -> Result<(u16, Value), ClientError> {
-        self.call("GET", path)
-    }
-
-    fn call(&self, method: &str, path: &str) -> Result<(u16, Value), ClientError> {
-        self.call_with(method, path, None)
-    }
-
-    fn call_with(
+    /// `POST path` with `body` as JSON: as [`Client::post`].
+    pub fn post_json<B: Serialize, T: DeserializeOwned>(
         &self,
-        method: &str,
         path: &str,
-        body: Option<&Value>,
-    ) -> Result<(u16, Value), ClientError> {
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.call("POST", path, Some(to_json(body)?))?.document(&[])
+    }
+
+    /// `PUT path` with `body` as JSON: as [`Client::post`].
+    pub fn put_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.call("PUT", path, Some(to_json(body)?))?.document(&[])
+    }
+
+    /// `DELETE path`: as [`Client::post`].
+    pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.call("DELETE", path, None)?.document(&[])
+    }
+
+    /// `GET path`, whatever the status: the answer, to read with [`Answer::document`].
+    pub fn get_answer(&self, path: &str) -> Result<Answer, ClientError> {
+        self.call("GET", path, None)
+    }
+
+    /// One request; the answer's admin API version is checked
+    /// ([`vdl_admin_api::check_version`]) before anything else is read from it.
+    fn call(&self, method: &str, path: &str, body: Option<String>) -> Result<Answer, ClientError> {
         let url = self.endpoint.url(path);
         let unreachable = |e: ureq::Error| ClientError::Unreachable {
             address: self.endpoint.host.clone(),
             message: e.to_string(),
         };
-        let auth = self.endpoint.authorization().unwrap_or_default();
-        let no_auth = auth.is_empty();
+        let auth = self.endpoint.authorization();
+        let with_auth = |r: ureq::RequestBuilder<ureq::typestate::WithoutBody>| match auth {
+            Some(a) => r.header("authorization", a),
+            None => r,
+        };
+        let with_auth_body = |r: ureq::RequestBuilder<ureq::typestate::WithBody>| match auth {
+            Some(a) => r.header("authorization", a),
+            None => r,
+        };
+        let json = |r: ureq::RequestBuilder<ureq::typestate::WithBody>, b: String| {
+            with_auth_body(r)
+                .header("content-type", "application/json")
+                .send(b)
+        };
         let mut response = match (method, body) {
-            ("PUT", Some(b)) => {
-                let r = self.agent.put(&url);
-                let r = if no_auth {
-                    r
-                } else {
-                    r.header("authorization", auth)
-                };
-                r.send_json(b)
-            }
-            ("POST", _) => {
-                let r = self.agent.post(&url);
-                let r = if no_auth {
-                    r
-                } else {
-                    r.header("authorization", auth)
-                };
-                r.send_empty()
-            }
-            _ => {
-                let r = self.agent.get(&url);
-                let r = if no_auth {
-                    r
-                } else {
-                    r.header("authorization", auth)
-                };
-                r.call()
-            }
+            ("PUT", Some(b)) => json(self.agent.put(&url), b),
+            ("POST", Some(b)) => json(self.agent.post(&url), b),
+            ("POST", None) => with_auth_body(self.agent.post(&url)).send_empty(),
+            ("DELETE", _) => with_auth(self.agent.delete(&url)).call(),
+            _ => with_auth(self.agent.get(&url)).call(),
         }
         .map_err(unreachable)?;
+        let version = response
+            .headers()
+            .get(VERSION_HEADER)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        check_version(version.as_deref()).map_err(ClientError::Version)?;
         let status = response.status().as_u16();
         let text = response
             .body_mut()
@@ -288,32 +330,12 @@ impl Client {
             .limit(MAX_ANSWER_BYTES)
             .read_to_string()
             .map_err(unreachable)?;
-        match serde_json::from_str(&text) {
-            Ok(v) => Ok((status, v)),
-            Err(_) if !(200..300).contains(&status) => Err(ClientError::Refused {
-                status,
-                message: text.trim().to_owned(),
-                body: None,
-            }),
-            Err(e) => Err(ClientError::NotJson(format!("{e}: {}", text.trim()))),
-        }
+        Ok(Answer { status, text })
     }
 }
 
-fn ok_or_refused((status, body): (u16, Value)) -> Result<Value, ClientError> {
-    if (200..300).contains(&status) {
-        return Ok(body);
-    }
-    let message = body
-        .get("error")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| body.to_string());
-    Err(ClientError::Refused {
-        status,
-        message,
-        body: Some(body),
-    })
+fn to_json<B: Serialize>(body: &B) -> Result<String, ClientError> {
+    serde_json::to_string(body).map_err(|e| ClientError::Usage(format!("cannot encode: {e}")))
 }
 
 /// Percent-encodes a path segment (topic names are `[a-zA-Z0-9._-]`, but be safe).

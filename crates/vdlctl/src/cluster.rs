@@ -1,7 +1,7 @@
 //! `vdlctl cluster status`: members, partitions, roles, lag, ISR; exit 1 when unhealthy.
 
 use clap::Subcommand;
-use serde_json::Value;
+use vdl_admin_api::cluster::ClusterStatus;
 
 use crate::client::{Client, ClientError};
 use crate::Outcome;
@@ -24,27 +24,14 @@ pub fn run(cmd: ClusterCommand, client: &Client) -> Result<Outcome, ClientError>
     match cmd {
         ClusterCommand::Status { json } => {
             // 503 carries the same document: the cluster is unhealthy.
-            let (code, status) = client.get_with_status("/cluster/status")?;
-            if status.get("healthy").is_none() {
-                // Not a status document: an error answer (401, 403, ...) or something else.
-                return Err(match status.get("error").and_then(|e| e.as_str()) {
-                    Some(message) => ClientError::Refused {
-                        status: code,
-                        message: message.to_owned(),
-                        body: Some(status.clone()),
-                    },
-                    None => ClientError::NotJson(status.to_string()),
-                });
-            }
+            let answer = client.get_answer("/cluster/status")?;
+            let status: ClusterStatus = answer.document(&[503])?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&status).unwrap_or_default()
-                );
+                println!("{}", answer.pretty());
             } else {
                 print!("{}", render(&status));
             }
-            Ok(if status["healthy"].as_bool() == Some(true) {
+            Ok(if status.healthy {
                 Outcome::Ok
             } else {
                 Outcome::Unhealthy
@@ -53,74 +40,52 @@ pub fn run(cmd: ClusterCommand, client: &Client) -> Result<Outcome, ClientError>
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-fn ids(v: &Value) -> String {
-    v.as_array()
-        .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-        .unwrap_or_default()
+fn ids(v: &[u64]) -> String {
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// The status as text tables.
-fn render(status: &Value) -> String {
+fn render(status: &ClusterStatus) -> String {
     let mut out = String::new();
-    let healthy = status["healthy"].as_bool() == Some(true);
     out.push_str(&format!(
         "cluster: {} (answered by node {})\n",
-        if healthy { "healthy" } else { "UNHEALTHY" },
-        s(&status["answered_by"])
+        if status.healthy {
+            "healthy"
+        } else {
+            "UNHEALTHY"
+        },
+        status.answered_by
     ));
-    for p in status["problems"].as_array().into_iter().flatten() {
-        out.push_str(&format!("  problem: {}\n", s(p)));
+    for p in &status.problems {
+        out.push_str(&format!("  problem: {p}\n"));
     }
     out.push_str("\nNODE  NAME        LIVE   ADMIN-OK  PEER                   KAFKA                  ADMIN\n");
-    for n in status["nodes"].as_array().into_iter().flatten() {
+    for n in &status.nodes {
         out.push_str(&format!(
             "{:<5} {:<11} {:<6} {:<9} {:<22} {:<22} {}\n",
-            s(&n["id"]),
-            s(&n["name"]),
-            s(&n["live"]),
-            s(&n["reachable"]),
-            s(&n["peer"]),
-            s(&n["kafka"]),
-            s(&n["admin"])
+            n.id, n.name, n.live, n.reachable, n.peer, n.kafka, n.admin
         ));
     }
     out.push_str("\nPARTITION                      LEADER  REPLICAS  ISR       REPLICA STATE (id:role lag entries/bytes)\n");
-    for p in status["partitions"].as_array().into_iter().flatten() {
-        let name = format!("{}-{}", s(&p["topic"]), s(&p["partition"]));
-        let mark = if p["under_replicated"].as_bool() == Some(true) {
+    for p in &status.partitions {
+        let name = format!("{}-{}", p.topic, p.partition);
+        let mark = if p.under_replicated {
             " UNDER-REPLICATED"
         } else {
             ""
         };
-        let replicas = p["replica_status"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| {
-                format!(
-                    "{}:{} {}/{}",
-                    s(&r["id"]),
-                    s(&r["role"]),
-                    s(&r["lag_entries"]),
-                    s(&r["lag_bytes"])
-                )
-            })
+        let replicas = p
+            .replica_status
+            .iter()
+            .map(|r| format!("{}:{} {}/{}", r.id, r.role, r.lag_entries, r.lag_bytes))
             .collect::<Vec<_>>()
             .join("  ");
         out.push_str(&format!(
             "{:<30} {:<7} {:<9} {:<9} {}{}\n",
             name,
-            s(&p["leader"]),
-            ids(&p["replicas"]),
-            ids(&p["isr"]),
+            p.leader,
+            ids(&p.replicas),
+            ids(&p.isr),
             replicas,
             mark
         ));
@@ -145,7 +110,7 @@ mod tests {
                                                 "lag_bytes": 0, "log_end_offset": 5}]}],
             "under_replicated": ["t-0"],
         });
-        let text = render(&status);
+        let text = render(&serde_json::from_value(status).unwrap());
         assert!(
             text.contains("cluster: UNHEALTHY (answered by node 2)"),
             "{text}"

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::Subcommand;
+use vdl_admin_api::leaders::{LeaderTransferred, LeadersBalanced};
 
 use crate::client::{segment, Client, ClientError};
 use crate::Outcome;
@@ -36,21 +37,22 @@ pub fn run(cmd: LeaderCommand, client: &Client, timeout: Duration) -> Result<Out
             partition,
             to,
         } => {
-            let answer = client.post(&format!(
+            let answer: LeaderTransferred = client.post(&format!(
                 "/partitions/{}/{partition}/leader?to={to}&timeout_ms={timeout_ms}",
                 segment(&topic)
             ))?;
             println!(
                 "{topic}-{partition}: node {to} leads (took {} ms)",
-                answer["elapsed_ms"]
+                answer.elapsed_ms
             );
             Ok(Outcome::Ok)
         }
         LeaderCommand::Balance => {
-            let answer = client.post(&format!("/leaders/balance?timeout_ms={timeout_ms}"))?;
+            let answer: LeadersBalanced =
+                client.post(&format!("/leaders/balance?timeout_ms={timeout_ms}"))?;
             println!(
                 "{} partition(s) not led by their preferred replica; {} moved",
-                answer["asked"], answer["moved"]
+                answer.asked, answer.moved
             );
             Ok(Outcome::Ok)
         }

@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         Command::Segment(c) => segment::run(c, &client, op_timeout).map_err(|e| e.to_string()),
         Command::Member(c) => member::run(&endpoint, c)
             .map(|()| Outcome::Ok)
-            .map_err(|e| format!("{e:#}")),
+            .map_err(|e| e.to_string()),
         Command::Rate(c) => rate::run(c, &client).map_err(|e| e.to_string()),
     };
     match result {

@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use clap::Subcommand;
+use vdl_admin_api::members::{AddMember, MemberView, RemovedMember};
 
-use crate::client::Endpoint;
+use crate::client::{Client, ClientError, Endpoint};
 
 /// The `member` subcommands.
 #[derive(Debug, Clone, Subcommand)]
@@ -51,14 +51,16 @@ pub enum MemberCommand {
     },
 }
 
-/// Runs one `member` subcommand against the node whose admin listener is `admin`
-/// (HOST:PORT), printing the outcome; an error carries the server's message.
-pub fn run(admin: &Endpoint, command: MemberCommand) -> anyhow::Result<()> {
+/// Runs one `member` subcommand against the node whose admin listener is `admin`,
+/// printing the outcome; an error carries the server's message.
+pub fn run(admin: &Endpoint, command: MemberCommand) -> Result<(), ClientError> {
     match command {
         MemberCommand::List { json } => {
-            let members = call(admin, "GET", "/members", None, Duration::from_secs(10))?;
+            let client = Client::new(admin, Duration::from_secs(10));
+            let answer = client.get_answer("/members")?;
+            let members: Vec<MemberView> = answer.document(&[])?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&members)?);
+                println!("{}", answer.pretty());
             } else {
                 print!("{}", table(&members));
             }
@@ -70,23 +72,22 @@ pub fn run(admin: &Endpoint, command: MemberCommand) -> anyhow::Result<()> {
             name,
             timeout_s,
         } => {
-            let mut body = serde_json::json!({ "id": id, "peer": peer, "kafka": kafka });
-            if let Some(n) = name {
-                body["name"] = serde_json::Value::String(n);
-            }
+            let body = AddMember {
+                id,
+                peer,
+                kafka,
+                name,
+            };
             let path = format!("/members?timeout_ms={}", timeout_s.saturating_mul(1000));
-            let added = call(admin, "POST", &path, Some(body), wait(timeout_s))?;
-            println!(
-                "node {id} added: {}",
-                added["state"].as_str().unwrap_or("?")
-            );
+            let added: MemberView = Client::new(admin, wait(timeout_s)).post_json(&path, &body)?;
+            println!("node {id} added: {}", added.state.as_str());
         }
         MemberCommand::Remove { id, timeout_s } => {
             let path = format!(
                 "/members/{id}?timeout_ms={}",
                 timeout_s.saturating_mul(1000)
             );
-            call(admin, "DELETE", &path, None, wait(timeout_s))?;
+            let _: RemovedMember = Client::new(admin, wait(timeout_s)).delete(&path)?;
             println!("node {id} removed: it holds no replica and votes nowhere; it can be stopped");
         }
     }
@@ -98,70 +99,22 @@ fn wait(timeout_s: u64) -> Duration {
     Duration::from_secs(timeout_s.saturating_add(10))
 }
 
-/// One request to the admin API; a non-2xx answer is an error with the server's message.
-fn call(
-    admin: &Endpoint,
-    method: &str,
-    path: &str,
-    body: Option<serde_json::Value>,
-    timeout: Duration,
-) -> anyhow::Result<serde_json::Value> {
-    let url = admin.url(path);
-    let agent = admin.agent(timeout);
-    let auth = admin.authorization();
-    let response = match (method, body) {
-        ("GET", _) => match auth {
-            Some(a) => agent.get(&url).header("authorization", a).call(),
-            None => agent.get(&url).call(),
-        },
-        ("DELETE", _) => match auth {
-            Some(a) => agent.delete(&url).header("authorization", a).call(),
-            None => agent.delete(&url).call(),
-        },
-        (_, Some(b)) => match auth {
-            Some(a) => agent.post(&url).header("authorization", a).send_json(&b),
-            None => agent.post(&url).send_json(&b),
-        },
-        (_, None) => match auth {
-            Some(a) => agent.post(&url).header("authorization", a).send_empty(),
-            None => agent.post(&url).send_empty(),
-        },
-    }
-    .with_context(|| format!("{method} {url}"))?;
-    let status = response.status();
-    let text = response
-        .into_body()
-        .with_config()
-        .limit(16 << 20)
-        .read_to_string()
-        .with_context(|| format!("reading the answer of {method} {url}"))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .with_context(|| format!("{method} {url}: not JSON (status {status}): {text}"))?;
-    if !status.is_success() {
-        bail!(
-            "{method} {url}: {status}: {}",
-            value["error"].as_str().unwrap_or(&text)
-        );
-    }
-    Ok(value)
-}
-
 /// The member list as an aligned table.
-fn table(members: &serde_json::Value) -> String {
+fn table(members: &[MemberView]) -> String {
     let mut out = format!(
         "{:>4}  {:<10} {:<22} {:<22} {:<8} {:<5} {}\n",
         "ID", "NAME", "PEER", "KAFKA", "STATE", "LIVE", "REPLICAS"
     );
-    for m in members.as_array().into_iter().flatten() {
+    for m in members {
         out.push_str(&format!(
             "{:>4}  {:<10} {:<22} {:<22} {:<8} {:<5} {}\n",
-            m["id"].as_u64().unwrap_or(0),
-            m["name"].as_str().unwrap_or(""),
-            m["peer_addr"].as_str().unwrap_or(""),
-            m["kafka_addr"].as_str().unwrap_or(""),
-            m["state"].as_str().unwrap_or(""),
-            m["live"].as_bool().unwrap_or(false),
-            m["replicas"].as_u64().unwrap_or(0),
+            m.id,
+            m.name,
+            m.peer_addr,
+            m.kafka_addr,
+            m.state.as_str(),
+            m.live,
+            m.replicas,
         ));
     }
     out
@@ -179,7 +132,7 @@ mod tests {
             {"id": 4, "name": "vdl4", "peer_addr": "127.0.0.1:3", "kafka_addr": "127.0.0.1:4",
              "state": "joining", "live": false, "replicas": 0}
         ]);
-        let t = table(&members);
+        let t = table(&serde_json::from_value::<Vec<MemberView>>(members).unwrap());
         assert_eq!(t.lines().count(), 3);
         assert!(t.lines().nth(2).unwrap().contains("joining"));
         assert!(t.lines().nth(1).unwrap().starts_with("   1  vdl1"));

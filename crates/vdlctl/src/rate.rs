@@ -1,24 +1,13 @@
-//! `vdlctl rate list | update`: the node-wide flow limits (VDL's six knobs) through a node's
+//! `vdlctl rate list | update`: the node-wide flow limits (VDL's seven knobs) through a node's
 //! admin API (`GET /rates`, `PUT /rates`; the server's `flow/admin.rs`). An update is
 //! committed to the replicated metadata and applied by every node; the limits in force are
 //! printed after it.
 
 use clap::Subcommand;
-use serde_json::{Map, Value};
+use vdl_admin_api::rates::{Rates, RatesUpdate, FLOW_LIMIT_NAMES};
 
 use crate::client::{Client, ClientError};
 use crate::Outcome;
-
-/// The six limits, in the order they are printed.
-const LIMITS: [&str; 7] = [
-    "produce_requests_per_sec",
-    "produce_bytes_per_sec",
-    "catchup_read_requests_per_sec",
-    "catchup_read_bytes_per_sec",
-    "tail_read_requests_per_sec",
-    "tail_read_bytes_per_sec",
-    "catchup_replication_bytes_per_sec",
-];
 
 /// The `rate` subcommands.
 #[derive(Debug, Clone, Subcommand)]
@@ -38,60 +27,64 @@ pub enum RateCommand {
     },
 }
 
-/// The JSON body of `PUT /rates` for `NAME=VALUE` pairs.
-pub fn update_body(pairs: &[String]) -> Result<Value, String> {
-    let mut body = Map::new();
+/// The body of `PUT /rates` for `NAME=VALUE` pairs.
+pub fn update_body(pairs: &[String]) -> Result<RatesUpdate, String> {
+    let mut body = RatesUpdate::default();
     for pair in pairs {
         let (name, value) = pair
             .split_once('=')
             .ok_or_else(|| format!("`{pair}` is not NAME=VALUE"))?;
-        if !LIMITS.contains(&name) {
+        if !FLOW_LIMIT_NAMES.contains(&name) {
             return Err(format!(
                 "unknown limit `{name}` (known: {})",
-                LIMITS.join(", ")
+                FLOW_LIMIT_NAMES.join(", ")
             ));
         }
         let v = match value {
-            "unlimited" | "0" => Value::Null,
-            v => Value::from(
+            "unlimited" | "0" => None,
+            v => Some(
                 v.parse::<u64>()
                     .map_err(|_| format!("`{v}` is not a whole number or `unlimited`"))?,
             ),
         };
-        body.insert(name.to_string(), v);
+        body.0.insert(name.to_string(), v);
     }
-    Ok(Value::Object(body))
+    Ok(body)
 }
 
-fn print(limits: &Value) {
-    for name in LIMITS {
-        let shown = match limits.get(name) {
-            Some(Value::Number(n)) => format!("{n}/s"),
-            _ => "unlimited".to_string(),
+fn print(rates: &Rates) {
+    for name in FLOW_LIMIT_NAMES {
+        let shown = match rates.limit(name).flatten() {
+            Some(n) => format!("{n}/s"),
+            None => "unlimited".to_string(),
         };
         println!("{name:<32} {shown}");
     }
-    for counter in ["throttled_requests", "throttle_time_ms_total"] {
-        if let Some(v) = limits.get(counter) {
-            println!("{counter:<32} {v} (this node)");
-        }
-    }
+    println!(
+        "{:<32} {} (this node)",
+        "throttled_requests", rates.throttled_requests
+    );
+    println!(
+        "{:<32} {} (this node)",
+        "throttle_time_ms_total", rates.throttle_time_ms_total
+    );
 }
 
 /// Runs one `rate` subcommand.
 pub fn run(command: RateCommand, client: &Client) -> Result<Outcome, ClientError> {
     match command {
         RateCommand::List { json } => {
-            let limits = client.get("/rates")?;
+            let answer = client.get_answer("/rates")?;
+            let rates: Rates = answer.document(&[])?;
             if json {
-                println!("{limits:#}");
+                println!("{}", answer.pretty());
             } else {
-                print(&limits);
+                print(&rates);
             }
         }
         RateCommand::Update { limits } => {
             let body = update_body(&limits).map_err(ClientError::Usage)?;
-            let now = client.put_json("/rates", &body)?;
+            let now: Rates = client.put_json("/rates", &body)?;
             print(&now);
         }
     }
@@ -109,8 +102,12 @@ mod tests {
             "tail_read_requests_per_sec=unlimited".into(),
         ])
         .unwrap();
-        assert_eq!(body["produce_bytes_per_sec"], 1000);
-        assert!(body["tail_read_requests_per_sec"].is_null());
+        assert_eq!(body.0["produce_bytes_per_sec"], Some(1000));
+        assert_eq!(body.0["tail_read_requests_per_sec"], None);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"produce_bytes_per_sec":1000,"tail_read_requests_per_sec":null}"#
+        );
         assert!(update_body(&["nope=1".into()]).is_err());
         assert!(update_body(&["produce_bytes_per_sec".into()]).is_err());
         assert!(update_body(&["produce_bytes_per_sec=-3".into()]).is_err());

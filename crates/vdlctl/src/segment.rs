@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Subcommand;
-use serde_json::Value;
+use vdl_admin_api::segments::{SegmentEntry, SegmentList, SegmentsDeleted};
 
 use crate::client::{segment, Client, ClientError};
 use crate::Outcome;
@@ -36,18 +36,13 @@ pub enum SegmentCommand {
     },
 }
 
-fn render(segments: &Value) -> String {
+fn render(segments: &[SegmentEntry]) -> String {
     let mut out =
         String::from("BASE-INDEX  LAST-INDEX  FIRST-OFFSET  NEXT-OFFSET  BYTES       ACTIVE\n");
-    for s in segments.as_array().into_iter().flatten() {
+    for s in segments {
         out.push_str(&format!(
             "{:<11} {:<11} {:<13} {:<12} {:<11} {}\n",
-            s["base_index"].to_string(),
-            s["last_index"].to_string(),
-            s["first_offset"].to_string(),
-            s["next_offset"].to_string(),
-            s["bytes"].to_string(),
-            s["active"]
+            s.base_index, s.last_index, s.first_offset, s.next_offset, s.bytes, s.active
         ));
     }
     out
@@ -65,18 +60,14 @@ pub fn run(
             partition,
             json,
         } => {
-            let answer = client.get(&format!(
-                "/partitions/{}/{partition}/segments",
-                segment(&topic)
-            ))?;
+            let path = format!("/partitions/{}/{partition}/segments", segment(&topic));
+            let answer = client.get_answer(&path)?;
+            let list: SegmentList = answer.document(&[])?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&answer).unwrap_or_default()
-                );
+                println!("{}", answer.pretty());
             } else {
-                println!("{topic}-{partition} on node {}:", answer["node"]);
-                print!("{}", render(&answer["segments"]));
+                println!("{topic}-{partition} on node {}:", list.node);
+                print!("{}", render(&list.segments));
             }
             Ok(Outcome::Ok)
         }
@@ -85,15 +76,15 @@ pub fn run(
             partition,
             before,
         } => {
-            let answer = client.post(&format!(
+            let answer: SegmentsDeleted = client.post(&format!(
                 "/partitions/{}/{partition}/segments/delete?before={before}&timeout_ms={}",
                 segment(&topic),
                 timeout.as_millis()
             ))?;
-            let deleted = answer["deleted"].as_array().map_or(0, Vec::len);
             println!(
-                "{topic}-{partition}: {deleted} segment(s) deleted; log start offset now {}",
-                answer["log_start_offset"]
+                "{topic}-{partition}: {} segment(s) deleted; log start offset now {}",
+                answer.deleted.len(),
+                answer.log_start_offset
             );
             Ok(Outcome::Ok)
         }

@@ -1,5 +1,9 @@
 //! The flow limits on the admin HTTP API (what `vdlctl rate list | update` calls):
 //!
+//! The answers are [`vdl_admin_api::rates::Rates`]; the body of `PUT /rates` is a
+//! [`vdl_admin_api::rates::RatesUpdate`], read here as a JSON map so that a bad value is
+//! answered with a message naming the limit.
+//!
 //! - `GET /rates` — JSON object: each of the seven limits ([`FLOW_LIMIT_NAMES`]) by name, a
 //!   number per second or `null` (unlimited); plus `throttled_requests` and
 //!   `throttle_time_ms_total` of this node.
@@ -18,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Map, Value};
+use vdl_admin_api::rates::Rates;
 
 use crate::flow::settings::{FlowLimits, FLOW_LIMIT_NAMES};
 use crate::metadata::MetaCommand;
@@ -31,26 +36,24 @@ pub fn routes() -> Router<Arc<Node>> {
     Router::new().route("/rates", get(list).put(update))
 }
 
-fn limits_json(node: &Node, limits: &FlowLimits) -> Value {
-    let mut out = Map::new();
-    for name in FLOW_LIMIT_NAMES {
-        let v = limits.get(name).flatten();
-        out.insert(name.to_string(), v.map_or(Value::Null, Value::from));
+/// The `GET /rates` answer: `limits` and this node's throttling counters.
+fn rates(node: &Node, limits: &FlowLimits) -> Rates {
+    Rates {
+        catchup_read_bytes_per_sec: limits.catchup_read_bytes_per_sec,
+        catchup_read_requests_per_sec: limits.catchup_read_requests_per_sec,
+        catchup_replication_bytes_per_sec: limits.catchup_replication_bytes_per_sec,
+        produce_bytes_per_sec: limits.produce_bytes_per_sec,
+        produce_requests_per_sec: limits.produce_requests_per_sec,
+        tail_read_bytes_per_sec: limits.tail_read_bytes_per_sec,
+        tail_read_requests_per_sec: limits.tail_read_requests_per_sec,
+        throttle_time_ms_total: node.flow().throttle_time_ms_total(),
+        throttled_requests: node.flow().throttled_requests(),
     }
-    out.insert(
-        "throttled_requests".into(),
-        Value::from(node.flow().throttled_requests()),
-    );
-    out.insert(
-        "throttle_time_ms_total".into(),
-        Value::from(node.flow().throttle_time_ms_total()),
-    );
-    Value::Object(out)
 }
 
-async fn list(State(node): State<Arc<Node>>) -> Json<Value> {
+async fn list(State(node): State<Arc<Node>>) -> Json<Rates> {
     let limits = node.flow_settings().limits;
-    Json(limits_json(&node, &limits))
+    Json(rates(&node, &limits))
 }
 
 fn bad_request(message: String) -> Response {
@@ -95,7 +98,7 @@ async fn update(State(node): State<Arc<Node>>, Json(body): Json<Value>) -> Respo
         .propose(&command, UPDATE_TIMEOUT)
         .await
     {
-        Ok(_) => Json(limits_json(&node, &node.flow_settings().limits)).into_response(),
+        Ok(_) => Json(rates(&node, &node.flow_settings().limits)).into_response(),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({ "error": e.to_string() })),

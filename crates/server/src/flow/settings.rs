@@ -30,16 +30,9 @@ pub struct FlowLimits {
     pub catchup_replication_bytes_per_sec: Option<u64>,
 }
 
-/// The names of the limits, as `vdlctl rate` and the admin API spell them.
-pub const FLOW_LIMIT_NAMES: [&str; 7] = [
-    "produce_requests_per_sec",
-    "produce_bytes_per_sec",
-    "catchup_read_requests_per_sec",
-    "catchup_read_bytes_per_sec",
-    "tail_read_requests_per_sec",
-    "tail_read_bytes_per_sec",
-    "catchup_replication_bytes_per_sec",
-];
+/// The seven limits' names (the admin API's and the configuration's), defined with the admin
+/// API's types.
+pub use vdl_admin_api::rates::FLOW_LIMIT_NAMES;
 
 impl FlowLimits {
     /// The limit named `name` (one of [`FLOW_LIMIT_NAMES`]).

@@ -163,7 +163,7 @@ impl Node {
                     replicas: meta
                         .topics
                         .values()
-                        .map(|t| t.replicas.iter().filter(|r| r.contains(id)).count())
+                        .map(|t| t.replicas.iter().filter(|r| r.contains(id)).count() as u64)
                         .sum(),
                 }
             })

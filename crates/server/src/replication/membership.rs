@@ -24,44 +24,13 @@
 //! elected in the middle of a change simply continues it.
 
 use raft::prelude::{ConfChangeSingle, ConfChangeType, ConfChangeV2};
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::replication::group::AppendError;
 
-/// Where a member is in its life, as `GET /members` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MemberState {
-    /// Added, not yet a voter of the metadata group (catching up as a learner, or not
-    /// running yet).
-    Joining,
-    /// A voter of the metadata group.
-    Voter,
-    /// Being removed: its replicas are moving away, or it is still a metadata voter.
-    Leaving,
-    /// Removed: it holds nothing and votes nowhere; it can be stopped.
-    Removed,
-}
-
-/// One member as `GET /members` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberView {
-    /// Raft id.
-    pub id: u64,
-    /// Name.
-    pub name: String,
-    /// Raft peer address.
-    pub peer_addr: String,
-    /// Kafka address (as announced by its hello while connected; else as added).
-    pub kafka_addr: String,
-    /// Its state.
-    pub state: MemberState,
-    /// Connected to the node answering (or that node itself).
-    pub live: bool,
-    /// Partition replicas it holds (the new replicas of moving partitions included).
-    pub replicas: usize,
-}
+/// A member's state and a member as `GET /members` lists it: wire types of the admin API,
+/// defined in the `vdl-admin-api` crate.
+pub use vdl_admin_api::members::{MemberState, MemberView};
 
 /// Why a membership change was refused or did not finish.
 #[derive(Debug, Error)]
