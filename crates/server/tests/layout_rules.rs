@@ -29,7 +29,6 @@ const OVERSIZE_ALLOWED: &[(&str, usize)] = &[
     ("kafka/listener.rs", 1024),
     ("metadata/codec.rs", 1971),
     ("metrics.rs", 823),
-    ("replication/group.rs", 2642),
     ("replication/peer_guard.rs", 1087),
     ("security/sasl.rs", 887),
 ];

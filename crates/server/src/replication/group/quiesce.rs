@@ -1,0 +1,42 @@
+//! Quiescing an idle group: the leader counts idle ticks, tells its followers to quiesce
+//! and stops ticking (see [`crate::runtime::quiesce`]).
+//!
+//! A child module of `group.rs`, an `impl Group` of its own.
+
+use super::Group;
+
+impl Group {
+    /// On the leader, once per tick: counts idle ticks and, after an election timeout of them,
+    /// broadcasts the quiesce heartbeat and stops ticking (see [`crate::runtime::quiesce`]). The
+    /// metadata group never quiesces.
+    pub(super) fn maybe_quiesce(&mut self) {
+        let idle = !self.p.forward_proposals
+            && (self.target_voters.is_none() || self.visible.membership_settled)
+            && self.queued.is_empty()
+            && self.proposed.is_empty()
+            && self.appended.is_empty()
+            && self.pending_count == 0
+            && crate::runtime::quiesce::leader_may_quiesce(&self.p.node.raft);
+        if !idle {
+            self.idle_ticks = 0;
+            return;
+        }
+        self.idle_ticks += 1;
+        let needed = self.p.node.raft.election_timeout()
+            * crate::runtime::quiesce::QUIESCE_AFTER_IDLE_ELECTIONS;
+        if self.idle_ticks >= needed {
+            self.p.node.raft.ping();
+            self.mark_quiesce_heartbeats = true;
+            self.set_quiesced(true);
+        }
+    }
+
+    /// Enters or leaves quiescence, publishing the change.
+    pub(super) fn set_quiesced(&mut self, quiesced: bool) {
+        if self.visible.quiesced != quiesced {
+            self.idle_ticks = 0;
+            self.visible.quiesced = quiesced;
+            self.publish();
+        }
+    }
+}
