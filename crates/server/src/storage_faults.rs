@@ -3,8 +3,8 @@
 //!
 //! A replica is *damaged* from the moment its store found a bad entry (at open, on a read,
 //! or by the scrubber) until its group has fetched the lost range again from a healthy
-//! replica and the repair marker is removed (see `group.rs`, "Storage faults" in the
-//! README). Every other stream on the node keeps working meanwhile.
+//! replica and the repair marker is removed (see `replication/group/repair.rs`, "Storage
+//! faults" in the README). Every other stream on the node keeps working meanwhile.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
