@@ -25,7 +25,6 @@ const MAX_LINES: usize = 800;
 /// Files over [`MAX_LINES`] when this test was written, with their line counts then. Each may
 /// only shrink; take it off the list once it is at or under [`MAX_LINES`].
 const OVERSIZE_ALLOWED: &[(&str, usize)] = &[
-    ("config.rs", 1257),
     ("kafka/listener.rs", 1024),
     ("metrics.rs", 823),
     ("replication/peer_guard.rs", 1087),
@@ -38,8 +37,8 @@ const EDGES_ALLOWED: &[(&str, &str)] = &[
     // The admin API reads the Kafka listener's state.
     ("admin.rs", "kafka"),
     // The configuration parses the admin API's and the Kafka connection limits' settings.
-    ("config.rs", "admin_auth"),
-    ("config.rs", "kafka"),
+    ("config/mod.rs", "admin_auth"),
+    ("config/mod.rs", "kafka"),
     // The node (node/ counts as one top-level module `node`, as `module_of` says): mod.rs owns
     // the group coordinator and lists the APIs served; listeners.rs starts the Kafka listeners.
     ("node/listeners.rs", "kafka"),

@@ -1,0 +1,212 @@
+//! The `[kafka]` section: the Kafka listener's limits and topic defaults (its connection limits
+//! and `[[kafka.listeners]]` are read by [`super::NodeConfig::from_toml`]).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::values::{invalid, positive_ms};
+use super::ConfigError;
+use crate::security::config::FileKafkaListener;
+
+/// Limits of the Kafka listener, named after the Kafka settings they mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// Connections accepted at once (`max.connections`); further ones wait in the backlog.
+    pub max_connections: usize,
+    /// Requests read ahead and handled concurrently on one connection before reading pauses.
+    pub max_in_flight_per_connection: usize,
+    /// Largest request frame (`socket.request.max.bytes`).
+    pub request_max_bytes: usize,
+    /// Largest record batch accepted in a produce (`message.max.bytes`).
+    pub message_max_bytes: usize,
+    /// How far ahead of this node's clock a produced record's create-time timestamp may be, in
+    /// milliseconds (`message.timestamp.after.max.ms`, Kafka 4.0's default of one hour);
+    /// beyond it the partition is refused with INVALID_TIMESTAMP.
+    pub message_timestamp_after_max_ms: u64,
+    /// A connection with no request for this long is closed (`connections.max.idle.ms`).
+    pub connection_idle: Duration,
+    /// Whether a Metadata request for an unknown topic creates it, when the client allows it
+    /// (`auto.create.topics.enable`).
+    pub auto_create_topics: bool,
+    /// Most topics the cluster may hold: CreateTopics beyond it gets POLICY_VIOLATION and
+    /// auto-creation stops (each topic costs its replicas at least one Raft group and open file).
+    pub max_topics: usize,
+    /// Partitions of an auto-created topic, and of a CreateTopics request that leaves the count
+    /// to the broker (-1) (`num.partitions`).
+    pub num_partitions: u32,
+    /// Most partitions the cluster may hold, over all topics: CreateTopics and CreatePartitions
+    /// beyond it get POLICY_VIOLATION. Each partition costs each of its replicas a Raft group
+    /// on the shared worker pool, a store and one open file (the active segment), so a node
+    /// hosting P partitions needs an open-file limit above 2P (see `fd_budget.rs`).
+    pub max_partitions: u32,
+    /// Replicas of each partition of a topic created without a replication factor (auto-created,
+    /// or CreateTopics with -1): Kafka's `default.replication.factor`. `None`: the smaller of 3
+    /// and the number of members (see [`NodeConfig::default_replication_factor`]).
+    pub default_replication_factor: Option<usize>,
+    /// How long a consumer group without members keeps its committed offsets after its last
+    /// activity (its last commit, or becoming empty): Kafka's `offsets.retention.minutes`,
+    /// 7 days by default.
+    pub offsets_retention: Duration,
+    /// How often the group coordinator looks for expired offsets
+    /// (`offsets.retention.check.interval.ms`, 10 minutes by default).
+    pub offsets_retention_check_interval: Duration,
+    /// A follower is in sync (Kafka's ISR) while it holds everything the leader had committed
+    /// this long ago (`replica.lag.time.max.ms`, 30 s by default) and was heard from within two
+    /// election timeouts.
+    pub replica_lag_time_max: Duration,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> KafkaSettings {
+        KafkaSettings {
+            max_connections: 10_000,
+            max_in_flight_per_connection: 64,
+            request_max_bytes: 100 << 20,
+            message_max_bytes: 1 << 20,
+            message_timestamp_after_max_ms:
+                kafka_proto::records::validate::DEFAULT_TIMESTAMP_AFTER_MAX_MS as u64,
+            connection_idle: Duration::from_secs(600),
+            auto_create_topics: true,
+            max_topics: 1000,
+            num_partitions: 1,
+            max_partitions: 10_000,
+            default_replication_factor: None,
+            offsets_retention: Duration::from_secs(7 * 24 * 3600),
+            offsets_retention_check_interval: Duration::from_secs(600),
+            replica_lag_time_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Highest value `kafka.max_partitions` and `kafka.num_partitions` accept (Kafka's partition
+/// index is an int32; this bound keeps a typo from promising what no node can hold).
+pub const MAX_PARTITIONS_LIMIT: u32 = 100_000;
+
+/// `[kafka]` as written in the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileKafka {
+    max_connections: Option<usize>,
+    max_in_flight_per_connection: Option<usize>,
+    request_max_bytes: Option<usize>,
+    message_max_bytes: Option<usize>,
+    message_timestamp_after_max_ms: Option<u64>,
+    connection_idle_ms: Option<u64>,
+    auto_create_topics: Option<bool>,
+    max_topics: Option<usize>,
+    num_partitions: Option<u32>,
+    max_partitions: Option<u32>,
+    default_replication_factor: Option<usize>,
+    offsets_retention_ms: Option<u64>,
+    offsets_retention_check_ms: Option<u64>,
+    replica_lag_time_max_ms: Option<u64>,
+    pub(super) listeners: Option<Vec<FileKafkaListener>>,
+    pub(super) max_connections_per_ip: Option<usize>,
+    pub(super) max_connections_per_ip_overrides: Option<std::collections::BTreeMap<String, usize>>,
+    pub(super) max_connection_creation_rate: Option<u32>,
+    pub(super) max_connection_creation_rate_per_ip: Option<u32>,
+    pub(super) authentication_timeout_ms: Option<u64>,
+}
+
+/// Validates `[kafka]` over the defaults; `member_count` bounds the default replication factor.
+pub(super) fn parse_kafka(k: FileKafka, member_count: usize) -> Result<KafkaSettings, ConfigError> {
+    let mut kafka = KafkaSettings::default();
+    for (key, value, target) in [
+        (
+            "kafka.max_connections",
+            k.max_connections,
+            &mut kafka.max_connections,
+        ),
+        (
+            "kafka.max_in_flight_per_connection",
+            k.max_in_flight_per_connection,
+            &mut kafka.max_in_flight_per_connection,
+        ),
+        (
+            "kafka.request_max_bytes",
+            k.request_max_bytes,
+            &mut kafka.request_max_bytes,
+        ),
+        (
+            "kafka.message_max_bytes",
+            k.message_max_bytes,
+            &mut kafka.message_max_bytes,
+        ),
+        ("kafka.max_topics", k.max_topics, &mut kafka.max_topics),
+    ] {
+        if let Some(v) = value {
+            if v == 0 {
+                return invalid(key, "must be positive");
+            }
+            *target = v;
+        }
+    }
+    kafka.auto_create_topics = k.auto_create_topics.unwrap_or(kafka.auto_create_topics);
+    for (key, value, target) in [
+        (
+            "kafka.num_partitions",
+            k.num_partitions,
+            &mut kafka.num_partitions,
+        ),
+        (
+            "kafka.max_partitions",
+            k.max_partitions,
+            &mut kafka.max_partitions,
+        ),
+    ] {
+        if let Some(v) = value {
+            if v == 0 || v > MAX_PARTITIONS_LIMIT {
+                return invalid(key, &format!("must be in 1..={MAX_PARTITIONS_LIMIT}"));
+            }
+            *target = v;
+        }
+    }
+    if kafka.num_partitions > kafka.max_partitions {
+        return invalid(
+            "kafka.num_partitions",
+            "must be at most kafka.max_partitions",
+        );
+    }
+    if let Some(r) = k.default_replication_factor {
+        if r == 0 || r > member_count {
+            return invalid(
+                "kafka.default_replication_factor",
+                &format!(
+                    "must be in 1..={} (the number of members in initial_cluster)",
+                    member_count
+                ),
+            );
+        }
+        kafka.default_replication_factor = Some(r);
+    }
+    if let Some(ms) = k.connection_idle_ms {
+        kafka.connection_idle = positive_ms("kafka.connection_idle_ms", ms)?;
+    }
+    if let Some(ms) = k.offsets_retention_ms {
+        if i64::try_from(ms).is_err() {
+            return invalid(
+                "kafka.offsets_retention_ms",
+                "must be at most 9223372036854775807",
+            );
+        }
+        kafka.offsets_retention = positive_ms("kafka.offsets_retention_ms", ms)?;
+    }
+    if let Some(ms) = k.offsets_retention_check_ms {
+        kafka.offsets_retention_check_interval =
+            positive_ms("kafka.offsets_retention_check_ms", ms)?;
+    }
+    if let Some(ms) = k.replica_lag_time_max_ms {
+        kafka.replica_lag_time_max = positive_ms("kafka.replica_lag_time_max_ms", ms)?;
+    }
+    if let Some(ms) = k.message_timestamp_after_max_ms {
+        if i64::try_from(ms).is_err() {
+            return invalid(
+                "kafka.message_timestamp_after_max_ms",
+                "must be at most 9223372036854775807",
+            );
+        }
+        kafka.message_timestamp_after_max_ms = ms;
+    }
+    Ok(kafka)
+}

@@ -1,0 +1,196 @@
+//! The `[storage]` section: segment files, caching, durability, retention and scrubbing.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::values::{invalid, positive_ms};
+use super::ConfigError;
+
+/// When appended entries are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// fdatasync before an entry is acknowledged to Raft (the default: no acknowledged write is
+    /// ever lost).
+    Always,
+    /// fdatasync at most this often; a crash can lose the last interval on this node.
+    Interval(Duration),
+    /// Never fdatasync (benchmarks only).
+    Never,
+}
+
+/// Storage settings: per log stream, except the node-wide `cache_bytes` and
+/// `max_open_segment_files`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageSettings {
+    /// Segment file size at which a new segment is started.
+    pub segment_bytes: u64,
+    /// Bytes of newest entries kept in memory by all streams of the node together (one
+    /// budget shared by their tail caches; `logstore::CacheBudget`).
+    pub cache_bytes: u64,
+    /// Most sealed segment files kept open (memory-mapped) by the node at once, all streams
+    /// together; others are opened on demand (`logstore::OpenSegments`).
+    pub max_open_segment_files: usize,
+    /// Durability policy.
+    pub sync: SyncMode,
+    /// Whether retention may delete segments (VDL's delete permission).
+    pub deletion_allowed: bool,
+    /// Whether operators may delete a partition's old segments by hand (`vdlctl segment
+    /// delete`, the admin API); off by default.
+    pub operator_delete_allowed: bool,
+    /// Keep at most this many bytes per stream (older whole segments are deleted).
+    pub retention_bytes: Option<u64>,
+    /// Delete segments whose newest entry is older than this.
+    pub retention_age: Option<Duration>,
+    /// How often each stream applies the retention rules.
+    pub retention_check_interval: Duration,
+    /// How long a leader's retention keeps entries for a replica it has not heard from
+    /// (a node that is down): after this, retention deletes what the rules say and the replica
+    /// catches up from a snapshot when it returns (`storage.retention_down_replica_wait_ms`).
+    pub retention_down_replica_wait: Duration,
+    /// Most bytes of old segments a leader's retention keeps for a live replica that is still
+    /// catching up (`storage.retention_lagging_replica_max_bytes`); older ones go and the
+    /// replica catches up from a snapshot.
+    pub retention_lagging_replica_max_bytes: u64,
+    /// Zeroed bytes kept written ahead of each stream's active segment so that syncing an
+    /// append flushes data only, not file-system metadata (0 disables).
+    pub preallocate_bytes: u64,
+    /// Rate at which the background scrubber reads and CRC-checks sealed segments, in bytes
+    /// per second, all streams together (0: no scrubber).
+    pub scrub_bytes_per_second: u64,
+    /// Pause between two passes of the scrubber over every sealed segment.
+    pub scrub_pass_pause: Duration,
+    /// Tests only: the control file of a fault-injecting file system
+    /// (`logstore::FaultInjectingFs`) installed at start; `None`: the real file system.
+    pub fault_injection_file: Option<std::path::PathBuf>,
+}
+
+/// Default of `storage.retention_down_replica_wait_ms`: a minute (a restart or a short outage
+/// finds its entries still there; a node down for longer catches up from a snapshot).
+pub const DEFAULT_RETENTION_DOWN_REPLICA_WAIT: Duration = Duration::from_secs(60);
+
+/// Default of `storage.retention_lagging_replica_max_bytes`: 1 GiB per partition.
+pub const DEFAULT_RETENTION_LAGGING_REPLICA_MAX_BYTES: u64 = 1 << 30;
+
+/// Default scrubber rate: 4 MB/s (about 1% of a core for CRC-32C and page-cache reads, far
+/// below the disk's bandwidth; see docs/reliability.md for the measured cost).
+pub const DEFAULT_SCRUB_BYTES_PER_SECOND: u64 = 4_000_000;
+
+impl Default for StorageSettings {
+    fn default() -> StorageSettings {
+        StorageSettings {
+            segment_bytes: 256 << 20,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            max_open_segment_files: logstore::DEFAULT_MAX_OPEN_SEGMENT_FILES,
+            sync: SyncMode::Always,
+            deletion_allowed: true,
+            operator_delete_allowed: false,
+            retention_bytes: None,
+            retention_age: Some(Duration::from_secs(7 * 24 * 3600)),
+            retention_check_interval: Duration::from_secs(10),
+            retention_down_replica_wait: DEFAULT_RETENTION_DOWN_REPLICA_WAIT,
+            retention_lagging_replica_max_bytes: DEFAULT_RETENTION_LAGGING_REPLICA_MAX_BYTES,
+            preallocate_bytes: 16 << 20,
+            scrub_bytes_per_second: DEFAULT_SCRUB_BYTES_PER_SECOND,
+            scrub_pass_pause: Duration::from_secs(60),
+            fault_injection_file: None,
+        }
+    }
+}
+
+/// Default of `storage.cache_bytes`: the tail-cache budget of a node, all streams together
+/// (it was 64 MiB per stream, unbounded per node). 128 MiB lets one busy partition cache twice
+/// what it could before, and even fully used by partitions that went idle it keeps a node of
+/// 1,000 partitions well under its 300 MB memory target.
+pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
+
+/// `[storage]` as written in the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileStorage {
+    segment_bytes: Option<u64>,
+    cache_bytes: Option<u64>,
+    max_open_segment_files: Option<usize>,
+    sync: Option<String>,
+    deletion_allowed: Option<bool>,
+    operator_delete_allowed: Option<bool>,
+    retention_bytes: Option<u64>,
+    retention_hours: Option<u64>,
+    retention_check_ms: Option<u64>,
+    retention_down_replica_wait_ms: Option<u64>,
+    retention_lagging_replica_max_bytes: Option<u64>,
+    preallocate_bytes: Option<u64>,
+    scrub_rate_mb_per_s: Option<f64>,
+    scrub_pause_ms: Option<u64>,
+    fault_injection_file: Option<std::path::PathBuf>,
+}
+
+/// Validates `[storage]` over the defaults.
+pub(super) fn parse_storage(s: FileStorage) -> Result<StorageSettings, ConfigError> {
+    let mut storage = StorageSettings::default();
+    if let Some(v) = s.segment_bytes {
+        if v < 1 << 20 {
+            return invalid("storage.segment_bytes", "must be at least 1048576 (1 MiB)");
+        }
+        storage.segment_bytes = v;
+    }
+    if let Some(v) = s.cache_bytes {
+        storage.cache_bytes = v;
+    }
+    if let Some(v) = s.max_open_segment_files {
+        if v == 0 {
+            return invalid("storage.max_open_segment_files", "must be at least 1");
+        }
+        storage.max_open_segment_files = v;
+    }
+    storage.preallocate_bytes = s.preallocate_bytes.unwrap_or(storage.preallocate_bytes);
+    if let Some(v) = s.sync {
+        storage.sync = parse_sync(&v)?;
+    }
+    storage.deletion_allowed = s.deletion_allowed.unwrap_or(storage.deletion_allowed);
+    storage.operator_delete_allowed = s
+        .operator_delete_allowed
+        .unwrap_or(storage.operator_delete_allowed);
+    storage.retention_bytes = s.retention_bytes.or(storage.retention_bytes);
+    if let Some(ms) = s.retention_check_ms {
+        storage.retention_check_interval = positive_ms("storage.retention_check_ms", ms)?;
+    }
+    if let Some(ms) = s.retention_down_replica_wait_ms {
+        storage.retention_down_replica_wait = Duration::from_millis(ms);
+    }
+    storage.retention_lagging_replica_max_bytes = s
+        .retention_lagging_replica_max_bytes
+        .unwrap_or(storage.retention_lagging_replica_max_bytes);
+    if let Some(h) = s.retention_hours {
+        storage.retention_age = Some(Duration::from_secs(h.saturating_mul(3600)));
+    }
+    if let Some(mb) = s.scrub_rate_mb_per_s {
+        if !(0.0..=100_000.0).contains(&mb) {
+            return invalid(
+                "storage.scrub_rate_mb_per_s",
+                "must be between 0 and 100000",
+            );
+        }
+        storage.scrub_bytes_per_second = (mb * 1e6) as u64;
+    }
+    if let Some(ms) = s.scrub_pause_ms {
+        storage.scrub_pass_pause = Duration::from_millis(ms);
+    }
+    storage.fault_injection_file = s.fault_injection_file;
+    Ok(storage)
+}
+
+/// Parses `always`, `never` or `interval:MS`.
+fn parse_sync(v: &str) -> Result<SyncMode, ConfigError> {
+    match v {
+        "always" => Ok(SyncMode::Always),
+        "never" => Ok(SyncMode::Never),
+        other => match other.strip_prefix("interval:").map(str::parse::<u64>) {
+            Some(Ok(ms)) if ms > 0 => Ok(SyncMode::Interval(Duration::from_millis(ms))),
+            _ => invalid(
+                "storage.sync",
+                &format!("`{v}`: expected always, never or interval:MILLISECONDS"),
+            ),
+        },
+    }
+}
