@@ -13,7 +13,7 @@
 //! `state.rs` (the state one node holds, its queries and snapshot conversion), `apply.rs` (how
 //! a command changes the state, and the [`Effect`] it asks of the node), `state_machine.rs`
 //! (the group's state machine, which asks its effects of a [`MetadataHost`]: the node, or the
-//! simulation's recorder), `codec.rs` (the log and snapshot formats), `snapshot.rs` (snapshot
+//! simulation's recorder), `codec/` (the log and snapshot formats), `snapshot.rs` (snapshot
 //! files), `proposer.rs` (the one path that writes commands: request ids, encoding,
 //! retries). It imports nothing of the Kafka handlers, the admin API or the node.
 
