@@ -13,7 +13,11 @@
 #           kafka-fsync (Apache Kafka 3.9 by deploy/compare-kafka/run-suite.sh).
 #   env: CELLS (default "50x1KiB"): BATCHxSIZE[@PARTITIONS] each, e.g.
 #          "50x1KiB 10x4KiB 1x4KiB 50x1KiB@8" (@8: 8 partitions, 8 producers, producer i on
-#          partition i, topic bench8);
+#          partition i, topic bench8); or fetch:SIZE, e.g. "fetch:16KiB fetch:1MiB": one
+#          consumer (vdl-perf consume) reading topic bench from the earliest offset with
+#          that fetch size per partition, one Fetch in flight, for CELL_S seconds (or to the
+#          end of the log): the fetch path's cost per request (small sizes) and its
+#          throughput (large ones). Put them after produce cells, which fill the topic;
 #        CELL_S (default 6), WARMUP_S (default 10), VDL_PERF;
 #        SYNC (default always): the vdl nodes' storage.sync (always, never, interval:MS).
 # Writes OUT_DIR/results.tsv (round, target, cell, records/s, p50 ms, p99 ms, mean ms,
@@ -34,6 +38,11 @@ RUN_CELLS='
 set -e
 "$VDL_PERF" --json produce --bootstrap "$BOOTSTRAP" --topic bench --batch 50 --message-size 1KiB --duration "${WARMUP_S}s" > /dev/null
 for cell in $CELLS; do
+  if [[ "$cell" == fetch:* ]]; then
+    "$VDL_PERF" --json consume --bootstrap "$BOOTSTRAP" --topic bench --from earliest \
+      --fetch-size "${cell#fetch:}" --duration "${CELL_S}s" > "$CELL_OUT/$cell.json"
+    continue
+  fi
   spec=${cell%@*}; parts=1
   [[ "$cell" == *@* ]] && parts=${cell#*@}
   flags=(--batch "${spec%%x*}" --message-size "${spec#*x}" --topic bench)
