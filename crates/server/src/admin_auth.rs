@@ -1,10 +1,11 @@
 //! Authentication and authorization of the admin HTTP API (see docs/security.md, "The admin
 //! API").
 //!
-//! - **Settings** (`[admin]`, [`crate::config::AdminSettings`], read by the configuration): HTTPS files (`tls_cert`, `tls_key`,
-//!   `tls_ca`, `tls_client_auth`), `require_auth` (default on whenever the node has any
-//!   security configured: a Kafka listener other than PLAINTEXT, `[peer_tls]`, or
-//!   `authorizer = "acl"`), `allow_basic_without_tls` (default off), `advertised`.
+//! - **Settings** (`[admin]`, [`crate::config::AdminSettings`], parsed by the configuration):
+//!   HTTPS files (`tls_cert`, `tls_key`, `tls_ca`, `tls_client_auth`), `require_auth` (default
+//!   on whenever the node has any security configured: a Kafka listener other than PLAINTEXT,
+//!   `[peer_tls]`, or `authorizer = "acl"`), `allow_basic_without_tls` (default off),
+//!   `advertised`.
 //! - **Credentials** ([`authenticate`]): an `Authorization: Basic` header with a SCRAM user's
 //!   name and password (checked by [`crate::security::password`]: the same users as SASL), or
 //!   else a client certificate verified against `tls_ca` during the TLS handshake (its

@@ -372,9 +372,9 @@ struct ShutdownReport {
 }
 
 /// Runs the steps of a graceful shutdown in the order [`vdl_server::shutdown`] describes
-/// (this file, the composition root, owns that order). `kafka` is the listener task started with
-/// [`Node::serve_kafka_until`] and `phase` the sender of its signal; `interrupted` resolves
-/// when the operator insists (a second signal).
+/// (this file, the composition root, owns that order). `kafka` is the listener task started
+/// with [`Node::serve_kafka_until`] and `phase` the sender of its signal; `interrupted`
+/// resolves when the operator insists (a second signal).
 async fn graceful_shutdown(
     node: &Arc<Node>,
     phase: &tokio::sync::watch::Sender<ShutdownPhase>,
