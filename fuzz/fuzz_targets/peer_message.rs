@@ -2,7 +2,7 @@
 //! picks the format: its low bit set, version 3's protobuf frames; clear, the frames of earlier
 //! releases), then
 //! every decoded message through both peer checks (`check_message` with the message's own
-//! sender as the hello's, `check_in_group`) into a raft-rs node (node 1 of voters 1, 2, 3),
+//! sender as the hello's and the metadata's forwarding checks, `check_in_group`) into a raft-rs node (node 1 of voters 1, 2, 3),
 //! ticking it and handling its Readies as a group thread does. Nothing may panic: whatever the
 //! checks let through must be safe to step.
 #![no_main]
@@ -11,6 +11,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use raft::storage::MemStorage;
 use raft::RawNode;
+use vdl_server::metadata::forwarded::MetadataForwarding;
 use vdl_server::replication::peer_guard::{check_in_group, check_message, GroupLimits};
 use vdl_server::replication::peer_wire::{decode_frame, FrameFormat};
 
@@ -78,7 +79,7 @@ fuzz_target!(|data: &[u8]| {
             batch_bytes_left: 64 << 20,
         };
         let hello = m.from;
-        if check_message(1, hello, group, &m).is_ok()
+        if check_message(1, hello, group, &m, &MetadataForwarding).is_ok()
             && check_in_group(&n.raft, &limits, &mut m).is_ok()
         {
             let _ = n.step(m);

@@ -295,10 +295,10 @@ async fn append(
         return error(StatusCode::BAD_REQUEST, "empty body".into(), None);
     }
     // Each batch is checked as a Kafka produce's batch is (at the newest Produce version).
-    let limits = crate::kafka::produce::produce_limits(
-        &node.config().kafka,
-        crate::metadata::wall_clock_ms(),
-    );
+    let limits = node
+        .config()
+        .kafka
+        .produce_limits(crate::metadata::wall_clock_ms());
     let mut span: u64 = 0;
     for batch in split_batches(body.clone()) {
         let checked = batch.map_err(|e| e.to_string()).and_then(|b| {

@@ -12,7 +12,8 @@ use axum::http::HeaderValue;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 
-use crate::admin_auth::{AdminConnection, AdminSettings};
+use crate::admin_auth::AdminConnection;
+use crate::config::AdminSettings;
 use crate::node::Node;
 use crate::security::config::TlsFiles;
 use crate::security::tls::ReloadingServerTls;

@@ -164,7 +164,7 @@ pub async fn call_peer(
     path_and_query: &str,
     timeout: Duration,
 ) -> Result<(u16, String), String> {
-    let plain = crate::admin_auth::AdminSettings::default();
+    let plain = crate::config::AdminSettings::default();
     crate::admin_http::call_peer_as(&plain, None, address, method, path_and_query, timeout).await
 }
 

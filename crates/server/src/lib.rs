@@ -15,7 +15,8 @@
 //! - [`admin`]: the admin HTTP API (status, append and read without Kafka, metrics, rates,
 //!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments).
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
-//! - [`shutdown`]: graceful shutdown (leadership hand-off, draining connections, sync).
+//! - [`shutdown`]: the phases of a graceful shutdown the Kafka listeners follow (the
+//!   binary's `main.rs` drives it: leadership hand-off, draining connections, sync).
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
 //!   (`metadata/`: commands, state, apply, the group's state machine over a host trait;
 //!   [`metadata::codec`]: how its commands are stored in the Raft log; [`metadata::snapshot`]:
@@ -23,7 +24,8 @@
 //!   import of the configured SCRAM users into it.
 //! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
 //!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
-//! - [`config`]: the node's TOML configuration and the embedded single-node default.
+//! - [`config`]: the node's TOML configuration and the embedded single-node default (the
+//!   settings of every room, parsed, which the rooms read from there).
 //!
 //! Code names a module by its real path (`crate::replication::group`,
 //! `crate::runtime::inbox`); the layout rules are in the crate README and

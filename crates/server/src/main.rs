@@ -5,10 +5,13 @@
 //! (see `deploy/vdl.example.toml`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use vdl_server::config::NodeConfig;
+use vdl_server::shutdown::ShutdownPhase;
 use vdl_server::Node;
 
 #[derive(Parser)]
@@ -262,8 +265,7 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         streams = ?node.stream_names(),
         "vdl node started"
     );
-    let (phase, phase_rx) =
-        tokio::sync::watch::channel(vdl_server::kafka::listener::ShutdownPhase::Running);
+    let (phase, phase_rx) = tokio::sync::watch::channel(ShutdownPhase::Running);
     let kafka = node
         .serve_kafka_until(phase_rx)
         .await
@@ -324,9 +326,7 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
         timeout_ms = config.shutdown_timeout.as_millis() as u64,
         "shutting down: handing leadership over, then answering the requests in flight"
     );
-    let report =
-        vdl_server::shutdown::graceful_shutdown(&node, &phase, kafka, wait_for_shutdown_signal())
-            .await;
+    let report = graceful_shutdown(&node, &phase, kafka, wait_for_shutdown_signal()).await;
     if let Some(task) = admin {
         task.abort();
     }
@@ -341,7 +341,7 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
 }
 
 /// How often a node announces its admin address again (see `admin_ops::announce_admin_address`).
-const ADMIN_ANNOUNCE_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
+const ADMIN_ANNOUNCE_REFRESH: Duration = Duration::from_secs(300);
 
 async fn wait_for_shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -355,5 +355,64 @@ async fn wait_for_shutdown_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+/// What a graceful shutdown did, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ShutdownReport {
+    /// Groups led here when it started.
+    led: usize,
+    /// Groups still led here after the hand-off (0: all handed over).
+    still_led: usize,
+    /// Whether every Kafka connection closed within the bound.
+    connections_closed: bool,
+    /// Time the whole shutdown took.
+    elapsed: Duration,
+}
+
+/// Runs the steps of a graceful shutdown in the order [`vdl_server::shutdown`] describes
+/// (this file, the composition root, owns that order). `kafka` is the listener task started
+/// with [`Node::serve_kafka_until`] and `phase` the sender of its signal; `interrupted`
+/// resolves when the operator insists (a second signal).
+async fn graceful_shutdown(
+    node: &Arc<Node>,
+    phase: &tokio::sync::watch::Sender<ShutdownPhase>,
+    kafka: tokio::task::JoinHandle<()>,
+    interrupted: impl std::future::Future<Output = ()>,
+) -> ShutdownReport {
+    let started = Instant::now();
+    let bound = node.config().shutdown_timeout;
+    let deadline = started + bound;
+    let _ = phase.send(ShutdownPhase::StopAccepting);
+    let steps = async {
+        let handed = node.hand_off_leadership(bound / 2).await;
+        if handed.still_led > 0 {
+            tracing::warn!(
+                led = handed.led,
+                still_led = handed.still_led,
+                "some groups still led here after the hand-off bound; they will elect anew"
+            );
+        } else {
+            tracing::info!(led = handed.led, "leadership handed over");
+        }
+        let _ = phase.send(ShutdownPhase::Drain);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let closed = tokio::time::timeout(left, kafka).await.is_ok();
+        (handed, closed)
+    };
+    let (led, still_led, connections_closed) = tokio::select! {
+        (handed, closed) = steps => (handed.led, handed.still_led, closed),
+        _ = interrupted => {
+            tracing::warn!("second signal: stopping now");
+            (0, 0, false)
+        }
+    };
+    node.shutdown();
+    ShutdownReport {
+        led,
+        still_led,
+        connections_closed,
+        elapsed: started.elapsed(),
     }
 }

@@ -64,7 +64,7 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 async fn node_with(
     dir: &std::path::Path,
     listener_max: Option<usize>,
-    tweak: impl FnOnce(&mut vdl_server::kafka::conn_limits::ConnectionLimitSettings),
+    tweak: impl FnOnce(&mut vdl_server::config::ConnectionLimitSettings),
 ) -> (Arc<Node>, SocketAddr) {
     let mut configs = cluster_configs(1, dir, &[]);
     let mut c = configs.remove(0);

@@ -300,7 +300,7 @@ impl Stream {
             message_max_bytes: settings.max_message_bytes,
             ..node.config().kafka
         };
-        let mut limits = vdl_server::kafka::produce::produce_limits(&kafka, now);
+        let mut limits = kafka.produce_limits(now);
         if settings.timestamp_type == TimestampType::LogAppendTime {
             limits = limits.with_timestamp_after_max_ms(i64::MAX);
         }

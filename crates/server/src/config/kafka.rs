@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use kafka_proto::records::ProduceLimits;
 use serde::Deserialize;
 
 use super::values::{invalid, positive_ms};
@@ -76,6 +77,31 @@ impl Default for KafkaSettings {
             offsets_retention_check_interval: Duration::from_secs(600),
             replica_lag_time_max: Duration::from_secs(30),
         }
+    }
+}
+
+/// Largest records of one partition in one produce request (before and after a legacy message
+/// set is converted), whatever `message.max.bytes` says: larger is MESSAGE_TOO_LARGE. One
+/// partition's records become one Raft entry (proposals are merged only up to 1 MiB), and the
+/// log store refuses entries over 64 MiB (`logstore::StoreConfig::max_entry_bytes`, whose
+/// refusal would stop the group) while peer frames stop at 64 MiB
+/// (`transport::MAX_FRAME_BYTES`): half of that leaves room for the entry's context and
+/// framing. A unit test keeps it there.
+pub const MAX_PARTITION_DATA_BYTES: usize = 32 << 20;
+
+// A partition's records, once an entry, always fit a peer frame with room to spare.
+const _: () =
+    assert!(MAX_PARTITION_DATA_BYTES <= crate::replication::transport::MAX_FRAME_BYTES / 2);
+
+impl KafkaSettings {
+    /// The limits a Produce request's records are validated against: `message.max.bytes` (capped
+    /// by [`MAX_PARTITION_DATA_BYTES`]), the decompression bound derived from it, this node's clock
+    /// and `message.timestamp.after.max.ms`.
+    pub fn produce_limits(&self, now_ms: i64) -> ProduceLimits {
+        let message_max_bytes = self.message_max_bytes.min(MAX_PARTITION_DATA_BYTES);
+        ProduceLimits::new(message_max_bytes, now_ms).with_timestamp_after_max_ms(
+            i64::try_from(self.message_timestamp_after_max_ms).unwrap_or(i64::MAX),
+        )
     }
 }
 
@@ -209,4 +235,24 @@ pub(super) fn parse_kafka(k: FileKafka, member_count: usize) -> Result<KafkaSett
         kafka.message_timestamp_after_max_ms = ms;
     }
     Ok(kafka)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_partitions_records_always_fit_a_raft_entry_and_a_peer_frame() {
+        let entry_limit = logstore::StoreConfig::default().max_entry_bytes;
+        assert!(MAX_PARTITION_DATA_BYTES as u64 <= entry_limit / 2);
+        // A configured message.max.bytes above the cap is capped.
+        let settings = KafkaSettings {
+            message_max_bytes: 1 << 30,
+            ..KafkaSettings::default()
+        };
+        assert_eq!(
+            settings.produce_limits(0).max_batch_bytes,
+            MAX_PARTITION_DATA_BYTES
+        );
+    }
 }

@@ -4,6 +4,8 @@
 //! Every option is documented in `deploy/vdl.example.toml`. Unknown keys are errors that name the
 //! key, so a typo never silently falls back to a default.
 
+mod admin;
+mod conn_limits;
 mod kafka;
 mod members;
 mod raft;
@@ -23,8 +25,14 @@ use crate::security::config::{
     FilePeerTls, FileSecurity, KafkaListenerConfig, SecuritySettings, TlsFiles,
 };
 
+pub use admin::AdminSettings;
+use admin::{parse_admin, FileAdmin};
+pub use conn_limits::{
+    canonical_ip, default_per_ip, ConnectionLimitSettings, LimitError,
+    DEFAULT_AUTHENTICATION_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_IP,
+};
 use kafka::FileKafka;
-pub use kafka::{KafkaSettings, MAX_PARTITIONS_LIMIT};
+pub use kafka::{KafkaSettings, MAX_PARTITIONS_LIMIT, MAX_PARTITION_DATA_BYTES};
 pub use members::Member;
 use members::{check_members, parse_member};
 use raft::FileRaft;
@@ -105,7 +113,7 @@ pub struct NodeConfig {
     pub kafka: KafkaSettings,
     /// Connection limits per client address, accept rates and the authentication deadline
     /// of the Kafka listeners (see [`crate::kafka::conn_limits`]).
-    pub connection_limits: crate::kafka::conn_limits::ConnectionLimitSettings,
+    pub connection_limits: ConnectionLimitSettings,
     /// The replicated cluster metadata's snapshots.
     pub metadata: MetadataSettings,
     /// The Kafka listeners of `[[kafka.listeners]]`. Empty: one PLAINTEXT listener named
@@ -118,7 +126,7 @@ pub struct NodeConfig {
     pub peer_tls: Option<TlsFiles>,
     /// The admin API's HTTPS, authentication and advertised address (`[admin]`, see
     /// [`crate::admin_auth`]).
-    pub admin: crate::admin_auth::AdminSettings,
+    pub admin: AdminSettings,
     /// Longest a graceful shutdown (SIGTERM, SIGINT) may take: handing leadership over,
     /// answering the requests in flight, syncing; then the process exits anyway.
     pub shutdown_timeout: Duration,
@@ -166,7 +174,7 @@ struct FileConfig {
     security: FileSecurity,
     peer_tls: Option<FilePeerTls>,
     #[serde(default)]
-    admin: crate::admin_auth::FileAdmin,
+    admin: FileAdmin,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -236,7 +244,7 @@ impl NodeConfig {
             listeners: Vec::new(),
             security: SecuritySettings::default(),
             peer_tls: None,
-            admin: crate::admin_auth::AdminSettings::default(),
+            admin: AdminSettings::default(),
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
@@ -322,7 +330,7 @@ impl NodeConfig {
             || listeners
                 .iter()
                 .any(|l| l.protocol != crate::security::config::SecurityProtocol::Plaintext);
-        let admin = crate::admin_auth::parse_admin(file.admin, secured)?;
+        let admin = parse_admin(file.admin, secured)?;
         let members = match file.initial_cluster {
             None => vec![Member {
                 name: name.clone(),
@@ -338,7 +346,7 @@ impl NodeConfig {
 
         let raft = raft::parse_raft(file.raft)?;
         let storage = storage::parse_storage(file.storage)?;
-        let connection_limits = crate::kafka::conn_limits::ConnectionLimitSettings::from_file(
+        let connection_limits = ConnectionLimitSettings::from_file(
             file.kafka.max_connections_per_ip,
             file.kafka.max_connections_per_ip_overrides.take(),
             file.kafka.max_connection_creation_rate,

@@ -36,7 +36,7 @@ use kafka_proto::records::{
 };
 use kafka_proto::DecodeError;
 
-use crate::config::KafkaSettings;
+use crate::config::{KafkaSettings, MAX_PARTITION_DATA_BYTES};
 use crate::flow::throttle::{throttle_ms, ClientIdentity};
 use crate::kafka::access::Access;
 use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
@@ -52,29 +52,6 @@ use crate::topic_config::{TimestampType, TopicSettings};
 
 /// Longest a produce waits for commit, whatever timeout the client asked for.
 const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// Largest records of one partition in one produce request (before and after a legacy message
-/// set is converted), whatever `message.max.bytes` says: larger is MESSAGE_TOO_LARGE. One
-/// partition's records become one Raft entry (proposals are merged only up to 1 MiB), and the
-/// log store refuses entries over 64 MiB (`logstore::StoreConfig::max_entry_bytes`, whose
-/// refusal would stop the group) while peer frames stop at 64 MiB
-/// (`transport::MAX_FRAME_BYTES`): half of that leaves room for the entry's context and
-/// framing. A unit test keeps it there.
-pub const MAX_PARTITION_DATA_BYTES: usize = 32 << 20;
-
-// A partition's records, once an entry, always fit a peer frame with room to spare.
-const _: () =
-    assert!(MAX_PARTITION_DATA_BYTES <= crate::replication::transport::MAX_FRAME_BYTES / 2);
-
-/// The limits a Produce request's records are validated against: `message.max.bytes` (capped
-/// by [`MAX_PARTITION_DATA_BYTES`]), the decompression bound derived from it, this node's clock
-/// and `message.timestamp.after.max.ms`.
-pub fn produce_limits(settings: &KafkaSettings, now_ms: i64) -> ProduceLimits {
-    let message_max_bytes = settings.message_max_bytes.min(MAX_PARTITION_DATA_BYTES);
-    ProduceLimits::new(message_max_bytes, now_ms).with_timestamp_after_max_ms(
-        i64::try_from(settings.message_timestamp_after_max_ms).unwrap_or(i64::MAX),
-    )
-}
 
 /// Checks a partition's records from a Produce request of `version` as Kafka's broker does,
 /// before anything is stored, and returns them as the one v2 batch to append with the number
@@ -212,7 +189,7 @@ impl TopicRules {
             message_max_bytes: settings.max_message_bytes,
             ..node.config().kafka
         };
-        let mut limits = produce_limits(&kafka, now_ms);
+        let mut limits = kafka.produce_limits(now_ms);
         if settings.timestamp_type == TimestampType::LogAppendTime {
             limits = limits.with_timestamp_after_max_ms(i64::MAX);
         }
@@ -628,21 +605,6 @@ fn submit_partition(
 mod tests {
     use super::*;
 
-    #[test]
-    fn one_partitions_records_always_fit_a_raft_entry_and_a_peer_frame() {
-        let entry_limit = logstore::StoreConfig::default().max_entry_bytes;
-        assert!(MAX_PARTITION_DATA_BYTES as u64 <= entry_limit / 2);
-        // A configured message.max.bytes above the cap is capped.
-        let settings = KafkaSettings {
-            message_max_bytes: 1 << 30,
-            ..KafkaSettings::default()
-        };
-        assert_eq!(
-            produce_limits(&settings, 0).max_batch_bytes,
-            MAX_PARTITION_DATA_BYTES
-        );
-    }
-
     fn batch(value_len: usize) -> Bytes {
         let record = kafka_proto::records::NewRecord::new(wall_clock_ms(), vec![b'x'; value_len]);
         kafka_proto::records::build_batch(Compression::None, &[record]).unwrap()
@@ -654,7 +616,7 @@ mod tests {
             message_max_bytes: 1 << 30,
             ..KafkaSettings::default()
         };
-        let limits = produce_limits(&settings, wall_clock_ms());
+        let limits = settings.produce_limits(wall_clock_ms());
         // One batch just over the cap (v9), and legacy-looking data over it (v2).
         let big = batch(MAX_PARTITION_DATA_BYTES);
         assert_eq!(
@@ -673,7 +635,7 @@ mod tests {
 
     #[test]
     fn v3_and_later_carry_exactly_one_v2_batch() {
-        let limits = produce_limits(&KafkaSettings::default(), wall_clock_ms());
+        let limits = KafkaSettings::default().produce_limits(wall_clock_ms());
         let one = batch(10);
         assert_eq!(
             validate_records(one.clone(), 9, &limits),

@@ -15,11 +15,13 @@
 //! (the group's state machine, which asks its effects of a [`MetadataHost`]: the node, or the
 //! simulation's recorder), `codec/` (the log and snapshot formats), `snapshot.rs` (snapshot
 //! files), `proposer.rs` (the one path that writes commands: request ids, encoding,
-//! retries). It imports nothing of the Kafka handlers, the admin API or the node.
+//! retries), `forwarded.rs` (what a member may propose through another node, and the
+//! metadata group's other checks the peer guard asks of it). It imports nothing of the Kafka handlers, the admin API or the node.
 
 mod apply;
 pub mod codec;
 mod command;
+pub mod forwarded;
 pub mod proposer;
 pub mod snapshot;
 mod state;

@@ -39,8 +39,7 @@ impl Node {
     /// whose modification time changed are re-read every [`TLS_RELOAD_POLL`].
     pub async fn serve_kafka(self: &Arc<Self>) -> Result<tokio::task::JoinHandle<()>, NodeError> {
         // The sender stays with the listeners' task: the shutdown signal never fires.
-        let (keep, never) =
-            tokio::sync::watch::channel(crate::kafka::listener::ShutdownPhase::Running);
+        let (keep, never) = tokio::sync::watch::channel(crate::shutdown::ShutdownPhase::Running);
         self.start_kafka_listeners(never, Some(keep)).await
     }
 
@@ -49,15 +48,15 @@ impl Node {
     /// what it has read and closes; the returned task ends once all have.
     pub async fn serve_kafka_until(
         self: &Arc<Self>,
-        shutdown: crate::kafka::listener::ShutdownSignal,
+        shutdown: crate::shutdown::ShutdownSignal,
     ) -> Result<tokio::task::JoinHandle<()>, NodeError> {
         self.start_kafka_listeners(shutdown, None).await
     }
 
     pub(super) async fn start_kafka_listeners(
         self: &Arc<Self>,
-        shutdown: crate::kafka::listener::ShutdownSignal,
-        keep: Option<tokio::sync::watch::Sender<crate::kafka::listener::ShutdownPhase>>,
+        shutdown: crate::shutdown::ShutdownSignal,
+        keep: Option<tokio::sync::watch::Sender<crate::shutdown::ShutdownPhase>>,
     ) -> Result<tokio::task::JoinHandle<()>, NodeError> {
         let mut endpoints = Vec::new();
         for config in self.config.kafka_listeners() {

@@ -335,7 +335,11 @@ impl Node {
             liveness: crate::replication::liveness::Liveness::new(&others),
             leaders: crate::replication::leaders::LeaderBook::new(&others, max_reported),
         });
-        let guard = Arc::new(PeerGuard::new(config.id, &peer_list));
+        let guard = Arc::new(PeerGuard::new(
+            config.id,
+            &peer_list,
+            Arc::new(crate::metadata::forwarded::MetadataForwarding),
+        ));
         let ping_peers = Arc::new(RwLock::new(others.clone()));
         let versions = Arc::new(crate::replication::peer_wire::PeerVersions::default());
         let peer_tls = match &config.peer_tls {

@@ -24,7 +24,6 @@
 //!   rebuilt from the saved table and the log after it.
 
 pub mod direct_send;
-pub mod forwarded;
 pub mod group;
 pub mod ids;
 pub mod in_sync;

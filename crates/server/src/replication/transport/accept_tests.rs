@@ -15,6 +15,7 @@ use super::super::test_fixtures::{
 };
 use super::super::{start_senders, OpenLinks, PeerTls};
 use super::*;
+use crate::replication::peer_guard::test_fixtures::SenderNamed;
 use crate::replication::peer_guard::{PeerGuard, PeerStats};
 use crate::replication::peer_wire::{self, FrameFormat, PeerVersions};
 
@@ -52,7 +53,7 @@ async fn mutual_tls_refuses_connections_without_a_cluster_certificate() {
     let task = tokio::spawn(serve_peers_with(
         listener,
         inbox.clone(),
-        Arc::new(PeerGuard::new(1, &members)),
+        Arc::new(PeerGuard::new(1, &members, Arc::new(SenderNamed))),
         stats.clone(),
         Arc::new(PeerVersions::default()),
         short_limits(),

@@ -10,6 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::{serve_peers_with, PeerInbox, PeerLimits};
+use crate::replication::peer_guard::test_fixtures::SenderNamed;
 use crate::replication::peer_guard::{PeerGuard, PeerStats};
 use crate::replication::peer_wire::{self, FrameFormat, FrameWriter, PeerVersions};
 use crate::replication::replicas::HelloDirs;
@@ -65,7 +66,7 @@ pub(super) async fn listen(
         (2, SocketAddr::new(peer_ip, 1)),
         (3, SocketAddr::new(peer_ip, 2)),
     ];
-    let guard = Arc::new(PeerGuard::new(1, &members));
+    let guard = Arc::new(PeerGuard::new(1, &members, Arc::new(SenderNamed)));
     let inbox = Arc::new(Recorder::default());
     let stats = Arc::new(PeerStats::default());
     let versions = Arc::new(PeerVersions::default());

@@ -1,7 +1,8 @@
 //! What a member may propose into the metadata group through another node: the authorization
 //! of forwarded proposals (`MsgPropose` from a peer), checked by [`authorize`] on every entry
-//! before the proposal reaches raft-rs (from [`crate::replication::peer_guard`]'s message check;
-//! the entry's context must already name the sender).
+//! before the proposal reaches raft-rs (the peer guard's message check asks it through
+//! [`MetadataForwarding`], the [`ForwardingGroup`] the node gives its guard; the entry's
+//! context must already name the sender).
 //!
 //! A member forwards proposals for two reasons, and they are authorized differently:
 //!
@@ -25,8 +26,27 @@
 //! request id (when it carries one) must name the sender: a request id of another node would
 //! answer that node's waiting client.
 
-use crate::metadata::{MetaCommand, MetaEntry};
-use crate::replication::peer_guard::Refusal;
+use crate::metadata::{snapshot::MAX_SNAPSHOT_BYTES, MetaCommand, MetaEntry, METADATA_GROUP_ID};
+use crate::replication::peer_guard::{ForwardingGroup, Refusal};
+
+/// What the metadata group admits from peers beyond the shape of their messages: its
+/// snapshots are at most [`MAX_SNAPSHOT_BYTES`], and forwarded entries pass [`authorize`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetadataForwarding;
+
+impl ForwardingGroup for MetadataForwarding {
+    fn is_group(&self, group: u64) -> bool {
+        group == METADATA_GROUP_ID
+    }
+
+    fn max_snapshot_bytes(&self) -> usize {
+        MAX_SNAPSHOT_BYTES
+    }
+
+    fn authorize(&self, from: u64, data: &[u8]) -> Result<(), Refusal> {
+        authorize(from, data)
+    }
+}
 
 /// Whether node `from` may have the metadata entry `data` proposed through the leader (see
 /// the module documentation).
@@ -89,5 +109,56 @@ mod tests {
         for garbage in [&b""[..], b"{}", b"\x01\xff\xff", b"x"] {
             assert!(matches!(authorize(2, garbage), Err(Refusal::BadEntries(_))));
         }
+    }
+
+    /// The peer guard asks the metadata through [`MetadataForwarding`]: a forwarded proposal
+    /// of the metadata group passes for its sender only, and only the metadata group's
+    /// snapshots carry its state.
+    #[test]
+    fn the_peer_guard_checks_forwarded_metadata_through_it() {
+        use crate::replication::peer_guard::check_message;
+        use raft::prelude::{Entry, Message, MessageType};
+
+        let propose = |from: u64, command: MetaCommand| {
+            let mut ctx = vec![crate::replication::raft_storage::CTX_META];
+            ctx.extend_from_slice(&from.to_be_bytes());
+            ctx.extend_from_slice(&7u64.to_be_bytes());
+            let mut m = Message::default();
+            m.set_msg_type(MessageType::MsgPropose);
+            m.from = from;
+            m.to = 1;
+            m.entries = vec![Entry {
+                context: ctx.into(),
+                data: entry(from, command).into(),
+                ..Default::default()
+            }]
+            .into();
+            m
+        };
+        let forwarding = MetadataForwarding;
+        let own = propose(
+            2,
+            MetaCommand::AdminAddress {
+                node: 2,
+                address: "10.0.0.2:9292".into(),
+            },
+        );
+        assert_eq!(
+            check_message(1, 2, METADATA_GROUP_ID, &own, &forwarding),
+            Ok(())
+        );
+        let other = propose(
+            2,
+            MetaCommand::AdminAddress {
+                node: 3,
+                address: "10.0.0.66:9292".into(),
+            },
+        );
+        assert!(matches!(
+            check_message(1, 2, METADATA_GROUP_ID, &other, &forwarding),
+            Err(Refusal::Unauthorized(_))
+        ));
+        assert!(forwarding.is_group(METADATA_GROUP_ID) && !forwarding.is_group(7));
+        assert_eq!(forwarding.max_snapshot_bytes(), MAX_SNAPSHOT_BYTES);
     }
 }

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use raft::prelude::{Message, MessageType};
 
-use super::tests::{entry, limits, msg, node, proposal_entry};
 use super::{check_in_group, GroupLimits, Refusal, CTX_RECORDS};
+use crate::replication::peer_guard::test_fixtures::{entry, limits, msg, node, proposal_entry};
 
 /// A leader whose snapshot was overtaken (the follower caught up by appends meanwhile)
 /// waits in its snapshot state for the follower's answer: the guard lets a snapshot below
