@@ -54,7 +54,6 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
 }
 
 /// Reads the base offset of the batch starting at `pos`. The caller guarantees `pos + 8 <= len`.
-#[cfg(test)]
 pub(crate) fn base_offset(payload: &[u8], pos: usize) -> i64 {
     be_i64(payload, pos)
 }
@@ -102,6 +101,57 @@ pub(crate) fn walk(payload: &[u8]) -> Result<Vec<BatchInfo>, (usize, String)> {
             max_timestamp: be_i64(payload, pos + MAX_TIMESTAMP_OFFSET),
         });
         pos += total as usize;
+    }
+    Ok(out)
+}
+
+/// One stored batch of an entry, placed at its offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredBatch {
+    /// Where the batch is inside the payload, its length, offset count and max timestamp.
+    pub info: BatchInfo,
+    /// Its baseOffset (written by the store on append; kept by compaction).
+    pub base: u64,
+}
+
+impl StoredBatch {
+    /// The offset after the batch's last offset.
+    pub fn end(&self) -> u64 {
+        self.base + u64::from(self.info.offset_count)
+    }
+}
+
+/// The batches of a stored `Records` entry taking offsets `[first_offset, next_offset)`,
+/// with their base offsets. A compacted entry may hold fewer batches than offsets (gaps
+/// between and around them) or none at all (an empty payload). The batches must lie inside
+/// the range in ascending order, else `Err((byte position, reason))`. Never panics.
+pub(crate) fn stored_batches(
+    payload: &[u8],
+    first_offset: u64,
+    next_offset: u64,
+) -> Result<Vec<StoredBatch>, (usize, String)> {
+    if payload.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut at = first_offset;
+    let mut out = Vec::new();
+    for info in walk(payload)? {
+        let base = base_offset(payload, info.pos);
+        let b = StoredBatch {
+            info,
+            base: base as u64,
+        };
+        if base < 0 || (base as u64) < at || b.end() > next_offset {
+            return Err((
+                info.pos,
+                format!(
+                    "batch at offsets {base}..{} lies outside the entry's offsets {at}..{next_offset}",
+                    b.end()
+                ),
+            ));
+        }
+        at = b.end();
+        out.push(b);
     }
     Ok(out)
 }

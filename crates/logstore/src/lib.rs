@@ -30,6 +30,7 @@ mod batch;
 mod budget;
 mod cache;
 pub mod clock;
+mod compaction;
 mod config;
 mod entry;
 mod error;
@@ -48,6 +49,10 @@ mod segment;
 mod store;
 
 pub use budget::CacheBudget;
+pub use compaction::{
+    CleanerStats, CompactionPlan, CompactionReport, KeyMap, KeyMapFull, PreparedCompaction,
+    RecordCompactor, RecordView, RetainOutcome, KEY_MAP_SLOT_BYTES,
+};
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};
 pub use error::{LogStoreError, Result};

@@ -91,18 +91,18 @@ pub struct SegmentSummary {
 /// [`StoreResources`](crate::StoreResources). Its cache is charged to their
 /// [`crate::CacheBudget`].
 pub struct LogStore {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     config: StoreConfig,
     _lock: File,
     /// Zeroed space ahead of the active segment (see `reserve.rs`).
     reserve: ZeroReserve,
     /// Sorted by base index; never empty; the last one is the active segment.
-    segments: Vec<Segment>,
+    pub(crate) segments: Vec<Segment>,
     /// Where sealed segments are kept open (shared with the node's other stores).
     open_segments: Arc<OpenSegments>,
     /// The newest entries (charged to the node's budget; other stores may shrink it).
-    cache: Arc<StoreCache>,
-    generation: u64,
+    pub(crate) cache: Arc<StoreCache>,
+    pub(crate) generation: u64,
     synced_len: u64,
     checkpoint_len: u64,
     durable_index: u64,

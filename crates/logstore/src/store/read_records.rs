@@ -150,16 +150,15 @@ impl LogStore {
                 if h.record_count > 0 && h.max_timestamp >= timestamp_ms {
                     let (h, frame) = seg.read_frame(pos)?;
                     let e = entry_from_frame(&h, &frame);
-                    let infos = batch::walk(&e.payload)
+                    // A compacted entry may hold fewer batches than offsets, or none.
+                    let stored = batch::stored_batches(&e.payload, e.first_offset, e.next_offset())
                         .map_err(|(at, r)| corruption(&seg.path, pos + at as u64, r))?;
-                    let mut o = e.first_offset;
-                    for b in infos {
-                        if b.max_timestamp >= timestamp_ms {
+                    for b in stored {
+                        if b.info.max_timestamp >= timestamp_ms {
                             // Records below the records floor are deleted: the first one
                             // still readable stands in for them.
-                            return Ok(Some(o.max(self.records_floor)));
+                            return Ok(Some(b.base.max(self.records_floor)));
                         }
-                        o += u64::from(b.offset_count);
                     }
                 }
                 pos += h.total_len();
@@ -179,20 +178,21 @@ fn add_batches(
     out: &mut RecordsRead,
     path: &Path,
 ) -> Result<bool> {
-    let infos = batch::walk(&e.payload).map_err(|(at, r)| {
-        corruption(
-            path,
-            at as u64,
-            format!("entry {}: stored record batches: {r}", e.index),
-        )
-    })?;
-    let mut o = e.first_offset;
+    // A compacted entry may hold fewer batches than offsets (gaps), or none at all.
+    let stored =
+        batch::stored_batches(&e.payload, e.first_offset, e.next_offset()).map_err(|(at, r)| {
+            corruption(
+                path,
+                at as u64,
+                format!("entry {}: stored record batches: {r}", e.index),
+            )
+        })?;
     let mut run: Option<(usize, usize)> = None;
     let mut keep_going = true;
-    for b in infos {
-        let first = o;
-        let last = o + u64::from(b.offset_count) - 1;
-        o = last + 1;
+    for sb in stored {
+        let b = sb.info;
+        let first = sb.base;
+        let last = sb.end() - 1;
         if last < from {
             continue;
         }

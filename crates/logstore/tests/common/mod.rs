@@ -2,6 +2,7 @@
 #![allow(dead_code, missing_docs)]
 
 pub mod crash_util;
+pub mod kv_codec;
 
 use bytes::Bytes;
 use logstore::{EntryKind, NewEntry};

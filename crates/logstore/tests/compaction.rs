@@ -1,0 +1,625 @@
+//! Log compaction (`LogStore::compact`): the latest record of every key stays at its offset,
+//! reads by offset and by time work across the gaps, the Raft log keeps every index and
+//! term, reopening works, the active segment, the clean limit and the compaction lag are
+//! respected, tombstones go only after the delete horizon, and a restart resumes from the
+//! checkpoint. Records use the tiny format of `common/kv_codec.rs`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use common::kv_codec::{control_batch, kv_batch, records_of, KvCodec, KvRecord, Rec};
+use logstore::{
+    CompactionPlan, EntryKind, LogStore, LogStoreError, NewEntry, RecordCompactor, RecordView,
+    RetainOutcome, StoreConfig,
+};
+
+fn cfg() -> StoreConfig {
+    StoreConfig {
+        segment_bytes: 2048,
+        index_interval_bytes: 256,
+        // Segment files end at their last frame (no zeros ahead of the writer), so they can
+        // be compared byte for byte.
+        preallocate_bytes: 0,
+        ..Default::default()
+    }
+}
+
+/// A produced record: key, value (`None`: a tombstone), timestamp.
+type Produced = (Option<Vec<u8>>, Option<Vec<u8>>, i64);
+
+/// What was produced: every record, and the latest per key.
+#[derive(Default)]
+struct Model {
+    /// offset -> (key, value, timestamp)
+    all: BTreeMap<u64, Produced>,
+    latest: BTreeMap<Vec<u8>, u64>,
+}
+
+fn rec(key: &str, value: Option<&str>, ts: i64) -> Rec {
+    Rec {
+        key: Some(key.as_bytes().to_vec()),
+        value: value.map(|v| v.as_bytes().to_vec()),
+        ts,
+    }
+}
+
+/// Appends one Records entry holding `batches`.
+fn produce(s: &mut LogStore, m: &mut Model, batches: &[Vec<Rec>]) {
+    let mut payload = Vec::new();
+    let mut o = s.next_offset();
+    for b in batches {
+        payload.extend(kv_batch(b));
+        for r in b {
+            m.all.insert(o, (r.key.clone(), r.value.clone(), r.ts));
+            if let Some(k) = &r.key {
+                m.latest.insert(k.clone(), o);
+            }
+            o += 1;
+        }
+    }
+    let index = s.last_index() + 1;
+    s.append(&[NewEntry {
+        index,
+        term: 1 + index / 25,
+        kind: EntryKind::Records,
+        payload: Bytes::from(payload),
+        context: Bytes::from(format!("ctx{index}")),
+    }])
+    .unwrap();
+    assert_eq!(s.next_offset(), o);
+}
+
+fn append_other(s: &mut LogStore, kind: EntryKind, payload: Vec<u8>) {
+    let index = s.last_index() + 1;
+    s.append(&[NewEntry {
+        index,
+        term: 1 + index / 25,
+        kind,
+        payload: Bytes::from(payload),
+        context: Bytes::new(),
+    }])
+    .unwrap();
+}
+
+/// A workload of `n` records over `keys` keys (values `v<n>`), in entries of one to three
+/// batches, with Noop entries and control batches mixed in.
+fn workload(s: &mut LogStore, m: &mut Model, n: u32, keys: u32, ts0: i64) {
+    let mut i = 0;
+    while i < n {
+        let batches: Vec<Vec<Rec>> = (0..(i % 3 + 1))
+            .map(|b| {
+                (0..(b + i % 2 + 1))
+                    .map(|j| {
+                        let k = i + b * 7 + j;
+                        rec(
+                            &format!("key{}", k % keys),
+                            Some(&format!("v{k}")),
+                            ts0 + i64::from(k),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        i += batches.iter().map(|b| b.len() as u32).sum::<u32>();
+        produce(s, m, &batches);
+        if i % 5 == 0 {
+            append_other(s, EntryKind::Noop, Vec::new());
+        }
+        if i % 11 == 0 {
+            // A transaction marker: kept by every pass.
+            let o = s.next_offset();
+            let index = s.last_index() + 1;
+            s.append(&[NewEntry {
+                index,
+                term: 1 + index / 25,
+                kind: EntryKind::Records,
+                payload: Bytes::from(control_batch(ts0 + i64::from(i))),
+                context: Bytes::new(),
+            }])
+            .unwrap();
+            m.all.insert(o, (None, None, ts0));
+        }
+    }
+}
+
+fn plan(s: &LogStore) -> CompactionPlan {
+    CompactionPlan {
+        clean_limit: s.last_index() + 1,
+        now_ms: 1 << 40,
+        min_compaction_lag_ms: 0,
+        delete_retention_ms: 1 << 39,
+        key_map_bytes: 1 << 20,
+    }
+}
+
+fn no_throttle() -> impl FnMut(u64) {
+    |_| {}
+}
+
+/// Every data record readable from the log start on: (offset, key, value).
+type Read = Vec<KvRecord>;
+
+fn read_all(s: &LogStore) -> Read {
+    let mut out = Vec::new();
+    let mut from = s.log_start_offset();
+    loop {
+        let r = s.read_records(from, 700, s.next_offset()).unwrap();
+        if r.chunks.is_empty() {
+            break;
+        }
+        out.extend(records_of(&r.chunks).into_iter().filter(|x| x.0 >= from));
+        from = r.next_offset;
+    }
+    out
+}
+
+/// Checks that `read` holds the latest record of every key at its offset, every record of
+/// the sealed segments at or after `kept_from` (not compacted), and is in offset order.
+fn check_latest(m: &Model, read: &Read, kept_from: u64) {
+    let got: BTreeMap<u64, _> = read
+        .iter()
+        .map(|(o, k, v)| (*o, (k.clone(), v.clone())))
+        .collect();
+    assert_eq!(got.len(), read.len(), "an offset read twice");
+    assert!(read.windows(2).all(|w| w[0].0 < w[1].0), "offsets ascend");
+    for (key, o) in &m.latest {
+        let (k, v, _) = &m.all[o];
+        if v.is_some() {
+            assert_eq!(
+                got.get(o),
+                Some(&(k.clone(), v.clone())),
+                "latest of {key:?} at {o}"
+            );
+        }
+    }
+    for (o, (k, v, _)) in m.all.range(kept_from..) {
+        if k.is_some() {
+            assert_eq!(
+                got.get(o),
+                Some(&(k.clone(), v.clone())),
+                "uncompacted record {o}"
+            );
+        }
+    }
+    for (o, (k, v)) in &got {
+        assert_eq!(
+            m.all.get(o).map(|x| (&x.0, &x.1)),
+            Some((k, v)),
+            "record {o} as produced"
+        );
+    }
+}
+
+fn entry_shape(s: &LogStore) -> Vec<(u64, u64, EntryKind, u64, u32, Bytes)> {
+    s.entries(s.first_index(), s.last_index() + 1, u64::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            (
+                e.index,
+                e.term,
+                e.kind,
+                e.first_offset,
+                e.record_count,
+                e.context,
+            )
+        })
+        .collect()
+}
+
+fn active_bytes(s: &LogStore) -> (u64, Vec<u8>) {
+    let a = s.segment_summaries().pop().unwrap();
+    (
+        a.base_index,
+        std::fs::read(s.dir().join(format!("{:020}.log", a.base_index))).unwrap(),
+    )
+}
+
+fn segment_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_latest_value_of_every_key_stays_at_its_offset_and_the_raft_log_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 400, 23, 1_000);
+    assert!(s.segment_count() > 5);
+    let shape = entry_shape(&s);
+    let active = active_bytes(&s);
+    let active_first = s.segment_summaries().pop().unwrap().first_offset;
+    let before = read_all(&s);
+    let total_before: u64 = s.segment_summaries().iter().map(|x| x.bytes).sum();
+
+    let r = s.compact(&plan(&s), &KvCodec, &mut no_throttle()).unwrap();
+    assert!(r.segments_rewritten > 0 && r.records_removed > 0, "{r:?}");
+    assert_eq!(
+        r.first_dirty_offset, active_first,
+        "the map covered every sealed segment"
+    );
+    let after = read_all(&s);
+    assert_eq!(before.len() - after.len(), r.records_removed as usize);
+    check_latest(&m, &after, active_first);
+    let total_after: u64 = s.segment_summaries().iter().map(|x| x.bytes).sum();
+    assert!(total_after < total_before, "{total_after} < {total_before}");
+    // Only the latest record of a key below the active segment (the map's end) is left in
+    // the compacted part.
+    let mut latest_mapped = BTreeMap::new();
+    for (o, (k, _, _)) in m.all.range(..active_first) {
+        if let Some(k) = k {
+            latest_mapped.insert(k.clone(), *o);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (o, k, _) in after.iter().filter(|x| x.0 < active_first) {
+        assert_eq!(latest_mapped[k.as_ref().unwrap()], *o);
+        assert!(seen.insert(k.clone()));
+    }
+    assert_eq!(seen.len(), latest_mapped.len());
+
+    // The Raft log: every index, term, kind, context and offset range as before; some
+    // entries lost all their batches and are empty.
+    assert_eq!(entry_shape(&s), shape);
+    let entries = s
+        .entries(s.first_index(), s.last_index() + 1, u64::MAX)
+        .unwrap();
+    assert!(entries
+        .iter()
+        .any(|e| e.record_count > 0 && e.payload.is_empty()));
+    for i in s.first_index()..=s.last_index() {
+        assert_eq!(s.term(i).unwrap(), shape[(i - s.first_index()) as usize].1);
+        assert_eq!(
+            s.next_offset_after_index(i).unwrap(),
+            shape[(i - s.first_index()) as usize].3
+                + u64::from(shape[(i - s.first_index()) as usize].4)
+        );
+    }
+    assert!(
+        active_bytes(&s) == active,
+        "the active segment is not touched"
+    );
+
+    // Reads from every offset, gaps included: the first record returned at or after `from`
+    // is the first one kept at or after it.
+    let check_reads = |s: &LogStore| {
+        for from in s.log_start_offset()..s.next_offset() {
+            let r = s.read_records(from, 1, s.next_offset()).unwrap();
+            let first = records_of(&r.chunks).into_iter().find(|x| x.0 >= from);
+            let want = after.iter().find(|x| x.0 >= from).cloned();
+            // A control batch alone has no data records; it is still returned.
+            if r.chunks.is_empty() {
+                assert_eq!(want, None, "nothing returned at {from}");
+            } else if let Some(first) = first {
+                assert_eq!(Some(first), want, "read at {from}");
+            }
+        }
+        // By time: the first stored batch whose max timestamp reaches `ts`.
+        for ts in (900..1_500).step_by(7) {
+            let got = s.offset_for_timestamp(ts).unwrap();
+            let want = batches_by_scan(s)
+                .into_iter()
+                .find(|(_, max_ts)| *max_ts >= ts)
+                .map(|(base, _)| base);
+            assert_eq!(got, want, "timestamp {ts}");
+        }
+    };
+    check_reads(&s);
+
+    // Reopened (index files kept), and with every index file rebuilt.
+    drop(s);
+    let s = LogStore::open(dir.path(), cfg()).unwrap();
+    assert_eq!(s.recovery_report().rebuilt_indexes, 0);
+    assert_eq!(read_all(&s), after);
+    assert_eq!(entry_shape(&s), shape);
+    check_reads(&s);
+    drop(s);
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "index") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    assert!(s.recovery_report().rebuilt_indexes > 0);
+    assert_eq!(read_all(&s), after);
+    assert_eq!(entry_shape(&s), shape);
+    check_reads(&s);
+
+    // A second pass with nothing new to map changes nothing.
+    let files = segment_files(dir.path());
+    let r2 = s.compact(&plan(&s), &KvCodec, &mut no_throttle()).unwrap();
+    assert_eq!(r2.segments_rewritten, 0);
+    assert!(segment_files(dir.path()) == files);
+}
+
+/// (base offset, max timestamp) of every stored batch, by a sequential read.
+fn batches_by_scan(s: &LogStore) -> Vec<(u64, i64)> {
+    let mut out = Vec::new();
+    let mut from = s.log_start_offset();
+    loop {
+        let r = s.read_records(from, 1 << 20, s.next_offset()).unwrap();
+        if r.chunks.is_empty() {
+            return out;
+        }
+        for c in &r.chunks {
+            out.extend(common::batches_of(c).into_iter().map(|b| (b.0, b.2)));
+        }
+        from = r.next_offset;
+    }
+}
+
+#[test]
+fn the_clean_limit_and_the_compaction_lag_are_respected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 300, 5, 1_000);
+    let segs = s.segment_summaries();
+    assert!(segs.len() > 6);
+    // The limit inside the fourth segment: the first three may be cleaned.
+    let limit = segs[3].base_index + 1;
+    let files = segment_files(dir.path());
+    let p = CompactionPlan {
+        clean_limit: limit,
+        ..plan(&s)
+    };
+    assert_eq!(
+        s.cleanable_bytes(&p),
+        segs[..3].iter().map(|x| x.bytes).sum::<u64>()
+    );
+    let r = s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    assert_eq!(r.first_dirty_offset, segs[3].first_offset);
+    assert!(r.segments_rewritten > 0);
+    let now = segment_files(dir.path());
+    for seg in &segs[3..] {
+        let name = format!("{:020}.log", seg.base_index);
+        assert!(
+            now[&name] == files[&name],
+            "{name} is at or above the clean limit"
+        );
+    }
+    check_latest(&m, &read_all(&s), segs[3].first_offset);
+    let stats = s.cleaner_stats(&p);
+    assert_eq!(stats.cleanable_bytes, 0);
+    assert_eq!(stats.dirty_ratio(), 0.0);
+    assert_eq!(stats.last_clean_ms, Some(p.now_ms));
+
+    // The lag: records of the sixth segment on are "younger" than the lag allows.
+    let young_from = s.segment_summaries()[5].base_index;
+    let youngest_old = s
+        .entries(1, young_from, u64::MAX)
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            m.all
+                .range(e.first_offset..e.next_offset())
+                .map(|x| x.1 .2)
+                .max()
+        })
+        .max()
+        .unwrap();
+    let p = CompactionPlan {
+        now_ms: youngest_old + 100,
+        min_compaction_lag_ms: 100,
+        ..plan(&s)
+    };
+    let before = segment_files(dir.path());
+    let r = s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    assert_eq!(r.first_dirty_offset, s.segment_summaries()[5].first_offset);
+    let after = segment_files(dir.path());
+    for seg in &s.segment_summaries()[5..] {
+        let name = format!("{:020}.log", seg.base_index);
+        assert!(
+            after[&name] == before[&name],
+            "{name} holds records younger than the lag"
+        );
+    }
+    check_latest(&m, &read_all(&s), s.segment_summaries()[5].first_offset);
+}
+
+#[test]
+fn tombstones_go_only_after_the_delete_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    produce(
+        &mut s,
+        &mut m,
+        &[vec![
+            rec("gone", Some("old"), 100),
+            rec("stays", Some("1"), 100),
+        ]],
+    );
+    produce(&mut s, &mut m, &[vec![rec("gone", None, 200)]]);
+    let tomb = s.next_offset() - 1;
+    workload(&mut s, &mut m, 120, 7, 300);
+    let p = CompactionPlan {
+        now_ms: 10_000,
+        delete_retention_ms: 5_000,
+        ..plan(&s)
+    };
+    s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    let read = read_all(&s);
+    assert!(read
+        .iter()
+        .all(|x| x.1.as_deref() != Some(b"gone".as_slice()) || x.0 == tomb));
+    assert!(
+        read.iter().any(|x| x.0 == tomb && x.2.is_none()),
+        "tombstone kept before its horizon"
+    );
+    assert!(read
+        .iter()
+        .any(|x| x.1.as_deref() == Some(b"stays".as_slice())));
+
+    // New dirty data, the tombstone below the first dirty offset, but younger than the
+    // horizon: it stays.
+    workload(&mut s, &mut m, 120, 7, 400);
+    let p = CompactionPlan {
+        now_ms: 10_000,
+        delete_retention_ms: 9_850,
+        ..plan(&s)
+    };
+    let r = s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    assert!(r.segments_rewritten > 0);
+    assert!(
+        read_all(&s).iter().any(|x| x.0 == tomb && x.2.is_none()),
+        "tombstone kept"
+    );
+
+    // New dirty data and a clock past the horizon: the tombstone (below the first dirty
+    // offset, kept by the previous pass) goes.
+    workload(&mut s, &mut m, 120, 7, 500);
+    let p = CompactionPlan {
+        now_ms: 10_000,
+        delete_retention_ms: 9_000,
+        ..plan(&s)
+    };
+    s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    let read = read_all(&s);
+    assert!(
+        read.iter()
+            .all(|x| x.1.as_deref() != Some(b"gone".as_slice())),
+        "tombstone removed"
+    );
+    assert!(read
+        .iter()
+        .any(|x| x.1.as_deref() == Some(b"stays".as_slice())));
+}
+
+#[test]
+fn a_small_key_map_cleans_in_several_passes_and_a_restart_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 500, 40, 1_000);
+    let end = s.segment_summaries().pop().unwrap().first_offset;
+    let p = CompactionPlan {
+        key_map_bytes: 24 * 12, // 10 keys
+        ..plan(&s)
+    };
+    let mut firsts = vec![s.cleaner_stats(&p).first_dirty_offset];
+    assert!(s.dirty_ratio(&p) > 0.99);
+    while *firsts.last().unwrap() < end {
+        let r = s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+        assert!(
+            r.first_dirty_offset > *firsts.last().unwrap(),
+            "progress: {r:?}"
+        );
+        firsts.push(r.first_dirty_offset);
+        // A restart resumes from the checkpoint.
+        drop(s);
+        s = LogStore::open(dir.path(), cfg()).unwrap();
+        assert_eq!(s.cleaner_stats(&p).first_dirty_offset, r.first_dirty_offset);
+        assert!(firsts.len() < 100);
+    }
+    assert!(firsts.len() > 3, "several passes: {firsts:?}");
+    assert_eq!(s.dirty_ratio(&p), 0.0);
+    // Several passes leave what one pass with a large map leaves.
+    check_latest(&m, &read_all(&s), end);
+    let mut seen = std::collections::HashSet::new();
+    for (_, k, _) in read_all(&s).iter().filter(|x| x.0 < end) {
+        assert!(
+            seen.insert(k.clone()),
+            "one record per key in the cleaned part"
+        );
+    }
+    assert_eq!(seen.len(), 40);
+}
+
+#[test]
+fn a_pass_prepared_before_a_snapshot_installs_nothing_and_leaves_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 200, 5, 1_000);
+    let prepared = s
+        .prepare_compaction(&plan(&s), &KvCodec, &mut no_throttle())
+        .unwrap();
+    assert!(prepared.report().records_removed > 0);
+    let tmp_count = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".tmp")
+            })
+            .count()
+    };
+    assert!(tmp_count() > 0);
+    let (last, term, next) = (s.last_index(), s.last_term(), s.next_offset());
+    s.install_snapshot(last + 10, term, next + 5).unwrap();
+    let r = s.install_compaction(prepared).unwrap();
+    assert_eq!(r.segments_rewritten, 0);
+    assert_eq!(tmp_count(), 0);
+    // Dropped without installing: its files go too.
+    workload(&mut s, &mut m, 200, 5, 2_000);
+    let prepared = s
+        .prepare_compaction(&plan(&s), &KvCodec, &mut no_throttle())
+        .unwrap();
+    assert!(tmp_count() > 0);
+    drop(prepared);
+    assert_eq!(tmp_count(), 0);
+}
+
+struct FailingCodec;
+
+impl RecordCompactor for FailingCodec {
+    fn visit(&self, batch: &[u8], f: &mut dyn FnMut(RecordView<'_>)) -> Result<(), String> {
+        KvCodec.visit(batch, f)
+    }
+    fn retain(
+        &self,
+        _batch: &[u8],
+        _keep: &mut dyn FnMut(RecordView<'_>) -> bool,
+        _horizon: Option<i64>,
+    ) -> Result<RetainOutcome, String> {
+        Err("cannot decompress".into())
+    }
+}
+
+#[test]
+fn a_codec_error_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 200, 5, 1_000);
+    let files = segment_files(dir.path());
+    let e = s
+        .compact(&plan(&s), &FailingCodec, &mut no_throttle())
+        .unwrap_err();
+    assert!(matches!(e, LogStoreError::Compaction { .. }), "{e}");
+    assert!(segment_files(dir.path()) == files);
+    assert_eq!(s.cleaner_stats(&plan(&s)).first_dirty_offset, 0);
+}
+
+#[test]
+fn the_throttle_sees_every_byte_read_and_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 300, 5, 1_000);
+    let mut total = 0u64;
+    let r = s.compact(&plan(&s), &KvCodec, &mut |n| total += n).unwrap();
+    assert!(r.bytes_written > 0);
+    assert!(
+        total >= r.bytes_written + r.bytes_read / 2,
+        "{total} vs {r:?}"
+    );
+}
