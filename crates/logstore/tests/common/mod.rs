@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, missing_docs)]
 
+pub mod compaction_util;
 pub mod crash_util;
 pub mod kv_codec;
 
