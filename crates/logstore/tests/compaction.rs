@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use common::compaction_util::*;
 use common::kv_codec::{records_of, KvCodec};
 use logstore::{
-    CompactionPlan, LogStore, LogStoreError, RecordCompactor, RecordView, RetainOutcome,
+    CompactionPlan, EntryKind, LogStore, LogStoreError, NewEntry, RecordCompactor, RecordView,
+    RetainOutcome,
 };
 
 #[test]
@@ -404,4 +405,107 @@ fn the_throttle_sees_every_byte_read_and_written() {
         total >= r.bytes_written + r.bytes_read / 2,
         "{total} vs {r:?}"
     );
+}
+
+#[test]
+fn a_follower_catches_up_from_a_compacted_leader_in_band() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let mut leader = LogStore::open(leader_dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut leader, &mut m, 300, 11, 1_000);
+    let active_first = leader.segment_summaries().pop().unwrap().first_offset;
+    leader
+        .compact(&plan(&leader), &KvCodec, &mut no_throttle())
+        .unwrap();
+    let entries = leader
+        .entries(1, leader.last_index() + 1, u64::MAX)
+        .unwrap();
+    assert!(entries
+        .iter()
+        .any(|e| e.record_count > 0 && e.payload.is_empty()));
+
+    // The follower gets the entries as Raft sends them, with the leader's record counts.
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
+    for chunk in entries.chunks(7) {
+        let new: Vec<NewEntry> = chunk
+            .iter()
+            .map(|e| NewEntry {
+                index: e.index,
+                term: e.term,
+                kind: e.kind,
+                payload: e.payload.clone(),
+                context: e.context.clone(),
+            })
+            .collect();
+        let counts: Vec<Option<u32>> = chunk
+            .iter()
+            .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
+            .collect();
+        follower.append_unsynced_with_counts(&new, &counts).unwrap();
+    }
+    follower.sync().unwrap();
+    assert_eq!(entry_shape(&follower), entry_shape(&leader));
+    assert_eq!(read_all(&follower), read_all(&leader));
+    check_latest(&m, &read_all(&follower), active_first);
+    drop(follower);
+    let follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
+    assert_eq!(entry_shape(&follower), entry_shape(&leader));
+    assert_eq!(read_all(&follower), read_all(&leader));
+
+    // A count that does not hold the batches, a zero count and a count for a Noop are
+    // refused, nothing appended.
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut other = LogStore::open(other_dir.path(), cfg()).unwrap();
+    let gap = entries
+        .iter()
+        .find(|e| e.record_count > 1 && !e.payload.is_empty() && e.first_offset > 0)
+        .unwrap();
+    let before: Vec<NewEntry> = entries[..(gap.index - 1) as usize]
+        .iter()
+        .map(|e| NewEntry {
+            index: e.index,
+            term: e.term,
+            kind: e.kind,
+            payload: e.payload.clone(),
+            context: e.context.clone(),
+        })
+        .collect();
+    let counts: Vec<Option<u32>> = entries[..(gap.index - 1) as usize]
+        .iter()
+        .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
+        .collect();
+    other.append_unsynced_with_counts(&before, &counts).unwrap();
+    let g = NewEntry {
+        index: gap.index,
+        term: gap.term,
+        kind: gap.kind,
+        payload: gap.payload.clone(),
+        context: gap.context.clone(),
+    };
+    let last = other.last_index();
+    let last_batch_end = common::batches_of(&gap.payload).last().unwrap().1 + 1;
+    let too_few = (last_batch_end - gap.first_offset - 1) as u32;
+    for bad in [Some(too_few), Some(0)] {
+        let e = other.append_unsynced_with_counts(std::slice::from_ref(&g), &[bad]);
+        assert!(
+            matches!(e, Err(LogStoreError::InvalidRecords { .. })),
+            "{bad:?}: {e:?}"
+        );
+        assert_eq!(other.last_index(), last);
+    }
+    let noop = NewEntry {
+        index: last + 1,
+        term: gap.term,
+        kind: EntryKind::Noop,
+        payload: bytes::Bytes::new(),
+        context: bytes::Bytes::new(),
+    };
+    assert!(other
+        .append_unsynced_with_counts(&[noop], &[Some(1)])
+        .is_err());
+    other
+        .append_unsynced_with_counts(std::slice::from_ref(&g), &[Some(gap.record_count)])
+        .unwrap();
+    assert_eq!(other.next_offset(), gap.next_offset());
 }

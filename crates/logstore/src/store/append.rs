@@ -25,6 +25,15 @@ pub struct AppendResult {
     pub durable: bool,
 }
 
+/// Where a `Records` entry's offsets come from.
+enum Offsets {
+    /// Counted from its batches; the store writes their base offsets (a new entry).
+    Assign(Vec<batch::BatchInfo>),
+    /// Given by the caller (a compacted entry from a replica): its batches keep their base
+    /// offsets.
+    Given { count: u32, max_timestamp: i64 },
+}
+
 impl LogStore {
     /// Appends entries (indexes `last_index()+1, +2, ...`) in one write, then syncs if the
     /// [`SyncPolicy`] says so: under `Always`, the entries are durable when this returns.
@@ -63,6 +72,22 @@ impl LogStore {
     /// readable at once and durable after the next [`LogStore::sync`]. On error nothing was
     /// appended.
     pub fn append_unsynced(&mut self, entries: &[NewEntry]) -> Result<AppendResult> {
+        self.append_unsynced_with_counts(entries, &[])
+    }
+
+    /// Like [`LogStore::append_unsynced`], for entries a replica sends that compaction may
+    /// have shrunk: `record_counts[i]`, when given (`Some`), is the number of offsets the
+    /// `Records` entry `entries[i]` takes (the leader's [`Entry::record_count`]) instead of
+    /// the count of its batches. Such an entry's batches keep the base offsets they carry,
+    /// which must lie inside its offsets in order (`InvalidRecords` otherwise); its payload
+    /// may hold no batch at all (every record removed). Missing or `None` counts: as
+    /// [`LogStore::append_unsynced`] (offsets counted from the batches and written into
+    /// them). A count for another kind of entry, or a zero count, is `InvalidRecords`.
+    pub fn append_unsynced_with_counts(
+        &mut self,
+        entries: &[NewEntry],
+        record_counts: &[Option<u32>],
+    ) -> Result<AppendResult> {
         if entries.is_empty() {
             return Ok(self.append_result());
         }
@@ -70,8 +95,10 @@ impl LogStore {
         // Validate everything before writing anything.
         let mut prev_term = self.last_term();
         let mut total: u64 = 0;
-        let mut batches: Vec<Option<Vec<batch::BatchInfo>>> = Vec::with_capacity(entries.len());
-        for (expected, e) in (self.last_index() + 1..).zip(entries) {
+        let mut batches: Vec<Option<Offsets>> = Vec::with_capacity(entries.len());
+        let mut next = self.next_offset();
+        for (i, (expected, e)) in (self.last_index() + 1..).zip(entries).enumerate() {
+            let given = record_counts.get(i).copied().flatten();
             if e.index != expected {
                 return Err(LogStoreError::NonContiguous {
                     expected,
@@ -93,7 +120,24 @@ impl LogStore {
                     limit: cfg.max_entry_bytes,
                 });
             }
-            if e.kind == EntryKind::Records {
+            if let Some(count) = given {
+                let placed = if e.kind == EntryKind::Records && count > 0 {
+                    batch::stored_batches(&e.payload, next, next + u64::from(count))
+                } else {
+                    Err((0, format!("{count} offsets for a {:?} entry", e.kind)))
+                };
+                let placed = placed.map_err(|(at, reason)| LogStoreError::InvalidRecords {
+                    index: e.index,
+                    at,
+                    reason,
+                })?;
+                let max_timestamp = placed.iter().map(|b| b.info.max_timestamp).max();
+                batches.push(Some(Offsets::Given {
+                    count,
+                    max_timestamp: max_timestamp.unwrap_or(-1),
+                }));
+                next += u64::from(count);
+            } else if e.kind == EntryKind::Records {
                 let infos = batch::walk(&e.payload).map_err(|(at, reason)| {
                     LogStoreError::InvalidRecords {
                         index: e.index,
@@ -109,7 +153,8 @@ impl LogStore {
                         reason: format!("{count} offsets in one entry"),
                     });
                 }
-                batches.push(Some(infos));
+                next += count;
+                batches.push(Some(Offsets::Assign(infos)));
             } else {
                 batches.push(None);
             }
@@ -134,10 +179,14 @@ impl LogStore {
         let mut metas = Vec::with_capacity(entries.len());
         for (e, infos) in entries.iter().zip(&batches) {
             let (count, max_ts) = match infos {
-                Some(infos) => (
+                Some(Offsets::Assign(infos)) => (
                     infos.iter().map(|b| b.offset_count).sum::<u32>(),
                     infos.iter().map(|b| b.max_timestamp).max().unwrap_or(-1),
                 ),
+                Some(Offsets::Given {
+                    count,
+                    max_timestamp,
+                }) => (*count, *max_timestamp),
                 None => (0, -1),
             };
             let m = FrameMeta {
@@ -151,7 +200,7 @@ impl LogStore {
             };
             let start = buf.len();
             encode_frame(&mut buf, &m, &e.context, &e.payload, |p| {
-                if let Some(infos) = infos {
+                if let Some(Offsets::Assign(infos)) = infos {
                     let mut o = m.first_offset;
                     for b in infos {
                         batch::set_base_offset(p, b.pos, o);
