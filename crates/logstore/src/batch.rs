@@ -137,11 +137,15 @@ pub(crate) fn stored_batches(
     let mut out = Vec::new();
     for info in walk(payload)? {
         let base = base_offset(payload, info.pos);
+        if base < 0 {
+            return Err((info.pos, format!("negative base offset {base}")));
+        }
+        // A non-negative i64 plus a u32 count cannot overflow a u64.
         let b = StoredBatch {
             info,
             base: base as u64,
         };
-        if base < 0 || (base as u64) < at || b.end() > next_offset {
+        if b.base < at || b.end() > next_offset {
             return Err((
                 info.pos,
                 format!(
@@ -205,5 +209,34 @@ mod tests {
         let mut p = batch(1, 0, 0);
         p[8..12].copy_from_slice(&(-5i32).to_be_bytes());
         assert!(walk(&p).is_err());
+    }
+
+    #[test]
+    fn stored_batches_are_placed_by_their_base_offsets() {
+        // An entry taking offsets 10..20 whose compaction kept batches at 12..15 and 17..18.
+        let mut p = batch(3, 10, 0);
+        set_base_offset(&mut p, 0, 12);
+        let mut q = batch(1, 20, 4);
+        set_base_offset(&mut q, 0, 17);
+        p.extend(&q);
+        let s = stored_batches(&p, 10, 20).unwrap();
+        assert_eq!(
+            s.iter().map(|b| (b.base, b.end())).collect::<Vec<_>>(),
+            vec![(12, 15), (17, 18)]
+        );
+        // No batch at all: a compacted entry whose records all went.
+        assert_eq!(stored_batches(&[], 10, 20).unwrap(), vec![]);
+        // Outside the entry's offsets, overlapping, or out of order: refused.
+        assert!(stored_batches(&p, 13, 20).is_err());
+        assert!(stored_batches(&p, 10, 17).is_err());
+        let mut r = q.clone();
+        r.extend(&p[..BATCH_HEADER_LEN]);
+        set_base_offset(&mut r, q.len(), 12);
+        assert!(stored_batches(&r, 10, 20).is_err());
+        let mut neg = batch(1, 0, 0);
+        set_base_offset(&mut neg, 0, u64::MAX);
+        assert!(stored_batches(&neg, 0, 20).is_err());
+        // Bytes that are not batches: refused, no panic.
+        assert!(stored_batches(&[1, 2, 3], 0, 20).is_err());
     }
 }

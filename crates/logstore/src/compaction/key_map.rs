@@ -112,7 +112,7 @@ impl KeyMap {
         let i = self.find(d);
         let s = &mut self.slots[i];
         if s.offset_plus_one != 0 {
-            s.offset_plus_one = s.offset_plus_one.max(offset + 1);
+            s.offset_plus_one = s.offset_plus_one.max(offset.saturating_add(1));
             return Ok(());
         }
         if self.keys >= self.max_keys {
@@ -120,7 +120,7 @@ impl KeyMap {
         }
         *s = Slot {
             digest: d,
-            offset_plus_one: offset + 1,
+            offset_plus_one: offset.saturating_add(1),
         };
         self.keys += 1;
         Ok(())
