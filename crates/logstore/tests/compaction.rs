@@ -517,3 +517,29 @@ fn a_follower_catches_up_from_a_compacted_leader_in_band() {
         .unwrap();
     assert_eq!(other.next_offset(), gap.next_offset());
 }
+
+#[test]
+fn reads_see_the_new_files_with_one_open_segment_for_the_node() {
+    // Maps and indexes of sealed segments leave the open set and are loaded again from the
+    // rewritten files (and their new index files).
+    let dir = tempfile::tempdir().unwrap();
+    let resources = logstore::StoreResources::new(1 << 20, 1);
+    let mut s = LogStore::open_shared(dir.path(), cfg(), &resources).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 300, 13, 1_000);
+    let active_first = s.segment_summaries().pop().unwrap().first_offset;
+    let shape = entry_shape(&s);
+    // Every segment read once, so the set held (and evicted) maps of the old files.
+    let before = read_all(&s);
+    s.compact(&plan(&s), &KvCodec, &mut no_throttle()).unwrap();
+    for _ in 0..2 {
+        let after = read_all(&s);
+        assert!(after.len() < before.len());
+        check_latest(&m, &after, active_first);
+        assert_eq!(entry_shape(&s), shape);
+        for ts in (1_000..1_300).step_by(13) {
+            s.offset_for_timestamp(ts).unwrap();
+        }
+    }
+    assert!(resources.open_segments.open_now() <= 1);
+}

@@ -306,13 +306,22 @@ fn check_rewritten(nb: &[u8], base: u64, end: u64) -> std::result::Result<(), St
 /// 3. fsync the directory: the rename is durable. Before it a power cut may bring back
 ///    either file (the old one and its temporary file, removed at open, or the new one).
 ///
-/// Readers holding slices of the old file's map keep the old inode until they drop them.
-pub(crate) fn swap_in(dir: &Path, seg_path: &Path, index_path: &Path, tmp: &Path) -> Result<()> {
+/// `renamed` runs right after the rename (the store takes the new file in), so that the
+/// store's view follows the file even when the last step fails. Readers holding slices of
+/// the old file's map keep the old inode until they drop them.
+pub(crate) fn swap_in(
+    dir: &Path,
+    seg_path: &Path,
+    index_path: &Path,
+    tmp: &Path,
+    renamed: impl FnOnce(),
+) -> Result<()> {
     remove_if_exists(index_path)?;
     fsync_dir(dir)?;
     crate::fs::fs()
         .rename(tmp, seg_path)
         .map_err(io_err(seg_path))?;
+    renamed();
     fsync_dir(dir)
 }
 

@@ -219,10 +219,12 @@ impl LogStore {
                 ..report
             });
         }
-        let rewritten = std::mem::take(&mut prepared.rewritten);
+        // Oldest first; what is left in `prepared` when a swap fails is discarded by its drop.
+        prepared.rewritten.reverse();
         let mut intact = true;
         let mut last_swapped = None;
-        for (base, old_len, r) in rewritten {
+        let mut failed = None;
+        while let Some((base, old_len, r)) = prepared.rewritten.pop() {
             if !intact {
                 discard(&r.tmp_path);
                 continue;
@@ -248,19 +250,36 @@ impl LogStore {
                 intact = false;
                 continue;
             }
-            swap_in(&self.dir, &seg.path, &seg.index_path, &r.tmp_path)?;
-            seg.len = r.summary.covered_len;
-            seg.last_entry_pos = r.summary.last_entry_pos;
-            // Derived data: a failed write costs a scan at the next open.
-            let _ = write_index_file(&seg.index_path, &r.summary, &r.indexes);
-            seg.replace_indexes(r.indexes);
-            report.segments_rewritten += 1;
-            last_swapped = Some(seg.last_index);
+            let (path, index_path) = (seg.path.clone(), seg.index_path.clone());
+            let RewrittenSegment {
+                tmp_path,
+                summary,
+                indexes,
+                ..
+            } = r;
+            let take_new_file = || {
+                seg.len = summary.covered_len;
+                seg.last_entry_pos = summary.last_entry_pos;
+                seg.max_timestamp = summary.max_timestamp;
+                // Derived data: a failed write costs a scan at the next open.
+                let _ = write_index_file(&seg.index_path, &summary, &indexes);
+                seg.replace_indexes(indexes);
+                report.segments_rewritten += 1;
+                last_swapped = Some(seg.last_index);
+            };
+            if let Err(e) = swap_in(&self.dir, &path, &index_path, &tmp_path, take_new_file) {
+                discard(&tmp_path);
+                failed = Some(e);
+                break;
+            }
         }
         if let Some(last) = last_swapped {
             // The cache is a suffix of the log: it may still hold entries of a rewritten
             // segment, with their old payloads.
             self.cache.drop_before(last + 1);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         if intact && prepared.advanced {
             CleanerCheckpoint {
