@@ -543,3 +543,102 @@ fn reads_see_the_new_files_with_one_open_segment_for_the_node() {
     }
     assert!(resources.open_segments.open_now() <= 1);
 }
+
+/// One step of the property test.
+#[derive(Debug, Clone)]
+enum Op {
+    /// An entry of records: (key number, tombstone?) each.
+    Produce(Vec<(u8, bool)>),
+    /// A Noop entry.
+    Noop,
+    /// A pass: clean limit as a share of the log (0..=100), map keys, tombstone retention.
+    Compact(u8, u8, bool),
+    /// Drop and reopen the store.
+    Reopen,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        6 => proptest::collection::vec((0u8..8, proptest::bool::weighted(0.2)), 1..6)
+            .prop_map(Op::Produce),
+        1 => Just(Op::Noop),
+        2 => (0u8..=100, 1u8..12, any::<bool>()).prop_map(|(l, k, t)| Op::Compact(l, k, t)),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Random produce / tombstone / compact / reopen sequences against the model: every
+    /// record read is as produced, the latest value of every key stays at its offset, no
+    /// deleted key comes back, nothing at or above the clean limit changes, and the Raft
+    /// log keeps its shape.
+    #[test]
+    fn random_sequences_keep_the_latest_value_of_every_key(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let small = small_cfg();
+        let mut s = LogStore::open(dir.path(), small.clone()).unwrap();
+        let mut m = Model::default();
+        let mut ts = 1_000i64;
+        for op in ops {
+            match op {
+                Op::Produce(recs) => {
+                    let batch: Vec<_> = recs
+                        .iter()
+                        .map(|(k, tomb)| {
+                            ts += 1;
+                            let value = format!("v{ts}");
+                            rec(&format!("k{k}"), (!tomb).then_some(value.as_str()), ts)
+                        })
+                        .collect();
+                    produce(&mut s, &mut m, &[batch]);
+                }
+                Op::Noop => append_other(&mut s, logstore::EntryKind::Noop, Vec::new()),
+                Op::Compact(limit, keys, drop_tombstones) => {
+                    let shape = entry_shape(&s);
+                    let clean_limit = 1 + s.last_index() * u64::from(limit) / 100;
+                    let p = CompactionPlan {
+                        clean_limit,
+                        now_ms: ts + 1,
+                        min_compaction_lag_ms: 0,
+                        delete_retention_ms: if drop_tombstones { 0 } else { 1 << 40 },
+                        key_map_bytes: 24 * (usize::from(keys) + 2),
+                    };
+                    let above: Vec<_> = s
+                        .segment_summaries()
+                        .into_iter()
+                        .filter(|x| x.last_index >= clean_limit || x.active)
+                        .map(|x| std::fs::read(dir.path().join(format!("{:020}.log", x.base_index))).unwrap())
+                        .collect();
+                    s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+                    let above_after: Vec<_> = s
+                        .segment_summaries()
+                        .into_iter()
+                        .filter(|x| x.last_index >= clean_limit || x.active)
+                        .map(|x| std::fs::read(dir.path().join(format!("{:020}.log", x.base_index))).unwrap())
+                        .collect();
+                    proptest::prop_assert!(above == above_after, "a segment at or above the clean limit changed");
+                    proptest::prop_assert_eq!(entry_shape(&s), shape);
+                }
+                Op::Reopen => {
+                    drop(s);
+                    s = LogStore::open(dir.path(), small.clone()).unwrap();
+                }
+            }
+            let active_first = s.segment_summaries().pop().unwrap().first_offset;
+            check_latest(&m, &read_all(&s), active_first);
+        }
+    }
+}
+
+/// A store config with the smallest segments (a few entries each) for the property test.
+fn small_cfg() -> logstore::StoreConfig {
+    logstore::StoreConfig {
+        segment_bytes: 1024,
+        ..cfg()
+    }
+}

@@ -184,6 +184,15 @@ pub fn check_latest(m: &Model, read: &Read, kept_from: u64) {
             Some((k, v)),
             "record {o} as produced"
         );
+        // No deleted key comes back: while an older record of a key is visible, so is its
+        // latest record (a tombstone included).
+        if let Some(key) = k {
+            let latest = m.latest[key];
+            assert!(
+                got.contains_key(&latest),
+                "record {o} of {key:?} visible without its latest record {latest}"
+            );
+        }
     }
 }
 
