@@ -25,6 +25,10 @@
 //!   tail (everything past the last completed sync from the first bad frame on), rebuilds bad
 //!   indexes, and cuts damaged synced data after writing a repair marker ([`RepairMarker`]).
 //!   See `README.md` of the crate for the on-disk format.
+//! - **Compaction** ([`LogStore::compact`], Kafka's `cleanup.policy=compact`): rewrites sealed
+//!   segments below a caller-given Raft index keeping the latest record of every key; every
+//!   entry keeps its index, term and offsets (only payloads shrink), so the Raft log stays
+//!   whole. The record format is the caller's ([`RecordCompactor`]).
 
 mod batch;
 mod budget;
