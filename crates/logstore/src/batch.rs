@@ -54,7 +54,6 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
 }
 
 /// Reads the base offset of the batch starting at `pos`. The caller guarantees `pos + 8 <= len`.
-#[cfg(test)]
 pub(crate) fn base_offset(payload: &[u8], pos: usize) -> i64 {
     be_i64(payload, pos)
 }
@@ -102,6 +101,61 @@ pub(crate) fn walk(payload: &[u8]) -> Result<Vec<BatchInfo>, (usize, String)> {
             max_timestamp: be_i64(payload, pos + MAX_TIMESTAMP_OFFSET),
         });
         pos += total as usize;
+    }
+    Ok(out)
+}
+
+/// One stored batch of an entry, placed at its offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredBatch {
+    /// Where the batch is inside the payload, its length, offset count and max timestamp.
+    pub info: BatchInfo,
+    /// Its baseOffset (written by the store on append; kept by compaction).
+    pub base: u64,
+}
+
+impl StoredBatch {
+    /// The offset after the batch's last offset.
+    pub fn end(&self) -> u64 {
+        self.base + u64::from(self.info.offset_count)
+    }
+}
+
+/// The batches of a stored `Records` entry taking offsets `[first_offset, next_offset)`,
+/// with their base offsets. A compacted entry may hold fewer batches than offsets (gaps
+/// between and around them) or none at all (an empty payload). The batches must lie inside
+/// the range in ascending order, else `Err((byte position, reason))`. Never panics.
+pub(crate) fn stored_batches(
+    payload: &[u8],
+    first_offset: u64,
+    next_offset: u64,
+) -> Result<Vec<StoredBatch>, (usize, String)> {
+    if payload.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut at = first_offset;
+    let mut out = Vec::new();
+    for info in walk(payload)? {
+        let base = base_offset(payload, info.pos);
+        if base < 0 {
+            return Err((info.pos, format!("negative base offset {base}")));
+        }
+        // A non-negative i64 plus a u32 count cannot overflow a u64.
+        let b = StoredBatch {
+            info,
+            base: base as u64,
+        };
+        if b.base < at || b.end() > next_offset {
+            return Err((
+                info.pos,
+                format!(
+                    "batch at offsets {base}..{} lies outside the entry's offsets {at}..{next_offset}",
+                    b.end()
+                ),
+            ));
+        }
+        at = b.end();
+        out.push(b);
     }
     Ok(out)
 }
@@ -155,5 +209,34 @@ mod tests {
         let mut p = batch(1, 0, 0);
         p[8..12].copy_from_slice(&(-5i32).to_be_bytes());
         assert!(walk(&p).is_err());
+    }
+
+    #[test]
+    fn stored_batches_are_placed_by_their_base_offsets() {
+        // An entry taking offsets 10..20 whose compaction kept batches at 12..15 and 17..18.
+        let mut p = batch(3, 10, 0);
+        set_base_offset(&mut p, 0, 12);
+        let mut q = batch(1, 20, 4);
+        set_base_offset(&mut q, 0, 17);
+        p.extend(&q);
+        let s = stored_batches(&p, 10, 20).unwrap();
+        assert_eq!(
+            s.iter().map(|b| (b.base, b.end())).collect::<Vec<_>>(),
+            vec![(12, 15), (17, 18)]
+        );
+        // No batch at all: a compacted entry whose records all went.
+        assert_eq!(stored_batches(&[], 10, 20).unwrap(), vec![]);
+        // Outside the entry's offsets, overlapping, or out of order: refused.
+        assert!(stored_batches(&p, 13, 20).is_err());
+        assert!(stored_batches(&p, 10, 17).is_err());
+        let mut r = q.clone();
+        r.extend(&p[..BATCH_HEADER_LEN]);
+        set_base_offset(&mut r, q.len(), 12);
+        assert!(stored_batches(&r, 10, 20).is_err());
+        let mut neg = batch(1, 0, 0);
+        set_base_offset(&mut neg, 0, u64::MAX);
+        assert!(stored_batches(&neg, 0, 20).is_err());
+        // Bytes that are not batches: refused, no panic.
+        assert!(stored_batches(&[1, 2, 3], 0, 20).is_err());
     }
 }

@@ -76,6 +76,17 @@ pub enum LogStoreError {
         /// The index that was given.
         got: u64,
     },
+    /// The caller's [`crate::RecordCompactor`] failed on a stored batch, or returned a batch
+    /// that does not keep the original's offsets: the segment was not rewritten.
+    #[error("compaction of {path} at byte {offset}: {reason}")]
+    Compaction {
+        /// The segment being compacted.
+        path: PathBuf,
+        /// Byte offset of the batch inside the segment.
+        offset: u64,
+        /// What the codec said, or what was wrong with its result.
+        reason: String,
+    },
     /// A Kafka offset outside `[log_start_offset, next_offset]`.
     #[error("offset {offset} is out of range [{log_start_offset}, {next_offset}]")]
     OffsetOutOfRange {

@@ -25,11 +25,16 @@
 //!   tail (everything past the last completed sync from the first bad frame on), rebuilds bad
 //!   indexes, and cuts damaged synced data after writing a repair marker ([`RepairMarker`]).
 //!   See `README.md` of the crate for the on-disk format.
+//! - **Compaction** ([`LogStore::compact`], Kafka's `cleanup.policy=compact`): rewrites sealed
+//!   segments below a caller-given Raft index keeping the latest record of every key; every
+//!   entry keeps its index, term and offsets (only payloads shrink), so the Raft log stays
+//!   whole. The record format is the caller's ([`RecordCompactor`]).
 
 mod batch;
 mod budget;
 mod cache;
 pub mod clock;
+mod compaction;
 mod config;
 mod entry;
 mod error;
@@ -48,6 +53,10 @@ mod segment;
 mod store;
 
 pub use budget::CacheBudget;
+pub use compaction::{
+    CleanerStats, CompactionPlan, CompactionReport, KeyMap, KeyMapFull, PreparedCompaction,
+    RecordCompactor, RecordView, RetainOutcome, KEY_MAP_SLOT_BYTES,
+};
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};
 pub use error::{LogStoreError, Result};

@@ -1,8 +1,10 @@
 //! Opening a log directory: what is trusted, what is scanned, what is repaired.
 //!
 //! Rules:
-//! - Leftover `*.tmp` files are deleted (unfinished atomic writes), and so are index files
-//!   without a segment.
+//! - Leftover `*.tmp` files are deleted (unfinished atomic writes, and segments compaction
+//!   was rewriting but had not swapped in: `*.log.cleaned.tmp`), and so are index files
+//!   without a segment. A missing index file is rebuilt by scanning its segment (compaction
+//!   removes a segment's index before swapping the rewritten file in).
 //! - Every segment header is read (64 bytes per segment): bad magic, a header CRC mismatch, a
 //!   file shorter than the header, a newer format version or a name that does not match the
 //!   header's first index are errors. Segments of an older generation than the newest are

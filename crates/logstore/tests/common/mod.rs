@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, missing_docs)]
 
+pub mod compaction_util;
 pub mod crash_util;
+pub mod kv_codec;
 
 use bytes::Bytes;
 use logstore::{EntryKind, NewEntry};

@@ -1,0 +1,88 @@
+//! Building the key map over the dirty part of the log: the latest offset of every key
+//! written from the first dirty offset on, in the cleanable sealed segments, until the map's
+//! budget is used up.
+
+use crate::batch::stored_batches;
+use crate::compaction::key_map::KeyMap;
+use crate::compaction::{RecordCompactor, RecordView};
+use crate::entry::{check_frame, EntryKind, FRAME_HEADER_LEN};
+use crate::error::{corruption, LogStoreError, Result};
+use crate::segment::{Segment, MAX_FRAME_LEN, SEGMENT_HEADER_LEN};
+
+/// The map of one pass and the offsets it covers.
+pub(crate) struct DirtyMap {
+    pub map: KeyMap,
+    /// Every keyed record in `[start, end)` is in the map (with the latest offset of its
+    /// key); no offset at or past `end` is.
+    pub end: u64,
+    /// Segment bytes read.
+    pub bytes_read: u64,
+}
+
+/// Maps the keyed, non-control records from offset `start` on in `segments` (sealed, all
+/// cleanable, in log order). Stops at the first record whose key the full map refuses (`end`
+/// is then that record's offset), else at the end of the last segment.
+pub(crate) fn build_map(
+    segments: &[Segment],
+    start: u64,
+    codec: &dyn RecordCompactor,
+    map_bytes: usize,
+    throttle: &mut dyn FnMut(u64),
+) -> Result<DirtyMap> {
+    let mut map = KeyMap::with_budget(map_bytes);
+    let mut bytes_read = 0u64;
+    let mut full_at: Option<u64> = None;
+    let mut end = start;
+    for seg in segments.iter().filter(|s| s.next_offset > start) {
+        let data = seg.map()?;
+        let mut pos = SEGMENT_HEADER_LEN as usize;
+        while pos < data.len() {
+            let h = check_frame(&data[pos..], MAX_FRAME_LEN).map_err(|e| {
+                corruption(&seg.path, pos as u64, format!("in a sealed segment: {e:?}"))
+            })?;
+            let frame = &data[pos..pos + h.total_len() as usize];
+            if h.kind == EntryKind::Records && h.next_offset() > start {
+                bytes_read += frame.len() as u64;
+                throttle(frame.len() as u64);
+                let ctx_end = FRAME_HEADER_LEN + h.context_len as usize;
+                let payload = &frame[ctx_end..];
+                let batches = stored_batches(payload, h.first_offset, h.next_offset())
+                    .map_err(|(at, r)| corruption(&seg.path, (pos + ctx_end + at) as u64, r))?;
+                for b in batches.iter().filter(|b| b.end() > start) {
+                    let bytes = &payload[b.info.pos..b.info.pos + b.info.len];
+                    let mut add = |r: RecordView<'_>| {
+                        if full_at.is_some() || r.control || r.offset < start {
+                            return;
+                        }
+                        if let Some(key) = r.key {
+                            if map.insert(key, r.offset).is_err() {
+                                full_at = Some(r.offset);
+                            }
+                        }
+                    };
+                    codec
+                        .visit(bytes, &mut add)
+                        .map_err(|reason| LogStoreError::Compaction {
+                            path: seg.path.clone(),
+                            offset: (pos + ctx_end + b.info.pos) as u64,
+                            reason,
+                        })?;
+                    if let Some(at) = full_at {
+                        return Ok(DirtyMap {
+                            map,
+                            end: at,
+                            bytes_read,
+                        });
+                    }
+                }
+            }
+            pos += frame.len();
+        }
+        end = seg.next_offset;
+    }
+    Ok(DirtyMap {
+        map,
+        end: end.max(start),
+        bytes_read,
+    })
+}

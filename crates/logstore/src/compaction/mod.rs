@@ -1,0 +1,110 @@
+//! Log compaction (Kafka's `cleanup.policy=compact`): keep the latest record of every key.
+//!
+//! The store's sealed segments are its Raft log, so compaction never removes an entry: it
+//! rewrites sealed segments whose entries all lie below a `clean_limit` Raft index the caller
+//! gives (an index every replica has committed and applied), and a rewritten entry keeps its
+//! frame's index, term, kind, context, `first_offset`, `record_count` (the offsets it took)
+//! and `max_timestamp`; only its payload (the Kafka batches) shrinks, possibly to nothing.
+//! See the crate README, "Compaction".
+//!
+//! The record level (Kafka's batch format, compression) is the caller's: it implements
+//! [`RecordCompactor`]; this crate does not depend on `kafka-proto`.
+//!
+//! Modules, one job each: `key_map.rs` (the dedupe buffer: key digest -> latest offset in a
+//! fixed budget), `segment_rewrite.rs` (one sealed segment rewritten and swapped in,
+//! crash-safe), `checkpoint.rs` (the cleaner's progress file), `dirty.rs` (building the map
+//! over the dirty range), `store_api.rs` (the `LogStore` methods).
+
+pub(crate) mod checkpoint;
+mod dirty;
+pub(crate) mod key_map;
+pub(crate) mod segment_rewrite;
+mod store_api;
+
+pub use key_map::{KeyMap, KeyMapFull, KEY_MAP_SLOT_BYTES};
+pub use store_api::{CleanerStats, PreparedCompaction};
+
+/// One record as a [`RecordCompactor`] shows it to the cleaner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// The record's absolute Kafka offset (batch base offset + offset delta).
+    pub offset: u64,
+    /// Its key; `None` for a record without a key.
+    pub key: Option<&'a [u8]>,
+    /// Whether its value is null (a tombstone: the key is deleted).
+    pub tombstone: bool,
+    /// Its timestamp (batch base timestamp + timestamp delta), ms since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// Whether it belongs to a control batch (transaction markers). The cleaner keeps these.
+    pub control: bool,
+}
+
+/// What [`RecordCompactor::retain`] made of one batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetainOutcome {
+    /// Every record is kept: the batch stays byte for byte.
+    Unchanged,
+    /// Some records were removed: the new batch (exactly one magic-2 batch with the same
+    /// baseOffset, its offsets inside the old batch's range; Kafka keeps lastOffsetDelta).
+    Rewritten(Vec<u8>),
+    /// No record is kept: the batch is removed.
+    Empty,
+}
+
+/// The record level of compaction, implemented by the caller (vdl: over `kafka-proto`).
+///
+/// Batches handed to it are whole magic-2 batches as stored: their baseOffset is the
+/// store-assigned offset. Errors are strings naming what is wrong with the batch; they stop
+/// the compaction of that segment (nothing is swapped) and are returned to the caller.
+pub trait RecordCompactor: Send + Sync {
+    /// Calls `f` once per record of `batch`, in offset order.
+    fn visit(&self, batch: &[u8], f: &mut dyn FnMut(RecordView<'_>)) -> Result<(), String>;
+
+    /// Keeps the records of `batch` for which `keep` returns true and removes the others
+    /// (`keep` is the whole decision, the delete horizon for tombstones included; control
+    /// records are kept whatever it says). `delete_horizon_ms` is given so that a codec may
+    /// record it in the batch (as Kafka's KIP-534 does); it must not remove records `keep`
+    /// kept. A rewritten batch keeps its baseOffset; its CRC is recomputed by the codec.
+    fn retain(
+        &self,
+        batch: &[u8],
+        keep: &mut dyn FnMut(RecordView<'_>) -> bool,
+        delete_horizon_ms: Option<i64>,
+    ) -> Result<RetainOutcome, String>;
+}
+
+/// What one compaction pass does ([`crate::LogStore::compact`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionPlan {
+    /// Only sealed segments whose entries all lie below this Raft index are read for the
+    /// map or rewritten (vdl: an index every replica has committed and applied).
+    pub clean_limit: u64,
+    /// The wall clock now, ms since the Unix epoch.
+    pub now_ms: i64,
+    /// A segment holding a record younger than this (by its max timestamp) is not cleaned
+    /// (Kafka's `min.compaction.lag.ms`).
+    pub min_compaction_lag_ms: i64,
+    /// A tombstone is removed once it is older than this and was already kept by an
+    /// earlier pass (Kafka's `delete.retention.ms`).
+    pub delete_retention_ms: i64,
+    /// Memory of the key map, bytes ([`KEY_MAP_SLOT_BYTES`] per slot).
+    pub key_map_bytes: usize,
+}
+
+/// What a compaction pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Segment bytes read (map building and rewriting).
+    pub bytes_read: u64,
+    /// Bytes of rewritten segment files written.
+    pub bytes_written: u64,
+    /// Records removed.
+    pub records_removed: u64,
+    /// Segments replaced by a rewritten file.
+    pub segments_rewritten: usize,
+    /// Segments read for rewriting, rewritten or not (nothing to remove: left as they were).
+    pub segments_cleaned: usize,
+    /// The first offset not covered by the clean part of the log after this pass (saved in
+    /// the checkpoint); the next pass's map starts here.
+    pub first_dirty_offset: u64,
+}

@@ -1,0 +1,308 @@
+//! The compaction methods of [`LogStore`]: one pass in two steps, so a server can run the
+//! long part without blocking appends: [`LogStore::prepare_compaction`] (`&self`: builds the
+//! key map, writes the rewritten segments to durable temporary files) and
+//! [`LogStore::install_compaction`] (`&mut self`: swaps them in, a few fsyncs per segment,
+//! and saves the checkpoint). [`LogStore::compact`] does both.
+//!
+//! Which records go (`keep` below): a keyed, non-control record whose key the map holds
+//! with a later offset (a newer value was written); a tombstone that is the latest of its
+//! key, lies below the first dirty offset of the pass (an earlier pass kept it already, so
+//! every older value of its key is gone: passes swap segments oldest first) and is older
+//! than `now - delete_retention_ms`. Everything else stays: records without a key (the
+//! server refuses them for compacted topics), control records, and the latest record of
+//! every key.
+
+use crate::compaction::checkpoint::CleanerCheckpoint;
+use crate::compaction::dirty::build_map;
+use crate::compaction::segment_rewrite::{
+    discard, rewrite_segment, swap_in, RewrittenSegment, SegmentSource,
+};
+use crate::compaction::{CompactionPlan, CompactionReport, RecordCompactor, RecordView};
+use crate::error::Result;
+use crate::index::write_index_file;
+use crate::store::LogStore;
+
+/// A compaction pass whose rewritten segments are written and synced but not yet swapped
+/// in ([`LogStore::install_compaction`]). Dropping it removes its temporary files.
+#[derive(Debug)]
+pub struct PreparedCompaction {
+    generation: u64,
+    /// Rewritten segments, oldest first: base index, the old file's length, the new file.
+    rewritten: Vec<(u64, u64, RewrittenSegment)>,
+    report: CompactionReport,
+    now_ms: i64,
+    /// Whether the pass mapped anything (else it saves no checkpoint).
+    advanced: bool,
+}
+
+impl PreparedCompaction {
+    /// What the pass did so far (the swaps not yet counted in `segments_rewritten`).
+    pub fn report(&self) -> CompactionReport {
+        self.report
+    }
+}
+
+impl Drop for PreparedCompaction {
+    fn drop(&mut self) {
+        for (_, _, r) in self.rewritten.drain(..) {
+            discard(&r.tmp_path);
+        }
+    }
+}
+
+/// The cleaner's view of a store, for metrics ([`LogStore::cleaner_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CleanerStats {
+    /// Bytes of sealed segments wholly below the first dirty offset (compacted already).
+    pub clean_bytes: u64,
+    /// Bytes of sealed segments a pass could clean now (from the one holding the first
+    /// dirty offset, within the plan's clean limit and compaction lag).
+    pub cleanable_bytes: u64,
+    /// The first dirty offset (from the checkpoint; the log start without one).
+    pub first_dirty_offset: u64,
+    /// Wall clock of the last pass that saved a checkpoint, ms since the Unix epoch.
+    pub last_clean_ms: Option<i64>,
+}
+
+impl CleanerStats {
+    /// `cleanable / (clean + cleanable)` (Kafka's dirty ratio); 0 when both are 0.
+    pub fn dirty_ratio(&self) -> f64 {
+        let total = self.clean_bytes + self.cleanable_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.cleanable_bytes as f64 / total as f64
+        }
+    }
+}
+
+impl LogStore {
+    /// The saved checkpoint when it belongs to this log (same generation, inside the log).
+    fn cleaner_checkpoint(&self) -> Option<CleanerCheckpoint> {
+        CleanerCheckpoint::load(self.dir()).filter(|c| {
+            c.generation == self.generation && c.first_dirty_offset <= self.next_offset()
+        })
+    }
+
+    /// The first dirty offset: offsets below it were compacted by an earlier pass.
+    fn first_dirty_offset(&self) -> u64 {
+        let start = self.log_start_offset();
+        self.cleaner_checkpoint()
+            .map_or(start, |c| c.first_dirty_offset.max(start))
+    }
+
+    /// How many sealed segments, from the first, a pass under `plan` may read and rewrite:
+    /// every entry below `clean_limit`, no record younger than the compaction lag.
+    fn cleanable_segment_count(&self, plan: &CompactionPlan) -> usize {
+        let newest_allowed = plan.now_ms.saturating_sub(plan.min_compaction_lag_ms);
+        self.sealed_segments()
+            .take_while(|s| {
+                s.last_index < plan.clean_limit
+                    && (s.max_timestamp == i64::MIN || s.max_timestamp <= newest_allowed)
+            })
+            .count()
+    }
+
+    /// Sizes for the cleaner's metrics under `plan` (see [`CleanerStats`]).
+    pub fn cleaner_stats(&self, plan: &CompactionPlan) -> CleanerStats {
+        let checkpoint = self.cleaner_checkpoint();
+        let first_dirty = self.first_dirty_offset();
+        let n = self.cleanable_segment_count(plan);
+        let mut stats = CleanerStats {
+            first_dirty_offset: first_dirty,
+            last_clean_ms: checkpoint.map(|c| c.cleaned_at_ms),
+            ..Default::default()
+        };
+        for (i, s) in self.sealed_segments().enumerate() {
+            if s.next_offset <= first_dirty {
+                stats.clean_bytes += s.len;
+            } else if i < n {
+                stats.cleanable_bytes += s.len;
+            }
+        }
+        stats
+    }
+
+    /// Bytes a pass under `plan` could clean now ([`CleanerStats::cleanable_bytes`]).
+    pub fn cleanable_bytes(&self, plan: &CompactionPlan) -> u64 {
+        self.cleaner_stats(plan).cleanable_bytes
+    }
+
+    /// Kafka's dirty ratio under `plan` ([`CleanerStats::dirty_ratio`]).
+    pub fn dirty_ratio(&self, plan: &CompactionPlan) -> f64 {
+        self.cleaner_stats(plan).dirty_ratio()
+    }
+
+    /// The long part of a pass, with `&self` (readers and, in a server, the writer's lock
+    /// released meanwhile): maps the keys of the dirty range (from the first dirty offset in
+    /// the cleanable sealed segments, until the map's budget is used), then rewrites every
+    /// sealed segment from the first one up to the map's end into a durable temporary file
+    /// (segments that lose nothing are read, not written). Nothing the store reads changes.
+    /// `throttle` is called with the bytes of every chunk read or written (an I/O rate
+    /// limit: it may sleep). A pass with nothing new to map does nothing.
+    pub fn prepare_compaction(
+        &self,
+        plan: &CompactionPlan,
+        codec: &dyn RecordCompactor,
+        throttle: &mut dyn FnMut(u64),
+    ) -> Result<PreparedCompaction> {
+        let first_dirty = self.first_dirty_offset();
+        let mut prepared = PreparedCompaction {
+            generation: self.generation,
+            rewritten: Vec::new(),
+            report: CompactionReport {
+                first_dirty_offset: first_dirty,
+                ..Default::default()
+            },
+            now_ms: plan.now_ms,
+            advanced: false,
+        };
+        // The cleanable segments are a prefix of the sealed ones (never the active one).
+        let cleanable = &self.segments[..self.cleanable_segment_count(plan)];
+        let dirty = build_map(cleanable, first_dirty, codec, plan.key_map_bytes, throttle)?;
+        prepared.report.bytes_read += dirty.bytes_read;
+        if dirty.end <= first_dirty {
+            return Ok(prepared);
+        }
+        prepared.advanced = true;
+        let map = dirty.map;
+        let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
+        let mut keep = |r: RecordView<'_>| -> bool {
+            if r.control {
+                return true;
+            }
+            let Some(key) = r.key else { return true };
+            if map.get(key).is_some_and(|latest| r.offset < latest) {
+                return false;
+            }
+            !(r.tombstone && r.offset < first_dirty && r.timestamp_ms < horizon)
+        };
+        let interval = self.config().index_interval_bytes;
+        for seg in cleanable
+            .iter()
+            .take_while(|s| s.header.base_offset < dirty.end)
+        {
+            let data = seg.map()?;
+            prepared.report.bytes_read += data.len() as u64;
+            prepared.report.segments_cleaned += 1;
+            let src = SegmentSource {
+                dir: self.dir(),
+                path: &seg.path,
+                header: &seg.header,
+                data: &data,
+                index_interval: interval,
+            };
+            if let Some(r) = rewrite_segment(&src, codec, &mut keep, Some(horizon), throttle)? {
+                prepared.report.bytes_written += r.summary.covered_len;
+                prepared.report.records_removed += r.records_removed;
+                prepared.rewritten.push((seg.header.base_index, seg.len, r));
+            }
+        }
+        prepared.report.first_dirty_offset = dirty.end;
+        Ok(prepared)
+    }
+
+    /// Swaps in the segments `prepared` rewrote, oldest first (see `segment_rewrite::swap_in`
+    /// for the crash-safe protocol), so reads see the new files at once (their maps and
+    /// indexes are replaced in the open set, and the tail cache drops the entries they hold),
+    /// then saves the checkpoint. A segment that changed or went since (retention,
+    /// truncation, a snapshot) is skipped; when one changed, the later ones are dropped too
+    /// and no checkpoint is saved (the next pass does the work again). Durable on return.
+    pub fn install_compaction(
+        &mut self,
+        mut prepared: PreparedCompaction,
+    ) -> Result<CompactionReport> {
+        let mut report = prepared.report;
+        if prepared.generation != self.generation {
+            return Ok(CompactionReport {
+                first_dirty_offset: self.first_dirty_offset(),
+                ..report
+            });
+        }
+        // Oldest first; what is left in `prepared` when a swap fails is discarded by its drop.
+        prepared.rewritten.reverse();
+        let mut intact = true;
+        let mut last_swapped = None;
+        let mut failed = None;
+        while let Some((base, old_len, r)) = prepared.rewritten.pop() {
+            if !intact {
+                discard(&r.tmp_path);
+                continue;
+            }
+            let Some(k) = self
+                .sealed_segments()
+                .position(|s| s.header.base_index == base)
+            else {
+                // Deleted from the front since (retention, `delete_prefix`).
+                discard(&r.tmp_path);
+                if base >= self.first_index() {
+                    intact = false;
+                }
+                continue;
+            };
+            let seg = &mut self.segments[k];
+            if seg.len != old_len
+                || seg.last_index != r.summary.last_index
+                || seg.last_term != r.summary.last_term
+                || seg.next_offset != r.summary.next_offset
+            {
+                discard(&r.tmp_path);
+                intact = false;
+                continue;
+            }
+            let (path, index_path) = (seg.path.clone(), seg.index_path.clone());
+            let RewrittenSegment {
+                tmp_path,
+                summary,
+                indexes,
+                ..
+            } = r;
+            let take_new_file = || {
+                seg.len = summary.covered_len;
+                seg.last_entry_pos = summary.last_entry_pos;
+                seg.max_timestamp = summary.max_timestamp;
+                // Derived data: a failed write costs a scan at the next open.
+                let _ = write_index_file(&seg.index_path, &summary, &indexes);
+                seg.replace_indexes(indexes);
+                report.segments_rewritten += 1;
+                last_swapped = Some(seg.last_index);
+            };
+            if let Err(e) = swap_in(&self.dir, &path, &index_path, &tmp_path, take_new_file) {
+                discard(&tmp_path);
+                failed = Some(e);
+                break;
+            }
+        }
+        if let Some(last) = last_swapped {
+            // The cache is a suffix of the log: it may still hold entries of a rewritten
+            // segment, with their old payloads.
+            self.cache.drop_before(last + 1);
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if intact && prepared.advanced {
+            CleanerCheckpoint {
+                generation: self.generation,
+                first_dirty_offset: report.first_dirty_offset,
+                cleaned_at_ms: prepared.now_ms,
+            }
+            .save(&self.dir)?;
+        } else if !intact {
+            report.first_dirty_offset = self.first_dirty_offset();
+        }
+        Ok(report)
+    }
+
+    /// One whole pass: [`LogStore::prepare_compaction`] then
+    /// [`LogStore::install_compaction`].
+    pub fn compact(
+        &mut self,
+        plan: &CompactionPlan,
+        codec: &dyn RecordCompactor,
+        throttle: &mut dyn FnMut(u64),
+    ) -> Result<CompactionReport> {
+        let prepared = self.prepare_compaction(plan, codec, throttle)?;
+        self.install_compaction(prepared)
+    }
+}
