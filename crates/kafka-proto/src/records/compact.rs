@@ -20,7 +20,6 @@ use super::builder::{encode_batch, BatchHeader};
 use super::compression::{compress, Compression};
 use super::record::{
     next_record_len, nullable_len, put_varint, put_varlong, varint_len, varlong_len,
-    MIN_RECORD_SIZE,
 };
 use crate::error::{DecodeError, EncodeError};
 use crate::primitives::Decoder;
@@ -112,12 +111,12 @@ pub fn visit_records(
     max_decompressed: usize,
     mut f: impl FnMut(RecordKeyView<'_>),
 ) -> Result<(), DecodeError> {
-    let stored = decode_stored(batch, max_decompressed)?;
+    let checked = CheckedRecords::of(batch, max_decompressed)?;
     let ctx = ViewContext::of(batch);
-    for r in &stored {
+    checked.for_each(|r| {
         f(ctx.view(r));
-    }
-    Ok(())
+        Ok::<(), DecodeError>(())
+    })
 }
 
 /// Filters the v2 `batch` to the records `keep` returns true for (called once per record, in
@@ -141,27 +140,32 @@ pub fn visit_records(
 /// Kafka's cleaner rewrites a log-append-time batch's record timestamps to the append time;
 /// here the stored create timestamps are kept (what consumers see is the same: the append
 /// time). Control batches are refused with [`RetainError::ControlBatch`] (after the checks).
+///
+/// Memory: the decompressed records, one byte per record for the choices, and the new batch
+/// (uncompressed records section, then compressed); records are not collected.
 pub fn retain_records(
     batch: &RecordBatch,
     max_decompressed: usize,
     mut keep: impl FnMut(&RecordKeyView<'_>) -> bool,
     options: RetainOptions,
 ) -> Result<Retained, RetainError> {
-    let stored = decode_stored(batch, max_decompressed)?;
+    let checked = CheckedRecords::of(batch, max_decompressed)?;
     if batch.is_control() {
         return Err(RetainError::ControlBatch);
     }
     let ctx = ViewContext::of(batch);
-    let mut kept = Vec::with_capacity(stored.len());
-    let mut kept_tombstone = false;
-    for r in &stored {
+    let mut choices = Vec::with_capacity(checked.count as usize);
+    let mut kept = Kept::default();
+    checked.for_each(|r| {
         let view = ctx.view(r);
-        if keep(&view) {
-            kept_tombstone |= view.is_tombstone();
-            kept.push(r);
+        let chosen = keep(&view);
+        if chosen {
+            kept.add(view.is_tombstone(), ctx.absolute_timestamp(r));
         }
-    }
-    if kept.is_empty() {
+        choices.push(chosen);
+        Ok::<(), DecodeError>(())
+    })?;
+    if kept.count == 0 {
         if !options.keep_empty {
             return Ok(Retained::Empty);
         }
@@ -173,12 +177,34 @@ pub fn retain_records(
     }
     let new_horizon = options
         .delete_horizon_ms
-        .filter(|_| kept_tombstone && !batch.has_delete_horizon());
-    if kept.len() == stored.len() && new_horizon.is_none() {
+        .filter(|_| kept.tombstone && !batch.has_delete_horizon());
+    if kept.count == choices.len() && new_horizon.is_none() {
         return Ok(Retained::Unchanged);
     }
     let horizon = new_horizon.or(batch.delete_horizon_ms());
-    Ok(Retained::Rewritten(rewrite(batch, &kept, horizon)?))
+    Ok(Retained::Rewritten(rewrite(
+        batch, &checked, &choices, &kept, horizon,
+    )?))
+}
+
+/// What [`retain_records`] learns of the kept records while asking about them.
+#[derive(Debug, Default)]
+struct Kept {
+    count: usize,
+    tombstone: bool,
+    /// The first kept record's absolute (stored) timestamp.
+    first_timestamp: Option<i64>,
+    /// The largest kept absolute timestamp, starting from -1 as Kafka's builder does.
+    max_timestamp: Option<i64>,
+}
+
+impl Kept {
+    fn add(&mut self, tombstone: bool, timestamp: i64) {
+        self.count += 1;
+        self.tombstone |= tombstone;
+        self.first_timestamp.get_or_insert(timestamp);
+        self.max_timestamp = Some(self.max_timestamp.unwrap_or(NO_TIMESTAMP).max(timestamp));
+    }
 }
 
 /// One record as stored, sliced (not copied) out of the decompressed records section.
@@ -211,6 +237,11 @@ impl ViewContext {
         }
     }
 
+    /// The record's timestamp as stored: base timestamp field + delta (wrapping).
+    fn absolute_timestamp(&self, r: &StoredRecord) -> i64 {
+        self.base_timestamp.wrapping_add(r.timestamp_delta)
+    }
+
     fn view<'a>(&self, r: &'a StoredRecord) -> RecordKeyView<'a> {
         RecordKeyView {
             offset: self.base_offset.wrapping_add(i64::from(r.offset_delta)),
@@ -225,38 +256,56 @@ impl ViewContext {
     }
 }
 
-/// Checks the batch (magic, CRC, codec, count) and decodes every record, checking its framing
-/// and that offset deltas increase strictly within `0..=lastOffsetDelta`.
-fn decode_stored(
-    batch: &RecordBatch,
-    max_decompressed: usize,
-) -> Result<Vec<StoredRecord>, DecodeError> {
-    batch.validate()?;
-    let count = u32::try_from(batch.record_count())
-        .map_err(|_| DecodeError::MalformedRecords("negative record count"))?;
-    let last_delta = batch.last_offset_delta();
-    if count > 0 && i64::from(count) > i64::from(last_delta) + 1 {
-        return Err(DecodeError::MalformedRecords(
-            "record count exceeds the offsets the batch spans",
-        ));
-    }
-    let data = batch.decompressed_records_data(max_decompressed)?;
-    let mut out = Vec::with_capacity((count as usize).min(data.len() / MIN_RECORD_SIZE));
-    let mut dec = Decoder::new(data);
-    let mut remaining = count;
-    let mut previous: Option<i32> = None;
-    while let Some(len) = next_record_len(&mut dec, &mut remaining)? {
-        let record = decode_stored_record(dec.take(len)?)?;
-        let delta = record.offset_delta;
-        if delta < 0 || delta > last_delta || previous.is_some_and(|p| delta <= p) {
+/// A batch's records section (decompressed), checked whole: magic, CRC, codec, count, every
+/// record's framing, and offset deltas that increase strictly within `0..=lastOffsetDelta`.
+struct CheckedRecords {
+    data: Bytes,
+    count: u32,
+    last_delta: i32,
+}
+
+impl CheckedRecords {
+    fn of(batch: &RecordBatch, max_decompressed: usize) -> Result<CheckedRecords, DecodeError> {
+        batch.validate()?;
+        let count = u32::try_from(batch.record_count())
+            .map_err(|_| DecodeError::MalformedRecords("negative record count"))?;
+        let last_delta = batch.last_offset_delta();
+        if count > 0 && i64::from(count) > i64::from(last_delta) + 1 {
             return Err(DecodeError::MalformedRecords(
-                "record offset deltas do not increase within the batch's lastOffsetDelta",
+                "record count exceeds the offsets the batch spans",
             ));
         }
-        previous = Some(delta);
-        out.push(record);
+        let checked = CheckedRecords {
+            data: batch.decompressed_records_data(max_decompressed)?,
+            count,
+            last_delta,
+        };
+        checked.for_each(|_| Ok::<(), DecodeError>(()))?;
+        Ok(checked)
     }
-    Ok(out)
+
+    /// Decodes the records in order, calling `f` with each; stops at the first error.
+    fn for_each<E: From<DecodeError>>(
+        &self,
+        mut f: impl FnMut(&StoredRecord) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut dec = Decoder::new(self.data.clone());
+        let mut remaining = self.count;
+        let mut previous: Option<i32> = None;
+        while let Some(len) = next_record_len(&mut dec, &mut remaining)? {
+            let record = decode_stored_record(dec.take(len)?)?;
+            let delta = record.offset_delta;
+            if delta < 0 || delta > self.last_delta || previous.is_some_and(|p| delta <= p) {
+                return Err(DecodeError::MalformedRecords(
+                    "record offset deltas do not increase within the batch's lastOffsetDelta",
+                )
+                .into());
+            }
+            previous = Some(delta);
+            f(&record)?;
+        }
+        Ok(())
+    }
 }
 
 /// Decodes one record's body (after its length varint) with the checks of
@@ -307,40 +356,39 @@ fn decode_stored_record(body: Bytes) -> Result<StoredRecord, DecodeError> {
     })
 }
 
-/// Writes the batch holding `kept` (a non-empty subset of `batch`'s records, in order), with
-/// the delete-horizon attribute and base timestamp set to `horizon` when given.
+/// Writes the batch holding the records of `checked` whose entry in `choices` is true (at
+/// least one), with the delete-horizon attribute and base timestamp set to `horizon` when given.
 fn rewrite(
     batch: &RecordBatch,
-    kept: &[&StoredRecord],
+    checked: &CheckedRecords,
+    choices: &[bool],
+    kept: &Kept,
     horizon: Option<i64>,
 ) -> Result<RecordBatch, RetainError> {
     let attributes = batch.batch_attributes()?;
     let old_base = batch.base_timestamp();
-    let absolute = |r: &StoredRecord| old_base.wrapping_add(r.timestamp_delta);
-    let new_base = match (horizon, kept.first()) {
-        (Some(h), _) => h,
-        (None, Some(first)) => absolute(first),
-        (None, None) => NO_TIMESTAMP,
-    };
+    let new_base = horizon.or(kept.first_timestamp).unwrap_or(NO_TIMESTAMP);
     let max_timestamp = match attributes.timestamp_type {
         TimestampType::LogAppendTime => batch.max_timestamp(),
-        TimestampType::CreateTime => kept
-            .iter()
-            .map(|r| absolute(r))
-            .fold(NO_TIMESTAMP, i64::max),
+        TimestampType::CreateTime => kept.max_timestamp.unwrap_or(NO_TIMESTAMP),
     };
-    let size: usize = kept.iter().map(|r| r.tail.len() + 20).sum();
-    let mut section = Vec::with_capacity(size);
-    for r in kept {
-        encode_stored(&mut section, r, absolute(r).wrapping_sub(new_base))?;
-    }
+    let mut section = Vec::with_capacity(checked.data.len());
+    let mut index = 0;
+    checked.for_each(|r| {
+        if choices.get(index).copied().unwrap_or(false) {
+            let absolute = old_base.wrapping_add(r.timestamp_delta);
+            encode_stored(&mut section, r, absolute.wrapping_sub(new_base))?;
+        }
+        index += 1;
+        Ok::<(), RetainError>(())
+    })?;
     let records = match attributes.compression {
         Compression::None => section,
         codec => compress(codec, &section)?,
     };
-    let record_count = i32::try_from(kept.len()).map_err(|_| EncodeError::TooLong {
+    let record_count = i32::try_from(kept.count).map_err(|_| EncodeError::TooLong {
         what: "record batch",
-        len: kept.len(),
+        len: kept.count,
     })?;
     let header = BatchHeader {
         base_offset: batch.base_offset(),
