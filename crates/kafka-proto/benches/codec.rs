@@ -1,7 +1,9 @@
 //! The codec's hot paths: decoding a Produce request (one batch of 50 x 1 KiB records, with the
 //! batch CRC checked), the broker's full validation of that batch (every record walked,
 //! uncompressed and zstd), CRC-32C over 1 MiB, and encoding a Fetch response around 1 MiB of
-//! record chunks. Throughput is reported in bytes of frame (or batch) per second.
+//! record chunks; and log compaction of that batch (reading its keys with `visit_records`,
+//! rewriting it with every other record kept with `retain_records`). Throughput is reported in
+//! bytes of frame (or batch) per second.
 //!
 //! Run: `cargo bench -p kafka-proto --bench codec`.
 
@@ -16,7 +18,8 @@ use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
 use kafka_proto::records::{
-    build_batch, split_batches, validate_produce_records, Compression, NewRecord, ProduceLimits,
+    build_batch, retain_records, split_batches, validate_produce_records, visit_records,
+    Compression, NewRecord, ProduceLimits, RecordBatch, RetainOptions,
 };
 use kafka_proto::RecordChunks;
 
@@ -152,8 +155,44 @@ fn bench_fetch_encode(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_compact(c: &mut Criterion) {
+    let mut g = c.benchmark_group("compact");
+    for (name, codec) in [
+        ("50x1KiB", Compression::None),
+        ("50x1KiB_zstd", Compression::Zstd),
+    ] {
+        let batch = RecordBatch::new(produce_batch(codec, 50, 1024)).expect("batch");
+        g.throughput(Throughput::Bytes(batch.len() as u64));
+        g.bench_function(format!("visit_{name}"), |b| {
+            b.iter(|| {
+                let mut keys = 0usize;
+                visit_records(black_box(&batch), 1 << 20, |v| {
+                    keys += v.key.map_or(0, <[u8]>::len)
+                })
+                .expect("valid");
+                black_box(keys)
+            })
+        });
+        g.bench_function(format!("retain_half_{name}"), |b| {
+            b.iter(|| {
+                black_box(
+                    retain_records(
+                        black_box(&batch),
+                        1 << 20,
+                        |v| v.offset % 2 == 0,
+                        RetainOptions::default(),
+                    )
+                    .expect("valid"),
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    bench_compact,
     bench_produce_decode,
     bench_produce_validate,
     bench_crc32c,

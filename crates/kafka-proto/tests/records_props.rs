@@ -49,6 +49,21 @@ fn exercise_batch(b: &RecordBatch) {
         b.next_offset(),
         b.batch_attributes(),
     );
+    let _ = visit_records(b, LIMIT, |_| {});
+    let mut flip = false;
+    let keep = |_: &RecordKeyView<'_>| {
+        flip = !flip;
+        flip
+    };
+    let opts = RetainOptions {
+        keep_empty: true,
+        delete_horizon_ms: Some(1),
+    };
+    if let Ok(Retained::Rewritten(new)) = retain_records(b, LIMIT, keep, opts) {
+        // Whatever the cleaner writes must be a batch that reads back.
+        new.validate().expect("a rewritten batch validates");
+        new.records_vec(LIMIT).expect("a rewritten batch decodes");
+    }
     if let Ok(it) = b.records(LIMIT) {
         // The summary iterator must agree with the full decoder record for record, including
         // where (and whether) it fails.

@@ -242,6 +242,13 @@ impl RecordBatch {
         self.attributes() & DELETE_HORIZON_BIT != 0
     }
 
+    /// The delete horizon (KIP-534): the base timestamp field when the delete-horizon attribute
+    /// is set, `None` otherwise. Log compaction removes this batch's tombstones once the
+    /// cleaner's clock has reached it.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        self.has_delete_horizon().then(|| self.base_timestamp())
+    }
+
     /// lastOffsetDelta.
     pub fn last_offset_delta(&self) -> i32 {
         i32::from_be_bytes(field(&self.buf, 23))

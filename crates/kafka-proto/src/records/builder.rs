@@ -237,41 +237,71 @@ impl RecordBatchBuilder {
                 &compressed
             }
         };
-        let total = RECORD_BATCH_OVERHEAD + records.len();
-        let batch_length =
-            i32::try_from(total - LOG_OVERHEAD).map_err(|_| EncodeError::TooLong {
-                what: "record batch",
-                len: total,
-            })?;
         let count = i32::try_from(self.count).map_err(|_| EncodeError::TooLong {
             what: "record batch",
             len: self.count as usize,
         })?;
-        let last_offset_delta = self.last_offset_delta.unwrap_or(0);
-        let base_timestamp = self.base_timestamp.unwrap_or(NO_TIMESTAMP);
-        let max_timestamp = self.log_append_time.unwrap_or(self.max_timestamp);
-
-        let mut out = Vec::with_capacity(total);
-        out.extend_from_slice(&self.base_offset.to_be_bytes());
-        out.extend_from_slice(&batch_length.to_be_bytes());
-        out.extend_from_slice(&self.partition_leader_epoch.to_be_bytes());
-        out.push(MAGIC_V2 as u8);
-        out.extend_from_slice(&[0; 4]); // CRC, filled in below.
-        out.extend_from_slice(&self.attributes.to_i16().to_be_bytes());
-        out.extend_from_slice(&last_offset_delta.to_be_bytes());
-        out.extend_from_slice(&base_timestamp.to_be_bytes());
-        out.extend_from_slice(&max_timestamp.to_be_bytes());
-        out.extend_from_slice(&self.producer_id.to_be_bytes());
-        out.extend_from_slice(&self.producer_epoch.to_be_bytes());
-        out.extend_from_slice(&self.base_sequence.to_be_bytes());
-        out.extend_from_slice(&count.to_be_bytes());
-        out.extend_from_slice(records);
-        let crc = crc32c::crc32c(out.get(ATTRIBUTES_OFFSET..).unwrap_or_default());
-        if let Some(dst) = out.get_mut(CRC_OFFSET..CRC_OFFSET + 4) {
-            dst.copy_from_slice(&crc.to_be_bytes());
-        }
-        Ok(Bytes::from(out))
+        let header = BatchHeader {
+            base_offset: self.base_offset,
+            partition_leader_epoch: self.partition_leader_epoch,
+            attributes: self.attributes.to_i16(),
+            last_offset_delta: self.last_offset_delta.unwrap_or(0),
+            base_timestamp: self.base_timestamp.unwrap_or(NO_TIMESTAMP),
+            max_timestamp: self.log_append_time.unwrap_or(self.max_timestamp),
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            record_count: count,
+        };
+        encode_batch(&header, records)
     }
+}
+
+/// Every header field of a v2 batch except the ones [`encode_batch`] computes (batchLength,
+/// magic, CRC).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchHeader {
+    pub(crate) base_offset: i64,
+    pub(crate) partition_leader_epoch: i32,
+    pub(crate) attributes: i16,
+    pub(crate) last_offset_delta: i32,
+    pub(crate) base_timestamp: i64,
+    pub(crate) max_timestamp: i64,
+    pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    pub(crate) base_sequence: i32,
+    pub(crate) record_count: i32,
+}
+
+/// Writes a v2 batch: `header`, then `records` (the records section as it goes on the wire,
+/// already compressed if the attributes say so), with batchLength, magic 2 and the CRC-32C
+/// filled in. Fails if the batch would exceed i32::MAX bytes.
+pub(crate) fn encode_batch(header: &BatchHeader, records: &[u8]) -> Result<Bytes, EncodeError> {
+    let total = RECORD_BATCH_OVERHEAD + records.len();
+    let batch_length = i32::try_from(total - LOG_OVERHEAD).map_err(|_| EncodeError::TooLong {
+        what: "record batch",
+        len: total,
+    })?;
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&header.base_offset.to_be_bytes());
+    out.extend_from_slice(&batch_length.to_be_bytes());
+    out.extend_from_slice(&header.partition_leader_epoch.to_be_bytes());
+    out.push(MAGIC_V2 as u8);
+    out.extend_from_slice(&[0; 4]); // CRC, filled in below.
+    out.extend_from_slice(&header.attributes.to_be_bytes());
+    out.extend_from_slice(&header.last_offset_delta.to_be_bytes());
+    out.extend_from_slice(&header.base_timestamp.to_be_bytes());
+    out.extend_from_slice(&header.max_timestamp.to_be_bytes());
+    out.extend_from_slice(&header.producer_id.to_be_bytes());
+    out.extend_from_slice(&header.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&header.base_sequence.to_be_bytes());
+    out.extend_from_slice(&header.record_count.to_be_bytes());
+    out.extend_from_slice(records);
+    let crc = crc32c::crc32c(out.get(ATTRIBUTES_OFFSET..).unwrap_or_default());
+    if let Some(dst) = out.get_mut(CRC_OFFSET..CRC_OFFSET + 4) {
+        dst.copy_from_slice(&crc.to_be_bytes());
+    }
+    Ok(Bytes::from(out))
 }
 
 /// Builds one batch from `records` with `compression` and the default settings of

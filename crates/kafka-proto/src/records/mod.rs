@@ -10,6 +10,9 @@
 //!   [`split_batches_lenient`]; [`set_base_offset`] and [`set_partition_leader_epoch`].
 //! - [`record`]: [`Record`], [`Header`] and [`RecordIter`].
 //! - [`builder`]: [`RecordBatchBuilder`] and [`NewRecord`].
+//! - [`compact`]: log compaction at the batch level: [`visit_records`] (each record's offset,
+//!   key, tombstone flag, timestamp) and [`retain_records`] (a batch rewritten with a subset of
+//!   its records, as Kafka's cleaner writes it).
 //! - [`compression`]: [`Compression`], [`compress`] and [`decompress`].
 //! - [`legacy`]: magic 0 and 1 message sets and conversion to and from v2 batches.
 //! - [`validate`]: what a broker checks of a producer's records before storing them
@@ -17,6 +20,7 @@
 
 pub mod batch;
 pub mod builder;
+pub mod compact;
 pub mod compression;
 pub mod legacy;
 pub mod record;
@@ -28,6 +32,9 @@ pub use batch::{
     NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
 };
 pub use builder::{build_batch, NewRecord, RecordBatchBuilder};
+pub use compact::{
+    retain_records, visit_records, RecordKeyView, RetainError, RetainOptions, Retained,
+};
 pub use compression::{compress, decompress, Compression};
 pub use legacy::{
     batches_to_message_set, convert_message_set, decode_message_set, encode_message_set,

@@ -136,7 +136,10 @@ impl Iterator for RecordIter {
 /// Reads the length of the next record of a records section that still owes `remaining`
 /// records (and counts it): `None` at the declared end, which must also be the end of the
 /// bytes; otherwise a length that fits in what is left.
-fn next_record_len(dec: &mut Decoder, remaining: &mut u32) -> Result<Option<usize>, DecodeError> {
+pub(crate) fn next_record_len(
+    dec: &mut Decoder,
+    remaining: &mut u32,
+) -> Result<Option<usize>, DecodeError> {
     if *remaining == 0 {
         if dec.remaining() != 0 {
             return Err(DecodeError::MalformedRecords(
@@ -262,7 +265,10 @@ impl Iterator for RecordSummaryIter {
 }
 
 /// Reads a varint length: -1 gives `None`, other negatives are an error.
-fn nullable_len(dec: &mut Decoder, what: &'static str) -> Result<Option<usize>, DecodeError> {
+pub(crate) fn nullable_len(
+    dec: &mut Decoder,
+    what: &'static str,
+) -> Result<Option<usize>, DecodeError> {
     match dec.varint()? {
         -1 => Ok(None),
         n if n < 0 => Err(DecodeError::MalformedRecords(what)),
@@ -345,7 +351,7 @@ pub(crate) fn put_varlong(out: &mut Vec<u8>, v: i64) {
 }
 
 /// Length of a zig-zag varint.
-fn varint_len(v: i32) -> usize {
+pub(crate) fn varint_len(v: i32) -> usize {
     let mut z = ((v << 1) ^ (v >> 31)) as u32;
     let mut n = 1;
     while z >= 0x80 {
@@ -356,7 +362,7 @@ fn varint_len(v: i32) -> usize {
 }
 
 /// Length of a zig-zag varlong.
-fn varlong_len(v: i64) -> usize {
+pub(crate) fn varlong_len(v: i64) -> usize {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     let mut n = 1;
     while z >= 0x80 {
