@@ -22,6 +22,10 @@ use vdl_server::metadata::{MetaCommand, MetaEntry, RequestId, METADATA_GROUP_ID}
 use crate::disk::{power_cut, sim_fs, CutReport, SimCrash};
 use crate::open::{open_group, open_metadata_group, SimMeta};
 use crate::rng::Rng;
+use crate::topics::{SimPartition, SimPartitions};
+use vdl_server::core::catalog::Catalog;
+use vdl_server::core::data_dir::DataDir;
+use vdl_server::replication::transport::PeerSender;
 
 pub const NODES: [u64; 3] = [1, 2, 3];
 /// Raft groups per node (group ids 100, 101, ...).
@@ -75,6 +79,12 @@ pub struct SimNode {
     dirs: Option<Arc<Directories>>,
     /// Per destination, in node order (iteration order is part of the run).
     outbox: BTreeMap<u64, mpsc::Receiver<(u64, Message)>>,
+    /// The node's sending side (None while down), for the partitions opened later.
+    sender: Option<PeerSender>,
+    /// The core's catalog of the topic partitions open here (their groups are in `groups`).
+    pub catalog: Catalog<SimPartition>,
+    /// The core's layout of the node's directory.
+    pub data_dir: DataDir,
 }
 
 struct InFlight {
@@ -152,7 +162,82 @@ impl SimNode {
             .collect();
         self.groups.insert(METADATA_GROUP_ID, metadata);
         self.dirs = Some(dirs);
+        self.sender = Some(sender);
+        self.catalog = Catalog::new();
         self.up = true;
+        // As the node after loading its metadata snapshot: the topics it holds are opened
+        // (the replay of the log after it opens the rest).
+        if let Some(mut host) = self.partitions_host() {
+            host.open_every_topic();
+        }
+    }
+
+    /// The node as the core's host of its topic partitions (None while down).
+    fn partitions_host(&mut self) -> Option<SimPartitions<'_>> {
+        let state = self
+            .groups
+            .get(&METADATA_GROUP_ID)?
+            .meta
+            .as_ref()?
+            .state
+            .clone();
+        Some(SimPartitions {
+            me: self.id,
+            data_dir: &self.data_dir,
+            catalog: &mut self.catalog,
+            groups: &mut self.groups,
+            state,
+            peers: self.sender.clone()?,
+            options: self.options,
+            directories: self.dirs.clone()?,
+        })
+    }
+
+    /// Carries out, through the core, what the node's metadata replica asked since the last
+    /// call (partitions of created topics opened; snapshots installed reconciled).
+    fn carry_out_metadata(&mut self) {
+        let Some(meta) = self
+            .groups
+            .get(&METADATA_GROUP_ID)
+            .and_then(|g| g.meta.as_ref())
+        else {
+            return;
+        };
+        let events = std::mem::take(&mut *meta.host.events.lock().unwrap());
+        if events.is_empty() {
+            return;
+        }
+        if let Some(mut host) = self.partitions_host() {
+            host.carry_out(events);
+        }
+    }
+
+    /// The groups of the topic partitions the node's metadata state places on it, as the core
+    /// decides them: (topic, partition, group).
+    pub fn placed_partitions(&self) -> BTreeSet<(String, u32, u64)> {
+        let Some(meta) = self
+            .groups
+            .get(&METADATA_GROUP_ID)
+            .and_then(|g| g.meta.as_ref())
+        else {
+            return BTreeSet::new();
+        };
+        let state = meta.state.read().unwrap();
+        let mut placed = BTreeSet::new();
+        for (name, t) in &state.topics {
+            let plans = vdl_server::core::topics::partitions_to_open(
+                self.id,
+                name,
+                t.created_at_index,
+                &t.replicas,
+                &t.moving,
+                |_| false,
+            );
+            for p in plans {
+                placed.insert((name.clone(), p.partition, p.group));
+            }
+        }
+        placed
     }
 
     /// Whether the node is rejoining after a replaced disk (grants no votes yet).
@@ -210,13 +295,16 @@ impl World {
                 fs.register(&dir);
                 let mut n = SimNode {
                     id,
-                    dir,
+                    dir: dir.clone(),
                     options,
                     up: false,
                     down_for: 0,
                     groups: BTreeMap::new(),
                     dirs: None,
                     outbox: BTreeMap::new(),
+                    sender: None,
+                    catalog: Catalog::new(),
+                    data_dir: DataDir::new(&dir),
                 };
                 n.start(&targets);
                 n
@@ -265,7 +353,9 @@ impl World {
     fn crash(&mut self, i: usize, down_for: u64) {
         let node = &mut self.nodes[i];
         node.groups.clear();
+        node.catalog.clear();
         node.dirs = None;
+        node.sender = None;
         node.outbox.clear();
         node.up = false;
         node.down_for = down_for;
@@ -310,8 +400,9 @@ impl World {
         }
         // A rejoining node whose groups all caught up ends rejoin mode and reconnects, so
         // its peers hear that it is settled (the real node's `settle_rejoin`).
-        let groups = all_groups();
         for n in &self.nodes {
+            // Every group the node hosts, its topic partitions' too (the node's registry).
+            let groups: Vec<u64> = n.groups.keys().copied().collect();
             if n.up && n.dirs.as_ref().is_some_and(|d| d.maybe_settle(&groups)) {
                 let id = n.id;
                 self.connected.retain(|&(a, b)| a != id && b != id);
@@ -455,8 +546,9 @@ impl World {
     /// Whether `node`'s disk may be replaced: every group has a leader whose configuration is
     /// the one asked, with three voters or without `node`.
     fn replaceable(&self, node: u64) -> bool {
-        all_groups().into_iter().all(|g| {
-            let target = &self.targets[&g];
+        let every_voter = NODES.to_vec();
+        self.groups_of_cluster().into_iter().all(|g| {
+            let target = self.targets.get(&g).unwrap_or(&every_voter);
             (target.len() == NODES.len() || !target.contains(&node))
                 && self.nodes.iter().any(|n| {
                     n.groups.get(&g).is_some_and(|sg| {
@@ -487,7 +579,12 @@ impl World {
             self.propose_metadata();
             return;
         }
-        let g = 100 + self.rng.below(GROUPS);
+        let topic_groups = self.open_topic_groups();
+        let g = if !topic_groups.is_empty() && self.rng.chance(350) {
+            topic_groups[self.rng.below(topic_groups.len() as u64) as usize]
+        } else {
+            100 + self.rng.below(GROUPS)
+        };
         let burst = if self.rng.chance(150) {
             2 + self.rng.below(7)
         } else {
@@ -681,6 +778,17 @@ impl World {
                     }
                 }
             }
+            // What the metadata replica asked (partitions of created topics opened through
+            // the core); opening a store fsyncs, where a power cut may strike.
+            if !crashed {
+                let carried =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| node.carry_out_metadata()));
+                match carried {
+                    Ok(()) => {}
+                    Err(p) if p.downcast_ref::<SimCrash>().is_some() => crashed = true,
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
             if crashed {
                 let down_for = 20 + self.rng.below(200);
                 self.crash(i, down_for);
@@ -796,12 +904,23 @@ impl World {
         if self.nodes.iter().any(|n| n.rejoining()) {
             return false;
         }
-        all_groups().into_iter().all(|g| {
-            let views: Vec<Visible> = self
+        // Every node holds the partitions its metadata state places on it.
+        if self.nodes.iter().any(|n| {
+            n.placed_partitions()
+                .iter()
+                .any(|(_, _, g)| !n.groups.contains_key(g))
+        }) {
+            return false;
+        }
+        self.groups_of_cluster().into_iter().all(|g| {
+            let Some(views) = self
                 .nodes
                 .iter()
-                .map(|n| *n.groups[&g].visible.borrow())
-                .collect();
+                .map(|n| n.groups.get(&g).map(|sg| *sg.visible.borrow()))
+                .collect::<Option<Vec<Visible>>>()
+            else {
+                return false;
+            };
             let leader = views[0].leader;
             // Only the leader knows whether its configuration is the one asked.
             let lv = (leader != 0).then(|| views[(leader - 1) as usize]);
@@ -818,6 +937,27 @@ impl World {
 }
 
 impl World {
+    /// The groups of the topic partitions open on some node (sorted).
+    pub fn open_topic_groups(&self) -> Vec<u64> {
+        let groups: BTreeSet<u64> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.catalog.iter().map(|(_, _, p)| p.group))
+            .collect();
+        groups.into_iter().collect()
+    }
+
+    /// Every group of the cluster: the metadata group, the bare stream groups, and the
+    /// partitions of the topics some node's metadata state holds or some node has open.
+    pub fn groups_of_cluster(&self) -> Vec<u64> {
+        let mut groups: BTreeSet<u64> = all_groups().into_iter().collect();
+        groups.extend(self.open_topic_groups());
+        for n in &self.nodes {
+            groups.extend(n.placed_partitions().into_iter().map(|(_, _, g)| g));
+        }
+        groups.into_iter().collect()
+    }
+
     /// Every replica's view, for a failure message.
     pub fn describe(&self) -> String {
         let mut out = String::new();
