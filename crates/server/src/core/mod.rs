@@ -5,6 +5,8 @@
 //! - `catalog`: the partitions open on the node, by topic and partition;
 //! - `data_dir`: the data directory's layout (where each stream's and partition's files live,
 //!   its migration, the directories of deleted incarnations);
+//! - `membership`: what a partition open here does when the replica lists change (new
+//!   voters, or dropped), and when a reassignment it leads is done;
 //! - `topics`: which partitions of a topic the node opens and with what configuration, and
 //!   the opening of a topic over a [`topics::PartitionHost`] (the node, or the simulation).
 //!
@@ -13,4 +15,5 @@
 
 pub mod catalog;
 pub mod data_dir;
+pub mod membership;
 pub mod topics;
