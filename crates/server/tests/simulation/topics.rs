@@ -19,7 +19,11 @@ use vdl_server::replication::replicas::Directories;
 use vdl_server::replication::transport::PeerSender;
 
 use crate::open::{open_partition_group, HostEvent};
-use crate::world::{SimGroup, SimOptions};
+use std::collections::BTreeSet;
+
+use vdl_server::metadata::METADATA_GROUP_ID;
+
+use crate::world::{all_groups, SimGroup, SimNode, SimOptions, World};
 
 /// A simulated node's handle on one open partition: its group (in the node's groups) and
 /// the topic incarnation it belongs to.
@@ -190,5 +194,98 @@ impl SimPartitions<'_> {
                 HostEvent::SnapshotInstalled => self.open_every_topic(),
             }
         }
+    }
+}
+
+impl SimNode {
+    /// The node as the core's host of its topic partitions (None while down).
+    pub(crate) fn partitions_host(&mut self) -> Option<SimPartitions<'_>> {
+        let state = self
+            .groups
+            .get(&METADATA_GROUP_ID)?
+            .meta
+            .as_ref()?
+            .state
+            .clone();
+        Some(SimPartitions {
+            me: self.id,
+            data_dir: &self.data_dir,
+            catalog: &mut self.catalog,
+            groups: &mut self.groups,
+            state,
+            peers: self.sender.clone()?,
+            options: self.options,
+            directories: self.dirs.clone()?,
+        })
+    }
+
+    /// Carries out, through the core, what the node's metadata replica asked since the last
+    /// call (partitions of created topics opened; snapshots installed reconciled).
+    pub(crate) fn carry_out_metadata(&mut self) {
+        let Some(meta) = self
+            .groups
+            .get(&METADATA_GROUP_ID)
+            .and_then(|g| g.meta.as_ref())
+        else {
+            return;
+        };
+        let events = std::mem::take(&mut *meta.host.events.lock().unwrap());
+        if events.is_empty() {
+            return;
+        }
+        if let Some(mut host) = self.partitions_host() {
+            host.carry_out(events);
+        }
+    }
+
+    /// The groups of the topic partitions the node's metadata state places on it, as the core
+    /// decides them: (topic, partition, group).
+    pub fn placed_partitions(&self) -> BTreeSet<(String, u32, u64)> {
+        let Some(meta) = self
+            .groups
+            .get(&METADATA_GROUP_ID)
+            .and_then(|g| g.meta.as_ref())
+        else {
+            return BTreeSet::new();
+        };
+        let state = meta.state.read().unwrap();
+        let mut placed = BTreeSet::new();
+        for (name, t) in &state.topics {
+            let plans = vdl_server::core::topics::partitions_to_open(
+                self.id,
+                name,
+                t.created_at_index,
+                &t.replicas,
+                &t.moving,
+                |_| false,
+            );
+            for p in plans {
+                placed.insert((name.clone(), p.partition, p.group));
+            }
+        }
+        placed
+    }
+}
+
+impl World {
+    /// The groups of the topic partitions open on some node (sorted).
+    pub fn open_topic_groups(&self) -> Vec<u64> {
+        let groups: BTreeSet<u64> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.catalog.iter().map(|(_, _, p)| p.group))
+            .collect();
+        groups.into_iter().collect()
+    }
+
+    /// Every group of the cluster: the metadata group, the bare stream groups, and the
+    /// partitions of the topics some node's metadata state holds or some node has open.
+    pub fn groups_of_cluster(&self) -> Vec<u64> {
+        let mut groups: BTreeSet<u64> = all_groups().into_iter().collect();
+        groups.extend(self.open_topic_groups());
+        for n in &self.nodes {
+            groups.extend(n.placed_partitions().into_iter().map(|(_, _, g)| g));
+        }
+        groups.into_iter().collect()
     }
 }

@@ -22,7 +22,7 @@ use vdl_server::metadata::{MetaCommand, MetaEntry, RequestId, METADATA_GROUP_ID}
 use crate::disk::{power_cut, sim_fs, CutReport, SimCrash};
 use crate::open::{open_group, open_metadata_group, SimMeta};
 use crate::rng::Rng;
-use crate::topics::{SimPartition, SimPartitions};
+use crate::topics::SimPartition;
 use vdl_server::core::catalog::Catalog;
 use vdl_server::core::data_dir::DataDir;
 use vdl_server::replication::transport::PeerSender;
@@ -69,18 +69,18 @@ pub struct SimGroup {
 pub struct SimNode {
     pub id: u64,
     pub dir: PathBuf,
-    options: SimOptions,
+    pub(crate) options: SimOptions,
     pub up: bool,
     /// Steps until a node that is down starts again.
     down_for: u64,
     pub groups: BTreeMap<u64, SimGroup>,
     /// The data directory's identity and the node's rejoin mode (the real node's, shared by
     /// its groups); None while down.
-    dirs: Option<Arc<Directories>>,
+    pub(crate) dirs: Option<Arc<Directories>>,
     /// Per destination, in node order (iteration order is part of the run).
     outbox: BTreeMap<u64, mpsc::Receiver<(u64, Message)>>,
     /// The node's sending side (None while down), for the partitions opened later.
-    sender: Option<PeerSender>,
+    pub(crate) sender: Option<PeerSender>,
     /// The core's catalog of the topic partitions open here (their groups are in `groups`).
     pub catalog: Catalog<SimPartition>,
     /// The core's layout of the node's directory.
@@ -170,74 +170,6 @@ impl SimNode {
         if let Some(mut host) = self.partitions_host() {
             host.open_every_topic();
         }
-    }
-
-    /// The node as the core's host of its topic partitions (None while down).
-    fn partitions_host(&mut self) -> Option<SimPartitions<'_>> {
-        let state = self
-            .groups
-            .get(&METADATA_GROUP_ID)?
-            .meta
-            .as_ref()?
-            .state
-            .clone();
-        Some(SimPartitions {
-            me: self.id,
-            data_dir: &self.data_dir,
-            catalog: &mut self.catalog,
-            groups: &mut self.groups,
-            state,
-            peers: self.sender.clone()?,
-            options: self.options,
-            directories: self.dirs.clone()?,
-        })
-    }
-
-    /// Carries out, through the core, what the node's metadata replica asked since the last
-    /// call (partitions of created topics opened; snapshots installed reconciled).
-    fn carry_out_metadata(&mut self) {
-        let Some(meta) = self
-            .groups
-            .get(&METADATA_GROUP_ID)
-            .and_then(|g| g.meta.as_ref())
-        else {
-            return;
-        };
-        let events = std::mem::take(&mut *meta.host.events.lock().unwrap());
-        if events.is_empty() {
-            return;
-        }
-        if let Some(mut host) = self.partitions_host() {
-            host.carry_out(events);
-        }
-    }
-
-    /// The groups of the topic partitions the node's metadata state places on it, as the core
-    /// decides them: (topic, partition, group).
-    pub fn placed_partitions(&self) -> BTreeSet<(String, u32, u64)> {
-        let Some(meta) = self
-            .groups
-            .get(&METADATA_GROUP_ID)
-            .and_then(|g| g.meta.as_ref())
-        else {
-            return BTreeSet::new();
-        };
-        let state = meta.state.read().unwrap();
-        let mut placed = BTreeSet::new();
-        for (name, t) in &state.topics {
-            let plans = vdl_server::core::topics::partitions_to_open(
-                self.id,
-                name,
-                t.created_at_index,
-                &t.replicas,
-                &t.moving,
-                |_| false,
-            );
-            for p in plans {
-                placed.insert((name.clone(), p.partition, p.group));
-            }
-        }
-        placed
     }
 
     /// Whether the node is rejoining after a replaced disk (grants no votes yet).
@@ -937,27 +869,6 @@ impl World {
 }
 
 impl World {
-    /// The groups of the topic partitions open on some node (sorted).
-    pub fn open_topic_groups(&self) -> Vec<u64> {
-        let groups: BTreeSet<u64> = self
-            .nodes
-            .iter()
-            .flat_map(|n| n.catalog.iter().map(|(_, _, p)| p.group))
-            .collect();
-        groups.into_iter().collect()
-    }
-
-    /// Every group of the cluster: the metadata group, the bare stream groups, and the
-    /// partitions of the topics some node's metadata state holds or some node has open.
-    pub fn groups_of_cluster(&self) -> Vec<u64> {
-        let mut groups: BTreeSet<u64> = all_groups().into_iter().collect();
-        groups.extend(self.open_topic_groups());
-        for n in &self.nodes {
-            groups.extend(n.placed_partitions().into_iter().map(|(_, _, g)| g));
-        }
-        groups.into_iter().collect()
-    }
-
     /// Every replica's view, for a failure message.
     pub fn describe(&self) -> String {
         let mut out = String::new();
