@@ -37,6 +37,7 @@ pub mod admin_http;
 pub mod admin_ops;
 pub mod bootstrap_users;
 pub mod config;
+pub mod core;
 pub mod flow;
 pub mod kafka;
 pub mod metadata;

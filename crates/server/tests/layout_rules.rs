@@ -7,6 +7,8 @@
 //!    - `replication/` imports nothing of `kafka/`, the admin API, the metadata or `node`;
 //!    - the metadata (`metadata/`) imports nothing of
 //!      `kafka/` or the admin API;
+//!    - `core/` imports nothing of `kafka/`, the admin API or `node`;
+//!    - `replication/` imports nothing of `core`;
 //!    - only the composition root (`main.rs`, `lib.rs`) imports `kafka/` and the admin API
 //!      (`admin`, `admin_auth`, `admin_http`, `admin_ops`), besides those modules themselves.
 //!
@@ -72,6 +74,7 @@ const KAFKA: &[&str] = &["kafka"];
 const ADMIN: &[&str] = &["admin", "admin_auth", "admin_http", "admin_ops"];
 const METADATA: &[&str] = &["metadata"];
 const NODE: &[&str] = &["node"];
+const CORE: &[&str] = &["core"];
 const REPLICATION: &[&str] = &["replication"];
 /// The files that wire the rooms together (`main.rs`, `lib.rs`, as top-level module names).
 const COMPOSITION_ROOT: &[&str] = &["main", "lib"];
@@ -307,6 +310,12 @@ fn broken_rule(from: &str, to: &str) -> Option<&'static str> {
     if is(REPLICATION, from) && (is(KAFKA, to) || is(ADMIN, to) || is(METADATA, to) || is(NODE, to))
     {
         return Some("replication/ imports nothing of kafka/, the admin API, metadata or node");
+    }
+    if is(CORE, from) && (is(KAFKA, to) || is(ADMIN, to) || is(NODE, to)) {
+        return Some("core/ imports nothing of kafka/, the admin API or node");
+    }
+    if is(REPLICATION, from) && is(CORE, to) {
+        return Some("replication/ imports nothing of core");
     }
     if is(METADATA, from) && (is(KAFKA, to) || is(ADMIN, to)) {
         return Some("the metadata imports nothing of kafka/ or the admin API");
@@ -663,4 +672,9 @@ fn the_path_parser_reads_uses_groups_and_skips_comments_and_strings() {
     assert!(broken_rule("kafka", "node").is_none());
     assert!(broken_rule("admin_ops", "admin_http").is_none());
     assert!(broken_rule("security", "admin").is_some());
+    assert!(broken_rule("core", "node").is_some());
+    assert!(broken_rule("core", "kafka").is_some());
+    assert!(broken_rule("core", "replication").is_none());
+    assert!(broken_rule("replication", "core").is_some());
+    assert!(broken_rule("node", "core").is_none());
 }

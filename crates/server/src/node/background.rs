@@ -2,7 +2,6 @@
 //! reassignments this node leads, ending rejoin mode once every group caught up, and the
 //! scrubber of sealed segments.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -84,9 +83,8 @@ pub(super) async fn finish_reassignments(node: std::sync::Weak<Node>) {
 pub(super) fn led_here(streams: &Mutex<StreamMap>, me: u64) -> Vec<(u64, u64)> {
     let streams = streams.lock().unwrap_or_else(|e| e.into_inner());
     streams
-        .values()
-        .flat_map(BTreeMap::values)
-        .filter_map(|s| {
+        .iter()
+        .filter_map(|(_, _, s)| {
             let v = s.visible();
             (v.leader == me).then_some((s.group, v.term))
         })
@@ -133,7 +131,7 @@ impl Node {
                 return Vec::new();
             };
             let map = streams.lock().unwrap_or_else(|e| e.into_inner());
-            map.values().flat_map(|p| p.values().cloned()).collect()
+            map.handles()
         });
         match crate::scrubber::Scrubber::start(
             &format!("vdl{}", self.config.id),

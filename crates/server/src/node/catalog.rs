@@ -4,9 +4,12 @@
 use std::collections::BTreeMap;
 
 use crate::replication::group::{try_deliver, AppendError, GroupInput};
-use crate::replication::ids::{group_id_for, group_id_for_topic};
+use crate::replication::ids::group_id_for;
 use crate::replication::stream::LogStream;
 use crate::topic_config::TopicSettings;
+
+use crate::core::data_dir::DataDir;
+use crate::core::topics::{OpenTopicError, PartitionHost, PartitionToOpen};
 
 use super::{GroupKind, Node, NodeError, TopicLayout};
 
@@ -30,8 +33,7 @@ impl Node {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .and_then(|p| p.get(&partition))
+            .get(name, partition)
             .cloned()
     }
 
@@ -41,9 +43,7 @@ impl Node {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .map(|p| p.values().cloned().collect())
-            .unwrap_or_default()
+            .partitions(name)
     }
 
     /// Where topic `name` lives: from the replicated metadata, or a stream configured at start
@@ -90,15 +90,10 @@ impl Node {
 
     /// Names of every stream this node hosts a partition of.
     pub fn stream_names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .streams
+        self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect();
-        v.sort();
-        v
+            .names()
     }
 
     /// Stops one partition's group and deletes its data here (its replica moved to another
@@ -111,15 +106,10 @@ impl Node {
             return;
         };
         self.stop_group(stream.group);
-        {
-            let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(parts) = streams.get_mut(name) {
-                parts.remove(&partition);
-                if parts.is_empty() {
-                    streams.remove(name);
-                }
-            }
-        }
+        self.streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_partition(name, partition);
         let dir = self.topic_dir(name, incarnation, partition);
         if dir.exists() {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -205,7 +195,8 @@ impl Node {
     /// Opens (creating on first use) the partitions of incarnation `incarnation` of topic
     /// `name` this node is a replica of (`replicas[p]` lists partition `p`'s, preferred leader
     /// first), starting a Raft group whose voters are those replicas for each that is not open
-    /// yet. An older incarnation still open under the name is dropped first.
+    /// yet. An older incarnation still open under the name is dropped first (what is opened
+    /// is decided by [`crate::core::topics::open_topic`]).
     pub fn open_topic(
         &self,
         name: &str,
@@ -213,82 +204,11 @@ impl Node {
         replicas: &[Vec<u64>],
     ) -> Result<(), NodeError> {
         let _opening = self.open_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let open = self.partitions(name);
-        if let Some(s) = open.first() {
-            if s.incarnation != incarnation {
-                self.drop_topic(name, Some(s.incarnation));
-            }
-        }
-        self.migrate_topic_dir(name, incarnation)?;
-        // Replaying the metadata log at start re-runs every CreateTopic, also those of
-        // incarnations deleted since. Such an incarnation's data is gone (its delete was applied
-        // here before, so it was committed and is in the local log); opening it again would
-        // show clients an empty topic under the name until the replay reaches its delete (a
-        // produce accepted then would be lost with it). So it is not opened at all.
-        let gone = self.topic_dirs_on_disk(name, incarnation).is_empty()
-            && self
-                .deleted_before_start
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&(name.to_owned(), incarnation));
-        if gone {
-            tracing::debug!(topic = %name, incarnation, "a deleted incarnation is not reopened on replay");
-            return Ok(());
-        }
-        let moving = self
-            .metadata()
-            .topics
-            .get(name)
-            .filter(|t| t.created_at_index == incarnation)
-            .map(|t| t.moving.clone())
-            .unwrap_or_default();
-        let me = self.config.id;
-        for (partition, voters) in (0u32..).zip(replicas) {
-            if self.partition(name, partition).is_some() {
-                continue;
-            }
-            // A partition being reassigned starts from its configuration before the move: a
-            // new replica as a learner of the old ones (it is added as one, and promoted once
-            // caught up), an old one as a voter until its group removes it.
-            let (conf_voters, conf_learners) = match moving.get(&partition) {
-                Some(old) if old.contains(&me) => (old.clone(), Vec::new()),
-                Some(old) if voters.contains(&me) => (old.clone(), vec![me]),
-                _ if voters.contains(&me) => (voters.clone(), Vec::new()),
-                _ => continue,
-            };
-            let group = group_id_for_topic(name, incarnation, partition);
-            let dir = self.topic_dir(name, incarnation, partition);
-            let preferred = voters[0];
-            let stream = self.open_group(
-                name,
-                partition,
-                group,
-                incarnation,
-                GroupKind::Stream(dir),
-                conf_voters,
-                conf_learners,
-                Some(preferred),
-            )?;
-            // The preferred replica stands for election at once: a new partition gets a leader
-            // without waiting an election timeout, and leaders start spread over the nodes.
-            // Not while the metadata log is replayed from disk at start (no metadata leader
-            // known yet): every replica may be replaying at once after a restart of every node,
-            // and a campaign would elect a leader for a topic incarnation that the rest of the
-            // log deletes (an empty log, answering ListOffsets with 0 until the delete
-            // replays). Elections then wait for a timeout, and leader rebalance moves
-            // leadership to the preferred replica.
-            let live = self
-                .metadata_group()
-                .is_some_and(|g| g.visible().leader != 0);
-            if preferred == self.config.id
-                && voters.len() > 1
-                && live
-                && !moving.contains_key(&partition)
-            {
-                stream.campaign();
-            }
-        }
-        Ok(())
+        crate::core::topics::open_topic(&mut NodePartitions(self), name, incarnation, replicas)
+            .map_err(|e| match e {
+                OpenTopicError::Migrate(e) => e.into(),
+                OpenTopicError::Open(e) => e,
+            })
     }
 
     /// The replicas of `stream` in Kafka's order: the preferred leader first (a stream
@@ -315,8 +235,10 @@ impl Node {
             self.stop_group(stream.group);
         }
         let dirs = match (incarnation, open.first()) {
-            (Some(i), _) => self.topic_dirs_on_disk(name, i),
-            (None, Some(s)) if s.incarnation > 0 => self.topic_dirs_on_disk(name, s.incarnation),
+            (Some(i), _) => self.data_dir.topic_dirs_on_disk(name, i),
+            (None, Some(s)) if s.incarnation > 0 => {
+                self.data_dir.topic_dirs_on_disk(name, s.incarnation)
+            }
             (None, _) => vec![self.stream_dir(name)],
         };
         for dir in dirs.iter().filter(|d| d.exists()) {
@@ -329,7 +251,7 @@ impl Node {
             self.streams
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(name);
+                .remove_topic(name);
         }
     }
 
@@ -337,5 +259,88 @@ impl Node {
     /// a stream configured at start).
     pub fn is_topic(&self, name: &str) -> bool {
         self.topic_layout(name).is_some()
+    }
+}
+
+/// The node as the host of the partitions [`crate::core::topics::open_topic`] decides to open:
+/// each is a Raft group on the node's runtime, in its catalog.
+struct NodePartitions<'a>(&'a Node);
+
+impl PartitionHost for NodePartitions<'_> {
+    type Error = NodeError;
+
+    fn me(&self) -> u64 {
+        self.0.config.id
+    }
+
+    fn data_dir(&self) -> &DataDir {
+        &self.0.data_dir
+    }
+
+    fn open_incarnation(&self, name: &str) -> Option<u64> {
+        self.0
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .open_incarnation(name)
+    }
+
+    fn is_open(&self, name: &str, partition: u32) -> bool {
+        self.0.partition(name, partition).is_some()
+    }
+
+    fn deleted_before_start(&self, name: &str, incarnation: u64) -> bool {
+        self.0
+            .deleted_before_start
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(name.to_owned(), incarnation))
+    }
+
+    fn moving(&self, name: &str, incarnation: u64) -> BTreeMap<u32, Vec<u64>> {
+        self.0
+            .metadata()
+            .topics
+            .get(name)
+            .filter(|t| t.created_at_index == incarnation)
+            .map(|t| t.moving.clone())
+            .unwrap_or_default()
+    }
+
+    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>) {
+        self.0.drop_topic(name, incarnation);
+    }
+
+    fn open_partition(
+        &mut self,
+        name: &str,
+        incarnation: u64,
+        plan: &PartitionToOpen,
+        dir: std::path::PathBuf,
+    ) -> Result<(), NodeError> {
+        let node = self.0;
+        let stream = node.open_group(
+            name,
+            plan.partition,
+            plan.group,
+            incarnation,
+            GroupKind::Stream(dir),
+            plan.voters.clone(),
+            plan.learners.clone(),
+            Some(plan.preferred),
+        )?;
+        // Not while the metadata log is replayed from disk at start (no metadata leader
+        // known yet): every replica may be replaying at once after a restart of every node,
+        // and a campaign would elect a leader for a topic incarnation that the rest of the
+        // log deletes (an empty log, answering ListOffsets with 0 until the delete
+        // replays). Elections then wait for a timeout, and leader rebalance moves
+        // leadership to the preferred replica.
+        let live = node
+            .metadata_group()
+            .is_some_and(|g| g.visible().leader != 0);
+        if plan.stands_for_election && live {
+            stream.campaign();
+        }
+        Ok(())
     }
 }

@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::core::membership::{
+    hosts_topic, moving_partitions, reassignment_done, replica_change, ReplicaChange,
+};
 use crate::metadata::MetaCommand;
 use crate::replication::group::GroupInput;
 use crate::replication::ids::{group_id_for, group_id_for_topic};
@@ -310,12 +313,7 @@ impl Node {
         }
         let me = self.config.id;
         for (name, t) in &topics {
-            let hosts = t
-                .replicas
-                .iter()
-                .chain(t.moving.values())
-                .any(|r| r.contains(&me));
-            if hosts {
+            if hosts_topic(me, t) {
                 if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
                     tracing::error!(topic = %name, "cannot open a reassigned partition: {e}");
                 }
@@ -325,14 +323,15 @@ impl Node {
                     continue;
                 }
                 let p = stream.partition;
-                let Some(new) = t.replicas.get(p as usize) else {
-                    continue;
-                };
-                if t.moving.contains_key(&p) {
-                    let _ = stream.inbox.try_send(GroupInput::SetVoters(new.clone()));
-                } else if !new.contains(&me) {
-                    tracing::info!(topic = %name, partition = p, "replica moved away: dropping it");
-                    self.drop_partition(name, t.created_at_index, p);
+                match replica_change(me, t, p) {
+                    Some(ReplicaChange::SetVoters(new)) => {
+                        let _ = stream.inbox.try_send(GroupInput::SetVoters(new));
+                    }
+                    Some(ReplicaChange::Drop) => {
+                        tracing::info!(topic = %name, partition = p, "replica moved away: dropping it");
+                        self.drop_partition(name, t.created_at_index, p);
+                    }
+                    None => {}
                 }
             }
         }
@@ -363,11 +362,9 @@ impl Node {
             meta.topics
                 .iter()
                 .flat_map(|(n, t)| {
-                    t.moving.keys().filter_map(move |p| {
-                        let mut new = t.replicas.get(*p as usize)?.clone();
-                        new.sort_unstable();
-                        Some((n.clone(), t.created_at_index, *p, new))
-                    })
+                    moving_partitions(t)
+                        .into_iter()
+                        .map(move |(p, new)| (n.clone(), t.created_at_index, p, new))
                 })
                 .collect()
         };
@@ -378,12 +375,14 @@ impl Node {
                     .partition(&name, p)
                     .filter(|s| s.incarnation == incarnation)?
                     .visible();
-                let voters: Vec<u64> = v.voters.iter().copied().filter(|id| *id != 0).collect();
-                (v.leader == self.config.id && v.membership_settled && voters == new).then_some((
-                    name,
-                    incarnation,
-                    p,
-                ))
+                reassignment_done(
+                    self.config.id,
+                    &new,
+                    v.leader,
+                    v.membership_settled,
+                    &v.voters,
+                )
+                .then_some((name, incarnation, p))
             })
             .collect()
     }

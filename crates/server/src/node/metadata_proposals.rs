@@ -138,13 +138,7 @@ impl Node {
             if let Ok((nofile, _)) = crate::runtime::fd_budget::nofile_limits() {
                 let capacity =
                     crate::runtime::fd_budget::partition_capacity(nofile, k.max_connections);
-                let hosted = self
-                    .streams
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .values()
-                    .map(|p| p.len() as u64)
-                    .sum::<u64>();
+                let hosted = self.streams.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
                 if hosted + u64::from(new_partitions) > capacity {
                     return Err(AppendError::Invalid(format!(
                         "node {} holds its limit of {capacity} partitions for its open-file limit of {nofile} \

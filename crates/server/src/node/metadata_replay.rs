@@ -143,24 +143,19 @@ impl Node {
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
         if reconcile {
-            let open: Vec<(String, u64)> = self
+            let open = self
                 .streams
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .filter_map(|(name, parts)| {
-                    let incarnation = parts.values().next()?.incarnation;
-                    (incarnation != 0).then(|| (name.clone(), incarnation))
-                })
-                .collect();
-            for (name, incarnation) in open {
-                let current = topics
+                .open_topic_incarnations();
+            let current = |name: &str| {
+                topics
                     .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, t)| t.created_at_index);
-                if current != Some(incarnation) {
-                    self.drop_topic(&name, Some(incarnation));
-                }
+                    .find(|(n, _)| n == name)
+                    .map(|(_, t)| t.created_at_index)
+            };
+            for (name, incarnation) in crate::core::topics::stale_incarnations(&open, current) {
+                self.drop_topic(&name, Some(incarnation));
             }
         }
         self.remove_deleted_topic_dirs(index, &topics);

@@ -24,9 +24,7 @@ impl Node {
             .streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .flat_map(|p| p.values().cloned())
-            .collect();
+            .handles();
         streams.sort_by(|a, b| (&*a.name, a.partition).cmp(&(&*b.name, b.partition)));
         let mut partitions = Vec::with_capacity(streams.len() + 1);
         let meta = self.metadata_group();

@@ -4,9 +4,10 @@
 //!
 //! This file holds the [`Node`] itself, why it may fail to start ([`NodeError`]), its start-up
 //! wiring and its shutdown; each submodule adds the methods of one job:
-//! - `catalog`: the topics and streams hosted here, opening and dropping them, their settings;
+//! - `catalog`: the topics and streams hosted here (kept in a [`crate::core::catalog`]),
+//!   opening them as [`crate::core::topics`] decides, dropping them, their settings;
 //! - `raft_groups`: opening and stopping Raft groups, their store and Raft configuration;
-//! - `data_dir`: the data directory's layout and its migration;
+//! - `data_dir`: the node's side of the data directory's layout ([`crate::core::data_dir`]);
 //! - `metadata_replay`: the metadata group's replay and snapshots, compaction;
 //! - `metadata_proposals`: writing commands to the replicated metadata;
 //! - `membership`: live brokers, members added and removed, reconciling voters;
@@ -157,6 +158,8 @@ pub struct Node {
     /// The partitions of topics (and streams configured at start) this node is a replica of, by
     /// name and partition index. Shared with the liveness task, which reports the ones led here.
     streams: Arc<Mutex<StreamMap>>,
+    /// Where everything lives in the data directory.
+    data_dir: crate::core::data_dir::DataDir,
     /// Every open group (the metadata group and every stream's).
     groups: Mutex<Vec<RunningGroup>>,
     /// The worker pool and timer that drive the groups.
@@ -260,7 +263,7 @@ pub struct HandOffReport {
 }
 
 /// Open streams by topic name, then partition index (only the partitions hosted here).
-type StreamMap = HashMap<String, BTreeMap<u32, LogStream>>;
+type StreamMap = crate::core::catalog::Catalog<LogStream>;
 
 /// Where a topic's partitions live: its incarnation and each partition's replicas (preferred
 /// leader first), as the replicated metadata says (or, for a stream configured at start, one
@@ -430,6 +433,7 @@ impl Node {
             versions.clone(),
             metadata.clone(),
         );
+        let data_dir = crate::core::data_dir::DataDir::new(config.data_dir.clone());
         let node = Arc::new(Node {
             authorizer,
             acls_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -439,6 +443,7 @@ impl Node {
             rejoin_task,
             liveness_task,
             streams,
+            data_dir,
             groups: Mutex::new(Vec::new()),
             runtime,
             peer_task,

@@ -2,7 +2,6 @@
 //! the metadata group, the group's parts, and every group running here.
 
 use crate::runtime::inbox::inbox_with_waker;
-use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use logstore::{LogStore, StoreConfig, SyncPolicy};
@@ -301,9 +300,8 @@ impl Node {
             self.metadata_proposer.set_group(Some(stream.clone()));
         } else {
             let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-            let partitions = streams.entry(topic.to_owned()).or_default();
             // Each partition opens once (open_topic opens only the missing ones).
-            let earlier = partitions.insert(partition, stream.clone());
+            let earlier = streams.insert(topic, partition, stream.clone());
             assert!(
                 earlier.is_none(),
                 "partition {partition} of {topic} opened twice"
@@ -324,10 +322,8 @@ impl Node {
         self.streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .flat_map(BTreeMap::values)
-            .find(|s| s.group == group)
-            .map(|s| format!("{}-{}", s.name, s.partition))
+            .owner_of_group(group)
+            .map(|(name, partition)| format!("{name}-{partition}"))
     }
 
     /// Stops one group (waiting for a turn that is running) and forgets its inbox.
@@ -356,8 +352,7 @@ impl Node {
             self.streams
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .flat_map(|p| p.values().cloned()),
+                .handles(),
         );
         all
     }

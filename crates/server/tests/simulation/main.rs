@@ -23,10 +23,17 @@
 //! Every node also hosts a replica of the metadata group with the real metadata state machine
 //! (its snapshots, the log compacted below them, recovery at start), over a recorder standing
 //! in for the node; clients propose topic creations and producer-id allocations with request
-//! ids, retried and sometimes sent twice at once.
+//! ids, retried and sometimes sent twice at once. What the metadata asks of the node is carried
+//! out through the server's core (`topics.rs`): each created topic's partitions that its layout
+//! places on a node are opened there as groups in the core's catalog, in the directories of
+//! the core's data-directory layout (at restart from the metadata snapshot and the replay, and
+//! after a snapshot installed from the leader); clients append to them as to the bare groups.
 //!
 //! After the faults stop and the network heals, it checks, for every group:
-//! - every replica holds the same committed entries (index, term, payload);
+//! - every node has open, in its core catalog, exactly the topic partitions its metadata state
+//!   places on it, each in the directory the core's layout names;
+//! - every replica of every group (bare or topic partition) holds the same committed entries
+//!   (index, term, payload);
 //! - every acknowledged append is in every replica's log at the offset it was acknowledged
 //!   with, holding the value that was appended, and no value is in a log twice;
 //! - every group converges (a leader with all three voters, every replica at the same applied
@@ -58,6 +65,7 @@ mod lost_hard_state;
 mod membership_catch_up;
 mod open;
 mod rng;
+mod topics;
 mod world;
 
 use std::collections::HashSet;
@@ -83,6 +91,10 @@ struct Outcome {
     /// The metadata: commands acknowledged, topics and producer ids in the agreed state, and
     /// that state encoded as a snapshot (node 1's).
     metadata: MetadataOutcome,
+    /// Topic partitions open on every node through the core, and the acknowledged appends to
+    /// them.
+    topic_partitions: usize,
+    acknowledged_to_topics: usize,
 }
 
 /// What the metadata group ended with.
@@ -138,8 +150,18 @@ fn run_with(seed: u64, steps: u64, options: SimOptions) -> Outcome {
 
 /// The checks; returns node 1's committed log for comparing runs.
 fn check(seed: u64, w: &World) -> Outcome {
+    let topic_partitions = check_catalogs(seed, w);
     let mut log = Vec::new();
-    for g in 100..100 + GROUPS {
+    let stream_groups: Vec<u64> = w
+        .groups_of_cluster()
+        .into_iter()
+        .filter(|g| *g != vdl_server::metadata::METADATA_GROUP_ID)
+        .collect();
+    assert!(
+        stream_groups.len() as u64 >= GROUPS,
+        "seed {seed}: bare groups are missing"
+    );
+    for g in stream_groups {
         // With retention the replicas' logs start at different places: compare from the
         // latest start.
         let start = w
@@ -229,13 +251,54 @@ fn check(seed: u64, w: &World) -> Outcome {
         }
     }
     let top_term = log.iter().map(|(_, _, term, _)| *term).max().unwrap_or(0);
+    let topic_groups: HashSet<u64> = w.open_topic_groups().into_iter().collect();
     Outcome {
         log,
+        topic_partitions,
+        acknowledged_to_topics: w
+            .acked
+            .iter()
+            .filter(|(g, _, _)| topic_groups.contains(g))
+            .count(),
         acknowledged: w.acked.len(),
         faults: w.faults,
         top_term,
         metadata: check_metadata(seed, w),
     }
+}
+
+/// The core's catalogs: every node has open, through the core, exactly the partitions that
+/// the topics of its metadata state place on it (each in its own group), and every topic of
+/// the agreed state has its partitions open on the nodes it is placed on; returns how many
+/// partitions of topics node 1 has open.
+fn check_catalogs(seed: u64, w: &World) -> usize {
+    for n in &w.nodes {
+        let open: std::collections::BTreeSet<(String, u32, u64)> = n
+            .catalog
+            .iter()
+            .map(|(name, p, h)| (name.to_owned(), p, h.group))
+            .collect();
+        assert_eq!(
+            open,
+            n.placed_partitions(),
+            "seed {seed}: node {}: the partitions open are not those its metadata places on it",
+            n.id
+        );
+        for (name, p, g) in &open {
+            assert!(
+                n.groups.contains_key(g),
+                "seed {seed}: node {}: partition {p} of {name} is in the catalog, its group is not running",
+                n.id
+            );
+            let incarnation = n.catalog.open_incarnation(name).expect("open");
+            assert!(
+                n.data_dir.topic_dir(name, incarnation, *p).is_dir(),
+                "seed {seed}: node {}: partition {p} of {name} has no directory where the core puts it",
+                n.id
+            );
+        }
+    }
+    w.nodes[0].catalog.len()
 }
 
 /// The metadata group's checks: every replica's state machine holds the same state at the
@@ -363,7 +426,8 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                     "{label}seed {seed}: {} acknowledged appends, {} committed record entries \
                      kept, all replicas agree; metadata: {} commands acknowledged, {} topics, \
                      {} producer ids at index {}, {} snapshots installed, {} retried, states \
-                     agree ({} cut-offs, {} crashes, {} power cuts at an \
+                     agree; {} topic partitions open through the core on every node, {} \
+                     appends to them acknowledged ({} cut-offs, {} crashes, {} power cuts at an \
                      fsync, {} disks replaced, {} membership changes; {} of {} unsynced \
                      sectors lost, {} files persisted out of order, {} index files cut; terms \
                      up to {})",
@@ -375,6 +439,8 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                     m.applied_index,
                     m.snapshots_installed,
                     f.metadata_retries,
+                    o.topic_partitions,
+                    o.acknowledged_to_topics,
                     f.cuts,
                     f.crashes,
                     f.power_cuts,

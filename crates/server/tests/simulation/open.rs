@@ -36,10 +36,23 @@ const METADATA_SNAPSHOT_INTERVAL_ENTRIES: u64 = 12;
 /// segments.
 const METADATA_SEGMENT_BYTES: u64 = 1 << 10;
 
+/// What the metadata state machine asked of the node, kept until the simulated node carries
+/// it out between turns (through the core, see `world.rs`).
+pub enum HostEvent {
+    /// An applied command's effect.
+    Effect(Effect),
+    /// A snapshot was installed from the leader: the node brings its partitions in line with
+    /// the state.
+    SnapshotInstalled,
+}
+
 /// Stands in for the node hosting a metadata replica: counts what the state machine asks of
-/// it (the node would open and drop streams).
+/// it, and queues the effects and snapshots for the simulated node, which opens and drops
+/// partitions through the core as the node does.
 #[derive(Default)]
 pub struct MetaRecorder {
+    /// Effects and installed snapshots not carried out yet, in order.
+    pub events: std::sync::Mutex<Vec<HostEvent>>,
     /// Effects carried out.
     pub effects: AtomicU64,
     /// Snapshots installed from a leader.
@@ -49,8 +62,9 @@ pub struct MetaRecorder {
 }
 
 impl MetadataHost for MetaRecorder {
-    fn carry_out(&self, _effect: Effect) {
+    fn carry_out(&self, effect: Effect) {
         self.effects.fetch_add(1, Ordering::Relaxed);
+        self.events.lock().unwrap().push(HostEvent::Effect(effect));
     }
 
     fn metadata_applied(&self, index: u64) {
@@ -59,6 +73,10 @@ impl MetadataHost for MetaRecorder {
 
     fn snapshot_installed(&self, _index: u64) {
         self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
+        self.events
+            .lock()
+            .unwrap()
+            .push(HostEvent::SnapshotInstalled);
     }
 
     fn compaction_allowed(&self) -> bool {
@@ -95,12 +113,21 @@ pub fn open_metadata_group(
         meta_dir,
         METADATA_SNAPSHOT_INTERVAL_ENTRIES,
     );
-    let mut sg = open_replica(dir, node, group, peers, options, directories, Some(sm));
+    let mut sg = open_replica(
+        &dir.join(format!("g{group}")),
+        node,
+        group,
+        (NODES.to_vec(), Vec::new()),
+        peers,
+        options,
+        directories,
+        Some(sm),
+    );
     sg.meta = Some(SimMeta { state, host });
     sg
 }
 
-/// Opens replica `node` of `group` under `dir`.
+/// Opens replica `node` of `group` under `dir` (every node a voter).
 pub fn open_group(
     dir: &Path,
     node: u64,
@@ -109,14 +136,52 @@ pub fn open_group(
     options: SimOptions,
     directories: &Arc<Directories>,
 ) -> SimGroup {
-    open_replica(dir, node, group, peers, options, directories, None)
+    open_replica(
+        &dir.join(format!("g{group}")),
+        node,
+        group,
+        (NODES.to_vec(), Vec::new()),
+        peers,
+        options,
+        directories,
+        None,
+    )
 }
 
-/// Opens a replica: a log stream's, or with `metadata` the metadata group's.
-fn open_replica(
-    dir: &Path,
+/// Opens replica `node` of a topic partition's `group` in `group_dir` (where the core's
+/// data-directory layout puts it), starting from `voters` and `learners` when new (as the
+/// core decided).
+#[allow(clippy::too_many_arguments)]
+pub fn open_partition_group(
+    group_dir: &Path,
     node: u64,
     group: u64,
+    voters: Vec<u64>,
+    learners: Vec<u64>,
+    peers: PeerSender,
+    options: SimOptions,
+    directories: &Arc<Directories>,
+) -> SimGroup {
+    open_replica(
+        group_dir,
+        node,
+        group,
+        (voters, learners),
+        peers,
+        options,
+        directories,
+        None,
+    )
+}
+
+/// Opens a replica in `group_dir`: a log stream's, or with `metadata` the metadata group's;
+/// `conf` (voters, learners) is saved when the store is new.
+#[allow(clippy::too_many_arguments)]
+fn open_replica(
+    group_dir: &Path,
+    node: u64,
+    group: u64,
+    conf: (Vec<u64>, Vec<u64>),
     peers: PeerSender,
     options: SimOptions,
     directories: &Arc<Directories>,
@@ -143,18 +208,18 @@ fn open_replica(
         store_config.retention = logstore::RetentionPolicy::default();
         store_config.segment_bytes = METADATA_SEGMENT_BYTES;
     }
-    let group_dir = dir.join(format!("g{group}"));
-    let mut store = LogStore::open(&group_dir, store_config)
+    let mut store = LogStore::open(group_dir, store_config)
         .unwrap_or_else(|e| panic!("node {node}: opening the store of group {group}: {e}"));
     let snapshot_index = match metadata.as_mut() {
         Some(sm) => sm
-            .recover(&group_dir, &mut store)
+            .recover(group_dir, &mut store)
             .unwrap_or_else(|e| panic!("node {node}: recovering the metadata: {e}")),
         None => None,
     };
     if store.conf_state().voters.is_empty() {
         let cs = logstore::ConfState {
-            voters: NODES.to_vec(),
+            voters: conf.0,
+            learners: conf.1,
             ..Default::default()
         };
         store.save_conf_state(&cs).expect("save the configuration");

@@ -22,6 +22,10 @@ use vdl_server::metadata::{MetaCommand, MetaEntry, RequestId, METADATA_GROUP_ID}
 use crate::disk::{power_cut, sim_fs, CutReport, SimCrash};
 use crate::open::{open_group, open_metadata_group, SimMeta};
 use crate::rng::Rng;
+use crate::topics::SimPartition;
+use vdl_server::core::catalog::Catalog;
+use vdl_server::core::data_dir::DataDir;
+use vdl_server::replication::transport::PeerSender;
 
 pub const NODES: [u64; 3] = [1, 2, 3];
 /// Raft groups per node (group ids 100, 101, ...).
@@ -65,16 +69,22 @@ pub struct SimGroup {
 pub struct SimNode {
     pub id: u64,
     pub dir: PathBuf,
-    options: SimOptions,
+    pub(crate) options: SimOptions,
     pub up: bool,
     /// Steps until a node that is down starts again.
     down_for: u64,
     pub groups: BTreeMap<u64, SimGroup>,
     /// The data directory's identity and the node's rejoin mode (the real node's, shared by
     /// its groups); None while down.
-    dirs: Option<Arc<Directories>>,
+    pub(crate) dirs: Option<Arc<Directories>>,
     /// Per destination, in node order (iteration order is part of the run).
     outbox: BTreeMap<u64, mpsc::Receiver<(u64, Message)>>,
+    /// The node's sending side (None while down), for the partitions opened later.
+    pub(crate) sender: Option<PeerSender>,
+    /// The core's catalog of the topic partitions open here (their groups are in `groups`).
+    pub catalog: Catalog<SimPartition>,
+    /// The core's layout of the node's directory.
+    pub data_dir: DataDir,
 }
 
 struct InFlight {
@@ -152,7 +162,14 @@ impl SimNode {
             .collect();
         self.groups.insert(METADATA_GROUP_ID, metadata);
         self.dirs = Some(dirs);
+        self.sender = Some(sender);
+        self.catalog = Catalog::new();
         self.up = true;
+        // As the node after loading its metadata snapshot: the topics it holds are opened
+        // (the replay of the log after it opens the rest).
+        if let Some(mut host) = self.partitions_host() {
+            host.open_every_topic();
+        }
     }
 
     /// Whether the node is rejoining after a replaced disk (grants no votes yet).
@@ -210,13 +227,16 @@ impl World {
                 fs.register(&dir);
                 let mut n = SimNode {
                     id,
-                    dir,
+                    dir: dir.clone(),
                     options,
                     up: false,
                     down_for: 0,
                     groups: BTreeMap::new(),
                     dirs: None,
                     outbox: BTreeMap::new(),
+                    sender: None,
+                    catalog: Catalog::new(),
+                    data_dir: DataDir::new(&dir),
                 };
                 n.start(&targets);
                 n
@@ -265,7 +285,9 @@ impl World {
     fn crash(&mut self, i: usize, down_for: u64) {
         let node = &mut self.nodes[i];
         node.groups.clear();
+        node.catalog.clear();
         node.dirs = None;
+        node.sender = None;
         node.outbox.clear();
         node.up = false;
         node.down_for = down_for;
@@ -310,8 +332,9 @@ impl World {
         }
         // A rejoining node whose groups all caught up ends rejoin mode and reconnects, so
         // its peers hear that it is settled (the real node's `settle_rejoin`).
-        let groups = all_groups();
         for n in &self.nodes {
+            // Every group the node hosts, its topic partitions' too (the node's registry).
+            let groups: Vec<u64> = n.groups.keys().copied().collect();
             if n.up && n.dirs.as_ref().is_some_and(|d| d.maybe_settle(&groups)) {
                 let id = n.id;
                 self.connected.retain(|&(a, b)| a != id && b != id);
@@ -455,8 +478,9 @@ impl World {
     /// Whether `node`'s disk may be replaced: every group has a leader whose configuration is
     /// the one asked, with three voters or without `node`.
     fn replaceable(&self, node: u64) -> bool {
-        all_groups().into_iter().all(|g| {
-            let target = &self.targets[&g];
+        let every_voter = NODES.to_vec();
+        self.groups_of_cluster().into_iter().all(|g| {
+            let target = self.targets.get(&g).unwrap_or(&every_voter);
             (target.len() == NODES.len() || !target.contains(&node))
                 && self.nodes.iter().any(|n| {
                     n.groups.get(&g).is_some_and(|sg| {
@@ -487,7 +511,12 @@ impl World {
             self.propose_metadata();
             return;
         }
-        let g = 100 + self.rng.below(GROUPS);
+        let topic_groups = self.open_topic_groups();
+        let g = if !topic_groups.is_empty() && self.rng.chance(350) {
+            topic_groups[self.rng.below(topic_groups.len() as u64) as usize]
+        } else {
+            100 + self.rng.below(GROUPS)
+        };
         let burst = if self.rng.chance(150) {
             2 + self.rng.below(7)
         } else {
@@ -681,6 +710,17 @@ impl World {
                     }
                 }
             }
+            // What the metadata replica asked (partitions of created topics opened through
+            // the core); opening a store fsyncs, where a power cut may strike.
+            if !crashed {
+                let carried =
+                    std::panic::catch_unwind(AssertUnwindSafe(|| node.carry_out_metadata()));
+                match carried {
+                    Ok(()) => {}
+                    Err(p) if p.downcast_ref::<SimCrash>().is_some() => crashed = true,
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
             if crashed {
                 let down_for = 20 + self.rng.below(200);
                 self.crash(i, down_for);
@@ -796,12 +836,23 @@ impl World {
         if self.nodes.iter().any(|n| n.rejoining()) {
             return false;
         }
-        all_groups().into_iter().all(|g| {
-            let views: Vec<Visible> = self
+        // Every node holds the partitions its metadata state places on it.
+        if self.nodes.iter().any(|n| {
+            n.placed_partitions()
+                .iter()
+                .any(|(_, _, g)| !n.groups.contains_key(g))
+        }) {
+            return false;
+        }
+        self.groups_of_cluster().into_iter().all(|g| {
+            let Some(views) = self
                 .nodes
                 .iter()
-                .map(|n| *n.groups[&g].visible.borrow())
-                .collect();
+                .map(|n| n.groups.get(&g).map(|sg| *sg.visible.borrow()))
+                .collect::<Option<Vec<Visible>>>()
+            else {
+                return false;
+            };
             let leader = views[0].leader;
             // Only the leader knows whether its configuration is the one asked.
             let lv = (leader != 0).then(|| views[(leader - 1) as usize]);
