@@ -46,14 +46,22 @@ pub struct Rates {
 impl Rates {
     /// The limit named `name` (one of [`FLOW_LIMIT_NAMES`]); `None` for another name.
     pub fn limit(&self, name: &str) -> Option<Option<u64>> {
+        let mut rates = *self;
+        rates.limit_mut(name).map(|limit| *limit)
+    }
+
+    /// The limit named `name` (one of [`FLOW_LIMIT_NAMES`]), to change it; `None` for another
+    /// name. The one place a limit's name is tied to its field (the server's flow settings
+    /// read and change their limits through it).
+    pub fn limit_mut(&mut self, name: &str) -> Option<&mut Option<u64>> {
         Some(match name {
-            "produce_requests_per_sec" => self.produce_requests_per_sec,
-            "produce_bytes_per_sec" => self.produce_bytes_per_sec,
-            "catchup_read_requests_per_sec" => self.catchup_read_requests_per_sec,
-            "catchup_read_bytes_per_sec" => self.catchup_read_bytes_per_sec,
-            "tail_read_requests_per_sec" => self.tail_read_requests_per_sec,
-            "tail_read_bytes_per_sec" => self.tail_read_bytes_per_sec,
-            "catchup_replication_bytes_per_sec" => self.catchup_replication_bytes_per_sec,
+            "produce_requests_per_sec" => &mut self.produce_requests_per_sec,
+            "produce_bytes_per_sec" => &mut self.produce_bytes_per_sec,
+            "catchup_read_requests_per_sec" => &mut self.catchup_read_requests_per_sec,
+            "catchup_read_bytes_per_sec" => &mut self.catchup_read_bytes_per_sec,
+            "tail_read_requests_per_sec" => &mut self.tail_read_requests_per_sec,
+            "tail_read_bytes_per_sec" => &mut self.tail_read_bytes_per_sec,
+            "catchup_replication_bytes_per_sec" => &mut self.catchup_replication_bytes_per_sec,
             _ => return None,
         })
     }
@@ -89,6 +97,11 @@ mod tests {
         }
         assert_eq!(r.limit("produce_bytes_per_sec"), Some(Some(1000)));
         assert_eq!(r.limit("nope"), None);
+        let mut changed = r;
+        *changed.limit_mut("tail_read_bytes_per_sec").unwrap() = Some(7);
+        assert_eq!(changed.tail_read_bytes_per_sec, Some(7));
+        assert_eq!(changed.limit("tail_read_bytes_per_sec"), Some(Some(7)));
+        assert!(changed.limit_mut("nope").is_none());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::batch;
+use common::bit_flip::flip;
 use common::faults::{
     control, create, faulty_cluster, leader_of, produce_acked, read_all, set_faults, tag, Acked,
     WAIT,
@@ -74,21 +75,6 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
-}
-
-/// Flips one bit of `path` at `at` (in place: a running node's page cache sees it).
-fn flip(path: &Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x10;
-    f.write_all_at(&b, at).unwrap();
-    f.sync_all().unwrap();
 }
 
 /// Waits until node `i`'s log contains `text`.

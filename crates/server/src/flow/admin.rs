@@ -39,15 +39,9 @@ pub fn routes() -> Router<Arc<Node>> {
 /// The `GET /rates` answer: `limits` and this node's throttling counters.
 fn rates(node: &Node, limits: &FlowLimits) -> Rates {
     Rates {
-        catchup_read_bytes_per_sec: limits.catchup_read_bytes_per_sec,
-        catchup_read_requests_per_sec: limits.catchup_read_requests_per_sec,
-        catchup_replication_bytes_per_sec: limits.catchup_replication_bytes_per_sec,
-        produce_bytes_per_sec: limits.produce_bytes_per_sec,
-        produce_requests_per_sec: limits.produce_requests_per_sec,
-        tail_read_bytes_per_sec: limits.tail_read_bytes_per_sec,
-        tail_read_requests_per_sec: limits.tail_read_requests_per_sec,
         throttle_time_ms_total: node.flow().throttle_time_ms_total(),
         throttled_requests: node.flow().throttled_requests(),
+        ..Rates::from(*limits)
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use vdl_admin_api::rates::Rates;
 
 /// The node-wide limits, the same on every node (each node enforces them on its own traffic):
 /// requests and bytes per second for produce, catch-up reads (fetches that stop at their byte
@@ -34,35 +35,54 @@ pub struct FlowLimits {
 /// API's types.
 pub use vdl_admin_api::rates::FLOW_LIMIT_NAMES;
 
+/// The limits as the admin API shows them (`GET /rates`), with zero throttling counters.
+impl From<FlowLimits> for Rates {
+    fn from(limits: FlowLimits) -> Rates {
+        Rates {
+            catchup_read_bytes_per_sec: limits.catchup_read_bytes_per_sec,
+            catchup_read_requests_per_sec: limits.catchup_read_requests_per_sec,
+            catchup_replication_bytes_per_sec: limits.catchup_replication_bytes_per_sec,
+            produce_bytes_per_sec: limits.produce_bytes_per_sec,
+            produce_requests_per_sec: limits.produce_requests_per_sec,
+            tail_read_bytes_per_sec: limits.tail_read_bytes_per_sec,
+            tail_read_requests_per_sec: limits.tail_read_requests_per_sec,
+            throttle_time_ms_total: 0,
+            throttled_requests: 0,
+        }
+    }
+}
+
+/// The limits of an admin API answer (its throttling counters are left out).
+impl From<Rates> for FlowLimits {
+    fn from(rates: Rates) -> FlowLimits {
+        FlowLimits {
+            produce_requests_per_sec: rates.produce_requests_per_sec,
+            produce_bytes_per_sec: rates.produce_bytes_per_sec,
+            catchup_read_requests_per_sec: rates.catchup_read_requests_per_sec,
+            catchup_read_bytes_per_sec: rates.catchup_read_bytes_per_sec,
+            tail_read_requests_per_sec: rates.tail_read_requests_per_sec,
+            tail_read_bytes_per_sec: rates.tail_read_bytes_per_sec,
+            catchup_replication_bytes_per_sec: rates.catchup_replication_bytes_per_sec,
+        }
+    }
+}
+
 impl FlowLimits {
-    /// The limit named `name` (one of [`FLOW_LIMIT_NAMES`]).
+    /// The limit named `name` (one of [`FLOW_LIMIT_NAMES`]); `None` for another name. Names
+    /// map to limits in one place, the admin API's [`Rates::limit_mut`].
     pub fn get(&self, name: &str) -> Option<Option<u64>> {
-        Some(match name {
-            "produce_requests_per_sec" => self.produce_requests_per_sec,
-            "produce_bytes_per_sec" => self.produce_bytes_per_sec,
-            "catchup_read_requests_per_sec" => self.catchup_read_requests_per_sec,
-            "catchup_read_bytes_per_sec" => self.catchup_read_bytes_per_sec,
-            "tail_read_requests_per_sec" => self.tail_read_requests_per_sec,
-            "tail_read_bytes_per_sec" => self.tail_read_bytes_per_sec,
-            "catchup_replication_bytes_per_sec" => self.catchup_replication_bytes_per_sec,
-            _ => return None,
-        })
+        Rates::from(*self).limit(name)
     }
 
     /// Sets the limit named `name` (`None`: unlimited); false when no limit has that name.
     pub fn set(&mut self, name: &str, value: Option<u64>) -> bool {
-        let slot = match name {
-            "produce_requests_per_sec" => &mut self.produce_requests_per_sec,
-            "produce_bytes_per_sec" => &mut self.produce_bytes_per_sec,
-            "catchup_read_requests_per_sec" => &mut self.catchup_read_requests_per_sec,
-            "catchup_read_bytes_per_sec" => &mut self.catchup_read_bytes_per_sec,
-            "tail_read_requests_per_sec" => &mut self.tail_read_requests_per_sec,
-            "tail_read_bytes_per_sec" => &mut self.tail_read_bytes_per_sec,
-            "catchup_replication_bytes_per_sec" => &mut self.catchup_replication_bytes_per_sec,
-            _ => return false,
+        let mut rates = Rates::from(*self);
+        let Some(slot) = rates.limit_mut(name) else {
+            return false;
         };
         // 0 would stop all traffic for good: it means unlimited, as in the config files.
         *slot = value.filter(|v| *v > 0);
+        *self = FlowLimits::from(rates);
         true
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use bytes::Bytes;
+pub mod bit_flip;
 pub mod faults;
 pub mod kafka;
 pub mod procs;

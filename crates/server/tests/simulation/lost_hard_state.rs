@@ -21,6 +21,7 @@ use vdl_server::replication::raft_storage::read;
 use vdl_server::replication::replicas::Directories;
 use vdl_server::replication::transport::detached_sender;
 
+use crate::common::bit_flip::flip;
 use crate::open::open_group;
 use crate::world::{SimGroup, SimOptions, NODES};
 
@@ -98,21 +99,6 @@ fn votes(sent: &[Message]) -> Vec<(u64, u64, bool)> {
         .filter(|m| m.get_msg_type() == MessageType::MsgRequestVoteResponse)
         .map(|m| (m.to, m.term, !m.reject))
         .collect()
-}
-
-/// Flips one bit of `path` at `at`.
-fn flip(path: &Path, at: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x10;
-    f.write_all_at(&b, at).unwrap();
-    f.sync_all().unwrap();
 }
 
 #[test]
