@@ -64,6 +64,26 @@ pub fn batch_infos(data: &Bytes) -> Vec<BatchInfo> {
         .collect()
 }
 
+/// The idempotent batches of a payload read from a store, each with the base offset it
+/// carries (the store writes it on append and compaction keeps it), so a compacted payload
+/// (gaps between batches) places every batch at its own offset.
+pub fn placed_batch_infos(data: &Bytes) -> Vec<(u64, BatchInfo)> {
+    split_batches(data.clone())
+        .map_while(Result::ok)
+        .filter(|b| b.has_producer_id() && b.base_offset() >= 0)
+        .map(|b| {
+            let info = BatchInfo {
+                producer_id: b.producer_id(),
+                epoch: b.producer_epoch(),
+                first_seq: b.base_sequence(),
+                last_seq: b.last_sequence(),
+                span: b.last_offset_delta() as u32 + 1,
+            };
+            (b.base_offset() as u64, info)
+        })
+        .collect()
+}
+
 /// Total offsets taken by concatenated record batches.
 pub fn total_span(data: &Bytes) -> u64 {
     split_batches(data.clone())
@@ -290,30 +310,50 @@ impl ProducerTable {
     /// `base_offset`.
     pub fn on_committed(&mut self, batches: &[BatchInfo], mut base_offset: u64) {
         for b in batches {
-            self.stamp += 1;
-            let p = self.committed.entry(b.producer_id).or_default();
-            if b.epoch != p.epoch {
-                p.epoch = b.epoch;
-                p.batches.clear();
-            }
-            p.batches.push_back(CommittedBatch {
-                first_seq: b.first_seq,
-                last_seq: b.last_seq,
-                base_offset,
-            });
-            while p.batches.len() > BATCHES_PER_PRODUCER {
-                p.batches.pop_front();
-            }
-            p.stamp = self.stamp;
-            if let Some(&(epoch, _, last)) = self.pending.get(&b.producer_id) {
-                if epoch == b.epoch && last == b.last_seq {
-                    self.pending.remove(&b.producer_id);
-                }
-            }
+            self.commit_batch(b, base_offset);
             base_offset += u64::from(b.span);
         }
         if self.committed.len() > MAX_PRODUCERS {
             self.forget_oldest();
+        }
+    }
+
+    /// As [`ProducerTable::on_committed_at`], for batches placed at their own base offsets
+    /// ([`placed_batch_infos`]: an entry read from a store, compacted or not).
+    pub fn on_committed_placed_at(&mut self, index: u64, batches: &[(u64, BatchInfo)]) {
+        if index <= self.applied_through {
+            return;
+        }
+        self.applied_through = index;
+        for (base_offset, b) in batches {
+            self.commit_batch(b, *base_offset);
+        }
+        if self.committed.len() > MAX_PRODUCERS {
+            self.forget_oldest();
+        }
+    }
+
+    /// Records one committed batch of a producer at `base_offset`.
+    fn commit_batch(&mut self, b: &BatchInfo, base_offset: u64) {
+        self.stamp += 1;
+        let p = self.committed.entry(b.producer_id).or_default();
+        if b.epoch != p.epoch {
+            p.epoch = b.epoch;
+            p.batches.clear();
+        }
+        p.batches.push_back(CommittedBatch {
+            first_seq: b.first_seq,
+            last_seq: b.last_seq,
+            base_offset,
+        });
+        while p.batches.len() > BATCHES_PER_PRODUCER {
+            p.batches.pop_front();
+        }
+        p.stamp = self.stamp;
+        if let Some(&(epoch, _, last)) = self.pending.get(&b.producer_id) {
+            if epoch == b.epoch && last == b.last_seq {
+                self.pending.remove(&b.producer_id);
+            }
         }
     }
 
