@@ -41,7 +41,10 @@ fn batch(codec: Compression, records: &[(&str, Option<&str>)]) -> Vec<u8> {
         .to_vec()
 }
 
-fn views(c: &KafkaRecordCompactor, b: &[u8]) -> Vec<(u64, Option<Vec<u8>>, bool, i64, bool)> {
+/// One record as seen: (offset, key, tombstone, timestamp, control).
+type Seen = (u64, Option<Vec<u8>>, bool, i64, bool);
+
+fn views(c: &KafkaRecordCompactor, b: &[u8]) -> Vec<Seen> {
     let mut out = Vec::new();
     c.visit(b, &mut |r: RecordView<'_>| {
         out.push((

@@ -443,8 +443,10 @@ mod record_count_tests {
         assert_eq!(odd.context.as_ref(), &[CTX_RECORDS, 0, 0]);
         assert_eq!(record_count_of(&odd), None);
         // A new proposal (17 bytes, no count) stays as it is, and an empty one is a no-op.
-        let mut e = Entry::default();
-        e.context = Bytes::from(vec![CTX_RECORDS; 17]);
+        let e = Entry {
+            context: Bytes::from(vec![CTX_RECORDS; 17]),
+            ..Default::default()
+        };
         assert_eq!(record_count_of(&e), None);
         assert_eq!(to_store_entry(&e).kind, EntryKind::Noop);
         assert_eq!(context_record_count(&[CTX_META, 0, 0, 0, 1]), None);
