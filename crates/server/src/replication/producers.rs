@@ -423,6 +423,44 @@ mod tests {
         }
     }
 
+    /// A compacted entry read from a store: its batches (idempotent or not) are placed at the
+    /// base offsets they carry, across the gaps compaction left, not counted from the first.
+    #[test]
+    fn stored_batches_are_placed_at_their_own_offsets() {
+        use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
+        let mk = |base: i64, pid: Option<(i64, i32)>, n: usize| {
+            let recs: Vec<NewRecord> = (0..n).map(|_| NewRecord::new(1, "v")).collect();
+            let mut builder = RecordBatchBuilder::new(Compression::None).base_offset(base);
+            if let Some((id, seq)) = pid {
+                builder = builder.producer(id, 0, seq);
+            }
+            builder.with_records(&recs).unwrap().build().unwrap()
+        };
+        let data: Bytes = [
+            mk(40, Some((7, 10)), 2),
+            mk(45, None, 1),
+            mk(50, Some((7, 12)), 3),
+        ]
+        .concat()
+        .into();
+        let placed = placed_batch_infos(&data);
+        assert_eq!(
+            placed
+                .iter()
+                .map(|(o, i)| (*o, i.first_seq, i.last_seq))
+                .collect::<Vec<_>>(),
+            vec![(40, 10, 11), (50, 12, 14)]
+        );
+        let mut t = ProducerTable::default();
+        t.on_committed_placed_at(3, &placed);
+        assert_eq!(t.applied_through(), 3);
+        let (_, producers) = t.export();
+        assert_eq!(producers[0].batches, vec![(10, 11, 40), (12, 14, 50)]);
+        // The same entry again (a snapshot covered it) changes nothing.
+        t.on_committed_placed_at(3, &placed[..1]);
+        assert_eq!(t.export().1[0].batches.len(), 2);
+    }
+
     /// Item 9 of the lifecycle issue: a new leader holds an earlier term's batch that is not
     /// applied yet; a client's retry of it must not be taken for the next batch.
     #[test]
