@@ -36,6 +36,7 @@ pub mod admin_auth;
 pub mod admin_http;
 pub mod admin_ops;
 pub mod bootstrap_users;
+pub mod compaction;
 pub mod config;
 pub mod core;
 pub mod flow;

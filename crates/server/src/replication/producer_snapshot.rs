@@ -232,9 +232,10 @@ pub(crate) fn rebuild_producers(
         };
         for e in entries {
             if e.kind == logstore::EntryKind::Records {
-                let infos = crate::replication::producers::batch_infos(&e.payload);
-                if !infos.is_empty() {
-                    table.on_committed_at(e.index, &infos, e.first_offset);
+                // Stored batches carry their offsets (a compacted entry has gaps).
+                let placed = crate::replication::producers::placed_batch_infos(&e.payload);
+                if !placed.is_empty() {
+                    table.on_committed_placed_at(e.index, &placed);
                 }
             }
         }

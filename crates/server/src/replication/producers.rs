@@ -64,6 +64,26 @@ pub fn batch_infos(data: &Bytes) -> Vec<BatchInfo> {
         .collect()
 }
 
+/// The idempotent batches of a payload read from a store, each with the base offset it
+/// carries (the store writes it on append and compaction keeps it), so a compacted payload
+/// (gaps between batches) places every batch at its own offset.
+pub fn placed_batch_infos(data: &Bytes) -> Vec<(u64, BatchInfo)> {
+    split_batches(data.clone())
+        .map_while(Result::ok)
+        .filter(|b| b.has_producer_id() && b.base_offset() >= 0)
+        .map(|b| {
+            let info = BatchInfo {
+                producer_id: b.producer_id(),
+                epoch: b.producer_epoch(),
+                first_seq: b.base_sequence(),
+                last_seq: b.last_sequence(),
+                span: b.last_offset_delta() as u32 + 1,
+            };
+            (b.base_offset() as u64, info)
+        })
+        .collect()
+}
+
 /// Total offsets taken by concatenated record batches.
 pub fn total_span(data: &Bytes) -> u64 {
     split_batches(data.clone())
@@ -290,30 +310,50 @@ impl ProducerTable {
     /// `base_offset`.
     pub fn on_committed(&mut self, batches: &[BatchInfo], mut base_offset: u64) {
         for b in batches {
-            self.stamp += 1;
-            let p = self.committed.entry(b.producer_id).or_default();
-            if b.epoch != p.epoch {
-                p.epoch = b.epoch;
-                p.batches.clear();
-            }
-            p.batches.push_back(CommittedBatch {
-                first_seq: b.first_seq,
-                last_seq: b.last_seq,
-                base_offset,
-            });
-            while p.batches.len() > BATCHES_PER_PRODUCER {
-                p.batches.pop_front();
-            }
-            p.stamp = self.stamp;
-            if let Some(&(epoch, _, last)) = self.pending.get(&b.producer_id) {
-                if epoch == b.epoch && last == b.last_seq {
-                    self.pending.remove(&b.producer_id);
-                }
-            }
+            self.commit_batch(b, base_offset);
             base_offset += u64::from(b.span);
         }
         if self.committed.len() > MAX_PRODUCERS {
             self.forget_oldest();
+        }
+    }
+
+    /// As [`ProducerTable::on_committed_at`], for batches placed at their own base offsets
+    /// ([`placed_batch_infos`]: an entry read from a store, compacted or not).
+    pub fn on_committed_placed_at(&mut self, index: u64, batches: &[(u64, BatchInfo)]) {
+        if index <= self.applied_through {
+            return;
+        }
+        self.applied_through = index;
+        for (base_offset, b) in batches {
+            self.commit_batch(b, *base_offset);
+        }
+        if self.committed.len() > MAX_PRODUCERS {
+            self.forget_oldest();
+        }
+    }
+
+    /// Records one committed batch of a producer at `base_offset`.
+    fn commit_batch(&mut self, b: &BatchInfo, base_offset: u64) {
+        self.stamp += 1;
+        let p = self.committed.entry(b.producer_id).or_default();
+        if b.epoch != p.epoch {
+            p.epoch = b.epoch;
+            p.batches.clear();
+        }
+        p.batches.push_back(CommittedBatch {
+            first_seq: b.first_seq,
+            last_seq: b.last_seq,
+            base_offset,
+        });
+        while p.batches.len() > BATCHES_PER_PRODUCER {
+            p.batches.pop_front();
+        }
+        p.stamp = self.stamp;
+        if let Some(&(epoch, _, last)) = self.pending.get(&b.producer_id) {
+            if epoch == b.epoch && last == b.last_seq {
+                self.pending.remove(&b.producer_id);
+            }
         }
     }
 
@@ -381,6 +421,44 @@ mod tests {
             last_seq: first.wrapping_add(count - 1),
             span: count as u32,
         }
+    }
+
+    /// A compacted entry read from a store: its batches (idempotent or not) are placed at the
+    /// base offsets they carry, across the gaps compaction left, not counted from the first.
+    #[test]
+    fn stored_batches_are_placed_at_their_own_offsets() {
+        use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
+        let mk = |base: i64, pid: Option<(i64, i32)>, n: usize| {
+            let recs: Vec<NewRecord> = (0..n).map(|_| NewRecord::new(1, "v")).collect();
+            let mut builder = RecordBatchBuilder::new(Compression::None).base_offset(base);
+            if let Some((id, seq)) = pid {
+                builder = builder.producer(id, 0, seq);
+            }
+            builder.with_records(&recs).unwrap().build().unwrap()
+        };
+        let data: Bytes = [
+            mk(40, Some((7, 10)), 2),
+            mk(45, None, 1),
+            mk(50, Some((7, 12)), 3),
+        ]
+        .concat()
+        .into();
+        let placed = placed_batch_infos(&data);
+        assert_eq!(
+            placed
+                .iter()
+                .map(|(o, i)| (*o, i.first_seq, i.last_seq))
+                .collect::<Vec<_>>(),
+            vec![(40, 10, 11), (50, 12, 14)]
+        );
+        let mut t = ProducerTable::default();
+        t.on_committed_placed_at(3, &placed);
+        assert_eq!(t.applied_through(), 3);
+        let (_, producers) = t.export();
+        assert_eq!(producers[0].batches, vec![(10, 11, 40), (12, 14, 50)]);
+        // The same entry again (a snapshot covered it) changes nothing.
+        t.on_committed_placed_at(3, &placed[..1]);
+        assert_eq!(t.export().1[0].batches.len(), 2);
     }
 
     /// Item 9 of the lifecycle issue: a new leader holds an earlier term's batch that is not

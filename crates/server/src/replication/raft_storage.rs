@@ -8,6 +8,27 @@
 //! - `EntryNormal` whose context starts with [`CTX_META`]: replicated metadata ->
 //!   [`EntryKind::Meta`].
 //! - `EntryConfChange` / `EntryConfChangeV2` -> the matching configuration kinds.
+//!
+//! Record counts (log compaction): a compacted `Records` entry keeps its index, term, first
+//! offset and record count, but its payload shrinks (gaps between batches, maybe no batch at
+//! all), so a replica cannot count its offsets from its batches. A `Records` entry read from
+//! the store for sending ([`to_raft_entry`]) therefore carries its count at the end of its
+//! context: `[CTX_RECORDS, record_count u32 BE]` for a one-byte context, `[CTX_RECORDS,
+//! proposer u64, proposal id u64, record_count u32 BE]` for a proposal's (`Group::context`);
+//! [`context_record_count`] reads it (a context of 5 or 21 bytes with the records tag). A
+//! replica appending such an entry ([`to_store_entry`], [`record_count_of`]) stores the context
+//! without the count (so its stored bytes equal the leader's) and appends with
+//! `LogStore::append_unsynced_with_counts` (batches keep their stored base offsets, an empty
+//! payload is a `Records` entry, not a no-op). An entry without a count (a new proposal, an
+//! older leader) takes the old path: offsets counted from its batches.
+//!
+//! Older binaries: every reader of an entry context in this crate reads only the first byte
+//! (the tag: `to_store_entry`, the apply loop, the peer guard) or, for the proposal id, the 16
+//! bytes after it when at least 16 follow (`group::proposals::proposal_id`); the suffix changes
+//! neither. An older replica stores the longer context as it came (a new binary reading it back
+//! ignores the stale count and writes the one of its own store). An older replica cannot
+//! append a compacted entry, so a group compacts only when every peer speaks a peer protocol
+//! that carries counts (`peer_wire::compaction_allowed`).
 
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -134,11 +155,50 @@ fn term_err(e: LogStoreError) -> raft::Error {
     }
 }
 
-/// Converts a raft-rs entry into a store entry.
+/// Bytes of the record count at the end of a sent `Records` entry's context.
+const RECORD_COUNT_LEN: usize = 4;
+
+/// Lengths of the contexts this crate writes on `Records` entries: the tag alone, or the tag,
+/// the proposer and the proposal id (`Group::context`).
+const RECORDS_CONTEXT_LENS: [usize; 2] = [1, 17];
+
+/// The record count a `Records` entry's context carries (see the module docs), if any.
+pub fn context_record_count(ctx: &[u8]) -> Option<u32> {
+    if ctx.first() != Some(&CTX_RECORDS) {
+        return None;
+    }
+    let base = ctx.len().checked_sub(RECORD_COUNT_LEN)?;
+    if !RECORDS_CONTEXT_LENS.contains(&base) {
+        return None;
+    }
+    Some(u32::from_be_bytes(ctx[base..].try_into().ok()?))
+}
+
+/// The context without a record count (as stored).
+fn without_record_count(ctx: &Bytes) -> Bytes {
+    match context_record_count(ctx) {
+        Some(_) => ctx.slice(..ctx.len() - RECORD_COUNT_LEN),
+        None => ctx.clone(),
+    }
+}
+
+/// The record count a received entry carries for `LogStore::append_unsynced_with_counts`:
+/// `Some` only for a normal entry whose context carries one.
+pub fn record_count_of(e: &Entry) -> Option<u32> {
+    if e.get_entry_type() != EntryType::EntryNormal {
+        return None;
+    }
+    context_record_count(&e.context)
+}
+
+/// Converts a raft-rs entry into a store entry. A context carrying a record count is stored
+/// without it, and such an entry is `Records` even with an empty payload (compacted away).
 pub fn to_store_entry(e: &Entry) -> NewEntry {
+    let counted = record_count_of(e).is_some();
     let kind = match e.get_entry_type() {
         EntryType::EntryConfChange => EntryKind::ConfChange,
         EntryType::EntryConfChangeV2 => EntryKind::ConfChangeV2,
+        EntryType::EntryNormal if counted => EntryKind::Records,
         EntryType::EntryNormal if e.data.is_empty() => EntryKind::Noop,
         EntryType::EntryNormal => match e.context.first() {
             Some(&CTX_RECORDS) => EntryKind::Records,
@@ -150,11 +210,12 @@ pub fn to_store_entry(e: &Entry) -> NewEntry {
         term: e.term,
         kind,
         payload: e.data.clone(),
-        context: e.context.clone(),
+        context: without_record_count(&e.context),
     }
 }
 
-/// Converts a store entry back into a raft-rs entry.
+/// Converts a store entry back into a raft-rs entry. A `Records` entry's context gets its
+/// record count appended (see the module docs) when it has a layout this crate writes.
 pub fn to_raft_entry(e: logstore::Entry) -> Entry {
     let mut out = Entry::default();
     out.set_entry_type(match e.kind {
@@ -165,7 +226,20 @@ pub fn to_raft_entry(e: logstore::Entry) -> Entry {
     out.index = e.index;
     out.term = e.term;
     out.data = e.payload;
-    out.context = e.context;
+    out.context = match e.kind {
+        EntryKind::Records if e.record_count > 0 => {
+            let ctx = without_record_count(&e.context);
+            if RECORDS_CONTEXT_LENS.contains(&ctx.len()) && ctx.first() == Some(&CTX_RECORDS) {
+                let mut with = Vec::with_capacity(ctx.len() + RECORD_COUNT_LEN);
+                with.extend_from_slice(&ctx);
+                with.extend_from_slice(&e.record_count.to_be_bytes());
+                Bytes::from(with)
+            } else {
+                ctx
+            }
+        }
+        _ => e.context,
+    };
     out
 }
 
@@ -306,5 +380,76 @@ impl raft::Storage for RaftStorage {
         })?;
         meta.set_conf_state(to_raft_conf(s.conf_state()));
         Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod record_count_tests {
+    use super::*;
+
+    fn stored(
+        kind: EntryKind,
+        context: &[u8],
+        payload: &'static [u8],
+        count: u32,
+    ) -> logstore::Entry {
+        logstore::Entry {
+            index: 7,
+            term: 3,
+            kind,
+            payload: Bytes::from_static(payload),
+            context: Bytes::copy_from_slice(context),
+            first_offset: 100,
+            record_count: count,
+        }
+    }
+
+    #[test]
+    fn a_sent_records_entry_carries_its_count_and_is_stored_as_the_leader_stored_it() {
+        let mut proposal = vec![CTX_RECORDS];
+        proposal.extend_from_slice(&2u64.to_be_bytes());
+        proposal.extend_from_slice(&9u64.to_be_bytes());
+        for ctx in [vec![CTX_RECORDS], proposal] {
+            // A compacted entry: no batch left, 4 offsets taken.
+            let sent = to_raft_entry(stored(EntryKind::Records, &ctx, b"", 4));
+            assert_eq!(sent.context.len(), ctx.len() + 4);
+            assert_eq!(
+                sent.context[..ctx.len()],
+                ctx[..],
+                "the stored context comes first"
+            );
+            assert_eq!(context_record_count(&sent.context), Some(4));
+            assert_eq!(record_count_of(&sent), Some(4));
+            let back = to_store_entry(&sent);
+            assert_eq!(
+                back.kind,
+                EntryKind::Records,
+                "an empty compacted entry is no no-op"
+            );
+            assert_eq!(back.context.as_ref(), ctx.as_slice());
+            // Read back from the replica's store and sent on: one count, not two.
+            let again = to_raft_entry(stored(EntryKind::Records, &sent.context, b"", 4));
+            assert_eq!(again.context, sent.context);
+        }
+    }
+
+    #[test]
+    fn other_entries_and_contexts_carry_no_count() {
+        let meta = to_raft_entry(stored(EntryKind::Meta, &[CTX_META], b"m", 0));
+        assert_eq!(meta.context.as_ref(), &[CTX_META]);
+        assert_eq!(record_count_of(&meta), None);
+        // A context of another layout is sent as it is (the old path on the replica).
+        let odd = to_raft_entry(stored(EntryKind::Records, &[CTX_RECORDS, 0, 0], b"x", 1));
+        assert_eq!(odd.context.as_ref(), &[CTX_RECORDS, 0, 0]);
+        assert_eq!(record_count_of(&odd), None);
+        // A new proposal (17 bytes, no count) stays as it is, and an empty one is a no-op.
+        let e = Entry {
+            context: Bytes::from(vec![CTX_RECORDS; 17]),
+            ..Default::default()
+        };
+        assert_eq!(record_count_of(&e), None);
+        assert_eq!(to_store_entry(&e).kind, EntryKind::Noop);
+        assert_eq!(context_record_count(&[CTX_META, 0, 0, 0, 1]), None);
+        assert_eq!(context_record_count(&[]), None);
     }
 }

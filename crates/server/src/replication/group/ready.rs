@@ -6,9 +6,10 @@
 
 use super::{proposal_id, AppendError, Appended, Group};
 use crate::replication::in_sync::durable_copies;
-use crate::replication::producers::{batch_infos, total_span};
+use crate::replication::producers::{batch_infos, placed_batch_infos, total_span};
 use crate::replication::raft_storage::{
-    decode_snapshot_data, from_raft_conf, read, to_store_entry, write, CTX_META, CTX_RECORDS,
+    decode_snapshot_data, from_raft_conf, read, record_count_of, to_store_entry, write, CTX_META,
+    CTX_RECORDS,
 };
 use crate::runtime::timeline::{self, Stage as Hop};
 use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
@@ -225,6 +226,10 @@ impl Group {
     /// (An fsync failure stays fail-stop: see the logstore README.)
     fn append(&mut self, entries: &[Entry]) -> bool {
         let converted: Vec<_> = entries.iter().map(to_store_entry).collect();
+        // Entries read from a leader's store carry their record counts (maybe compacted:
+        // see `raft_storage`); those are appended with them, the others as before.
+        let counts: Vec<Option<u32>> = entries.iter().map(record_count_of).collect();
+        let counted = counts.iter().any(Option::is_some);
         let first = entries[0].index;
         let pending = {
             let mut s = write(&self.p.store);
@@ -240,7 +245,12 @@ impl Group {
                 }
             }
             let segments_before = s.segment_count();
-            if let Err(e) = s.append_unsynced(&converted) {
+            let appended = if counted {
+                s.append_unsynced_with_counts(&converted, &counts)
+            } else {
+                s.append_unsynced(&converted)
+            };
+            if let Err(e) = appended {
                 drop(s);
                 tracing::error!(stream = %self.p.name, first, "appending to the log failed: {e}; the entries are dropped and their proposals fail");
                 self.rebuild_raft(AppendError::Storage(e.to_string()));
@@ -368,6 +378,14 @@ impl Group {
         let Some(table) = self.p.producers.as_mut() else {
             return;
         };
+        if record_count_of(e).is_some() {
+            // Read from a store (maybe compacted): the batches carry their offsets.
+            let placed = placed_batch_infos(&e.data);
+            if !placed.is_empty() {
+                table.on_committed_placed_at(e.index, &placed);
+            }
+            return;
+        }
         let infos = batch_infos(&e.data);
         if infos.is_empty() {
             return;

@@ -5,7 +5,7 @@ use raft::prelude::{ConfState, Message, MessageType};
 use raft::{Raft, StateRole, Storage};
 
 use super::Refusal;
-use crate::replication::raft_storage::CTX_RECORDS;
+use crate::replication::raft_storage::{record_count_of, CTX_RECORDS};
 
 /// What a group lets through beyond its Raft state: built by the group thread.
 #[derive(Debug, Clone, Copy)]
@@ -136,6 +136,32 @@ fn check_entries_fit(limits: &GroupLimits, msg: &Message) -> Result<(), Refusal>
                 field: "entry size",
                 value: size,
             });
+        }
+        // An entry carrying its record count (read from the leader's store, maybe
+        // compacted: see `raft_storage`): its batches may leave gaps or be gone; they must
+        // be whole batches taking no more offsets than the count, which must be positive
+        // (the store checks that each lies inside the entry's offsets).
+        if let Some(count) = record_count_of(e) {
+            let taken = if e.data.is_empty() {
+                Ok(0)
+            } else {
+                logstore::records_offset_count(&e.data)
+            };
+            match taken {
+                Ok(n) if count > 0 && n <= u64::from(count) => continue,
+                Ok(n) => {
+                    return Err(Refusal::BadRecords {
+                        index: e.index,
+                        reason: format!("{n} offsets of batches in an entry of {count} records"),
+                    })
+                }
+                Err(reason) => {
+                    return Err(Refusal::BadRecords {
+                        index: e.index,
+                        reason,
+                    })
+                }
+            }
         }
         // Mirrors `raft_storage::to_store_entry`: these become Records entries.
         if !e.data.is_empty() && e.context.first() == Some(&CTX_RECORDS) {

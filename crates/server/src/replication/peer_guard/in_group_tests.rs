@@ -146,6 +146,35 @@ fn check_in_group_uses_the_group_state() {
         check_in_group(raft, &l, &mut a),
         Err(Refusal::BadRecords { .. })
     ));
+    // An entry carrying its record count (compacted on the leader): an empty payload and
+    // batches taking fewer offsets than the count are accepted; more offsets, a zero count
+    // or damaged batches are not.
+    let batch = kafka_proto::records::build_batch(
+        kafka_proto::records::Compression::None,
+        &[kafka_proto::records::NewRecord::new(1, "v")],
+    )
+    .unwrap();
+    for (data, count, ok) in [
+        (Bytes::new(), 5u32, true),
+        (batch.clone(), 5, true),
+        (batch.clone(), 1, true),
+        (Bytes::new(), 0, false),
+        ([batch.clone(), batch.clone()].concat().into(), 1, false),
+        (Bytes::from_static(b"not a record batch"), 5, false),
+    ] {
+        let mut a = msg(MessageType::MsgAppend, 2, 1, 1);
+        let mut e = entry(1, 1);
+        let mut ctx = vec![CTX_RECORDS];
+        ctx.extend_from_slice(&count.to_be_bytes());
+        e.context = ctx.into();
+        e.data = data;
+        a.entries = vec![e].into();
+        assert_eq!(
+            check_in_group(raft, &l, &mut a).is_ok(),
+            ok,
+            "count {count}"
+        );
+    }
     let mut a = msg(MessageType::MsgAppend, 2, 1, 1);
     a.entries = vec![entry(1, 1); 2].into();
     let tight = GroupLimits {

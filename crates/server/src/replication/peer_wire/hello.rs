@@ -43,6 +43,10 @@ pub struct Hello {
     /// The sender installs metadata snapshots sent through Raft (false from releases before
     /// them): only when every member does may the metadata log be compacted.
     pub installs_metadata_snapshots: bool,
+    /// The sender appends compacted `Records` entries (their record counts in the entry
+    /// context, see `raft_storage`; false from releases before log compaction): only when
+    /// every member does may a group's log be compacted.
+    pub appends_compacted_entries: bool,
     /// The sender's Kafka listeners: `(name, HOST:PORT)`, at most [`MAX_HELLO_LISTENERS`]
     /// (empty from releases before listeners: then `advertised` is its only address).
     pub listeners: Vec<(String, String)>,
@@ -78,6 +82,9 @@ pub struct PeerHelloWire {
     /// The sender's Kafka listeners, by name.
     #[prost(message, repeated, tag = "9")]
     pub listeners: Vec<KafkaListenerWire>,
+    /// The sender appends compacted entries carrying their record counts.
+    #[prost(bool, tag = "10")]
+    pub appends_compacted_entries: bool,
 }
 
 /// `KafkaListener`: one Kafka listener of a hello's sender.
@@ -141,6 +148,7 @@ pub fn encode_hello_with_listeners(
             sender_settled: dirs.sender_settled,
             software_version: env!("CARGO_PKG_VERSION").to_string(),
             installs_metadata_snapshots: true,
+            appends_compacted_entries: true,
             listeners: listeners
                 .iter()
                 .take(MAX_HELLO_LISTENERS)
@@ -256,6 +264,7 @@ pub fn decode_v3_hello(body: &[u8]) -> Result<Hello, WireError> {
         advertised: wire.advertised,
         software_version: wire.software_version,
         installs_metadata_snapshots: wire.installs_metadata_snapshots,
+        appends_compacted_entries: wire.appends_compacted_entries,
     };
     check_advertised(&hello.advertised)?;
     Ok(hello)

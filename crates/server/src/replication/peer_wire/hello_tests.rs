@@ -43,6 +43,7 @@ fn parse_hello(b: &[u8]) -> Result<Hello, WireError> {
         dirs,
         software_version: String::new(),
         installs_metadata_snapshots: false,
+        appends_compacted_entries: false,
         listeners: Vec::new(),
     })
 }
@@ -103,6 +104,21 @@ fn hellos_round_trip_in_both_versions() {
     let v3 = parse_hello(&encode_hello(VERSION_3, 7, "h:1", HelloDirs::default())).unwrap();
     assert_eq!(v3.software_version, env!("CARGO_PKG_VERSION"));
     assert_eq!(v3.dirs, HelloDirs::default());
+    // This release says it appends compacted entries; older layouts cannot say so.
+    assert!(v3.appends_compacted_entries);
+    let v2 = parse_hello(&encode_hello(VERSION_2, 7, "h:1", dirs())).unwrap();
+    assert!(!v2.appends_compacted_entries);
+    // Field 10 (bool): an older version 3 hello without it says false.
+    let mut with_flag = b"VDLP\x00\x03".to_vec();
+    let body = [0x08, 0x05, 0x12, 0x03, b'h', b':', b'1', 0x50, 0x01];
+    with_flag.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    with_flag.extend_from_slice(&body);
+    assert!(parse_hello(&with_flag).unwrap().appends_compacted_entries);
+    let without = &body[..7];
+    let mut old = b"VDLP\x00\x03".to_vec();
+    old.extend_from_slice(&(without.len() as u32).to_be_bytes());
+    old.extend_from_slice(without);
+    assert!(!parse_hello(&old).unwrap().appends_compacted_entries);
 }
 
 /// The field numbers of `PeerHello` are the wire format.

@@ -32,6 +32,9 @@
 //!   repeated KafkaListener listeners = 9;     // every Kafka listener of the sender, so
 //!                                             // Metadata can answer on each listener with
 //!                                             // that listener's address of every node
+//!   bool appends_compacted_entries = 10;      // the sender appends compacted Records
+//!                                             // entries (record counts in the context), so
+//!                                             // groups may compact their logs
 //! }
 //! message KafkaListener { string name = 1; string advertised = 2; }
 //! message PeerFrame    { repeated GroupMessage messages = 1; }

@@ -1,6 +1,7 @@
 //! Which version of the peer protocol each peer speaks, from its last admitted hello: a peer
 //! of an earlier release is dialed back in its version; and whether each peer installs
-//! metadata snapshots (so the metadata log may be compacted).
+//! metadata snapshots (so the metadata log may be compacted); and whether each peer appends
+//! compacted entries (so partition logs may be compacted: [`PeerVersions::compaction_allowed`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,6 +15,8 @@ pub struct PeerVersions {
     heard: Mutex<HashMap<u64, u16>>,
     /// Per peer: whether its last hello said it installs metadata snapshots.
     metadata_snapshots: Mutex<HashMap<u64, bool>>,
+    /// Per peer: whether its last hello said it appends compacted entries.
+    compacted_entries: Mutex<HashMap<u64, bool>>,
 }
 
 impl PeerVersions {
@@ -62,6 +65,28 @@ impl PeerVersions {
         peers.iter().all(|p| heard.get(p) == Some(&true))
     }
 
+    /// Records whether `peer`'s last admitted hello said it appends compacted entries
+    /// (record counts in the entry context, see `replication::raft_storage`).
+    pub fn heard_compacted_entries(&self, peer: u64, appends: bool) {
+        self.compacted_entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, appends);
+    }
+
+    /// Whether a group whose other replicas are `peers` may compact its log (the cleaner asks
+    /// before every pass): only when every one of them said, in its last hello to this node,
+    /// that it appends compacted entries. A peer of an earlier release (a hello of version 1
+    /// or 2, or a version 3 hello without the flag), or one not heard from since this node
+    /// started, could not append a compacted entry it is sent, so none is made.
+    pub fn compaction_allowed(&self, peers: &[u64]) -> bool {
+        let heard = self
+            .compacted_entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        peers.iter().all(|p| heard.get(p) == Some(&true))
+    }
+
     /// Whether some peer's last hello was of an earlier release (version 1 or 2).
     pub fn any_earlier_release(&self) -> bool {
         self.heard
@@ -85,6 +110,21 @@ impl PeerVersions {
 mod tests {
     use super::*;
     use crate::replication::peer_wire::{VERSION_1, VERSION_2};
+
+    #[test]
+    fn compaction_is_allowed_only_when_every_peer_appends_compacted_entries() {
+        let v = PeerVersions::default();
+        assert!(v.compaction_allowed(&[]), "a single replica compacts alone");
+        assert!(!v.compaction_allowed(&[2, 3]), "peers not heard from");
+        v.heard_compacted_entries(2, true);
+        assert!(!v.compaction_allowed(&[2, 3]));
+        v.heard_compacted_entries(3, true);
+        assert!(v.compaction_allowed(&[2, 3]));
+        // Peer 3 restarts with an earlier release: its hello lacks the flag.
+        v.heard_compacted_entries(3, false);
+        assert!(!v.compaction_allowed(&[2, 3]));
+        assert!(v.compaction_allowed(&[2]));
+    }
 
     #[test]
     fn peers_heard_in_an_old_version_are_dialed_in_it() {

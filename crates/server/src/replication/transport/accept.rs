@@ -188,6 +188,8 @@ impl Connection {
             .heard(from, hello.version, &hello.software_version);
         self.versions
             .heard_metadata_snapshots(from, hello.installs_metadata_snapshots);
+        self.versions
+            .heard_compacted_entries(from, hello.appends_compacted_entries);
         let (slot, replaced) = self.slots.take(from, self.limits.per_member);
         self.inbox
             .peer_hello(from, slot.id, hello.advertised, hello.listeners, hello.dirs);

@@ -46,6 +46,7 @@ pub(super) async fn read_hello(sock: &mut Box<dyn PeerStream>) -> Result<Hello, 
         dirs,
         software_version: String::new(),
         installs_metadata_snapshots: false,
+        appends_compacted_entries: false,
         listeners: Vec::new(),
     })
 }

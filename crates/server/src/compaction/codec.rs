@@ -1,0 +1,105 @@
+//! [`KafkaRecordCompactor`]: the record level of log compaction over Kafka's v2 batches
+//! (`kafka_proto::records::{visit_records, retain_records}`), every codec.
+
+use bytes::Bytes;
+use kafka_proto::records::{
+    retain_records, visit_records, RecordBatch, RecordKeyView, RetainOptions, Retained,
+};
+use logstore::{RecordCompactor, RecordView, RetainOutcome};
+
+/// The default bound on the decompressed records of one batch (64 MiB, the store's default
+/// largest entry; a produced batch that decompresses to more was accepted under a larger
+/// `message.max.bytes` and is then refused by the cleaner, which fails the pass instead of
+/// allocating without bound).
+pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
+
+/// Reads and filters Kafka record batches for `logstore`'s compaction.
+///
+/// Promises: every batch is checked whole (magic 2, CRC-32C, record framing, offset deltas)
+/// before any record is shown or removed; a batch that fails, or whose records decompress to
+/// more than `max_decompressed` bytes, is an error string (the pass stops, nothing swapped).
+/// Control batches (transaction markers) are always kept byte for byte. A batch that keeps
+/// every record (and needs no delete horizon) is `Unchanged`; one that keeps none is `Empty`;
+/// otherwise it is rewritten with the same base offset, lastOffsetDelta, producer fields and
+/// codec, its kept records byte for byte, and the delete horizon (KIP-534) set when it keeps
+/// a tombstone.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaRecordCompactor {
+    max_decompressed: usize,
+}
+
+impl KafkaRecordCompactor {
+    /// A compactor that refuses batches decompressing to more than `max_decompressed` bytes.
+    pub fn new(max_decompressed: usize) -> KafkaRecordCompactor {
+        KafkaRecordCompactor { max_decompressed }
+    }
+}
+
+impl Default for KafkaRecordCompactor {
+    /// Bounded by [`DEFAULT_MAX_DECOMPRESSED_BYTES`].
+    fn default() -> KafkaRecordCompactor {
+        KafkaRecordCompactor::new(DEFAULT_MAX_DECOMPRESSED_BYTES)
+    }
+}
+
+/// The batch as `kafka-proto` reads it (a copy: the store lends a slice of its map).
+fn parse(batch: &[u8]) -> Result<RecordBatch, String> {
+    RecordBatch::new(Bytes::copy_from_slice(batch)).map_err(|e| format!("not a record batch: {e}"))
+}
+
+/// The store's view of one record. A negative offset cannot come from a valid stored batch
+/// (the store wrote a non-negative base offset); it is mapped to 0 only to stay total, and
+/// the store's own checks of the rewritten batch refuse what it would produce.
+fn view<'a>(r: &RecordKeyView<'a>, control: bool) -> RecordView<'a> {
+    RecordView {
+        offset: u64::try_from(r.offset).unwrap_or(0),
+        key: r.key,
+        tombstone: r.is_tombstone(),
+        timestamp_ms: r.timestamp,
+        control,
+    }
+}
+
+impl RecordCompactor for KafkaRecordCompactor {
+    fn visit(&self, batch: &[u8], f: &mut dyn FnMut(RecordView<'_>)) -> Result<(), String> {
+        let parsed = parse(batch)?;
+        let control = parsed.is_control();
+        visit_records(&parsed, self.max_decompressed, |r| f(view(&r, control)))
+            .map_err(|e| format!("cannot read the batch: {e}"))
+    }
+
+    fn retain(
+        &self,
+        batch: &[u8],
+        keep: &mut dyn FnMut(RecordView<'_>) -> bool,
+        delete_horizon_ms: Option<i64>,
+    ) -> Result<RetainOutcome, String> {
+        let parsed = parse(batch)?;
+        if parsed.is_control() {
+            // Checked whole like any other batch, then kept as it is.
+            visit_records(&parsed, self.max_decompressed, |_| {})
+                .map_err(|e| format!("cannot read the batch: {e}"))?;
+            return Ok(RetainOutcome::Unchanged);
+        }
+        let options = RetainOptions {
+            keep_empty: false,
+            delete_horizon_ms,
+        };
+        let outcome = retain_records(
+            &parsed,
+            self.max_decompressed,
+            |r| keep(view(r, false)),
+            options,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(match outcome {
+            Retained::Unchanged => RetainOutcome::Unchanged,
+            Retained::Rewritten(b) => RetainOutcome::Rewritten(b.as_bytes().to_vec()),
+            Retained::Empty => RetainOutcome::Empty,
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "codec_tests.rs"]
+mod tests;

@@ -1,0 +1,263 @@
+//! Unit tests of [`KafkaRecordCompactor`] with real batches of every codec.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use kafka_proto::records::{Compression, NewRecord, RecordBatch, RecordBatchBuilder};
+use logstore::{RecordCompactor, RecordView, RetainOutcome};
+
+use super::KafkaRecordCompactor;
+
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+const BASE: i64 = 100;
+const TS: i64 = 1_700_000_000_000;
+
+/// A batch at base offset 100: `(key, value)` per record, timestamps TS + i.
+fn batch(codec: Compression, records: &[(&str, Option<&str>)]) -> Vec<u8> {
+    let recs: Vec<NewRecord> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| NewRecord {
+            timestamp: TS + i as i64,
+            key: Some(Bytes::copy_from_slice(k.as_bytes())),
+            value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+            headers: Vec::new(),
+        })
+        .collect();
+    RecordBatchBuilder::new(codec)
+        .base_offset(BASE)
+        .producer(7, 1, 40)
+        .with_records(&recs)
+        .unwrap()
+        .build()
+        .unwrap()
+        .to_vec()
+}
+
+/// One record as seen: (offset, key, tombstone, timestamp, control).
+type Seen = (u64, Option<Vec<u8>>, bool, i64, bool);
+
+fn views(c: &KafkaRecordCompactor, b: &[u8]) -> Vec<Seen> {
+    let mut out = Vec::new();
+    c.visit(b, &mut |r: RecordView<'_>| {
+        out.push((
+            r.offset,
+            r.key.map(<[u8]>::to_vec),
+            r.tombstone,
+            r.timestamp_ms,
+            r.control,
+        ))
+    })
+    .unwrap();
+    out
+}
+
+/// Keeps the latest offset of every key, as the store's key map decides.
+fn latest_per_key(c: &KafkaRecordCompactor, b: &[u8]) -> HashMap<Vec<u8>, u64> {
+    let mut latest = HashMap::new();
+    for (offset, key, ..) in views(c, b) {
+        latest.insert(key.unwrap(), offset);
+    }
+    latest
+}
+
+#[test]
+fn visit_shows_every_record_of_every_codec() {
+    let c = KafkaRecordCompactor::default();
+    for codec in CODECS {
+        let b = batch(codec, &[("a", Some("1")), ("b", None), ("a", Some("3"))]);
+        let seen = views(&c, &b);
+        assert_eq!(
+            seen,
+            vec![
+                (100, Some(b"a".to_vec()), false, TS, false),
+                (101, Some(b"b".to_vec()), true, TS + 1, false),
+                (102, Some(b"a".to_vec()), false, TS + 2, false),
+            ],
+            "{codec:?}"
+        );
+    }
+}
+
+#[test]
+fn retain_keeps_the_latest_record_per_key_at_its_offset_in_every_codec() {
+    let c = KafkaRecordCompactor::default();
+    for codec in CODECS {
+        let b = batch(
+            codec,
+            &[
+                ("a", Some("1")),
+                ("b", Some("2")),
+                ("a", Some("3")),
+                ("c", Some("4")),
+                ("b", Some("5")),
+            ],
+        );
+        let latest = latest_per_key(&c, &b);
+        let out = c
+            .retain(&b, &mut |r| latest[r.key.unwrap()] == r.offset, None)
+            .unwrap();
+        let RetainOutcome::Rewritten(nb) = out else {
+            panic!("{codec:?}: expected a rewrite, got {out:?}");
+        };
+        let parsed = RecordBatch::new(Bytes::from(nb)).unwrap();
+        parsed.validate().unwrap();
+        assert_eq!(parsed.base_offset(), BASE);
+        assert_eq!(parsed.last_offset_delta(), 4, "lastOffsetDelta kept");
+        assert_eq!(parsed.compression().unwrap(), codec);
+        assert_eq!((parsed.producer_id(), parsed.base_sequence()), (7, 40));
+        let kept: Vec<(i64, Vec<u8>, Vec<u8>, i64)> = parsed
+            .records_vec(1 << 20)
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.offset,
+                    r.key.unwrap().to_vec(),
+                    r.value.unwrap().to_vec(),
+                    r.timestamp,
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (102, b"a".to_vec(), b"3".to_vec(), TS + 2),
+                (103, b"c".to_vec(), b"4".to_vec(), TS + 3),
+                (104, b"b".to_vec(), b"5".to_vec(), TS + 4),
+            ],
+            "{codec:?}"
+        );
+    }
+}
+
+#[test]
+fn a_batch_keeping_everything_is_unchanged_and_one_keeping_nothing_is_empty() {
+    let c = KafkaRecordCompactor::default();
+    for codec in CODECS {
+        let b = batch(codec, &[("a", Some("1")), ("b", Some("2"))]);
+        assert_eq!(
+            c.retain(&b, &mut |_| true, None).unwrap(),
+            RetainOutcome::Unchanged
+        );
+        assert_eq!(
+            c.retain(&b, &mut |_| true, Some(TS)).unwrap(),
+            RetainOutcome::Unchanged,
+            "no tombstone: no horizon"
+        );
+        assert_eq!(
+            c.retain(&b, &mut |_| false, Some(TS)).unwrap(),
+            RetainOutcome::Empty,
+            "{codec:?}"
+        );
+    }
+}
+
+#[test]
+fn a_kept_tombstone_gets_the_delete_horizon_once() {
+    let c = KafkaRecordCompactor::default();
+    let horizon = TS + 86_400_000;
+    for codec in CODECS {
+        let b = batch(codec, &[("a", Some("1")), ("b", None)]);
+        let RetainOutcome::Rewritten(nb) = c.retain(&b, &mut |_| true, Some(horizon)).unwrap()
+        else {
+            panic!("{codec:?}: a kept tombstone sets the horizon");
+        };
+        let parsed = RecordBatch::new(Bytes::from(nb.clone())).unwrap();
+        assert_eq!(parsed.delete_horizon_ms(), Some(horizon));
+        // Record timestamps stay the records' own.
+        let seen = views(&c, &nb);
+        assert_eq!(seen[0].3, TS);
+        assert_eq!(seen[1], (101, Some(b"b".to_vec()), true, TS + 1, false));
+        // A later pass with another horizon keeps the batch as it is.
+        assert_eq!(
+            c.retain(&nb, &mut |_| true, Some(horizon + 1)).unwrap(),
+            RetainOutcome::Unchanged
+        );
+        // Past the horizon the store's keep drops the tombstone: only "a" is left.
+        let RetainOutcome::Rewritten(nb2) = c
+            .retain(&nb, &mut |r| !r.tombstone, Some(horizon + 1))
+            .unwrap()
+        else {
+            panic!("{codec:?}: the tombstone goes");
+        };
+        let left = views(&c, &nb2);
+        assert_eq!(left, vec![(100, Some(b"a".to_vec()), false, TS, false)]);
+    }
+}
+
+#[test]
+fn control_batches_are_kept_whole_and_shown_as_control() {
+    let c = KafkaRecordCompactor::default();
+    let marker = NewRecord {
+        timestamp: TS,
+        key: Some(Bytes::from_static(&[0, 0, 0, 1])),
+        value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
+        headers: Vec::new(),
+    };
+    let b = RecordBatchBuilder::new(Compression::None)
+        .base_offset(BASE)
+        .producer(7, 1, -1)
+        .transactional(true)
+        .control(true)
+        .with_records(std::slice::from_ref(&marker))
+        .unwrap()
+        .build()
+        .unwrap()
+        .to_vec();
+    assert!(views(&c, &b).iter().all(|v| v.4));
+    let mut asked = 0;
+    let out = c
+        .retain(
+            &b,
+            &mut |_| {
+                asked += 1;
+                false
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(out, RetainOutcome::Unchanged);
+    assert_eq!(asked, 0);
+}
+
+#[test]
+fn damaged_or_oversized_batches_are_errors_and_nothing_is_asked() {
+    let c = KafkaRecordCompactor::default();
+    for codec in CODECS {
+        let mut b = batch(codec, &[("a", Some("1")), ("a", Some("2"))]);
+        let last = b.len() - 1;
+        b[last] ^= 0x55;
+        let mut asked = 0;
+        assert!(c.visit(&b, &mut |_| asked += 1).is_err(), "{codec:?}");
+        assert!(c
+            .retain(
+                &b,
+                &mut |_| {
+                    asked += 1;
+                    true
+                },
+                None
+            )
+            .is_err());
+        assert_eq!(asked, 0);
+    }
+    assert!(
+        c.visit(&[1, 2, 3], &mut |_| {}).is_err(),
+        "a short buffer is refused"
+    );
+    // Records decompressing past the bound are refused, not allocated.
+    let big = "x".repeat(10_000);
+    let b = batch(Compression::Gzip, &[("a", Some(&big))]);
+    let small = KafkaRecordCompactor::new(1_000);
+    let err = small.visit(&b, &mut |_| {}).unwrap_err();
+    assert!(!err.is_empty());
+    assert!(small.retain(&b, &mut |_| true, None).is_err());
+}
