@@ -233,8 +233,17 @@ async fn a_small_suite_against_the_fake_server_fills_every_section() {
             r.errors
         );
     }
+    // A consume cell reads its records or stops at the cell's duration (150 ms here, which a
+    // loaded machine can reach before 2,000 records of 1 KB in 4 KiB fetches: seen once in a
+    // full run), checking offsets dense and in order as it goes (a gap is an error, counted
+    // above): some records, never more than asked.
     for r in results.iter().filter(|r| r.kind == "consume") {
-        assert_eq!(r.records, 2000, "{:?}", r.params);
+        assert!(
+            r.records > 0 && r.records <= 2000,
+            "{:?}: {} records",
+            r.params,
+            r.records
+        );
     }
     for r in results.iter().filter(|r| r.kind == "mixed-read") {
         let w = results
