@@ -13,7 +13,8 @@
 //! - [`storage_faults`]: damaged replicas and their repair counters; [`scrubber`]: the
 //!   background verification of sealed segments.
 //! - [`admin`]: the admin HTTP API (status, append and read without Kafka, metrics, rates,
-//!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments).
+//!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments);
+//!   [`admin_rates`]: the flow limits on it (`GET`/`PUT /rates`).
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`shutdown`]: the phases of a graceful shutdown the Kafka listeners follow (the
 //!   binary's `main.rs` drives it: leadership hand-off, draining connections, sync).
@@ -35,6 +36,7 @@ pub mod admin;
 pub mod admin_auth;
 pub mod admin_http;
 pub mod admin_ops;
+pub mod admin_rates;
 pub mod bootstrap_users;
 pub mod compaction;
 pub mod config;
