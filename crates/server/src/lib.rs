@@ -21,8 +21,7 @@
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
 //!   (`metadata/`: commands, state, apply, the group's state machine over a host trait;
 //!   [`metadata::codec`]: how its commands are stored in the Raft log; [`metadata::snapshot`]:
-//!   its snapshots); [`topic_config`]: topic-level configs; [`bootstrap_users`]: the one-time
-//!   import of the configured SCRAM users into it.
+//!   its snapshots); [`topic_config`]: topic-level configs.
 //! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
 //!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
 //! - [`config`]: the node's TOML configuration and the embedded single-node default (the
@@ -37,7 +36,6 @@ pub mod admin_auth;
 pub mod admin_http;
 pub mod admin_ops;
 pub mod admin_rates;
-pub mod bootstrap_users;
 pub mod compaction;
 pub mod config;
 pub mod core;

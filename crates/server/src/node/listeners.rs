@@ -87,7 +87,7 @@ impl Node {
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::node_coordinator::coordinator(self);
         self.start_acl_catch_up();
-        crate::bootstrap_users::start_import(self);
+        super::bootstrap_users::start_import(self);
         let node = self.clone();
         Ok(tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();

@@ -13,13 +13,13 @@ impl Node {
     /// The SCRAM credential of `user` for `mechanism`: the replicated one (set with
     /// AlterUserScramCredentials, e.g. `kafka-configs.sh --entity-type users`, or imported
     /// from the bootstrap users); until the bootstrap users were imported, else the configured
-    /// one (`[[security.scram_users]]`, see [`crate::bootstrap_users`]).
+    /// one (`[[security.scram_users]]`, see [`super::bootstrap_users`]).
     pub fn scram_credential(
         &self,
         user: &str,
         mechanism: ScramMechanism,
     ) -> Option<ScramCredential> {
-        crate::bootstrap_users::credential(self, user, mechanism)
+        super::bootstrap_users::credential(self, user, mechanism)
     }
 
     /// Checks `user`'s `password` against this node's credentials for the user (replicated,
