@@ -56,10 +56,6 @@ const CYCLES_ALLOWED: &[&[&str]] = &[
     // listeners (the two EDGES_ALLOWED), and kafka/'s handlers take the `Node` (see the
     // crate README's Layout rules for the plan: narrow host traits in kafka/).
     &["kafka", "node"],
-    // The settings: config/ parses the security settings through security/config.rs, which
-    // reports its errors as config's `ConfigError` and checks listener names and addresses
-    // with replication's wire checks; replication/ takes peer TLS from security/.
-    &["config", "replication", "security"],
 ];
 
 const KAFKA: &[&str] = &["kafka"];

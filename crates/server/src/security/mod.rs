@@ -5,7 +5,8 @@
 //! - [`scram`]: SCRAM credentials (salt, iterations, stored and server keys) and their
 //!   derivation; what is stored per user, never a password. [`scram_import`]: the record of
 //!   the one-time import of the configured (bootstrap) users into the metadata.
-//! - [`config`]: listeners (security protocol, TLS, SASL), bootstrap users, peer TLS.
+//! - [`config`]: the settings of listeners (security protocol, TLS, SASL), bootstrap users and
+//!   peer TLS, as parsed by `crate::config` (plain data).
 //! - [`tls`]: rustls configurations from PEM files, certificate principals, reloading.
 //! - [`peer_tls`]: mutual TLS between nodes: certificates naming node ids, the peer CA, CRLs,
 //!   reloading.
