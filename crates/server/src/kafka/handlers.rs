@@ -213,7 +213,9 @@ pub fn dispatch(
             cid,
             version,
             Response::DescribeUserScramCredentials(users::describe_user_scram_credentials(
-                node, access, &req,
+                node.as_ref(),
+                access,
+                &req,
             )),
         ),
         Request::AlterUserScramCredentials(req) => {

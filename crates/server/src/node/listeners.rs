@@ -1,5 +1,6 @@
 //! The Kafka listeners of a node: binding them (retrying while an address is still in use),
-//! serving them, and reloading their TLS files.
+//! serving them, and reloading their TLS files; and the node as the host the Kafka handlers
+//! see it through ([`crate::kafka::host`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -161,5 +162,15 @@ impl Node {
                 ),
             }
         }
+    }
+}
+
+impl crate::kafka::host::UsersHost for Node {
+    fn metadata(&self) -> std::sync::RwLockReadGuard<'_, crate::metadata::ClusterMeta> {
+        Node::metadata(self)
+    }
+
+    fn metadata_proposer(&self) -> &crate::metadata::proposer::MetadataProposer {
+        Node::metadata_proposer(self)
     }
 }
