@@ -3,25 +3,34 @@
 //! importing `node/`, see "Layout rules" in the crate README). The node implements each
 //! (`node/listeners.rs`); a test can implement one with a fake.
 //!
+//! - [`MetadataAccess`]: the replicated metadata, read and changed; what every family below
+//!   builds on.
 //! - [`UsersHost`]: the user-credential APIs ([`crate::kafka::users`]).
+//! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
+//! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
 
-use std::sync::RwLockReadGuard;
+use std::sync::{Arc, RwLockReadGuard};
 
+use crate::flow::settings::FlowSettings;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::ClusterMeta;
+use crate::security::authorizer::Authorizer;
 use crate::security::scram::{ScramCredential, ScramMechanism};
 
-/// What DescribeUserScramCredentials and AlterUserScramCredentials
-/// ([`crate::kafka::users`]) need: the replicated metadata as applied on this node (its SCRAM
-/// credentials) and the one path that commits metadata commands.
-pub trait UsersHost: Send + Sync + 'static {
+/// The replicated cluster metadata as the handlers read and change it.
+pub trait MetadataAccess: Send + Sync + 'static {
     /// The replicated cluster metadata as this node has applied it (held briefly: every
     /// apply waits for the guard).
     fn metadata(&self) -> RwLockReadGuard<'_, ClusterMeta>;
 
     /// The one path that commits metadata commands (request ids, retries, deduplication).
     fn metadata_proposer(&self) -> &MetadataProposer;
+}
 
+/// What DescribeUserScramCredentials and AlterUserScramCredentials
+/// ([`crate::kafka::users`]) need: the SCRAM credentials of the replicated metadata, and
+/// committing changes to them.
+pub trait UsersHost: MetadataAccess {
     /// The replicated SCRAM credential of `user` for `mechanism` (not a bootstrap one from the
     /// configuration), if any.
     fn replicated_scram_credential(
@@ -34,4 +43,21 @@ pub trait UsersHost: Send + Sync + 'static {
             .get(&(user.to_owned(), mechanism))
             .cloned()
     }
+}
+
+/// What DescribeClientQuotas and AlterClientQuotas ([`crate::kafka::quotas`]) need: the flow
+/// settings of the replicated metadata, and committing changes to them.
+pub trait QuotasHost: MetadataAccess {
+    /// The flow limits and client quotas in force (as applied on this node).
+    fn flow_settings(&self) -> Arc<FlowSettings> {
+        self.metadata().flow.clone()
+    }
+}
+
+/// What CreateAcls, DescribeAcls and DeleteAcls ([`crate::kafka::acls`]) need: the ACLs of
+/// the replicated metadata, committing changes to them, and whether an authorizer is
+/// configured at all.
+pub trait AclsHost: MetadataAccess {
+    /// The authorizer configured for this node (`[security]`).
+    fn authorizer(&self) -> &Authorizer;
 }

@@ -303,6 +303,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::kafka::host::MetadataAccess;
     use crate::metadata::proposer::MetadataProposer;
     use crate::metadata::ClusterMeta;
 
@@ -329,7 +330,7 @@ mod tests {
         }
     }
 
-    impl UsersHost for Host {
+    impl MetadataAccess for Host {
         fn metadata(&self) -> std::sync::RwLockReadGuard<'_, ClusterMeta> {
             self.meta.read().unwrap()
         }
@@ -337,6 +338,8 @@ mod tests {
             &self.proposer
         }
     }
+
+    impl UsersHost for Host {}
 
     fn upsert(
         name: &str,

@@ -165,12 +165,22 @@ impl Node {
     }
 }
 
-impl crate::kafka::host::UsersHost for Node {
+impl crate::kafka::host::MetadataAccess for Node {
     fn metadata(&self) -> std::sync::RwLockReadGuard<'_, crate::metadata::ClusterMeta> {
         Node::metadata(self)
     }
 
     fn metadata_proposer(&self) -> &crate::metadata::proposer::MetadataProposer {
         Node::metadata_proposer(self)
+    }
+}
+
+impl crate::kafka::host::UsersHost for Node {}
+
+impl crate::kafka::host::QuotasHost for Node {}
+
+impl crate::kafka::host::AclsHost for Node {
+    fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
+        Node::authorizer(self)
     }
 }
