@@ -8,12 +8,14 @@
 //! - [`UsersHost`]: the user-credential APIs ([`crate::kafka::users`]).
 //! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
+//! - [`ConfigsHost`]: the topic-config APIs ([`crate::kafka::configs`]).
 
 use std::sync::{Arc, RwLockReadGuard};
 
 use crate::flow::settings::FlowSettings;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::ClusterMeta;
+use crate::replication::group::AppendError;
 use crate::security::authorizer::Authorizer;
 use crate::security::scram::{ScramCredential, ScramMechanism};
 
@@ -37,21 +39,14 @@ pub trait UsersHost: MetadataAccess {
         &self,
         user: &str,
         mechanism: ScramMechanism,
-    ) -> Option<ScramCredential> {
-        self.metadata()
-            .scram_credentials
-            .get(&(user.to_owned(), mechanism))
-            .cloned()
-    }
+    ) -> Option<ScramCredential>;
 }
 
 /// What DescribeClientQuotas and AlterClientQuotas ([`crate::kafka::quotas`]) need: the flow
 /// settings of the replicated metadata, and committing changes to them.
 pub trait QuotasHost: MetadataAccess {
     /// The flow limits and client quotas in force (as applied on this node).
-    fn flow_settings(&self) -> Arc<FlowSettings> {
-        self.metadata().flow.clone()
-    }
+    fn flow_settings(&self) -> Arc<FlowSettings>;
 }
 
 /// What CreateAcls, DescribeAcls and DeleteAcls ([`crate::kafka::acls`]) need: the ACLs of
@@ -60,4 +55,12 @@ pub trait QuotasHost: MetadataAccess {
 pub trait AclsHost: MetadataAccess {
     /// The authorizer configured for this node (`[security]`).
     fn authorizer(&self) -> &Authorizer;
+}
+
+/// What AlterConfigs and IncrementalAlterConfigs ([`crate::kafka::configs`]) need: the topics
+/// and their config overrides in the replicated metadata, and committing changes to them.
+pub trait ConfigsHost: MetadataAccess {
+    /// The incarnation of topic `name` (what a change to it is fenced by);
+    /// `AppendError::Invalid` when there is no such topic.
+    fn current_incarnation(&self, name: &str) -> Result<u64, AppendError>;
 }

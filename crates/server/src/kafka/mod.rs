@@ -10,7 +10,7 @@
 //! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
 //! - [`host`]: what the handlers need of the node, one narrow trait per API family (so far
-//!   users, quotas and ACLs).
+//!   users, quotas, ACLs and topic configs).
 //! - [`reply`]: what a handler answers (the [`reply::Reply`] the listener writes) and the one
 //!   encoding of a response for its request's correlation id and version ([`reply::now`],
 //!   [`reply::later`]).

@@ -339,7 +339,18 @@ mod tests {
         }
     }
 
-    impl UsersHost for Host {}
+    impl UsersHost for Host {
+        fn replicated_scram_credential(
+            &self,
+            user: &str,
+            mechanism: ScramMechanism,
+        ) -> Option<ScramCredential> {
+            let meta = self.meta.read().unwrap();
+            meta.scram_credentials
+                .get(&(user.to_owned(), mechanism))
+                .cloned()
+        }
+    }
 
     fn upsert(
         name: &str,

@@ -175,9 +175,30 @@ impl crate::kafka::host::MetadataAccess for Node {
     }
 }
 
-impl crate::kafka::host::UsersHost for Node {}
+impl crate::kafka::host::UsersHost for Node {
+    fn replicated_scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        Node::replicated_scram_credential(self, user, mechanism)
+    }
+}
 
-impl crate::kafka::host::QuotasHost for Node {}
+impl crate::kafka::host::QuotasHost for Node {
+    fn flow_settings(&self) -> Arc<crate::flow::settings::FlowSettings> {
+        Node::flow_settings(self)
+    }
+}
+
+impl crate::kafka::host::ConfigsHost for Node {
+    fn current_incarnation(
+        &self,
+        name: &str,
+    ) -> Result<u64, crate::replication::group::AppendError> {
+        Node::current_incarnation(self, name)
+    }
+}
 
 impl crate::kafka::host::AclsHost for Node {
     fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
