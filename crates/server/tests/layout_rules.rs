@@ -55,7 +55,7 @@ const CYCLES_ALLOWED: &[&[&str]] = &[
     &["admin", "admin_http", "admin_ops"],
     // The node and the Kafka service: node/ owns the group coordinator and starts the
     // listeners (the two EDGES_ALLOWED), and most of kafka/'s handlers take the `Node` (those
-    // of users, quotas, ACLs and topic configs see it through the narrow traits of
+    // of users, quotas, ACLs, topic configs and cluster see it through the narrow traits of
     // kafka/host.rs instead; the crate README's Layout rules give the plan for the rest).
     &["kafka", "node"],
 ];

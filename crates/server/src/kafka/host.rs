@@ -9,13 +9,19 @@
 //! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
 //! - [`ConfigsHost`]: the topic-config APIs ([`crate::kafka::configs`]).
+//! - [`ClusterHost`]: InitProducerId, DescribeCluster, DescribeConfigs
+//!   ([`crate::kafka::cluster`]).
 
+use std::future::Future;
 use std::sync::{Arc, RwLockReadGuard};
+use std::time::Duration;
 
+use crate::config::NodeConfig;
 use crate::flow::settings::FlowSettings;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::ClusterMeta;
 use crate::replication::group::AppendError;
+use crate::replication::stream::LogStream;
 use crate::security::authorizer::Authorizer;
 use crate::security::scram::{ScramCredential, ScramMechanism};
 
@@ -63,4 +69,28 @@ pub trait ConfigsHost: MetadataAccess {
     /// The incarnation of topic `name` (what a change to it is fenced by);
     /// `AppendError::Invalid` when there is no such topic.
     fn current_incarnation(&self, name: &str) -> Result<u64, AppendError>;
+}
+
+/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need:
+/// the node's configuration, the metadata group, the live brokers, the topics' replication
+/// and producer id allocation.
+pub trait ClusterHost: MetadataAccess {
+    /// This node's configuration.
+    fn config(&self) -> &NodeConfig;
+
+    /// The metadata group's handle, while it is open (its leader is the controller).
+    fn metadata_group(&self) -> Option<LogStream>;
+
+    /// The live brokers with their address on listener `listener`: (node id, `HOST:PORT`).
+    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)>;
+
+    /// The replication factor of topic `name` (replicas of its first partition, 1 with
+    /// none); `None` when there is no such topic.
+    fn topic_replication_factor(&self, name: &str) -> Option<usize>;
+
+    /// A new cluster-unique producer id, committed through the metadata within `timeout`.
+    fn allocate_producer_id(
+        &self,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<i64, AppendError>> + Send;
 }

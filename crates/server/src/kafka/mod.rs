@@ -10,7 +10,7 @@
 //! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
 //! - [`host`]: what the handlers need of the node, one narrow trait per API family (so far
-//!   users, quotas, ACLs and topic configs).
+//!   users, quotas, ACLs, topic configs and the cluster APIs).
 //! - [`reply`]: what a handler answers (the [`reply::Reply`] the listener writes) and the one
 //!   encoding of a response for its request's correlation id and version ([`reply::now`],
 //!   [`reply::later`]).

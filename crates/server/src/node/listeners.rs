@@ -205,3 +205,29 @@ impl crate::kafka::host::AclsHost for Node {
         Node::authorizer(self)
     }
 }
+
+impl crate::kafka::host::ClusterHost for Node {
+    fn config(&self) -> &crate::config::NodeConfig {
+        Node::config(self)
+    }
+
+    fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
+        Node::metadata_group(self)
+    }
+
+    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)> {
+        Node::live_brokers_on(self, listener)
+    }
+
+    fn topic_replication_factor(&self, name: &str) -> Option<usize> {
+        Node::topic_layout(self, name).map(|l| l.replicas.first().map_or(1, Vec::len))
+    }
+
+    fn allocate_producer_id(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<i64, crate::replication::group::AppendError>> + Send
+    {
+        Node::allocate_producer_id(self, timeout)
+    }
+}
