@@ -13,7 +13,7 @@
 //!   `421` with `{"error":..,"leader":id}` on a follower, `504` on timeout, `400` on bad input.
 //! - `GET /streams/{name}/records?offset=N&max_bytes=M&partition=P` — committed record batches from offset
 //!   N, whole batches, as `application/octet-stream`; header `x-high-watermark`.
-//! - `GET /rates`, `PUT /rates` — the node-wide flow limits (see [`crate::flow::admin`]).
+//! - `GET /rates`, `PUT /rates` — the node-wide flow limits (see [`crate::admin_rates`]).
 //! - `GET /members` — JSON list of every member: id, name, peer and Kafka addresses, state
 //!   (`joining`, `voter`, `leaving`, `removed`), whether it is connected, replicas held.
 //! - `POST /members?timeout_ms=N` — body `{"id":4,"peer":"IP:PORT","kafka":"HOST:PORT",
@@ -147,7 +147,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/streams/{name}/records", get(records))
         .route("/members", get(members).post(add_member))
         .route("/members/{id}", delete(remove_member))
-        .merge(crate::flow::admin::routes())
+        .merge(crate::admin_rates::routes())
         .route("/metrics", get(metrics))
         .route("/replicas", get(crate::admin_ops::replicas))
         .route("/cluster/status", get(crate::admin_ops::cluster_status))

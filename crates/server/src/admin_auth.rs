@@ -145,7 +145,7 @@ pub async fn authenticate(
             ));
         }
         let (user, password) = parse_basic(value)?;
-        return match crate::security::password::verify_user(node, &user, password).await {
+        return match node.verify_password(&user, password).await {
             Ok(true) => Ok(Caller {
                 principal: Principal::user(user),
                 authorization: Some(value.clone()),

@@ -13,15 +13,15 @@
 //! - [`storage_faults`]: damaged replicas and their repair counters; [`scrubber`]: the
 //!   background verification of sealed segments.
 //! - [`admin`]: the admin HTTP API (status, append and read without Kafka, metrics, rates,
-//!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments).
+//!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments);
+//!   [`admin_rates`]: the flow limits on it (`GET`/`PUT /rates`).
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`shutdown`]: the phases of a graceful shutdown the Kafka listeners follow (the
 //!   binary's `main.rs` drives it: leadership hand-off, draining connections, sync).
 //! - [`metadata`]: the replicated cluster metadata (topics, producer ids, groups, quotas);
 //!   (`metadata/`: commands, state, apply, the group's state machine over a host trait;
 //!   [`metadata::codec`]: how its commands are stored in the Raft log; [`metadata::snapshot`]:
-//!   its snapshots); [`topic_config`]: topic-level configs; [`bootstrap_users`]: the one-time
-//!   import of the configured SCRAM users into it.
+//!   its snapshots); [`topic_config`]: topic-level configs.
 //! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
 //!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
 //! - [`config`]: the node's TOML configuration and the embedded single-node default (the
@@ -35,7 +35,7 @@ pub mod admin;
 pub mod admin_auth;
 pub mod admin_http;
 pub mod admin_ops;
-pub mod bootstrap_users;
+pub mod admin_rates;
 pub mod compaction;
 pub mod config;
 pub mod core;

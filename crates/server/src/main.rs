@@ -181,7 +181,7 @@ fn main() -> anyhow::Result<()> {
             let cred = ScramCredential::generate(mechanism, &password, iterations);
             print!(
                 "{}",
-                vdl_server::security::config::scram_user_toml(&user, &cred)
+                vdl_server::config::security::scram_user_toml(&user, &cred)
             );
             Ok(())
         }

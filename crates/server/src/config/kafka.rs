@@ -6,9 +6,9 @@ use std::time::Duration;
 use kafka_proto::records::ProduceLimits;
 use serde::Deserialize;
 
+use super::security::FileKafkaListener;
 use super::values::{invalid, positive_ms};
 use super::ConfigError;
-use crate::security::config::FileKafkaListener;
 
 /// Limits of the Kafka listener, named after the Kafka settings they mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,7 @@ mod conn_limits;
 mod kafka;
 mod members;
 mod raft;
+pub mod security;
 mod storage;
 #[cfg(test)]
 mod tests;
@@ -21,9 +22,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::security::config::{
-    FilePeerTls, FileSecurity, KafkaListenerConfig, SecuritySettings, TlsFiles,
-};
+use crate::security::config::{KafkaListenerConfig, SecuritySettings, TlsFiles};
+use security::{FilePeerTls, FileSecurity};
 
 pub use admin::AdminSettings;
 use admin::{parse_admin, FileAdmin};
@@ -298,7 +298,7 @@ impl NodeConfig {
                     "set either kafka.listeners or listeners.kafka/listeners.kafka_advertised, not both",
                 )
             }
-            Some(list) => crate::security::config::parse_listeners(list)?,
+            Some(list) => security::parse_listeners(list)?,
         };
         let (kafka_listen, kafka_advertised) = match listeners.first() {
             Some(first) => (first.listen, first.advertised.clone()),
@@ -318,8 +318,8 @@ impl NodeConfig {
                 (kafka_listen, kafka_advertised)
             }
         };
-        let security = crate::security::config::parse_security(file.security)?;
-        let peer_tls = file.peer_tls.map(crate::security::config::parse_peer_tls);
+        let security = security::parse_security(file.security)?;
+        let peer_tls = file.peer_tls.map(security::parse_peer_tls);
         let admin_listen = match file.listeners.admin {
             None => None,
             Some(a) => Some(parse_addr("listeners.admin", &a)?),

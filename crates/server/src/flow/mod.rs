@@ -7,10 +7,8 @@
 //! - [`token_bucket`]: the rate each limit or quota allows.
 //! - [`throttle`]: charging requests, the resulting throttle, a connection's mute.
 //! - [`replication`]: the limit on catch-up replication between nodes.
-//! - [`admin`]: `GET`/`PUT /rates` on the admin HTTP API.
 //! - [`wire`]: how they are stored in the metadata log and snapshots (protobuf).
 
-pub mod admin;
 pub mod replication;
 pub mod settings;
 pub mod throttle;

@@ -30,9 +30,9 @@ use kafka_proto::messages::describe_acls_response::{
 
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::AclsHost;
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
-use crate::node::Node;
 use crate::security::acl::{AclBinding, AclBindingFilter, AclOperation, MAX_ACLS};
 
 /// How long an ACL change waits for the metadata commit.
@@ -43,7 +43,11 @@ const NO_AUTHORIZER: &str = "No Authorizer is configured.";
 
 /// Why a request as a whole is refused, if it is: no authorizer, or the principal lacks
 /// `operation` on the cluster.
-fn refusal(node: &Node, access: &Access, operation: AclOperation) -> Option<(ErrorCode, String)> {
+fn refusal<H: AclsHost>(
+    node: &H,
+    access: &Access,
+    operation: AclOperation,
+) -> Option<(ErrorCode, String)> {
     if !node.authorizer().is_enabled() {
         return Some((ErrorCode::SecurityDisabled, NO_AUTHORIZER.to_owned()));
     }
@@ -57,14 +61,14 @@ fn refusal(node: &Node, access: &Access, operation: AclOperation) -> Option<(Err
 }
 
 /// Handles CreateAcls.
-pub fn create_acls(
-    node: &Arc<Node>,
+pub fn create_acls<H: AclsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: CreateAclsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    let refused = refusal(node, access, AclOperation::Alter);
+    let refused = refusal(node.as_ref(), access, AclOperation::Alter);
     let node = node.clone();
     reply::later(correlation_id, version, async move {
         let mut results: Vec<AclCreationResult> = Vec::with_capacity(req.creations.len());
@@ -130,8 +134,8 @@ pub fn create_acls(
 }
 
 /// Handles DescribeAcls: the matching ACLs grouped by resource pattern.
-pub fn describe_acls(
-    node: &Arc<Node>,
+pub fn describe_acls<H: AclsHost>(
+    node: &H,
     access: &Access,
     req: &DescribeAclsRequest,
 ) -> DescribeAclsResponse {
@@ -191,14 +195,14 @@ pub fn describe_acls(
 }
 
 /// Handles DeleteAcls.
-pub fn delete_acls(
-    node: &Arc<Node>,
+pub fn delete_acls<H: AclsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: DeleteAclsRequest,
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    let refused = refusal(node, access, AclOperation::Alter);
+    let refused = refusal(node.as_ref(), access, AclOperation::Alter);
     let node = node.clone();
     reply::later(correlation_id, version, async move {
         let mut results: Vec<DeleteAclsFilterResult> = Vec::with_capacity(req.filters.len());
@@ -231,7 +235,7 @@ pub fn delete_acls(
             results.push(r);
         }
         if !filters.is_empty() {
-            let outcome = delete_matching(&node, &filters).await;
+            let outcome = delete_matching(node.as_ref(), &filters).await;
             for (i, filter) in &filters {
                 match &outcome {
                     Ok(deleted) => {
@@ -257,8 +261,8 @@ pub fn delete_acls(
 
 /// Commits the removal of every ACL one of `filters` matches (after a barrier, see the module
 /// documentation) and returns them.
-async fn delete_matching(
-    node: &Node,
+async fn delete_matching<H: AclsHost>(
+    node: &H,
     filters: &[(usize, AclBindingFilter)],
 ) -> Result<Vec<AclBinding>, (ErrorCode, String)> {
     let failed = |e: crate::replication::group::AppendError| {

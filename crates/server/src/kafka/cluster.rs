@@ -19,9 +19,9 @@ use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
 
 use crate::kafka::access::{Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED};
 use crate::kafka::fields::split_host_port;
+use crate::kafka::host::ClusterHost;
 use crate::kafka::metadata::cluster_id;
 use crate::kafka::reply::{self, Reply};
-use crate::node::Node;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 use crate::topic_config::{ConfigSource, ConfigType, DescribedConfig};
 
@@ -35,8 +35,8 @@ const ALLOCATE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Authorization as Kafka's: with a transactional id, WRITE on it (else
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without, IDEMPOTENT_WRITE on the cluster or WRITE on
 /// at least one topic (else CLUSTER_AUTHORIZATION_FAILED).
-pub fn init_producer_id(
-    node: &Arc<Node>,
+pub fn init_producer_id<H: ClusterHost>(
+    node: &Arc<H>,
     access: &Access,
     req: InitProducerIdRequest,
     version: i16,
@@ -90,8 +90,8 @@ pub fn init_producer_id(
 /// Handles DescribeCluster: the cluster id, a controller (the metadata group's leader) and every
 /// live broker, with its address on listener `listener`. As in Kafka anyone may ask; the cluster's authorized operations, when asked
 /// for, are reported only to a principal with DESCRIBE on the cluster (else 0).
-pub fn describe_cluster(
-    node: &Arc<Node>,
+pub fn describe_cluster<H: ClusterHost>(
+    node: &Arc<H>,
     access: &Access,
     req: &DescribeClusterRequest,
     listener: &str,
@@ -113,7 +113,7 @@ pub fn describe_cluster(
         .filter(|l| *l != 0)
         .map_or(-1, |l| i32::try_from(l).unwrap_or(-1));
     DescribeClusterResponse {
-        cluster_id: cluster_id(node),
+        cluster_id: cluster_id(node.config()),
         controller_id: controller,
         brokers: node
             .live_brokers_on(listener)
@@ -149,7 +149,7 @@ const LONG: i8 = 5;
 type ConfigEntry = (&'static str, String, i8, i8);
 
 /// A topic's configs as DescribeConfigs reports them (see [`crate::topic_config::describe`]).
-fn topic_configs(node: &Node, name: &str, voters: usize) -> Vec<DescribedConfig> {
+fn topic_configs<H: ClusterHost>(node: &H, name: &str, voters: usize) -> Vec<DescribedConfig> {
     let overrides = node
         .metadata()
         .topics
@@ -159,7 +159,7 @@ fn topic_configs(node: &Node, name: &str, voters: usize) -> Vec<DescribedConfig>
     crate::topic_config::describe(node.config(), &overrides, voters)
 }
 
-fn broker_configs(node: &Node) -> Vec<ConfigEntry> {
+fn broker_configs<H: ClusterHost>(node: &H) -> Vec<ConfigEntry> {
     let c = node.config();
     let mut v = vec![
         (
@@ -239,8 +239,8 @@ fn broker_entry((name, value, config_type, source): ConfigEntry) -> DescribedCon
 /// Handles DescribeConfigs for topics (their effective settings) and brokers. A topic needs
 /// DESCRIBE_CONFIGS on it (else TOPIC_AUTHORIZATION_FAILED), a broker DESCRIBE_CONFIGS on the
 /// cluster (else CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
-pub fn describe_configs(
-    node: &Arc<Node>,
+pub fn describe_configs<H: ClusterHost>(
+    node: &Arc<H>,
     access: &Access,
     req: &DescribeConfigsRequest,
     version: i16,
@@ -269,24 +269,23 @@ pub fn describe_configs(
                 return out;
             }
             let entries = match res.resource_type {
-                TOPIC if node.is_topic(&res.resource_name) => {
-                    let replicas = node
-                        .topic_layout(&res.resource_name)
-                        .and_then(|l| l.replicas.first().map(Vec::len))
-                        .unwrap_or(1);
-                    topic_configs(node, &res.resource_name, replicas)
-                }
-                TOPIC => {
-                    out.error_code = ErrorCode::UnknownTopicOrPartition.code();
-                    out.error_message =
-                        Some(format!("The topic '{}' does not exist.", res.resource_name));
-                    return out;
-                }
+                TOPIC => match node.topic_replication_factor(&res.resource_name) {
+                    Some(replicas) => topic_configs(node.as_ref(), &res.resource_name, replicas),
+                    None => {
+                        out.error_code = ErrorCode::UnknownTopicOrPartition.code();
+                        out.error_message =
+                            Some(format!("The topic '{}' does not exist.", res.resource_name));
+                        return out;
+                    }
+                },
                 BROKER
                     if res.resource_name.is_empty()
                         || res.resource_name == node.config().id.to_string() =>
                 {
-                    broker_configs(node).into_iter().map(broker_entry).collect()
+                    broker_configs(node.as_ref())
+                        .into_iter()
+                        .map(broker_entry)
+                        .collect()
                 }
                 _ => {
                     out.error_code = ErrorCode::InvalidRequest.code();

@@ -31,8 +31,8 @@ use kafka_proto::messages::incremental_alter_configs_response::{
 use crate::kafka::access::Access;
 use crate::kafka::cluster::{BROKER, TOPIC};
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::ConfigsHost;
 use crate::kafka::reply::{self, Reply};
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 use crate::topic_config::{self, ConfigError};
 
@@ -64,8 +64,8 @@ fn invalid_config(e: ConfigError) -> (ErrorCode, String) {
 
 /// Checks that a resource names an existing topic (or says why it cannot be altered); returns
 /// its replication factor.
-fn alterable_topic(
-    node: &Node,
+fn alterable_topic<H: ConfigsHost>(
+    node: &H,
     resource_type: i8,
     name: &str,
 ) -> Result<usize, (ErrorCode, String)> {
@@ -97,8 +97,8 @@ fn alterable_topic(
 
 /// Validates `change` against topic `name`'s `current` overrides and, unless
 /// `validate_only`, proposes it.
-async fn apply(
-    node: &Node,
+async fn apply<H: ConfigsHost>(
+    node: &H,
     name: &str,
     replicas: usize,
     current: BTreeMap<String, String>,
@@ -144,8 +144,8 @@ async fn apply(
 /// Authorization first, as in Kafka: ALTER_CONFIGS on the topic (else
 /// TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the cluster (else
 /// CLUSTER_AUTHORIZATION_FAILED).
-async fn alter_resource(
-    node: &Node,
+async fn alter_resource<H: ConfigsHost>(
+    node: &H,
     access: &Access,
     all: &[(i8, &str)],
     (resource_type, name): (i8, &str),
@@ -211,8 +211,8 @@ fn replacement(configs: &[(String, Option<String>)]) -> Result<TopicChange, (Err
 }
 
 /// Handles AlterConfigs (API 33): each topic's overrides become exactly the given set.
-pub fn alter_configs(
-    node: &Arc<Node>,
+pub fn alter_configs<H: ConfigsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: AlterConfigsRequest,
     version: i16,
@@ -234,9 +234,14 @@ pub fn alter_configs(
                 .map(|c| (c.name.clone(), c.value.clone()))
                 .collect();
             let this = (r.resource_type, r.resource_name.as_str());
-            let outcome = alter_resource(&node, &access, &all, this, req.validate_only, |_| {
-                replacement(&configs)
-            })
+            let outcome = alter_resource(
+                node.as_ref(),
+                &access,
+                &all,
+                this,
+                req.validate_only,
+                |_| replacement(&configs),
+            )
             .await;
             let (error_code, error_message) = outcome_fields(outcome);
             responses.push(AlterConfigsResourceResponse {
@@ -332,8 +337,8 @@ fn incremental_change(
 }
 
 /// Handles IncrementalAlterConfigs (API 44): SET / DELETE / APPEND / SUBTRACT per topic config.
-pub fn incremental_alter_configs(
-    node: &Arc<Node>,
+pub fn incremental_alter_configs<H: ConfigsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: IncrementalAlterConfigsRequest,
     version: i16,
@@ -355,11 +360,15 @@ pub fn incremental_alter_configs(
                 .map(|c| (c.name.clone(), c.config_operation, c.value.clone()))
                 .collect();
             let this = (r.resource_type, r.resource_name.as_str());
-            let outcome =
-                alter_resource(&node, &access, &all, this, req.validate_only, |current| {
-                    incremental_change(current, &ops)
-                })
-                .await;
+            let outcome = alter_resource(
+                node.as_ref(),
+                &access,
+                &all,
+                this,
+                req.validate_only,
+                |current| incremental_change(current, &ops),
+            )
+            .await;
             let (error_code, error_message) = outcome_fields(outcome);
             responses.push(IncrementalResourceResponse {
                 error_code,

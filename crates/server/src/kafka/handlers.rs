@@ -206,21 +206,23 @@ pub fn dispatch(
         Request::DescribeAcls(req) => reply::now(
             cid,
             version,
-            Response::DescribeAcls(acls::describe_acls(node, access, &req)),
+            Response::DescribeAcls(acls::describe_acls(node.as_ref(), access, &req)),
         ),
         Request::DeleteAcls(req) => acls::delete_acls(node, access, req, version, cid),
         Request::DescribeUserScramCredentials(req) => reply::now(
             cid,
             version,
             Response::DescribeUserScramCredentials(users::describe_user_scram_credentials(
-                node, access, &req,
+                node.as_ref(),
+                access,
+                &req,
             )),
         ),
         Request::AlterUserScramCredentials(req) => {
             users::alter_user_scram_credentials(node, access, req, version, cid)
         }
         Request::DescribeClientQuotas(req) => {
-            quotas::describe_client_quotas(node, access, req, version, cid)
+            quotas::describe_client_quotas(node.as_ref(), access, req, version, cid)
         }
         Request::AlterClientQuotas(req) => {
             quotas::alter_client_quotas(node, access, req, version, cid)

@@ -97,13 +97,8 @@ pub fn topic_name_by_id(node: &Node, id: Uuid) -> Option<String> {
 }
 
 /// The cluster id Metadata reports: stable for a given set of members.
-pub fn cluster_id(node: &Node) -> String {
-    let ids: Vec<String> = node
-        .config()
-        .member_ids()
-        .iter()
-        .map(u64::to_string)
-        .collect();
+pub fn cluster_id(config: &crate::config::NodeConfig) -> String {
+    let ids: Vec<String> = config.member_ids().iter().map(u64::to_string).collect();
     format!("vdl-{}", ids.join("-"))
 }
 
@@ -378,7 +373,7 @@ pub fn metadata(
     };
     MetadataResponse {
         brokers,
-        cluster_id: Some(cluster_id(node)),
+        cluster_id: Some(cluster_id(node.config())),
         controller_id: as_i32(node.config().member_ids().first().copied().unwrap_or(0)),
         topics,
         cluster_authorized_operations,

@@ -9,6 +9,8 @@
 //! - [`acls`]: CreateAcls, DescribeAcls, DeleteAcls.
 //! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
+//! - [`host`]: what the handlers need of the node, one narrow trait per API family (so far
+//!   users, quotas, ACLs, topic configs and the cluster APIs).
 //! - [`reply`]: what a handler answers (the [`reply::Reply`] the listener writes) and the one
 //!   encoding of a response for its request's correlation id and version ([`reply::now`],
 //!   [`reply::later`]).
@@ -39,6 +41,7 @@ pub mod fetch;
 pub mod fields;
 pub(crate) mod groups;
 pub mod handlers;
+pub mod host;
 pub mod in_order;
 pub mod listener;
 pub mod metadata;

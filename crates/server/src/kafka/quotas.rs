@@ -35,9 +35,9 @@ use crate::flow::settings::{
 };
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::QuotasHost;
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 
 /// How long an alteration waits for the metadata commit (the request carries no timeout).
@@ -161,8 +161,8 @@ fn entity_to_wire(entity: &QuotaEntity) -> Vec<(String, Option<String>)> {
 }
 
 /// Handles DescribeClientQuotas (API 48).
-pub fn describe_client_quotas(
-    node: &Arc<Node>,
+pub fn describe_client_quotas<H: QuotasHost>(
+    node: &H,
     access: &Access,
     req: DescribeClientQuotasRequest,
     version: i16,
@@ -232,8 +232,8 @@ fn alteration(
 
 /// Handles AlterClientQuotas (API 49): the valid entries are committed as one metadata
 /// command; each entry is answered with its own outcome.
-pub fn alter_client_quotas(
-    node: &Arc<Node>,
+pub fn alter_client_quotas<H: QuotasHost>(
+    node: &Arc<H>,
     access: &Access,
     req: AlterClientQuotasRequest,
     version: i16,

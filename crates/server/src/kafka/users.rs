@@ -39,9 +39,9 @@ use kafka_proto::messages::describe_user_scram_credentials_response::{
 
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::UsersHost;
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 use crate::security::scram::{
     ScramCredential, ScramMechanism, MAX_CREDENTIALS, MAX_ITERATIONS, MIN_ITERATIONS,
@@ -51,8 +51,8 @@ use crate::security::scram::{
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Handles DescribeUserScramCredentials.
-pub fn describe_user_scram_credentials(
-    node: &Arc<Node>,
+pub fn describe_user_scram_credentials<H: UsersHost>(
+    node: &H,
     access: &Access,
     req: &DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
@@ -122,8 +122,8 @@ enum Alteration {
 
 /// Checks one user's alterations against the request's duplicates and the stored credentials;
 /// the first error found, or what to commit.
-fn check_user(
-    node: &Node,
+fn check_user<H: UsersHost>(
+    node: &H,
     user: &str,
     req: &AlterUserScramCredentialsRequest,
     alterations: &HashMap<&str, usize>,
@@ -190,8 +190,8 @@ fn check_user(
 }
 
 /// Handles AlterUserScramCredentials.
-pub fn alter_user_scram_credentials(
-    node: &Arc<Node>,
+pub fn alter_user_scram_credentials<H: UsersHost>(
+    node: &Arc<H>,
     access: &Access,
     req: AlterUserScramCredentialsRequest,
     version: i16,
@@ -242,8 +242,8 @@ pub fn alter_user_scram_credentials(
                     e.to_string(),
                 ))
             } else {
-                match check_user(&node, user, &req, &alterations) {
-                    Ok(alterations) => apply(&node, user, alterations).await,
+                match check_user(&*node, user, &req, &alterations) {
+                    Ok(alterations) => apply(&*node, user, alterations).await,
                     Err(e) => Err(e),
                 }
             };
@@ -261,8 +261,8 @@ pub fn alter_user_scram_credentials(
 }
 
 /// Commits one user's checked alterations.
-async fn apply(
-    node: &Node,
+async fn apply<H: UsersHost>(
+    node: &H,
     user: &str,
     alterations: Vec<Alteration>,
 ) -> Result<(), (ErrorCode, String)> {
@@ -292,4 +292,171 @@ async fn apply(
             })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::RwLock;
+
+    use kafka_proto::messages::alter_user_scram_credentials_request::{
+        ScramCredentialDeletion, ScramCredentialUpsertion,
+    };
+
+    use super::*;
+    use crate::kafka::host::MetadataAccess;
+    use crate::metadata::proposer::MetadataProposer;
+    use crate::metadata::ClusterMeta;
+
+    /// A host with only the metadata (no node, no group): enough for the checks.
+    struct Host {
+        meta: Arc<RwLock<ClusterMeta>>,
+        proposer: MetadataProposer,
+    }
+
+    impl Host {
+        fn with(credentials: &[(&str, ScramMechanism)]) -> Host {
+            let mut meta = ClusterMeta::new(vec![1]);
+            for (user, mechanism) in credentials {
+                meta.scram_credentials.insert(
+                    ((*user).to_owned(), *mechanism),
+                    ScramCredential::generate(*mechanism, "pw", 4096),
+                );
+            }
+            let meta = Arc::new(RwLock::new(meta));
+            Host {
+                proposer: MetadataProposer::new(1, 1, Arc::default(), meta.clone()),
+                meta,
+            }
+        }
+    }
+
+    impl MetadataAccess for Host {
+        fn metadata(&self) -> std::sync::RwLockReadGuard<'_, ClusterMeta> {
+            self.meta.read().unwrap()
+        }
+        fn metadata_proposer(&self) -> &MetadataProposer {
+            &self.proposer
+        }
+    }
+
+    impl UsersHost for Host {
+        fn replicated_scram_credential(
+            &self,
+            user: &str,
+            mechanism: ScramMechanism,
+        ) -> Option<ScramCredential> {
+            let meta = self.meta.read().unwrap();
+            meta.scram_credentials
+                .get(&(user.to_owned(), mechanism))
+                .cloned()
+        }
+    }
+
+    fn upsert(
+        name: &str,
+        mechanism: i8,
+        iterations: i32,
+        salted_len: usize,
+    ) -> ScramCredentialUpsertion {
+        ScramCredentialUpsertion {
+            name: name.into(),
+            mechanism,
+            iterations,
+            salt: bytes::Bytes::from_static(b"NaCl"),
+            salted_password: bytes::Bytes::from(vec![7; salted_len]),
+            ..Default::default()
+        }
+    }
+
+    fn delete(name: &str, mechanism: i8) -> ScramCredentialDeletion {
+        ScramCredentialDeletion {
+            name: name.into(),
+            mechanism,
+            ..Default::default()
+        }
+    }
+
+    /// The first error of a user's alterations, or how many alterations would be committed.
+    fn check(
+        host: &Host,
+        user: &str,
+        req: &AlterUserScramCredentialsRequest,
+    ) -> Result<usize, ErrorCode> {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for name in req
+            .deletions
+            .iter()
+            .map(|d| d.name.as_str())
+            .chain(req.upsertions.iter().map(|u| u.name.as_str()))
+        {
+            *counts.entry(name).or_default() += 1;
+        }
+        check_user(host, user, req, &counts)
+            .map(|a| a.len())
+            .map_err(|(code, _)| code)
+    }
+
+    /// Kafka 3.9's per-user checks, through a host that is not a node.
+    #[test]
+    fn alterations_are_checked_against_the_hosts_credentials() {
+        let host = Host::with(&[("alice", ScramMechanism::Sha256)]);
+        let req = |deletions, upsertions| AlterUserScramCredentialsRequest {
+            deletions,
+            upsertions,
+            ..Default::default()
+        };
+        let sha512 = ScramMechanism::Sha512.hash_len();
+        // A deletion of a stored credential and an upsertion are accepted.
+        assert_eq!(
+            check(&host, "alice", &req(vec![delete("alice", 1)], vec![])),
+            Ok(1)
+        );
+        assert_eq!(
+            check(
+                &host,
+                "bob",
+                &req(vec![], vec![upsert("bob", 2, 4096, sha512)])
+            ),
+            Ok(1)
+        );
+        // Deleting what is not stored, twice one user, an unknown mechanism, an empty name.
+        assert_eq!(
+            check(&host, "alice", &req(vec![delete("alice", 2)], vec![])),
+            Err(ErrorCode::ResourceNotFound)
+        );
+        assert_eq!(
+            check(
+                &host,
+                "alice",
+                &req(
+                    vec![delete("alice", 1)],
+                    vec![upsert("alice", 2, 4096, sha512)]
+                )
+            ),
+            Err(ErrorCode::DuplicateResource)
+        );
+        assert_eq!(
+            check(
+                &host,
+                "bob",
+                &req(vec![], vec![upsert("bob", 3, 4096, sha512)])
+            ),
+            Err(ErrorCode::UnsupportedSaslMechanism)
+        );
+        assert_eq!(
+            check(&host, "", &req(vec![], vec![upsert("", 2, 4096, sha512)])),
+            Err(ErrorCode::UnacceptableCredential)
+        );
+        // Iterations out of bounds, a salted password not of the hash's length.
+        for bad in [
+            upsert("bob", 2, MIN_ITERATIONS as i32 - 1, sha512),
+            upsert("bob", 2, MAX_ITERATIONS as i32 + 1, sha512),
+            upsert("bob", 2, 4096, sha512 - 1),
+        ] {
+            assert_eq!(
+                check(&host, "bob", &req(vec![], vec![bad])),
+                Err(ErrorCode::UnacceptableCredential)
+            );
+        }
+    }
 }

@@ -311,7 +311,7 @@ impl ClusterMeta {
             MetaCommand::ImportScramUsers { credentials } => {
                 if !self.scram_users_imported {
                     self.scram_users_imported = true;
-                    let added = crate::bootstrap_users::apply_import(
+                    let added = crate::security::scram_import::apply_import(
                         &mut self.scram_credentials,
                         credentials,
                     );

@@ -198,10 +198,10 @@ pub enum MetaCommand {
     /// while no import is recorded; each credential whose user and mechanism has none yet is
     /// added (within [`crate::security::scram::MAX_CREDENTIALS`]), and the import is recorded
     /// even when it adds nothing. From then on nodes consult only the replicated credentials
-    /// (see [`crate::bootstrap_users`]).
+    /// (see `crate::node::bootstrap_users`).
     ImportScramUsers {
         /// The configured credentials.
-        credentials: Vec<crate::bootstrap_users::ImportedCredential>,
+        credentials: Vec<crate::security::scram_import::ImportedCredential>,
     },
     /// Remove a user's SCRAM credential for one mechanism.
     DeleteScramCredential {

@@ -1,5 +1,6 @@
 //! The Kafka listeners of a node: binding them (retrying while an address is still in use),
-//! serving them, and reloading their TLS files.
+//! serving them, and reloading their TLS files; and the node as the host the Kafka handlers
+//! see it through ([`crate::kafka::host`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +88,7 @@ impl Node {
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::node_coordinator::coordinator(self);
         self.start_acl_catch_up();
-        crate::bootstrap_users::start_import(self);
+        super::bootstrap_users::start_import(self);
         let node = self.clone();
         Ok(tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
@@ -161,5 +162,72 @@ impl Node {
                 ),
             }
         }
+    }
+}
+
+impl crate::kafka::host::MetadataAccess for Node {
+    fn metadata(&self) -> std::sync::RwLockReadGuard<'_, crate::metadata::ClusterMeta> {
+        Node::metadata(self)
+    }
+
+    fn metadata_proposer(&self) -> &crate::metadata::proposer::MetadataProposer {
+        Node::metadata_proposer(self)
+    }
+}
+
+impl crate::kafka::host::UsersHost for Node {
+    fn replicated_scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        Node::replicated_scram_credential(self, user, mechanism)
+    }
+}
+
+impl crate::kafka::host::QuotasHost for Node {
+    fn flow_settings(&self) -> Arc<crate::flow::settings::FlowSettings> {
+        Node::flow_settings(self)
+    }
+}
+
+impl crate::kafka::host::ConfigsHost for Node {
+    fn current_incarnation(
+        &self,
+        name: &str,
+    ) -> Result<u64, crate::replication::group::AppendError> {
+        Node::current_incarnation(self, name)
+    }
+}
+
+impl crate::kafka::host::AclsHost for Node {
+    fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
+        Node::authorizer(self)
+    }
+}
+
+impl crate::kafka::host::ClusterHost for Node {
+    fn config(&self) -> &crate::config::NodeConfig {
+        Node::config(self)
+    }
+
+    fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
+        Node::metadata_group(self)
+    }
+
+    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)> {
+        Node::live_brokers_on(self, listener)
+    }
+
+    fn topic_replication_factor(&self, name: &str) -> Option<usize> {
+        Node::topic_layout(self, name).map(|l| l.replicas.first().map_or(1, Vec::len))
+    }
+
+    fn allocate_producer_id(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<i64, crate::replication::group::AppendError>> + Send
+    {
+        Node::allocate_producer_id(self, timeout)
     }
 }

@@ -18,6 +18,7 @@
 //! - `metrics`: the node's counters and scrapes.
 
 mod background;
+mod bootstrap_users;
 mod catalog;
 mod data_dir;
 mod hand_off;

@@ -6,18 +6,36 @@ use std::time::Duration;
 
 use super::Node;
 use crate::metadata::MetaCommand;
+use crate::security::password::{PasswordChecker, PasswordError};
+use crate::security::scram::{ScramCredential, ScramMechanism};
 
 impl Node {
     /// The SCRAM credential of `user` for `mechanism`: the replicated one (set with
     /// AlterUserScramCredentials, e.g. `kafka-configs.sh --entity-type users`, or imported
     /// from the bootstrap users); until the bootstrap users were imported, else the configured
-    /// one (`[[security.scram_users]]`, see [`crate::bootstrap_users`]).
+    /// one (`[[security.scram_users]]`, see [`super::bootstrap_users`]).
     pub fn scram_credential(
         &self,
         user: &str,
-        mechanism: crate::security::scram::ScramMechanism,
-    ) -> Option<crate::security::scram::ScramCredential> {
-        crate::bootstrap_users::credential(self, user, mechanism)
+        mechanism: ScramMechanism,
+    ) -> Option<ScramCredential> {
+        super::bootstrap_users::credential(self, user, mechanism)
+    }
+
+    /// Checks `user`'s `password` against this node's credentials for the user (replicated,
+    /// else bootstrap: [`Node::scram_credential`]) through the process-wide gate
+    /// ([`PasswordChecker::global`]: bounded, off the runtime threads, equal cost for unknown
+    /// users): what SASL PLAIN and the admin API's Basic authentication use.
+    pub async fn verify_password(
+        &self,
+        user: &str,
+        password: String,
+    ) -> Result<bool, PasswordError> {
+        let sha256 = self.scram_credential(user, ScramMechanism::Sha256);
+        let sha512 = self.scram_credential(user, ScramMechanism::Sha512);
+        PasswordChecker::global()
+            .verify(sha256, sha512, password)
+            .await
     }
 
     /// Authentication counters of the Kafka listeners.

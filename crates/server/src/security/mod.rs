@@ -3,8 +3,10 @@
 //! - [`Principal`]: the authenticated identity of a connection, in Kafka's `Type:name` form.
 //!   A connection on a listener without authentication is `User:ANONYMOUS`, as in Kafka.
 //! - [`scram`]: SCRAM credentials (salt, iterations, stored and server keys) and their
-//!   derivation; what is stored per user, never a password.
-//! - [`config`]: listeners (security protocol, TLS, SASL), bootstrap users, peer TLS.
+//!   derivation; what is stored per user, never a password. [`scram_import`]: the record of
+//!   the one-time import of the configured (bootstrap) users into the metadata.
+//! - [`config`]: the settings of listeners (security protocol, TLS, SASL), bootstrap users and
+//!   peer TLS, as parsed by `crate::config` (plain data).
 //! - [`tls`]: rustls configurations from PEM files, certificate principals, reloading.
 //! - [`peer_tls`]: mutual TLS between nodes: certificates naming node ids, the peer CA, CRLs,
 //!   reloading.
@@ -26,6 +28,7 @@ pub mod password;
 pub mod peer_tls;
 pub mod sasl;
 pub mod scram;
+pub mod scram_import;
 pub mod stats;
 pub mod tls;
 

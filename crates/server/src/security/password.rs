@@ -174,20 +174,6 @@ impl PasswordChecker {
     }
 }
 
-/// Checks `user`'s `password` against `node`'s credentials for the user (replicated, else
-/// bootstrap: [`crate::node::Node::scram_credential`]) through the process-wide gate.
-pub async fn verify_user(
-    node: &crate::node::Node,
-    user: &str,
-    password: String,
-) -> Result<bool, PasswordError> {
-    let sha256 = node.scram_credential(user, ScramMechanism::Sha256);
-    let sha512 = node.scram_credential(user, ScramMechanism::Sha512);
-    PasswordChecker::global()
-        .verify(sha256, sha512, password)
-        .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

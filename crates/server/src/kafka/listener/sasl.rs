@@ -96,10 +96,10 @@ fn authenticated(
 
 /// When `token` is a PLAIN message the session expects: whether its password is the user's,
 /// checked off the runtime threads through the process-wide gate
-/// ([`crate::security::password`]; a full gate refuses the login).
+/// ([`Node::verify_password`]; a full gate refuses the login).
 pub(super) async fn plain_verdict(node: &Node, state: &ConnState, token: &[u8]) -> Option<bool> {
     let (user, password) = state.sasl.as_ref()?.plain_attempt(token)?;
-    match crate::security::password::verify_user(node, &user, password).await {
+    match node.verify_password(&user, password).await {
         Ok(ok) => Some(ok),
         Err(e) => {
             tracing::warn!(peer = %state.conn.peer, "PLAIN login refused: {e}");

@@ -330,7 +330,7 @@ impl From<CommandWire> for MetaCommand {
                 credentials: c
                     .credentials
                     .into_iter()
-                    .map(crate::bootstrap_users::ImportedCredential::from)
+                    .map(crate::security::scram_import::ImportedCredential::from)
                     .collect(),
             },
             CommandWire::DeleteScramCredential(c) => MetaCommand::DeleteScramCredential {

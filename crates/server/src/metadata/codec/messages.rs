@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use crate::flow::wire::{AlterClientQuotasWire, SetFlowLimitsWire};
 use crate::security::acl::AclBinding;
 use crate::security::scram::{ScramCredential, ScramMechanism};
+use crate::security::scram_import::ImportedCredential;
 
 use super::groups::{ExpireGroupOffsetsWire, StoreGroupWire};
 
@@ -246,6 +247,35 @@ pub struct ScramCredentialWire {
     /// `HMAC(SaltedPassword, "Server Key")`.
     #[prost(bytes = "vec", tag = "6")]
     pub server_key: Vec<u8>,
+}
+
+/// A credential of the bootstrap import as stored in the log.
+impl From<ScramCredentialWire> for ImportedCredential {
+    fn from(w: ScramCredentialWire) -> Self {
+        ImportedCredential {
+            user: w.user,
+            // A code that does not fit is kept as 0 (unknown): skipped when applied.
+            mechanism: i8::try_from(w.mechanism).unwrap_or(0),
+            salt: w.salt,
+            iterations: w.iterations,
+            stored_key: w.stored_key,
+            server_key: w.server_key,
+        }
+    }
+}
+
+/// A credential of the bootstrap import as written to the log.
+impl From<&ImportedCredential> for ScramCredentialWire {
+    fn from(c: &ImportedCredential) -> Self {
+        ScramCredentialWire {
+            user: c.user.clone(),
+            mechanism: i32::from(c.mechanism),
+            salt: c.salt.clone(),
+            iterations: c.iterations,
+            stored_key: c.stored_key.clone(),
+            server_key: c.server_key.clone(),
+        }
+    }
 }
 
 impl ScramCredentialWire {

@@ -186,7 +186,7 @@ fn every_command() -> Vec<MetaCommand> {
             mechanism: 1,
         },
         MetaCommand::ImportScramUsers {
-            credentials: vec![crate::bootstrap_users::ImportedCredential {
+            credentials: vec![crate::security::scram_import::ImportedCredential {
                 user: "admin".into(),
                 mechanism: 1,
                 salt: vec![4, 5],

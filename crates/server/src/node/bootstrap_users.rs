@@ -3,8 +3,9 @@
 //!
 //! The users of `[[security.scram_users]]` let a new cluster's first client authenticate. The
 //! first time the metadata group has a leader and no import is recorded, that leader commits
-//! [`MetaCommand::ImportScramUsers`] with its configured credentials; applying it adds each
-//! credential whose user and mechanism has none in the metadata yet and records the import.
+//! [`MetaCommand::ImportScramUsers`] with its configured credentials (the record and how it
+//! applies: [`crate::security::scram_import`]); applying it adds each credential whose user
+//! and mechanism has none in the metadata yet and records the import.
 //! From then on every node consults only the replicated credentials
 //! ([`credential`]): a bootstrap user can be deleted or rotated through the Kafka API
 //! (`kafka-configs.sh --alter --delete-config SCRAM-SHA-256 --entity-type users`), and the
@@ -17,16 +18,13 @@
 //! are ignored (logged at start). A cluster that has never been configured with bootstrap users
 //! records no import until it is.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use crate::metadata::codec::ScramCredentialWire;
+use super::Node;
 use crate::metadata::MetaCommand;
-use crate::node::Node;
-use crate::security::scram::{ScramCredential, ScramMechanism, MAX_CREDENTIALS};
+use crate::security::scram::{ScramCredential, ScramMechanism};
+use crate::security::scram_import::ImportedCredential;
 
 /// How often a node checks whether it should commit the import (and whether it is done).
 const IMPORT_POLL: Duration = Duration::from_millis(500);
@@ -34,88 +32,13 @@ const IMPORT_POLL: Duration = Duration::from_millis(500);
 /// How long one attempt to commit the import waits.
 const IMPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One bootstrap credential in [`MetaCommand::ImportScramUsers`]: as `UpsertScramCredential`
-/// carries it (salt, iterations and derived keys, never a password).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImportedCredential {
-    /// The user name.
-    pub user: String,
-    /// Kafka's mechanism type (1: SCRAM-SHA-256, 2: SCRAM-SHA-512); an unknown one is skipped.
-    pub mechanism: i8,
-    /// The salt.
-    pub salt: Vec<u8>,
-    /// PBKDF2 iterations.
-    pub iterations: u32,
-    /// `H(ClientKey)`.
-    pub stored_key: Vec<u8>,
-    /// `HMAC(SaltedPassword, "Server Key")`.
-    pub server_key: Vec<u8>,
-}
-
-impl From<ScramCredentialWire> for ImportedCredential {
-    fn from(w: ScramCredentialWire) -> Self {
-        ImportedCredential {
-            user: w.user,
-            // A code that does not fit is kept as 0 (unknown): skipped when applied.
-            mechanism: i8::try_from(w.mechanism).unwrap_or(0),
-            salt: w.salt,
-            iterations: w.iterations,
-            stored_key: w.stored_key,
-            server_key: w.server_key,
-        }
-    }
-}
-
-impl From<&ImportedCredential> for ScramCredentialWire {
-    fn from(c: &ImportedCredential) -> Self {
-        ScramCredentialWire {
-            user: c.user.clone(),
-            mechanism: i32::from(c.mechanism),
-            salt: c.salt.clone(),
-            iterations: c.iterations,
-            stored_key: c.stored_key.clone(),
-            server_key: c.server_key.clone(),
-        }
-    }
-}
-
-/// Adds each of `credentials` whose user and mechanism has no credential in `stored` yet
-/// (an unknown mechanism, an empty user name or one beyond [`MAX_CREDENTIALS`] is skipped);
-/// returns how many were added.
-pub fn apply_import(
-    stored: &mut BTreeMap<(String, ScramMechanism), ScramCredential>,
-    credentials: Vec<ImportedCredential>,
-) -> usize {
-    let mut added = 0;
-    for c in credentials {
-        let Some(mechanism) = ScramMechanism::from_kafka_type(c.mechanism) else {
-            continue;
-        };
-        if c.user.is_empty() || stored.len() >= MAX_CREDENTIALS {
-            continue;
-        }
-        let key = (c.user, mechanism);
-        if stored.contains_key(&key) {
-            continue;
-        }
-        stored.insert(
-            key,
-            ScramCredential {
-                mechanism,
-                salt: c.salt,
-                iterations: c.iterations,
-                stored_key: c.stored_key,
-                server_key: c.server_key,
-            },
-        );
-        added += 1;
-    }
-    added
-}
-
 /// The SCRAM credential of `user` for `mechanism` on `node`: the replicated one; before the
 /// bootstrap users were imported, else the configured one.
-pub fn credential(node: &Node, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+pub(super) fn credential(
+    node: &Node,
+    user: &str,
+    mechanism: ScramMechanism,
+) -> Option<ScramCredential> {
     let configured = {
         let meta = node.metadata();
         if let Some(c) = meta.scram_credentials.get(&(user.to_owned(), mechanism)) {
@@ -154,7 +77,7 @@ fn import_command(node: &Node) -> MetaCommand {
 /// this node leads the metadata group and no import is recorded (retried every 500 ms); it
 /// ends when an import is applied on this node or the node is gone. With the import already
 /// recorded, logs that the configured users are ignored.
-pub fn start_import(node: &Arc<Node>) {
+pub(super) fn start_import(node: &Arc<Node>) {
     if node.config().security.scram_users.is_empty() {
         return;
     }

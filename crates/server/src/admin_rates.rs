@@ -1,4 +1,4 @@
-//! The flow limits on the admin HTTP API (what `vdlctl rate list | update` calls):
+//! The flow limits ([`crate::flow`]) on the admin HTTP API (what `vdlctl rate list | update` calls):
 //!
 //! The answers are [`vdl_admin_api::rates::Rates`]; the body of `PUT /rates` is a
 //! [`vdl_admin_api::rates::RatesUpdate`], read here as a JSON map so that a bad value is
