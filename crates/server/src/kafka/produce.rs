@@ -27,7 +27,7 @@ use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
 use kafka_proto::messages::produce_request::ProduceRequest;
 use kafka_proto::messages::produce_response::{
-    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use kafka_proto::records::batch::{RecordBatch, MAGIC_OFFSET};
 use kafka_proto::records::{
@@ -160,6 +160,9 @@ type SubmittedPartition = (i32, PartitionOutcome, ChainLink);
 
 enum PartitionOutcome {
     Failed(ErrorCode),
+    /// Refused for some of its records (INVALID_RECORD): Kafka's `record_errors` and
+    /// `error_message` (Produce v8+).
+    RecordsRefused(Vec<BatchIndexAndErrorMessage>, String),
     /// Submitted; with the append time stamped on the batch for a LogAppendTime topic, and
     /// the copies an acks=all produce waits for beyond the commit's majority
     /// (min.insync.replicas above it; see [`crate::replication::stream::LogStream::wait_for_copies`]).
@@ -336,6 +339,14 @@ pub fn produce(
                         error_code: code.code(),
                         ..unanswered(index)
                     },
+                    PartitionOutcome::RecordsRefused(record_errors, message) => {
+                        PartitionProduceResponse {
+                            error_code: ErrorCode::InvalidRecord.code(),
+                            record_errors,
+                            error_message: Some(message),
+                            ..unanswered(index)
+                        }
+                    }
                     PartitionOutcome::Submitted(pending, stream, stamped_at, copies) => {
                         let started = std::time::Instant::now();
                         let mut outcome = pending.wait(timeout).await;
@@ -580,6 +591,10 @@ fn submit_partition(
         }
     }
     match validate_records(records.to_contiguous(), version, &rules.limits) {
+        Ok((batch, _)) if rules.settings.compact && has_keyless_record(&batch) => {
+            let (errors, message) = keyless_record_errors(&batch, topic, partition);
+            PartitionOutcome::RecordsRefused(errors, message)
+        }
         Ok((batch, span)) => {
             let (batch, stamped_at) = match rules.settings.timestamp_type {
                 TimestampType::CreateTime => (batch, None),
@@ -599,6 +614,63 @@ fn submit_partition(
         }
         Err(code) => PartitionOutcome::Failed(code),
     }
+}
+
+/// Whether a validated batch holds a record without a key (refused on a compacted topic). A
+/// batch that cannot be read here was refused by validation already.
+fn has_keyless_record(batch: &Bytes) -> bool {
+    let Ok(parsed) = RecordBatch::new(batch.clone()) else {
+        return false;
+    };
+    let mut keyless = false;
+    let _ = kafka_proto::records::visit_records(&parsed, usize::MAX, |r| {
+        keyless |= r.key.is_none();
+    });
+    keyless
+}
+
+/// Kafka's answer to a produce of records without a key to a compacted topic
+/// (`LogValidator`): one record error per keyless record (its index in the batch), and the
+/// partition's error message naming the count and the first three.
+fn keyless_record_errors(
+    batch: &Bytes,
+    topic: &str,
+    partition: i32,
+) -> (Vec<BatchIndexAndErrorMessage>, String) {
+    let reason = format!(
+        "Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+    );
+    let mut errors = Vec::new();
+    if let Ok(parsed) = RecordBatch::new(batch.clone()) {
+        let mut index = 0i32;
+        let _ = kafka_proto::records::visit_records(&parsed, usize::MAX, |r| {
+            if r.key.is_none() {
+                errors.push(BatchIndexAndErrorMessage {
+                    batch_index: index,
+                    batch_index_error_message: Some(reason.clone()),
+                    ..Default::default()
+                });
+            }
+            index = index.saturating_add(1);
+        });
+    }
+    let shown: Vec<String> = errors
+        .iter()
+        .take(3)
+        .map(|e| {
+            format!(
+                "RecordError(batchIndex={}, message='{reason}')",
+                e.batch_index
+            )
+        })
+        .collect();
+    let message = format!(
+        "One or more records have been rejected due to {} record errors in total, and only \
+         showing the first three errors at most: [{}]",
+        errors.len(),
+        shown.join(", ")
+    );
+    (errors, message)
 }
 
 #[cfg(test)]
@@ -673,6 +745,35 @@ mod tests {
                 .base_offset(),
             0
         );
+    }
+
+    #[test]
+    fn keyless_records_are_named_by_their_index_in_the_batch() {
+        use kafka_proto::records::NewRecord;
+        let keyed = |k: &str| {
+            NewRecord::new(wall_clock_ms(), b"v".to_vec()).with_key(k.as_bytes().to_vec())
+        };
+        let keyless = || NewRecord::new(wall_clock_ms(), b"v".to_vec());
+        let all_keyed =
+            kafka_proto::records::build_batch(Compression::None, &[keyed("a"), keyed("b")])
+                .unwrap();
+        assert!(!has_keyless_record(&all_keyed));
+        let mixed = kafka_proto::records::build_batch(
+            Compression::None,
+            &[keyed("a"), keyless(), keyed("b"), keyless()],
+        )
+        .unwrap();
+        assert!(has_keyless_record(&mixed));
+        let (errors, message) = keyless_record_errors(&mixed, "t", 3);
+        assert_eq!(
+            errors.iter().map(|e| e.batch_index).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert_eq!(
+            errors[0].batch_index_error_message.as_deref(),
+            Some("Compacted topic cannot accept message without key in topic partition t-3.")
+        );
+        assert!(message.contains("due to 2 record errors"), "{message}");
     }
 
     #[tokio::test]
