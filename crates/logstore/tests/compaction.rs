@@ -682,3 +682,22 @@ fn an_old_active_segment_rolls_and_becomes_cleanable() {
     assert!(!s.roll_if_older_than(hour, now + 4 * 3_600_000).unwrap());
     assert_eq!(s.segment_count(), 2);
 }
+
+/// The long part of a pass runs with no borrow of the store (`compaction_source`, then
+/// `CompactionSource::prepare`): appends and rolls meanwhile are kept, the pass installs.
+#[test]
+fn a_pass_prepared_without_the_store_installs_while_appends_went_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 200, 7, 1_000);
+    let p = plan(&s);
+    let source = s.compaction_source(&p).unwrap();
+    // The store goes on: more records, more segments.
+    workload(&mut s, &mut m, 100, 7, 5_000);
+    let prepared = source.prepare(&p, &KvCodec, &mut no_throttle()).unwrap();
+    let r = s.install_compaction(prepared).unwrap();
+    assert!(r.records_removed > 0 && r.segments_rewritten > 0, "{r:?}");
+    // Everything appended after the source was taken is there, as produced.
+    check_latest(&m, &read_all(&s), r.first_dirty_offset);
+}

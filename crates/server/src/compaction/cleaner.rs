@@ -15,12 +15,16 @@
 //! waits at most that lag after the clean that left it dirty).
 //!
 //! One partition at a time, so the memory is one key map (`key_map_bytes`, Kafka's
-//! `log.cleaner.dedupe.buffer.size`). A pass is `LogStore::prepare_compaction` under the
-//! store's read lock (the group's appends wait meanwhile: see the server README, "Log
-//! compaction") and `LogStore::install_compaction` under its write lock. Taking the write lock
-//! from this thread is safe: the install changes no index, term or offset (only sealed
-//! segments' payloads), skips a segment that changed since the prepare (truncation, retention,
-//! a snapshot), and the lock excludes the group's own writes.
+//! `log.cleaner.dedupe.buffer.size`). A pass takes its source (`LogStore::compaction_source`:
+//! the cleanable sealed segments, mapped) under the store's read lock, builds the key map and
+//! writes the rewritten segments with no lock held (`CompactionSource::prepare`: the group
+//! appends and consumers read meanwhile; sealed files are never written in place, so the maps
+//! stay valid), and swaps them in under the write lock (`LogStore::install_compaction`: a few
+//! fsyncs per rewritten segment). Taking the write lock from this thread is safe: the install
+//! changes no index, term or offset (only sealed segments' payloads), skips a segment that
+//! changed since the source was taken (truncation, retention, a snapshot), and the lock
+//! excludes the group's own writes; it never touches the active segment, so the group's sync
+//! (prepared under the lock, run without it) is not disturbed.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -122,15 +126,17 @@ pub fn clean_if_due(
     throttle: &mut dyn FnMut(u64),
 ) -> Result<Option<CompactionReport>, logstore::LogStoreError> {
     let plan = plan_for(target, limits, now_ms);
-    let prepared = {
+    let source = {
         let Ok(store) = target.store.read() else {
             return Ok(None);
         };
         if !is_due(&store.cleaner_stats(&plan), &target.policy, now_ms) {
             return Ok(None);
         }
-        store.prepare_compaction(&plan, codec, throttle)?
+        store.compaction_source(&plan)?
     };
+    // The long part, with no lock: the group appends and consumers read meanwhile.
+    let prepared = source.prepare(&plan, codec, throttle)?;
     let Ok(mut store) = target.store.write() else {
         return Ok(None);
     };
