@@ -22,6 +22,9 @@ use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
 };
+use kafka_proto::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+};
 use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
@@ -186,6 +189,28 @@ fn produce_raw(c: &mut KafkaConn, records: Bytes) -> std::io::Result<ProduceAnsw
     }
 }
 
+/// IncrementalAlterConfigs v1 SET of `cleanup.policy` on the topic: the error code.
+fn set_policy(c: &mut KafkaConn, policy: &str) -> std::io::Result<i16> {
+    let req = Request::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type: 2,
+            resource_name: TOPIC.into(),
+            configs: vec![AlterableConfig {
+                name: "cleanup.policy".into(),
+                config_operation: 0,
+                value: Some(policy.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match c.call(ApiKey::IncrementalAlterConfigs, 1, &req)? {
+        Response::IncrementalAlterConfigs(r) => Ok(r.responses[0].error_code),
+        other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+    }
+}
+
 /// Produces `records` (acks=all) through whichever broker leads: the base offset.
 fn produce(brokers: &[SocketAddr], records: &[(Option<&str>, Option<&str>)]) -> i64 {
     let data = batch(records);
@@ -318,4 +343,35 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
         .await
         .unwrap();
     assert_eq!(next as u64, end);
+
+    // Switched to delete at runtime, the topic takes keyless records; back to compact, it
+    // refuses them again.
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        on_any(&b, T, "policy delete", |c| {
+            set_policy(c, "delete").map(|e| (e, ()))
+        });
+        let keyless = batch(&[(None, Some("free"))]);
+        let at = on_any(&b, T, "a keyless produce once delete", |c| {
+            c.produce(TOPIC, keyless.clone())
+        });
+        assert_eq!(at as u64, end + 1);
+        on_any(&b, T, "policy compact", |c| {
+            set_policy(c, "compact").map(|e| (e, ()))
+        });
+        let deadline = Instant::now() + T;
+        loop {
+            let code = on_any(&b, T, "an answer from the leader", |c| {
+                let (code, ..) = produce_raw(c, keyless.clone())?;
+                Ok((if code == 6 { 6 } else { 0 }, code))
+            });
+            if code == INVALID_RECORD {
+                break;
+            }
+            assert!(Instant::now() < deadline, "keyless still accepted: {code}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
 }
