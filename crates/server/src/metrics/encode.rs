@@ -325,6 +325,35 @@ impl Collector for Scrape {
             Gauge,
             node(self.storage.damaged_replicas),
         )?;
+        for (name, help, value) in [
+            (
+                "vdl_cleaner_passes",
+                "Log cleaner passes (compacted topics) that installed a result since start.",
+                self.storage.cleaner_passes,
+            ),
+            (
+                "vdl_cleaner_read_bytes",
+                "Segment bytes the log cleaner read since start.",
+                self.storage.cleaner_bytes_read,
+            ),
+            (
+                "vdl_cleaner_written_bytes",
+                "Bytes of rewritten segments the log cleaner wrote since start.",
+                self.storage.cleaner_bytes_written,
+            ),
+            (
+                "vdl_cleaner_removed_records",
+                "Records the log cleaner removed since start.",
+                self.storage.cleaner_records_removed,
+            ),
+            (
+                "vdl_cleaner_failures",
+                "Log cleaner passes that failed (logged, retried) since start.",
+                self.storage.cleaner_failures,
+            ),
+        ] {
+            family(&mut e, name, help, Counter, node(value))?;
+        }
         family(
             &mut e,
             "vdl_node_id",
@@ -410,6 +439,7 @@ mod tests {
             storage: StorageSample {
                 scrub_bytes_verified: 4096,
                 damaged_replicas: 1,
+                cleaner_records_removed: 7,
                 ..StorageSample::default()
             },
         });
@@ -418,6 +448,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("vdl_damaged_replicas 1"), "{text}");
+        assert!(
+            text.contains("vdl_cleaner_removed_records_total 7"),
+            "{text}"
+        );
         assert!(
             text.contains("vdl_partition_in_bytes_total{topic=\"t\",partition=\"0\"} 100"),
             "{text}"

@@ -94,6 +94,11 @@ impl Node {
                 faults_found: load(&faults.faults_found),
                 repairs_completed: load(&faults.repairs_completed),
                 damaged_replicas: faults.damaged().len() as u64,
+                cleaner_passes: load(&self.cleaner_counters.passes),
+                cleaner_bytes_read: load(&self.cleaner_counters.bytes_read),
+                cleaner_bytes_written: load(&self.cleaner_counters.bytes_written),
+                cleaner_records_removed: load(&self.cleaner_counters.records_removed),
+                cleaner_failures: load(&self.cleaner_counters.failures),
             },
         }
     }
