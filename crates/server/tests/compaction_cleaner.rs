@@ -81,11 +81,16 @@ fn parse(data: Bytes, out: &mut Table) -> Option<u64> {
 
 /// Everything the leader serves through Kafka Fetch, from offset 0 to the high watermark.
 fn fetch_all(brokers: &[SocketAddr]) -> Table {
+    fetch_topic(brokers, TOPIC)
+}
+
+/// Everything the leader of `topic` serves through Kafka Fetch.
+fn fetch_topic(brokers: &[SocketAddr], topic: &str) -> Table {
     let mut out = Table::new();
     let mut offset = 0i64;
     loop {
         let (hw, data) = on_any(brokers, T, "fetch", |c| {
-            c.fetch(TOPIC, offset).map(|(e, hw, _, d)| (e, (hw, d)))
+            c.fetch(topic, offset).map(|(e, hw, _, d)| (e, (hw, d)))
         });
         if offset >= hw {
             return out;
@@ -126,15 +131,26 @@ fn latest(all: &Table) -> Table {
 }
 
 fn create_compacted(c: &mut KafkaConn) -> (i16, Option<String>) {
-    let configs = [
+    create_compacted_with(c, TOPIC, &[])
+}
+
+/// CreateTopics of a compacted `topic` (small, quickly rolled segments, any dirt cleaned) with
+/// `extra` configs: (error code, message).
+fn create_compacted_with(
+    c: &mut KafkaConn,
+    topic: &str,
+    extra: &[(&str, &str)],
+) -> (i16, Option<String>) {
+    let mut configs = vec![
         ("cleanup.policy", "compact"),
         ("segment.bytes", "1048576"),
         ("segment.ms", "1000"),
         ("min.cleanable.dirty.ratio", "0.01"),
     ];
+    configs.extend_from_slice(extra);
     let req = Request::CreateTopics(CreateTopicsRequest {
         topics: vec![CreatableTopic {
-            name: TOPIC.into(),
+            name: topic.into(),
             num_partitions: 1,
             replication_factor: 3,
             configs: configs
@@ -213,8 +229,17 @@ fn set_policy(c: &mut KafkaConn, policy: &str) -> std::io::Result<i16> {
 
 /// Produces `records` (acks=all) through whichever broker leads: the base offset.
 fn produce(brokers: &[SocketAddr], records: &[(Option<&str>, Option<&str>)]) -> i64 {
+    produce_to(brokers, TOPIC, records)
+}
+
+/// Produces `records` (acks=all) to `topic` through whichever broker leads: the base offset.
+fn produce_to(
+    brokers: &[SocketAddr],
+    topic: &str,
+    records: &[(Option<&str>, Option<&str>)],
+) -> i64 {
     let data = batch(records);
-    on_any(brokers, T, "produce", |c| c.produce(TOPIC, data.clone()))
+    on_any(brokers, T, "produce", |c| c.produce(topic, data.clone()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,6 +395,78 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
             }
             assert!(Instant::now() < deadline, "keyless still accepted: {code}");
             std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// `delete.retention.ms`: a tombstone kept by one pass is removed by a later pass once it is
+/// older than the retention (0 here), and its key is gone from what Fetch serves; the other
+/// keys keep their latest values at their offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_go_after_delete_retention_ms_once_a_pass_kept_them() {
+    const GONE: &str = "gone";
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.cleaner_backoff = Duration::from_millis(100);
+    }
+    let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
+    let _nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(
+            create_compacted_with(&mut c, GONE, &[("delete.retention.ms", "0")]),
+            (0, None)
+        );
+        let a0 = produce_to(
+            &b,
+            GONE,
+            &[(Some("a"), Some("a0")), (Some("b"), Some("b0"))],
+        );
+        let del = produce_to(&b, GONE, &[(Some("a"), None)]);
+        // The first pass keeps the tombstone (it is the latest of its key, in the dirty part)
+        // and removes a's older value.
+        let deadline = Instant::now() + T;
+        loop {
+            let served = fetch_topic(&b, GONE);
+            let expected: Table = [
+                (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
+                (del as u64, ("a".to_string(), None)),
+            ]
+            .into();
+            if served == expected {
+                break;
+            }
+            let removed = !served.contains_key(&(del as u64));
+            assert!(
+                !removed,
+                "the tombstone went before a pass kept it: {served:?}"
+            );
+            assert!(Instant::now() < deadline, "first pass not seen: {served:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // New data makes the partition dirty again; the next pass removes the tombstone.
+        let c0 = produce_to(&b, GONE, &[(Some("c"), Some("c0"))]);
+        let deadline = Instant::now() + T;
+        loop {
+            let served = fetch_topic(&b, GONE);
+            let expected: Table = [
+                (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
+                (c0 as u64, ("c".to_string(), Some("c0".to_string()))),
+            ]
+            .into();
+            if served == expected {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tombstone not removed: {served:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
         }
     })
     .await
