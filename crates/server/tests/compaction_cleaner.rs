@@ -2,9 +2,9 @@
 //! `cleanup.policy=compact` (CreateTopics) is cleaned by every replica's log cleaner
 //! (`compaction/cleaner.rs`) once `segment.ms` rolled its data out of the active segment: Fetch
 //! then serves only the latest record of every key, at its original offset, on every replica,
-//! tombstones included (kept before `delete.retention.ms`); offsets go on after it; and a
-//! record without a key is refused with INVALID_RECORD (87) and its record errors, nothing
-//! stored.
+//! tombstones included (kept before `delete.retention.ms`, removed by a later pass after it);
+//! offsets go on after it; a record without a key is refused with INVALID_RECORD (87) and its
+//! record errors, nothing stored; and `cleanup.policy` switches at runtime.
 
 mod common;
 
