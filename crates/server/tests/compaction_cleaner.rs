@@ -359,6 +359,20 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
             n.config().id
         );
         assert!(n.cleaner_counters().records_removed.load(Ordering::Relaxed) > 0);
+        // The scrape reports the cleaner's view of the compacted partition.
+        let scrape = n.scrape();
+        let sample = scrape
+            .partitions
+            .iter()
+            .find(|p| p.topic == TOPIC)
+            .expect("the partition is scraped");
+        let stats = sample
+            .cleaner
+            .expect("a compacted partition has cleaner stats");
+        assert!(
+            stats.clean_bytes > 0 && stats.last_clean_ms.is_some(),
+            "{stats:?}"
+        );
     }
 
     // Offsets go on after compaction.

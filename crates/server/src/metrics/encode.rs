@@ -87,6 +87,12 @@ impl Collector for Scrape {
             ps.iter()
                 .map(move |p| (partition_labels(p), f(&p.counters)))
         };
+        let cleaned = |f: fn(&logstore::CleanerStats) -> Option<u64>| {
+            ps.iter().filter_map(move |p| {
+                let v = f(p.cleaner.as_ref()?)?;
+                Some((partition_labels(p), v))
+            })
+        };
         family(
             &mut e,
             "vdl_partition_produce_requests",
@@ -198,6 +204,28 @@ impl Collector for Scrape {
             "Bytes of the partition's segment files on this replica.",
             Gauge,
             per(|p| p.segment_bytes),
+        )?;
+        family(
+            &mut e,
+            "vdl_partition_cleanable_bytes",
+            "Compacted topics: sealed-segment bytes the log cleaner could clean now.",
+            Gauge,
+            cleaned(|s| Some(s.cleanable_bytes)),
+        )?;
+        family(
+            &mut e,
+            "vdl_partition_cleaned_bytes",
+            "Compacted topics: sealed-segment bytes below the first dirty offset (cleaned); \
+             the dirty ratio is cleanable / (cleaned + cleanable).",
+            Gauge,
+            cleaned(|s| Some(s.clean_bytes)),
+        )?;
+        family(
+            &mut e,
+            "vdl_partition_last_clean_timestamp_seconds",
+            "Compacted topics: when the log cleaner last cleaned the partition (Unix time).",
+            Gauge,
+            cleaned(|s| s.last_clean_ms.and_then(|ms| u64::try_from(ms / 1000).ok())),
         )?;
         family(
             &mut e,
@@ -433,6 +461,12 @@ mod tests {
                 replicas: 3,
                 in_sync: 2,
                 counters,
+                cleaner: Some(logstore::CleanerStats {
+                    clean_bytes: 300,
+                    cleanable_bytes: 100,
+                    first_dirty_offset: 9,
+                    last_clean_ms: Some(5_000),
+                }),
             }],
             group_lag: vec![],
             node,
@@ -450,6 +484,16 @@ mod tests {
         assert!(text.contains("vdl_damaged_replicas 1"), "{text}");
         assert!(
             text.contains("vdl_cleaner_removed_records_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vdl_partition_cleanable_bytes{topic=\"t\",partition=\"0\"} 100"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "vdl_partition_last_clean_timestamp_seconds{topic=\"t\",partition=\"0\"} 5"
+            ),
             "{text}"
         );
         assert!(

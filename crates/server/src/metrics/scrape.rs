@@ -35,6 +35,8 @@ pub struct PartitionSample {
     pub in_sync: usize,
     /// The counters.
     pub counters: Arc<PartitionMetrics>,
+    /// The log cleaner's view of the replica, for a topic whose `cleanup.policy` compacts.
+    pub cleaner: Option<logstore::CleanerStats>,
 }
 
 impl PartitionSample {
