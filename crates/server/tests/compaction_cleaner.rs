@@ -486,3 +486,107 @@ async fn tombstones_go_after_delete_retention_ms_once_a_pass_kept_them() {
     .await
     .unwrap();
 }
+
+/// A batch of an idempotent producer: `records` as (key, value), sequences from `seq`.
+fn idempotent_batch(producer: i64, seq: i32, records: &[(&str, &str)]) -> Bytes {
+    let records: Vec<NewRecord> = records
+        .iter()
+        .map(|(k, v)| {
+            NewRecord::new(now_ms(), v.as_bytes().to_vec()).with_key(k.as_bytes().to_vec())
+        })
+        .collect();
+    kafka_proto::records::RecordBatchBuilder::new(Compression::None)
+        .producer(producer, 0, seq)
+        .with_records(&records)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// Every file named `producers` (a saved producer table) under `dir`.
+fn producer_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            producer_files(&p, out);
+        } else if p.file_name().is_some_and(|n| n == "producers") {
+            out.push(p);
+        }
+    }
+}
+
+/// Idempotent producer state survives compaction: an idempotent batch whose every record a
+/// later write superseded stays as its header, so after a crash (no saved producer table:
+/// every replica rebuilds it from its compacted log) a retry of that batch is still answered
+/// as a duplicate with its offset, and the producer's next sequence is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_state_survives_compaction_and_a_crash() {
+    const IDEM: &str = "idem";
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.cleaner_backoff = Duration::from_millis(100);
+    }
+    let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    let (producer, first, end) = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(create_compacted_with(&mut c, IDEM, &[]), (0, None));
+        let producer = on_any(&b, T, "a producer id", |c| c.init_producer_id());
+        let batch0 = idempotent_batch(producer, 0, &[("a", "1"), ("b", "1")]);
+        let first = on_any(&b, T, "idempotent produce", |c| {
+            c.produce(IDEM, batch0.clone())
+        });
+        // Another (plain) producer supersedes both of its records.
+        let last = produce_to(&b, IDEM, &[(Some("a"), Some("2")), (Some("b"), Some("2"))]);
+        let end = last as u64 + 2;
+        let deadline = Instant::now() + T;
+        loop {
+            let served = fetch_topic(&b, IDEM);
+            if served.len() == 2 && served.keys().all(|o| *o >= last as u64) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not compacted: {served:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (producer, first, end)
+    })
+    .await
+    .unwrap();
+    // Every replica compacted the batch away before the crash.
+    let deadline = Instant::now() + T;
+    while nodes
+        .0
+        .iter()
+        .any(|(n, _)| read_all(&n.partition(IDEM, 0).expect("a replica")).len() != 2)
+    {
+        assert!(Instant::now() < deadline, "a replica did not compact");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(nodes);
+    // A crash: no saved producer table, each replica rebuilds it from its compacted log.
+    let mut files = Vec::new();
+    producer_files(dir.path(), &mut files);
+    for f in &files {
+        std::fs::remove_file(f).unwrap();
+    }
+    let _nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let retry = idempotent_batch(producer, 0, &[("a", "1"), ("b", "1")]);
+        let at = on_any(&b, T, "the retried batch", |c| {
+            c.produce(IDEM, retry.clone())
+        });
+        assert_eq!(at, first, "a duplicate, answered with its offset");
+        let next = idempotent_batch(producer, 2, &[("c", "1")]);
+        let at = on_any(&b, T, "the next batch", |c| c.produce(IDEM, next.clone()));
+        assert_eq!(
+            at as u64, end,
+            "the next sequence is accepted at the next offset"
+        );
+    })
+    .await
+    .unwrap();
+}
