@@ -7,8 +7,7 @@ test_admin_go.py) run against, chosen by ADMIN_TEST_TARGET:
          the PIDs that script recorded and removed afterwards
 
 The same assertions run against both: they were proven against Kafka first, so a failure
-against vdl is vdl's. Where the two are meant to differ (vdl refuses cleanup.policy=compact),
-the test asks `target.kind`.
+against vdl is vdl's. Where the two are meant to differ, the test asks `target.kind`.
 """
 
 import os

@@ -54,8 +54,8 @@ mod store;
 
 pub use budget::CacheBudget;
 pub use compaction::{
-    CleanerStats, CompactionPlan, CompactionReport, KeyMap, KeyMapFull, PreparedCompaction,
-    RecordCompactor, RecordView, RetainOutcome, KEY_MAP_SLOT_BYTES,
+    CleanerStats, CompactionPlan, CompactionReport, CompactionSource, KeyMap, KeyMapFull,
+    PreparedCompaction, RecordCompactor, RecordView, RetainOutcome, KEY_MAP_SLOT_BYTES,
 };
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};

@@ -642,3 +642,62 @@ fn small_cfg() -> logstore::StoreConfig {
         ..cfg()
     }
 }
+
+/// `segment.ms`: the active segment rolls once it is old enough and holds an entry, so a
+/// quiet partition's records become cleanable; an empty or young active segment stays.
+#[test]
+fn an_old_active_segment_rolls_and_becomes_cleanable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(
+        dir.path(),
+        logstore::StoreConfig {
+            segment_bytes: 1 << 20,
+            ..cfg()
+        },
+    )
+    .unwrap();
+    let hour = std::time::Duration::from_secs(3600);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // Empty: nothing to roll, however old.
+    assert!(!s.roll_if_older_than(hour, now + 2 * 3_600_000).unwrap());
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 20, 3, 1_000);
+    assert_eq!(s.segment_count(), 1);
+    let last = s.last_index();
+    // Young: stays.
+    assert!(!s.roll_if_older_than(hour, now).unwrap());
+    assert_eq!(s.cleanable_bytes(&plan(&s)), 0, "all in the active segment");
+    // Old: rolls, everything is sealed and cleanable, and the log is unchanged.
+    assert!(s.roll_if_older_than(hour, now + 2 * 3_600_000).unwrap());
+    assert_eq!(s.segment_count(), 2);
+    assert_eq!(s.last_index(), last);
+    assert!(s.cleanable_bytes(&plan(&s)) > 0);
+    let r = s.compact(&plan(&s), &KvCodec, &mut no_throttle()).unwrap();
+    assert!(r.records_removed > 0);
+    check_latest(&m, &read_all(&s), s.next_offset());
+    // The new active segment is empty: no further roll.
+    assert!(!s.roll_if_older_than(hour, now + 4 * 3_600_000).unwrap());
+    assert_eq!(s.segment_count(), 2);
+}
+
+/// The long part of a pass runs with no borrow of the store (`compaction_source`, then
+/// `CompactionSource::prepare`): appends and rolls meanwhile are kept, the pass installs.
+#[test]
+fn a_pass_prepared_without_the_store_installs_while_appends_went_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    workload(&mut s, &mut m, 200, 7, 1_000);
+    let p = plan(&s);
+    let source = s.compaction_source(&p).unwrap();
+    // The store goes on: more records, more segments.
+    workload(&mut s, &mut m, 100, 7, 5_000);
+    let prepared = source.prepare(&p, &KvCodec, &mut no_throttle()).unwrap();
+    let r = s.install_compaction(prepared).unwrap();
+    assert!(r.records_removed > 0 && r.segments_rewritten > 0, "{r:?}");
+    // Everything appended after the source was taken is there, as produced.
+    check_latest(&m, &read_all(&s), r.first_dirty_offset);
+}

@@ -15,11 +15,18 @@
 //! Names and values are validated as Kafka validates them, with Kafka's messages
 //! (`Invalid value x for configuration retention.ms: Not a number of type LONG`, `Unknown topic
 //! config name: x`), with two deliberate differences, both refused with INVALID_CONFIG and a
-//! message that says why: `cleanup.policy=compact` (vdl does not compact logs) and
-//! `segment.bytes` below 1 MiB (Kafka 3.9 allows 14 bytes, Kafka 4.0 raised the floor to 1 MiB,
-//! which is also the floor of the node-level `storage.segment_bytes`). Names Kafka knows but vdl
-//! does not act on (`compression.type`, `unclean.leader.election.enable`, ...) are refused
-//! rather than stored without effect.
+//! message that says why: an empty `cleanup.policy` (Kafka 3.9 accepts it and then neither
+//! deletes nor compacts) and `segment.bytes` below 1 MiB (Kafka 3.9 allows 14 bytes, Kafka 4.0
+//! raised the floor to 1 MiB, which is also the floor of the node-level
+//! `storage.segment_bytes`). Names Kafka knows but vdl does not act on (`compression.type`,
+//! `unclean.leader.election.enable`, ...) are refused rather than stored without effect.
+//!
+//! Log compaction (`cleanup.policy` with `compact`): `min.compaction.lag.ms`,
+//! `max.compaction.lag.ms`, `min.cleanable.dirty.ratio`, `delete.retention.ms` are read by the
+//! node's cleaner ([`crate::compaction::cleaner`]), `segment.ms` by every partition's group
+//! (the active segment rolls once it is that old, so a quiet partition's data becomes
+//! cleanable). As in Kafka, retention (`retention.ms`, `retention.bytes`) deletes segments only
+//! when the policy includes `delete`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -57,6 +64,8 @@ pub enum ConfigType {
     Int = 3,
     /// 64-bit integer.
     Long = 5,
+    /// 64-bit floating point.
+    Double = 6,
     /// Comma-separated list.
     List = 7,
 }
@@ -91,11 +100,21 @@ pub enum ConfigError {
     /// A name given without a value where a value is needed (AlterConfigs with a null value).
     #[error("Null value not supported for topic configs: {0}")]
     NullValue(String),
+    /// Two values that contradict each other (Kafka's message).
+    #[error("conflict topic config setting min.compaction.lag.ms ({min}) > max.compaction.lag.ms ({max})")]
+    CompactionLagConflict {
+        /// The `min.compaction.lag.ms` given.
+        min: i64,
+        /// The `max.compaction.lag.ms` given.
+        max: i64,
+    },
 }
 
 /// The names a topic may override, as listed in error messages.
-const SUPPORTED: &str = "cleanup.policy, max.message.bytes, message.timestamp.type, \
-                         min.insync.replicas, retention.bytes, retention.ms, segment.bytes";
+const SUPPORTED: &str = "cleanup.policy, delete.retention.ms, max.compaction.lag.ms, \
+                         max.message.bytes, message.timestamp.type, min.cleanable.dirty.ratio, \
+                         min.compaction.lag.ms, min.insync.replicas, retention.bytes, \
+                         retention.ms, segment.bytes, segment.ms";
 
 /// Smallest `segment.bytes` accepted (see the module documentation).
 pub const MIN_SEGMENT_BYTES: i64 = 1 << 20;
@@ -107,7 +126,6 @@ const KNOWN_UNSUPPORTED: &[&str] = &[
     "compression.lz4.level",
     "compression.zstd.level",
     "confluent.placement.constraints",
-    "delete.retention.ms",
     "file.delete.delay.ms",
     "flush.messages",
     "flush.ms",
@@ -116,21 +134,17 @@ const KNOWN_UNSUPPORTED: &[&str] = &[
     "leader.replication.throttled.replicas",
     "local.retention.bytes",
     "local.retention.ms",
-    "max.compaction.lag.ms",
     "message.downconversion.enable",
     "message.format.version",
     "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms",
     "message.timestamp.difference.max.ms",
-    "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms",
     "preallocate",
     "remote.log.copy.disable",
     "remote.log.delete.on.disable",
     "remote.storage.enable",
     "segment.index.bytes",
     "segment.jitter.ms",
-    "segment.ms",
     "unclean.leader.election.enable",
 ];
 
@@ -149,6 +163,16 @@ const DEFS: &[ConfigDef] = &[
         broker_synonym: "log.cleanup.policy",
     },
     ConfigDef {
+        name: "delete.retention.ms",
+        config_type: ConfigType::Long,
+        broker_synonym: "log.cleaner.delete.retention.ms",
+    },
+    ConfigDef {
+        name: "max.compaction.lag.ms",
+        config_type: ConfigType::Long,
+        broker_synonym: "log.cleaner.max.compaction.lag.ms",
+    },
+    ConfigDef {
         name: "max.message.bytes",
         config_type: ConfigType::Int,
         broker_synonym: "message.max.bytes",
@@ -157,6 +181,16 @@ const DEFS: &[ConfigDef] = &[
         name: "message.timestamp.type",
         config_type: ConfigType::String,
         broker_synonym: "log.message.timestamp.type",
+    },
+    ConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        config_type: ConfigType::Double,
+        broker_synonym: "log.cleaner.min.cleanable.ratio",
+    },
+    ConfigDef {
+        name: "min.compaction.lag.ms",
+        config_type: ConfigType::Long,
+        broker_synonym: "log.cleaner.min.compaction.lag.ms",
     },
     ConfigDef {
         name: "min.insync.replicas",
@@ -178,7 +212,26 @@ const DEFS: &[ConfigDef] = &[
         config_type: ConfigType::Int,
         broker_synonym: "log.segment.bytes",
     },
+    ConfigDef {
+        name: "segment.ms",
+        config_type: ConfigType::Long,
+        broker_synonym: "log.roll.ms",
+    },
 ];
+
+/// Kafka's defaults of the compaction configs and `segment.ms`.
+pub mod defaults {
+    /// `min.compaction.lag.ms`: records may be compacted at once.
+    pub const MIN_COMPACTION_LAG_MS: i64 = 0;
+    /// `max.compaction.lag.ms`: no deadline.
+    pub const MAX_COMPACTION_LAG_MS: i64 = i64::MAX;
+    /// `min.cleanable.dirty.ratio`.
+    pub const MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
+    /// `delete.retention.ms`: one day.
+    pub const DELETE_RETENTION_MS: i64 = 86_400_000;
+    /// `segment.ms`: seven days.
+    pub const SEGMENT_MS: i64 = 604_800_000;
+}
 
 fn def(name: &str) -> Option<&'static ConfigDef> {
     DEFS.iter().find(|d| d.name == name)
@@ -205,6 +258,52 @@ fn parse_long(name: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
         ));
     }
     Ok(v)
+}
+
+fn parse_ratio(name: &str, value: &str) -> Result<f64, ConfigError> {
+    let v: f64 = value
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| invalid(name, value, "Not a number of type DOUBLE"))?;
+    if v < 0.0 {
+        return Err(invalid(name, value, "Value must be at least 0"));
+    }
+    if v > 1.0 {
+        return Err(invalid(name, value, "Value must be no more than 1"));
+    }
+    Ok(v)
+}
+
+/// The items of a valid `cleanup.policy` value (see [`validate`]).
+fn cleanup_items(name: &str, value: &str) -> Result<Vec<&'static str>, ConfigError> {
+    let mut items = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let known = match item {
+            "delete" => "delete",
+            "compact" => "compact",
+            _ => {
+                return Err(invalid(
+                    name,
+                    value,
+                    format!("String must be one of: compact, delete (got {item})"),
+                ))
+            }
+        };
+        if !items.contains(&known) {
+            items.push(known);
+        }
+    }
+    if items.is_empty() {
+        // Kafka 3.9 accepts an empty list (no cleanup at all); vdl asks for a policy.
+        return Err(invalid(
+            name,
+            value,
+            "an empty cleanup policy is not supported; use delete, compact or compact,delete",
+        ));
+    }
+    Ok(items)
 }
 
 fn parse_int(name: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
@@ -235,58 +334,31 @@ pub fn validate(name: &str, value: Option<&str>) -> Result<String, ConfigError> 
     let Some(value) = value else {
         return Err(ConfigError::NullValue(name.to_owned()));
     };
-    let stored =
-        match def.name {
-            "cleanup.policy" => {
-                let items: Vec<&str> = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                for item in &items {
-                    match *item {
-                        "delete" => {}
-                        "compact" => return Err(invalid(
-                            name,
-                            value,
-                            "vdl does not compact logs; only cleanup.policy=delete is supported",
-                        )),
-                        _ => {
-                            return Err(invalid(
-                                name,
-                                value,
-                                format!("String must be one of: compact, delete (got {item})"),
-                            ))
-                        }
-                    }
-                }
-                if items.is_empty() {
-                    // Kafka 3.9 accepts an empty list (no cleanup); vdl always deletes by retention.
-                    return Err(invalid(
-                        name,
-                        value,
-                        "an empty cleanup policy is not supported; use delete",
-                    ));
-                }
-                "delete".to_owned()
+    let stored = match def.name {
+        "cleanup.policy" => cleanup_items(name, value)?.join(","),
+        "delete.retention.ms" | "min.compaction.lag.ms" => parse_long(name, value, 0)?.to_string(),
+        "max.compaction.lag.ms" | "segment.ms" => parse_long(name, value, 1)?.to_string(),
+        "min.cleanable.dirty.ratio" => {
+            parse_ratio(name, value)?;
+            value.trim().to_owned()
+        }
+        "max.message.bytes" => parse_int(name, value, 0)?.to_string(),
+        "message.timestamp.type" => match value.trim() {
+            v @ ("CreateTime" | "LogAppendTime") => v.to_owned(),
+            _ => {
+                return Err(invalid(
+                    name,
+                    value,
+                    "String must be one of: CreateTime, LogAppendTime",
+                ))
             }
-            "max.message.bytes" => parse_int(name, value, 0)?.to_string(),
-            "message.timestamp.type" => match value.trim() {
-                v @ ("CreateTime" | "LogAppendTime") => v.to_owned(),
-                _ => {
-                    return Err(invalid(
-                        name,
-                        value,
-                        "String must be one of: CreateTime, LogAppendTime",
-                    ))
-                }
-            },
-            "min.insync.replicas" => parse_int(name, value, 1)?.to_string(),
-            "retention.bytes" => parse_long(name, value, i64::MIN)?.to_string(),
-            "retention.ms" => parse_long(name, value, -1)?.to_string(),
-            "segment.bytes" => parse_int(name, value, MIN_SEGMENT_BYTES)?.to_string(),
-            other => unreachable!("every name in DEFS is handled: {other}"),
-        };
+        },
+        "min.insync.replicas" => parse_int(name, value, 1)?.to_string(),
+        "retention.bytes" => parse_long(name, value, i64::MIN)?.to_string(),
+        "retention.ms" => parse_long(name, value, -1)?.to_string(),
+        "segment.bytes" => parse_int(name, value, MIN_SEGMENT_BYTES)?.to_string(),
+        other => unreachable!("every name in DEFS is handled: {other}"),
+    };
     Ok(stored)
 }
 
@@ -298,6 +370,20 @@ pub fn validate_all(
 ) -> Result<(), ConfigError> {
     for (name, value) in overrides {
         validate(name, Some(value))?;
+    }
+    let lag = |name: &str, default: i64| {
+        overrides
+            .get(name)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(default)
+    };
+    let min_lag = lag("min.compaction.lag.ms", defaults::MIN_COMPACTION_LAG_MS);
+    let max_lag = lag("max.compaction.lag.ms", defaults::MAX_COMPACTION_LAG_MS);
+    if min_lag > max_lag {
+        return Err(ConfigError::CompactionLagConflict {
+            min: min_lag,
+            max: max_lag,
+        });
     }
     if let Some(v) = overrides.get("min.insync.replicas") {
         let min: usize = v.parse().unwrap_or(usize::MAX);
@@ -324,15 +410,51 @@ pub enum TimestampType {
     LogAppendTime,
 }
 
+/// What the cleaner does with a compacted topic's partitions (Kafka's compaction configs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionSettings {
+    /// A record younger than this is not compacted (`min.compaction.lag.ms`).
+    pub min_lag_ms: i64,
+    /// A partition whose oldest dirty record is older than this is cleaned whatever its dirty
+    /// ratio (`max.compaction.lag.ms`).
+    pub max_lag_ms: i64,
+    /// Clean a partition once its dirty bytes are at least this share of its sealed bytes
+    /// (`min.cleanable.dirty.ratio`, 0 to 1).
+    pub min_cleanable_dirty_ratio: f64,
+    /// Tombstones are kept this long after a pass kept them (`delete.retention.ms`).
+    pub delete_retention_ms: i64,
+}
+
+impl Default for CompactionSettings {
+    /// Kafka's defaults.
+    fn default() -> CompactionSettings {
+        CompactionSettings {
+            min_lag_ms: defaults::MIN_COMPACTION_LAG_MS,
+            max_lag_ms: defaults::MAX_COMPACTION_LAG_MS,
+            min_cleanable_dirty_ratio: defaults::MIN_CLEANABLE_DIRTY_RATIO,
+            delete_retention_ms: defaults::DELETE_RETENTION_MS,
+        }
+    }
+}
+
 /// The effective settings of one topic, as every replica acts on them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TopicSettings {
-    /// Delete segments whose newest record is older than this (None: never by age).
+    /// Delete segments whose newest record is older than this (None: never by age, and always
+    /// None when `cleanup.policy` lacks `delete`).
     pub retention_age: Option<Duration>,
-    /// Delete old segments while the partition is larger than this (None: never by size).
+    /// Delete old segments while the partition is larger than this (None: never by size, and
+    /// always None when `cleanup.policy` lacks `delete`).
     pub retention_bytes: Option<u64>,
     /// Roll the active segment at this size.
     pub segment_bytes: u64,
+    /// Roll the active segment once it is this old (`segment.ms`).
+    pub segment_age: Duration,
+    /// `cleanup.policy` includes `compact`: keyless records are refused and the cleaner
+    /// compacts the partitions with [`TopicSettings::compaction`].
+    pub compact: bool,
+    /// The compaction configs (read only when `compact`).
+    pub compaction: CompactionSettings,
     /// Largest record batch a produce may carry, in bytes.
     pub max_message_bytes: usize,
     /// Replicas that must be in sync for an acks=all produce (None: a majority, which the Raft
@@ -354,18 +476,40 @@ impl TopicSettings {
                 .and_then(|v| validate(name, Some(v)).ok())
                 .and_then(|v| v.parse().ok())
         };
+        let policy = overrides
+            .get("cleanup.policy")
+            .and_then(|v| cleanup_items("cleanup.policy", v).ok())
+            .unwrap_or_else(|| vec!["delete"]);
+        let delete = policy.contains(&"delete");
+        let ratio = overrides
+            .get("min.cleanable.dirty.ratio")
+            .and_then(|v| parse_ratio("min.cleanable.dirty.ratio", v).ok())
+            .unwrap_or(defaults::MIN_CLEANABLE_DIRTY_RATIO);
+        let compaction = CompactionSettings {
+            min_lag_ms: get("min.compaction.lag.ms").unwrap_or(defaults::MIN_COMPACTION_LAG_MS),
+            max_lag_ms: get("max.compaction.lag.ms").unwrap_or(defaults::MAX_COMPACTION_LAG_MS),
+            min_cleanable_dirty_ratio: ratio,
+            delete_retention_ms: get("delete.retention.ms")
+                .unwrap_or(defaults::DELETE_RETENTION_MS),
+        };
+        let segment_ms = get("segment.ms").unwrap_or(defaults::SEGMENT_MS);
         TopicSettings {
             retention_age: match get("retention.ms") {
+                _ if !delete => None,
                 Some(ms) if ms < 0 => None,
                 Some(ms) => Some(Duration::from_millis(ms as u64)),
                 None => s.retention_age,
             },
             retention_bytes: match get("retention.bytes") {
+                _ if !delete => None,
                 Some(b) if b < 0 => None,
                 Some(b) => Some(b as u64),
                 None => s.retention_bytes,
             },
             segment_bytes: get("segment.bytes").map_or(s.segment_bytes, |b| b as u64),
+            segment_age: Duration::from_millis(u64::try_from(segment_ms).unwrap_or(1)),
+            compact: policy.contains(&"compact"),
+            compaction,
             max_message_bytes: get("max.message.bytes")
                 .map_or(config.kafka.message_max_bytes, |b| b as usize),
             min_insync_replicas: get("min.insync.replicas").map(|m| m as usize),
@@ -419,6 +563,23 @@ fn broker_level(config: &NodeConfig, name: &str, replicas: usize) -> (String, Co
     };
     match name {
         "cleanup.policy" => ("delete".into(), ConfigSource::Default),
+        "delete.retention.ms" => (
+            defaults::DELETE_RETENTION_MS.to_string(),
+            ConfigSource::Default,
+        ),
+        "max.compaction.lag.ms" => (
+            defaults::MAX_COMPACTION_LAG_MS.to_string(),
+            ConfigSource::Default,
+        ),
+        "min.cleanable.dirty.ratio" => (
+            defaults::MIN_CLEANABLE_DIRTY_RATIO.to_string(),
+            ConfigSource::Default,
+        ),
+        "min.compaction.lag.ms" => (
+            defaults::MIN_COMPACTION_LAG_MS.to_string(),
+            ConfigSource::Default,
+        ),
+        "segment.ms" => (defaults::SEGMENT_MS.to_string(), ConfigSource::Default),
         "max.message.bytes" => (
             config.kafka.message_max_bytes.to_string(),
             source(config.kafka.message_max_bytes != kafka_defaults.message_max_bytes),
@@ -499,92 +660,5 @@ pub fn describe(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn values_are_validated_with_kafkas_messages() {
-        assert_eq!(validate("retention.ms", Some(" 60000")).unwrap(), "60000");
-        assert_eq!(validate("retention.ms", Some("-1")).unwrap(), "-1");
-        assert_eq!(
-            validate("retention.ms", Some("abc"))
-                .unwrap_err()
-                .to_string(),
-            "Invalid value abc for configuration retention.ms: Not a number of type LONG"
-        );
-        assert_eq!(
-            validate("retention.ms", Some("-2"))
-                .unwrap_err()
-                .to_string(),
-            "Invalid value -2 for configuration retention.ms: Value must be at least -1"
-        );
-        assert_eq!(
-            validate("no.such", Some("1")).unwrap_err().to_string(),
-            "Unknown topic config name: no.such"
-        );
-        assert!(matches!(
-            validate("segment.ms", Some("1")),
-            Err(ConfigError::Unsupported(_))
-        ));
-        let compact = validate("cleanup.policy", Some("compact")).unwrap_err();
-        assert!(compact.to_string().contains("cleanup.policy"), "{compact}");
-        assert!(compact.to_string().contains("compact"), "{compact}");
-        assert_eq!(
-            validate("cleanup.policy", Some("delete")).unwrap(),
-            "delete"
-        );
-        assert!(validate("segment.bytes", Some("1000")).is_err());
-        assert!(
-            validate("segment.bytes", Some("4294967296")).is_err(),
-            "INT"
-        );
-        assert!(validate("message.timestamp.type", Some("LogAppendTime")).is_ok());
-        assert!(validate("message.timestamp.type", Some("logappendtime")).is_err());
-        assert!(validate("min.insync.replicas", Some("0")).is_err());
-        assert!(validate("retention.ms", None).is_err());
-    }
-
-    #[test]
-    fn min_insync_above_the_replication_factor_is_refused() {
-        assert!(validate_all(&map(&[("min.insync.replicas", "3")]), 3).is_ok());
-        assert!(validate_all(&map(&[("min.insync.replicas", "4")]), 3).is_err());
-    }
-
-    #[test]
-    fn overrides_win_over_the_node_config_and_describe_says_where_values_come_from() {
-        let config = NodeConfig::single_node_default();
-        let overrides = map(&[
-            ("retention.ms", "-1"),
-            ("segment.bytes", "2097152"),
-            ("min.insync.replicas", "3"),
-            ("message.timestamp.type", "LogAppendTime"),
-        ]);
-        let s = TopicSettings::resolve(&config, &overrides);
-        assert_eq!(s.retention_age, None);
-        assert_eq!(s.segment_bytes, 2 << 20);
-        assert_eq!(s.timestamp_type, TimestampType::LogAppendTime);
-        assert_eq!(s.in_sync_required_beyond_majority(3), Some(3));
-        assert_eq!(s.in_sync_required_beyond_majority(5), None);
-        let plain = TopicSettings::resolve(&config, &BTreeMap::new());
-        assert_eq!(plain.in_sync_required_beyond_majority(3), None);
-        assert_eq!(plain.retention_age, config.storage.retention_age);
-        let described = describe(&config, &overrides, 3);
-        let get = |n: &str| described.iter().find(|c| c.name == n).unwrap().clone();
-        let retention = get("retention.ms");
-        assert_eq!(retention.value, "-1");
-        assert_eq!(retention.source, ConfigSource::DynamicTopic);
-        assert_eq!(retention.synonyms.len(), 2);
-        assert_eq!(retention.synonyms[1].0, "log.retention.ms");
-        let bytes = get("retention.bytes");
-        assert_eq!(bytes.source, ConfigSource::Default);
-        assert_eq!(bytes.value, "-1");
-        assert!(get("compression.type").read_only);
-    }
-}
+#[path = "topic_config_tests.rs"]
+mod tests;

@@ -235,13 +235,21 @@ async fn topic_configs_act_on_every_replica_and_survive_restarts() {
     let b2 = b.clone();
     tokio::task::spawn_blocking(move || {
         let mut c = KafkaConn::connect(b2[0]).unwrap();
-        // Kafka's answers for a bad value and for compaction.
+        // Kafka's answers for a bad value and for compaction (accepted, reported as set).
         let (code, message) = create(&mut c, "bad", &[("retention.ms", "soon")]);
         assert_eq!(code, INVALID_CONFIG);
         assert!(message.unwrap().contains("retention.ms"));
         assert_eq!(
-            create(&mut c, "bad", &[("cleanup.policy", "compact")]).0,
+            create(&mut c, "bad", &[("cleanup.policy", "compact,shred")]).0,
             INVALID_CONFIG
+        );
+        assert_eq!(
+            create(&mut c, "compacted", &[("cleanup.policy", "compact")]),
+            (0, None)
+        );
+        assert_eq!(
+            config_of(&describe(&mut c, "compacted"), "cleanup.policy"),
+            ("compact".into(), DYNAMIC_TOPIC_CONFIG)
         );
         assert_eq!(
             create(&mut c, "sized", &[("segment.bytes", "1048576")]),

@@ -3,8 +3,9 @@
 //! counts in the entry context, `replication/raft_storage.rs`) and serves the same latest
 //! value of every key at the same offset as the leader and as a replica that never compacted.
 //!
-//! There is no cleaner loop yet: the test compacts the leader's store itself, below the
-//! leader's applied index, through the stream's store handle (`LogStream::store`).
+//! The test compacts the leader's store itself, below the leader's applied index, through the
+//! stream's store handle (`LogStream::store`): the node's cleaner visits only topics whose
+//! `cleanup.policy` compacts (`tests/compaction_cleaner.rs`), not streams configured at start.
 
 mod common;
 

@@ -220,7 +220,7 @@ async fn oversized_records_are_a_typed_error_and_nothing_is_written() {
         log.create_stream(
             "badconfig",
             StreamOptions {
-                configs: [("cleanup.policy".to_owned(), "compact".to_owned())].into(),
+                configs: [("cleanup.policy".to_owned(), "shred".to_owned())].into(),
                 ..StreamOptions::default()
             }
         )

@@ -4,10 +4,11 @@
 
 use crate::batch::stored_batches;
 use crate::compaction::key_map::KeyMap;
+use crate::compaction::store_api::SealedView;
 use crate::compaction::{RecordCompactor, RecordView};
 use crate::entry::{check_frame, EntryKind, FRAME_HEADER_LEN};
 use crate::error::{corruption, LogStoreError, Result};
-use crate::segment::{Segment, MAX_FRAME_LEN, SEGMENT_HEADER_LEN};
+use crate::segment::{MAX_FRAME_LEN, SEGMENT_HEADER_LEN};
 
 /// The map of one pass and the offsets it covers.
 pub(crate) struct DirtyMap {
@@ -23,7 +24,7 @@ pub(crate) struct DirtyMap {
 /// cleanable, in log order). Stops at the first record whose key the full map refuses (`end`
 /// is then that record's offset), else at the end of the last segment.
 pub(crate) fn build_map(
-    segments: &[Segment],
+    segments: &[SealedView],
     start: u64,
     codec: &dyn RecordCompactor,
     map_bytes: usize,
@@ -34,7 +35,7 @@ pub(crate) fn build_map(
     let mut full_at: Option<u64> = None;
     let mut end = start;
     for seg in segments.iter().filter(|s| s.next_offset > start) {
-        let data = seg.map()?;
+        let data = &seg.data;
         let mut pos = SEGMENT_HEADER_LEN as usize;
         while pos < data.len() {
             let h = check_frame(&data[pos..], MAX_FRAME_LEN).map_err(|e| {

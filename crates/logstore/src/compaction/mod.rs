@@ -22,7 +22,7 @@ pub(crate) mod segment_rewrite;
 mod store_api;
 
 pub use key_map::{KeyMap, KeyMapFull, KEY_MAP_SLOT_BYTES};
-pub use store_api::{CleanerStats, PreparedCompaction};
+pub use store_api::{CleanerStats, CompactionSource, PreparedCompaction};
 
 /// One record as a [`RecordCompactor`] shows it to the cleaner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,10 @@
 //! long part without blocking appends: [`LogStore::prepare_compaction`] (`&self`: builds the
 //! key map, writes the rewritten segments to durable temporary files) and
 //! [`LogStore::install_compaction`] (`&mut self`: swaps them in, a few fsyncs per segment,
-//! and saves the checkpoint). [`LogStore::compact`] does both.
+//! and saves the checkpoint). [`LogStore::compact`] does both. The long part can also run
+//! with no borrow of the store at all: [`LogStore::compaction_source`] (`&self`, quick: maps
+//! the cleanable sealed segments) then [`CompactionSource::prepare`] (owns its maps: a server
+//! runs it with the store's lock released, so appends and reads go on).
 //!
 //! Which records go (`keep` below): a keyed, non-control record whose key the map holds
 //! with a later offset (a newer value was written); a tombstone that is the latest of its
@@ -20,7 +23,31 @@ use crate::compaction::segment_rewrite::{
 use crate::compaction::{CompactionPlan, CompactionReport, RecordCompactor, RecordView};
 use crate::error::Result;
 use crate::index::write_index_file;
+use crate::segment::SegmentHeader;
 use crate::store::LogStore;
+use bytes::Bytes;
+use std::path::PathBuf;
+
+/// A sealed segment as a pass reads it: its identity when the source was taken and its
+/// mapped bytes (sealed files are never written in place, so the map stays valid whatever
+/// the store does meanwhile: a rewrite or truncation renames a new file over it).
+pub(crate) struct SealedView {
+    pub path: PathBuf,
+    pub header: SegmentHeader,
+    pub len: u64,
+    pub next_offset: u64,
+    pub data: Bytes,
+}
+
+/// What a pass reads, taken from the store ([`LogStore::compaction_source`]): the cleanable
+/// sealed segments, mapped, and where the dirty part starts. Holds no borrow of the store.
+pub struct CompactionSource {
+    dir: PathBuf,
+    generation: u64,
+    first_dirty: u64,
+    index_interval: u64,
+    cleanable: Vec<SealedView>,
+}
 
 /// A compaction pass whose rewritten segments are written and synced but not yet swapped
 /// in ([`LogStore::install_compaction`]). Dropping it removes its temporary files.
@@ -133,73 +160,41 @@ impl LogStore {
         self.cleaner_stats(plan).dirty_ratio()
     }
 
-    /// The long part of a pass, with `&self` (readers and, in a server, the writer's lock
-    /// released meanwhile): maps the keys of the dirty range (from the first dirty offset in
-    /// the cleanable sealed segments, until the map's budget is used), then rewrites every
-    /// sealed segment from the first one up to the map's end into a durable temporary file
-    /// (segments that lose nothing are read, not written). Nothing the store reads changes.
-    /// `throttle` is called with the bytes of every chunk read or written (an I/O rate
-    /// limit: it may sleep). A pass with nothing new to map does nothing.
+    /// The cleanable sealed segments under `plan` (every entry below `clean_limit`, past the
+    /// compaction lag), mapped, with the first dirty offset: what
+    /// [`CompactionSource::prepare`] reads. Quick (no segment is read here).
+    pub fn compaction_source(&self, plan: &CompactionPlan) -> Result<CompactionSource> {
+        let mut cleanable = Vec::new();
+        for seg in self
+            .sealed_segments()
+            .take(self.cleanable_segment_count(plan))
+        {
+            cleanable.push(SealedView {
+                path: seg.path.clone(),
+                header: seg.header,
+                len: seg.len,
+                next_offset: seg.next_offset,
+                data: seg.map()?,
+            });
+        }
+        Ok(CompactionSource {
+            dir: self.dir().to_path_buf(),
+            generation: self.generation,
+            first_dirty: self.first_dirty_offset(),
+            index_interval: self.config().index_interval_bytes,
+            cleanable,
+        })
+    }
+
+    /// The long part of a pass, with `&self` (readers go on meanwhile):
+    /// [`LogStore::compaction_source`] then [`CompactionSource::prepare`].
     pub fn prepare_compaction(
         &self,
         plan: &CompactionPlan,
         codec: &dyn RecordCompactor,
         throttle: &mut dyn FnMut(u64),
     ) -> Result<PreparedCompaction> {
-        let first_dirty = self.first_dirty_offset();
-        let mut prepared = PreparedCompaction {
-            generation: self.generation,
-            rewritten: Vec::new(),
-            report: CompactionReport {
-                first_dirty_offset: first_dirty,
-                ..Default::default()
-            },
-            now_ms: plan.now_ms,
-            advanced: false,
-        };
-        // The cleanable segments are a prefix of the sealed ones (never the active one).
-        let cleanable = &self.segments[..self.cleanable_segment_count(plan)];
-        let dirty = build_map(cleanable, first_dirty, codec, plan.key_map_bytes, throttle)?;
-        prepared.report.bytes_read += dirty.bytes_read;
-        if dirty.end <= first_dirty {
-            return Ok(prepared);
-        }
-        prepared.advanced = true;
-        let map = dirty.map;
-        let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
-        let mut keep = |r: RecordView<'_>| -> bool {
-            if r.control {
-                return true;
-            }
-            let Some(key) = r.key else { return true };
-            if map.get(key).is_some_and(|latest| r.offset < latest) {
-                return false;
-            }
-            !(r.tombstone && r.offset < first_dirty && r.timestamp_ms < horizon)
-        };
-        let interval = self.config().index_interval_bytes;
-        for seg in cleanable
-            .iter()
-            .take_while(|s| s.header.base_offset < dirty.end)
-        {
-            let data = seg.map()?;
-            prepared.report.bytes_read += data.len() as u64;
-            prepared.report.segments_cleaned += 1;
-            let src = SegmentSource {
-                dir: self.dir(),
-                path: &seg.path,
-                header: &seg.header,
-                data: &data,
-                index_interval: interval,
-            };
-            if let Some(r) = rewrite_segment(&src, codec, &mut keep, Some(horizon), throttle)? {
-                prepared.report.bytes_written += r.summary.covered_len;
-                prepared.report.records_removed += r.records_removed;
-                prepared.rewritten.push((seg.header.base_index, seg.len, r));
-            }
-        }
-        prepared.report.first_dirty_offset = dirty.end;
-        Ok(prepared)
+        self.compaction_source(plan)?.prepare(plan, codec, throttle)
     }
 
     /// Swaps in the segments `prepared` rewrote, oldest first (see `segment_rewrite::swap_in`
@@ -304,5 +299,75 @@ impl LogStore {
     ) -> Result<CompactionReport> {
         let prepared = self.prepare_compaction(plan, codec, throttle)?;
         self.install_compaction(prepared)
+    }
+}
+
+impl CompactionSource {
+    /// The long part of a pass, without the store: maps the keys of the dirty range (from
+    /// the first dirty offset in the cleanable sealed segments, until the map's budget is
+    /// used), then rewrites every sealed segment from the first one up to the map's end into
+    /// a durable temporary file (segments that lose nothing are read, not written). Nothing
+    /// the store reads changes. `throttle` is called with the bytes of every chunk read or
+    /// written (an I/O rate limit: it may sleep). A pass with nothing new to map does
+    /// nothing. `plan` must be the one the source was taken with.
+    pub fn prepare(
+        self,
+        plan: &CompactionPlan,
+        codec: &dyn RecordCompactor,
+        throttle: &mut dyn FnMut(u64),
+    ) -> Result<PreparedCompaction> {
+        let first_dirty = self.first_dirty;
+        let mut prepared = PreparedCompaction {
+            generation: self.generation,
+            rewritten: Vec::new(),
+            report: CompactionReport {
+                first_dirty_offset: first_dirty,
+                ..Default::default()
+            },
+            now_ms: plan.now_ms,
+            advanced: false,
+        };
+        // The cleanable segments are a prefix of the sealed ones (never the active one).
+        let cleanable = &self.cleanable;
+        let dirty = build_map(cleanable, first_dirty, codec, plan.key_map_bytes, throttle)?;
+        prepared.report.bytes_read += dirty.bytes_read;
+        if dirty.end <= first_dirty {
+            return Ok(prepared);
+        }
+        prepared.advanced = true;
+        let map = dirty.map;
+        let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
+        let mut keep = |r: RecordView<'_>| -> bool {
+            if r.control {
+                return true;
+            }
+            let Some(key) = r.key else { return true };
+            if map.get(key).is_some_and(|latest| r.offset < latest) {
+                return false;
+            }
+            !(r.tombstone && r.offset < first_dirty && r.timestamp_ms < horizon)
+        };
+        for seg in cleanable
+            .iter()
+            .take_while(|s| s.header.base_offset < dirty.end)
+        {
+            let data = &seg.data;
+            prepared.report.bytes_read += data.len() as u64;
+            prepared.report.segments_cleaned += 1;
+            let src = SegmentSource {
+                dir: &self.dir,
+                path: &seg.path,
+                header: &seg.header,
+                data,
+                index_interval: self.index_interval,
+            };
+            if let Some(r) = rewrite_segment(&src, codec, &mut keep, Some(horizon), throttle)? {
+                prepared.report.bytes_written += r.summary.covered_len;
+                prepared.report.records_removed += r.records_removed;
+                prepared.rewritten.push((seg.header.base_index, seg.len, r));
+            }
+        }
+        prepared.report.first_dirty_offset = dirty.end;
+        Ok(prepared)
     }
 }

@@ -272,6 +272,24 @@ impl LogStore {
         Ok(self.append_result())
     }
 
+    /// Seals the active segment and starts a new one when the active segment holds at least
+    /// one entry and was created at least `age` before `now_ms` (ms since the Unix epoch, by
+    /// its header's creation time): Kafka's `segment.ms`, so that the data of a partition
+    /// that went quiet leaves the active segment (and becomes compactable). Returns whether it
+    /// rolled. Durable as any roll: the old segment is synced first. Call it from the store's
+    /// writer (the thread that appends and syncs).
+    pub fn roll_if_older_than(&mut self, age: std::time::Duration, now_ms: u64) -> Result<bool> {
+        let active = self.active();
+        let holds_entries = active.last_index >= active.header.base_index;
+        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        let due = active.header.created_ms.saturating_add(age_ms) <= now_ms;
+        if !holds_entries || !due {
+            return Ok(false);
+        }
+        self.roll()?;
+        Ok(true)
+    }
+
     /// Seals the active segment (fdatasync, index file) and starts a new one. The new
     /// segment's file is created before the old one is sealed: when that fails (a full
     /// disk), the old segment stays active and the store is as before (the error is the

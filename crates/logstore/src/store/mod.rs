@@ -128,6 +128,9 @@ pub struct LogStore {
     damaged_from: AtomicU64,
     /// What the log lost to corruption and has not got back (see [`RepairMarker`]).
     repair_marker: Option<RepairMarker>,
+    /// Roll the active segment once it is this old (see [`LogStore::set_roll_age`]); in
+    /// memory only, set by the caller after opening.
+    roll_age: Option<std::time::Duration>,
     /// Why the `hardstate` file could not be read, when it was damaged (the store then
     /// reports the default hard state: the caller must rebuild it, see
     /// [`LogStore::hard_state_damage`]).
@@ -214,6 +217,18 @@ impl LogStore {
     /// the current active segment rolls by the new size too. At least 1024 bytes.
     pub fn set_segment_bytes(&mut self, segment_bytes: u64) {
         self.config.segment_bytes = segment_bytes.max(1024);
+    }
+
+    /// Sets the age at which the writer's [`LogStore::roll_if_older_than`] calls roll the
+    /// active segment (a topic's `segment.ms`); `None`: never by age. The store only keeps it
+    /// for its writer ([`LogStore::roll_age`]).
+    pub fn set_roll_age(&mut self, age: Option<std::time::Duration>) {
+        self.roll_age = age;
+    }
+
+    /// The age set by [`LogStore::set_roll_age`].
+    pub fn roll_age(&self) -> Option<std::time::Duration> {
+        self.roll_age
     }
 
     /// The highest index known durable (everything up to it survives a crash).

@@ -115,6 +115,7 @@ impl LogStore {
             records_floor: 0,
             damaged_from: AtomicU64::new(u64::MAX),
             repair_marker,
+            roll_age: None,
             hard_state_damage,
             vote_unknown,
         };

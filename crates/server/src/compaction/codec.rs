@@ -22,7 +22,9 @@ pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
 /// every record (and needs no delete horizon) is `Unchanged`; one that keeps none is `Empty`;
 /// otherwise it is rewritten with the same base offset, lastOffsetDelta, producer fields and
 /// codec, its kept records byte for byte, and the delete horizon (KIP-534) set when it keeps
-/// a tombstone.
+/// a tombstone. An idempotent batch (with a producer id) that keeps no record becomes an
+/// empty batch with its header (Kafka's `writeEmptyHeader`), so producer state survives
+/// compaction; a batch without a producer id that keeps none is `Empty`.
 #[derive(Debug, Clone, Copy)]
 pub struct KafkaRecordCompactor {
     max_decompressed: usize,
@@ -82,7 +84,12 @@ impl RecordCompactor for KafkaRecordCompactor {
             return Ok(RetainOutcome::Unchanged);
         }
         let options = RetainOptions {
-            keep_empty: false,
+            // An idempotent producer's batch that keeps no record stays as an empty batch
+            // (its header: producer id, epoch, sequences, offsets), so the producer table a
+            // replica rebuilds from its log after a crash knows every producer's last
+            // sequence. Kafka keeps only each producer's last batch; the cleaner here sees one
+            // batch at a time, so it keeps them all (61 bytes each).
+            keep_empty: parsed.has_producer_id(),
             delete_horizon_ms,
         };
         let outcome = retain_records(

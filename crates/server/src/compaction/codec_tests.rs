@@ -152,8 +152,31 @@ fn a_batch_keeping_everything_is_unchanged_and_one_keeping_nothing_is_empty() {
             RetainOutcome::Unchanged,
             "no tombstone: no horizon"
         );
+        // An idempotent batch keeping nothing stays as its header: the producer's state.
+        let RetainOutcome::Rewritten(empty) = c.retain(&b, &mut |_| false, Some(TS)).unwrap()
+        else {
+            panic!("{codec:?}: an idempotent batch keeps its header");
+        };
+        let parsed = RecordBatch::new(Bytes::from(empty.clone())).unwrap();
+        assert_eq!(parsed.record_count(), 0, "{codec:?}");
+        assert_eq!((parsed.producer_id(), parsed.base_sequence()), (7, 40));
+        assert_eq!(parsed.base_offset(), BASE);
+        assert_eq!(parsed.last_offset_delta(), 1, "the offsets it spans stay");
+        assert!(views(&c, &empty).is_empty());
+        // Cleaned again: nothing changes.
         assert_eq!(
-            c.retain(&b, &mut |_| false, Some(TS)).unwrap(),
+            c.retain(&empty, &mut |_| false, Some(TS)).unwrap(),
+            RetainOutcome::Unchanged
+        );
+        // A batch without a producer id keeping nothing goes.
+        let plain = kafka_proto::records::build_batch(
+            codec,
+            &[NewRecord::new(TS, Bytes::from_static(b"v")).with_key(Bytes::from_static(b"k"))],
+        )
+        .unwrap()
+        .to_vec();
+        assert_eq!(
+            c.retain(&plain, &mut |_| false, Some(TS)).unwrap(),
             RetainOutcome::Empty,
             "{codec:?}"
         );

@@ -60,6 +60,15 @@ pub struct StorageSettings {
     pub scrub_bytes_per_second: u64,
     /// Pause between two passes of the scrubber over every sealed segment.
     pub scrub_pass_pause: Duration,
+    /// Memory of the log cleaner's key map (one pass at a time, node-wide), bytes
+    /// (`storage.cleaner_dedupe_buffer_bytes`; Kafka's `log.cleaner.dedupe.buffer.size`).
+    pub cleaner_dedupe_buffer_bytes: usize,
+    /// Bytes per second the log cleaner reads and writes, all partitions together (`None`:
+    /// unlimited, Kafka's default; `storage.cleaner_io_max_bytes_per_s`).
+    pub cleaner_io_bytes_per_second: Option<u64>,
+    /// Pause between two rounds of the log cleaner over the compacted partitions
+    /// (`storage.cleaner_backoff_ms`; Kafka's `log.cleaner.backoff.ms`).
+    pub cleaner_backoff: Duration,
     /// Tests only: the control file of a fault-injecting file system
     /// (`logstore::FaultInjectingFs`) installed at start; `None`: the real file system.
     pub fault_injection_file: Option<std::path::PathBuf>,
@@ -71,6 +80,13 @@ pub const DEFAULT_RETENTION_DOWN_REPLICA_WAIT: Duration = Duration::from_secs(60
 
 /// Default of `storage.retention_lagging_replica_max_bytes`: 1 GiB per partition.
 pub const DEFAULT_RETENTION_LAGGING_REPLICA_MAX_BYTES: u64 = 1 << 30;
+
+/// Default of `storage.cleaner_dedupe_buffer_bytes`: 128 MiB, Kafka's
+/// `log.cleaner.dedupe.buffer.size` (about 5 million keys per pass at 24 bytes a slot).
+pub const DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES: usize = 128 << 20;
+
+/// Default of `storage.cleaner_backoff_ms`: 15 s, Kafka's `log.cleaner.backoff.ms`.
+pub const DEFAULT_CLEANER_BACKOFF: Duration = Duration::from_secs(15);
 
 /// Default scrubber rate: 4 MB/s (about 1% of a core for CRC-32C and page-cache reads, far
 /// below the disk's bandwidth; see docs/reliability.md for the measured cost).
@@ -93,6 +109,12 @@ impl Default for StorageSettings {
             preallocate_bytes: 16 << 20,
             scrub_bytes_per_second: DEFAULT_SCRUB_BYTES_PER_SECOND,
             scrub_pass_pause: Duration::from_secs(60),
+            cleaner_dedupe_buffer_bytes: DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES,
+            // Unlimited, as Kafka's log.cleaner.io.max.bytes.per.second: a pass's I/O is
+            // sequential and bounded by the key map; an operator who shares the disk with
+            // latency-sensitive work sets a rate.
+            cleaner_io_bytes_per_second: None,
+            cleaner_backoff: DEFAULT_CLEANER_BACKOFF,
             fault_injection_file: None,
         }
     }
@@ -122,6 +144,9 @@ pub(super) struct FileStorage {
     preallocate_bytes: Option<u64>,
     scrub_rate_mb_per_s: Option<f64>,
     scrub_pause_ms: Option<u64>,
+    cleaner_dedupe_buffer_bytes: Option<u64>,
+    cleaner_io_max_bytes_per_s: Option<u64>,
+    cleaner_backoff_ms: Option<u64>,
     fault_injection_file: Option<std::path::PathBuf>,
 }
 
@@ -175,6 +200,28 @@ pub(super) fn parse_storage(s: FileStorage) -> Result<StorageSettings, ConfigErr
     }
     if let Some(ms) = s.scrub_pause_ms {
         storage.scrub_pass_pause = Duration::from_millis(ms);
+    }
+    if let Some(b) = s.cleaner_dedupe_buffer_bytes {
+        // At least one key map slot of each kind of use; at most what a usize holds.
+        if !(1024..=(1u64 << 40)).contains(&b) {
+            return invalid(
+                "storage.cleaner_dedupe_buffer_bytes",
+                "must be between 1024 and 1 TiB",
+            );
+        }
+        storage.cleaner_dedupe_buffer_bytes = usize::try_from(b).unwrap_or(usize::MAX);
+    }
+    if let Some(rate) = s.cleaner_io_max_bytes_per_s {
+        if rate == 0 {
+            return invalid(
+                "storage.cleaner_io_max_bytes_per_s",
+                "must be positive (leave it out for no limit)",
+            );
+        }
+        storage.cleaner_io_bytes_per_second = Some(rate);
+    }
+    if let Some(ms) = s.cleaner_backoff_ms {
+        storage.cleaner_backoff = positive_ms("storage.cleaner_backoff_ms", ms)?;
     }
     storage.fault_injection_file = s.fault_injection_file;
     Ok(storage)

@@ -30,6 +30,20 @@ fn a_three_node_config_parses() {
     assert_eq!(c.storage.sync, SyncMode::Interval(Duration::from_millis(5)));
     assert_eq!(c.storage.cache_bytes, DEFAULT_CACHE_BYTES, "node-wide");
     assert_eq!(c.storage.max_open_segment_files, 1024);
+    assert_eq!(
+        c.storage.cleaner_dedupe_buffer_bytes,
+        128 << 20,
+        "Kafka's default"
+    );
+    assert_eq!(c.storage.cleaner_io_bytes_per_second, None, "unlimited");
+    let tuned = NodeConfig::from_toml(&THREE.replace(
+        "sync = \"interval:5\"",
+        "sync = \"interval:5\"\n    cleaner_dedupe_buffer_bytes = 1048576\n    cleaner_io_max_bytes_per_s = 5000000\n    cleaner_backoff_ms = 200",
+    ))
+    .unwrap();
+    assert_eq!(tuned.storage.cleaner_dedupe_buffer_bytes, 1 << 20);
+    assert_eq!(tuned.storage.cleaner_io_bytes_per_second, Some(5_000_000));
+    assert_eq!(tuned.storage.cleaner_backoff, Duration::from_millis(200));
     assert_eq!(c.raft.heartbeat_ticks(), 2);
     assert_eq!(c.raft.election_ticks(), 20);
     assert_eq!(c.initial_streams, vec!["logstream1", "binlog.a"]);
@@ -63,6 +77,16 @@ fn bad_values_name_their_key() {
             "raft.election_timeout_ms",
         ),
         ("name = \"b\"", "name = \"z\"", "node.name"),
+        (
+            "sync = \"interval:5\"",
+            "sync = \"interval:5\"\n        cleaner_io_max_bytes_per_s = 0",
+            "storage.cleaner_io_max_bytes_per_s",
+        ),
+        (
+            "sync = \"interval:5\"",
+            "sync = \"interval:5\"\n        cleaner_dedupe_buffer_bytes = 10",
+            "storage.cleaner_dedupe_buffer_bytes",
+        ),
         ("\"binlog.a\"", "\"bad/name\"", "streams.initial"),
     ] {
         let err = NodeConfig::from_toml(&THREE.replace(from, to)).unwrap_err();

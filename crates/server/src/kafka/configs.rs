@@ -418,12 +418,18 @@ mod tests {
                 .unwrap();
         assert_eq!(code, ErrorCode::InvalidConfig);
         assert!(message.contains("retention.ms"), "{message}");
-        let (code, _) = incremental_change(
+        // Appending compact to the default policy makes the topic compacted and deleted.
+        let c = incremental_change(
             &current,
             &[op("cleanup.policy", OP_APPEND, Some("compact"))],
         )
-        .err()
+        .ok()
         .unwrap();
+        assert_eq!(c.set["cleanup.policy"], "delete,compact");
+        let (code, _) =
+            incremental_change(&current, &[op("cleanup.policy", OP_APPEND, Some("shred"))])
+                .err()
+                .unwrap();
         assert_eq!(code, ErrorCode::InvalidConfig);
         // Unknown names and bad values.
         let (code, message) = incremental_change(&current, &[op("no.such", OP_SET, Some("1"))])

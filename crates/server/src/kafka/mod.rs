@@ -18,8 +18,9 @@
 //!   keyed by what was proposed (records, a metadata change, an offset commit, ...).
 //! - [`fields`]: field values converted the same way for every API (an admin request's
 //!   timeout, an advertised address's host and port).
-//! - [`produce`], [`fetch`], [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log
-//!   streams and the replicated cluster metadata.
+//! - [`produce`] (with [`produce_keys`], the keys a compacted topic requires), [`fetch`],
+//!   [`metadata`], [`topics`], [`cluster`]: the APIs' logic over the node's log streams and the
+//!   replicated cluster metadata.
 //! - [`configs`]: AlterConfigs and IncrementalAlterConfigs (topic config overrides).
 //! - [`partition_admin`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
 //!   ListPartitionReassignments.
@@ -47,6 +48,7 @@ pub mod listener;
 pub mod metadata;
 pub mod partition_admin;
 pub mod produce;
+pub mod produce_keys;
 pub mod quotas;
 pub mod reply;
 pub mod topics;

@@ -27,7 +27,7 @@ use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
 use kafka_proto::messages::produce_request::ProduceRequest;
 use kafka_proto::messages::produce_response::{
-    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
 use kafka_proto::records::batch::{RecordBatch, MAGIC_OFFSET};
 use kafka_proto::records::{
@@ -42,6 +42,7 @@ use crate::kafka::access::Access;
 use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
 use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
+use crate::kafka::produce_keys::{has_keyless_record, keyless_record_errors};
 use crate::kafka::reply::{self, frame, Reply};
 use crate::metadata::wall_clock_ms;
 use crate::node::Node;
@@ -160,6 +161,9 @@ type SubmittedPartition = (i32, PartitionOutcome, ChainLink);
 
 enum PartitionOutcome {
     Failed(ErrorCode),
+    /// Refused for some of its records (INVALID_RECORD): Kafka's `record_errors` and
+    /// `error_message` (Produce v8+).
+    RecordsRefused(Vec<BatchIndexAndErrorMessage>, String),
     /// Submitted; with the append time stamped on the batch for a LogAppendTime topic, and
     /// the copies an acks=all produce waits for beyond the commit's majority
     /// (min.insync.replicas above it; see [`crate::replication::stream::LogStream::wait_for_copies`]).
@@ -336,6 +340,14 @@ pub fn produce(
                         error_code: code.code(),
                         ..unanswered(index)
                     },
+                    PartitionOutcome::RecordsRefused(record_errors, message) => {
+                        PartitionProduceResponse {
+                            error_code: ErrorCode::InvalidRecord.code(),
+                            record_errors,
+                            error_message: Some(message),
+                            ..unanswered(index)
+                        }
+                    }
                     PartitionOutcome::Submitted(pending, stream, stamped_at, copies) => {
                         let started = std::time::Instant::now();
                         let mut outcome = pending.wait(timeout).await;
@@ -580,6 +592,10 @@ fn submit_partition(
         }
     }
     match validate_records(records.to_contiguous(), version, &rules.limits) {
+        Ok((batch, _)) if rules.settings.compact && has_keyless_record(&batch) => {
+            let (errors, message) = keyless_record_errors(&batch, topic, partition);
+            PartitionOutcome::RecordsRefused(errors, message)
+        }
         Ok((batch, span)) => {
             let (batch, stamped_at) = match rules.settings.timestamp_type {
                 TimestampType::CreateTime => (batch, None),

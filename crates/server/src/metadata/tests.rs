@@ -475,7 +475,7 @@ fn history() -> Vec<(u64, Option<RequestId>, MetaCommand)> {
         MetaCommand::AlterTopicConfigs {
             name: "t".into(),
             incarnation: 1,
-            set: [("segment.bytes".to_string(), "2097152".to_string())].into(),
+            set: [("cleanup.policy".to_string(), "compact,delete".to_string())].into(),
             remove: Vec::new(),
             replace_all: false,
         },

@@ -87,6 +87,12 @@ impl Collector for Scrape {
             ps.iter()
                 .map(move |p| (partition_labels(p), f(&p.counters)))
         };
+        let cleaned = |f: fn(&logstore::CleanerStats) -> Option<u64>| {
+            ps.iter().filter_map(move |p| {
+                let v = f(p.cleaner.as_ref()?)?;
+                Some((partition_labels(p), v))
+            })
+        };
         family(
             &mut e,
             "vdl_partition_produce_requests",
@@ -198,6 +204,28 @@ impl Collector for Scrape {
             "Bytes of the partition's segment files on this replica.",
             Gauge,
             per(|p| p.segment_bytes),
+        )?;
+        family(
+            &mut e,
+            "vdl_partition_cleanable_bytes",
+            "Compacted topics: sealed-segment bytes the log cleaner could clean now.",
+            Gauge,
+            cleaned(|s| Some(s.cleanable_bytes)),
+        )?;
+        family(
+            &mut e,
+            "vdl_partition_cleaned_bytes",
+            "Compacted topics: sealed-segment bytes below the first dirty offset (cleaned); \
+             the dirty ratio is cleanable / (cleaned + cleanable).",
+            Gauge,
+            cleaned(|s| Some(s.clean_bytes)),
+        )?;
+        family(
+            &mut e,
+            "vdl_partition_last_clean_timestamp_seconds",
+            "Compacted topics: when the log cleaner last cleaned the partition (Unix time).",
+            Gauge,
+            cleaned(|s| s.last_clean_ms.and_then(|ms| u64::try_from(ms / 1000).ok())),
         )?;
         family(
             &mut e,
@@ -325,6 +353,35 @@ impl Collector for Scrape {
             Gauge,
             node(self.storage.damaged_replicas),
         )?;
+        for (name, help, value) in [
+            (
+                "vdl_cleaner_passes",
+                "Log cleaner passes (compacted topics) that installed a result since start.",
+                self.storage.cleaner_passes,
+            ),
+            (
+                "vdl_cleaner_read_bytes",
+                "Segment bytes the log cleaner read since start.",
+                self.storage.cleaner_bytes_read,
+            ),
+            (
+                "vdl_cleaner_written_bytes",
+                "Bytes of rewritten segments the log cleaner wrote since start.",
+                self.storage.cleaner_bytes_written,
+            ),
+            (
+                "vdl_cleaner_removed_records",
+                "Records the log cleaner removed since start.",
+                self.storage.cleaner_records_removed,
+            ),
+            (
+                "vdl_cleaner_failures",
+                "Log cleaner passes that failed (logged, retried) since start.",
+                self.storage.cleaner_failures,
+            ),
+        ] {
+            family(&mut e, name, help, Counter, node(value))?;
+        }
         family(
             &mut e,
             "vdl_node_id",
@@ -404,12 +461,19 @@ mod tests {
                 replicas: 3,
                 in_sync: 2,
                 counters,
+                cleaner: Some(logstore::CleanerStats {
+                    clean_bytes: 300,
+                    cleanable_bytes: 100,
+                    first_dirty_offset: 9,
+                    last_clean_ms: Some(5_000),
+                }),
             }],
             group_lag: vec![],
             node,
             storage: StorageSample {
                 scrub_bytes_verified: 4096,
                 damaged_replicas: 1,
+                cleaner_records_removed: 7,
                 ..StorageSample::default()
             },
         });
@@ -418,6 +482,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("vdl_damaged_replicas 1"), "{text}");
+        assert!(
+            text.contains("vdl_cleaner_removed_records_total 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vdl_partition_cleanable_bytes{topic=\"t\",partition=\"0\"} 100"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "vdl_partition_last_clean_timestamp_seconds{topic=\"t\",partition=\"0\"} 5"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("vdl_partition_in_bytes_total{topic=\"t\",partition=\"0\"} 100"),
             "{text}"

@@ -35,6 +35,8 @@ pub struct PartitionSample {
     pub in_sync: usize,
     /// The counters.
     pub counters: Arc<PartitionMetrics>,
+    /// The log cleaner's view of the replica, for a topic whose `cleanup.policy` compacts.
+    pub cleaner: Option<logstore::CleanerStats>,
 }
 
 impl PartitionSample {
@@ -83,4 +85,14 @@ pub struct StorageSample {
     pub repairs_completed: u64,
     /// Replicas on this node that are damaged now.
     pub damaged_replicas: u64,
+    /// Log cleaner passes that installed a result since start.
+    pub cleaner_passes: u64,
+    /// Segment bytes the log cleaner read since start.
+    pub cleaner_bytes_read: u64,
+    /// Bytes of rewritten segments the log cleaner wrote since start.
+    pub cleaner_bytes_written: u64,
+    /// Records the log cleaner removed since start.
+    pub cleaner_records_removed: u64,
+    /// Log cleaner passes that failed since start.
+    pub cleaner_failures: u64,
 }

@@ -141,6 +141,7 @@ impl Node {
                 let mut store = stream.store.write().unwrap_or_else(|e| e.into_inner());
                 store.set_retention(retention_policy(&settings));
                 store.set_segment_bytes(settings.segment_bytes);
+                store.set_roll_age(Some(settings.segment_age));
             }
             tracing::info!(stream = %name, partition = stream.partition, ?settings, "topic configs changed");
         }

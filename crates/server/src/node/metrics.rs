@@ -51,6 +51,7 @@ impl Node {
                 replicas,
                 in_sync: v.in_sync.iter().filter(|id| **id != 0).count(),
                 counters: s.metrics.clone(),
+                cleaner: self.cleaner_sample(s, v.applied_index),
             });
         }
         let led: HashMap<(&str, i32), u64> = partitions
@@ -94,7 +95,34 @@ impl Node {
                 faults_found: load(&faults.faults_found),
                 repairs_completed: load(&faults.repairs_completed),
                 damaged_replicas: faults.damaged().len() as u64,
+                cleaner_passes: load(&self.cleaner_counters.passes),
+                cleaner_bytes_read: load(&self.cleaner_counters.bytes_read),
+                cleaner_bytes_written: load(&self.cleaner_counters.bytes_written),
+                cleaner_records_removed: load(&self.cleaner_counters.records_removed),
+                cleaner_failures: load(&self.cleaner_counters.failures),
             },
         }
+    }
+}
+
+impl Node {
+    /// The log cleaner's view of `s` (applied through `applied_index`) for a topic whose
+    /// `cleanup.policy` compacts: what its next pass could clean (reads the store's checkpoint).
+    fn cleaner_sample(&self, s: &LogStream, applied_index: u64) -> Option<logstore::CleanerStats> {
+        if s.incarnation == 0 {
+            return None;
+        }
+        let settings = self.topic_settings(&s.name);
+        if !settings.compact {
+            return None;
+        }
+        let plan = logstore::CompactionPlan {
+            clean_limit: applied_index + 1,
+            now_ms: crate::metadata::wall_clock_ms(),
+            min_compaction_lag_ms: settings.compaction.min_lag_ms,
+            delete_retention_ms: settings.compaction.delete_retention_ms,
+            key_map_bytes: self.config.storage.cleaner_dedupe_buffer_bytes,
+        };
+        Some(crate::replication::raft_storage::read(s.store()).cleaner_stats(&plan))
     }
 }

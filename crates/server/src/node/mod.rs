@@ -15,11 +15,13 @@
 //! - `listeners`: the Kafka listeners and their TLS reloads;
 //! - `security`: SCRAM look-ups, the authorizer, the ACL catch-up;
 //! - `background`: the liveness, reassignment, rejoin loops and the scrubber;
+//! - `cleaner`: the log cleaner of the compacted topics and what it visits;
 //! - `metrics`: the node's counters and scrapes.
 
 mod background;
 mod bootstrap_users;
 mod catalog;
+mod cleaner;
 mod data_dir;
 mod hand_off;
 mod listeners;
@@ -220,6 +222,10 @@ pub struct Node {
     storage_faults: Arc<crate::storage_faults::StorageFaults>,
     /// The background scrubber (None when `storage.scrub_rate_mb_per_s` is 0).
     scrubber: Mutex<Option<crate::scrubber::Scrubber>>,
+    /// The log cleaner of the compacted topics' partitions (see `node/cleaner.rs`).
+    cleaner: Mutex<Option<crate::compaction::cleaner::Cleaner>>,
+    /// What the log cleaner did since the node started.
+    cleaner_counters: Arc<crate::compaction::cleaner::CleanerCounters>,
     /// Node-wide metrics (request latencies, fsync, connections).
     metrics: Arc<crate::metrics::NodeMetrics>,
     /// Every node's admin address as announced through the metadata log (soft state).
@@ -467,6 +473,8 @@ impl Node {
             peer_tls: peer_tls_reload,
             storage_faults: Arc::new(crate::storage_faults::StorageFaults::default()),
             scrubber: Mutex::new(None),
+            cleaner: Mutex::new(None),
+            cleaner_counters: Arc::default(),
             metrics: Arc::new(crate::metrics::NodeMetrics::new(
                 &crate::kafka::handlers::SERVED_APIS
                     .iter()
@@ -528,6 +536,7 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner()) =
             Some(tokio::spawn(finish_reassignments(Arc::downgrade(&node))));
         node.start_scrubber();
+        node.start_cleaner();
         // vdl_authentication_failures_total counts failed SASL logins and TLS handshakes.
         let stats = node.security_stats.clone();
         node.metrics
@@ -582,7 +591,7 @@ impl Node {
         &self.group_coordinator
     }
 
-    /// Stops the scrubber, every group thread (their pending appends fail with `Stopped`) and
+    /// Stops the scrubber, the log cleaner, every group thread (their pending appends fail with `Stopped`) and
     /// the peer listener. Data already synced stays; nothing more is written.
     pub fn shutdown(&self) {
         if let Some(t) = self
@@ -595,6 +604,12 @@ impl Node {
         }
         drop(
             self.scrubber
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        drop(
+            self.cleaner
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),

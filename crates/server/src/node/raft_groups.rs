@@ -99,11 +99,13 @@ impl Node {
             source,
         };
         let mut store_config = self.store_config();
+        let mut roll_age = None;
         if incarnation != 0 {
-            // A topic's own retention and segment size (its config overrides).
+            // A topic's own retention, segment size and age (its config overrides).
             let settings = self.topic_settings(topic);
             store_config.segment_bytes = settings.segment_bytes;
             store_config.retention = retention_policy(&settings);
+            roll_age = Some(settings.segment_age);
         }
         let (dir, forward_proposals, mut metadata_sm) = match kind {
             GroupKind::Stream(dir) => (dir, false, None),
@@ -121,6 +123,7 @@ impl Node {
         let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
         let mut store =
             LogStore::open_shared(&dir, store_config, &self.store_resources).map_err(store_err)?;
+        store.set_roll_age(roll_age);
         let mut snapshot_index = None;
         if let Some(sm) = metadata_sm.as_mut() {
             self.note_deleted_incarnations(&store);

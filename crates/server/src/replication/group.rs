@@ -338,6 +338,7 @@ impl Task for Group {
         self.ask_terms();
         let now = Instant::now();
         if now >= self.next_retention {
+            self.roll_aged_segment();
             self.apply_retention();
             self.next_retention = Instant::now() + self.p.retention_interval;
         }

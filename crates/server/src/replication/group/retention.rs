@@ -81,6 +81,26 @@ impl Group {
         floor
     }
 
+    /// Rolls the active segment when it is older than the store's roll age (a topic's
+    /// `segment.ms`), so a quiet partition's records leave it and become compactable. Here,
+    /// on the group thread, because this thread is the store's only writer: a roll between
+    /// its `prepare_sync` and `complete_sync` would break the sync.
+    pub(super) fn roll_aged_segment(&mut self) {
+        let Some(age) = read(&self.p.store).roll_age() else {
+            return;
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match write(&self.p.store).roll_if_older_than(age, now_ms) {
+            Ok(true) => {
+                tracing::debug!(stream = %self.p.name, "rolled the active segment by age (segment.ms)")
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(stream = %self.p.name, "rolling by age failed: {e}"),
+        }
+    }
+
     /// Deletes old segments as the store's retention policy says, above the floor of
     /// [`Group::retention_floor`].
     pub(super) fn apply_retention(&mut self) {

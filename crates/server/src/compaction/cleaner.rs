@@ -1,0 +1,329 @@
+//! The node's log cleaner: one background thread that visits, in turn, the partitions hosted
+//! here whose topic's `cleanup.policy` includes `compact`, and compacts each that is due.
+//!
+//! What it cleans comes from the node, through a [`TargetLister`] called once per round: a
+//! [`CleanTarget`] per partition whose every replica may compact (the node checks the peers'
+//! protocol versions), with its store, its clean limit (the group's applied index + 1: only
+//! committed, applied entries are rewritten) and its topic's [`CleanerPolicy`]. This module
+//! imports nothing of the crate (a leaf room): the store is the `Arc<RwLock<LogStore>>` the
+//! group shares.
+//!
+//! A partition is due ([`is_due`]) when it has cleanable bytes (sealed segments below the clean
+//! limit, past `min.compaction.lag.ms`) and either its dirty ratio is at least
+//! `min.cleanable.dirty.ratio`, or its last clean is older than `max.compaction.lag.ms` (Kafka
+//! measures the oldest dirty record; the store keeps the time of the last clean, so a record
+//! waits at most that lag after the clean that left it dirty).
+//!
+//! One partition at a time, so the memory is one key map (`key_map_bytes`, Kafka's
+//! `log.cleaner.dedupe.buffer.size`). A pass takes its source (`LogStore::compaction_source`:
+//! the cleanable sealed segments, mapped) under the store's read lock, builds the key map and
+//! writes the rewritten segments with no lock held (`CompactionSource::prepare`: the group
+//! appends and consumers read meanwhile; sealed files are never written in place, so the maps
+//! stay valid), and swaps them in under the write lock (`LogStore::install_compaction`: a few
+//! fsyncs per rewritten segment). Taking the write lock from this thread is safe: the install
+//! changes no index, term or offset (only sealed segments' payloads), skips a segment that
+//! changed since the source was taken (truncation, retention, a snapshot), and the lock
+//! excludes the group's own writes; it never touches the active segment, so the group's sync
+//! (prepared under the lock, run without it) is not disturbed.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use logstore::{CleanerStats, CompactionPlan, CompactionReport, LogStore};
+
+use super::codec::KafkaRecordCompactor;
+
+/// A topic's compaction configs, as the cleaner acts on them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CleanerPolicy {
+    /// `min.compaction.lag.ms`.
+    pub min_lag_ms: i64,
+    /// `max.compaction.lag.ms` (`i64::MAX`: none).
+    pub max_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `delete.retention.ms`.
+    pub delete_retention_ms: i64,
+}
+
+/// One partition the cleaner may compact now.
+pub struct CleanTarget {
+    /// For logs: the topic and partition.
+    pub label: String,
+    /// The partition's store, shared with its group.
+    pub store: Arc<RwLock<LogStore>>,
+    /// Only entries below this Raft index are rewritten (the group's applied index + 1).
+    pub clean_limit: u64,
+    /// The topic's configs.
+    pub policy: CleanerPolicy,
+}
+
+/// Lists the partitions to visit; called once per round.
+pub type TargetLister = Box<dyn Fn() -> Vec<CleanTarget> + Send>;
+
+/// Node-wide limits of the cleaner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanerLimits {
+    /// Memory of the key map of one pass (`storage.cleaner_dedupe_buffer_bytes`).
+    pub key_map_bytes: usize,
+    /// Bytes read and written per second, all partitions together (`None`: unlimited,
+    /// Kafka's default; `storage.cleaner_io_max_bytes_per_s`).
+    pub io_bytes_per_second: Option<u64>,
+    /// Pause between two rounds over the partitions (`storage.cleaner_backoff_ms`).
+    pub pause: Duration,
+}
+
+/// What the cleaner did since the node started (for metrics).
+#[derive(Debug, Default)]
+pub struct CleanerCounters {
+    /// Passes that installed a result.
+    pub passes: AtomicU64,
+    /// Segment bytes read by the passes.
+    pub bytes_read: AtomicU64,
+    /// Bytes of rewritten segments written.
+    pub bytes_written: AtomicU64,
+    /// Records removed.
+    pub records_removed: AtomicU64,
+    /// Passes that failed (a damaged batch, an I/O error): logged, retried next round.
+    pub failures: AtomicU64,
+}
+
+/// Whether a partition with `stats` (under its plan) is due for a pass at `now_ms` under
+/// `policy` (see the module documentation).
+pub fn is_due(stats: &CleanerStats, policy: &CleanerPolicy, now_ms: i64) -> bool {
+    if stats.cleanable_bytes == 0 {
+        return false;
+    }
+    if stats.dirty_ratio() >= policy.min_cleanable_dirty_ratio {
+        return true;
+    }
+    policy.max_lag_ms < i64::MAX
+        && stats
+            .last_clean_ms
+            .is_some_and(|at| now_ms.saturating_sub(at) >= policy.max_lag_ms)
+}
+
+/// The plan of a pass over `target` at `now_ms`.
+pub fn plan_for(target: &CleanTarget, limits: &CleanerLimits, now_ms: i64) -> CompactionPlan {
+    CompactionPlan {
+        clean_limit: target.clean_limit,
+        now_ms,
+        min_compaction_lag_ms: target.policy.min_lag_ms,
+        delete_retention_ms: target.policy.delete_retention_ms,
+        key_map_bytes: limits.key_map_bytes,
+    }
+}
+
+/// Compacts `target` once if it is due: `Ok(None)` when it was not (or its lock is
+/// poisoned: the group panicked and the node is going down). `throttle` sees every chunk
+/// read or written.
+pub fn clean_if_due(
+    target: &CleanTarget,
+    limits: &CleanerLimits,
+    codec: &KafkaRecordCompactor,
+    now_ms: i64,
+    throttle: &mut dyn FnMut(u64),
+) -> Result<Option<CompactionReport>, logstore::LogStoreError> {
+    let plan = plan_for(target, limits, now_ms);
+    let source = {
+        let Ok(store) = target.store.read() else {
+            return Ok(None);
+        };
+        if !is_due(&store.cleaner_stats(&plan), &target.policy, now_ms) {
+            return Ok(None);
+        }
+        store.compaction_source(&plan)?
+    };
+    // The long part, with no lock: the group appends and consumers read meanwhile.
+    let prepared = source.prepare(&plan, codec, throttle)?;
+    let Ok(mut store) = target.store.write() else {
+        return Ok(None);
+    };
+    store.install_compaction(prepared).map(Some)
+}
+
+/// A running cleaner; stopped (and joined) on drop.
+pub struct Cleaner {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Longest single sleep, so a stop is noticed quickly.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+impl Cleaner {
+    /// Starts the cleaner thread (named after `name`): rounds over `list()`'s targets,
+    /// `limits.pause` apart, counting in `counters`.
+    pub fn start(
+        name: &str,
+        limits: CleanerLimits,
+        list: TargetLister,
+        counters: Arc<CleanerCounters>,
+    ) -> std::io::Result<Cleaner> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-cleaner"))
+            .spawn(move || run(limits, list, counters, flag))?;
+        Ok(Cleaner {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Cleaner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sleeps `d` in slices; false when asked to stop.
+fn nap(d: Duration, stop: &AtomicBool) -> bool {
+    let until = Instant::now() + d;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::sleep((until - now).min(SLEEP_SLICE));
+    }
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn run(
+    limits: CleanerLimits,
+    list: TargetLister,
+    counters: Arc<CleanerCounters>,
+    stop: Arc<AtomicBool>,
+) {
+    let codec = KafkaRecordCompactor::default();
+    // The rate limit over the thread's whole life: bytes done and when counting started.
+    let started = Instant::now();
+    let mut done = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        for target in list() {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            let mut throttle = |n: u64| {
+                let Some(rate) = limits.io_bytes_per_second.filter(|r| *r > 0) else {
+                    return;
+                };
+                done += n;
+                let due = Duration::from_secs_f64(done as f64 / rate as f64);
+                let elapsed = started.elapsed();
+                if due > elapsed {
+                    nap(due - elapsed, &stop);
+                }
+            };
+            match clean_if_due(&target, &limits, &codec, wall_clock_ms(), &mut throttle) {
+                Ok(Some(r)) => {
+                    counters.passes.fetch_add(1, Ordering::Relaxed);
+                    counters
+                        .bytes_read
+                        .fetch_add(r.bytes_read, Ordering::Relaxed);
+                    counters
+                        .bytes_written
+                        .fetch_add(r.bytes_written, Ordering::Relaxed);
+                    counters
+                        .records_removed
+                        .fetch_add(r.records_removed, Ordering::Relaxed);
+                    tracing::info!(
+                        partition = %target.label,
+                        bytes_read = r.bytes_read,
+                        bytes_written = r.bytes_written,
+                        records_removed = r.records_removed,
+                        segments_rewritten = r.segments_rewritten,
+                        first_dirty_offset = r.first_dirty_offset,
+                        "log cleaner pass"
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    counters.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(partition = %target.label, "log cleaner pass failed: {e}");
+                }
+            }
+        }
+        if !nap(limits.pause, &stop) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(ratio: f64, max_lag_ms: i64) -> CleanerPolicy {
+        CleanerPolicy {
+            min_lag_ms: 0,
+            max_lag_ms,
+            min_cleanable_dirty_ratio: ratio,
+            delete_retention_ms: 0,
+        }
+    }
+
+    fn stats(clean: u64, cleanable: u64, last_clean_ms: Option<i64>) -> CleanerStats {
+        CleanerStats {
+            clean_bytes: clean,
+            cleanable_bytes: cleanable,
+            first_dirty_offset: 0,
+            last_clean_ms,
+        }
+    }
+
+    #[test]
+    fn due_by_the_dirty_ratio_or_the_max_lag_and_never_without_cleanable_bytes() {
+        let now = 1_000_000;
+        // Nothing cleanable: never, whatever the policy.
+        assert!(!is_due(&stats(100, 0, None), &policy(0.0, 1), now));
+        // Never cleaned: all dirty.
+        assert!(is_due(&stats(0, 10, None), &policy(0.5, i64::MAX), now));
+        // 10 of 110 dirty: below 0.5, at or above 0.01.
+        assert!(!is_due(
+            &stats(100, 10, Some(now)),
+            &policy(0.5, i64::MAX),
+            now
+        ));
+        assert!(is_due(
+            &stats(100, 10, Some(now)),
+            &policy(0.01, i64::MAX),
+            now
+        ));
+        assert!(is_due(
+            &stats(50, 50, Some(now)),
+            &policy(0.5, i64::MAX),
+            now
+        ));
+        // Below the ratio, but the last clean is older than the max lag.
+        assert!(!is_due(
+            &stats(100, 10, Some(now - 499)),
+            &policy(0.5, 500),
+            now
+        ));
+        assert!(is_due(
+            &stats(100, 10, Some(now - 500)),
+            &policy(0.5, 500),
+            now
+        ));
+        assert!(!is_due(
+            &stats(100, 10, Some(i64::MIN)),
+            &policy(0.5, i64::MAX),
+            now
+        ));
+    }
+}

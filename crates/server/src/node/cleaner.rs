@@ -1,0 +1,95 @@
+//! Starting the node's log cleaner ([`crate::compaction::cleaner`]) and telling it which
+//! partitions to visit: those hosted here whose topic's `cleanup.policy` includes `compact`,
+//! whose every replica (current, and new ones of a reassignment) speaks a peer protocol that
+//! carries record counts (`PeerVersions::compaction_allowed`), each with its group's applied
+//! index as the clean limit.
+
+use std::sync::Arc;
+
+use crate::compaction::cleaner::{
+    CleanTarget, Cleaner, CleanerCounters, CleanerLimits, CleanerPolicy, TargetLister,
+};
+
+use super::Node;
+
+impl Node {
+    /// The log cleaner's counters since the node started.
+    pub fn cleaner_counters(&self) -> &Arc<CleanerCounters> {
+        &self.cleaner_counters
+    }
+
+    /// Starts the log cleaner thread (stopped by [`Node::shutdown`]).
+    pub(super) fn start_cleaner(self: &Arc<Self>) {
+        let s = &self.config.storage;
+        let limits = CleanerLimits {
+            key_map_bytes: s.cleaner_dedupe_buffer_bytes,
+            io_bytes_per_second: s.cleaner_io_bytes_per_second,
+            pause: s.cleaner_backoff,
+        };
+        let node = Arc::downgrade(self);
+        let list: TargetLister = Box::new(move || {
+            node.upgrade()
+                .map(|n| n.clean_targets())
+                .unwrap_or_default()
+        });
+        match Cleaner::start(
+            &format!("vdl{}", self.config.id),
+            limits,
+            list,
+            self.cleaner_counters.clone(),
+        ) {
+            Ok(c) => *self.cleaner.lock().unwrap_or_else(|e| e.into_inner()) = Some(c),
+            Err(e) => tracing::error!("cannot start the log cleaner thread: {e}"),
+        }
+    }
+
+    /// The compacted partitions hosted here that may be cleaned now (see the module
+    /// documentation).
+    fn clean_targets(&self) -> Vec<CleanTarget> {
+        let me = self.config.id;
+        let handles = self
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .handles();
+        let mut out = Vec::new();
+        for stream in handles.into_iter().filter(|s| s.incarnation() != 0) {
+            let settings = self.topic_settings(stream.name());
+            if !settings.compact {
+                continue;
+            }
+            let visible = stream.visible();
+            let mut replicas = self.replicas_of(&stream);
+            replicas.extend(visible.voters.iter().copied().filter(|id| *id != 0));
+            if let Some(moving) = self
+                .metadata()
+                .topics
+                .get(stream.name())
+                .filter(|t| t.created_at_index == stream.incarnation())
+                .and_then(|t| t.moving.get(&stream.partition()))
+            {
+                replicas.extend(moving.iter().copied());
+            }
+            replicas.retain(|id| *id != me);
+            replicas.sort_unstable();
+            replicas.dedup();
+            if !self.peer_versions.compaction_allowed(&replicas) {
+                continue;
+            }
+            let c = settings.compaction;
+            out.push(CleanTarget {
+                label: format!("{}-{}", stream.name(), stream.partition()),
+                store: stream.store().clone(),
+                // Applied entries are committed: only those are rewritten.
+                clean_limit: visible.applied_index + 1,
+                policy: CleanerPolicy {
+                    min_lag_ms: c.min_lag_ms,
+                    max_lag_ms: c.max_lag_ms,
+                    min_cleanable_dirty_ratio: c.min_cleanable_dirty_ratio,
+                    delete_retention_ms: c.delete_retention_ms,
+                },
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,592 @@
+//! Log compaction end to end through the Kafka protocol (issue 35): a topic created with
+//! `cleanup.policy=compact` (CreateTopics) is cleaned by every replica's log cleaner
+//! (`compaction/cleaner.rs`) once `segment.ms` rolled its data out of the active segment: Fetch
+//! then serves only the latest record of every key, at its original offset, on every replica,
+//! tombstones included (kept before `delete.retention.ms`, removed by a later pass after it);
+//! offsets go on after it; a record without a key is refused with INVALID_RECORD (87) and its
+//! record errors, nothing stored; and `cleanup.policy` switches at runtime.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::cluster_configs;
+use common::kafka::{on_any, KafkaConn};
+use common::serving::start;
+use kafka_proto::api::ApiKey;
+use kafka_proto::frame::{Request, Response};
+use kafka_proto::messages::create_topics_request::{
+    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
+use kafka_proto::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
+};
+use kafka_proto::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_proto::records::{build_batch, Compression, NewRecord, RecordBatch};
+use kafka_proto::RecordChunks;
+use vdl_server::LogStream;
+
+const TOPIC: &str = "table";
+const KEYS: usize = 12;
+const T: Duration = Duration::from_secs(30);
+const INVALID_RECORD: i16 = 87;
+
+/// offset -> (key, value; None for a tombstone).
+type Table = BTreeMap<u64, (String, Option<String>)>;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// One batch of records: (key, value), a `None` value being a tombstone, a `None` key none.
+fn batch(records: &[(Option<&str>, Option<&str>)]) -> Bytes {
+    let records: Vec<NewRecord> = records
+        .iter()
+        .map(|(k, v)| {
+            let mut r = NewRecord::new(now_ms(), Bytes::new());
+            r.value = v.map(|v| Bytes::from(v.to_owned()));
+            if let Some(k) = k {
+                r = r.with_key(k.as_bytes().to_vec());
+            }
+            r
+        })
+        .collect();
+    build_batch(Compression::None, &records).expect("a batch")
+}
+
+/// The records of fetched or read batches, into `out`; returns the offset after the last.
+fn parse(data: Bytes, out: &mut Table) -> Option<u64> {
+    let mut next = None;
+    for b in kafka_proto::records::split_batches(data) {
+        let b: RecordBatch = b.expect("a whole batch");
+        b.validate().expect("batch CRC");
+        for r in b.records_vec(1 << 20).expect("records") {
+            let key = String::from_utf8(r.key.expect("every stored record has a key").to_vec());
+            let value = r.value.map(|v| String::from_utf8(v.to_vec()).unwrap());
+            out.insert(r.offset as u64, (key.unwrap(), value));
+        }
+        next = Some(b.next_offset() as u64);
+    }
+    next
+}
+
+/// Everything the leader serves through Kafka Fetch, from offset 0 to the high watermark.
+fn fetch_all(brokers: &[SocketAddr]) -> Table {
+    fetch_topic(brokers, TOPIC)
+}
+
+/// Everything the leader of `topic` serves through Kafka Fetch.
+fn fetch_topic(brokers: &[SocketAddr], topic: &str) -> Table {
+    let mut out = Table::new();
+    let mut offset = 0i64;
+    loop {
+        let (hw, data) = on_any(brokers, T, "fetch", |c| {
+            c.fetch(topic, offset).map(|(e, hw, _, d)| (e, (hw, d)))
+        });
+        if offset >= hw {
+            return out;
+        }
+        match parse(data, &mut out) {
+            Some(next) => offset = next as i64,
+            None => return out,
+        }
+    }
+}
+
+/// Everything one replica stores, read through its Kafka read path up to its high watermark.
+fn read_all(s: &LogStream) -> Table {
+    let hw = s.visible().high_watermark;
+    let mut out = Table::new();
+    let mut offset = 0;
+    while offset < hw {
+        let read = s.read(offset, 1 << 20).expect("read");
+        let mut data = Vec::new();
+        for c in &read.chunks {
+            data.extend_from_slice(c);
+        }
+        match parse(Bytes::from(data), &mut out) {
+            Some(next) => offset = next,
+            None => break,
+        }
+    }
+    out
+}
+
+/// The latest record of every key in `all`, at its offset.
+fn latest(all: &Table) -> Table {
+    let mut by_key: BTreeMap<String, (u64, Option<String>)> = BTreeMap::new();
+    for (o, (k, v)) in all {
+        by_key.insert(k.clone(), (*o, v.clone()));
+    }
+    by_key.into_iter().map(|(k, (o, v))| (o, (k, v))).collect()
+}
+
+fn create_compacted(c: &mut KafkaConn) -> (i16, Option<String>) {
+    create_compacted_with(c, TOPIC, &[])
+}
+
+/// CreateTopics of a compacted `topic` (small, quickly rolled segments, any dirt cleaned) with
+/// `extra` configs: (error code, message).
+fn create_compacted_with(
+    c: &mut KafkaConn,
+    topic: &str,
+    extra: &[(&str, &str)],
+) -> (i16, Option<String>) {
+    let mut configs = vec![
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "1048576"),
+        ("segment.ms", "1000"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+    ];
+    configs.extend_from_slice(extra);
+    let req = Request::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: topic.into(),
+            num_partitions: 1,
+            replication_factor: 3,
+            configs: configs
+                .iter()
+                .map(|(k, v)| CreatableTopicConfig {
+                    name: k.to_string(),
+                    value: Some(v.to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        timeout_ms: 15_000,
+        ..Default::default()
+    });
+    match c.call(ApiKey::CreateTopics, 7, &req).unwrap() {
+        Response::CreateTopics(r) => (r.topics[0].error_code, r.topics[0].error_message.clone()),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Produce v9 (acks=all) of `records` to the topic: the partition's error code, record
+/// errors (batch index, message) and error message.
+type ProduceAnswer = (i16, Vec<(i32, Option<String>)>, Option<String>);
+
+fn produce_raw(c: &mut KafkaConn, records: Bytes) -> std::io::Result<ProduceAnswer> {
+    let req = Request::Produce(ProduceRequest {
+        acks: -1,
+        timeout_ms: 10_000,
+        topic_data: vec![TopicProduceData {
+            name: TOPIC.into(),
+            partition_data: vec![PartitionProduceData {
+                index: 0,
+                records: Some(RecordChunks::from(records)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match c.call(ApiKey::Produce, 9, &req)? {
+        Response::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            let errors = p
+                .record_errors
+                .iter()
+                .map(|e| (e.batch_index, e.batch_index_error_message.clone()))
+                .collect();
+            Ok((p.error_code, errors, p.error_message.clone()))
+        }
+        other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+    }
+}
+
+/// IncrementalAlterConfigs v1 SET of `cleanup.policy` on the topic: the error code.
+fn set_policy(c: &mut KafkaConn, policy: &str) -> std::io::Result<i16> {
+    let req = Request::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type: 2,
+            resource_name: TOPIC.into(),
+            configs: vec![AlterableConfig {
+                name: "cleanup.policy".into(),
+                config_operation: 0,
+                value: Some(policy.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match c.call(ApiKey::IncrementalAlterConfigs, 1, &req)? {
+        Response::IncrementalAlterConfigs(r) => Ok(r.responses[0].error_code),
+        other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+    }
+}
+
+/// Produces `records` (acks=all) through whichever broker leads: the base offset.
+fn produce(brokers: &[SocketAddr], records: &[(Option<&str>, Option<&str>)]) -> i64 {
+    produce_to(brokers, TOPIC, records)
+}
+
+/// Produces `records` (acks=all) to `topic` through whichever broker leads: the base offset.
+fn produce_to(
+    brokers: &[SocketAddr],
+    topic: &str,
+    records: &[(Option<&str>, Option<&str>)],
+) -> i64 {
+    let data = batch(records);
+    on_any(brokers, T, "produce", |c| c.produce(topic, data.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        // Rolls by segment.ms are checked with retention; rounds of the cleaner often.
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.cleaner_backoff = Duration::from_millis(100);
+    }
+    let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
+    let nodes = start(&configs).await;
+
+    let b = brokers.clone();
+    let (produced, keyless) = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(create_compacted(&mut c), (0, None));
+        // Every key written five times, in batches of several keys, in two bursts a roll
+        // apart (two segments), then tombstones of two keys.
+        let mut produced = Table::new();
+        for round in 0..5 {
+            if round == 3 {
+                std::thread::sleep(Duration::from_millis(1_500));
+            }
+            for chunk in (0..KEYS).collect::<Vec<_>>().chunks(4) {
+                let keys: Vec<String> = chunk.iter().map(|k| format!("k{k}")).collect();
+                let values: Vec<String> = chunk.iter().map(|k| format!("v{k}.{round}")).collect();
+                let records: Vec<(Option<&str>, Option<&str>)> = keys
+                    .iter()
+                    .zip(&values)
+                    .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
+                    .collect();
+                let base = produce(&b, &records) as u64;
+                for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
+                    produced.insert(base + i as u64, (k.clone(), Some(v.clone())));
+                }
+            }
+        }
+        let base = produce(&b, &[(Some("k1"), None), (Some("k2"), None)]) as u64;
+        produced.insert(base, ("k1".into(), None));
+        produced.insert(base + 1, ("k2".into(), None));
+
+        // A keyless record (alone or among keyed ones) is refused, nothing stored.
+        let before = fetch_all(&b);
+        let refused = batch(&[(Some("k3"), Some("x")), (None, Some("no key"))]);
+        let keyless = on_any(&b, T, "a keyless produce reaching the leader", |c| {
+            let (code, errors, message) = produce_raw(c, refused.clone())?;
+            // Not the leader: try the next broker.
+            Ok((
+                if code == INVALID_RECORD { 0 } else { code },
+                (code, errors, message),
+            ))
+        });
+        assert_eq!(
+            fetch_all(&b),
+            before,
+            "nothing of a refused batch is stored"
+        );
+        (produced, keyless)
+    })
+    .await
+    .unwrap();
+
+    let (code, errors, message) = keyless;
+    assert_eq!(code, INVALID_RECORD);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, 1, "the second record of the batch");
+    assert_eq!(
+        errors[0].1.as_deref(),
+        Some("Compacted topic cannot accept message without key in topic partition table-0.")
+    );
+    assert!(message.unwrap().contains("1 record errors"));
+
+    let expected = latest(&produced);
+    assert_eq!(expected.len(), KEYS);
+    assert!(produced.len() > 4 * KEYS);
+
+    // segment.ms rolls the quiet partition's segment; every replica's cleaner then compacts.
+    let deadline = Instant::now() + T;
+    loop {
+        let served = {
+            let b = brokers.clone();
+            tokio::task::spawn_blocking(move || fetch_all(&b))
+                .await
+                .unwrap()
+        };
+        let replicas: Vec<Table> = nodes
+            .0
+            .iter()
+            .map(|(n, _)| read_all(&n.partition(TOPIC, 0).expect("a replica here")))
+            .collect();
+        if served == expected && replicas.iter().all(|r| *r == expected) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not compacted in time: served {} records ({:?}), replicas {:?}, expected {expected:?}",
+            served.len(),
+            served,
+            replicas.iter().map(BTreeMap::len).collect::<Vec<_>>()
+        );
+        // What is served is always a subset of what was produced, as produced, with the
+        // latest record of every key.
+        for (o, r) in &served {
+            assert_eq!(produced.get(o), Some(r), "offset {o} served as produced");
+        }
+        for o in expected.keys() {
+            assert!(served.contains_key(o), "latest record at {o} served");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (n, _) in &nodes.0 {
+        assert!(
+            n.cleaner_counters().passes.load(Ordering::Relaxed) > 0,
+            "node {} ran a pass",
+            n.config().id
+        );
+        assert!(n.cleaner_counters().records_removed.load(Ordering::Relaxed) > 0);
+        // The scrape reports the cleaner's view of the compacted partition.
+        let scrape = n.scrape();
+        let sample = scrape
+            .partitions
+            .iter()
+            .find(|p| p.topic == TOPIC)
+            .expect("the partition is scraped");
+        let stats = sample
+            .cleaner
+            .expect("a compacted partition has cleaner stats");
+        assert!(
+            stats.clean_bytes > 0 && stats.last_clean_ms.is_some(),
+            "{stats:?}"
+        );
+    }
+
+    // Offsets go on after compaction.
+    let end = *produced.keys().last().unwrap() + 1;
+    let b = brokers.clone();
+    let next = tokio::task::spawn_blocking(move || produce(&b, &[(Some("k0"), Some("after"))]))
+        .await
+        .unwrap();
+    assert_eq!(next as u64, end);
+
+    // Switched to delete at runtime, the topic takes keyless records; back to compact, it
+    // refuses them again.
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        on_any(&b, T, "policy delete", |c| {
+            set_policy(c, "delete").map(|e| (e, ()))
+        });
+        let keyless = batch(&[(None, Some("free"))]);
+        let at = on_any(&b, T, "a keyless produce once delete", |c| {
+            c.produce(TOPIC, keyless.clone())
+        });
+        assert_eq!(at as u64, end + 1);
+        on_any(&b, T, "policy compact", |c| {
+            set_policy(c, "compact").map(|e| (e, ()))
+        });
+        let deadline = Instant::now() + T;
+        loop {
+            let code = on_any(&b, T, "an answer from the leader", |c| {
+                let (code, ..) = produce_raw(c, keyless.clone())?;
+                Ok((if code == 6 { 6 } else { 0 }, code))
+            });
+            if code == INVALID_RECORD {
+                break;
+            }
+            assert!(Instant::now() < deadline, "keyless still accepted: {code}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// `delete.retention.ms`: a tombstone kept by one pass is removed by a later pass once it is
+/// older than the retention (0 here), and its key is gone from what Fetch serves; the other
+/// keys keep their latest values at their offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_go_after_delete_retention_ms_once_a_pass_kept_them() {
+    const GONE: &str = "gone";
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.cleaner_backoff = Duration::from_millis(100);
+    }
+    let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
+    let _nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(
+            create_compacted_with(&mut c, GONE, &[("delete.retention.ms", "0")]),
+            (0, None)
+        );
+        let a0 = produce_to(
+            &b,
+            GONE,
+            &[(Some("a"), Some("a0")), (Some("b"), Some("b0"))],
+        );
+        let del = produce_to(&b, GONE, &[(Some("a"), None)]);
+        // The first pass keeps the tombstone (it is the latest of its key, in the dirty part)
+        // and removes a's older value.
+        let deadline = Instant::now() + T;
+        loop {
+            let served = fetch_topic(&b, GONE);
+            let expected: Table = [
+                (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
+                (del as u64, ("a".to_string(), None)),
+            ]
+            .into();
+            if served == expected {
+                break;
+            }
+            let removed = !served.contains_key(&(del as u64));
+            assert!(
+                !removed,
+                "the tombstone went before a pass kept it: {served:?}"
+            );
+            assert!(Instant::now() < deadline, "first pass not seen: {served:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // New data makes the partition dirty again; the next pass removes the tombstone.
+        let c0 = produce_to(&b, GONE, &[(Some("c"), Some("c0"))]);
+        let deadline = Instant::now() + T;
+        loop {
+            let served = fetch_topic(&b, GONE);
+            let expected: Table = [
+                (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
+                (c0 as u64, ("c".to_string(), Some("c0".to_string()))),
+            ]
+            .into();
+            if served == expected {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tombstone not removed: {served:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// A batch of an idempotent producer: `records` as (key, value), sequences from `seq`.
+fn idempotent_batch(producer: i64, seq: i32, records: &[(&str, &str)]) -> Bytes {
+    let records: Vec<NewRecord> = records
+        .iter()
+        .map(|(k, v)| {
+            NewRecord::new(now_ms(), v.as_bytes().to_vec()).with_key(k.as_bytes().to_vec())
+        })
+        .collect();
+    kafka_proto::records::RecordBatchBuilder::new(Compression::None)
+        .producer(producer, 0, seq)
+        .with_records(&records)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// Every file named `producers` (a saved producer table) under `dir`.
+fn producer_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            producer_files(&p, out);
+        } else if p.file_name().is_some_and(|n| n == "producers") {
+            out.push(p);
+        }
+    }
+}
+
+/// Idempotent producer state survives compaction: an idempotent batch whose every record a
+/// later write superseded stays as its header, so after a crash (no saved producer table:
+/// every replica rebuilds it from its compacted log) a retry of that batch is still answered
+/// as a duplicate with its offset, and the producer's next sequence is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_state_survives_compaction_and_a_crash() {
+    const IDEM: &str = "idem";
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.cleaner_backoff = Duration::from_millis(100);
+    }
+    let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    let (producer, first, end) = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(create_compacted_with(&mut c, IDEM, &[]), (0, None));
+        let producer = on_any(&b, T, "a producer id", |c| c.init_producer_id());
+        let batch0 = idempotent_batch(producer, 0, &[("a", "1"), ("b", "1")]);
+        let first = on_any(&b, T, "idempotent produce", |c| {
+            c.produce(IDEM, batch0.clone())
+        });
+        // Another (plain) producer supersedes both of its records.
+        let last = produce_to(&b, IDEM, &[(Some("a"), Some("2")), (Some("b"), Some("2"))]);
+        let end = last as u64 + 2;
+        let deadline = Instant::now() + T;
+        loop {
+            let served = fetch_topic(&b, IDEM);
+            if served.len() == 2 && served.keys().all(|o| *o >= last as u64) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not compacted: {served:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (producer, first, end)
+    })
+    .await
+    .unwrap();
+    // Every replica compacted the batch away before the crash.
+    let deadline = Instant::now() + T;
+    while nodes
+        .0
+        .iter()
+        .any(|(n, _)| read_all(&n.partition(IDEM, 0).expect("a replica")).len() != 2)
+    {
+        assert!(Instant::now() < deadline, "a replica did not compact");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(nodes);
+    // A crash: no saved producer table, each replica rebuilds it from its compacted log.
+    let mut files = Vec::new();
+    producer_files(dir.path(), &mut files);
+    for f in &files {
+        std::fs::remove_file(f).unwrap();
+    }
+    let _nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let retry = idempotent_batch(producer, 0, &[("a", "1"), ("b", "1")]);
+        let at = on_any(&b, T, "the retried batch", |c| {
+            c.produce(IDEM, retry.clone())
+        });
+        assert_eq!(at, first, "a duplicate, answered with its offset");
+        let next = idempotent_batch(producer, 2, &[("c", "1")]);
+        let at = on_any(&b, T, "the next batch", |c| c.produce(IDEM, next.clone()));
+        assert_eq!(
+            at as u64, end,
+            "the next sequence is accepted at the next offset"
+        );
+    })
+    .await
+    .unwrap();
+}
