@@ -65,16 +65,19 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
     f.create_topic("orders", 1, T).await.unwrap(); // creating twice is a no-op
     for n in nodes.iter().flatten() {
         let n = n.clone();
-        wait_until("the topic on every node", move || n.is_topic("orders")).await;
+        // The topic's layout is applied before its partition is opened: wait for both.
+        wait_until("the topic and its partition on every node", move || {
+            n.is_topic("orders") && n.stream("orders").is_some()
+        })
+        .await;
     }
     // ... and takes appends.
     let deadline = Instant::now() + T;
     let stream_leader = loop {
-        if let Some(n) = nodes
-            .iter()
-            .flatten()
-            .find(|n| n.stream("orders").unwrap().visible().leader == n.config().id)
-        {
+        if let Some(n) = nodes.iter().flatten().find(|n| {
+            n.stream("orders")
+                .is_some_and(|s| s.visible().leader == n.config().id)
+        }) {
             break n.clone();
         }
         assert!(Instant::now() < deadline);
@@ -165,7 +168,8 @@ async fn topics_producer_ids_and_offsets_are_replicated_and_survive_restarts() {
     // The data written before the restarts is still there.
     let n0 = nodes[0].clone().unwrap();
     wait_until("the orders record", move || {
-        n0.stream("orders").unwrap().visible().high_watermark == 1
+        n0.stream("orders")
+            .is_some_and(|s| s.visible().high_watermark == 1)
     })
     .await;
 
