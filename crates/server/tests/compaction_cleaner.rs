@@ -15,161 +15,33 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::cluster_configs;
+use common::compacted::{
+    batch, create_compacted_with, fetch_topic, latest, now_ms, produce_to, read_replica, Table, T,
+};
 use common::kafka::{on_any, KafkaConn};
 use common::serving::start;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::create_topics_request::{
-    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
-};
 use kafka_proto::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig, IncrementalAlterConfigsRequest,
 };
 use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
-use kafka_proto::records::{build_batch, Compression, NewRecord, RecordBatch};
+use kafka_proto::records::{Compression, NewRecord};
 use kafka_proto::RecordChunks;
-use vdl_server::LogStream;
 
 const TOPIC: &str = "table";
 const KEYS: usize = 12;
-const T: Duration = Duration::from_secs(30);
 const INVALID_RECORD: i16 = 87;
-
-/// offset -> (key, value; None for a tombstone).
-type Table = BTreeMap<u64, (String, Option<String>)>;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// One batch of records: (key, value), a `None` value being a tombstone, a `None` key none.
-fn batch(records: &[(Option<&str>, Option<&str>)]) -> Bytes {
-    let records: Vec<NewRecord> = records
-        .iter()
-        .map(|(k, v)| {
-            let mut r = NewRecord::new(now_ms(), Bytes::new());
-            r.value = v.map(|v| Bytes::from(v.to_owned()));
-            if let Some(k) = k {
-                r = r.with_key(k.as_bytes().to_vec());
-            }
-            r
-        })
-        .collect();
-    build_batch(Compression::None, &records).expect("a batch")
-}
-
-/// The records of fetched or read batches, into `out`; returns the offset after the last.
-fn parse(data: Bytes, out: &mut Table) -> Option<u64> {
-    let mut next = None;
-    for b in kafka_proto::records::split_batches(data) {
-        let b: RecordBatch = b.expect("a whole batch");
-        b.validate().expect("batch CRC");
-        for r in b.records_vec(1 << 20).expect("records") {
-            let key = String::from_utf8(r.key.expect("every stored record has a key").to_vec());
-            let value = r.value.map(|v| String::from_utf8(v.to_vec()).unwrap());
-            out.insert(r.offset as u64, (key.unwrap(), value));
-        }
-        next = Some(b.next_offset() as u64);
-    }
-    next
-}
 
 /// Everything the leader serves through Kafka Fetch, from offset 0 to the high watermark.
 fn fetch_all(brokers: &[SocketAddr]) -> Table {
     fetch_topic(brokers, TOPIC)
 }
 
-/// Everything the leader of `topic` serves through Kafka Fetch.
-fn fetch_topic(brokers: &[SocketAddr], topic: &str) -> Table {
-    let mut out = Table::new();
-    let mut offset = 0i64;
-    loop {
-        let (hw, data) = on_any(brokers, T, "fetch", |c| {
-            c.fetch(topic, offset).map(|(e, hw, _, d)| (e, (hw, d)))
-        });
-        if offset >= hw {
-            return out;
-        }
-        match parse(data, &mut out) {
-            Some(next) => offset = next as i64,
-            None => return out,
-        }
-    }
-}
-
-/// Everything one replica stores, read through its Kafka read path up to its high watermark.
-fn read_all(s: &LogStream) -> Table {
-    let hw = s.visible().high_watermark;
-    let mut out = Table::new();
-    let mut offset = 0;
-    while offset < hw {
-        let read = s.read(offset, 1 << 20).expect("read");
-        let mut data = Vec::new();
-        for c in &read.chunks {
-            data.extend_from_slice(c);
-        }
-        match parse(Bytes::from(data), &mut out) {
-            Some(next) => offset = next,
-            None => break,
-        }
-    }
-    out
-}
-
-/// The latest record of every key in `all`, at its offset.
-fn latest(all: &Table) -> Table {
-    let mut by_key: BTreeMap<String, (u64, Option<String>)> = BTreeMap::new();
-    for (o, (k, v)) in all {
-        by_key.insert(k.clone(), (*o, v.clone()));
-    }
-    by_key.into_iter().map(|(k, (o, v))| (o, (k, v))).collect()
-}
-
 fn create_compacted(c: &mut KafkaConn) -> (i16, Option<String>) {
     create_compacted_with(c, TOPIC, &[])
-}
-
-/// CreateTopics of a compacted `topic` (small, quickly rolled segments, any dirt cleaned) with
-/// `extra` configs: (error code, message).
-fn create_compacted_with(
-    c: &mut KafkaConn,
-    topic: &str,
-    extra: &[(&str, &str)],
-) -> (i16, Option<String>) {
-    let mut configs = vec![
-        ("cleanup.policy", "compact"),
-        ("segment.bytes", "1048576"),
-        ("segment.ms", "1000"),
-        ("min.cleanable.dirty.ratio", "0.01"),
-    ];
-    configs.extend_from_slice(extra);
-    let req = Request::CreateTopics(CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: topic.into(),
-            num_partitions: 1,
-            replication_factor: 3,
-            configs: configs
-                .iter()
-                .map(|(k, v)| CreatableTopicConfig {
-                    name: k.to_string(),
-                    value: Some(v.to_string()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        timeout_ms: 15_000,
-        ..Default::default()
-    });
-    match c.call(ApiKey::CreateTopics, 7, &req).unwrap() {
-        Response::CreateTopics(r) => (r.topics[0].error_code, r.topics[0].error_message.clone()),
-        other => panic!("unexpected {other:?}"),
-    }
 }
 
 /// Produce v9 (acks=all) of `records` to the topic: the partition's error code, record
@@ -230,16 +102,6 @@ fn set_policy(c: &mut KafkaConn, policy: &str) -> std::io::Result<i16> {
 /// Produces `records` (acks=all) through whichever broker leads: the base offset.
 fn produce(brokers: &[SocketAddr], records: &[(Option<&str>, Option<&str>)]) -> i64 {
     produce_to(brokers, TOPIC, records)
-}
-
-/// Produces `records` (acks=all) to `topic` through whichever broker leads: the base offset.
-fn produce_to(
-    brokers: &[SocketAddr],
-    topic: &str,
-    records: &[(Option<&str>, Option<&str>)],
-) -> i64 {
-    let data = batch(records);
-    on_any(brokers, T, "produce", |c| c.produce(topic, data.clone()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,7 +192,7 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
         let replicas: Vec<Table> = nodes
             .0
             .iter()
-            .map(|(n, _)| read_all(&n.partition(TOPIC, 0).expect("a replica here")))
+            .map(|(n, _)| read_replica(&n.partition(TOPIC, 0).expect("a replica here")))
             .collect();
         if served == expected && replicas.iter().all(|r| *r == expected) {
             break;
@@ -560,7 +422,7 @@ async fn idempotent_producer_state_survives_compaction_and_a_crash() {
     while nodes
         .0
         .iter()
-        .any(|(n, _)| read_all(&n.partition(IDEM, 0).expect("a replica")).len() != 2)
+        .any(|(n, _)| read_replica(&n.partition(IDEM, 0).expect("a replica")).len() != 2)
     {
         assert!(Instant::now() < deadline, "a replica did not compact");
         tokio::time::sleep(Duration::from_millis(100)).await;

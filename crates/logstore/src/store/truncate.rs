@@ -27,14 +27,21 @@ impl LogStore {
         let interval = self.config.index_interval_bytes;
         let k = self.segment_for_index(from_index);
         let seg = &self.segments[k];
-        let (pos, h) = seg.locate_index(from_index, interval)?;
-        let new_next_offset = h.first_offset;
-        let (new_last_term, new_last_pos) = if from_index == seg.header.base_index {
-            (seg.header.prev_term, 0)
-        } else {
-            let (p, hh) = seg.locate_index(from_index - 1, interval)?;
-            (hh.term, p)
-        };
+        // Where the cut goes is found from the entry before it, never from the first entry
+        // cut: a repair cuts at a damaged frame, whose header may be unreadable (a flipped
+        // bit in its index or length made the cut fail, and the damage was never repaired).
+        let (pos, new_next_offset, new_last_term, new_last_pos) =
+            if from_index == seg.header.base_index {
+                (
+                    SEGMENT_HEADER_LEN,
+                    seg.header.base_offset,
+                    seg.header.prev_term,
+                    0,
+                )
+            } else {
+                let (p, hh) = seg.locate_index(from_index - 1, interval)?;
+                (p + hh.total_len(), hh.next_offset(), hh.term, p)
+            };
         let mut idx = (*seg.indexes(interval)?).clone();
         idx.truncate(pos, new_next_offset);
         // Exact max timestamp of what remains: the time index bounds everything before the
@@ -49,6 +56,9 @@ impl LogStore {
             p += hh.total_len();
         }
         idx.max_timestamp = max_ts;
+        // Durable before anything is cut: a crash in between must not leave a checkpoint
+        // that the entries written again after the cut would pass unmapped.
+        self.lower_cleaner_checkpoint(new_next_offset)?;
         // The one step that needs new disk space goes first, so a full disk fails the
         // truncation with nothing changed (the caller retries once space returns): a sealed
         // segment is never truncated in place (readers may hold slices of its map), its kept

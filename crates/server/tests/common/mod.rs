@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 pub mod bit_flip;
+pub mod compacted;
 pub mod faults;
 pub mod kafka;
 pub mod procs;
