@@ -1,0 +1,64 @@
+package vdl.clients;
+
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.Callable;
+
+/** Bounded waits and the vdl cleaner counters, shared by the Connect and Streams tests. */
+final class Waits {
+    private Waits() {}
+
+    /**
+     * Calls {@code done} every 200 ms until it returns true; throws AssertionError naming
+     * {@code what} (and the last exception, if any) after {@code timeout}.
+     */
+    static void until(String what, Duration timeout, Callable<Boolean> done) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        Exception last = null;
+        while (System.nanoTime() < deadline) {
+            try {
+                if (done.call()) {
+                    return;
+                }
+                last = null;
+            } catch (InterruptedException e) {
+                throw e;
+            } catch (Exception e) {
+                last = e;
+            }
+            Thread.sleep(200);
+        }
+        throw new AssertionError("timed out after " + timeout.toSeconds() + " s: " + what
+                + (last == null ? "" : " (last error: " + last + ")"));
+    }
+
+    /**
+     * The sum over the vdl nodes' /metrics pages (the system property {@code vdl.metrics}, a
+     * comma-separated list of URLs) of the counter {@code name}; -1 when the property is unset
+     * (the target is not vdl).
+     */
+    static long vdlCounter(String name) throws IOException, InterruptedException {
+        String urls = System.getProperty("vdl.metrics", "");
+        if (urls.isBlank()) {
+            return -1;
+        }
+        HttpClient http = HttpClient.newHttpClient();
+        long sum = 0;
+        for (String url : List.of(urls.split(","))) {
+            HttpResponse<String> r = http.send(
+                    HttpRequest.newBuilder(URI.create(url)).timeout(Duration.ofSeconds(5)).build(),
+                    HttpResponse.BodyHandlers.ofString());
+            for (String line : r.body().split("\n")) {
+                if (line.startsWith(name + " ")) {
+                    sum += (long) Double.parseDouble(line.substring(name.length() + 1).trim());
+                }
+            }
+        }
+        return sum;
+    }
+}
