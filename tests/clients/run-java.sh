@@ -77,7 +77,7 @@ free_base() {
 run_tests() {
   local tests="$1" bs="$2" prefix="$3" main; shift 3
   for main in $tests; do
-    echo "java test ($TARGET): $main"
+    echo "java test ($TARGET): $main (at ${SECONDS}s)"
     if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" \
       -cp "$BUILD/classes:$CP" "$main" "$bs" "$prefix" "$N"; then
       echo "java test ($TARGET): $main FAILED" >&2
@@ -131,6 +131,7 @@ if [[ " $TARGETS " == *" kafka "* ]]; then
   BS="$(KAFKA_START_TIMEOUT=240 nice -n 10 "$REPO/scripts/kafka/kafka-cluster.sh" start --brokers 3 \
     --base-port "$BASE" --dir "$KAFKA_DATA" 2>"$KAFKA_DATA/start.log" | tail -n1)" ||
     { cat "$KAFKA_DATA/start.log" >&2; exit 1; }
+  echo "kafka cluster ready at ${SECONDS}s: $BS"
   run_tests "${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}" "$BS" "java-test-$BASE"
   cleanup
 fi
@@ -139,4 +140,4 @@ if ((${#FAILED[@]})); then
   echo "java tests FAILED: ${FAILED[*]}" >&2
   exit 1
 fi
-echo "java tests passed (targets: $TARGETS)"
+echo "java tests passed (targets: $TARGETS) in ${SECONDS}s"
