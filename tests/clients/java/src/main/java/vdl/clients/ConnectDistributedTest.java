@@ -51,11 +51,15 @@ import org.apache.kafka.connect.runtime.Connect;
  *       writes that topic to another file (both created through the worker's REST API); the
  *       file is written in chunks; the output file ends up equal to the input, and the source's
  *       offset read back from the offsets topic is the input's size; the sink's group committed
- *       every record.
+ *       every record. The source is reconfigured (batch.size=100), which writes its config,
+ *       task config and commit to the config topic again under the same keys.
  *   <li>Against vdl (system property vdl.metrics): the log cleaner compacted something
- *       (vdl_cleaner_passes_total and vdl_cleaner_removed_records_total grow).
+ *       (vdl_cleaner_passes_total and vdl_cleaner_removed_records_total grow) and cleaned the
+ *       config topic after the reconfiguration (vdl_partition_last_clean_timestamp_seconds).
+ *       The test sets min.cleanable.dirty.ratio=0.01 on the internal topics for that.
  *   <li>The worker stops, more lines are appended, a new worker starts: it finds both connectors
- *       in the config topic (nothing is submitted again), the source resumes at its committed
+ *       in the config topic (nothing is submitted again; the source with batch.size=100), the
+ *       source resumes at its committed
  *       offset: the output equals the input exactly (nothing lost, nothing read twice) and the
  *       topic holds exactly one record per line.
  * </ol>
@@ -121,8 +125,10 @@ public final class ConnectDistributedTest {
             checkInternalTopic(admin, status, 5);
             step("internal topics created by Connect: " + configs + " 1, " + offsets + " 25, "
                     + status + " 5 partitions, replication factor 3, cleanup.policy=compact");
-            List<AlterConfigOp> roll = List.of(new AlterConfigOp(
-                    new ConfigEntry("segment.ms", "1000"), AlterConfigOp.OpType.SET));
+            List<AlterConfigOp> roll = List.of(
+                    new AlterConfigOp(new ConfigEntry("segment.ms", "1000"), AlterConfigOp.OpType.SET),
+                    new AlterConfigOp(new ConfigEntry("min.cleanable.dirty.ratio", "0.01"),
+                            AlterConfigOp.OpType.SET));
             Map<ConfigResource, Collection<AlterConfigOp>> alter = new HashMap<>();
             for (String t : List.of(configs, offsets, status)) {
                 alter.put(new ConfigResource(ConfigResource.Type.TOPIC, t), roll);
@@ -164,13 +170,37 @@ public final class ConnectDistributedTest {
             awaitSinkCommitted(admin, "connect-file-sink", new TopicPartition(data, 0), n);
             step("the sink's group connect-file-sink committed " + n);
 
+            // A changed source config: the config topic gets the connector's config, its task's
+            // config and a commit again, under the keys it already holds.
+            long reconfiguredFrom = System.currentTimeMillis() / 1000;
+            putConnector(base, "file-source", Map.of(
+                    "connector.class", "org.apache.kafka.connect.file.FileStreamSourceConnector",
+                    "tasks.max", "1", "file", input.toString(), "topic", data, "batch.size", "100"));
+            awaitRunning(base, "file-source");
+            String updated = base;
+            Waits.until("the worker runs file-source with batch.size=100", STEP_TIMEOUT,
+                    () -> "100".equals(get(updated + "connectors/file-source/config").path("batch.size").asText()));
+            step("file-source reconfigured (batch.size=100)");
+            // Its records are in the config topic by now; they leave the active segment within
+            // segment.ms (1 s) plus vdl's roll check (0.5 s): from 2 s on, nothing cleanable
+            // left in the config topic means the cleaner has cleaned them.
+            long sealedBy = System.currentTimeMillis() + 2000;
+
             if (cleanerPassesBefore >= 0) {
-                Waits.until("the vdl log cleaner compacts the internal topics", STEP_TIMEOUT,
+                String labels = "{topic=\"" + configs + "\",partition=\"0\"}";
+                Waits.until("the vdl log cleaner compacts the internal topics, " + configs
+                        + " after the reconfiguration", STEP_TIMEOUT,
                         () -> Waits.vdlCounter("vdl_cleaner_passes_total") > cleanerPassesBefore
-                                && Waits.vdlCounter("vdl_cleaner_removed_records_total") > removedBefore);
+                                && Waits.vdlCounter("vdl_cleaner_removed_records_total") > removedBefore
+                                && Waits.vdlMax("vdl_partition_last_clean_timestamp_seconds" + labels)
+                                        >= reconfiguredFrom
+                                && System.currentTimeMillis() >= sealedBy
+                                && Waits.vdlMax("vdl_partition_cleaned_bytes" + labels) > 0
+                                && Waits.vdlMax("vdl_partition_cleanable_bytes" + labels) == 0);
                 step("vdl's log cleaner compacted: passes " + cleanerPassesBefore + " -> "
                         + Waits.vdlCounter("vdl_cleaner_passes_total") + ", records removed "
-                        + removedBefore + " -> " + Waits.vdlCounter("vdl_cleaner_removed_records_total"));
+                        + removedBefore + " -> " + Waits.vdlCounter("vdl_cleaner_removed_records_total")
+                        + "; " + configs + " cleaned after the reconfiguration");
             }
 
             connect.stop();
@@ -193,7 +223,11 @@ public final class ConnectDistributedTest {
                     });
             awaitRunning(base, "file-source");
             awaitRunning(base, "file-sink");
-            step("a new worker read both connectors back from " + configs + " and runs them");
+            String batch = get(base + "connectors/file-source/config").path("batch.size").asText();
+            check("100".equals(batch), "the restarted worker has file-source with batch.size=" + batch
+                    + ", not the latest config (100)");
+            step("a new worker read both connectors back from " + configs
+                    + " (file-source with its latest config) and runs them");
             awaitOutput(output, lines);
             awaitSourceOffset(bootstrap, offsets, input, Files.size(input));
             long end = admin.listOffsets(Map.of(new TopicPartition(data, 0), OffsetSpec.latest()))

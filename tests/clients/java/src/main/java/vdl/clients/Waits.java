@@ -6,6 +6,7 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
 
@@ -43,22 +44,38 @@ final class Waits {
      * (the target is not vdl).
      */
     static long vdlCounter(String name) throws IOException, InterruptedException {
+        List<Long> values = vdlSamples(name);
+        return values == null ? -1 : values.stream().mapToLong(Long::longValue).sum();
+    }
+
+    /**
+     * The largest value over the vdl nodes of the sample {@code series} (a metric name with its
+     * labels as the nodes print them, e.g. {@code m{topic="t",partition="0"}}); 0 when no node
+     * has it, -1 when the system property {@code vdl.metrics} is unset.
+     */
+    static long vdlMax(String series) throws IOException, InterruptedException {
+        List<Long> values = vdlSamples(series);
+        return values == null ? -1 : values.stream().mapToLong(Long::longValue).max().orElse(0);
+    }
+
+    /** Each node's value of {@code series} (nodes without it left out); null without vdl.metrics. */
+    private static List<Long> vdlSamples(String series) throws IOException, InterruptedException {
         String urls = System.getProperty("vdl.metrics", "");
         if (urls.isBlank()) {
-            return -1;
+            return null;
         }
         HttpClient http = HttpClient.newHttpClient();
-        long sum = 0;
+        List<Long> values = new ArrayList<>();
         for (String url : List.of(urls.split(","))) {
             HttpResponse<String> r = http.send(
                     HttpRequest.newBuilder(URI.create(url)).timeout(Duration.ofSeconds(5)).build(),
                     HttpResponse.BodyHandlers.ofString());
             for (String line : r.body().split("\n")) {
-                if (line.startsWith(name + " ")) {
-                    sum += (long) Double.parseDouble(line.substring(name.length() + 1).trim());
+                if (line.startsWith(series + " ")) {
+                    values.add((long) Double.parseDouble(line.substring(series.length() + 1).trim()));
                 }
             }
         }
-        return sum;
+        return values;
     }
 }
