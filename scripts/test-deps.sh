@@ -59,7 +59,8 @@ then
   .venv/bin/python -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}"
 fi
 
-# The Java test's Maven artifacts (kafka-clients 3.9.x and the dependency plugin), so the test
+# The Java tests' Maven artifacts (kafka-clients, connect-runtime, connect-file and kafka-streams
+# 3.9.x and the dependency plugin), so the test
 # never downloads mid-run: resolving offline succeeds once they are in ~/.m2.
 # A stamp in ~/.m2 named after the pom's hash records a complete prefetch (asking Maven
 # offline would cost a JVM start, ~6 s, on every run).
@@ -79,7 +80,8 @@ fi
 # --- Admin-tooling tests (tests/clients/test_admin*.py, issue 11) ---
 
 # Apache Kafka 3.9's jars (from Maven Central into .cache/kafka-3.9/libs): the admin tests run
-# Kafka's own command-line tools from them, and with ADMIN_TEST_TARGET=kafka a Kafka cluster.
+# Kafka's own command-line tools from them, and with ADMIN_TEST_TARGET=kafka a Kafka cluster;
+# tests/clients/run-java.sh runs its Connect and Streams tests against such a cluster too.
 # Idempotent: a marker file records a complete download.
 timeout 900 ./scripts/kafka/fetch-kafka.sh >/dev/null
 

@@ -27,8 +27,8 @@ clients_failed=()
 if timeout 1800 ./.venv/bin/pytest -q tests/clients; then echo "client tests (Python): passed"
 else echo "client tests (Python): FAILED"; clients_failed+=(python); fi
 
-step "client tests: Apache Kafka Java client 3.9 (tests/clients/run-java.sh)"
-if timeout 600 tests/clients/run-java.sh; then echo "client tests (Java): passed"
+step "client tests: Apache Kafka Java client, Connect and Streams 3.9 against vdl and Kafka (tests/clients/run-java.sh)"
+if timeout 900 tests/clients/run-java.sh; then echo "client tests (Java): passed"
 else echo "client tests (Java): FAILED"; clients_failed+=(java); fi
 if ((${#clients_failed[@]})); then echo "client tests failed: ${clients_failed[*]}" >&2; exit 1; fi
 

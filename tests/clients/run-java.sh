@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# The Java client test: starts a three-node vdl cluster (deploy/local-cluster.sh, free ports, a
-# temporary data directory), runs tests/clients/java's ClientTest against it (Apache Kafka's
-# Java client 3.9: default idempotent producer, consumer group with commitSync; then a 6-partition
-# topic with keyed records, a two-member group and a rebalance, and CreatePartitions), then
-# StaticMembership (a restarted static member takes its partition back without a rebalance, a
-# duplicate is fenced, removal by instance id), stops the cluster by its PIDs. Exit status: 0
-# when every test passed.
+# The Java client tests: starts a three-node vdl cluster (deploy/local-cluster.sh, free ports, a
+# temporary data directory), runs tests/clients/java's test classes against it one after the
+# other, stops the cluster by its PIDs; then starts a three-node Apache Kafka 3.9 cluster
+# (scripts/kafka/kafka-cluster.sh, jars from scripts/kafka/fetch-kafka.sh) and runs the
+# ecosystem tests (Kafka Connect, Kafka Streams) against it too, so a difference between vdl and
+# Kafka shows as a test failing against one of them. Exit status: 0 when every test passed
+# against every target; every test runs even when an earlier one failed.
+#
+# Against vdl (JAVA_TEST_MAIN, default all four): ClientTest (Apache Kafka's Java client 3.9:
+# default idempotent producer, consumer group with commitSync; then a 6-partition topic with
+# keyed records, a two-member group and a rebalance, and CreatePartitions), StaticMembership (a
+# restarted static member takes its partition back without a rebalance, a duplicate is fenced,
+# removal by instance id), ConnectDistributedTest (Kafka Connect 3.9 distributed, default
+# compacted internal topics, file source and sink, a worker restart resumes at the committed
+# offset; the vdl cluster runs its log cleaner every 500 ms and the test waits for it to
+# compact), StreamsKTableTest (Kafka Streams 3.9, a KTable count, its compacted changelog, a
+# restore into a fresh state directory).
+# Against Kafka (JAVA_TEST_KAFKA_MAIN, default ConnectDistributedTest StreamsKTableTest).
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
-#                                              JAVA_TEST_MAIN: the test classes to run, default
-#                                              "vdl.clients.ClientTest vdl.clients.StaticMembership"
-#                                              (static membership, KIP-345);
-#                                              VDL_KEEP=1 keeps the cluster's data and logs;
+#                                              JAVA_TEST_TARGETS: "vdl kafka" (default), "vdl"
+#                                              or "kafka";
+#                                              JAVA_TEST_MAIN / JAVA_TEST_KAFKA_MAIN: the test
+#                                              classes, e.g. vdl.clients.StaticMembership;
+#                                              VDL_KEEP=1 keeps the clusters' data and logs;
 #                                              JAVA_TEST_RECORDS, default 500)
-# Needs a JDK and Maven with the dependencies prefetched: scripts/test-deps.sh does both.
+# Needs a JDK and Maven with the dependencies prefetched, and the Kafka 3.9 jars:
+# scripts/test-deps.sh does all three.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PROJ="$REPO/tests/clients/java"
@@ -41,32 +54,90 @@ CP="$(cat "$BUILD/classpath.txt")"
 rm -rf "$BUILD/classes"
 javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
-# 2. A cluster on free ports: a random Kafka base B with B..B+2, B+100.., B+200.. all closed.
+TARGETS="${JAVA_TEST_TARGETS:-vdl kafka}"
+ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
+ECOSYSTEM_TESTS="vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
+FAILED=()
+
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-BASE=""
-for _ in $(seq 1 100); do
-  # Below the ephemeral range (32768+), where outgoing connections take their local ports.
-  b=$((20000 + RANDOM % 10000)); ok=1
-  for off in 0 100 200; do for i in 0 1 2; do port_open $((b + off + i)) && ok=0; done; done
-  if [[ "$ok" == 1 ]]; then BASE="$b"; break; fi
-done
-[[ -n "$BASE" ]] || { echo "no free port range" >&2; exit 1; }
-DATA="$(mktemp -d /tmp/vdl-java-test.XXXXXX)"
-export VDL_DATA_DIR="$DATA" VDL_KAFKA_BASE_PORT="$BASE" VDL_BIN="${VDL_BIN:-$REPO/target/debug/vdl}"
-export VDL_START_TIMEOUT=60
+# A base port B with B+off+0..2 closed for every offset given, between LOW and LOW+8000 (below the
+# ephemeral range, 32768+, where outgoing connections take their local ports).
+free_base() {
+  local low="$1"; shift
+  local b ok off i
+  for _ in $(seq 1 100); do
+    b=$((low + RANDOM % 8000)); ok=1
+    for off in "$@"; do for i in 0 1 2; do port_open $((b + off + i)) && ok=0; done; done
+    if [[ "$ok" == 1 ]]; then echo "$b"; return 0; fi
+  done
+  echo "no free port range" >&2; return 1
+}
+
+# Runs each test class in $1 against bootstrap $2 (names prefixed with $3), extra JVM flags after.
+run_tests() {
+  local tests="$1" bs="$2" prefix="$3" main; shift 3
+  for main in $tests; do
+    echo "java test ($TARGET): $main (at ${SECONDS}s)"
+    if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" \
+      -cp "$BUILD/classes:$CP" "$main" "$bs" "$prefix" "$N"; then
+      echo "java test ($TARGET): $main FAILED" >&2
+      FAILED+=("$TARGET:$main")
+    fi
+  done
+}
+
+KEEP="${VDL_KEEP:-0}"
+VDL_DATA="" KAFKA_DATA=""
 cleanup() {
-  "$REPO/deploy/local-cluster.sh" stop >/dev/null 2>&1 || true
-  if [[ "${VDL_KEEP:-0}" == 1 ]]; then echo "cluster data kept in $DATA" >&2; else rm -rf "$DATA"; fi
+  if [[ -n "$VDL_DATA" ]]; then
+    VDL_DATA_DIR="$VDL_DATA" "$REPO/deploy/local-cluster.sh" stop >/dev/null 2>&1 || true
+    if [[ "$KEEP" == 1 ]]; then echo "vdl cluster data kept in $VDL_DATA" >&2; else rm -rf "$VDL_DATA"; fi
+    VDL_DATA=""
+  fi
+  if [[ -n "$KAFKA_DATA" ]]; then
+    KAFKA_STOP_TIMEOUT=20 "$REPO/scripts/kafka/kafka-cluster.sh" stop --dir "$KAFKA_DATA" >/dev/null 2>&1 || true
+    if [[ "$KEEP" == 1 ]]; then echo "kafka cluster data kept in $KAFKA_DATA" >&2; else rm -rf "$KAFKA_DATA"; fi
+    KAFKA_DATA=""
+  fi
 }
 trap cleanup EXIT
 # A SIGTERM (from `timeout` in scripts/test.sh) must still run cleanup: the nodes run in their own
 # session (setsid) and would outlive us.
 trap 'exit 143' TERM INT
-BS="$("$REPO/deploy/local-cluster.sh" start 2>"$DATA/start.log" | tail -n1)" || { cat "$DATA/start.log" >&2; exit 1; }
 
-# 3. The tests, one after the other on the same cluster, each bounded as a whole.
-for main in ${JAVA_TEST_MAIN:-vdl.clients.ClientTest vdl.clients.StaticMembership}; do
-  echo "java test: $main"
-  timeout 240 java -Xmx256m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
-    -cp "$BUILD/classes:$CP" "$main" "$BS" "java-test-$BASE" "$N"
-done
+# 2. vdl: a cluster on free ports (Kafka base B: B..B+2, peers B+100.., admin B+200..), with
+#    a log cleaner that runs every 500 ms and segment.ms checked as often, so the Connect test
+#    sees its internal topics compacted within seconds.
+if [[ " $TARGETS " == *" vdl "* ]]; then
+  TARGET=vdl
+  BASE="$(free_base 20000 0 100 200)"
+  VDL_DATA="$(mktemp -d /tmp/vdl-java-test.XXXXXX)"
+  BS="$(VDL_DATA_DIR="$VDL_DATA" VDL_KAFKA_BASE_PORT="$BASE" VDL_BIN="${VDL_BIN:-$REPO/target/debug/vdl}" \
+    VDL_START_TIMEOUT=60 VDL_EXTRA_CONFIG="[storage]
+cleaner_backoff_ms = 500
+retention_check_ms = 500" "$REPO/deploy/local-cluster.sh" start 2>"$VDL_DATA/start.log" | tail -n1)" ||
+    { cat "$VDL_DATA/start.log" >&2; exit 1; }
+  METRICS="http://127.0.0.1:$((BASE + 200))/metrics,http://127.0.0.1:$((BASE + 201))/metrics,http://127.0.0.1:$((BASE + 202))/metrics"
+  run_tests "${JAVA_TEST_MAIN:-$ALL_TESTS}" "$BS" "java-test-$BASE" "-Dvdl.metrics=$METRICS"
+  cleanup
+fi
+
+# 3. Apache Kafka 3.9, three KRaft nodes (clients on B..B+2, controllers on B+10..B+12).
+if [[ " $TARGETS " == *" kafka "* ]]; then
+  TARGET=kafka
+  "$REPO/scripts/kafka/fetch-kafka.sh" >/dev/null
+  BASE="$(free_base 12000 0 10)"
+  KAFKA_DATA="$(mktemp -d /tmp/vdl-java-kafka.XXXXXX)"
+  BS="$(KAFKA_START_TIMEOUT=240 nice -n 10 "$REPO/scripts/kafka/kafka-cluster.sh" start --brokers 3 \
+    --base-port "$BASE" --dir "$KAFKA_DATA" 2>"$KAFKA_DATA/start.log" | tail -n1)" ||
+    { cat "$KAFKA_DATA/start.log" >&2; exit 1; }
+  echo "kafka cluster ready at ${SECONDS}s: $BS"
+  run_tests "${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}" "$BS" "java-test-$BASE"
+  cleanup
+fi
+
+if ((${#FAILED[@]})); then
+  echo "java tests FAILED: ${FAILED[*]}" >&2
+  exit 1
+fi
+echo "java tests passed (targets: $TARGETS) in ${SECONDS}s"
