@@ -275,3 +275,58 @@ def test_kafka_python_across_gaps(gap_cluster):
         admin.close()
     list_offsets(e.delete_to, e.by_time_after_delete)
     assert read_from_beginning(len(e.after_delete)) == e.after_delete
+
+
+def test_vdlctl_shows_the_cleaner_figures(gap_cluster):
+    """`vdlctl segment list` on a compacted partition shows the log cleaner's figures of the
+    leader's replica, the same as that node's scrape; a topic that does not compact has none."""
+    import json
+
+    from ops_cluster import vdlctl_binary
+
+    e = compacted.make_compacted_topic(gap_cluster, "gaps-vdlctl")
+    admin = f"127.0.0.1:{gap_cluster.base + 200}"
+
+    def vdlctl(*args):
+        r = subprocess.run([vdlctl_binary(), "--admin", admin, *args],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    doc = json.loads(vdlctl("segment", "list", e.topic, "0", "--json"))
+    c = doc["cleaner"]
+    sealed = sum(s["bytes"] for s in doc["segments"] if not s["active"])
+    # Everything produced was cleaned: the first dirty offset is the log end, and the sealed
+    # segments are clean bytes (or cleanable ones, if a roll sealed something since).
+    assert c["first_dirty_offset"] == e.end, c
+    assert c["cleaned_bytes"] > 0 and c["cleaned_bytes"] + c["cleanable_bytes"] == sealed, doc
+    total = c["cleaned_bytes"] + c["cleanable_bytes"]
+    assert abs(c["dirty_ratio"] - c["cleanable_bytes"] / total) < 1e-9, c
+    assert abs(c["last_clean_ms"] / 1000 - time.time()) < 300, c
+
+    # The scrape of the node that answered says the same.
+    def metric(name):
+        (v,) = compacted._node_metric_lines(gap_cluster, doc["node"], name, e.topic)
+        return float(v)
+
+    assert metric("vdl_partition_cleaned_bytes") == c["cleaned_bytes"]
+    assert metric("vdl_partition_cleanable_bytes") == c["cleanable_bytes"]
+    assert abs(metric("vdl_partition_dirty_ratio") - c["dirty_ratio"]) < 1e-9
+    assert metric("vdl_partition_last_clean_timestamp_seconds") == c["last_clean_ms"] // 1000
+
+    text = vdlctl("segment", "list", e.topic, "0")
+    print(text)
+    assert "log cleaner (cleanup.policy compact):" in text, text
+    assert f"  first dirty offset  {e.end}\n" in text, text
+    assert f"  cleaned bytes       {c['cleaned_bytes']}\n" in text, text
+    assert " s ago)\n" in text, text
+
+    # A topic that does not compact: no cleaner figures.
+    from confluent_kafka.admin import NewTopic
+
+    plain_admin = AdminClient({"bootstrap.servers": gap_cluster.bootstrap})
+    fut = plain_admin.create_topics([NewTopic("gaps-plain", 1, 3)], request_timeout=20)
+    fut["gaps-plain"].result(timeout=30)
+    gap_cluster.leader("gaps-plain", timeout=20)
+    assert "cleaner" not in json.loads(vdlctl("segment", "list", "gaps-plain", "0", "--json"))
+    assert "log cleaner" not in vdlctl("segment", "list", "gaps-plain", "0")
