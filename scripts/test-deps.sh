@@ -37,7 +37,8 @@ fi
 
 # Python venv with librdkafka's Python client and pytest, pinned (versions on PyPI when this
 # was written). Checked through importlib.metadata, so an up-to-date venv costs no pip run.
-PY_PKGS=(confluent-kafka==2.16.1 pytest==8.4.2 pytest-timeout==2.4.0 prometheus-client==0.26.0)
+# kafka-python: the client family of tests/clients/test_compaction_gaps.py's kafka-python test.
+PY_PKGS=(confluent-kafka==2.16.1 pytest==8.4.2 pytest-timeout==2.4.0 prometheus-client==0.26.0 kafka-python==3.0.12)
 if [ ! -x .venv/bin/python ]; then
   echo "creating the Python venv .venv"
   if ! python3 -m venv .venv 2>/dev/null; then
@@ -60,20 +61,23 @@ then
 fi
 
 # The Java tests' Maven artifacts (kafka-clients, connect-runtime, connect-file and kafka-streams
-# 3.9.x and the dependency plugin), so the test
-# never downloads mid-run: resolving offline succeeds once they are in ~/.m2.
+# 3.9.x; kafka-clients 4.1.1 for test_compaction_gaps.py's Java 4.x run; the dependency plugin),
+# so the test never downloads mid-run: resolving offline succeeds once they are in ~/.m2.
 # A stamp in ~/.m2 named after the pom's hash records a complete prefetch (asking Maven
 # offline would cost a JVM start, ~6 s, on every run).
 JAVA_POM=tests/clients/java/pom.xml
-JAVA_STAMP="$HOME/.m2/.vdl-java-client-test-$(sha256sum "$JAVA_POM" | cut -c1-16)"
+JAVA_KAFKA4=4.1.1
+JAVA_STAMP="$HOME/.m2/.vdl-java-client-test-$(sha256sum "$JAVA_POM" | cut -c1-16)-k$JAVA_KAFKA4"
 if [ ! -f "$JAVA_STAMP" ]; then
   echo "prefetching the Java client test's Maven dependencies"
-  # Bounded; Maven 3.8 prints bare ANSI resets even in batch mode: strip them.
-  timeout 600 mvn -B -q -Dstyle.color=never -f "$JAVA_POM" dependency:resolve dependency:build-classpath \
-    -Dmdep.outputFile=/dev/null 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
-  # Proof that the test's own offline resolution now works.
-  mvn -B -q -o -f "$JAVA_POM" dependency:build-classpath -Dmdep.outputFile=/dev/null >/dev/null 2>&1 ||
-    { echo "the Java test's Maven dependencies do not resolve offline after prefetching" >&2; exit 1; }
+  for v in "" "-Dkafka.version=$JAVA_KAFKA4"; do
+    # Bounded; Maven 3.8 prints bare ANSI resets even in batch mode: strip them.
+    timeout 600 mvn -B -q -Dstyle.color=never -f "$JAVA_POM" $v dependency:resolve dependency:build-classpath \
+      -Dmdep.outputFile=/dev/null 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
+    # Proof that the test's own offline resolution now works.
+    mvn -B -q -o -f "$JAVA_POM" $v dependency:build-classpath -Dmdep.outputFile=/dev/null >/dev/null 2>&1 ||
+      { echo "the Java test's Maven dependencies ($v) do not resolve offline after prefetching" >&2; exit 1; }
+  done
   touch "$JAVA_STAMP"
 fi
 
@@ -85,13 +89,16 @@ fi
 # Idempotent: a marker file records a complete download.
 timeout 900 ./scripts/kafka/fetch-kafka.sh >/dev/null
 
-# The Go admin program's modules (franz-go, kadm), so `go build` in the test needs no network.
+# The Go programs' modules (franz-go and kadm; sarama), so `go build` in the tests needs no
+# network.
 # Go >= 1.26 is needed (franz-go v1.22.3's go.mod); Debian's golang-go is older, so nothing is
 # installed here: on a machine without Go the Go admin test fails and says so.
 GO_BIN="$(command -v go || true)"
 [[ -z "$GO_BIN" && -x /usr/local/go/bin/go ]] && GO_BIN=/usr/local/go/bin/go
 if [[ -n "$GO_BIN" ]]; then
   (cd tests/clients/go/admin && timeout 300 "$GO_BIN" mod download)
+  # sarama for test_compaction_gaps.py's sarama test.
+  (cd tests/clients/go/sarama && timeout 300 "$GO_BIN" mod download)
 else
   echo "no Go toolchain: tests/clients/test_admin_go.py will fail when the admin tests are on" >&2
 fi

@@ -31,7 +31,7 @@ use axum::Extension;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use vdl_admin_api::leaders::{LeaderTransferred, LeadersBalanced};
-use vdl_admin_api::segments::{SegmentList, SegmentsDeleted};
+use vdl_admin_api::segments::{CleanerFigures, SegmentList, SegmentsDeleted};
 use vdl_admin_api::ErrorBody;
 
 use crate::admin_auth::Caller;
@@ -556,7 +556,8 @@ fn segment_entries(stream: &crate::replication::stream::LogStream) -> Vec<Segmen
         .collect()
 }
 
-/// `GET /partitions/{topic}/{partition}/segments`: the leader's segment files.
+/// `GET /partitions/{topic}/{partition}/segments`: the leader's segment files, and for a
+/// compacted topic the cleaner's figures of that replica.
 pub async fn list_segments(
     State(node): State<Arc<Node>>,
     Extension(caller): Extension<Caller>,
@@ -583,7 +584,15 @@ pub async fn list_segments(
             format!("no replica of {topic}-{partition} here"),
         );
     };
+    let cleaner = node.cleaner_stats(&stream).map(|c| CleanerFigures {
+        cleanable_bytes: c.cleanable_bytes,
+        cleaned_bytes: c.clean_bytes,
+        dirty_ratio: c.dirty_ratio(),
+        first_dirty_offset: c.first_dirty_offset,
+        last_clean_ms: c.last_clean_ms,
+    });
     Json(SegmentList {
+        cleaner,
         node: node.config().id,
         partition,
         segments: segment_entries(&stream),

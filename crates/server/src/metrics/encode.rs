@@ -57,6 +57,20 @@ fn family(
     Ok(())
 }
 
+/// Writes one metric family of gauges with fractional values (ratios).
+fn ratio_family(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: impl IntoIterator<Item = (Labels, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in values {
+        metric.encode_family(&labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
 fn histograms<'h>(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -219,6 +233,16 @@ impl Collector for Scrape {
              the dirty ratio is cleanable / (cleaned + cleanable).",
             Gauge,
             cleaned(|s| Some(s.clean_bytes)),
+        )?;
+        ratio_family(
+            &mut e,
+            "vdl_partition_dirty_ratio",
+            "Compacted topics: cleanable / (cleaned + cleanable) bytes, the ratio the log \
+             cleaner compares with min.cleanable.dirty.ratio (0 when both are 0).",
+            ps.iter().filter_map(|p| {
+                let s = p.cleaner.as_ref()?;
+                Some((partition_labels(p), s.dirty_ratio()))
+            }),
         )?;
         family(
             &mut e,
@@ -494,6 +518,10 @@ mod tests {
             text.contains(
                 "vdl_partition_last_clean_timestamp_seconds{topic=\"t\",partition=\"0\"} 5"
             ),
+            "{text}"
+        );
+        assert!(
+            text.contains("vdl_partition_dirty_ratio{topic=\"t\",partition=\"0\"} 0.25"),
             "{text}"
         );
         assert!(

@@ -106,6 +106,12 @@ impl Node {
 }
 
 impl Node {
+    /// The log cleaner's view of `s` as the scrape reports it (below its applied index, now):
+    /// `None` unless the topic's `cleanup.policy` compacts. For the admin API's segment list.
+    pub(crate) fn cleaner_stats(&self, s: &LogStream) -> Option<logstore::CleanerStats> {
+        self.cleaner_sample(s, s.visible().applied_index)
+    }
+
     /// The log cleaner's view of `s` (applied through `applied_index`) for a topic whose
     /// `cleanup.policy` compacts: what its next pass could clean (reads the store's checkpoint).
     fn cleaner_sample(&self, s: &LogStream, applied_index: u64) -> Option<logstore::CleanerStats> {
