@@ -608,17 +608,21 @@ async fn a_restarted_node_answers_metadata_only_once_caught_up_with_the_cluster(
         let mut answers = Vec::new();
         while Instant::now() < until {
             let (err, parts) = c.partition_infos("later").unwrap();
-            answers.push((err, parts.len()));
+            let led = parts
+                .iter()
+                .filter(|p| p.error == 0 && p.leader > 0)
+                .count();
+            answers.push((err, parts.len(), led));
         }
         answers
     })
     .await
     .unwrap();
-    let partial: Vec<&(i16, usize)> = answers.iter().filter(|a| **a != (0, 3)).collect();
+    let partial: Vec<&(i16, usize, usize)> = answers.iter().filter(|a| **a != (0, 3, 3)).collect();
     assert!(!answers.is_empty());
     assert!(
         partial.is_empty(),
-        "{} of {} answers without the topic's 3 partitions, (topic error, partitions): {:?}",
+        "{} of {} answers without the topic's 3 partitions each with a leader, (topic error, partitions, with a leader): {:?}",
         partial.len(),
         answers.len(),
         &partial[..partial.len().min(5)]

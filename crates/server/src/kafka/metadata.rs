@@ -247,8 +247,8 @@ fn partition_metadata(
     }
 }
 
-/// Handles Metadata: once this node's metadata is current (see [`catch_up_then`]), creates
-/// the unknown topics asked for first when both the client and the server allow it
+/// Handles Metadata: once this node has caught up with the cluster (see [`catch_up_then`]),
+/// creates the unknown topics asked for first when both the client and the server allow it
 /// (`auto_create_topics`), then answers with the brokers' addresses on the listener `listener`
 /// (the one the client connected to).
 pub fn handle(
@@ -259,7 +259,7 @@ pub fn handle(
     correlation_id: i32,
     listener: &str,
 ) -> Reply {
-    if node.metadata_current() {
+    if node.caught_up() {
         let (refused, to_create) = plan(node, access, &req);
         if to_create.is_empty() {
             return reply::now(
@@ -288,21 +288,23 @@ pub fn handle(
     })
 }
 
-/// Waits, at most [`CATCH_UP_WAIT`], until this node's metadata is current: after a start, a
-/// node has replayed its own metadata log but may not have applied everything the cluster had
-/// committed, and would answer a topic unknown, or without the partitions a later change
-/// added, that the cluster has (librdkafka keeps such an answer until its metadata expires).
-/// A Kafka broker does not serve clients until it has caught up on the metadata log. Past the
-/// wait (no quorum reachable) the node answers with what it has.
+/// Waits, at most [`CATCH_UP_WAIT`], until this node has caught up with the cluster
+/// ([`Node::caught_up`]): after a start, a node has replayed its own metadata log but may not
+/// have applied everything the cluster had committed, and would answer a topic unknown, or
+/// without the partitions a later change added, that the cluster has; and a replica here that
+/// has not heard from its leader yet has no leader to name until the leaders' reports are in.
+/// librdkafka keeps such an answer until its metadata expires. A Kafka broker does not serve
+/// clients until it has caught up on the metadata log. Past the wait (no quorum reachable,
+/// say) the node answers with what it has.
 async fn catch_up_then(node: &Node) {
-    if !node.wait_for_metadata_current(CATCH_UP_WAIT).await {
+    if !node.wait_for_catch_up(CATCH_UP_WAIT).await {
         tracing::warn!(
-            "answering Metadata before this node caught up with the cluster metadata (no quorum within {CATCH_UP_WAIT:?})"
+            "answering Metadata before this node caught up with the cluster (not within {CATCH_UP_WAIT:?})"
         );
     }
 }
 
-/// Longest a Metadata request waits for this node to catch up with the cluster metadata.
+/// Longest a Metadata request waits for this node to catch up with the cluster.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 
 /// Which topics named in `req` are refused, and which unknown ones to auto-create first.

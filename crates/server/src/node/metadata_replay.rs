@@ -16,8 +16,13 @@ use crate::replication::stream::LogStream;
 
 use super::{Node, NodeError};
 
-/// How often [`Node::wait_for_metadata_current`] looks again.
+/// How often the catch-up after a start looks again.
 const CATCH_UP_POLL: Duration = Duration::from_millis(10);
+
+/// Longest the catch-up after a start waits for the connected peers' leader reports once the
+/// metadata is current (each peer sends its report at least every
+/// [`crate::replication::leaders::REPORT_REFRESH`]; a peer of an earlier release sends none).
+const LEADER_REPORTS_WAIT: Duration = Duration::from_secs(3);
 
 /// The node carries out what applied metadata commands ask of it.
 impl MetadataHost for Node {
@@ -79,11 +84,20 @@ impl Node {
         self.metadata_current.load(Ordering::Acquire)
     }
 
-    /// Waits, at most `timeout`, until this node's metadata is current
-    /// ([`Node::metadata_current`]); returns whether it is.
-    pub async fn wait_for_metadata_current(&self, timeout: Duration) -> bool {
+    /// Whether this node has caught up with the cluster after its start: its metadata is
+    /// current ([`Node::metadata_current`]) and every peer connected then has told it which
+    /// partitions it leads (or 3 s passed since the metadata was), so Metadata can name the
+    /// leader of every partition, also of one whose replica here has not heard from its
+    /// leader yet. Set once, never cleared.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    /// Waits, at most `timeout`, until this node has caught up with the cluster
+    /// ([`Node::caught_up`]); returns whether it has.
+    pub async fn wait_for_catch_up(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        while !self.metadata_current() {
+        while !self.caught_up() {
             if Instant::now() >= deadline {
                 return false;
             }
@@ -95,9 +109,11 @@ impl Node {
     /// Commits one metadata barrier (retried every 200 ms, 5 s per attempt, until it commits or
     /// the node ends) and then marks the metadata, and with it the ACLs, current: as a Kafka
     /// broker catches up on the metadata log to what the controllers had committed before it
-    /// serves clients. Started with the Kafka listeners.
+    /// serves clients. Then waits for the connected peers' leader reports (at most 3 s) and
+    /// marks the node caught up ([`Node::caught_up`]). Started
+    /// with the Kafka listeners.
     pub(super) fn start_metadata_catch_up(self: &Arc<Self>) {
-        if self.metadata_current() {
+        if self.caught_up() {
             return;
         }
         let node = Arc::downgrade(self);
@@ -117,12 +133,24 @@ impl Node {
                     Ok(_) => {
                         n.metadata_current.store(true, Ordering::Release);
                         tracing::info!("caught up with the cluster metadata");
-                        return;
+                        break;
                     }
                     Err(e) => tracing::debug!("metadata catch-up barrier not committed yet: {e}"),
                 }
                 drop(n);
                 tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let deadline = Instant::now() + LEADER_REPORTS_WAIT;
+            loop {
+                let Some(n) = node.upgrade() else {
+                    return;
+                };
+                if n.leader_reports_heard() || Instant::now() >= deadline {
+                    n.caught_up.store(true, Ordering::Release);
+                    return;
+                }
+                drop(n);
+                tokio::time::sleep(CATCH_UP_POLL).await;
             }
         });
     }

@@ -196,6 +196,9 @@ pub struct Node {
     /// Set once a metadata barrier committed after start was applied here (see
     /// [`Node::metadata_current`]).
     metadata_current: Arc<std::sync::atomic::AtomicBool>,
+    /// Set once the metadata is current and the peers' leader reports are in (see
+    /// [`Node::caught_up`]).
+    caught_up: std::sync::atomic::AtomicBool,
     /// The peer port's admission checks (members added at runtime are admitted here).
     guard: Arc<PeerGuard>,
     /// The peers the liveness task pings: the configured ones and those added at runtime.
@@ -438,6 +441,7 @@ impl Node {
         let node = Arc::new(Node {
             authorizer,
             metadata_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            caught_up: std::sync::atomic::AtomicBool::new(false),
             config,
             registry,
             peers,
