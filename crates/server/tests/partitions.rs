@@ -470,3 +470,162 @@ async fn leaders_spread_over_the_nodes_and_return_to_a_restarted_node() {
         n.shutdown();
     }
 }
+
+/// Asks `broker` for `topic`'s metadata over and over until `stop`; returns how many answers
+/// it got and the first few that did not name a live leader for each of the `count`
+/// partitions (a topic error, a partition missing, or one without a leader).
+fn watch_metadata(
+    broker: SocketAddr,
+    topic: &str,
+    count: usize,
+    stop: &std::sync::atomic::AtomicBool,
+) -> (usize, Vec<String>) {
+    let mut answers = 0;
+    let mut bad = Vec::new();
+    let mut conn = None;
+    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+        if conn.is_none() {
+            conn = KafkaConn::connect(broker).ok();
+        }
+        let Some(c) = conn.as_mut() else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        match c.partition_infos(topic) {
+            Ok((err, parts)) => {
+                answers += 1;
+                let whole = err == 0
+                    && parts.len() == count
+                    && parts.iter().all(|p| p.error == 0 && p.leader > 0);
+                if !whole && bad.len() < 10 {
+                    bad.push(format!("{broker}: topic error {err}, partitions {parts:?}"));
+                }
+            }
+            Err(_) => conn = None,
+        }
+    }
+    (answers, bad)
+}
+
+/// While leadership of every partition moves from replica to replica (planned transfers, as
+/// the leader rebalance and a rolling restart make them), every node's Metadata keeps naming a
+/// leader for each partition: the previous one until the next is known, as Kafka's metadata
+/// does, never none. A client caches a partition answered without a leader (librdkafka's
+/// watermark query then fails with "Unknown partition" until its metadata expires).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_names_a_leader_for_every_partition_while_leadership_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.raft.leader_rebalance_interval = None;
+    }
+    let brokers = kafka_addrs(&configs);
+    let nodes = start(&configs).await;
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(c.create_topic_replicated("moving", 3, 3).unwrap().0, 0);
+        wait_for_leaders(&b, "moving", 3);
+    })
+    .await
+    .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchers: Vec<_> = brokers
+        .iter()
+        .map(|b| {
+            let (b, stop) = (*b, stop.clone());
+            std::thread::spawn(move || watch_metadata(b, "moving", 3, &stop))
+        })
+        .collect();
+    let leader_seen_by_all = |p: u32| {
+        let leaders: Vec<u64> = nodes
+            .0
+            .iter()
+            .map(|(n, _)| n.partition("moving", p).map_or(0, |s| s.visible().leader))
+            .collect();
+        (leaders.iter().all(|l| *l == leaders[0])).then_some(leaders[0])
+    };
+    for round in 0..4u64 {
+        for p in 0..3u32 {
+            let to = (u64::from(p) + round) % 3 + 1;
+            let deadline = Instant::now() + T;
+            loop {
+                let (node, _) = &nodes.0[round as usize % 3];
+                match node.transfer_leader("moving", p, to, T).await {
+                    Ok(()) if leader_seen_by_all(p) == Some(to) => break,
+                    other => assert!(
+                        Instant::now() < deadline,
+                        "moving-{p} to {to}: {other:?}, leaders {:?}",
+                        leader_seen_by_all(p)
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    for w in watchers {
+        let (answers, bad) = w.join().unwrap();
+        assert!(answers > 0, "no Metadata answers");
+        assert!(
+            bad.is_empty(),
+            "{answers} answers, without a leader: {bad:#?}"
+        );
+    }
+    drop(nodes);
+}
+
+/// A node restarted after the cluster created a topic it had not heard of answers Metadata,
+/// from its first answer on, with the topic and every partition of it: it catches up with the
+/// cluster's metadata before it answers (as a Kafka broker catches up on the metadata log
+/// before it serves), instead of calling the topic unknown while its log lacks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_answers_metadata_only_once_caught_up_with_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[]);
+    let brokers = kafka_addrs(&configs);
+    let mut nodes = start(&configs).await;
+    let (n3, k3) = nodes.0.pop().unwrap();
+    k3.abort();
+    n3.shutdown();
+    drop(n3);
+    let b = brokers.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b[0]).unwrap();
+        assert_eq!(c.create_topic_replicated("later", 3, 3).unwrap().0, 0);
+        wait_for_leaders(&b[..2], "later", 3);
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let n3 = Node::start(configs[2].clone()).await.unwrap();
+    let k3 = n3.serve_kafka().await.unwrap();
+    nodes.0.push((n3, k3));
+    let b3 = brokers[2];
+    let answers = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(b3).unwrap();
+        let until = Instant::now() + Duration::from_secs(1);
+        let mut answers = Vec::new();
+        while Instant::now() < until {
+            let (err, parts) = c.partition_infos("later").unwrap();
+            let led = parts
+                .iter()
+                .filter(|p| p.error == 0 && p.leader > 0)
+                .count();
+            answers.push((err, parts.len(), led));
+        }
+        answers
+    })
+    .await
+    .unwrap();
+    let partial: Vec<&(i16, usize, usize)> = answers.iter().filter(|a| **a != (0, 3, 3)).collect();
+    assert!(!answers.is_empty());
+    assert!(
+        partial.is_empty(),
+        "{} of {} answers without the topic's 3 partitions each with a leader, (topic error, partitions, with a leader): {:?}",
+        partial.len(),
+        answers.len(),
+        &partial[..partial.len().min(5)]
+    );
+    drop(nodes);
+}

@@ -193,6 +193,26 @@ fn live_replicas(replicas: &[i32], live: &[i32], is_live: bool) -> Vec<i32> {
         .collect()
 }
 
+/// The leader Metadata names for a partition this node is a replica of: the one its replica
+/// follows; while an election or a leader transfer is under way (no leader known), the last
+/// one it followed; on a replica that has followed none yet (just started), the one the
+/// leaders' reports name. As in Kafka, whose metadata names a partition's leader until the
+/// next one replaces it and never "none" in between: clients find out from the old leader
+/// (NOT_LEADER_OR_FOLLOWER) and ask again, whereas librdkafka keeps a partition answered
+/// without a leader as it is until its metadata expires (its watermark query fails with
+/// "Unknown partition" meanwhile). A leader this node is not connected to (killed, until the
+/// election notices) is not named: clients retry instead of connecting to a dead node.
+fn named_leader(node: &Node, stream: &LogStream, v: &crate::Visible, live: &[i32]) -> Option<i32> {
+    let known = [v.leader, v.last_leader]
+        .into_iter()
+        .find(|id| *id != 0)
+        .or_else(|| {
+            node.reported_leader(stream.name(), stream.incarnation(), stream.partition())
+                .map(|(leader, _)| leader)
+        })?;
+    Some(as_i32(known)).filter(|id| live.contains(id))
+}
+
 /// One partition's leader, replicas and in-sync replicas as this node, one of its replicas,
 /// sees them.
 fn partition_metadata(
@@ -202,12 +222,9 @@ fn partition_metadata(
     live: &[i32],
 ) -> MetadataResponsePartition {
     let v = stream.visible();
-    // A leader this node is not connected to (killed, until the election notices) is not
-    // named: clients retry instead of connecting to a dead node.
-    let (error, leader) = if v.leader == 0 || !live.contains(&as_i32(v.leader)) {
-        (ErrorCode::LeaderNotAvailable, -1)
-    } else {
-        (ErrorCode::None, as_i32(v.leader))
+    let (error, leader) = match named_leader(node, stream, &v, live) {
+        Some(leader) => (ErrorCode::None, leader),
+        None => (ErrorCode::LeaderNotAvailable, -1),
     };
     MetadataResponsePartition {
         error_code: error.code(),
@@ -230,9 +247,10 @@ fn partition_metadata(
     }
 }
 
-/// Handles Metadata: creates the unknown topics asked for first when both the client and the
-/// server allow it (`auto_create_topics`), then answers with the brokers' addresses on the
-/// listener `listener` (the one the client connected to).
+/// Handles Metadata: once this node has caught up with the cluster (see [`catch_up_then`]),
+/// creates the unknown topics asked for first when both the client and the server allow it
+/// (`auto_create_topics`), then answers with the brokers' addresses on the listener `listener`
+/// (the one the client connected to).
 pub fn handle(
     node: &Arc<Node>,
     access: &Access,
@@ -241,9 +259,59 @@ pub fn handle(
     correlation_id: i32,
     listener: &str,
 ) -> Reply {
-    // Kafka's rules: a topic named in the request that the principal may not DESCRIBE is
-    // answered TOPIC_AUTHORIZATION_FAILED (and not created); auto-creating one needs CREATE on
-    // the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED).
+    if node.caught_up() {
+        let (refused, to_create) = plan(node, access, &req);
+        if to_create.is_empty() {
+            return reply::now(
+                correlation_id,
+                version,
+                Response::Metadata(metadata(node, access, &req, version, &refused, listener)),
+            );
+        }
+    }
+    let node = node.clone();
+    let access = access.clone();
+    let listener = listener.to_string();
+    reply::later(correlation_id, version, async move {
+        catch_up_then(&node).await;
+        let (refused, to_create) = plan(&node, &access, &req);
+        for name in to_create {
+            let partitions = node.config().kafka.num_partitions;
+            if let Err(e) = node
+                .create_topic(&name, partitions, AUTO_CREATE_TIMEOUT)
+                .await
+            {
+                tracing::warn!(topic = %name, "auto-creating a topic failed: {e}");
+            }
+        }
+        Response::Metadata(metadata(&node, &access, &req, version, &refused, &listener))
+    })
+}
+
+/// Waits, at most [`CATCH_UP_WAIT`], until this node has caught up with the cluster
+/// ([`Node::caught_up`]): after a start, a node has replayed its own metadata log but may not
+/// have applied everything the cluster had committed, and would answer a topic unknown, or
+/// without the partitions a later change added, that the cluster has; and a replica here that
+/// has not heard from its leader yet has no leader to name until the leaders' reports are in.
+/// librdkafka keeps such an answer until its metadata expires. A Kafka broker does not serve
+/// clients until it has caught up on the metadata log. Past the wait (no quorum reachable,
+/// say) the node answers with what it has.
+async fn catch_up_then(node: &Node) {
+    if !node.wait_for_catch_up(CATCH_UP_WAIT).await {
+        tracing::warn!(
+            "answering Metadata before this node caught up with the cluster (not within {CATCH_UP_WAIT:?})"
+        );
+    }
+}
+
+/// Longest a Metadata request waits for this node to catch up with the cluster.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
+
+/// Which topics named in `req` are refused, and which unknown ones to auto-create first.
+/// Kafka's rules: a topic named in the request that the principal may not DESCRIBE is answered
+/// TOPIC_AUTHORIZATION_FAILED (and not created); auto-creating one needs CREATE on the cluster
+/// or on the topic (else TOPIC_AUTHORIZATION_FAILED).
+fn plan(node: &Node, access: &Access, req: &MetadataRequest) -> (HashSet<String>, Vec<String>) {
     let mut refused: HashSet<String> = HashSet::new();
     let mut to_create: Vec<String> = Vec::new();
     let auto_create = req.allow_auto_topic_creation && node.config().kafka.auto_create_topics;
@@ -267,28 +335,7 @@ pub fn handle(
             }
         }
     }
-    if to_create.is_empty() {
-        return reply::now(
-            correlation_id,
-            version,
-            Response::Metadata(metadata(node, access, &req, version, &refused, listener)),
-        );
-    }
-    let node = node.clone();
-    let access = access.clone();
-    let listener = listener.to_string();
-    reply::later(correlation_id, version, async move {
-        for name in to_create {
-            let partitions = node.config().kafka.num_partitions;
-            if let Err(e) = node
-                .create_topic(&name, partitions, AUTO_CREATE_TIMEOUT)
-                .await
-            {
-                tracing::warn!(topic = %name, "auto-creating a topic failed: {e}");
-            }
-        }
-        Response::Metadata(metadata(&node, &access, &req, version, &refused, &listener))
-    })
+    (refused, to_create)
 }
 
 /// How long a Metadata request waits for the topics it auto-creates.

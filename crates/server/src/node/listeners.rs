@@ -87,7 +87,7 @@ impl Node {
         // The group coordinator's background tasks (deadlines, stored membership, offset
         // expiry) run whether or not a group request ever reaches this node.
         crate::kafka::groups::node_coordinator::coordinator(self);
-        self.start_acl_catch_up();
+        self.start_metadata_catch_up();
         super::bootstrap_users::start_import(self);
         let node = self.clone();
         Ok(tokio::spawn(async move {

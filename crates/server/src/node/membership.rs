@@ -73,6 +73,15 @@ impl Node {
         out
     }
 
+    /// Whether every peer connected now has sent this node a leader report since it started
+    /// (see [`crate::replication::leaders`]): until then a partition hosted here whose replica
+    /// has not heard from its leader yet may have no leader to name.
+    pub fn leader_reports_heard(&self) -> bool {
+        self.live_peer_addresses(|_| Some(String::new()))
+            .iter()
+            .all(|(id, _)| self.registry.leaders.has_reported(*id))
+    }
+
     /// Every connected peer that is still a member (not this node), with the address
     /// `address` finds on its newest connection (peers for which it finds none are left out).
     fn live_peer_addresses(

@@ -1,8 +1,11 @@
-//! The node's side of the metadata group: its replay at start, metadata snapshots loaded and
-//! applied, the deleted incarnations found in the log, and when the log may be compacted.
+//! The node's side of the metadata group: its replay at start, its catch-up with what the
+//! cluster had committed, metadata snapshots loaded and applied, the deleted incarnations found
+//! in the log, and when the log may be compacted.
 
 use std::path::Path;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use logstore::LogStore;
 
@@ -12,6 +15,14 @@ use crate::metadata::{
 use crate::replication::stream::LogStream;
 
 use super::{Node, NodeError};
+
+/// How often the catch-up after a start looks again.
+const CATCH_UP_POLL: Duration = Duration::from_millis(10);
+
+/// Longest the catch-up after a start waits for the connected peers' leader reports once the
+/// metadata is current (each peer sends its report at least every
+/// [`crate::replication::leaders::REPORT_REFRESH`]; a peer of an earlier release sends none).
+const LEADER_REPORTS_WAIT: Duration = Duration::from_secs(3);
 
 /// The node carries out what applied metadata commands ask of it.
 impl MetadataHost for Node {
@@ -65,11 +76,89 @@ impl Node {
         self.peer_versions.all_install_metadata_snapshots(&others)
     }
 
+    /// Whether this node's metadata is known to be current: a metadata barrier committed after
+    /// this node started has been applied here, so everything the cluster had committed before
+    /// the start (also entries this node had not heard were committed when it stopped) is
+    /// applied. Set once (see [`Node::start_metadata_catch_up`]), never cleared.
+    pub fn metadata_current(&self) -> bool {
+        self.metadata_current.load(Ordering::Acquire)
+    }
+
+    /// Whether this node has caught up with the cluster after its start: its metadata is
+    /// current ([`Node::metadata_current`]) and every peer connected then has told it which
+    /// partitions it leads (or 3 s passed since the metadata was), so Metadata can name the
+    /// leader of every partition, also of one whose replica here has not heard from its
+    /// leader yet. Set once, never cleared.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    /// Waits, at most `timeout`, until this node has caught up with the cluster
+    /// ([`Node::caught_up`]); returns whether it has.
+    pub async fn wait_for_catch_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.caught_up() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(CATCH_UP_POLL).await;
+        }
+        true
+    }
+
+    /// Commits one metadata barrier (retried every 200 ms, 5 s per attempt, until it commits or
+    /// the node ends) and then marks the metadata, and with it the ACLs, current: as a Kafka
+    /// broker catches up on the metadata log to what the controllers had committed before it
+    /// serves clients. Then waits for the connected peers' leader reports (at most 3 s) and
+    /// marks the node caught up ([`Node::caught_up`]). Started
+    /// with the Kafka listeners.
+    pub(super) fn start_metadata_catch_up(self: &Arc<Self>) {
+        if self.caught_up() {
+            return;
+        }
+        let node = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(n) = node.upgrade() else {
+                    return;
+                };
+                if n.metadata_group().is_none() {
+                    return;
+                }
+                match n
+                    .metadata_proposer()
+                    .propose(&MetaCommand::barrier(), Duration::from_secs(5))
+                    .await
+                {
+                    Ok(_) => {
+                        n.metadata_current.store(true, Ordering::Release);
+                        tracing::info!("caught up with the cluster metadata");
+                        break;
+                    }
+                    Err(e) => tracing::debug!("metadata catch-up barrier not committed yet: {e}"),
+                }
+                drop(n);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let deadline = Instant::now() + LEADER_REPORTS_WAIT;
+            loop {
+                let Some(n) = node.upgrade() else {
+                    return;
+                };
+                if n.leader_reports_heard() || Instant::now() >= deadline {
+                    n.caught_up.store(true, Ordering::Release);
+                    return;
+                }
+                drop(n);
+                tokio::time::sleep(CATCH_UP_POLL).await;
+            }
+        });
+    }
+
     /// Called as the metadata group applies entries (and once at its start): when `index`
     /// reaches the commit index the node started with, the replay is done and retention may
     /// run.
     pub fn note_metadata_applied(&self, index: u64) {
-        use std::sync::atomic::Ordering;
         // The catch-up replication limit follows the replicated flow limits.
         self.peers.catch_up_limiter().set_rate(
             self.metadata()

@@ -196,8 +196,11 @@ pub struct Node {
     /// Decides what each Kafka request may do (`[security]`; the ACLs are in `metadata`).
     authorizer: crate::security::authorizer::Authorizer,
     /// Set once a metadata barrier committed after start was applied here (see
-    /// [`Node::acls_current`]).
-    acls_current: Arc<std::sync::atomic::AtomicBool>,
+    /// [`Node::metadata_current`]).
+    metadata_current: Arc<std::sync::atomic::AtomicBool>,
+    /// Set once the metadata is current and the peers' leader reports are in (see
+    /// [`Node::caught_up`]).
+    caught_up: std::sync::atomic::AtomicBool,
     /// The peer port's admission checks (members added at runtime are admitted here).
     guard: Arc<PeerGuard>,
     /// The peers the liveness task pings: the configured ones and those added at runtime.
@@ -443,7 +446,8 @@ impl Node {
         let data_dir = crate::core::data_dir::DataDir::new(config.data_dir.clone());
         let node = Arc::new(Node {
             authorizer,
-            acls_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            metadata_current: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            caught_up: std::sync::atomic::AtomicBool::new(false),
             config,
             registry,
             peers,

@@ -1,11 +1,9 @@
 //! A node's security state: SCRAM credential look-ups, the authorizer, authentication
-//! counters, and the ACL catch-up after start.
+//! counters, and whether the ACLs are current after start.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Node;
-use crate::metadata::MetaCommand;
 use crate::security::password::{PasswordChecker, PasswordError};
 use crate::security::scram::{ScramCredential, ScramMechanism};
 
@@ -48,51 +46,13 @@ impl Node {
         self.security_stats.clone()
     }
 
-    /// Whether this node's ACLs are known to be current: a metadata barrier committed after
-    /// this node started has been applied here, so every ACL change committed before the start
-    /// (also ones this node had not heard were committed when it stopped) is applied. Until
-    /// then, with the ACL authorizer, only super users are allowed anything: a node must not
-    /// decide with a DENY it has not replayed yet. Always true without an authorizer.
+    /// Whether this node's ACLs are known to be current: its metadata is
+    /// ([`Node::metadata_current`]), so every ACL change committed before the start (also ones
+    /// this node had not heard were committed when it stopped) is applied. Until then, with the
+    /// ACL authorizer, only super users are allowed anything: a node must not decide with a
+    /// DENY it has not replayed yet. Always true without an authorizer.
     pub fn acls_current(&self) -> bool {
-        self.acls_current.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// With the ACL authorizer, commits one metadata barrier (retried every 200 ms, 5 s per
-    /// attempt, until it commits or the node ends) and then marks the ACLs current.
-    pub(super) fn start_acl_catch_up(self: &Arc<Self>) {
-        use std::sync::atomic::Ordering;
-        if !self.authorizer.is_enabled() {
-            self.acls_current.store(true, Ordering::Release);
-            return;
-        }
-        if self.acls_current() {
-            return;
-        }
-        let node = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                let Some(n) = node.upgrade() else {
-                    return;
-                };
-                if n.metadata_group().is_none() {
-                    return;
-                }
-                match n
-                    .metadata_proposer()
-                    .propose(&MetaCommand::barrier(), Duration::from_secs(5))
-                    .await
-                {
-                    Ok(_) => {
-                        n.acls_current.store(true, Ordering::Release);
-                        tracing::info!("ACLs caught up with the cluster metadata");
-                        return;
-                    }
-                    Err(e) => tracing::debug!("ACL catch-up barrier not committed yet: {e}"),
-                }
-                drop(n);
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
+        !self.authorizer.is_enabled() || self.metadata_current()
     }
 
     /// The authorizer configured for this node (`[security]`).

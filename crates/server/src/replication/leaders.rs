@@ -15,7 +15,7 @@
 //! big-endian u64). A report that does not decode, or lists more than the receiver's limit, is
 //! ignored (the peer keeps its previous report).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,8 @@ pub struct LeaderBook {
     max_groups: usize,
     /// Per peer (only configured peers): group id -> term it claims to lead in.
     reports: Mutex<HashMap<u64, HashMap<u64, u64>>>,
+    /// The peers a report was taken from since the book was made (with the node).
+    heard: Mutex<HashSet<u64>>,
 }
 
 impl LeaderBook {
@@ -90,6 +92,7 @@ impl LeaderBook {
         LeaderBook {
             max_groups,
             reports: Mutex::new(peers.iter().map(|p| (*p, HashMap::new())).collect()),
+            heard: Mutex::new(HashSet::new()),
         }
     }
 
@@ -112,8 +115,20 @@ impl LeaderBook {
         let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(report) = reports.get_mut(&peer) {
             *report = led.into_iter().collect();
+            self.heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(peer);
         }
         Ok(())
+    }
+
+    /// Whether a report from `peer` was taken since this book was made (an empty one counts).
+    pub fn has_reported(&self, peer: u64) -> bool {
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&peer)
     }
 
     /// The node that reports leading `group` in the highest term, with that term.
@@ -173,9 +188,12 @@ mod tests {
     #[test]
     fn the_book_names_the_leader_of_the_highest_term() {
         let book = LeaderBook::new(&[2, 3], 10);
+        book.record(2, &[]).unwrap();
+        assert!(!book.has_reported(2), "a ping without a report");
         book.record(2, &encode(&[(100, 4), (200, 1)])).unwrap();
         book.record(3, &encode(&[(100, 5)])).unwrap();
         book.record(9, &encode(&[(100, 50)])).unwrap();
+        assert!(book.has_reported(2) && book.has_reported(3) && !book.has_reported(9));
         assert_eq!(book.leader_of(100), Some((3, 5)));
         assert_eq!(book.leader_of(200), Some((2, 1)));
         // Node 2 no longer leads 200; an empty ping keeps the report.

@@ -72,6 +72,9 @@ impl Group {
                 }
             }
             self.visible.leader = ss.leader_id;
+            if ss.leader_id != 0 {
+                self.visible.last_leader = ss.leader_id;
+            }
             if let Some(t) = self.p.producers.as_mut() {
                 t.clear_pending();
             }

@@ -245,6 +245,11 @@ pub struct Visible {
     pub log_start_offset: u64,
     /// Current leader's node id (0: none known).
     pub leader: u64,
+    /// The last leader this replica knew: the current one or, while an election or a leader
+    /// transfer is under way (`leader` 0), the one before it (0: none known since this replica
+    /// started). Metadata names it meanwhile, as Kafka names a partition's leader until the
+    /// next one replaces it (see `kafka::metadata`).
+    pub last_leader: u64,
     /// Current term.
     pub term: u64,
     /// On the leader: the voters caught up with it (ids, 0-padded; the leader included). Not
