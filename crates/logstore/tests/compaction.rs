@@ -435,24 +435,7 @@ fn a_follower_catches_up_from_a_compacted_leader_in_band() {
     // The follower gets the entries as Raft sends them, with the leader's record counts.
     let follower_dir = tempfile::tempdir().unwrap();
     let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
-    for chunk in entries.chunks(7) {
-        let new: Vec<NewEntry> = chunk
-            .iter()
-            .map(|e| NewEntry {
-                index: e.index,
-                term: e.term,
-                kind: e.kind,
-                payload: e.payload.clone(),
-                context: e.context.clone(),
-            })
-            .collect();
-        let counts: Vec<Option<u32>> = chunk
-            .iter()
-            .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
-            .collect();
-        follower.append_unsynced_with_counts(&new, &counts).unwrap();
-    }
-    follower.sync().unwrap();
+    append_as_follower(&mut follower, &entries, 7);
     assert_eq!(entry_shape(&follower), entry_shape(&leader));
     assert_eq!(read_all(&follower), read_all(&leader));
     check_latest(&m, &read_all(&follower), active_first);

@@ -299,24 +299,7 @@ impl World<'_> {
             .mirror
             .entries(from, self.mirror.last_index() + 1, u64::MAX)
             .unwrap();
-        let new: Vec<NewEntry> = entries
-            .iter()
-            .map(|e| NewEntry {
-                index: e.index,
-                term: e.term,
-                kind: e.kind,
-                payload: e.payload.clone(),
-                context: e.context.clone(),
-            })
-            .collect();
-        let counts: Vec<Option<u32>> = entries
-            .iter()
-            .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
-            .collect();
-        for (chunk, c) in new.chunks(5).zip(counts.chunks(5)) {
-            self.s().append_unsynced_with_counts(chunk, c).unwrap();
-        }
-        self.s().sync().unwrap();
+        append_as_follower(self.s(), &entries, 5);
         self.s().finish_repair().unwrap();
         self.counts.repairs += 1;
     }

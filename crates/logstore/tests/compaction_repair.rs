@@ -10,7 +10,7 @@ mod common;
 
 use common::compaction_util::*;
 use common::kv_codec::KvCodec;
-use logstore::{CompactionPlan, EntryKind, LogStore, NewEntry};
+use logstore::{CompactionPlan, LogStore};
 
 /// Appends `from`'s entries after `to`'s last to `to` as a Raft follower takes them (with
 /// the leader's record counts, so compacted entries keep their offsets).
@@ -19,25 +19,8 @@ fn replicate(from: &LogStore, to: &mut LogStore) {
     let entries = from
         .entries(first, from.last_index() + 1, u64::MAX)
         .unwrap();
-    let new: Vec<NewEntry> = entries
-        .iter()
-        .map(|e| NewEntry {
-            index: e.index,
-            term: e.term,
-            kind: e.kind,
-            payload: e.payload.clone(),
-            context: e.context.clone(),
-        })
-        .collect();
-    let counts: Vec<Option<u32>> = entries
-        .iter()
-        .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
-        .collect();
     // In small appends, as Raft sends them: segments roll between them.
-    for (chunk, c) in new.chunks(5).zip(counts.chunks(5)) {
-        to.append_unsynced_with_counts(chunk, c).unwrap();
-    }
-    to.sync().unwrap();
+    append_as_follower(to, &entries, 5);
 }
 
 /// Scrubs every sealed segment of `s`: the first damaged index found, reported to the store.

@@ -6,9 +6,33 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use bytes::Bytes;
-use logstore::{CompactionPlan, EntryKind, LogStore, NewEntry, StoreConfig};
+use logstore::{CompactionPlan, Entry, EntryKind, LogStore, NewEntry, StoreConfig};
 
 use super::kv_codec::{control_batch, kv_batch, records_of, KvRecord, Rec};
+
+/// Appends `entries` to `to` as a Raft follower takes them: in appends of `chunk` entries
+/// (segments may roll between them), each `Records` entry with the leader's record count so a
+/// compacted entry keeps its offsets; then syncs.
+pub fn append_as_follower(to: &mut LogStore, entries: &[Entry], chunk: usize) {
+    for part in entries.chunks(chunk) {
+        let new: Vec<NewEntry> = part
+            .iter()
+            .map(|e| NewEntry {
+                index: e.index,
+                term: e.term,
+                kind: e.kind,
+                payload: e.payload.clone(),
+                context: e.context.clone(),
+            })
+            .collect();
+        let counts: Vec<Option<u32>> = part
+            .iter()
+            .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
+            .collect();
+        to.append_unsynced_with_counts(&new, &counts).unwrap();
+    }
+    to.sync().unwrap();
+}
 
 pub fn cfg() -> StoreConfig {
     StoreConfig {
