@@ -296,9 +296,12 @@ async fn cluster_with(
         // start (NOT_COORDINATOR before).
         let coordinator_ready = metadata_leader(&nodes)
             .is_some_and(|l| nodes[l].metadata_group().unwrap().visible().leader_ready);
+        // Every node commits one metadata barrier after its start (`metadata_current`): wait
+        // for them, so a test that counts metadata entries sees none of them.
         let ready = coordinator_ready
             && nodes.iter().all(|n| {
-                n.metadata_group().unwrap().visible().leader != 0
+                n.metadata_current()
+                    && n.metadata_group().unwrap().visible().leader != 0
                     && n.stream(TOPIC).unwrap().visible().leader != 0
                     && n.live_brokers().len() == 3
             });
