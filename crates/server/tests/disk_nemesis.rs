@@ -924,14 +924,20 @@ fn slow_follower_disk_nemesis() {
             &format!("fsync_delay_ms={SLOW_FSYNC_MS}\n"),
         );
         let slow_from = Instant::now();
-        std::thread::sleep(WINDOW);
+        // The fault is real: at some moment of the window the slow follower's log ends behind
+        // what the leader committed (sampled through the window: right after one of its slow
+        // fsyncs it may have caught up for an instant).
+        let mut behind = 0;
+        while slow_from.elapsed() < WINDOW {
+            let leader = bench.leader();
+            if let (Some((committed, _)), Some((_, end))) =
+                (bench.replica(leader), bench.replica(node))
+            {
+                behind = behind.max(committed.saturating_sub(end));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let mut slow = latencies(slow_from, Instant::now());
-        // The fault is real: the slow follower's log ends behind what the leader committed.
-        let leader = bench.leader();
-        let behind = match (bench.replica(leader), bench.replica(node)) {
-            (Some((committed, _)), Some((_, end))) => committed.saturating_sub(end),
-            _ => 0,
-        };
         if behind > 0 {
             lagging += 1;
         }
