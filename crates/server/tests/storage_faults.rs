@@ -16,8 +16,18 @@ use common::faults::{
 };
 use common::procs::ProcCluster;
 
-/// 1 MiB segments (so a few MB make sealed segments) and a fast scrubber.
-const STORAGE: &str = "segment_bytes = 1048576\nscrub_rate_mb_per_s = 200\nscrub_pause_ms = 300";
+/// 1 MiB segments (so a few MB make sealed segments), a fast scrubber, and retention by time
+/// off ([`NO_RETENTION`]).
+const STORAGE: &str = "segment_bytes = 1048576\nscrub_rate_mb_per_s = 200\nscrub_pause_ms = 300\n\
+                       retention_hours = 10000000\nretention_check_ms = 500";
+
+/// Retention by time off, for the clusters of `faulty_cluster`. The test records carry a 2023
+/// timestamp (`common::batch`), so the default 7-day retention deletes every sealed segment
+/// of every replica at its first check (10 s after the partition opened by default): a read
+/// from offset 0 after that got OFFSET_OUT_OF_RANGE, which failed a test only when it ran
+/// past the check (under CPU load). Retention runs every 500 ms here, so a retention that
+/// deletes anything fails these tests at once, not now and then.
+const NO_RETENTION: &str = "retention_hours = 10000000\nretention_check_ms = 500";
 
 /// Every acknowledged batch is there, unchanged, and nothing else. A leader just elected
 /// publishes its high watermark once it committed in its term: read again until the end of
@@ -321,7 +331,7 @@ fn flips_on_two_nodes_in_different_ranges() {
 #[test]
 fn fsync_eio_stops_the_node_and_a_restart_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path(), "");
+    let mut c = faulty_cluster(dir.path(), NO_RETENTION);
     let brokers = c.kafka.clone();
     create(&brokers, "eio");
     let mut acked = Acked::new();
@@ -357,7 +367,7 @@ fn fsync_eio_stops_the_node_and_a_restart_recovers() {
 #[test]
 fn enospc_on_append_is_an_error_and_space_returning_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path(), "");
+    let mut c = faulty_cluster(dir.path(), NO_RETENTION);
     let brokers = c.kafka.clone();
     create(&brokers, "nospc");
     let mut acked = Acked::new();
@@ -431,7 +441,7 @@ fn enospc_on_append_is_an_error_and_space_returning_recovers() {
 #[test]
 fn a_full_disk_on_every_node_stops_no_node() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path(), "");
+    let mut c = faulty_cluster(dir.path(), NO_RETENTION);
     let brokers = c.kafka.clone();
     create(&brokers, "full");
     let mut acked = Acked::new();
@@ -512,7 +522,7 @@ fn produce_in_background(
 #[test]
 fn power_cuts_lose_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path(), "");
+    let mut c = faulty_cluster(dir.path(), NO_RETENTION);
     let brokers = c.kafka.clone();
     create(&brokers, "pc");
     let mut acked = Acked::new();
@@ -567,7 +577,7 @@ fn power_cuts_lose_nothing_acknowledged() {
 #[test]
 fn a_slow_follower_disk_does_not_slow_commits() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = faulty_cluster(dir.path(), "");
+    let mut c = faulty_cluster(dir.path(), NO_RETENTION);
     let brokers = c.kafka.clone();
     create(&brokers, "slow");
     let mut acked = Acked::new();
