@@ -274,9 +274,10 @@ def test_idempotent_producer_survives_abandoned_transfers(ops):
             before = len(load.acked)
             ops.procs[target].send_signal(signal.SIGSTOP)
             try:
-                # Asked again every two election timeouts: two or three transfers given up.
-                r = ops.vdlctl("--timeout-ms", "4500", "leader", "transfer", topic, "0", "--to", str(target), node=asker)
-                assert r.returncode != 0 or ops.leader_of(topic, node=asker) == target, r.stdout
+                # Asked again every two election timeouts: two or three transfers given up. Its
+                # outcome is not the point (leadership may have moved meanwhile; the transfer
+                # raft-rs sent may complete once the target runs again).
+                ops.vdlctl("--timeout-ms", "4500", "leader", "transfer", topic, "0", "--to", str(target), node=asker)
             finally:
                 ops.procs[target].send_signal(signal.SIGCONT)
             ops.wait_healthy(60)
