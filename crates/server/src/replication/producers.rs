@@ -9,7 +9,13 @@
 //! - it continues the sequence (or starts a new epoch at 0, or comes from a producer the table
 //!   does not know): it is appended;
 //! - otherwise it is refused: OUT_OF_ORDER_SEQUENCE_NUMBER, or INVALID_PRODUCER_EPOCH for an
-//!   older epoch, or a retriable error when it repeats a batch still in flight.
+//!   older epoch, or a retriable error when it repeats a batch still in flight (any of the
+//!   producer's last five proposed, uncommitted batches: a client retries from its oldest).
+//!
+//! A batch counts as proposed only if raft-rs took the proposal: one it dropped (during a leader
+//! transfer) is forgotten ([`ProducerTable::roll_back_to`]), so the client's retry continues the
+//! sequence. librdkafka treats OUT_OF_ORDER_SEQUENCE_NUMBER for the batch it expects to be next
+//! as fatal, so a wrong refusal here stops the producer.
 //!
 //! Because the table is rebuilt from the log, it survives failover: a new leader has applied the
 //! same batches. It also survives restarts: each replica saves it to its stream directory every
