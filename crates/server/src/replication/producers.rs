@@ -9,7 +9,13 @@
 //! - it continues the sequence (or starts a new epoch at 0, or comes from a producer the table
 //!   does not know): it is appended;
 //! - otherwise it is refused: OUT_OF_ORDER_SEQUENCE_NUMBER, or INVALID_PRODUCER_EPOCH for an
-//!   older epoch, or a retriable error when it repeats a batch still in flight.
+//!   older epoch, or a retriable error when it repeats a batch still in flight (any of the
+//!   producer's last five proposed, uncommitted batches: a client retries from its oldest).
+//!
+//! A batch counts as proposed only if raft-rs took the proposal: one it dropped (during a leader
+//! transfer) is forgotten ([`ProducerTable::roll_back_to`]), so the client's retry continues the
+//! sequence. librdkafka treats OUT_OF_ORDER_SEQUENCE_NUMBER for the batch it expects to be next
+//! as fatal, so a wrong refusal here stops the producer.
 //!
 //! Because the table is rebuilt from the log, it survives failover: a new leader has applied the
 //! same batches. It also survives restarts: each replica saves it to its stream directory every
@@ -143,12 +149,20 @@ pub enum SequenceCheck {
     Reject(SequenceError),
 }
 
+/// A producer's newest batch proposed but not committed: epoch, first and last sequence.
+type PendingBatch = (i16, i32, i32);
+
 /// A stream's producer table (see the module docs).
 #[derive(Debug, Default)]
 pub struct ProducerTable {
     committed: HashMap<i64, Producer>,
-    /// Per producer: epoch and last sequence of batches proposed in this term, not yet committed.
-    pending: HashMap<i64, (i16, i32, i32)>,
+    /// Per producer: its last (at most five) batches proposed in this term or held unapplied
+    /// by a new leader, not yet committed, oldest first.
+    pending: HashMap<i64, VecDeque<PendingBatch>>,
+    /// What [`ProducerTable::check`] added to `pending` since [`ProducerTable::start_undo`],
+    /// oldest first, for [`ProducerTable::roll_back_to`]: the producer whose batch was pushed
+    /// and the oldest batch that push dropped, if any.
+    undo: Vec<(i64, Option<PendingBatch>)>,
     stamp: u64,
     /// The Raft index of the last committed entry the table holds (0: none known): an entry
     /// at or below it is applied again after a restart (the saved commit lags) and skipped.
@@ -200,12 +214,27 @@ impl ProducerTable {
                 }
             }
         }
-        let mut staged: HashMap<i64, (i16, i32, i32)> = HashMap::new();
+        let mut staged: Vec<(i64, PendingBatch)> = Vec::new();
         for b in batches {
+            // A retry of any batch still in flight (not only the newest: a client retries from
+            // its oldest unanswered batch) is refused as retriable.
+            let in_flight = self.pending.get(&b.producer_id).is_some_and(|q| {
+                q.iter()
+                    .any(|&(e, first, last)| (e, first, last) == (b.epoch, b.first_seq, b.last_seq))
+            });
+            if in_flight {
+                return SequenceCheck::Reject(SequenceError::DuplicateInFlight);
+            }
             let last = staged
-                .get(&b.producer_id)
-                .or_else(|| self.pending.get(&b.producer_id))
-                .copied()
+                .iter()
+                .rev()
+                .find(|(id, _)| *id == b.producer_id)
+                .map(|(_, last)| *last)
+                .or_else(|| {
+                    self.pending
+                        .get(&b.producer_id)
+                        .and_then(|q| q.back().copied())
+                })
                 .or_else(|| {
                     self.committed
                         .get(&b.producer_id)
@@ -228,10 +257,57 @@ impl ProducerTable {
                     }
                 }
             }
-            staged.insert(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
+            staged.push((b.producer_id, (b.epoch, b.first_seq, b.last_seq)));
         }
-        self.pending.extend(staged);
+        for (id, batch) in staged {
+            let dropped = self.push_pending(id, batch);
+            self.undo.push((id, dropped));
+        }
         SequenceCheck::Append
+    }
+
+    /// Adds a batch to a producer's pending ones; returns the oldest it drops beyond five.
+    fn push_pending(&mut self, id: i64, batch: PendingBatch) -> Option<PendingBatch> {
+        let q = self.pending.entry(id).or_default();
+        q.push_back(batch);
+        if q.len() > BATCHES_PER_PRODUCER {
+            q.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// Starts recording what [`ProducerTable::check`] stages (forgetting earlier records); the
+    /// mark of this point is 0.
+    pub fn start_undo(&mut self) {
+        self.undo.clear();
+    }
+
+    /// The mark of the current point in the record started by [`ProducerTable::start_undo`].
+    pub fn undo_mark(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Forgets the batches [`ProducerTable::check`] staged as pending since `mark`: their
+    /// proposals were not appended (raft-rs dropped them, as it does during a leader transfer),
+    /// so the producers' retries must continue from what was pending before. Without it, a
+    /// leader that stays leader (a transfer given up) refused those retries as out of order or
+    /// in flight.
+    pub fn roll_back_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some((id, dropped)) = self.undo.pop() else {
+                break;
+            };
+            if let Some(q) = self.pending.get_mut(&id) {
+                q.pop_back();
+                if let Some(oldest) = dropped {
+                    q.push_front(oldest);
+                }
+                if q.is_empty() {
+                    self.pending.remove(&id);
+                }
+            }
+        }
     }
 
     /// Applies the batches of the committed entry at Raft index `index` (on every replica),
@@ -350,9 +426,16 @@ impl ProducerTable {
             p.batches.pop_front();
         }
         p.stamp = self.stamp;
-        if let Some(&(epoch, _, last)) = self.pending.get(&b.producer_id) {
-            if epoch == b.epoch && last == b.last_seq {
-                self.pending.remove(&b.producer_id);
+        if let Some(q) = self.pending.get_mut(&b.producer_id) {
+            // The batch and any older ones (committed before it, in log order) are done.
+            if let Some(at) = q
+                .iter()
+                .position(|&(e, _, last)| e == b.epoch && last == b.last_seq)
+            {
+                q.drain(..=at);
+                if q.is_empty() {
+                    self.pending.remove(&b.producer_id);
+                }
             }
         }
     }
@@ -361,6 +444,7 @@ impl ProducerTable {
     /// answered or lost, and the next leader starts from the committed table).
     pub fn clear_pending(&mut self) {
         self.pending.clear();
+        self.undo.clear();
     }
 
     /// Records batches that are in this node's log but not applied yet as pending. A new
@@ -370,8 +454,7 @@ impl ProducerTable {
     /// would write it twice).
     pub fn mark_pending(&mut self, batches: &[BatchInfo]) {
         for b in batches {
-            self.pending
-                .insert(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
+            self.push_pending(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
         }
     }
 
@@ -526,6 +609,72 @@ mod tests {
         );
         // Unknown producers are accepted (new, or expired state).
         assert_eq!(t.check(&[b(9, 0, 42, 1)]), SequenceCheck::Append);
+    }
+
+    /// Batches checked but then not appended (raft-rs dropped the proposal) are forgotten: the
+    /// retry of the first continues the sequence, and what was pending before is pending again.
+    #[test]
+    fn rolled_back_batches_are_not_pending() {
+        let mut t = ProducerTable::default();
+        t.on_committed(&[b(7, 0, 0, 5)], 0);
+        t.start_undo();
+        assert_eq!(t.check(&[b(7, 0, 5, 5)]), SequenceCheck::Append);
+        let mark = t.undo_mark();
+        assert_eq!(t.check(&[b(7, 0, 10, 5)]), SequenceCheck::Append);
+        assert_eq!(t.check(&[b(8, 0, 0, 1)]), SequenceCheck::Append);
+        assert_eq!(t.check(&[b(7, 0, 15, 5)]), SequenceCheck::Append);
+        t.roll_back_to(mark);
+        // 5..9 is still in flight; 10..14 (dropped) is the next batch again, not out of order.
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Reject(SequenceError::DuplicateInFlight)
+        );
+        t.start_undo();
+        assert_eq!(t.check(&[b(7, 0, 10, 5)]), SequenceCheck::Append);
+        t.roll_back_to(0);
+        t.roll_back_to(0);
+        // Producer 8 was unknown before: its dropped batch left nothing behind.
+        assert!(!t.pending.contains_key(&8));
+        assert_eq!(
+            t.pending
+                .get(&7)
+                .map(|q| q.iter().copied().collect::<Vec<_>>()),
+            Some(vec![(0, 5, 9)])
+        );
+    }
+
+    /// A client retries from its oldest unanswered batch: a retry of any batch in flight (on
+    /// the leader that proposed it, or held unapplied by a new leader) is refused as in flight,
+    /// not as out of order (fatal for librdkafka), and once it commits it gets its offset.
+    #[test]
+    fn a_retry_of_an_older_in_flight_batch_is_in_flight() {
+        let mut t = ProducerTable::default();
+        t.on_committed(&[b(7, 0, 0, 5)], 0);
+        assert_eq!(t.check(&[b(7, 0, 5, 5)]), SequenceCheck::Append);
+        assert_eq!(t.check(&[b(7, 0, 10, 5)]), SequenceCheck::Append);
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Reject(SequenceError::DuplicateInFlight)
+        );
+        // A new leader holding both unapplied.
+        t.clear_pending();
+        t.mark_pending(&[b(7, 0, 5, 5), b(7, 0, 10, 5)]);
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Reject(SequenceError::DuplicateInFlight)
+        );
+        assert_eq!(t.check(&[b(7, 0, 15, 1)]), SequenceCheck::Append);
+        t.on_committed(&[b(7, 0, 5, 5)], 5);
+        assert_eq!(
+            t.check(&[b(7, 0, 5, 5)]),
+            SequenceCheck::Duplicate { base_offset: 5 }
+        );
+        assert_eq!(
+            t.check(&[b(7, 0, 10, 5)]),
+            SequenceCheck::Reject(SequenceError::DuplicateInFlight)
+        );
+        t.on_committed(&[b(7, 0, 10, 5), b(7, 0, 15, 1)], 10);
+        assert!(t.pending.is_empty());
     }
 
     #[test]

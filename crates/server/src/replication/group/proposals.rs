@@ -80,7 +80,12 @@ impl Group {
             return;
         }
         let can_forward = self.p.forward_proposals && self.leader_hint().is_some();
-        if self.p.node.raft.state != StateRole::Leader && !can_forward {
+        let transferring = self.p.node.raft.state == StateRole::Leader
+            && self.p.node.raft.lead_transferee.is_some();
+        if transferring || (self.p.node.raft.state != StateRole::Leader && !can_forward) {
+            // During a leader transfer raft-rs drops proposals: they are refused here before
+            // the producer check, so a client's pipelined batches are all NOT_LEADER (not some
+            // out of sequence behind a dropped one) and the producer table stays as it was.
             let leader = self.leader_hint();
             for p in self.queued.drain(..) {
                 let _ = p.reply.send(Err(AppendError::NotLeader { leader }));
@@ -90,12 +95,12 @@ impl Group {
         let queued = std::mem::take(&mut self.queued);
         let queued = self.check_producers(queued);
         let mut iter = queued.into_iter().peekable();
-        while let Some(first) = iter.next() {
-            match first.data {
+        while let Some((first, undo_mark)) = iter.next() {
+            let proposed = match first.data {
                 ProposalData::Meta(data) | ProposalData::MetaAsLeader { data, .. } => {
                     let id = self.next_id();
                     let ctx = self.context(CTX_META, id);
-                    self.propose_entry(id, ctx, data, vec![(first.reply, 0)]);
+                    self.propose_entry(id, ctx, data, vec![(first.reply, 0)])
                 }
                 ProposalData::Records {
                     batches,
@@ -106,7 +111,7 @@ impl Group {
                     let mut size = parts[0].len();
                     // Group commit: merge the Records proposals queued behind this one.
                     let merge = self.p.group_commit;
-                    while let Some(next) = iter.next_if(|p| match &p.data {
+                    while let Some((next, _)) = iter.next_if(|(p, _)| match &p.data {
                         ProposalData::Records { batches, .. } => {
                             merge && size + batches.len() <= MAX_MERGED_ENTRY_BYTES
                         }
@@ -133,12 +138,33 @@ impl Group {
                     };
                     let id = self.next_id();
                     let ctx = self.context(CTX_RECORDS, id);
-                    self.propose_entry(id, ctx, data, members);
+                    self.propose_entry(id, ctx, data, members)
                 }
+            };
+            if !proposed {
+                // Not appended (raft-rs drops proposals during a leader transfer): neither are
+                // the proposals behind it, or a producer's next batch would be written after a
+                // gap. The producer batches they staged are forgotten, so the clients' retries
+                // continue the sequences (this node may stay leader: a transfer given up).
+                if let Some(table) = self.p.producers.as_mut() {
+                    table.roll_back_to(undo_mark);
+                }
+                let leader = self.leader_hint();
+                for (p, _) in iter {
+                    let _ = p.reply.send(Err(AppendError::NotLeader { leader }));
+                }
+                return;
             }
             if !self.p.group_commit {
                 // One proposal per Ready: each gets its own entry and its own fsync.
-                self.queued.extend(iter);
+                if let Some(table) = self.p.producers.as_mut() {
+                    // The proposals put back are checked again in the next round.
+                    let next = iter.peek().map(|(_, mark)| *mark);
+                    if let Some(mark) = next {
+                        table.roll_back_to(mark);
+                    }
+                }
+                self.queued.extend(iter.map(|(p, _)| p));
                 return;
             }
         }
@@ -146,24 +172,28 @@ impl Group {
 
     /// Checks idempotent producers' batches in arrival order (see
     /// [`crate::replication::producers`]): retries of committed batches are answered with their
-    /// original offsets, batches out of sequence are refused, the rest go on to be proposed.
-    fn check_producers(&mut self, queued: Vec<Proposal>) -> Vec<Proposal> {
+    /// original offsets, batches out of sequence are refused, the rest go on to be proposed,
+    /// each with the producer table's undo mark from before its check (to forget what it and
+    /// the proposals after it staged, should they not be appended).
+    fn check_producers(&mut self, queued: Vec<Proposal>) -> Vec<(Proposal, usize)> {
         let Some(table) = self.p.producers.as_mut() else {
-            return queued;
+            return queued.into_iter().map(|p| (p, 0)).collect();
         };
+        table.start_undo();
         let mut out = Vec::with_capacity(queued.len());
         for p in queued {
+            let mark = table.undo_mark();
             let ProposalData::Records {
                 batches,
                 offset_span,
             } = &p.data
             else {
-                out.push(p);
+                out.push((p, mark));
                 continue;
             };
             let infos = batch_infos(batches);
             match table.check(&infos) {
-                SequenceCheck::Append => out.push(p),
+                SequenceCheck::Append => out.push((p, mark)),
                 SequenceCheck::Duplicate { base_offset } => {
                     let _ = p.reply.send(Ok(Appended {
                         raft_index: 0,
@@ -194,13 +224,14 @@ impl Group {
         id
     }
 
+    /// Proposes one entry; false when raft-rs refused it (its proposals are answered).
     fn propose_entry(
         &mut self,
         id: u64,
         ctx: Bytes,
         data: Bytes,
         members: Vec<(AppendReply, u32)>,
-    ) {
+    ) -> bool {
         let term = self.p.node.raft.term;
         match self.p.node.propose(ctx.to_vec(), data.to_vec()) {
             Ok(()) => {
@@ -214,6 +245,7 @@ impl Group {
                         records: ctx.first() == Some(&CTX_RECORDS),
                     },
                 );
+                true
             }
             Err(e) => {
                 let err = match e {
@@ -231,6 +263,7 @@ impl Group {
                 for (reply, _) in members {
                     let _ = reply.send(Err(err.clone()));
                 }
+                false
             }
         }
     }
