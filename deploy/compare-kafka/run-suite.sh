@@ -15,7 +15,10 @@
 # With --exec, SHELL_CMD runs in bash with BOOTSTRAP, TOPIC and VDL_PERF set
 # (several vdl-perf runs against one cluster).
 # VDL_PERF (env) is the binary to use (default: target/release/vdl-perf, built
-# with `cargo build --release -p vdl-perf` if missing).
+# with `cargo build --release -p vdl-perf` if missing). KAFKA_EXTRA_PROPS (env) is
+# a properties file appended to every broker's config (kafka-cluster.sh
+# --extra-props). SHELL_CMD also gets CLUSTER_DIR (brokers' logs in
+# CLUSTER_DIR/broker-<i>/logs, pids in CLUSTER_DIR/broker-<i>/pid).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --base-port) BASE_PORT="$2"; shift 2 ;;
     --exec) EXEC="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-suite: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -55,13 +58,15 @@ CLUSTER="$REPO/scripts/kafka/kafka-cluster.sh"
 cleanup() { "$CLUSTER" stop --dir "$DIR" --clean >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
+[[ -z "${KAFKA_EXTRA_PROPS:-}" ]] || FLAGS+=(--extra-props "$KAFKA_EXTRA_PROPS")
 "$CLUSTER" start --brokers 3 "${FLAGS[@]}" --base-port "$BASE_PORT" --dir "$DIR" >&2
 "$CLUSTER" create-topic "$TOPIC" --rf 3 --partitions 1 --min-isr 2 --dir "$DIR" >&2
 BOOTSTRAP="$("$CLUSTER" bootstrap --dir "$DIR")"
 echo "run-suite: Kafka 3.9, 3 brokers, mode $MODE, bootstrap $BOOTSTRAP, topic $TOPIC" >&2
 
 if [[ -n "$EXEC" ]]; then
-  export BOOTSTRAP TOPIC VDL_PERF
+  CLUSTER_DIR="$DIR"
+  export BOOTSTRAP TOPIC VDL_PERF CLUSTER_DIR
   bash -c "$EXEC"
   exit $?
 fi

@@ -17,6 +17,9 @@
 # VDL_PERF the vdl-perf binary (default target/release/vdl-perf), VDL_COMPARE_DIR the
 # nodes' data directory (default .cache/vdl-compare; removed before and after; on tmpfs an
 # fsync costs nothing, which separates the disk's share of a figure from the rest).
+# VDL_STORAGE_EXTRA (env): lines added to every node's [storage] section (e.g.
+# `cleaner_backoff_ms = 1000`). SHELL_CMD also gets CLUSTER_DIR (node logs
+# CLUSTER_DIR/vdl<i>.log), VDL_PIDS (the nodes' PIDs) and VDL_ADMIN (admin addresses).
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,7 +37,7 @@ while [[ $# -gt 0 ]]; do
     --sync) SYNC="$2"; shift 2 ;;
     --exec) EXEC="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-vdl-suite: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +63,7 @@ trap cleanup EXIT
 
 MEMBERS="\"vdl1=1@127.0.0.1:$((BASE + 100))\", \"vdl2=2@127.0.0.1:$((BASE + 101))\", \"vdl3=3@127.0.0.1:$((BASE + 102))\""
 BOOTSTRAP=""
+VDL_ADMIN=""
 for i in 0 1 2; do
   id=$((i + 1))
   cat > "$DIR/vdl$id.toml" <<EOF
@@ -74,12 +78,14 @@ kafka = "127.0.0.1:$((BASE + i))"
 admin = "127.0.0.1:$((BASE + 200 + i))"
 [storage]
 sync = "$SYNC"
+${VDL_STORAGE_EXTRA:-}
 [streams]
 initial = ["$TOPIC"]
 EOF
   "$VDL" start --config "$DIR/vdl$id.toml" > "$DIR/vdl$id.log" 2>&1 &
   PIDS+=($!)
   BOOTSTRAP+="${BOOTSTRAP:+,}127.0.0.1:$((BASE + i))"
+  VDL_ADMIN+="${VDL_ADMIN:+,}127.0.0.1:$((BASE + 200 + i))"
 done
 
 # Ready when a produce of one record is acknowledged (a leader is elected and serving).
@@ -98,7 +104,9 @@ fi
 echo "run-vdl-suite: vdl, 3 nodes, sync=$SYNC, bootstrap $BOOTSTRAP, topic $TOPIC" >&2
 
 if [[ -n "$EXEC" ]]; then
-  export BOOTSTRAP TOPIC VDL_PERF
+  CLUSTER_DIR="$DIR"
+  VDL_PIDS="${PIDS[*]}"
+  export BOOTSTRAP TOPIC VDL_PERF CLUSTER_DIR VDL_PIDS VDL_ADMIN
   bash -c "$EXEC"
   exit $?
 fi

@@ -49,6 +49,7 @@ pub async fn run(duration: Duration, progress: ProgressMode) -> Result<Vec<RunRe
             compression: Compression::None,
             duration,
             rate: None,
+            keys: None,
         };
         results.push(tag(produce::run(&base.fresh(), &cfg).await?, "produce"));
     }

@@ -122,6 +122,10 @@ struct Target {
     /// server's defaults say.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..=100_000))]
     partitions: Option<i32>,
+    /// A topic config for the creation with --partitions, `KEY=VALUE` (repeatable), e.g.
+    /// `cleanup.policy=compact`; the server validates it. A topic that exists keeps its own.
+    #[arg(long = "topic-config", value_name = "KEY=VALUE", value_parser = parse_topic_config, requires = "partitions")]
+    topic_configs: Vec<(String, String)>,
     /// Per-request timeout.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     timeout: Duration,
@@ -223,6 +227,11 @@ struct ProduceArgs {
     /// Fixed total request rate (requests/s); latency is measured from the scheduled send time.
     #[arg(long)]
     rate: Option<f64>,
+    /// Keyed records over N keys: a worker's record i gets the key `k<i mod N>`, zero-padded
+    /// to the width of N-1 (`k0000`..`k9999` for 10000), as a compacted topic needs; default
+    /// no key.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: Option<u64>,
     /// Also write a report folder here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -490,12 +499,21 @@ fn env_for(t: &Target, json: bool) -> Result<Env> {
     Ok(Env::new(&t.bootstrap, t.timeout, ProgressMode::detect(json)).with_security(security))
 }
 
-/// Creates the topic with `--partitions` partitions when that flag is given (see [`Target`]).
+/// A `--topic-config` value: `KEY=VALUE` with a non-empty key.
+fn parse_topic_config(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+/// Creates the topic with `--partitions` partitions and the `--topic-config`s when that flag is
+/// given (see [`Target`]).
 async fn prepare_topic(env: &Env, t: &Target) -> Result<()> {
     if let Some(n) = t.partitions {
         let deadline = std::time::Instant::now() + t.timeout.max(Duration::from_secs(60));
         env.cluster
-            .ensure_partitions(&t.topic, n, deadline)
+            .ensure_topic(&t.topic, n, &t.topic_configs, deadline)
             .await
             .with_context(|| format!("preparing {} with {n} partitions", t.topic))?;
     }
@@ -557,6 +575,7 @@ async fn run(cli: Cli) -> Result<()> {
                 compression: a.compression.into(),
                 duration: a.duration,
                 rate: a.rate,
+                keys: a.keys,
             };
             let m = meta("produce", &a.target.bootstrap);
             let r = produce::run(&env, &cfg)
@@ -606,6 +625,7 @@ async fn run(cli: Cli) -> Result<()> {
                     compression: Compression::None,
                     duration: a.duration,
                     rate: None,
+                    keys: None,
                 };
                 let c = ConsumeConfig {
                     topic: a.target.topic.clone(),
@@ -660,6 +680,7 @@ async fn run(cli: Cli) -> Result<()> {
                 compression: Compression::None,
                 duration: a.duration,
                 rate: None,
+                keys: None,
             };
             let results = vdl_perf::sweep::run(&env, &base, &a.threads.0, a.messages_per_thread)
                 .await
@@ -944,6 +965,55 @@ mod tests {
         assert!(matches!(a.compression, Codec::Zstd));
         assert_eq!(a.duration, Duration::from_secs(5));
         assert_eq!(a.rate, Some(100.0));
+        assert_eq!(a.keys, None, "keyless by default");
+        assert!(a.target.topic_configs.is_empty());
+    }
+
+    #[test]
+    fn keyed_produce_to_a_topic_created_with_configs() {
+        let cli = parse(&[
+            "produce",
+            "--topic",
+            "C",
+            "--keys",
+            "10000",
+            "--partitions",
+            "1",
+            "--topic-config",
+            "cleanup.policy=compact",
+            "--topic-config",
+            "min.cleanable.dirty.ratio=0.1",
+        ]);
+        let Command::Produce(a) = cli.command else {
+            panic!("produce")
+        };
+        assert_eq!(a.keys, Some(10_000));
+        assert_eq!(a.target.partitions, Some(1));
+        assert_eq!(
+            a.target.topic_configs,
+            [
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("min.cleanable.dirty.ratio".to_string(), "0.1".to_string()),
+            ]
+        );
+        for bad in [
+            &["produce", "--keys", "0"][..],
+            &["produce", "--topic-config", "cleanup.policy=compact"],
+            &[
+                "produce",
+                "--partitions",
+                "1",
+                "--topic-config",
+                "no-equals",
+            ],
+            &["produce", "--partitions", "1", "--topic-config", "=x"],
+        ] {
+            assert!(
+                Cli::try_parse_from(std::iter::once("vdl-perf").chain(bad.iter().copied()))
+                    .is_err(),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -198,6 +198,7 @@ pub async fn run_ratio(env: &Env, cfg: &RatioConfig) -> Result<(RunResult, RunRe
             compression: Compression::None,
             duration: Duration::from_secs(60),
             rate: None,
+            keys: None,
         };
         produce::run(&env.fresh(), &fill).await?;
     }

@@ -47,6 +47,8 @@ pub struct ProduceConfig {
     pub duration: Duration,
     /// Fixed total request rate (requests/s over all workers); `None` = as fast as possible.
     pub rate: Option<f64>,
+    /// Keyed records over this many keys (`k0000`...; see `payload`); `None`: no key.
+    pub keys: Option<u64>,
 }
 
 impl ProduceConfig {
@@ -65,6 +67,9 @@ impl ProduceConfig {
         if self.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
             return bad("--rate must be a positive number of requests per second");
         }
+        if self.keys == Some(0) {
+            return bad("--keys must be at least 1");
+        }
         Ok(())
     }
 
@@ -82,6 +87,9 @@ impl ProduceConfig {
         );
         if let Some(r) = self.rate {
             p.insert("rate".into(), format!("{r}"));
+        }
+        if let Some(k) = self.keys {
+            p.insert("keys".into(), k.to_string());
         }
         p
     }
@@ -199,6 +207,9 @@ async fn worker(
 ) -> Result<WorkerStats, ClientError> {
     let deadline = start + cfg.duration;
     let mut source = BatchSource::new(cfg.message_size, cfg.compression, seed);
+    if let Some(space) = cfg.keys {
+        source = source.with_keys(space);
+    }
     let mut stats = WorkerStats::default();
     let mut schedule = Schedule {
         start,

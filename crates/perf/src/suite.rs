@@ -101,6 +101,7 @@ impl SuiteConfig {
             compression: Compression::None,
             duration: self.cell_duration,
             rate: None,
+            keys: None,
         }
     }
 

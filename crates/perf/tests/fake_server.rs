@@ -25,6 +25,7 @@ fn produce_cfg(topic: &str, messages: u64, batch: usize) -> ProduceConfig {
         compression: Compression::None,
         duration: Duration::from_secs(20),
         rate: None,
+        keys: None,
     }
 }
 

@@ -116,6 +116,18 @@ impl Cluster {
         partitions: i32,
         deadline: Instant,
     ) -> Result<(), ClientError> {
+        self.ensure_topic(topic, partitions, &[], deadline).await
+    }
+
+    /// [`Cluster::ensure_partitions`], creating the topic with the topic configs `configs`
+    /// (name, value; a topic that exists keeps its own).
+    pub async fn ensure_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        configs: &[(String, String)],
+        deadline: Instant,
+    ) -> Result<(), ClientError> {
         let mut answered = None;
         let mut last = None;
         for addr in &self.bootstrap {
@@ -125,7 +137,7 @@ impl Cluster {
                 let resp = conn
                     .request(
                         super::CREATE_TOPICS_VERSION,
-                        &protocol::create_topic(topic, partitions, timeout_ms),
+                        &protocol::create_topic(topic, partitions, configs, timeout_ms),
                     )
                     .await?;
                 protocol::created(resp, topic)

@@ -5,7 +5,9 @@ use bytes::Bytes;
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::api_versions_request::ApiVersionsRequest;
-use kafka_proto::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_proto::messages::create_topics_request::{
+    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -205,13 +207,26 @@ pub fn metadata(topic: &str) -> Request {
 }
 
 /// A CreateTopics request for one topic of `partitions` partitions with the server's default
-/// replication factor (-1, KIP-464).
-pub fn create_topic(topic: &str, partitions: i32, timeout_ms: i32) -> Request {
+/// replication factor (-1, KIP-464) and the topic configs `configs` (name, value).
+pub fn create_topic(
+    topic: &str,
+    partitions: i32,
+    configs: &[(String, String)],
+    timeout_ms: i32,
+) -> Request {
     Request::CreateTopics(CreateTopicsRequest {
         topics: vec![CreatableTopic {
             name: topic.to_string(),
             num_partitions: partitions,
             replication_factor: -1,
+            configs: configs
+                .iter()
+                .map(|(name, value)| CreatableTopicConfig {
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         }],
         timeout_ms,
@@ -246,4 +261,29 @@ pub fn api_versions() -> Request {
         client_software_version: env!("CARGO_PKG_VERSION").into(),
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_topic_carries_the_topic_configs() {
+        let configs = [("cleanup.policy".to_string(), "compact".to_string())];
+        let Request::CreateTopics(r) = create_topic("C", 1, &configs, 5000) else {
+            panic!("not CreateTopics")
+        };
+        let t = &r.topics[0];
+        assert_eq!(
+            (t.name.as_str(), t.num_partitions, t.replication_factor),
+            ("C", 1, -1)
+        );
+        assert_eq!(t.configs.len(), 1);
+        assert_eq!(t.configs[0].name, "cleanup.policy");
+        assert_eq!(t.configs[0].value.as_deref(), Some("compact"));
+        let Request::CreateTopics(r) = create_topic("D", 8, &[], 5000) else {
+            panic!("not CreateTopics")
+        };
+        assert!(r.topics[0].configs.is_empty());
+    }
 }

@@ -229,6 +229,7 @@ fn run(
                     nap(due - elapsed, &stop);
                 }
             };
+            let pass_started = Instant::now();
             match clean_if_due(&target, &limits, &codec, wall_clock_ms(), &mut throttle) {
                 Ok(Some(r)) => {
                     counters.passes.fetch_add(1, Ordering::Relaxed);
@@ -248,6 +249,7 @@ fn run(
                         records_removed = r.records_removed,
                         segments_rewritten = r.segments_rewritten,
                         first_dirty_offset = r.first_dirty_offset,
+                        elapsed_us = u64::try_from(pass_started.elapsed().as_micros()).unwrap_or(u64::MAX),
                         "log cleaner pass"
                     );
                 }
