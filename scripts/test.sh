@@ -7,18 +7,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+# Free disk space, printed at each step: the build and the tests' data directories need several
+# GB, and a run that fills the disk fails with ENOSPC wherever it happens to be.
+disk() { df -h --output=avail,target . 2>/dev/null | tail -1 | sed 's/^/    disk free: /' || true; }
+
+# A fresh clone (CI) gains nothing from incremental compilation, which would keep a second copy
+# of every crate's intermediate files on disk; a developer's warm target keeps its setting.
+if [[ ! -d target/debug ]]; then export CARGO_INCREMENTAL=0; fi
 
 step "installing test dependencies"
 ./scripts/test-deps.sh
 
+disk
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+disk
 step "cargo test"
 cargo test --workspace
+disk
 
 # Real Kafka clients against three real vdl processes (target/debug/vdl, which cargo test just
 # built). Both suites run even if the first fails, so one run reports on both; each is bounded.
