@@ -12,9 +12,10 @@
 //!   authorizer.
 //! - [`storage_faults`]: damaged replicas and their repair counters; [`scrubber`]: the
 //!   background verification of sealed segments.
-//! - [`admin`]: the admin HTTP API (status, append and read without Kafka, metrics, rates,
-//!   members); [`admin_ops`]: its operator endpoints (cluster status, leaders, segments);
-//!   [`admin_rates`]: the flow limits on it (`GET`/`PUT /rates`).
+//! - [`admin`]: the admin HTTP API, one room (status, append and read without Kafka,
+//!   metrics, rates, members, and the operator endpoints `vdlctl` calls: cluster status,
+//!   leaders, segments; its HTTP(S) transport, authentication, and the client that calls
+//!   other nodes).
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`shutdown`]: the phases of a graceful shutdown the Kafka listeners follow (the
 //!   binary's `main.rs` drives it: leadership hand-off, draining connections, sync).
@@ -32,10 +33,6 @@
 //! `tests/layout_rules.rs`.
 
 pub mod admin;
-pub mod admin_auth;
-pub mod admin_http;
-pub mod admin_ops;
-pub mod admin_rates;
 pub mod compaction;
 pub mod config;
 pub mod core;

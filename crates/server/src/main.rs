@@ -296,8 +296,12 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
             {
                 tracing::warn!("the admin API requires authentication but has no TLS and refuses Basic without it: every call will be refused (set [admin] tls_cert/tls_key/tls_ca)");
             }
-            // Other nodes forward operators' requests here (see vdl_server::admin_ops).
-            vdl_server::admin_ops::announce_admin_address(&node, announced, ADMIN_ANNOUNCE_REFRESH);
+            // Other nodes forward operators' requests here (see vdl_server::admin::operator).
+            vdl_server::admin::operator::announce_admin_address(
+                &node,
+                announced,
+                ADMIN_ANNOUNCE_REFRESH,
+            );
             Some(tokio::spawn(vdl_server::admin::serve(
                 listener,
                 node.clone(),
@@ -340,7 +344,7 @@ async fn run(config: NodeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How often a node announces its admin address again (see `admin_ops::announce_admin_address`).
+/// How often a node announces its admin address again (see `admin::operator::announce_admin_address`).
 const ADMIN_ANNOUNCE_REFRESH: Duration = Duration::from_secs(300);
 
 async fn wait_for_shutdown_signal() {

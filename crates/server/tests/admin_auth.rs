@@ -50,7 +50,7 @@ async fn start(mut config: NodeConfig) -> (Arc<Node>, String) {
 
 async fn call(addr: &str, auth: Option<HeaderValue>, path: &str) -> u16 {
     let plain = AdminSettings::default();
-    vdl_server::admin_http::call_peer_as(&plain, auth.as_ref(), addr, "GET", path, T)
+    vdl_server::admin::peer_client::call_peer_as(&plain, auth.as_ref(), addr, "GET", path, T)
         .await
         .expect("admin answers")
         .0
@@ -153,12 +153,12 @@ async fn cluster_status_never_files_an_answer_under_another_nodes_id() {
         addrs.push(addr);
     }
     // Node 2 announces node 1's address (as two nodes announcing the same loopback bind would).
-    vdl_server::admin_ops::announce_admin_address(
+    vdl_server::admin::operator::announce_admin_address(
         &nodes[0],
         addrs[0].clone(),
         Duration::from_secs(300),
     );
-    vdl_server::admin_ops::announce_admin_address(
+    vdl_server::admin::operator::announce_admin_address(
         &nodes[1],
         addrs[0].clone(),
         Duration::from_secs(300),
@@ -168,7 +168,7 @@ async fn cluster_status_never_files_an_answer_under_another_nodes_id() {
         assert!(Instant::now() < deadline, "admin addresses not announced");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let status = vdl_server::admin_ops::gather_cluster_status(&nodes[0]).await;
+    let status = vdl_server::admin::operator::gather_cluster_status(&nodes[0]).await;
     let two = status
         .nodes
         .iter()

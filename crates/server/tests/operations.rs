@@ -61,7 +61,7 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, Vec<String>, Vec<Nod
             .await
             .expect("bind admin");
         tokio::spawn(vdl_server::admin::serve(listener, node.clone()));
-        vdl_server::admin_ops::announce_admin_address(
+        vdl_server::admin::operator::announce_admin_address(
             &node,
             addr.to_string(),
             Duration::from_secs(300),
@@ -97,14 +97,14 @@ fn leader_of(nodes: &[Arc<Node>]) -> u64 {
 }
 
 async fn post(admin: &str, path: &str) -> (u16, serde_json::Value) {
-    let (code, body) = vdl_server::admin_ops::call_peer(admin, "POST", path, T)
+    let (code, body) = vdl_server::admin::peer_client::call_peer(admin, "POST", path, T)
         .await
         .expect("admin answers");
     (code, serde_json::from_str(&body).expect("JSON answer"))
 }
 
 async fn get(admin: &str, path: &str) -> (u16, serde_json::Value) {
-    let (code, body) = vdl_server::admin_ops::call_peer(admin, "GET", path, T)
+    let (code, body) = vdl_server::admin::peer_client::call_peer(admin, "GET", path, T)
         .await
         .expect("admin answers");
     (code, serde_json::from_str(&body).expect("JSON answer"))
@@ -253,7 +253,7 @@ async fn admin_answers_carry_the_api_version_and_parse_as_the_shared_types() {
     let addr = configs[0].admin_listen.unwrap();
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     tokio::spawn(vdl_server::admin::serve(listener, node.clone()));
-    vdl_server::admin_ops::announce_admin_address(&node, addr.to_string(), T);
+    vdl_server::admin::operator::announce_admin_address(&node, addr.to_string(), T);
     let n = node.clone();
     eventually("the node knows its admin address", || {
         n.admin_addresses().len() == 1
@@ -359,7 +359,7 @@ async fn hand_off_moves_every_group_led_here_and_transfer_reaches_a_chosen_repli
     })
     .await;
     // The cluster status, asked of any node, reports the new leader and every node reachable.
-    let status = vdl_server::admin_ops::gather_cluster_status(&nodes[0]).await;
+    let status = vdl_server::admin::operator::gather_cluster_status(&nodes[0]).await;
     assert!(
         status.nodes.iter().all(|n| n.reachable && n.live),
         "{status:?}"

@@ -1,5 +1,5 @@
 //! `vdlctl member list | add | remove`: membership changes through a node's admin API
-//! (`GET /members`, `POST /members`, `DELETE /members/{id}`; see the server's `admin.rs`).
+//! (`GET /members`, `POST /members`, `DELETE /members/{id}`; see the server's `admin/members.rs`).
 //!
 //! `add` and `remove` return once the change is done (the new node is a voter of the
 //! metadata group; the removed node's replicas moved and it left the metadata group), or fail

@@ -1,5 +1,5 @@
 //! `vdlctl rate list | update`: the node-wide flow limits (VDL's seven knobs) through a node's
-//! admin API (`GET /rates`, `PUT /rates`; the server's `admin_rates.rs`). An update is
+//! admin API (`GET /rates`, `PUT /rates`; the server's `admin/rates.rs`). An update is
 //! committed to the replicated metadata and applied by every node; the limits in force are
 //! printed after it.
 

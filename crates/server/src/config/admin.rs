@@ -1,6 +1,6 @@
 //! The `[admin]` section: the admin API's HTTPS files, whether calls must authenticate, and
 //! the address it is announced at (how calls are authenticated and authorized is
-//! [`crate::admin_auth`]'s job).
+//! [`crate::admin::auth`]'s job).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

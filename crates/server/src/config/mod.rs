@@ -125,7 +125,7 @@ pub struct NodeConfig {
     /// Mutual TLS between nodes (`[peer_tls]`); `None`: plain TCP.
     pub peer_tls: Option<TlsFiles>,
     /// The admin API's HTTPS, authentication and advertised address (`[admin]`, see
-    /// [`crate::admin_auth`]).
+    /// [`crate::admin::auth`]).
     pub admin: AdminSettings,
     /// Longest a graceful shutdown (SIGTERM, SIGINT) may take: handing leadership over,
     /// answering the requests in flight, syncing; then the process exits anyway.

@@ -24,6 +24,7 @@ use axum::{Json, Router};
 use serde_json::{Map, Value};
 use vdl_admin_api::rates::Rates;
 
+use crate::admin::reply::error;
 use crate::flow::settings::{FlowLimits, FLOW_LIMIT_NAMES};
 use crate::metadata::MetaCommand;
 use crate::node::Node;
@@ -51,11 +52,7 @@ async fn list(State(node): State<Arc<Node>>) -> Json<Rates> {
 }
 
 fn bad_request(message: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(serde_json::json!({ "error": message })),
-    )
-        .into_response()
+    error(StatusCode::BAD_REQUEST, message)
 }
 
 /// The limits `current` becomes with the changes in `body`.
@@ -93,11 +90,7 @@ async fn update(State(node): State<Arc<Node>>, Json(body): Json<Value>) -> Respo
         .await
     {
         Ok(_) => Json(rates(&node, &node.flow_settings().limits)).into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "error": e.to_string() })),
-        )
-            .into_response(),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 

@@ -31,25 +31,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
+use vdl_admin_api::ErrorBody;
 
+use crate::admin::http::AdminConnection;
 use crate::node::Node;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 use crate::security::Principal;
 
 /// Longest `Authorization` header read (a longer one is refused without decoding).
 pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
-
-/// What a connection to the admin listener brought (inserted into every request's
-/// extensions by the listener, see [`crate::admin_http`]).
-#[derive(Debug, Clone)]
-pub struct AdminConnection {
-    /// The client's address.
-    pub peer: SocketAddr,
-    /// Whether the connection is TLS.
-    pub tls: bool,
-    /// The principal of the verified client certificate, if one was presented.
-    pub certificate: Option<Principal>,
-}
 
 /// Who is calling, as authenticated (a request extension for the handlers).
 #[derive(Debug, Clone)]
@@ -92,11 +82,7 @@ impl IntoResponse for AdminAuthError {
             AdminAuthError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminAuthError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
-        let mut resp = (
-            status,
-            Json(serde_json::json!({ "error": self.to_string() })),
-        )
-            .into_response();
+        let mut resp = (status, Json(ErrorBody::new(self.to_string()))).into_response();
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

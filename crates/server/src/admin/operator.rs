@@ -1,6 +1,6 @@
 //! The admin API's operator endpoints (what `vdlctl` calls): cluster status, leader transfer
 //! and balance, segment listing and deletion. Any node answers: it gathers the other nodes'
-//! views from their admin listeners (addresses announced through the metadata log,
+//! views from their admin listeners ([`crate::admin::peer_client`]; addresses announced through the metadata log,
 //! [`announce_admin_address`]) or forwards the request to the node that
 //! must act.
 //!
@@ -32,9 +32,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use vdl_admin_api::leaders::{LeaderTransferred, LeadersBalanced};
 use vdl_admin_api::segments::{CleanerFigures, SegmentList, SegmentsDeleted};
-use vdl_admin_api::ErrorBody;
 
-use crate::admin_auth::Caller;
+use crate::admin::auth::Caller;
+use crate::admin::peer_client::call_peer_as;
+use crate::admin::reply::error;
 use crate::metadata::METADATA_STREAM;
 use crate::node::{Node, TransferError};
 use crate::replication::group::ReplicaReport;
@@ -150,24 +151,6 @@ pub fn announce_admin_address(node: &Arc<Node>, address: String, refresh: Durati
     });
 }
 
-/// A JSON error answer.
-pub fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(ErrorBody::new(message))).into_response()
-}
-
-/// Calls another node's admin API over plain HTTP without credentials (blocking client on a
-/// blocking thread): `(status, body)`. Calls made for a caller use
-/// [`crate::admin_http::call_peer_as`].
-pub async fn call_peer(
-    address: &str,
-    method: &'static str,
-    path_and_query: &str,
-    timeout: Duration,
-) -> Result<(u16, String), String> {
-    let plain = crate::config::AdminSettings::default();
-    crate::admin_http::call_peer_as(&plain, None, address, method, path_and_query, timeout).await
-}
-
 /// `GET /cluster/status`: 200 when healthy, 503 otherwise (same document). The other nodes
 /// are asked with the caller's credentials.
 pub async fn cluster_status(
@@ -209,7 +192,7 @@ pub async fn gather_cluster_status_as(node: &Arc<Node>, caller: &Caller) -> Clus
             let Some(admin) = admin else {
                 return (m.id, Err("admin address not announced".to_owned()));
             };
-            let answer = crate::admin_http::call_peer_as(
+            let answer = call_peer_as(
                 &node.config().admin,
                 caller.authorization.as_ref(),
                 &admin,
@@ -520,7 +503,7 @@ async fn forward_to_leader(
     };
     let path = format!("{path_and_query}{sep}local=true");
     Some(
-        match crate::admin_http::call_peer_as(
+        match call_peer_as(
             &node.config().admin,
             caller.authorization.as_ref(),
             &address,
