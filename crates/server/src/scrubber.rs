@@ -2,31 +2,28 @@
 //! CRC-checks each frame, at a configured rate, so that damage in data nobody reads is found
 //! (and repaired from a healthy replica) before the other copies are needed.
 //!
-//! One thread per node. It holds a store's read lock only to take a segment's map
+//! One thread per node (a [`BackgroundThread`]: a pass, then `storage.scrub_pause_ms`, until
+//! the node stops). It holds a store's read lock only to take a segment's map
 //! (`LogStore::scrub_target`) and verifies without it, sleeping between steps of
 //! [`logstore::SCRUB_STEP_BYTES`] to keep `storage.scrub_rate_mb_per_s`. A bad frame is
 //! reported to the store (`LogStore::report_damage`) and the stream's group is woken to
 //! repair it. Counters are in [`StorageFaults`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::replication::raft_storage::read;
 use crate::replication::stream::LogStream;
+use crate::runtime::background::{BackgroundThread, StopSignal};
 use crate::storage_faults::StorageFaults;
 
 /// A running scrubber; stopped (and joined) on drop.
 pub struct Scrubber {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: BackgroundThread,
 }
 
 /// The streams to scrub, listed again at every pass.
 pub type StreamLister = Box<dyn Fn() -> Vec<LogStream> + Send>;
-
-/// Longest single sleep, so a stop is noticed quickly.
-const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
 impl Scrubber {
     /// Starts the scrubber thread: passes over `list()`'s streams at `bytes_per_second`,
@@ -39,60 +36,21 @@ impl Scrubber {
         faults: Arc<StorageFaults>,
     ) -> std::io::Result<Scrubber> {
         assert!(bytes_per_second > 0, "a scrubber needs a positive rate");
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("{name}-scrub"))
-            .spawn(move || run(bytes_per_second, pause, list, faults, flag))?;
-        Ok(Scrubber {
-            stop,
-            thread: Some(thread),
-        })
+        let thread = BackgroundThread::start(format!("{name}-scrub"), pause, move |stop| {
+            pass(bytes_per_second, &list, &faults, stop)
+        })?;
+        Ok(Scrubber { _thread: thread })
     }
 }
 
-impl Drop for Scrubber {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Sleeps `d` in slices; false when asked to stop.
-fn nap(d: Duration, stop: &AtomicBool) -> bool {
-    let until = Instant::now() + d;
-    loop {
-        if stop.load(Ordering::Acquire) {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return true;
-        }
-        std::thread::sleep((until - now).min(SLEEP_SLICE));
-    }
-}
-
-fn run(
-    bytes_per_second: u64,
-    pause: Duration,
-    list: StreamLister,
-    faults: Arc<StorageFaults>,
-    stop: Arc<AtomicBool>,
-) {
-    while !stop.load(Ordering::Acquire) {
-        for stream in list() {
-            let bases = read(stream.store()).sealed_segment_bases();
-            for base in bases {
-                if !scrub_segment(&stream, base, bytes_per_second, &faults, &stop) {
-                    return;
-                }
+/// One pass over every sealed segment of `list()`'s streams; ends early when asked to stop.
+fn pass(bytes_per_second: u64, list: &StreamLister, faults: &StorageFaults, stop: &StopSignal) {
+    for stream in list() {
+        let bases = read(stream.store()).sealed_segment_bases();
+        for base in bases {
+            if !scrub_segment(&stream, base, bytes_per_second, faults, stop) {
+                return;
             }
-        }
-        if !nap(pause, &stop) {
-            return;
         }
     }
 }
@@ -103,7 +61,7 @@ fn scrub_segment(
     base: u64,
     bytes_per_second: u64,
     faults: &StorageFaults,
-    stop: &AtomicBool,
+    stop: &StopSignal,
 ) -> bool {
     let target = match read(stream.store()).scrub_target(base) {
         Ok(Some(t)) => t,
@@ -124,7 +82,7 @@ fn scrub_segment(
         let due = Duration::from_secs_f64(done as f64 / bytes_per_second as f64);
         let elapsed = started.elapsed();
         if due > elapsed && !stopped {
-            stopped = !nap(due - elapsed, stop);
+            stopped = !stop.nap(due - elapsed);
         }
     });
     if let Some((index, pos, reason)) = outcome.damage {
@@ -141,5 +99,5 @@ fn scrub_segment(
         read(stream.store()).report_damage(index);
         stream.check_damage();
     }
-    !stopped && !stop.load(Ordering::Acquire)
+    !stopped && !stop.is_stopped()
 }

@@ -16,9 +16,6 @@ use common::kafka::{on_any, KafkaConn};
 use common::serving::start;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::create_topics_request::{
-    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
-};
 use kafka_proto::messages::delete_groups_request::DeleteGroupsRequest;
 use kafka_proto::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic,
@@ -79,28 +76,7 @@ async fn partition_0(node: &Node, topic: &str) -> vdl_server::LogStream {
 
 /// CreateTopics v7 of one partition on every node with `configs`: (error code, message).
 fn create(c: &mut KafkaConn, name: &str, configs: &[(&str, &str)]) -> (i16, Option<String>) {
-    let req = Request::CreateTopics(CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: name.into(),
-            num_partitions: 1,
-            replication_factor: 3,
-            configs: configs
-                .iter()
-                .map(|(k, v)| CreatableTopicConfig {
-                    name: k.to_string(),
-                    value: Some(v.to_string()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        timeout_ms: 15_000,
-        ..Default::default()
-    });
-    match c.call(ApiKey::CreateTopics, 7, &req).unwrap() {
-        Response::CreateTopics(r) => (r.topics[0].error_code, r.topics[0].error_message.clone()),
-        other => panic!("unexpected {other:?}"),
-    }
+    c.create_topic_configured(name, configs).unwrap()
 }
 
 /// DescribeConfigs v4 of topic `name`: (name, value, source) per config.

@@ -8,15 +8,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::cluster_configs;
 use common::compacted::{
-    batch, create_compacted_with, fetch_topic, latest, now_ms, produce_to, read_replica, Table, T,
+    batch, compacting_cluster, create_compacted_with, fetch_topic, latest, now_ms, produce_round,
+    produce_to, read_replica, wait_compacted, wait_served, Table, T,
 };
 use common::kafka::{on_any, KafkaConn};
 use common::serving::start;
@@ -30,6 +30,7 @@ use kafka_proto::messages::produce_request::{
 };
 use kafka_proto::records::{Compression, NewRecord};
 use kafka_proto::RecordChunks;
+use vdl_server::Node;
 
 const TOPIC: &str = "table";
 const KEYS: usize = 12;
@@ -107,12 +108,8 @@ fn produce(brokers: &[SocketAddr], records: &[(Option<&str>, Option<&str>)]) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_replica() {
     let dir = tempfile::tempdir().unwrap();
-    let mut configs = cluster_configs(3, dir.path(), &[]);
-    for c in &mut configs {
-        // Rolls by segment.ms are checked with retention; rounds of the cleaner often.
-        c.storage.retention_check_interval = Duration::from_millis(100);
-        c.storage.cleaner_backoff = Duration::from_millis(100);
-    }
+    // Rolls by segment.ms are checked with retention; rounds of the cleaner often.
+    let configs = compacting_cluster(dir.path());
     let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
     let nodes = start(&configs).await;
 
@@ -127,19 +124,7 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
             if round == 3 {
                 std::thread::sleep(Duration::from_millis(1_500));
             }
-            for chunk in (0..KEYS).collect::<Vec<_>>().chunks(4) {
-                let keys: Vec<String> = chunk.iter().map(|k| format!("k{k}")).collect();
-                let values: Vec<String> = chunk.iter().map(|k| format!("v{k}.{round}")).collect();
-                let records: Vec<(Option<&str>, Option<&str>)> = keys
-                    .iter()
-                    .zip(&values)
-                    .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
-                    .collect();
-                let base = produce(&b, &records) as u64;
-                for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
-                    produced.insert(base + i as u64, (k.clone(), Some(v.clone())));
-                }
-            }
+            produce_round(&b, TOPIC, KEYS, 4, round, &mut produced);
         }
         let base = produce(&b, &[(Some("k1"), None), (Some("k2"), None)]) as u64;
         produced.insert(base, ("k1".into(), None));
@@ -181,39 +166,20 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
     assert!(produced.len() > 4 * KEYS);
 
     // segment.ms rolls the quiet partition's segment; every replica's cleaner then compacts.
-    let deadline = Instant::now() + T;
-    loop {
-        let served = {
-            let b = brokers.clone();
-            tokio::task::spawn_blocking(move || fetch_all(&b))
-                .await
-                .unwrap()
+    let b = brokers.clone();
+    let replicas: Vec<Arc<Node>> = nodes.0.iter().map(|(n, _)| n.clone()).collect();
+    let all = produced.clone();
+    tokio::task::spawn_blocking(move || {
+        let tables = || {
+            replicas
+                .iter()
+                .map(|n| read_replica(&n.partition(TOPIC, 0).expect("a replica here")))
+                .collect::<Vec<_>>()
         };
-        let replicas: Vec<Table> = nodes
-            .0
-            .iter()
-            .map(|(n, _)| read_replica(&n.partition(TOPIC, 0).expect("a replica here")))
-            .collect();
-        if served == expected && replicas.iter().all(|r| *r == expected) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not compacted in time: served {} records ({:?}), replicas {:?}, expected {expected:?}",
-            served.len(),
-            served,
-            replicas.iter().map(BTreeMap::len).collect::<Vec<_>>()
-        );
-        // What is served is always a subset of what was produced, as produced, with the
-        // latest record of every key.
-        for (o, r) in &served {
-            assert_eq!(produced.get(o), Some(r), "offset {o} served as produced");
-        }
-        for o in expected.keys() {
-            assert!(served.contains_key(o), "latest record at {o} served");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        wait_compacted(&b, TOPIC, &tables, &all);
+    })
+    .await
+    .unwrap();
     for (n, _) in &nodes.0 {
         assert!(
             n.cleaner_counters().passes.load(Ordering::Relaxed) > 0,
@@ -284,11 +250,7 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
 async fn tombstones_go_after_delete_retention_ms_once_a_pass_kept_them() {
     const GONE: &str = "gone";
     let dir = tempfile::tempdir().unwrap();
-    let mut configs = cluster_configs(3, dir.path(), &[]);
-    for c in &mut configs {
-        c.storage.retention_check_interval = Duration::from_millis(100);
-        c.storage.cleaner_backoff = Duration::from_millis(100);
-    }
+    let configs = compacting_cluster(dir.path());
     let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
     let _nodes = start(&configs).await;
     let b = brokers.clone();
@@ -306,44 +268,29 @@ async fn tombstones_go_after_delete_retention_ms_once_a_pass_kept_them() {
         let del = produce_to(&b, GONE, &[(Some("a"), None)]);
         // The first pass keeps the tombstone (it is the latest of its key, in the dirty part)
         // and removes a's older value.
-        let deadline = Instant::now() + T;
-        loop {
-            let served = fetch_topic(&b, GONE);
-            let expected: Table = [
-                (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
-                (del as u64, ("a".to_string(), None)),
-            ]
-            .into();
-            if served == expected {
-                break;
-            }
+        let expected: Table = [
+            (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
+            (del as u64, ("a".to_string(), None)),
+        ]
+        .into();
+        wait_served(&b, GONE, "first pass not seen", |served| {
             let removed = !served.contains_key(&(del as u64));
             assert!(
                 !removed,
                 "the tombstone went before a pass kept it: {served:?}"
             );
-            assert!(Instant::now() < deadline, "first pass not seen: {served:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            *served == expected
+        });
         // New data makes the partition dirty again; the next pass removes the tombstone.
         let c0 = produce_to(&b, GONE, &[(Some("c"), Some("c0"))]);
-        let deadline = Instant::now() + T;
-        loop {
-            let served = fetch_topic(&b, GONE);
-            let expected: Table = [
-                (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
-                (c0 as u64, ("c".to_string(), Some("c0".to_string()))),
-            ]
-            .into();
-            if served == expected {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tombstone not removed: {served:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let expected: Table = [
+            (a0 as u64 + 1, ("b".to_string(), Some("b0".to_string()))),
+            (c0 as u64, ("c".to_string(), Some("c0".to_string()))),
+        ]
+        .into();
+        wait_served(&b, GONE, "tombstone not removed", |served| {
+            *served == expected
+        });
     })
     .await
     .unwrap();
@@ -385,11 +332,7 @@ fn producer_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
 async fn idempotent_producer_state_survives_compaction_and_a_crash() {
     const IDEM: &str = "idem";
     let dir = tempfile::tempdir().unwrap();
-    let mut configs = cluster_configs(3, dir.path(), &[]);
-    for c in &mut configs {
-        c.storage.retention_check_interval = Duration::from_millis(100);
-        c.storage.cleaner_backoff = Duration::from_millis(100);
-    }
+    let configs = compacting_cluster(dir.path());
     let brokers: Vec<SocketAddr> = configs.iter().map(|c| c.kafka_listen).collect();
     let nodes = start(&configs).await;
     let b = brokers.clone();
@@ -404,15 +347,9 @@ async fn idempotent_producer_state_survives_compaction_and_a_crash() {
         // Another (plain) producer supersedes both of its records.
         let last = produce_to(&b, IDEM, &[(Some("a"), Some("2")), (Some("b"), Some("2"))]);
         let end = last as u64 + 2;
-        let deadline = Instant::now() + T;
-        loop {
-            let served = fetch_topic(&b, IDEM);
-            if served.len() == 2 && served.keys().all(|o| *o >= last as u64) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "not compacted: {served:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_served(&b, IDEM, "not compacted", |served| {
+            served.len() == 2 && served.keys().all(|o| *o >= last as u64)
+        });
         (producer, first, end)
     })
     .await

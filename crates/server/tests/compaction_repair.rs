@@ -16,9 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::bit_flip::flip;
-use common::cluster_configs;
 use common::compacted::{
-    create_compacted_with, fetch_topic, latest, produce_to, read_replica, Table, T,
+    compacting_cluster, create_compacted_with, fetch_topic, latest, produce_round, produce_to,
+    read_replica, wait_compacted, Table, T,
 };
 use common::kafka::KafkaConn;
 use common::serving::start;
@@ -54,47 +54,21 @@ fn leader(nodes: &[Arc<Node>]) -> usize {
     }
 }
 
-/// Produces round `round` of every key (batches of several keys), into `produced`.
-fn produce_round(brokers: &[SocketAddr], round: usize, produced: &mut Table) {
-    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(3) {
-        let keys: Vec<String> = chunk.iter().map(|k| format!("k{k}")).collect();
-        let values: Vec<String> = chunk.iter().map(|k| format!("v{k}.{round}")).collect();
-        let records: Vec<(Option<&str>, Option<&str>)> = keys
-            .iter()
-            .zip(&values)
-            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
-            .collect();
-        let base = produce_to(brokers, TOPIC, &records) as u64;
-        for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
-            produced.insert(base + i as u64, (k.clone(), Some(v.clone())));
-        }
-    }
+/// Produces round `round` of every key, three keys a batch, into `produced`.
+fn produce_keys(brokers: &[SocketAddr], round: usize, produced: &mut Table) {
+    produce_round(brokers, TOPIC, KEYS, 3, round, produced);
 }
 
 /// Waits until Fetch and every replica serve exactly the latest record of every key
-/// produced (so every sealed segment that held an older record was rewritten), checking on
-/// the way that what is served is always as produced.
-fn wait_compacted(brokers: &[SocketAddr], nodes: &[Arc<Node>], produced: &Table) {
-    let expected = latest(produced);
-    let deadline = Instant::now() + T;
-    loop {
-        let served = fetch_topic(brokers, TOPIC);
-        for (o, r) in &served {
-            assert_eq!(produced.get(o), Some(r), "offset {o} served as produced");
-        }
-        for o in expected.keys() {
-            assert!(served.contains_key(o), "latest record at {o} served");
-        }
-        let replicas: Vec<Table> = nodes.iter().map(|n| read_replica(&stream(n))).collect();
-        if served == expected && replicas.iter().all(|r| *r == expected) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not compacted in time: served {served:?}, replicas {replicas:?}, expected {expected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// produced (see [`wait_compacted`]).
+fn wait_all_compacted(brokers: &[SocketAddr], nodes: &[Arc<Node>], produced: &Table) {
+    let replicas = || {
+        nodes
+            .iter()
+            .map(|n| read_replica(&stream(n)))
+            .collect::<Vec<_>>()
+    };
+    wait_compacted(brokers, TOPIC, &replicas, produced);
 }
 
 /// The sealed segment file of node `n`'s replica that holds offset `offset`.
@@ -126,10 +100,8 @@ fn transfer_to(nodes: &[Arc<Node>], to: usize) {
 
 fn scenario(damaged: Damaged) {
     let dir = tempfile::tempdir().unwrap();
-    let mut configs = cluster_configs(3, dir.path(), &[]);
+    let mut configs = compacting_cluster(dir.path());
     for c in &mut configs {
-        c.storage.retention_check_interval = Duration::from_millis(100);
-        c.storage.cleaner_backoff = Duration::from_millis(100);
         c.storage.scrub_bytes_per_second = 200_000_000;
         c.storage.scrub_pass_pause = Duration::from_millis(300);
     }
@@ -151,12 +123,12 @@ fn scenario(damaged: Damaged) {
         if round > 0 {
             std::thread::sleep(Duration::from_millis(1_200));
         }
-        produce_round(&brokers, round, &mut produced);
+        produce_keys(&brokers, round, &mut produced);
     }
     let base = produce_to(&brokers, TOPIC, &[(Some("k1"), None), (Some("k2"), None)]) as u64;
     produced.insert(base, ("k1".into(), None));
     produced.insert(base + 1, ("k2".into(), None));
-    wait_compacted(&brokers, &nodes, &produced);
+    wait_all_compacted(&brokers, &nodes, &produced);
 
     let lead = leader(&nodes);
     let victim = match damaged {
@@ -199,11 +171,11 @@ fn scenario(damaged: Damaged) {
 
     // Every replica serves every key's latest value at its offset; writes go on, and are
     // compacted again everywhere.
-    wait_compacted(&brokers, &nodes, &produced);
-    produce_round(&brokers, 4, &mut produced);
+    wait_all_compacted(&brokers, &nodes, &produced);
+    produce_keys(&brokers, 4, &mut produced);
     std::thread::sleep(Duration::from_millis(1_200));
-    produce_round(&brokers, 5, &mut produced);
-    wait_compacted(&brokers, &nodes, &produced);
+    produce_keys(&brokers, 5, &mut produced);
+    wait_all_compacted(&brokers, &nodes, &produced);
 
     // The repaired replica leads: Fetch from it alone serves the same, the sealed segments
     // (the range it fetched again included) verify, and offsets go on after the last.

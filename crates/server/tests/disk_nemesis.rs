@@ -253,7 +253,7 @@ impl Bench {
             .prefix("disknemesis-")
             .tempdir()
             .unwrap();
-        // The test's records carry a 2023 timestamp: retention by time must not delete them.
+        // Retention by time off: every acknowledged record is read back from the start.
         let cluster = faulty_cluster(dir.path(), "retention_hours = 10000000");
         create(&cluster.kafka, topic);
         Bench {

@@ -47,7 +47,7 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, Vec<String>, Vec<Nod
     for (c, port) in configs.iter_mut().zip(&ports) {
         c.storage.segment_bytes = 64 << 10;
         c.storage.operator_delete_allowed = true;
-        // The test's records carry 2023 timestamps: no deletion by age here.
+        // No deletion by age here: only the operator's deletes move the log start.
         c.storage.retention_age = None;
         c.raft.leader_rebalance_interval = None;
         c.admin_listen = Some(([127, 0, 0, 1], *port).into());

@@ -21,12 +21,13 @@ use common::procs::ProcCluster;
 const STORAGE: &str = "segment_bytes = 1048576\nscrub_rate_mb_per_s = 200\nscrub_pause_ms = 300\n\
                        retention_hours = 10000000\nretention_check_ms = 500";
 
-/// Retention by time off, for the clusters of `faulty_cluster`. The test records carry a 2023
-/// timestamp (`common::batch`), so the default 7-day retention deletes every sealed segment
-/// of every replica at its first check (10 s after the partition opened by default): a read
-/// from offset 0 after that got OFFSET_OUT_OF_RANGE, which failed a test only when it ran
-/// past the check (under CPU load). Retention runs every 500 ms here, so a retention that
-/// deletes anything fails these tests at once, not now and then.
+/// Retention by time off, for the clusters of `faulty_cluster`: the tests read every
+/// acknowledged batch back from offset 0, so no retention may delete a sealed segment. (When
+/// `common::batch` stamped 2023, the default 7-day retention deleted every sealed segment of
+/// every replica at its first check, 10 s after the partition opened, and a read from offset
+/// 0 got OFFSET_OUT_OF_RANGE only when a test ran past the check, under CPU load; it stamps
+/// the current time now.) Retention runs every 500 ms here, so a retention that deletes
+/// anything fails these tests at once, not now and then.
 const NO_RETENTION: &str = "retention_hours = 10000000\nretention_check_ms = 500";
 
 /// Every acknowledged batch is there, unchanged, and nothing else. A leader just elected

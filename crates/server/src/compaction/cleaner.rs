@@ -1,7 +1,9 @@
-//! The node's log cleaner: one background thread that visits, in turn, the partitions hosted
-//! here whose topic's `cleanup.policy` includes `compact`, and compacts each that is due.
+//! The node's log cleaner: rounds ([`CleanerRounds`]) that visit, in turn, the partitions
+//! hosted here whose topic's `cleanup.policy` includes `compact`, and compact each that is due.
+//! The node runs them on one background thread (`node/cleaner.rs`, on
+//! `runtime::background`), `storage.cleaner_backoff_ms` apart.
 //!
-//! What it cleans comes from the node, through a [`TargetLister`] called once per round: a
+//! What it cleans comes from the node, listed again for every round: a
 //! [`CleanTarget`] per partition whose every replica may compact (the node checks the peers'
 //! protocol versions), with its store, its clean limit (the group's applied index + 1: only
 //! committed, applied entries are rewritten) and its topic's [`CleanerPolicy`]. This module
@@ -26,7 +28,7 @@
 //! excludes the group's own writes; it never touches the active segment, so the group's sync
 //! (prepared under the lock, run without it) is not disturbed.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -58,9 +60,6 @@ pub struct CleanTarget {
     /// The topic's configs.
     pub policy: CleanerPolicy,
 }
-
-/// Lists the partitions to visit; called once per round.
-pub type TargetLister = Box<dyn Fn() -> Vec<CleanTarget> + Send>;
 
 /// Node-wide limits of the cleaner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,94 +142,60 @@ pub fn clean_if_due(
     store.install_compaction(prepared).map(Some)
 }
 
-/// A running cleaner; stopped (and joined) on drop.
-pub struct Cleaner {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// Longest single sleep, so a stop is noticed quickly.
-const SLEEP_SLICE: Duration = Duration::from_millis(50);
-
-impl Cleaner {
-    /// Starts the cleaner thread (named after `name`): rounds over `list()`'s targets,
-    /// `limits.pause` apart, counting in `counters`.
-    pub fn start(
-        name: &str,
-        limits: CleanerLimits,
-        list: TargetLister,
-        counters: Arc<CleanerCounters>,
-    ) -> std::io::Result<Cleaner> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("{name}-cleaner"))
-            .spawn(move || run(limits, list, counters, flag))?;
-        Ok(Cleaner {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Cleaner {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Sleeps `d` in slices; false when asked to stop.
-fn nap(d: Duration, stop: &AtomicBool) -> bool {
-    let until = Instant::now() + d;
-    loop {
-        if stop.load(Ordering::Acquire) {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= until {
-            return true;
-        }
-        std::thread::sleep((until - now).min(SLEEP_SLICE));
-    }
-}
-
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn run(
+/// The cleaner's rounds over the partitions, one partition at a time: the codec, the
+/// counters and the I/O rate limit, which holds over all rounds together. The node runs them on
+/// a background thread (`node/cleaner.rs`); this leaf room starts no thread.
+pub struct CleanerRounds {
     limits: CleanerLimits,
-    list: TargetLister,
+    codec: KafkaRecordCompactor,
     counters: Arc<CleanerCounters>,
-    stop: Arc<AtomicBool>,
-) {
-    let codec = KafkaRecordCompactor::default();
-    // The rate limit over the thread's whole life: bytes done and when counting started.
-    let started = Instant::now();
-    let mut done = 0u64;
-    while !stop.load(Ordering::Acquire) {
-        for target in list() {
-            if stop.load(Ordering::Acquire) {
+    /// When the rate limit started counting.
+    started: Instant,
+    /// Bytes read and written since `started`.
+    done: u64,
+}
+
+impl CleanerRounds {
+    /// Rounds under `limits`, counting in `counters`; the rate limit counts from now.
+    pub fn new(limits: CleanerLimits, counters: Arc<CleanerCounters>) -> CleanerRounds {
+        CleanerRounds {
+            limits,
+            codec: KafkaRecordCompactor::default(),
+            counters,
+            started: Instant::now(),
+            done: 0,
+        }
+    }
+
+    /// One round: compacts each of `targets` that is due, in turn, keeping the I/O rate.
+    /// `nap(d)` sleeps `d` (for the rate), ended early when the cleaner is stopping, and says
+    /// whether to go on: false ends the round before its next target (`nap(Duration::ZERO)`
+    /// only asks).
+    pub fn round(&mut self, targets: Vec<CleanTarget>, nap: &dyn Fn(Duration) -> bool) {
+        let CleanerRounds {
+            limits,
+            codec,
+            counters,
+            started,
+            done,
+        } = self;
+        for target in targets {
+            if !nap(Duration::ZERO) {
                 return;
             }
             let mut throttle = |n: u64| {
                 let Some(rate) = limits.io_bytes_per_second.filter(|r| *r > 0) else {
                     return;
                 };
-                done += n;
-                let due = Duration::from_secs_f64(done as f64 / rate as f64);
+                *done += n;
+                let due = Duration::from_secs_f64(*done as f64 / rate as f64);
                 let elapsed = started.elapsed();
                 if due > elapsed {
-                    nap(due - elapsed, &stop);
+                    nap(due - elapsed);
                 }
             };
             let pass_started = Instant::now();
-            match clean_if_due(&target, &limits, &codec, wall_clock_ms(), &mut throttle) {
+            match clean_if_due(&target, limits, codec, wall_clock_ms(), &mut throttle) {
                 Ok(Some(r)) => {
                     counters.passes.fetch_add(1, Ordering::Relaxed);
                     counters
@@ -260,10 +225,13 @@ fn run(
                 }
             }
         }
-        if !nap(limits.pause, &stop) {
-            return;
-        }
     }
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 //! `logstore::RecordCompactor` over `kafka-proto`'s batch codec. A leaf room: it imports
 //! only `logstore` and `kafka_proto`, nothing of the crate. How compacted entries reach
 //! followers: `replication::raft_storage` (record counts in the entry context); when a group
-//! may compact at all: `replication::peer_wire::compaction_allowed`. The node's background
-//! job that runs the passes: [`cleaner`].
+//! may compact at all: `replication::peer_wire::compaction_allowed`. The passes the node's
+//! log cleaner thread runs: [`cleaner`].
 
 pub mod cleaner;
 pub mod codec;

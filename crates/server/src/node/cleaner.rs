@@ -1,5 +1,6 @@
-//! Starting the node's log cleaner ([`crate::compaction::cleaner`]) and telling it which
-//! partitions to visit: those hosted here whose topic's `cleanup.policy` includes `compact`,
+//! Starting the node's log cleaner ([`crate::compaction::cleaner`]'s rounds, on a
+//! [`BackgroundThread`] `storage.cleaner_backoff_ms` apart) and telling it which partitions to
+//! visit: those hosted here whose topic's `cleanup.policy` includes `compact`,
 //! whose every replica (current, and new ones of a reassignment) speaks a peer protocol that
 //! carries record counts (`PeerVersions::compaction_allowed`), each with its group's applied
 //! index as the clean limit.
@@ -7,8 +8,9 @@
 use std::sync::Arc;
 
 use crate::compaction::cleaner::{
-    CleanTarget, Cleaner, CleanerCounters, CleanerLimits, CleanerPolicy, TargetLister,
+    CleanTarget, CleanerCounters, CleanerLimits, CleanerPolicy, CleanerRounds,
 };
+use crate::runtime::background::{BackgroundThread, StopSignal};
 
 use super::Node;
 
@@ -27,16 +29,18 @@ impl Node {
             pause: s.cleaner_backoff,
         };
         let node = Arc::downgrade(self);
-        let list: TargetLister = Box::new(move || {
-            node.upgrade()
+        let mut rounds = CleanerRounds::new(limits, self.cleaner_counters.clone());
+        let round = move |stop: &StopSignal| {
+            let targets = node
+                .upgrade()
                 .map(|n| n.clean_targets())
-                .unwrap_or_default()
-        });
-        match Cleaner::start(
-            &format!("vdl{}", self.config.id),
-            limits,
-            list,
-            self.cleaner_counters.clone(),
+                .unwrap_or_default();
+            rounds.round(targets, &|d| stop.nap(d));
+        };
+        match BackgroundThread::start(
+            format!("vdl{}-cleaner", self.config.id),
+            limits.pause,
+            round,
         ) {
             Ok(c) => *self.cleaner.lock().unwrap_or_else(|e| e.into_inner()) = Some(c),
             Err(e) => tracing::error!("cannot start the log cleaner thread: {e}"),

@@ -226,7 +226,7 @@ pub struct Node {
     /// The background scrubber (None when `storage.scrub_rate_mb_per_s` is 0).
     scrubber: Mutex<Option<crate::scrubber::Scrubber>>,
     /// The log cleaner of the compacted topics' partitions (see `node/cleaner.rs`).
-    cleaner: Mutex<Option<crate::compaction::cleaner::Cleaner>>,
+    cleaner: Mutex<Option<crate::runtime::background::BackgroundThread>>,
     /// What the log cleaner did since the node started.
     cleaner_counters: Arc<crate::compaction::cleaner::CleanerCounters>,
     /// Node-wide metrics (request latencies, fsync, connections).

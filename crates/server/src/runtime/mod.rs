@@ -8,7 +8,10 @@
 //!   and storage.
 //! - [`timeline`]: timestamps at each hand-off of the produce path, for benchmarks
 //!   (`VDL_TIMELINE`).
+//! - [`background`]: a named thread that runs a step every interval and stops promptly when
+//!   dropped (the log cleaner's and the scrubber's).
 
+pub mod background;
 pub mod fd_budget;
 pub mod inbox;
 pub mod quiesce;

@@ -1,19 +1,17 @@
 //! Helpers of the compacted-topic tests (`compaction_cleaner.rs`, `compaction_repair.rs`):
-//! keyed record batches, creating a compacted topic, and reading back every record through
-//! Kafka Fetch or one replica's read path as a table offset -> (key, value).
+//! a cluster whose cleaners run often, keyed record batches, creating a compacted topic,
+//! producing rounds of every key, reading back every record through Kafka Fetch or one
+//! replica's read path as a table offset -> (key, value), and waiting for the cleaners.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_proto::api::ApiKey;
-use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::create_topics_request::{
-    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
-};
 use kafka_proto::records::{build_batch, Compression, NewRecord, RecordBatch};
+use vdl_server::config::NodeConfig;
 use vdl_server::LogStream;
 
 use super::kafka::{on_any, KafkaConn};
@@ -23,6 +21,17 @@ pub const T: Duration = Duration::from_secs(30);
 
 /// offset -> (key, value; None for a tombstone).
 pub type Table = BTreeMap<u64, (String, Option<String>)>;
+
+/// Configs of a three-node cluster with data under `root` whose partitions check their
+/// `segment.ms` rolls (with retention) and whose cleaners run a round every 100 ms.
+pub fn compacting_cluster(root: &Path) -> Vec<NodeConfig> {
+    let mut configs = super::cluster_configs(3, root, &[]);
+    for c in &mut configs {
+        c.storage.retention_check_interval = Duration::from_millis(100);
+        c.storage.cleaner_backoff = Duration::from_millis(100);
+    }
+    configs
+}
 
 /// Wall clock, ms since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -124,28 +133,7 @@ pub fn create_compacted_with(
         ("min.cleanable.dirty.ratio", "0.01"),
     ];
     configs.extend_from_slice(extra);
-    let req = Request::CreateTopics(CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: topic.into(),
-            num_partitions: 1,
-            replication_factor: 3,
-            configs: configs
-                .iter()
-                .map(|(k, v)| CreatableTopicConfig {
-                    name: k.to_string(),
-                    value: Some(v.to_string()),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }],
-        timeout_ms: 15_000,
-        ..Default::default()
-    });
-    match c.call(ApiKey::CreateTopics, 7, &req).unwrap() {
-        Response::CreateTopics(r) => (r.topics[0].error_code, r.topics[0].error_message.clone()),
-        other => panic!("unexpected {other:?}"),
-    }
+    c.create_topic_configured(topic, &configs).unwrap()
 }
 
 /// Produces `records` (acks=all) to `topic` through whichever broker leads: the base offset.
@@ -156,4 +144,82 @@ pub fn produce_to(
 ) -> i64 {
     let data = batch(records);
     on_any(brokers, T, "produce", |c| c.produce(topic, data.clone()))
+}
+
+/// Produces round `round` of keys `k0`..: key `k{i}` with value `v{i}.{round}`, `per_batch`
+/// keys a batch, to `topic`; records each at its offset in `produced`.
+pub fn produce_round(
+    brokers: &[SocketAddr],
+    topic: &str,
+    keys: usize,
+    per_batch: usize,
+    round: usize,
+    produced: &mut Table,
+) {
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(per_batch) {
+        let keys: Vec<String> = chunk.iter().map(|k| format!("k{k}")).collect();
+        let values: Vec<String> = chunk.iter().map(|k| format!("v{k}.{round}")).collect();
+        let records: Vec<(Option<&str>, Option<&str>)> = keys
+            .iter()
+            .zip(&values)
+            .map(|(k, v)| (Some(k.as_str()), Some(v.as_str())))
+            .collect();
+        let base = produce_to(brokers, topic, &records) as u64;
+        for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
+            produced.insert(base + i as u64, (k.clone(), Some(v.clone())));
+        }
+    }
+}
+
+/// Fetches `topic` every 100 ms until `done` holds of what is served, for at most [`T`]:
+/// what was served then. Panics with `what` and the last table served otherwise; `done` may
+/// assert what must hold on the way.
+pub fn wait_served(
+    brokers: &[SocketAddr],
+    topic: &str,
+    what: &str,
+    mut done: impl FnMut(&Table) -> bool,
+) -> Table {
+    let deadline = Instant::now() + T;
+    loop {
+        let served = fetch_topic(brokers, topic);
+        if done(&served) {
+            return served;
+        }
+        assert!(Instant::now() < deadline, "{what}: {served:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits (at most [`T`]) until Fetch of `topic` and every replica (`replicas()` reads each
+/// one's table) serve exactly the latest record of every key `produced` (so every sealed
+/// segment that held an older record was rewritten), checking on the way that what is
+/// served is always as produced and holds the latest record of every key.
+pub fn wait_compacted(
+    brokers: &[SocketAddr],
+    topic: &str,
+    replicas: &dyn Fn() -> Vec<Table>,
+    produced: &Table,
+) {
+    let expected = latest(produced);
+    let deadline = Instant::now() + T;
+    loop {
+        let served = fetch_topic(brokers, topic);
+        for (o, r) in &served {
+            assert_eq!(produced.get(o), Some(r), "offset {o} served as produced");
+        }
+        for o in expected.keys() {
+            assert!(served.contains_key(o), "latest record at {o} served");
+        }
+        let replicas = replicas();
+        if served == expected && replicas.iter().all(|r| *r == expected) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not compacted in time: served {served:?}, replicas {replicas:?}, expected \
+             {expected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -11,7 +11,9 @@ use bytes::Bytes;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{decode_response, encode_request, Request, Response};
 use kafka_proto::header::RequestHeader;
-use kafka_proto::messages::create_topics_request::{CreatableTopic, CreateTopicsRequest};
+use kafka_proto::messages::create_topics_request::{
+    CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
+};
 use kafka_proto::messages::delete_topics_request::DeleteTopicsRequest;
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::list_offsets_request::{
@@ -336,6 +338,39 @@ impl KafkaConn {
     ) -> std::io::Result<(i16, i64, Bytes)> {
         self.fetch_v12(topic, partition, offset, 16 << 20, 8 << 20)
             .map(|(error, hw, _, records)| (error, hw, records))
+    }
+
+    /// CreateTopics v7 of `topic`, one partition on three replicas, with `configs` (name,
+    /// value): the topic's error code and error message.
+    pub fn create_topic_configured(
+        &mut self,
+        topic: &str,
+        configs: &[(&str, &str)],
+    ) -> std::io::Result<(i16, Option<String>)> {
+        let req = Request::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: topic.into(),
+                num_partitions: 1,
+                replication_factor: 3,
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| CreatableTopicConfig {
+                        name: k.to_string(),
+                        value: Some(v.to_string()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            timeout_ms: 15_000,
+            ..Default::default()
+        });
+        match self.call(ApiKey::CreateTopics, 7, &req)? {
+            Response::CreateTopics(r) => {
+                Ok((r.topics[0].error_code, r.topics[0].error_message.clone()))
+            }
+            other => Err(std::io::Error::other(format!("unexpected {other:?}"))),
+        }
     }
 
     /// CreateTopics v7 with `partitions` partitions (-1: the broker's default): the topic's

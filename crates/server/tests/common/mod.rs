@@ -90,11 +90,21 @@ pub fn cluster_configs(n: usize, root: &Path, streams: &[&str]) -> Vec<NodeConfi
         .collect()
 }
 
-/// A Kafka record batch (magic 2, uncompressed) of `count` records, each with value `tag`.
+/// A Kafka record batch (magic 2, uncompressed) of `count` records, each with value `tag`,
+/// stamped now: retention by time (7 days by default) never deletes what a test wrote.
 pub fn batch(count: u32, tag: &[u8]) -> Bytes {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    batch_at(now_ms, count, tag)
+}
+
+/// [`batch`] with every record stamped `timestamp_ms`: the same bytes on every call (the
+/// simulation's runs are the same for the same seed).
+pub fn batch_at(timestamp_ms: i64, count: u32, tag: &[u8]) -> Bytes {
     assert!(count > 0);
     let records: Vec<NewRecord> = (0..count)
-        .map(|_| NewRecord::new(1_700_000_000_000, Bytes::copy_from_slice(tag)))
+        .map(|_| NewRecord::new(timestamp_ms, Bytes::copy_from_slice(tag)))
         .collect();
     build_batch(Compression::None, &records).expect("build a record batch")
 }

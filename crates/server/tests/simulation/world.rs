@@ -609,7 +609,8 @@ impl World {
             value.extend(std::iter::repeat_n(b'.', pad));
         }
         let (reply, rx) = oneshot::channel();
-        let batches = crate::common::batch(1, &value);
+        // A fixed stamp: the same seed makes the same bytes (no retention by time here).
+        let batches = crate::common::batch_at(1_700_000_000_000, 1, &value);
         try_deliver(
             &sg.inbox,
             GroupInput::Propose(Proposal {

@@ -12,3 +12,8 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 )
+
+// The checks test_compaction_gaps.py's programs share (tests/clients/go/gapcheck).
+require vdl/tests/clients/go/gapcheck v0.0.0
+
+replace vdl/tests/clients/go/gapcheck => ../gapcheck

@@ -20,3 +20,8 @@ require (
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
+
+// The checks test_compaction_gaps.py's programs share (tests/clients/go/gapcheck).
+require vdl/tests/clients/go/gapcheck v0.0.0
+
+replace vdl/tests/clients/go/gapcheck => ../gapcheck

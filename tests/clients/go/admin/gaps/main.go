@@ -8,46 +8,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"vdl/tests/clients/go/gapcheck"
 )
-
-// record is one record as the expectation and the checks describe it.
-type record struct {
-	Offset    int64   `json:"offset"`
-	Key       string  `json:"key"`
-	Value     *string `json:"value"`
-	Timestamp int64   `json:"timestamp"`
-}
-
-// expectation is compacted.py's Expectation.to_json.
-type expectation struct {
-	Topic             string     `json:"topic"`
-	End               int64      `json:"end"`
-	Survivors         []record   `json:"survivors"`
-	CommitAt          int64      `json:"commit_at"`
-	DeleteTo          int64      `json:"delete_to"`
-	ByTime            [][2]int64 `json:"by_time"`
-	ByTimeAfterDelete [][2]int64 `json:"by_time_after_delete"`
-}
-
-func fail(name string, err error) {
-	fmt.Printf("FAIL %s: %v\n", name, err)
-	os.Exit(1)
-}
-
-func ok(name, format string, args ...any) {
-	fmt.Printf("ok   %s: %s\n", name, fmt.Sprintf(format, args...))
-}
 
 func main() {
 	bootstrap := flag.String("bootstrap", "", "comma-separated host:port list of the cluster")
@@ -58,14 +30,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	raw, err := os.ReadFile(*file)
-	if err != nil {
-		fail("read expectation", err)
-	}
-	var e expectation
-	if err := json.Unmarshal(raw, &e); err != nil {
-		fail("parse expectation", err)
-	}
+	e := gapcheck.ReadExpectation(*file)
 	ctx, cancel := context.WithTimeout(context.Background(), *total)
 	defer cancel()
 	seeds := strings.Split(*bootstrap, ",")
@@ -74,24 +39,24 @@ func main() {
 	got := consume(ctx, "fetch from start", e.End, len(e.Survivors),
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.Topic: {0: kgo.NewOffset().AtStart()}}))
-	same("fetch from start", got, e.Survivors)
+	gapcheck.Same("fetch from start", got, e.Survivors)
 
 	// A group member reads the first part, commits an offset inside a gap and leaves; a new
 	// member finds it committed and resumes with the next survivor.
 	group := "g-" + e.Topic
-	before, after := split(e.Survivors, e.CommitAt)
+	before, after := gapcheck.Split(e.Survivors, e.CommitAt)
 	member := func() *kgo.Client {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(group),
 			kgo.ConsumeTopics(e.Topic), kgo.DisableAutoCommit(),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 		if err != nil {
-			fail("group client", err)
+			gapcheck.Fail("group client", err)
 		}
 		return cl
 	}
 	cl := member()
 	got = poll(ctx, "group first part", cl, len(before))
-	same("group first part", got[:len(before)], before)
+	gapcheck.Same("group first part", got[:len(before)], before)
 	var commitErr error
 	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{e.Topic: {0: {Epoch: -1, Offset: e.CommitAt}}},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
@@ -107,10 +72,10 @@ func main() {
 			}
 		})
 	if commitErr != nil {
-		fail("group commit", commitErr)
+		gapcheck.Fail("group commit", commitErr)
 	}
 	cl.Close() // leaves the group
-	ok("group commit", "committed %d (inside a gap) after %d records", e.CommitAt, len(before))
+	gapcheck.Ok("group commit", "committed %d (inside a gap) after %d records", e.CommitAt, len(before))
 
 	adm := kadm.NewClient(mustClient(seeds))
 	defer adm.Close()
@@ -119,16 +84,16 @@ func main() {
 		err = fetched.Error()
 	}
 	if err != nil {
-		fail("group committed offset", err)
+		gapcheck.Fail("group committed offset", err)
 	}
 	if o, found := fetched.Lookup(e.Topic, 0); !found || o.At != e.CommitAt {
-		fail("group committed offset", fmt.Errorf("found %v: %+v, want %d", found, o, e.CommitAt))
+		gapcheck.Fail("group committed offset", fmt.Errorf("found %v: %+v, want %d", found, o, e.CommitAt))
 	}
-	ok("group committed offset", "%d", e.CommitAt)
+	gapcheck.Ok("group committed offset", "%d", e.CommitAt)
 	cl = member()
 	got = poll(ctx, "group resume", cl, len(after))
 	cl.Close()
-	same("group resume", got[:len(after)], after)
+	gapcheck.Same("group resume", got[:len(after)], after)
 
 	// ListOffsets: earliest (compaction leaves the log start), latest, by time.
 	listOffsets(ctx, adm, e, 0, e.ByTime)
@@ -138,119 +103,77 @@ func main() {
 	del.AddOffset(e.Topic, 0, e.DeleteTo, -1)
 	resps, err := adm.DeleteRecords(ctx, del)
 	if err != nil {
-		fail("DeleteRecords", err)
+		gapcheck.Fail("DeleteRecords", err)
 	}
 	if d, found := resps.Lookup(e.Topic, 0); !found || d.Err != nil || d.LowWatermark != e.DeleteTo {
-		fail("DeleteRecords", fmt.Errorf("found %v: %+v, want low watermark %d", found, d, e.DeleteTo))
+		gapcheck.Fail("DeleteRecords", fmt.Errorf("found %v: %+v, want low watermark %d", found, d, e.DeleteTo))
 	}
-	ok("DeleteRecords", "to %d (inside a gap): low watermark %d", e.DeleteTo, e.DeleteTo)
+	gapcheck.Ok("DeleteRecords", "to %d (inside a gap): low watermark %d", e.DeleteTo, e.DeleteTo)
 	listOffsets(ctx, adm, e, e.DeleteTo, e.ByTimeAfterDelete)
-	_, afterDelete := split(e.Survivors, e.DeleteTo)
+	_, afterDelete := gapcheck.Split(e.Survivors, e.DeleteTo)
 	got = consume(ctx, "fetch after DeleteRecords", e.End, len(afterDelete),
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.Topic: {0: kgo.NewOffset().AtStart()}}))
-	same("fetch after DeleteRecords", got, afterDelete)
+	gapcheck.Same("fetch after DeleteRecords", got, afterDelete)
 	fmt.Println("all checks passed")
 }
 
 func mustClient(seeds []string) *kgo.Client {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
-		fail("client", err)
+		gapcheck.Fail("client", err)
 	}
 	return cl
 }
 
-// split divides survivors at offset `at`: those below it, and the others.
-func split(rs []record, at int64) ([]record, []record) {
-	for i, r := range rs {
-		if r.Offset >= at {
-			return rs[:i], rs[i:]
-		}
-	}
-	return rs, nil
-}
-
 // consume reads with a new client (options `opts`) until `want` records arrived.
-func consume(ctx context.Context, name string, end int64, want int, opts ...kgo.Opt) []record {
+func consume(ctx context.Context, name string, end int64, want int, opts ...kgo.Opt) []gapcheck.Record {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		fail(name, err)
+		gapcheck.Fail(name, err)
 	}
 	defer cl.Close()
 	got := poll(ctx, name, cl, want)
 	if len(got) != want || (want > 0 && got[want-1].Offset != end-1) {
-		fail(name, fmt.Errorf("read %d records, want %d ending at %d: %+v", len(got), want, end-1, got))
+		gapcheck.Fail(name, fmt.Errorf("read %d records, want %d ending at %d: %+v", len(got), want, end-1, got))
 	}
 	return got
 }
 
 // poll polls `cl` until at least `want` records arrived, within 30 s (a stall at a gap
 // fails); a fetch error fails.
-func poll(ctx context.Context, name string, cl *kgo.Client, want int) []record {
+func poll(ctx context.Context, name string, cl *kgo.Client, want int) []gapcheck.Record {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var got []record
+	var got []gapcheck.Record
 	for len(got) < want {
 		fs := cl.PollFetches(pctx)
 		if pctx.Err() != nil {
-			fail(name, fmt.Errorf("%d of %d records within 30 s: %+v", len(got), want, got))
+			gapcheck.Fail(name, fmt.Errorf("%d of %d records within 30 s: %+v", len(got), want, got))
 		}
 		if errs := fs.Errors(); len(errs) > 0 {
-			fail(name, fmt.Errorf("fetch errors: %v", errs))
+			gapcheck.Fail(name, fmt.Errorf("fetch errors: %v", errs))
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			var v *string
-			if r.Value != nil {
-				s := string(r.Value)
-				v = &s
-			}
-			got = append(got, record{r.Offset, string(r.Key), v, r.Timestamp.UnixMilli()})
+			got = append(got, gapcheck.NewRecord(r.Offset, r.Key, r.Value, r.Timestamp.UnixMilli()))
 		})
 	}
 	return got
 }
 
-func same(name string, got, want []record) {
-	if !reflect.DeepEqual(got, want) {
-		fail(name, fmt.Errorf("got %s\nwant %s", show(got), show(want)))
-	}
-	ok(name, "%d records at offsets %v", len(got), offsets(got))
-}
-
-func offsets(rs []record) []int64 {
-	out := make([]int64, len(rs))
-	for i, r := range rs {
-		out[i] = r.Offset
-	}
-	return out
-}
-
-func show(rs []record) string {
-	var b strings.Builder
-	for _, r := range rs {
-		v := "<nil>"
-		if r.Value != nil {
-			v = *r.Value
-		}
-		fmt.Fprintf(&b, "[%d %s=%s @%d] ", r.Offset, r.Key, v, r.Timestamp)
-	}
-	return b.String()
-}
-
 // listOffsets checks the earliest offset (`start`), the latest (the end) and the lookups by
 // time (kadm answers the end offset where Kafka answers -1: no record late enough).
-func listOffsets(ctx context.Context, adm *kadm.Client, e expectation, start int64, byTime [][2]int64) {
+func listOffsets(ctx context.Context, adm *kadm.Client, e gapcheck.Expectation, start int64, byTime [][2]int64) {
 	one := func(name string, los kadm.ListedOffsets, err error, want int64) {
 		if err == nil {
 			err = los.Error()
 		}
 		if err != nil {
-			fail(name, err)
+			gapcheck.Fail(name, err)
 		}
 		o, found := los.Lookup(e.Topic, 0)
 		if !found || o.Offset != want {
-			fail(name, fmt.Errorf("found %v: %+v, want %d", found, o, want))
+			gapcheck.Fail(name, fmt.Errorf("found %v: %+v, want %d", found, o, want))
 		}
 	}
 	los, err := adm.ListStartOffsets(ctx, e.Topic)
@@ -265,5 +188,5 @@ func listOffsets(ctx context.Context, adm *kadm.Client, e expectation, start int
 		los, err = adm.ListOffsetsAfterMilli(ctx, p[0], e.Topic)
 		one(fmt.Sprintf("ListOffsets by time %d", p[0]), los, err, want)
 	}
-	ok("ListOffsets", "earliest %d, latest %d, %d lookups by time", start, e.End, len(byTime))
+	gapcheck.Ok("ListOffsets", "earliest %d, latest %d, %d lookups by time", start, e.End, len(byTime))
 }

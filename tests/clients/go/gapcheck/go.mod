@@ -1,0 +1,3 @@
+module vdl/tests/clients/go/gapcheck
+
+go 1.26.0
