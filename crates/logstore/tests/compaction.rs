@@ -375,11 +375,15 @@ impl RecordCompactor for FailingCodec {
     fn visit(&self, batch: &[u8], f: &mut dyn FnMut(RecordView<'_>)) -> Result<(), String> {
         KvCodec.visit(batch, f)
     }
+    fn producer_id(&self, batch: &[u8]) -> Option<i64> {
+        KvCodec.producer_id(batch)
+    }
     fn retain(
         &self,
         _batch: &[u8],
         _keep: &mut dyn FnMut(RecordView<'_>) -> bool,
         _horizon: Option<i64>,
+        _producer_last: bool,
     ) -> Result<RetainOutcome, String> {
         Err("cannot decompress".into())
     }

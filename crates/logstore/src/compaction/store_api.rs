@@ -13,7 +13,9 @@
 //! every older value of its key is gone: passes swap segments oldest first) and is older
 //! than `now - delete_retention_ms`. Everything else stays: records without a key (the
 //! server refuses them for compacted topics), control records, and the latest record of
-//! every key.
+//! every key. A data batch of an idempotent producer that keeps no record goes whole unless
+//! it is the latest batch of its producer the pass mapped (`producers.rs`); that one stays
+//! as an empty header, so the producer state rebuilt from the log keeps its last sequence.
 
 use crate::compaction::checkpoint::CleanerCheckpoint;
 use crate::compaction::dirty::build_map;
@@ -89,6 +91,14 @@ pub struct CleanerStats {
     pub first_dirty_offset: u64,
     /// Wall clock of the last pass that saved a checkpoint, ms since the Unix epoch.
     pub last_clean_ms: Option<i64>,
+    /// When the oldest dirty data of the sealed segments was written, at the latest: the
+    /// creation time (wall clock, ms since the Unix epoch, from its header, kept by
+    /// rewrites) of the first sealed segment holding an offset at or past the first dirty
+    /// offset, whatever the clean limit and compaction lag. Every dirty record of the sealed
+    /// segments was appended at or after it, so `now - oldest_dirty_ms` bounds how long the
+    /// oldest of them has waited (Kafka's `max.compaction.lag.ms` is measured from it).
+    /// `None` when no sealed segment holds dirty data.
+    pub oldest_dirty_ms: Option<i64>,
 }
 
 impl CleanerStats {
@@ -156,6 +166,10 @@ impl LogStore {
         let mut stats = CleanerStats {
             first_dirty_offset: first_dirty,
             last_clean_ms: checkpoint.map(|c| c.cleaned_at_ms),
+            oldest_dirty_ms: self
+                .sealed_segments()
+                .find(|s| s.next_offset > first_dirty)
+                .map(|s| i64::try_from(s.header.created_ms).unwrap_or(i64::MAX)),
             ..Default::default()
         };
         for (i, s) in self.sealed_segments().enumerate() {
@@ -353,7 +367,7 @@ impl CompactionSource {
             return Ok(prepared);
         }
         prepared.advanced = true;
-        let map = dirty.map;
+        let map = &dirty.map;
         let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
         let mut keep = |r: RecordView<'_>| -> bool {
             if r.control {
@@ -379,7 +393,15 @@ impl CompactionSource {
                 data,
                 index_interval: self.index_interval,
             };
-            if let Some(r) = rewrite_segment(&src, codec, &mut keep, Some(horizon), throttle)? {
+            let rewritten = rewrite_segment(
+                &src,
+                codec,
+                &mut keep,
+                Some(horizon),
+                &dirty.producers,
+                throttle,
+            )?;
+            if let Some(r) = rewritten {
                 prepared.report.bytes_written += r.summary.covered_len;
                 prepared.report.records_removed += r.records_removed;
                 prepared.rewritten.push((seg.header.base_index, seg.len, r));
