@@ -11,9 +11,8 @@ use crate::entry::{check_frame, EntryKind, FRAME_HEADER_LEN};
 use crate::error::{corruption, LogStoreError, Result};
 use crate::segment::{MAX_FRAME_LEN, SEGMENT_HEADER_LEN};
 
-/// The map of one pass and the offsets it covers.
+/// What one pass mapped (the keys are in the caller's [`KeyMap`]) and the offsets it covers.
 pub(crate) struct DirtyMap {
-    pub map: KeyMap,
     /// Every keyed record in `[start, end)` is in the map (with the latest offset of its
     /// key); no offset at or past `end` is.
     pub end: u64,
@@ -23,7 +22,8 @@ pub(crate) struct DirtyMap {
     pub bytes_read: u64,
 }
 
-/// Maps the keyed, non-control records from offset `start` on in `segments` (sealed, all
+/// Maps into `map` (emptied first, for a pass of `map_bytes`) the keyed, non-control records
+/// from offset `start` on in `segments` (sealed, all
 /// cleanable, in log order), and the producer of every data batch reaching past `start`.
 /// Stops at the first record whose key the full map refuses (`end` is then that record's
 /// offset; its batch keeps that record, so recording its producer is sound), else at the end
@@ -32,10 +32,11 @@ pub(crate) fn build_map(
     segments: &[SealedView],
     start: u64,
     codec: &dyn RecordCompactor,
+    map: &mut KeyMap,
     map_bytes: usize,
     throttle: &mut dyn FnMut(u64),
 ) -> Result<DirtyMap> {
-    let mut map = KeyMap::with_budget(map_bytes);
+    map.reset(map_bytes);
     let mut producers = ProducerLastBatches::default();
     let mut bytes_read = 0u64;
     let mut full_at: Option<u64> = None;
@@ -79,7 +80,6 @@ pub(crate) fn build_map(
                     }
                     if let Some(at) = full_at {
                         return Ok(DirtyMap {
-                            map,
                             end: at,
                             producers,
                             bytes_read,
@@ -92,7 +92,6 @@ pub(crate) fn build_map(
         end = seg.next_offset;
     }
     Ok(DirtyMap {
-        map,
         end: end.max(start),
         producers,
         bytes_read,

@@ -22,7 +22,7 @@ use crate::compaction::dirty::build_map;
 use crate::compaction::segment_rewrite::{
     discard, rewrite_segment, swap_in, RewrittenSegment, SegmentSource,
 };
-use crate::compaction::{CompactionPlan, CompactionReport, RecordCompactor, RecordView};
+use crate::compaction::{CompactionPlan, CompactionReport, KeyMap, RecordCompactor, RecordView};
 use crate::error::Result;
 use crate::index::write_index_file;
 use crate::segment::SegmentHeader;
@@ -341,11 +341,26 @@ impl CompactionSource {
     /// a durable temporary file (segments that lose nothing are read, not written). Nothing
     /// the store reads changes. `throttle` is called with the bytes of every chunk read or
     /// written (an I/O rate limit: it may sleep). A pass with nothing new to map does
-    /// nothing. `plan` must be the one the source was taken with.
+    /// nothing. `plan` must be the one the source was taken with. Allocates a key map of
+    /// the plan's budget for this pass; [`CompactionSource::prepare_with_map`] reuses one.
     pub fn prepare(
         self,
         plan: &CompactionPlan,
         codec: &dyn RecordCompactor,
+        throttle: &mut dyn FnMut(u64),
+    ) -> Result<PreparedCompaction> {
+        let mut map = KeyMap::with_budget(plan.key_map_bytes);
+        self.prepare_with_map(plan, codec, &mut map, throttle)
+    }
+
+    /// [`CompactionSource::prepare`] with the caller's key map, emptied first
+    /// ([`KeyMap::reset`] to the plan's budget: its allocation is kept across passes of the
+    /// same budget). What the pass does does not depend on what the map held before.
+    pub fn prepare_with_map(
+        self,
+        plan: &CompactionPlan,
+        codec: &dyn RecordCompactor,
+        map: &mut KeyMap,
         throttle: &mut dyn FnMut(u64),
     ) -> Result<PreparedCompaction> {
         let first_dirty = self.first_dirty;
@@ -361,13 +376,20 @@ impl CompactionSource {
         };
         // The cleanable segments are a prefix of the sealed ones (never the active one).
         let cleanable = &self.cleanable;
-        let dirty = build_map(cleanable, first_dirty, codec, plan.key_map_bytes, throttle)?;
+        let dirty = build_map(
+            cleanable,
+            first_dirty,
+            codec,
+            map,
+            plan.key_map_bytes,
+            throttle,
+        )?;
         prepared.report.bytes_read += dirty.bytes_read;
         if dirty.end <= first_dirty {
             return Ok(prepared);
         }
         prepared.advanced = true;
-        let map = &dirty.map;
+        let map = &*map;
         let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
         let mut keep = |r: RecordView<'_>| -> bool {
             if r.control {

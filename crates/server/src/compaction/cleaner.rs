@@ -19,7 +19,8 @@
 //! anything, the segment's creation time is the broker's clock).
 //!
 //! One partition at a time, so the memory is one key map (`key_map_bytes`, Kafka's
-//! `log.cleaner.dedupe.buffer.size`). A pass takes its source (`LogStore::compaction_source`:
+//! `log.cleaner.dedupe.buffer.size`), allocated at the thread's first pass and kept (emptied
+//! in place between passes, as Kafka's cleaner thread keeps its dedupe buffer). A pass takes its source (`LogStore::compaction_source`:
 //! the cleanable sealed segments, mapped) under the store's read lock, builds the key map and
 //! writes the rewritten segments with no lock held (`CompactionSource::prepare`: the group
 //! appends and consumers read meanwhile; sealed files are never written in place, so the maps
@@ -34,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use logstore::{CleanerStats, CompactionPlan, CompactionReport, LogStore};
+use logstore::{CleanerStats, CompactionPlan, CompactionReport, KeyMap, LogStore};
 
 use super::codec::KafkaRecordCompactor;
 
@@ -121,12 +122,13 @@ pub fn plan_for(target: &CleanTarget, limits: &CleanerLimits, now_ms: i64) -> Co
 
 /// Compacts `target` once if it is due: `Ok(None)` when it was not (or its lock is
 /// poisoned: the group panicked and the node is going down). `throttle` sees every chunk
-/// read or written.
+/// read or written. The pass uses `key_map` (allocated at the first pass, then reused).
 pub fn clean_if_due(
     target: &CleanTarget,
     limits: &CleanerLimits,
     codec: &KafkaRecordCompactor,
     now_ms: i64,
+    key_map: &mut Option<KeyMap>,
     throttle: &mut dyn FnMut(u64),
 ) -> Result<Option<CompactionReport>, logstore::LogStoreError> {
     let plan = plan_for(target, limits, now_ms);
@@ -140,7 +142,8 @@ pub fn clean_if_due(
         store.compaction_source(&plan)?
     };
     // The long part, with no lock: the group appends and consumers read meanwhile.
-    let prepared = source.prepare(&plan, codec, throttle)?;
+    let map = key_map.get_or_insert_with(|| KeyMap::with_budget(plan.key_map_bytes));
+    let prepared = source.prepare_with_map(&plan, codec, map, throttle)?;
     let Ok(mut store) = target.store.write() else {
         return Ok(None);
     };
@@ -214,6 +217,7 @@ fn run(
     stop: Arc<AtomicBool>,
 ) {
     let codec = KafkaRecordCompactor::default();
+    let mut key_map = None;
     // The rate limit over the thread's whole life: bytes done and when counting started.
     let started = Instant::now();
     let mut done = 0u64;
@@ -234,7 +238,8 @@ fn run(
                 }
             };
             let pass_started = Instant::now();
-            match clean_if_due(&target, &limits, &codec, wall_clock_ms(), &mut throttle) {
+            let now = wall_clock_ms();
+            match clean_if_due(&target, &limits, &codec, now, &mut key_map, &mut throttle) {
                 Ok(Some(r)) => {
                     counters.passes.fetch_add(1, Ordering::Relaxed);
                     counters
