@@ -56,6 +56,7 @@ pub use budget::CacheBudget;
 pub use compaction::{
     CleanerStats, CompactionPlan, CompactionReport, CompactionSource, KeyMap, KeyMapFull,
     PreparedCompaction, RecordCompactor, RecordView, RetainOutcome, KEY_MAP_SLOT_BYTES,
+    MAX_PRODUCERS_MAPPED,
 };
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};

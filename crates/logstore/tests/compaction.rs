@@ -375,11 +375,15 @@ impl RecordCompactor for FailingCodec {
     fn visit(&self, batch: &[u8], f: &mut dyn FnMut(RecordView<'_>)) -> Result<(), String> {
         KvCodec.visit(batch, f)
     }
+    fn producer_id(&self, batch: &[u8]) -> Option<i64> {
+        KvCodec.producer_id(batch)
+    }
     fn retain(
         &self,
         _batch: &[u8],
         _keep: &mut dyn FnMut(RecordView<'_>) -> bool,
         _horizon: Option<i64>,
+        _producer_last: bool,
     ) -> Result<RetainOutcome, String> {
         Err("cannot decompress".into())
     }
@@ -683,4 +687,58 @@ fn a_pass_prepared_without_the_store_installs_while_appends_went_on() {
     assert!(r.records_removed > 0 && r.segments_rewritten > 0, "{r:?}");
     // Everything appended after the source was taken is there, as produced.
     check_latest(&m, &read_all(&s), r.first_dirty_offset);
+}
+
+/// A key map kept across passes (`CompactionSource::prepare_with_map`, as the server's cleaner
+/// keeps one) gives what fresh maps give, whatever it held: small-map passes over one store,
+/// with the map used by a pass over another store in between (at the same budget: emptied in
+/// place; at another: replaced), leave the same records and reports as fresh maps on a twin.
+#[test]
+fn a_key_map_reused_across_passes_and_stores_gives_what_fresh_maps_give() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut fresh = LogStore::open(dirs[0].path(), cfg()).unwrap();
+    let mut reused = LogStore::open(dirs[1].path(), cfg()).unwrap();
+    let mut other = LogStore::open(dirs[2].path(), cfg()).unwrap();
+    let (mut m, mut m2, mut m3) = (Model::default(), Model::default(), Model::default());
+    workload(&mut fresh, &mut m, 400, 40, 1_000);
+    workload(&mut reused, &mut m2, 400, 40, 1_000);
+    workload(&mut other, &mut m3, 300, 17, 9_000);
+    let small = |s: &LogStore| CompactionPlan {
+        key_map_bytes: 15 * logstore::KEY_MAP_SLOT_BYTES,
+        ..plan(s)
+    };
+    let mut map = logstore::KeyMap::with_budget(1 << 20);
+    let mut removed = 0;
+    for i in 0..6 {
+        let p = if i % 2 == 0 {
+            small(&other)
+        } else {
+            plan(&other)
+        };
+        let source = other.compaction_source(&p).unwrap();
+        let prepared = source
+            .prepare_with_map(&p, &KvCodec, &mut map, &mut no_throttle())
+            .unwrap();
+        other.install_compaction(prepared).unwrap();
+        workload(&mut other, &mut m3, 30, 17, 20_000 + i * 100);
+
+        let a = fresh
+            .compact(&small(&fresh), &KvCodec, &mut no_throttle())
+            .unwrap();
+        let p = small(&reused);
+        let prepared = reused
+            .compaction_source(&p)
+            .unwrap()
+            .prepare_with_map(&p, &KvCodec, &mut map, &mut no_throttle())
+            .unwrap();
+        let b = reused.install_compaction(prepared).unwrap();
+        assert_eq!(a, b, "pass {i}");
+        assert_eq!(read_all(&fresh), read_all(&reused), "pass {i}");
+        removed += b.records_removed;
+    }
+    assert!(removed > 0);
+    let first_dirty = reused.cleaner_stats(&small(&reused)).first_dirty_offset;
+    check_latest(&m2, &read_all(&reused), first_dirty);
+    let first_dirty = other.cleaner_stats(&plan(&other)).first_dirty_offset;
+    check_latest(&m3, &read_all(&other), first_dirty);
 }

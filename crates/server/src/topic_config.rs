@@ -448,7 +448,9 @@ pub struct TopicSettings {
     pub retention_bytes: Option<u64>,
     /// Roll the active segment at this size.
     pub segment_bytes: u64,
-    /// Roll the active segment once it is this old (`segment.ms`).
+    /// Roll the active segment once it is this old: `segment.ms`, or `max.compaction.lag.ms`
+    /// when the topic compacts and that is shorter (Kafka's `LogConfig.maxSegmentMs`), so a
+    /// record leaves the active segment, and can be cleaned, within the max lag.
     pub segment_age: Duration,
     /// `cleanup.policy` includes `compact`: keyless records are refused and the cleaner
     /// compacts the partitions with [`TopicSettings::compaction`].
@@ -492,7 +494,11 @@ impl TopicSettings {
             delete_retention_ms: get("delete.retention.ms")
                 .unwrap_or(defaults::DELETE_RETENTION_MS),
         };
-        let segment_ms = get("segment.ms").unwrap_or(defaults::SEGMENT_MS);
+        let compact = policy.contains(&"compact");
+        let mut segment_ms = get("segment.ms").unwrap_or(defaults::SEGMENT_MS);
+        if compact && compaction.max_lag_ms > 0 {
+            segment_ms = segment_ms.min(compaction.max_lag_ms);
+        }
         TopicSettings {
             retention_age: match get("retention.ms") {
                 _ if !delete => None,
@@ -508,7 +514,7 @@ impl TopicSettings {
             },
             segment_bytes: get("segment.bytes").map_or(s.segment_bytes, |b| b as u64),
             segment_age: Duration::from_millis(u64::try_from(segment_ms).unwrap_or(1)),
-            compact: policy.contains(&"compact"),
+            compact,
             compaction,
             max_message_bytes: get("max.message.bytes")
                 .map_or(config.kafka.message_max_bytes, |b| b as usize),

@@ -184,7 +184,24 @@ fn the_policy_decides_compaction_and_retention() {
             delete_retention_ms: 7,
         }
     );
-    assert_eq!(compacted.segment_age, Duration::from_millis(1500));
+    // The active segment rolls at max.compaction.lag.ms when shorter than segment.ms
+    // (Kafka's maxSegmentMs), so a record can be cleaned within the max lag.
+    assert_eq!(compacted.segment_age, Duration::from_millis(500));
+    let lag_longer = TopicSettings::resolve(
+        &config,
+        &map(&[
+            ("cleanup.policy", "compact"),
+            ("max.compaction.lag.ms", "5000"),
+            ("segment.ms", "1500"),
+        ]),
+    );
+    assert_eq!(lag_longer.segment_age, Duration::from_millis(1500));
+    // Not compacted: the max lag does not roll anything.
+    let deleted = TopicSettings::resolve(
+        &config,
+        &map(&[("max.compaction.lag.ms", "500"), ("segment.ms", "1500")]),
+    );
+    assert_eq!(deleted.segment_age, Duration::from_millis(1500));
     // compact,delete: both.
     let both = TopicSettings::resolve(
         &config,

@@ -1,36 +1,43 @@
 //! Building the key map over the dirty part of the log: the latest offset of every key
 //! written from the first dirty offset on, in the cleanable sealed segments, until the map's
-//! budget is used up.
+//! budget is used up; and, over the same batches, each producer id's latest batch.
 
 use crate::batch::stored_batches;
 use crate::compaction::key_map::KeyMap;
+use crate::compaction::producers::ProducerLastBatches;
 use crate::compaction::store_api::SealedView;
 use crate::compaction::{RecordCompactor, RecordView};
 use crate::entry::{check_frame, EntryKind, FRAME_HEADER_LEN};
 use crate::error::{corruption, LogStoreError, Result};
 use crate::segment::{MAX_FRAME_LEN, SEGMENT_HEADER_LEN};
 
-/// The map of one pass and the offsets it covers.
+/// What one pass mapped (the keys are in the caller's [`KeyMap`]) and the offsets it covers.
 pub(crate) struct DirtyMap {
-    pub map: KeyMap,
     /// Every keyed record in `[start, end)` is in the map (with the latest offset of its
     /// key); no offset at or past `end` is.
     pub end: u64,
+    /// The base offset of each producer's latest data batch among the batches mapped.
+    pub producers: ProducerLastBatches,
     /// Segment bytes read.
     pub bytes_read: u64,
 }
 
-/// Maps the keyed, non-control records from offset `start` on in `segments` (sealed, all
-/// cleanable, in log order). Stops at the first record whose key the full map refuses (`end`
-/// is then that record's offset), else at the end of the last segment.
+/// Maps into `map` (emptied first, for a pass of `map_bytes`) the keyed, non-control records
+/// from offset `start` on in `segments` (sealed, all
+/// cleanable, in log order), and the producer of every data batch reaching past `start`.
+/// Stops at the first record whose key the full map refuses (`end` is then that record's
+/// offset; its batch keeps that record, so recording its producer is sound), else at the end
+/// of the last segment.
 pub(crate) fn build_map(
     segments: &[SealedView],
     start: u64,
     codec: &dyn RecordCompactor,
+    map: &mut KeyMap,
     map_bytes: usize,
     throttle: &mut dyn FnMut(u64),
 ) -> Result<DirtyMap> {
-    let mut map = KeyMap::with_budget(map_bytes);
+    map.reset(map_bytes);
+    let mut producers = ProducerLastBatches::default();
     let mut bytes_read = 0u64;
     let mut full_at: Option<u64> = None;
     let mut end = start;
@@ -68,10 +75,13 @@ pub(crate) fn build_map(
                             offset: (pos + ctx_end + b.info.pos) as u64,
                             reason,
                         })?;
+                    if let Some(id) = codec.producer_id(bytes) {
+                        producers.record(id, b.base);
+                    }
                     if let Some(at) = full_at {
                         return Ok(DirtyMap {
-                            map,
                             end: at,
+                            producers,
                             bytes_read,
                         });
                     }
@@ -82,8 +92,8 @@ pub(crate) fn build_map(
         end = seg.next_offset;
     }
     Ok(DirtyMap {
-        map,
         end: end.max(start),
+        producers,
         bytes_read,
     })
 }

@@ -13,6 +13,11 @@
 //! reason). The digest is never stored on disk, so `DefaultHasher` changing between Rust
 //! releases does not matter.
 //!
+//! A map outlives its pass: [`KeyMap::reset`] empties it for the next one in place (one
+//! write over the slots, none when it holds nothing), so a cleaner that keeps its map
+//! allocates it once, as Kafka's cleaner thread keeps its dedupe buffer, instead of
+//! allocating and faulting in the whole budget every pass.
+//!
 //! Inserting a new key beyond the load limit (90% of the slots, as Kafka's
 //! `log.cleaner.io.buffer.load.factor`) is refused ([`KeyMapFull`]): the caller ends the
 //! dirty range it maps at that record, and the next pass goes on from there.
@@ -59,16 +64,36 @@ fn digest(key: &[u8]) -> [u64; 2] {
     out
 }
 
+/// Slots of a map of `budget_bytes` (at least two, so that one key always fits).
+fn slot_count(budget_bytes: usize) -> usize {
+    (budget_bytes / KEY_MAP_SLOT_BYTES).max(2)
+}
+
 impl KeyMap {
     /// A map using at most `budget_bytes` for its slots (at least two slots, so that one key
     /// always fits).
     pub fn with_budget(budget_bytes: usize) -> KeyMap {
-        let n = (budget_bytes / KEY_MAP_SLOT_BYTES).max(2);
+        let n = slot_count(budget_bytes);
         let max_keys = ((n as f64 * LOAD_LIMIT) as usize).clamp(1, n - 1);
         KeyMap {
             slots: vec![Slot::default(); n],
             keys: 0,
             max_keys,
+        }
+    }
+
+    /// Empties the map for a new pass with `budget_bytes`: in place when the budget gives the
+    /// slot count the map has (the allocation is kept; the slots are cleared only when a key
+    /// was held), else a new map as [`KeyMap::with_budget`] makes. Afterwards the map is as a
+    /// new one of that budget.
+    pub fn reset(&mut self, budget_bytes: usize) {
+        if slot_count(budget_bytes) != self.slots.len() {
+            *self = KeyMap::with_budget(budget_bytes);
+            return;
+        }
+        if self.keys > 0 {
+            self.slots.fill(Slot::default());
+            self.keys = 0;
         }
     }
 
@@ -174,6 +199,36 @@ mod tests {
             assert_eq!(m.get(&k.to_be_bytes()), Some(want));
         }
         assert_eq!(m.get(&1000u64.to_be_bytes()), None);
+    }
+
+    #[test]
+    fn a_reset_map_is_a_new_one_and_keeps_its_allocation_for_the_same_budget() {
+        let budget = 100 * KEY_MAP_SLOT_BYTES;
+        let mut m = KeyMap::with_budget(budget);
+        for k in 0..90u64 {
+            m.insert(&k.to_be_bytes(), k).unwrap();
+        }
+        let slots = m.slots.as_ptr();
+        m.reset(budget);
+        assert_eq!(m.slots.as_ptr(), slots, "the same allocation");
+        assert!(m.is_empty());
+        assert_eq!(m.capacity(), 90);
+        for k in 0..90u64 {
+            assert_eq!(m.get(&k.to_be_bytes()), None);
+        }
+        // Full capacity again, nothing of the old pass left.
+        for k in 100..190u64 {
+            m.insert(&k.to_be_bytes(), k).unwrap();
+        }
+        assert!(m.insert(b"one more", 1).is_err());
+        // Another budget: a map of that budget.
+        m.reset(10 * KEY_MAP_SLOT_BYTES);
+        assert!(m.is_empty());
+        assert_eq!(m.capacity(), 9);
+        assert!(m.heap_bytes() <= 10 * KEY_MAP_SLOT_BYTES);
+        m.reset(0);
+        m.insert(b"k", 1).unwrap();
+        assert!(m.insert(b"other", 2).is_err());
     }
 
     #[test]

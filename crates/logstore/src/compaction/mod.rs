@@ -13,15 +13,18 @@
 //! Modules, one job each: `key_map.rs` (the dedupe buffer: key digest -> latest offset in a
 //! fixed budget), `segment_rewrite.rs` (one sealed segment rewritten and swapped in,
 //! crash-safe), `checkpoint.rs` (the cleaner's progress file), `dirty.rs` (building the map
-//! over the dirty range), `store_api.rs` (the `LogStore` methods).
+//! over the dirty range), `producers.rs` (each producer id's latest batch in that range),
+//! `store_api.rs` (the `LogStore` methods).
 
 pub(crate) mod checkpoint;
 mod dirty;
 pub(crate) mod key_map;
+mod producers;
 pub(crate) mod segment_rewrite;
 mod store_api;
 
 pub use key_map::{KeyMap, KeyMapFull, KEY_MAP_SLOT_BYTES};
+pub use producers::MAX_PRODUCERS_MAPPED;
 pub use store_api::{CleanerStats, CompactionSource, PreparedCompaction};
 
 /// One record as a [`RecordCompactor`] shows it to the cleaner.
@@ -60,16 +63,31 @@ pub trait RecordCompactor: Send + Sync {
     /// Calls `f` once per record of `batch`, in offset order.
     fn visit(&self, batch: &[u8], f: &mut dyn FnMut(RecordView<'_>)) -> Result<(), String>;
 
+    /// The producer id of `batch` when it is a data batch of an idempotent (or
+    /// transactional) producer: one whose header the codec keeps when it loses every record
+    /// and is its producer's latest batch (see `producer_last` in [`Self::retain`]). `None`
+    /// for control batches, batches without a producer id, and bytes too short to hold a
+    /// header. Reads the header only, bounds-checked and never panicking (the batch is
+    /// checked whole by [`Self::visit`] or [`Self::retain`], which the store calls too).
+    fn producer_id(&self, batch: &[u8]) -> Option<i64>;
+
     /// Keeps the records of `batch` for which `keep` returns true and removes the others
     /// (`keep` is the whole decision, the delete horizon for tombstones included; control
     /// records are kept whatever it says). `delete_horizon_ms` is given so that a codec may
     /// record it in the batch (as Kafka's KIP-534 does); it must not remove records `keep`
     /// kept. A rewritten batch keeps its baseOffset; its CRC is recomputed by the codec.
+    ///
+    /// `producer_last` is true when the batch has a [`Self::producer_id`] and no later batch
+    /// of that producer is known to the pass (Kafka keeps each producer's last batch so the
+    /// producer state rebuilt from the log keeps its last sequence): a batch that keeps no
+    /// record then stays as an empty batch (its header), `Rewritten` or `Unchanged`. When it
+    /// is false, a batch that keeps no record is `Empty`, gone whole.
     fn retain(
         &self,
         batch: &[u8],
         keep: &mut dyn FnMut(RecordView<'_>) -> bool,
         delete_horizon_ms: Option<i64>,
+        producer_last: bool,
     ) -> Result<RetainOutcome, String>;
 }
 

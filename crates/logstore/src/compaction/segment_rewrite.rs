@@ -12,6 +12,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::batch::{stored_batches, walk};
+use crate::compaction::producers::ProducerLastBatches;
 use crate::compaction::{RecordCompactor, RecordView, RetainOutcome};
 use crate::entry::{check_frame, encode_frame, EntryKind, FrameMeta, FRAME_HEADER_LEN};
 use crate::error::{corruption, io_err, LogStoreError, Result};
@@ -104,7 +105,8 @@ impl Output<'_> {
 }
 
 /// Rewrites the sealed segment `src` keeping the records `keep` accepts (see
-/// [`RecordCompactor::retain`]). Returns `None` when no record is removed (no file is left
+/// [`RecordCompactor::retain`]); a producer's batch that keeps no record keeps its header
+/// only when `producers` knows no later batch of its producer. Returns `None` when no record is removed (no file is left
 /// behind), else the new segment in a temporary file, fdatasynced, for [`swap_in`]. `throttle`
 /// is called with the bytes of every chunk read and written. On error the temporary file is
 /// removed and the segment is as it was.
@@ -113,6 +115,7 @@ pub(crate) fn rewrite_segment(
     codec: &dyn RecordCompactor,
     keep: &mut dyn FnMut(RecordView<'_>) -> bool,
     delete_horizon_ms: Option<i64>,
+    producers: &ProducerLastBatches,
     throttle: &mut dyn FnMut(u64),
 ) -> Result<Option<RewrittenSegment>> {
     let tmp_path = src.dir.join(format!(
@@ -130,7 +133,7 @@ pub(crate) fn rewrite_segment(
         written: 0,
         throttle,
     };
-    let result = rewrite_into(src, codec, keep, delete_horizon_ms, &mut out);
+    let result = rewrite_into(src, codec, keep, delete_horizon_ms, producers, &mut out);
     match result {
         Ok(Some(mut r)) => {
             out.flush()?;
@@ -153,6 +156,7 @@ fn rewrite_into(
     codec: &dyn RecordCompactor,
     keep: &mut dyn FnMut(RecordView<'_>) -> bool,
     delete_horizon_ms: Option<i64>,
+    producers: &ProducerLastBatches,
     out: &mut Output<'_>,
 ) -> Result<Option<RewrittenSegment>> {
     let data = src.data;
@@ -197,8 +201,11 @@ fn rewrite_into(
                     refused += u64::from(!k);
                     k
                 };
+                let producer_last = codec
+                    .producer_id(bytes)
+                    .is_some_and(|id| producers.is_last(id, b.base));
                 let outcome = codec
-                    .retain(bytes, &mut counting_keep, delete_horizon_ms)
+                    .retain(bytes, &mut counting_keep, delete_horizon_ms, producer_last)
                     .map_err(|reason| LogStoreError::Compaction {
                         path: src.path.to_path_buf(),
                         offset: (pos + ctx_end + b.info.pos) as u64,

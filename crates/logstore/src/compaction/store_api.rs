@@ -13,14 +13,16 @@
 //! every older value of its key is gone: passes swap segments oldest first) and is older
 //! than `now - delete_retention_ms`. Everything else stays: records without a key (the
 //! server refuses them for compacted topics), control records, and the latest record of
-//! every key.
+//! every key. A data batch of an idempotent producer that keeps no record goes whole unless
+//! it is the latest batch of its producer the pass mapped (`producers.rs`); that one stays
+//! as an empty header, so the producer state rebuilt from the log keeps its last sequence.
 
 use crate::compaction::checkpoint::CleanerCheckpoint;
 use crate::compaction::dirty::build_map;
 use crate::compaction::segment_rewrite::{
     discard, rewrite_segment, swap_in, RewrittenSegment, SegmentSource,
 };
-use crate::compaction::{CompactionPlan, CompactionReport, RecordCompactor, RecordView};
+use crate::compaction::{CompactionPlan, CompactionReport, KeyMap, RecordCompactor, RecordView};
 use crate::error::Result;
 use crate::index::write_index_file;
 use crate::segment::SegmentHeader;
@@ -89,6 +91,14 @@ pub struct CleanerStats {
     pub first_dirty_offset: u64,
     /// Wall clock of the last pass that saved a checkpoint, ms since the Unix epoch.
     pub last_clean_ms: Option<i64>,
+    /// When the oldest dirty data of the sealed segments was written, at the latest: the
+    /// creation time (wall clock, ms since the Unix epoch, from its header, kept by
+    /// rewrites) of the first sealed segment holding an offset at or past the first dirty
+    /// offset, whatever the clean limit and compaction lag. Every dirty record of the sealed
+    /// segments was appended at or after it, so `now - oldest_dirty_ms` bounds how long the
+    /// oldest of them has waited (Kafka's `max.compaction.lag.ms` is measured from it).
+    /// `None` when no sealed segment holds dirty data.
+    pub oldest_dirty_ms: Option<i64>,
 }
 
 impl CleanerStats {
@@ -156,6 +166,10 @@ impl LogStore {
         let mut stats = CleanerStats {
             first_dirty_offset: first_dirty,
             last_clean_ms: checkpoint.map(|c| c.cleaned_at_ms),
+            oldest_dirty_ms: self
+                .sealed_segments()
+                .find(|s| s.next_offset > first_dirty)
+                .map(|s| i64::try_from(s.header.created_ms).unwrap_or(i64::MAX)),
             ..Default::default()
         };
         for (i, s) in self.sealed_segments().enumerate() {
@@ -327,11 +341,26 @@ impl CompactionSource {
     /// a durable temporary file (segments that lose nothing are read, not written). Nothing
     /// the store reads changes. `throttle` is called with the bytes of every chunk read or
     /// written (an I/O rate limit: it may sleep). A pass with nothing new to map does
-    /// nothing. `plan` must be the one the source was taken with.
+    /// nothing. `plan` must be the one the source was taken with. Allocates a key map of
+    /// the plan's budget for this pass; [`CompactionSource::prepare_with_map`] reuses one.
     pub fn prepare(
         self,
         plan: &CompactionPlan,
         codec: &dyn RecordCompactor,
+        throttle: &mut dyn FnMut(u64),
+    ) -> Result<PreparedCompaction> {
+        let mut map = KeyMap::with_budget(plan.key_map_bytes);
+        self.prepare_with_map(plan, codec, &mut map, throttle)
+    }
+
+    /// [`CompactionSource::prepare`] with the caller's key map, emptied first
+    /// ([`KeyMap::reset`] to the plan's budget: its allocation is kept across passes of the
+    /// same budget). What the pass does does not depend on what the map held before.
+    pub fn prepare_with_map(
+        self,
+        plan: &CompactionPlan,
+        codec: &dyn RecordCompactor,
+        map: &mut KeyMap,
         throttle: &mut dyn FnMut(u64),
     ) -> Result<PreparedCompaction> {
         let first_dirty = self.first_dirty;
@@ -347,13 +376,20 @@ impl CompactionSource {
         };
         // The cleanable segments are a prefix of the sealed ones (never the active one).
         let cleanable = &self.cleanable;
-        let dirty = build_map(cleanable, first_dirty, codec, plan.key_map_bytes, throttle)?;
+        let dirty = build_map(
+            cleanable,
+            first_dirty,
+            codec,
+            map,
+            plan.key_map_bytes,
+            throttle,
+        )?;
         prepared.report.bytes_read += dirty.bytes_read;
         if dirty.end <= first_dirty {
             return Ok(prepared);
         }
         prepared.advanced = true;
-        let map = dirty.map;
+        let map = &*map;
         let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
         let mut keep = |r: RecordView<'_>| -> bool {
             if r.control {
@@ -379,7 +415,15 @@ impl CompactionSource {
                 data,
                 index_interval: self.index_interval,
             };
-            if let Some(r) = rewrite_segment(&src, codec, &mut keep, Some(horizon), throttle)? {
+            let rewritten = rewrite_segment(
+                &src,
+                codec,
+                &mut keep,
+                Some(horizon),
+                &dirty.producers,
+                throttle,
+            )?;
+            if let Some(r) = rewritten {
                 prepared.report.bytes_written += r.summary.covered_len;
                 prepared.report.records_removed += r.records_removed;
                 prepared.rewritten.push((seg.header.base_index, seg.len, r));

@@ -4,7 +4,9 @@
 //! Records after the 61-byte header, back to back: offset delta u32, timestamp i64, key
 //! length i32 (-1: no key), key, value length i32 (-1: a tombstone), value (big-endian).
 //! Attribute bit 0x20 marks a control batch. A rewritten batch keeps its baseOffset and
-//! lastOffsetDelta, as Kafka's cleaner does.
+//! lastOffsetDelta, as Kafka's cleaner does. A data batch may carry a producer id (header
+//! bytes 43..51, -1 for none); one that keeps no record stays as its header when the store
+//! says it is its producer's last batch, as Kafka's cleaner does.
 #![allow(dead_code, missing_docs)]
 
 use logstore::{RecordCompactor, RecordView, RetainOutcome};
@@ -50,7 +52,13 @@ fn encode_records(recs: &[Parsed]) -> Vec<u8> {
 }
 
 /// A batch with the given header fields and records.
-fn assemble(base: i64, last_delta: u32, control: bool, recs: &[Parsed]) -> Vec<u8> {
+fn assemble(
+    base: i64,
+    last_delta: u32,
+    control: bool,
+    producer_id: i64,
+    recs: &[Parsed],
+) -> Vec<u8> {
     let body = encode_records(recs);
     let len = 61 + body.len();
     let mut b = vec![0u8; len];
@@ -64,7 +72,7 @@ fn assemble(base: i64, last_delta: u32, control: bool, recs: &[Parsed]) -> Vec<u
     let max_ts = recs.iter().map(|r| r.ts).max().unwrap_or(-1);
     b[27..35].copy_from_slice(&base_ts.to_be_bytes());
     b[35..43].copy_from_slice(&max_ts.to_be_bytes());
-    b[43..51].copy_from_slice(&(-1i64).to_be_bytes());
+    b[43..51].copy_from_slice(&producer_id.to_be_bytes());
     b[57..61].copy_from_slice(&(recs.len() as i32).to_be_bytes());
     b[61..].copy_from_slice(&body);
     let crc = crc32c_of(&b[21..]);
@@ -74,6 +82,11 @@ fn assemble(base: i64, last_delta: u32, control: bool, recs: &[Parsed]) -> Vec<u
 
 /// A data batch holding `recs` at consecutive offsets (base offset assigned by the store).
 pub fn kv_batch(recs: &[Rec]) -> Vec<u8> {
+    kv_producer_batch(-1, recs)
+}
+
+/// [`kv_batch`] written by the producer `producer_id` (-1: none).
+pub fn kv_producer_batch(producer_id: i64, recs: &[Rec]) -> Vec<u8> {
     assert!(!recs.is_empty());
     let parsed: Vec<Parsed> = recs
         .iter()
@@ -85,7 +98,7 @@ pub fn kv_batch(recs: &[Rec]) -> Vec<u8> {
             value: r.value.clone(),
         })
         .collect();
-    assemble(-1, recs.len() as u32 - 1, false, &parsed)
+    assemble(-1, recs.len() as u32 - 1, false, producer_id, &parsed)
 }
 
 /// A control batch (a transaction marker) of one record.
@@ -96,7 +109,12 @@ pub fn control_batch(ts: i64) -> Vec<u8> {
         key: Some(b"\0\0\0\x01".to_vec()),
         value: Some(b"commit".to_vec()),
     };
-    assemble(-1, 0, true, &[r])
+    assemble(-1, 0, true, 7, &[r])
+}
+
+/// The producer id in a batch's header (-1: none).
+pub fn producer_of(batch: &[u8]) -> i64 {
+    i64::from_be_bytes(batch[43..51].try_into().unwrap())
 }
 
 fn be_i32(b: &[u8], at: usize) -> Result<i32, String> {
@@ -177,11 +195,18 @@ impl RecordCompactor for KvCodec {
         Ok(())
     }
 
+    fn producer_id(&self, batch: &[u8]) -> Option<i64> {
+        let (_, _, control, _) = parse(batch).ok()?;
+        let id = producer_of(batch);
+        (!control && id != -1).then_some(id)
+    }
+
     fn retain(
         &self,
         batch: &[u8],
         keep: &mut dyn FnMut(RecordView<'_>) -> bool,
         _delete_horizon_ms: Option<i64>,
+        producer_last: bool,
     ) -> Result<RetainOutcome, String> {
         let (base, last_delta, control, recs) = parse(batch)?;
         let kept: Vec<Parsed> = recs
@@ -189,12 +214,15 @@ impl RecordCompactor for KvCodec {
             .filter(|r| keep(view(base, control, r)))
             .cloned()
             .collect();
-        Ok(if kept.len() == recs.len() {
-            RetainOutcome::Unchanged
-        } else if kept.is_empty() {
+        let producer = producer_of(batch);
+        let keep_header = producer_last && producer != -1 && !control;
+        Ok(if kept.is_empty() && !keep_header {
+            // An empty header (kept by an earlier pass) goes too.
             RetainOutcome::Empty
+        } else if kept.len() == recs.len() {
+            RetainOutcome::Unchanged
         } else {
-            RetainOutcome::Rewritten(assemble(base as i64, last_delta, control, &kept))
+            RetainOutcome::Rewritten(assemble(base as i64, last_delta, control, producer, &kept))
         })
     }
 }

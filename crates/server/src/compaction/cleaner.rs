@@ -12,12 +12,17 @@
 //!
 //! A partition is due ([`is_due`]) when it has cleanable bytes (sealed segments below the clean
 //! limit, past `min.compaction.lag.ms`) and either its dirty ratio is at least
-//! `min.cleanable.dirty.ratio`, or its last clean is older than `max.compaction.lag.ms` (Kafka
-//! measures the oldest dirty record; the store keeps the time of the last clean, so a record
-//! waits at most that lag after the clean that left it dirty).
+//! `min.cleanable.dirty.ratio`, or its oldest dirty data is older than `max.compaction.lag.ms`,
+//! whatever the ratio (Kafka's rule). The age of the oldest dirty data is measured, as Kafka
+//! falls back to for a segment without timestamps, from the creation time of the first sealed
+//! segment holding dirty data (`CleanerStats::oldest_dirty_ms`): no dirty record there is
+//! older, so a record waits at most the lag once it left the active segment (`segment.ms`
+//! rolls a quiet partition's active segment; record timestamps are the producers' and may be
+//! anything, the segment's creation time is the broker's clock).
 //!
 //! One partition at a time, so the memory is one key map (`key_map_bytes`, Kafka's
-//! `log.cleaner.dedupe.buffer.size`). A pass takes its source (`LogStore::compaction_source`:
+//! `log.cleaner.dedupe.buffer.size`), allocated at the thread's first pass and kept (emptied
+//! in place between passes, as Kafka's cleaner thread keeps its dedupe buffer). A pass takes its source (`LogStore::compaction_source`:
 //! the cleanable sealed segments, mapped) under the store's read lock, builds the key map and
 //! writes the rewritten segments with no lock held (`CompactionSource::prepare`: the group
 //! appends and consumers read meanwhile; sealed files are never written in place, so the maps
@@ -32,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use logstore::{CleanerStats, CompactionPlan, CompactionReport, LogStore};
+use logstore::{CleanerStats, CompactionPlan, CompactionReport, KeyMap, LogStore};
 
 use super::codec::KafkaRecordCompactor;
 
@@ -99,7 +104,7 @@ pub fn is_due(stats: &CleanerStats, policy: &CleanerPolicy, now_ms: i64) -> bool
     }
     policy.max_lag_ms < i64::MAX
         && stats
-            .last_clean_ms
+            .oldest_dirty_ms
             .is_some_and(|at| now_ms.saturating_sub(at) >= policy.max_lag_ms)
 }
 
@@ -116,12 +121,13 @@ pub fn plan_for(target: &CleanTarget, limits: &CleanerLimits, now_ms: i64) -> Co
 
 /// Compacts `target` once if it is due: `Ok(None)` when it was not (or its lock is
 /// poisoned: the group panicked and the node is going down). `throttle` sees every chunk
-/// read or written.
+/// read or written. The pass uses `key_map` (allocated at the first pass, then reused).
 pub fn clean_if_due(
     target: &CleanTarget,
     limits: &CleanerLimits,
     codec: &KafkaRecordCompactor,
     now_ms: i64,
+    key_map: &mut Option<KeyMap>,
     throttle: &mut dyn FnMut(u64),
 ) -> Result<Option<CompactionReport>, logstore::LogStoreError> {
     let plan = plan_for(target, limits, now_ms);
@@ -135,7 +141,8 @@ pub fn clean_if_due(
         store.compaction_source(&plan)?
     };
     // The long part, with no lock: the group appends and consumers read meanwhile.
-    let prepared = source.prepare(&plan, codec, throttle)?;
+    let map = key_map.get_or_insert_with(|| KeyMap::with_budget(plan.key_map_bytes));
+    let prepared = source.prepare_with_map(&plan, codec, map, throttle)?;
     let Ok(mut store) = target.store.write() else {
         return Ok(None);
     };
@@ -153,6 +160,8 @@ pub struct CleanerRounds {
     started: Instant,
     /// Bytes read and written since `started`.
     done: u64,
+    /// The key map, allocated at the first pass and reused by every later one.
+    key_map: Option<KeyMap>,
 }
 
 impl CleanerRounds {
@@ -164,6 +173,7 @@ impl CleanerRounds {
             counters,
             started: Instant::now(),
             done: 0,
+            key_map: None,
         }
     }
 
@@ -178,6 +188,7 @@ impl CleanerRounds {
             counters,
             started,
             done,
+            key_map,
         } = self;
         for target in targets {
             if !nap(Duration::ZERO) {
@@ -195,7 +206,14 @@ impl CleanerRounds {
                 }
             };
             let pass_started = Instant::now();
-            match clean_if_due(&target, limits, codec, wall_clock_ms(), &mut throttle) {
+            match clean_if_due(
+                &target,
+                limits,
+                codec,
+                wall_clock_ms(),
+                key_map,
+                &mut throttle,
+            ) {
                 Ok(Some(r)) => {
                     counters.passes.fetch_add(1, Ordering::Relaxed);
                     counters
@@ -247,12 +265,13 @@ mod tests {
         }
     }
 
-    fn stats(clean: u64, cleanable: u64, last_clean_ms: Option<i64>) -> CleanerStats {
+    fn stats(clean: u64, cleanable: u64, oldest_dirty_ms: Option<i64>) -> CleanerStats {
         CleanerStats {
             clean_bytes: clean,
             cleanable_bytes: cleanable,
             first_dirty_offset: 0,
-            last_clean_ms,
+            last_clean_ms: None,
+            oldest_dirty_ms,
         }
     }
 
@@ -279,7 +298,7 @@ mod tests {
             &policy(0.5, i64::MAX),
             now
         ));
-        // Below the ratio, but the last clean is older than the max lag.
+        // Below the ratio, but the oldest dirty data is older than the max lag.
         assert!(!is_due(
             &stats(100, 10, Some(now - 499)),
             &policy(0.5, 500),
@@ -295,5 +314,74 @@ mod tests {
             &policy(0.5, i64::MAX),
             now
         ));
+        // No sealed dirty data: the max lag has nothing to measure.
+        assert!(!is_due(&stats(100, 10, None), &policy(0.5, 1), now));
+    }
+
+    /// `max.compaction.lag.ms` counts from the oldest dirty data, not from the last clean:
+    /// a partition cleaned a moment ago whose oldest uncleaned segment is older than the lag
+    /// is due whatever its dirty ratio, and one cleaned long ago whose dirty data is young
+    /// is not.
+    #[test]
+    fn the_max_lag_is_measured_from_the_oldest_dirty_data_of_a_real_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = logstore::StoreConfig {
+            segment_bytes: 4096,
+            preallocate_bytes: 0,
+            ..Default::default()
+        };
+        let mut store = LogStore::open(dir.path(), config).unwrap();
+        let created = wall_clock_ms();
+        for i in 1..=3u64 {
+            let payload = kafka_proto::records::build_batch(
+                kafka_proto::records::Compression::None,
+                &[
+                    kafka_proto::records::NewRecord::new(created, vec![b'v'; 100])
+                        .with_key(b"k".to_vec()),
+                ],
+            )
+            .unwrap();
+            store
+                .append(&[logstore::NewEntry {
+                    index: i,
+                    term: 1,
+                    kind: logstore::EntryKind::Records,
+                    payload,
+                    context: bytes::Bytes::new(),
+                }])
+                .unwrap();
+            store.roll_if_older_than(Duration::ZERO, u64::MAX).unwrap();
+        }
+        let clean_limit = store.last_index() + 1;
+        let plan = |now_ms| CompactionPlan {
+            clean_limit,
+            now_ms,
+            min_compaction_lag_ms: 0,
+            delete_retention_ms: 0,
+            key_map_bytes: 1 << 20,
+        };
+        let stats = store.cleaner_stats(&plan(created));
+        let oldest = stats.oldest_dirty_ms.expect("sealed dirty segments");
+        assert!(
+            oldest >= created - 1_000 && oldest <= wall_clock_ms(),
+            "{oldest}"
+        );
+        assert!(stats.cleanable_bytes > 0);
+        // A ratio no pass reaches; a max lag of one hour.
+        let p = policy(2.0, 3_600_000);
+        assert!(!is_due(&stats, &p, oldest + 3_599_999));
+        assert!(is_due(&stats, &p, oldest + 3_600_000));
+        // Cleaned: nothing sealed is dirty, so the lag has nothing to measure, and a clean
+        // long ago does not make new dirty data due.
+        store
+            .compact(
+                &plan(created),
+                &KafkaRecordCompactor::default(),
+                &mut |_| {},
+            )
+            .unwrap();
+        let stats = store.cleaner_stats(&plan(created));
+        assert_eq!(stats.oldest_dirty_ms, None);
+        assert!(!is_due(&stats, &p, i64::MAX));
     }
 }

@@ -2,8 +2,10 @@
 //! (`kafka_proto::records::{visit_records, retain_records}`), every codec.
 
 use bytes::Bytes;
+use kafka_proto::records::batch::ATTRIBUTES_OFFSET;
 use kafka_proto::records::{
     retain_records, visit_records, RecordBatch, RecordKeyView, RetainOptions, Retained,
+    NO_PRODUCER_ID, RECORD_BATCH_OVERHEAD,
 };
 use logstore::{RecordCompactor, RecordView, RetainOutcome};
 
@@ -22,9 +24,10 @@ pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
 /// every record (and needs no delete horizon) is `Unchanged`; one that keeps none is `Empty`;
 /// otherwise it is rewritten with the same base offset, lastOffsetDelta, producer fields and
 /// codec, its kept records byte for byte, and the delete horizon (KIP-534) set when it keeps
-/// a tombstone. An idempotent batch (with a producer id) that keeps no record becomes an
-/// empty batch with its header (Kafka's `writeEmptyHeader`), so producer state survives
-/// compaction; a batch without a producer id that keeps none is `Empty`.
+/// a tombstone. A batch that keeps no record is `Empty` (gone whole), except the last batch
+/// of an idempotent producer (the store says which: `producer_last`), which becomes an empty
+/// batch with its header (Kafka's `writeEmptyHeader`), so producer state survives
+/// compaction while a producer's earlier batches do not pile up as 61-byte headers.
 #[derive(Debug, Clone, Copy)]
 pub struct KafkaRecordCompactor {
     max_decompressed: usize,
@@ -49,6 +52,11 @@ fn parse(batch: &[u8]) -> Result<RecordBatch, String> {
     RecordBatch::new(Bytes::copy_from_slice(batch)).map_err(|e| format!("not a record batch: {e}"))
 }
 
+/// Where a v2 batch header holds the producer id (i64, big-endian).
+const PRODUCER_ID_OFFSET: usize = 43;
+/// The attributes bit of a control batch.
+const CONTROL_BIT: u8 = 0x20;
+
 /// The store's view of one record. A negative offset cannot come from a valid stored batch
 /// (the store wrote a non-negative base offset); it is mapped to 0 only to stay total, and
 /// the store's own checks of the rewritten batch refuse what it would produce.
@@ -70,11 +78,27 @@ impl RecordCompactor for KafkaRecordCompactor {
             .map_err(|e| format!("cannot read the batch: {e}"))
     }
 
+    fn producer_id(&self, batch: &[u8]) -> Option<i64> {
+        if batch.len() < RECORD_BATCH_OVERHEAD {
+            return None;
+        }
+        // attributes is a big-endian i16: the control bit is in its low byte.
+        if batch[ATTRIBUTES_OFFSET + 1] & CONTROL_BIT != 0 {
+            return None;
+        }
+        let id = batch[PRODUCER_ID_OFFSET..PRODUCER_ID_OFFSET + 8]
+            .try_into()
+            .map(i64::from_be_bytes)
+            .ok()?;
+        (id != NO_PRODUCER_ID).then_some(id)
+    }
+
     fn retain(
         &self,
         batch: &[u8],
         keep: &mut dyn FnMut(RecordView<'_>) -> bool,
         delete_horizon_ms: Option<i64>,
+        producer_last: bool,
     ) -> Result<RetainOutcome, String> {
         let parsed = parse(batch)?;
         if parsed.is_control() {
@@ -84,12 +108,11 @@ impl RecordCompactor for KafkaRecordCompactor {
             return Ok(RetainOutcome::Unchanged);
         }
         let options = RetainOptions {
-            // An idempotent producer's batch that keeps no record stays as an empty batch
-            // (its header: producer id, epoch, sequences, offsets), so the producer table a
-            // replica rebuilds from its log after a crash knows every producer's last
-            // sequence. Kafka keeps only each producer's last batch; the cleaner here sees one
-            // batch at a time, so it keeps them all (61 bytes each).
-            keep_empty: parsed.has_producer_id(),
+            // A producer's last batch that keeps no record stays as an empty batch (its
+            // header: producer id, epoch, sequences, offsets), so the producer table a replica
+            // rebuilds from its log after a crash knows the producer's last sequence; its
+            // earlier batches go whole (Kafka's rule).
+            keep_empty: producer_last && parsed.has_producer_id(),
             delete_horizon_ms,
         };
         let outcome = retain_records(

@@ -102,7 +102,7 @@ fn retain_keeps_the_latest_record_per_key_at_its_offset_in_every_codec() {
         );
         let latest = latest_per_key(&c, &b);
         let out = c
-            .retain(&b, &mut |r| latest[r.key.unwrap()] == r.offset, None)
+            .retain(&b, &mut |r| latest[r.key.unwrap()] == r.offset, None, true)
             .unwrap();
         let RetainOutcome::Rewritten(nb) = out else {
             panic!("{codec:?}: expected a rewrite, got {out:?}");
@@ -144,16 +144,17 @@ fn a_batch_keeping_everything_is_unchanged_and_one_keeping_nothing_is_empty() {
     for codec in CODECS {
         let b = batch(codec, &[("a", Some("1")), ("b", Some("2"))]);
         assert_eq!(
-            c.retain(&b, &mut |_| true, None).unwrap(),
+            c.retain(&b, &mut |_| true, None, true).unwrap(),
             RetainOutcome::Unchanged
         );
         assert_eq!(
-            c.retain(&b, &mut |_| true, Some(TS)).unwrap(),
+            c.retain(&b, &mut |_| true, Some(TS), true).unwrap(),
             RetainOutcome::Unchanged,
             "no tombstone: no horizon"
         );
-        // An idempotent batch keeping nothing stays as its header: the producer's state.
-        let RetainOutcome::Rewritten(empty) = c.retain(&b, &mut |_| false, Some(TS)).unwrap()
+        // The last batch of its producer keeping nothing stays as its header: the
+        // producer's state.
+        let RetainOutcome::Rewritten(empty) = c.retain(&b, &mut |_| false, Some(TS), true).unwrap()
         else {
             panic!("{codec:?}: an idempotent batch keeps its header");
         };
@@ -165,7 +166,7 @@ fn a_batch_keeping_everything_is_unchanged_and_one_keeping_nothing_is_empty() {
         assert!(views(&c, &empty).is_empty());
         // Cleaned again: nothing changes.
         assert_eq!(
-            c.retain(&empty, &mut |_| false, Some(TS)).unwrap(),
+            c.retain(&empty, &mut |_| false, Some(TS), true).unwrap(),
             RetainOutcome::Unchanged
         );
         // A batch without a producer id keeping nothing goes.
@@ -176,11 +177,59 @@ fn a_batch_keeping_everything_is_unchanged_and_one_keeping_nothing_is_empty() {
         .unwrap()
         .to_vec();
         assert_eq!(
-            c.retain(&plain, &mut |_| false, Some(TS)).unwrap(),
+            c.retain(&plain, &mut |_| false, Some(TS), true).unwrap(),
             RetainOutcome::Empty,
             "{codec:?}"
         );
     }
+}
+
+#[test]
+fn only_a_producers_last_batch_keeps_its_header_when_every_record_goes() {
+    let c = KafkaRecordCompactor::default();
+    for codec in CODECS {
+        let b = batch(codec, &[("a", Some("1")), ("b", Some("2"))]);
+        assert_eq!(c.producer_id(&b), Some(7));
+        // Not the producer's last batch: gone whole, as a batch without a producer id.
+        assert_eq!(
+            c.retain(&b, &mut |_| false, Some(TS), false).unwrap(),
+            RetainOutcome::Empty,
+            "{codec:?}"
+        );
+        // Its last: the header stays, and a later pass that finds a newer batch of the
+        // producer drops the header too.
+        let RetainOutcome::Rewritten(empty) = c.retain(&b, &mut |_| false, None, true).unwrap()
+        else {
+            panic!("{codec:?}: the last batch keeps its header");
+        };
+        assert_eq!(c.producer_id(&empty), Some(7));
+        assert_eq!(
+            c.retain(&empty, &mut |_| false, None, false).unwrap(),
+            RetainOutcome::Empty
+        );
+        // A batch keeping records is the same whatever its place.
+        assert_eq!(
+            c.retain(&b, &mut |_| true, None, false).unwrap(),
+            RetainOutcome::Unchanged
+        );
+        let RetainOutcome::Rewritten(one) = c
+            .retain(&b, &mut |r| r.key == Some(b"b".as_slice()), None, false)
+            .unwrap()
+        else {
+            panic!("{codec:?}: one record kept");
+        };
+        assert_eq!(views(&c, &one).len(), 1);
+    }
+    // No producer id, control batches and short buffers have no producer to keep.
+    let plain = kafka_proto::records::build_batch(
+        Compression::None,
+        &[NewRecord::new(TS, Bytes::from_static(b"v")).with_key(Bytes::from_static(b"k"))],
+    )
+    .unwrap()
+    .to_vec();
+    assert_eq!(c.producer_id(&plain), None);
+    assert_eq!(c.producer_id(&control_marker()), None);
+    assert_eq!(c.producer_id(&[0; 60]), None);
 }
 
 #[test]
@@ -189,7 +238,8 @@ fn a_kept_tombstone_gets_the_delete_horizon_once() {
     let horizon = TS + 86_400_000;
     for codec in CODECS {
         let b = batch(codec, &[("a", Some("1")), ("b", None)]);
-        let RetainOutcome::Rewritten(nb) = c.retain(&b, &mut |_| true, Some(horizon)).unwrap()
+        let RetainOutcome::Rewritten(nb) =
+            c.retain(&b, &mut |_| true, Some(horizon), true).unwrap()
         else {
             panic!("{codec:?}: a kept tombstone sets the horizon");
         };
@@ -201,12 +251,13 @@ fn a_kept_tombstone_gets_the_delete_horizon_once() {
         assert_eq!(seen[1], (101, Some(b"b".to_vec()), true, TS + 1, false));
         // A later pass with another horizon keeps the batch as it is.
         assert_eq!(
-            c.retain(&nb, &mut |_| true, Some(horizon + 1)).unwrap(),
+            c.retain(&nb, &mut |_| true, Some(horizon + 1), true)
+                .unwrap(),
             RetainOutcome::Unchanged
         );
         // Past the horizon the store's keep drops the tombstone: only "a" is left.
         let RetainOutcome::Rewritten(nb2) = c
-            .retain(&nb, &mut |r| !r.tombstone, Some(horizon + 1))
+            .retain(&nb, &mut |r| !r.tombstone, Some(horizon + 1), true)
             .unwrap()
         else {
             panic!("{codec:?}: the tombstone goes");
@@ -216,16 +267,15 @@ fn a_kept_tombstone_gets_the_delete_horizon_once() {
     }
 }
 
-#[test]
-fn control_batches_are_kept_whole_and_shown_as_control() {
-    let c = KafkaRecordCompactor::default();
+/// A transaction marker of producer 7 at base offset 100.
+fn control_marker() -> Vec<u8> {
     let marker = NewRecord {
         timestamp: TS,
         key: Some(Bytes::from_static(&[0, 0, 0, 1])),
         value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
         headers: Vec::new(),
     };
-    let b = RecordBatchBuilder::new(Compression::None)
+    RecordBatchBuilder::new(Compression::None)
         .base_offset(BASE)
         .producer(7, 1, -1)
         .transactional(true)
@@ -234,7 +284,13 @@ fn control_batches_are_kept_whole_and_shown_as_control() {
         .unwrap()
         .build()
         .unwrap()
-        .to_vec();
+        .to_vec()
+}
+
+#[test]
+fn control_batches_are_kept_whole_and_shown_as_control() {
+    let c = KafkaRecordCompactor::default();
+    let b = control_marker();
     assert!(views(&c, &b).iter().all(|v| v.4));
     let mut asked = 0;
     let out = c
@@ -245,6 +301,7 @@ fn control_batches_are_kept_whole_and_shown_as_control() {
                 false
             },
             None,
+            true,
         )
         .unwrap();
     assert_eq!(out, RetainOutcome::Unchanged);
@@ -267,7 +324,8 @@ fn damaged_or_oversized_batches_are_errors_and_nothing_is_asked() {
                     asked += 1;
                     true
                 },
-                None
+                None,
+                true
             )
             .is_err());
         assert_eq!(asked, 0);
@@ -282,5 +340,5 @@ fn damaged_or_oversized_batches_are_errors_and_nothing_is_asked() {
     let small = KafkaRecordCompactor::new(1_000);
     let err = small.visit(&b, &mut |_| {}).unwrap_err();
     assert!(!err.is_empty());
-    assert!(small.retain(&b, &mut |_| true, None).is_err());
+    assert!(small.retain(&b, &mut |_| true, None, true).is_err());
 }

@@ -490,6 +490,7 @@ mod tests {
                     cleanable_bytes: 100,
                     first_dirty_offset: 9,
                     last_clean_ms: Some(5_000),
+                    oldest_dirty_ms: Some(4_000),
                 }),
             }],
             group_lag: vec![],

@@ -110,6 +110,35 @@ pub fn read_replica(s: &LogStream) -> Table {
     out
 }
 
+/// The batches of `producer` one replica stores below its high watermark: (base offset,
+/// record count; 0 for a header kept for the producer's state).
+pub fn producer_batches(s: &LogStream, producer: i64) -> Vec<(u64, i32)> {
+    let hw = s.visible().high_watermark;
+    let mut out = Vec::new();
+    let mut offset = 0;
+    while offset < hw {
+        let read = s.read(offset, 1 << 20).expect("read");
+        let mut data = Vec::new();
+        for c in &read.chunks {
+            data.extend_from_slice(c);
+        }
+        let mut next = None;
+        for b in kafka_proto::records::split_batches(Bytes::from(data)) {
+            let b: RecordBatch = b.expect("a whole batch");
+            if b.producer_id() == producer && !b.is_control() {
+                out.push((b.base_offset() as u64, b.record_count()));
+            }
+            next = Some(b.next_offset() as u64);
+        }
+        match next {
+            Some(n) => offset = n,
+            None => break,
+        }
+    }
+    out.dedup();
+    out
+}
+
 /// The latest record of every key in `all`, at its offset.
 pub fn latest(all: &Table) -> Table {
     let mut by_key: BTreeMap<String, (u64, Option<String>)> = BTreeMap::new();
