@@ -148,7 +148,7 @@ pub fn dispatch(
         Request::ListOffsets(req) => reply::now(
             cid,
             version,
-            Response::ListOffsets(metadata::list_offsets(node, access, &req, version)),
+            Response::ListOffsets(metadata::list_offsets(node.as_ref(), access, &req, version)),
         ),
         Request::Produce(req) => {
             let client_id = header.client_id.as_deref().unwrap_or("");

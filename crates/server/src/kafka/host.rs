@@ -3,8 +3,13 @@
 //! importing `node/`, see "Layout rules" in the crate README). The node implements each
 //! (`node/listeners.rs`); a test can implement one with a fake.
 //!
-//! - [`MetadataAccess`]: the replicated metadata, read and changed; what every family below
-//!   builds on.
+//! - [`MetadataAccess`]: the replicated metadata, read and changed; what most families below
+//!   build on.
+//! - [`NodeView`]: this node's configuration, the live brokers, and where the topics and
+//!   partitions are as this node sees them; what the families reading topics build on, and
+//!   what [`crate::kafka::metadata`]'s lookups (`locate_partition`, `topic_name_by_id`, ...)
+//!   take.
+//! - [`MetadataApiHost`]: Metadata and ListOffsets ([`crate::kafka::metadata`]).
 //! - [`UsersHost`]: the user-credential APIs ([`crate::kafka::users`]).
 //! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
@@ -19,7 +24,7 @@ use std::time::Duration;
 use crate::config::NodeConfig;
 use crate::flow::settings::FlowSettings;
 use crate::metadata::proposer::MetadataProposer;
-use crate::metadata::ClusterMeta;
+use crate::metadata::{ClusterMeta, TopicLayout};
 use crate::replication::group::AppendError;
 use crate::replication::stream::LogStream;
 use crate::security::authorizer::Authorizer;
@@ -33,6 +38,104 @@ pub trait MetadataAccess: Send + Sync + 'static {
 
     /// The one path that commits metadata commands (request ids, retries, deduplication).
     fn metadata_proposer(&self) -> &MetadataProposer;
+}
+
+/// This node's configuration, the brokers it sees live, and the topics and partitions as it
+/// knows them: what the families that read topics build on. Also implemented for an `Arc` of
+/// an implementor, so the lookups of [`crate::kafka::metadata`] take a node or its `Arc` alike.
+pub trait NodeView: Send + Sync + 'static {
+    /// This node's configuration.
+    fn config(&self) -> &NodeConfig;
+
+    /// The live brokers: this node and every peer connected to it now, with the Kafka address
+    /// each announced (`HOST:PORT`, of its first listener), by node id.
+    fn live_brokers(&self) -> Vec<(u64, String)>;
+
+    /// The live brokers with their address on listener `listener`: (node id, `HOST:PORT`).
+    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)>;
+
+    /// Partition `partition` of topic (or stream) `name`, if this node holds a replica of it.
+    fn partition(&self, name: &str, partition: u32) -> Option<LogStream>;
+
+    /// Where topic `name`'s partitions live (its incarnation and replicas), whether this node
+    /// holds any of them or not; `None` when there is no such topic.
+    fn topic_layout(&self, name: &str) -> Option<TopicLayout>;
+
+    /// The incarnation of topic `name` (0 for a stream configured at start); `None` when there
+    /// is no such topic.
+    fn topic_incarnation(&self, name: &str) -> Option<u64>;
+
+    /// The names of every topic of the cluster (hosted here or not) and of the streams
+    /// configured at start, sorted.
+    fn topic_names(&self) -> Vec<String>;
+
+    /// Whether topic `name` exists (in the metadata, or as a stream configured at start).
+    fn is_topic(&self, name: &str) -> bool;
+
+    /// The leader of partition `partition` of incarnation `incarnation` of topic `name`, and
+    /// its term, from the leaders' reports (as a node that does not host it knows it); `None`
+    /// when none has reported. The leader may have died since: callers check it is live.
+    fn reported_leader(&self, name: &str, incarnation: u64, partition: u32) -> Option<(u64, u64)>;
+}
+
+impl<H: NodeView + ?Sized> NodeView for Arc<H> {
+    fn config(&self) -> &NodeConfig {
+        (**self).config()
+    }
+
+    fn live_brokers(&self) -> Vec<(u64, String)> {
+        (**self).live_brokers()
+    }
+
+    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)> {
+        (**self).live_brokers_on(listener)
+    }
+
+    fn partition(&self, name: &str, partition: u32) -> Option<LogStream> {
+        (**self).partition(name, partition)
+    }
+
+    fn topic_layout(&self, name: &str) -> Option<TopicLayout> {
+        (**self).topic_layout(name)
+    }
+
+    fn topic_incarnation(&self, name: &str) -> Option<u64> {
+        (**self).topic_incarnation(name)
+    }
+
+    fn topic_names(&self) -> Vec<String> {
+        (**self).topic_names()
+    }
+
+    fn is_topic(&self, name: &str) -> bool {
+        (**self).is_topic(name)
+    }
+
+    fn reported_leader(&self, name: &str, incarnation: u64, partition: u32) -> Option<(u64, u64)> {
+        (**self).reported_leader(name, incarnation, partition)
+    }
+}
+
+/// What Metadata and ListOffsets ([`crate::kafka::metadata`]) need besides [`NodeView`]:
+/// whether this node has caught up with the cluster's metadata, and auto-creating a topic.
+pub trait MetadataApiHost: NodeView {
+    /// Whether this node has caught up with the cluster after its start (its metadata is
+    /// current and the connected peers have reported the partitions they lead). Set once,
+    /// never cleared.
+    fn caught_up(&self) -> bool;
+
+    /// Waits at most `timeout` until [`MetadataApiHost::caught_up`]; whether it did.
+    fn wait_for_catch_up(&self, timeout: Duration) -> impl Future<Output = bool> + Send;
+
+    /// Creates topic `name` with `partitions` partitions on the default replication factor's
+    /// number of nodes (a no-op when it exists), committed through the metadata within
+    /// `timeout`; returns once this node has applied it.
+    fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), AppendError>> + Send;
 }
 
 /// What DescribeUserScramCredentials and AlterUserScramCredentials
@@ -71,18 +174,12 @@ pub trait ConfigsHost: MetadataAccess {
     fn current_incarnation(&self, name: &str) -> Result<u64, AppendError>;
 }
 
-/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need:
-/// the node's configuration, the metadata group, the live brokers, the topics' replication
-/// and producer id allocation.
-pub trait ClusterHost: MetadataAccess {
-    /// This node's configuration.
-    fn config(&self) -> &NodeConfig;
-
+/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need
+/// besides [`NodeView`] (the node's configuration, the live brokers): the metadata group, the
+/// topics' replication and producer id allocation.
+pub trait ClusterHost: MetadataAccess + NodeView {
     /// The metadata group's handle, while it is open (its leader is the controller).
     fn metadata_group(&self) -> Option<LogStream>;
-
-    /// The live brokers with their address on listener `listener`: (node id, `HOST:PORT`).
-    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)>;
 
     /// The replication factor of topic `name` (replicas of its first partition, 1 with
     /// none); `None` when there is no such topic.

@@ -11,6 +11,7 @@ use crate::kafka::access::{
     Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, TOPIC_OPERATIONS,
 };
 use crate::kafka::fields::split_host_port;
+use crate::kafka::host::{MetadataApiHost, NodeView};
 use crate::kafka::reply::{self, Reply};
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
@@ -25,7 +26,6 @@ use kafka_proto::messages::metadata_response::{
 };
 use kafka_proto::Uuid;
 
-use crate::node::Node;
 use crate::replication::stream::LogStream;
 
 /// A topic's id: derived from its name and incarnation (the Raft index of the command that
@@ -55,7 +55,7 @@ pub fn stream_topic_id(stream: &LogStream) -> Uuid {
 }
 
 /// The id of topic `name` as the cluster knows it now (the zero UUID when it is not a topic).
-pub fn topic_id_of(node: &Node, name: &str) -> Uuid {
+pub fn topic_id_of<N: NodeView + ?Sized>(node: &N, name: &str) -> Uuid {
     node.topic_incarnation(name)
         .map(|i| topic_id(name, i))
         .unwrap_or(Uuid::ZERO)
@@ -73,7 +73,7 @@ pub enum PartitionHome {
 }
 
 /// Partition `index` (as a Kafka request names it) of topic `name`.
-pub fn locate_partition(node: &Node, name: &str, index: i32) -> PartitionHome {
+pub fn locate_partition<N: NodeView + ?Sized>(node: &N, name: &str, index: i32) -> PartitionHome {
     let Ok(partition) = u32::try_from(index) else {
         return PartitionHome::Unknown;
     };
@@ -87,7 +87,7 @@ pub fn locate_partition(node: &Node, name: &str, index: i32) -> PartitionHome {
 }
 
 /// The name of the topic with id `id`, if it exists.
-pub fn topic_name_by_id(node: &Node, id: Uuid) -> Option<String> {
+pub fn topic_name_by_id<N: NodeView + ?Sized>(node: &N, id: Uuid) -> Option<String> {
     if id.is_zero() {
         return None;
     }
@@ -108,7 +108,7 @@ fn as_i32(id: u64) -> i32 {
 
 /// A topic's partitions with their leader, replicas and in-sync replicas: every partition,
 /// whether this node hosts it or not.
-fn topic_metadata(node: &Node, name: &str) -> MetadataResponseTopic {
+fn topic_metadata<N: NodeView + ?Sized>(node: &N, name: &str) -> MetadataResponseTopic {
     let Some(layout) = node.topic_layout(name) else {
         return MetadataResponseTopic {
             error_code: ErrorCode::UnknownTopicOrPartition.code(),
@@ -153,8 +153,8 @@ fn topic_metadata(node: &Node, name: &str) -> MetadataResponseTopic {
 /// A partition this node holds no replica of: its leader as the leaders report it (see
 /// [`crate::replication::leaders`]), if that node is connected now; the live replicas as in-sync
 /// replicas.
-fn remote_partition_metadata(
-    node: &Node,
+fn remote_partition_metadata<N: NodeView + ?Sized>(
+    node: &N,
     name: &str,
     incarnation: u64,
     partition: u32,
@@ -202,7 +202,12 @@ fn live_replicas(replicas: &[i32], live: &[i32], is_live: bool) -> Vec<i32> {
 /// without a leader as it is until its metadata expires (its watermark query fails with
 /// "Unknown partition" meanwhile). A leader this node is not connected to (killed, until the
 /// election notices) is not named: clients retry instead of connecting to a dead node.
-fn named_leader(node: &Node, stream: &LogStream, v: &crate::Visible, live: &[i32]) -> Option<i32> {
+fn named_leader<N: NodeView + ?Sized>(
+    node: &N,
+    stream: &LogStream,
+    v: &crate::Visible,
+    live: &[i32],
+) -> Option<i32> {
     let known = [v.leader, v.last_leader]
         .into_iter()
         .find(|id| *id != 0)
@@ -215,8 +220,8 @@ fn named_leader(node: &Node, stream: &LogStream, v: &crate::Visible, live: &[i32
 
 /// One partition's leader, replicas and in-sync replicas as this node, one of its replicas,
 /// sees them.
-fn partition_metadata(
-    node: &Node,
+fn partition_metadata<N: NodeView + ?Sized>(
+    node: &N,
     stream: &LogStream,
     replicas: &[i32],
     live: &[i32],
@@ -251,8 +256,8 @@ fn partition_metadata(
 /// creates the unknown topics asked for first when both the client and the server allow it
 /// (`auto_create_topics`), then answers with the brokers' addresses on the listener `listener`
 /// (the one the client connected to).
-pub fn handle(
-    node: &Arc<Node>,
+pub fn handle<H: MetadataApiHost>(
+    node: &Arc<H>,
     access: &Access,
     req: MetadataRequest,
     version: i16,
@@ -260,12 +265,19 @@ pub fn handle(
     listener: &str,
 ) -> Reply {
     if node.caught_up() {
-        let (refused, to_create) = plan(node, access, &req);
+        let (refused, to_create) = plan(node.as_ref(), access, &req);
         if to_create.is_empty() {
             return reply::now(
                 correlation_id,
                 version,
-                Response::Metadata(metadata(node, access, &req, version, &refused, listener)),
+                Response::Metadata(metadata(
+                    node.as_ref(),
+                    access,
+                    &req,
+                    version,
+                    &refused,
+                    listener,
+                )),
             );
         }
     }
@@ -273,8 +285,8 @@ pub fn handle(
     let access = access.clone();
     let listener = listener.to_string();
     reply::later(correlation_id, version, async move {
-        catch_up_then(&node).await;
-        let (refused, to_create) = plan(&node, &access, &req);
+        catch_up_then(node.as_ref()).await;
+        let (refused, to_create) = plan(node.as_ref(), &access, &req);
         for name in to_create {
             let partitions = node.config().kafka.num_partitions;
             if let Err(e) = node
@@ -284,19 +296,26 @@ pub fn handle(
                 tracing::warn!(topic = %name, "auto-creating a topic failed: {e}");
             }
         }
-        Response::Metadata(metadata(&node, &access, &req, version, &refused, &listener))
+        Response::Metadata(metadata(
+            node.as_ref(),
+            &access,
+            &req,
+            version,
+            &refused,
+            &listener,
+        ))
     })
 }
 
 /// Waits, at most [`CATCH_UP_WAIT`], until this node has caught up with the cluster
-/// ([`Node::caught_up`]): after a start, a node has replayed its own metadata log but may not
+/// ([`MetadataApiHost::caught_up`]): after a start, a node has replayed its own metadata log but may not
 /// have applied everything the cluster had committed, and would answer a topic unknown, or
 /// without the partitions a later change added, that the cluster has; and a replica here that
 /// has not heard from its leader yet has no leader to name until the leaders' reports are in.
 /// librdkafka keeps such an answer until its metadata expires. A Kafka broker does not serve
 /// clients until it has caught up on the metadata log. Past the wait (no quorum reachable,
 /// say) the node answers with what it has.
-async fn catch_up_then(node: &Node) {
+async fn catch_up_then<H: MetadataApiHost>(node: &H) {
     if !node.wait_for_catch_up(CATCH_UP_WAIT).await {
         tracing::warn!(
             "answering Metadata before this node caught up with the cluster (not within {CATCH_UP_WAIT:?})"
@@ -311,7 +330,11 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 /// Kafka's rules: a topic named in the request that the principal may not DESCRIBE is answered
 /// TOPIC_AUTHORIZATION_FAILED (and not created); auto-creating one needs CREATE on the cluster
 /// or on the topic (else TOPIC_AUTHORIZATION_FAILED).
-fn plan(node: &Node, access: &Access, req: &MetadataRequest) -> (HashSet<String>, Vec<String>) {
+fn plan<N: NodeView + ?Sized>(
+    node: &N,
+    access: &Access,
+    req: &MetadataRequest,
+) -> (HashSet<String>, Vec<String>) {
     let mut refused: HashSet<String> = HashSet::new();
     let mut to_create: Vec<String> = Vec::new();
     let auto_create = req.allow_auto_topic_creation && node.config().kafka.auto_create_topics;
@@ -345,8 +368,8 @@ const AUTO_CREATE_TIMEOUT: Duration = Duration::from_secs(5);
 /// requested topics (all when the list is null) with their leader, replicas and in-sync
 /// replicas. Topics in `refused` answer TOPIC_AUTHORIZATION_FAILED; of all topics, only those
 /// the principal may DESCRIBE are listed (Kafka leaves the others out).
-pub fn metadata(
-    node: &Arc<Node>,
+pub fn metadata<N: NodeView + ?Sized>(
+    node: &N,
     access: &Access,
     req: &MetadataRequest,
     _version: i16,
@@ -487,8 +510,8 @@ fn offset_for_timestamp(stream: &LogStream, ts: i64, v: &crate::Visible) -> Opti
 /// Answers ListOffsets: earliest (log start), latest (high watermark), the offset of the last
 /// batch's max timestamp (-3, approximated by the last committed offset), or the first record
 /// whose timestamp is at or after the one asked for, with that timestamp.
-pub fn list_offsets(
-    node: &Arc<Node>,
+pub fn list_offsets<N: NodeView + ?Sized>(
+    node: &N,
     access: &Access,
     req: &ListOffsetsRequest,
     version: i16,

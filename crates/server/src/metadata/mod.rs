@@ -34,7 +34,7 @@ pub use command::{
     CommittedOffset, GroupMemberRecord, GroupRecord, MemberRecord, MetaCommand, MetaEntry,
     RequestId,
 };
-pub use state::{ClusterMeta, TopicMeta};
+pub use state::{ClusterMeta, TopicLayout, TopicMeta};
 pub use state_machine::{MetadataHost, MetadataRecoveryError, MetadataStateMachine};
 
 /// Group id of the metadata group.

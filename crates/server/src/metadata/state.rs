@@ -11,6 +11,17 @@ use crate::security::scram::{ScramCredential, ScramMechanism};
 
 use super::*;
 
+/// Where a topic's partitions live: its incarnation and each partition's replicas (preferred
+/// leader first), as the replicated metadata says (or, for a stream configured at start, one
+/// partition on every member).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// The topic's incarnation (0 for a stream configured at start).
+    pub incarnation: u64,
+    /// Replicas of partition `p` at index `p`.
+    pub replicas: Vec<Vec<u64>>,
+}
+
 /// A topic known to the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {

@@ -10,8 +10,9 @@ use crate::topic_config::TopicSettings;
 
 use crate::core::data_dir::DataDir;
 use crate::core::topics::{OpenTopicError, PartitionHost, PartitionToOpen};
+use crate::metadata::TopicLayout;
 
-use super::{GroupKind, Node, NodeError, TopicLayout};
+use super::{GroupKind, Node, NodeError};
 
 /// The store retention policy of a topic's settings.
 pub(super) fn retention_policy(settings: &TopicSettings) -> logstore::RetentionPolicy {

@@ -175,6 +175,71 @@ impl crate::kafka::host::MetadataAccess for Node {
     }
 }
 
+impl crate::kafka::host::NodeView for Node {
+    fn config(&self) -> &crate::config::NodeConfig {
+        Node::config(self)
+    }
+
+    fn live_brokers(&self) -> Vec<(u64, String)> {
+        Node::live_brokers(self)
+    }
+
+    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)> {
+        Node::live_brokers_on(self, listener)
+    }
+
+    fn partition(
+        &self,
+        name: &str,
+        partition: u32,
+    ) -> Option<crate::replication::stream::LogStream> {
+        Node::partition(self, name, partition)
+    }
+
+    fn topic_layout(&self, name: &str) -> Option<crate::metadata::TopicLayout> {
+        Node::topic_layout(self, name)
+    }
+
+    fn topic_incarnation(&self, name: &str) -> Option<u64> {
+        Node::topic_incarnation(self, name)
+    }
+
+    fn topic_names(&self) -> Vec<String> {
+        Node::topic_names(self)
+    }
+
+    fn is_topic(&self, name: &str) -> bool {
+        Node::is_topic(self, name)
+    }
+
+    fn reported_leader(&self, name: &str, incarnation: u64, partition: u32) -> Option<(u64, u64)> {
+        Node::reported_leader(self, name, incarnation, partition)
+    }
+}
+
+impl crate::kafka::host::MetadataApiHost for Node {
+    fn caught_up(&self) -> bool {
+        Node::caught_up(self)
+    }
+
+    fn wait_for_catch_up(
+        &self,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = bool> + Send {
+        Node::wait_for_catch_up(self, timeout)
+    }
+
+    fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<(), crate::replication::group::AppendError>> + Send
+    {
+        Node::create_topic(self, name, partitions, timeout)
+    }
+}
+
 impl crate::kafka::host::UsersHost for Node {
     fn replicated_scram_credential(
         &self,
@@ -207,16 +272,8 @@ impl crate::kafka::host::AclsHost for Node {
 }
 
 impl crate::kafka::host::ClusterHost for Node {
-    fn config(&self) -> &crate::config::NodeConfig {
-        Node::config(self)
-    }
-
     fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
         Node::metadata_group(self)
-    }
-
-    fn live_brokers_on(&self, listener: &str) -> Vec<(u64, String)> {
-        Node::live_brokers_on(self, listener)
     }
 
     fn topic_replication_factor(&self, name: &str) -> Option<usize> {

@@ -275,17 +275,6 @@ pub struct HandOffReport {
 /// Open streams by topic name, then partition index (only the partitions hosted here).
 type StreamMap = crate::core::catalog::Catalog<LogStream>;
 
-/// Where a topic's partitions live: its incarnation and each partition's replicas (preferred
-/// leader first), as the replicated metadata says (or, for a stream configured at start, one
-/// partition on every member).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicLayout {
-    /// The topic's incarnation (0 for a stream configured at start).
-    pub incarnation: u64,
-    /// Replicas of partition `p` at index `p`.
-    pub replicas: Vec<Vec<u64>>,
-}
-
 /// A running group: its group id, its inbox, and its slot in the node's runtime.
 type RunningGroup = (u64, InboxSender<GroupInput>, Arc<Slot>);
 
