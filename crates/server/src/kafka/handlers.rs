@@ -130,7 +130,11 @@ pub fn dispatch(
         Request::DescribeLogDirs(req) => reply::now(
             cid,
             version,
-            Response::DescribeLogDirs(partition_admin::describe_log_dirs(node, access, &req)),
+            Response::DescribeLogDirs(partition_admin::describe_log_dirs(
+                node.as_ref(),
+                access,
+                &req,
+            )),
         ),
         Request::DescribeProducers(req) => {
             partition_admin::describe_producers(node, access, req, version, cid)
@@ -138,13 +142,15 @@ pub fn dispatch(
         Request::ElectLeaders(req) => {
             partition_admin::elect_leaders(node, access, req, version, cid)
         }
-        Request::ListPartitionReassignments(req) => reply::now(
-            cid,
-            version,
-            Response::ListPartitionReassignments(partition_admin::list_partition_reassignments(
-                node, access, &req,
-            )),
-        ),
+        Request::ListPartitionReassignments(req) => {
+            reply::now(
+                cid,
+                version,
+                Response::ListPartitionReassignments(
+                    partition_admin::list_partition_reassignments(node.as_ref(), access, &req),
+                ),
+            )
+        }
         Request::ListOffsets(req) => reply::now(
             cid,
             version,

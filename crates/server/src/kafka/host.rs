@@ -10,6 +10,9 @@
 //!   what [`crate::kafka::metadata`]'s lookups (`locate_partition`, `topic_name_by_id`, ...)
 //!   take.
 //! - [`MetadataApiHost`]: Metadata and ListOffsets ([`crate::kafka::metadata`]).
+//! - [`TopicsHost`]: CreateTopics, DeleteTopics, CreatePartitions ([`crate::kafka::topics`]).
+//! - [`PartitionAdminHost`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
+//!   ListPartitionReassignments ([`crate::kafka::partition_admin`]).
 //! - [`UsersHost`]: the user-credential APIs ([`crate::kafka::users`]).
 //! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
@@ -17,6 +20,7 @@
 //! - [`ClusterHost`]: InitProducerId, DescribeCluster, DescribeConfigs
 //!   ([`crate::kafka::cluster`]).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, RwLockReadGuard};
 use std::time::Duration;
@@ -134,6 +138,76 @@ pub trait MetadataApiHost: NodeView {
         &self,
         name: &str,
         partitions: u32,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), AppendError>> + Send;
+}
+
+/// What CreateTopics, DeleteTopics and CreatePartitions ([`crate::kafka::topics`]) need besides
+/// [`MetadataAccess`] and [`NodeView`]: where new replicas may go, the cluster's limits, and
+/// creating topics and partitions.
+pub trait TopicsHost: MetadataAccess + NodeView {
+    /// The members new replicas may be placed on (those not leaving), ascending.
+    fn placement_members(&self) -> Vec<u64>;
+
+    /// The configured default replication factor, at most the members new replicas may be
+    /// placed on.
+    fn default_replication_factor(&self) -> usize;
+
+    /// Refuses `new_topics` more topics with `new_partitions` more partitions when the cluster
+    /// would pass `kafka.max_topics` or `kafka.max_partitions`, or this node could host more
+    /// partitions than its open-file limit allows (answered POLICY_VIOLATION).
+    fn check_limits(
+        &self,
+        meta: &ClusterMeta,
+        new_topics: usize,
+        new_partitions: u32,
+    ) -> Result<(), AppendError>;
+
+    /// Creates topic `name` with `partitions` partitions on `replication_factor` nodes and the
+    /// config overrides `configs` (validated by the caller), committed through the metadata
+    /// within `timeout`; returns once this node has applied it.
+    fn create_topic_configured(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: usize,
+        configs: BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), AppendError>> + Send;
+
+    /// Grows topic `name` to `count` partitions (the new ones placed to continue its
+    /// pattern), committed within `timeout`; returns once this node has applied it. Fails when
+    /// the topic does not exist or has `count` partitions or more, or a limit would be passed.
+    fn create_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), AppendError>> + Send;
+}
+
+/// What DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders and
+/// ListPartitionReassignments ([`crate::kafka::partition_admin`]) need besides
+/// [`MetadataAccess`] and [`NodeView`]: the replicas hosted here, topic incarnations, and
+/// preferred-leader elections.
+pub trait PartitionAdminHost: MetadataAccess + NodeView {
+    /// The partitions of topic `name` this node is a replica of, in partition order (empty
+    /// when it hosts none, or the topic is unknown).
+    fn partitions(&self, name: &str) -> Vec<LogStream>;
+
+    /// The incarnation of topic `name` in the replicated metadata (what a change to it is
+    /// fenced by); `AppendError::Invalid` when there is no such topic.
+    fn current_incarnation(&self, name: &str) -> Result<u64, AppendError>;
+
+    /// Asks the leader of partition `partition` of incarnation `incarnation` of topic `name`,
+    /// wherever it runs, to hand leadership to the partition's preferred replica (through the
+    /// replicated metadata, within `timeout`). Returns once this node has applied the
+    /// request; whether leadership moved shows in the partition's leader.
+    fn elect_preferred_leader(
+        &self,
+        name: &str,
+        incarnation: u64,
+        partition: u32,
         timeout: Duration,
     ) -> impl Future<Output = Result<(), AppendError>> + Send;
 }

@@ -57,9 +57,9 @@ use kafka_proto::messages::list_partition_reassignments_response::{
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::fields::admin_timeout;
+use crate::kafka::host::{NodeView, PartitionAdminHost};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::reply::{self, Reply};
-use crate::node::Node;
 use crate::replication::stream::LogStream;
 use crate::security::acl::AclOperation;
 
@@ -67,7 +67,11 @@ use crate::security::acl::AclOperation;
 const ELECTION_POLL: Duration = Duration::from_millis(20);
 
 /// The partition's stream when this node leads it, or the error to answer.
-fn led_here(node: &Node, topic: &str, index: i32) -> Result<LogStream, ErrorCode> {
+fn led_here<N: NodeView + ?Sized>(
+    node: &N,
+    topic: &str,
+    index: i32,
+) -> Result<LogStream, ErrorCode> {
     match locate_partition(node, topic, index) {
         PartitionHome::Here(s) if s.visible().leader == node.config().id => Ok(s),
         PartitionHome::Here(_) | PartitionHome::Elsewhere => Err(ErrorCode::NotLeaderOrFollower),
@@ -76,8 +80,8 @@ fn led_here(node: &Node, topic: &str, index: i32) -> Result<LogStream, ErrorCode
 }
 
 /// One partition of DeleteRecords: the new low watermark, or the error.
-async fn delete_partition(
-    node: &Node,
+async fn delete_partition<H: PartitionAdminHost>(
+    node: &H,
     topic: &str,
     index: i32,
     offset: i64,
@@ -112,8 +116,8 @@ async fn delete_partition(
 }
 
 /// Handles DeleteRecords (API 21). Needs DELETE on each topic (else TOPIC_AUTHORIZATION_FAILED).
-pub fn delete_records(
-    node: &Arc<Node>,
+pub fn delete_records<H: PartitionAdminHost>(
+    node: &Arc<H>,
     access: &Access,
     req: DeleteRecordsRequest,
     version: i16,
@@ -138,7 +142,9 @@ pub fn delete_records(
                     partitions.push(r);
                     continue;
                 }
-                match delete_partition(&node, &t.name, p.partition_index, p.offset, wait).await {
+                match delete_partition(node.as_ref(), &t.name, p.partition_index, p.offset, wait)
+                    .await
+                {
                     Ok(low) => r.low_watermark = low,
                     Err(code) => r.error_code = code.code(),
                 }
@@ -175,8 +181,8 @@ fn file_system_bytes(path: &std::path::Path) -> Option<(i64, i64)> {
 
 /// Handles DescribeLogDirs (API 35): this node's data directory and the replicas in it. Needs
 /// DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED and no directories, as Kafka).
-pub fn describe_log_dirs(
-    node: &Arc<Node>,
+pub fn describe_log_dirs<H: PartitionAdminHost>(
+    node: &H,
     access: &Access,
     req: &DescribeLogDirsRequest,
 ) -> DescribeLogDirsResponse {
@@ -231,8 +237,8 @@ pub fn describe_log_dirs(
 
 /// Handles DescribeProducers (API 61). Needs READ on each topic (else
 /// TOPIC_AUTHORIZATION_FAILED).
-pub fn describe_producers(
-    node: &Arc<Node>,
+pub fn describe_producers<H: PartitionAdminHost>(
+    node: &Arc<H>,
     access: &Access,
     req: DescribeProducersRequest,
     version: i16,
@@ -254,7 +260,7 @@ pub fn describe_producers(
                     partitions.push(r);
                     continue;
                 }
-                match led_here(&node, &t.name, index) {
+                match led_here(node.as_ref(), &t.name, index) {
                     Ok(stream) => {
                         r.active_producers = stream
                             .producers()
@@ -292,7 +298,12 @@ pub fn describe_producers(
 const PREFERRED: i8 = 0;
 
 /// The current leader of partition `partition` of topic `name` as this node knows it (0: none).
-fn current_leader(node: &Node, name: &str, incarnation: u64, partition: u32) -> u64 {
+fn current_leader<N: NodeView + ?Sized>(
+    node: &N,
+    name: &str,
+    incarnation: u64,
+    partition: u32,
+) -> u64 {
     match node.partition(name, partition) {
         Some(s) => s.visible().leader,
         None => node
@@ -302,8 +313,8 @@ fn current_leader(node: &Node, name: &str, incarnation: u64, partition: u32) -> 
 }
 
 /// One partition of ElectLeaders: `Ok` when the election happened, the error otherwise.
-async fn elect(
-    node: &Node,
+async fn elect<H: PartitionAdminHost>(
+    node: &H,
     name: &str,
     index: i32,
     election_type: i8,
@@ -366,8 +377,8 @@ async fn elect(
 
 /// Handles ElectLeaders (API 43). Needs ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED
 /// for the request and each partition named, as Kafka answers).
-pub fn elect_leaders(
-    node: &Arc<Node>,
+pub fn elect_leaders<H: PartitionAdminHost>(
+    node: &Arc<H>,
     access: &Access,
     req: ElectLeadersRequest,
     version: i16,
@@ -430,7 +441,7 @@ pub fn elect_leaders(
                     error_message: None,
                     ..Default::default()
                 };
-                match elect(&node, &topic, index, req.election_type, deadline).await {
+                match elect(node.as_ref(), &topic, index, req.election_type, deadline).await {
                     Ok(()) => {}
                     Err((ErrorCode::ElectionNotNeeded, _)) if all => continue,
                     Err((code, message)) => {
@@ -458,8 +469,8 @@ pub fn elect_leaders(
 /// Handles ListPartitionReassignments (API 46): the partitions being reassigned, of the
 /// topics asked (all when none are named), in topic and partition order. Needs DESCRIBE on the
 /// cluster (else CLUSTER_AUTHORIZATION_FAILED).
-pub fn list_partition_reassignments(
-    node: &Node,
+pub fn list_partition_reassignments<H: PartitionAdminHost>(
+    node: &H,
     access: &Access,
     req: &ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {

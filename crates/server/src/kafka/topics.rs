@@ -30,9 +30,9 @@ use crate::config::valid_stream_name;
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
 use crate::kafka::fields::admin_timeout;
+use crate::kafka::host::TopicsHost;
 use crate::kafka::metadata::{topic_id_of, topic_name_by_id};
 use crate::kafka::reply::{self, Reply};
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 use crate::topic_config;
 
@@ -41,7 +41,10 @@ type Creatable = (u32, usize, BTreeMap<String, String>);
 
 /// Checks one topic of a CreateTopics request; `Ok` carries what to create it with, `Err` the
 /// error and its message.
-fn check_creatable(node: &Node, t: &CreatableTopic) -> Result<Creatable, (ErrorCode, String)> {
+fn check_creatable<H: TopicsHost>(
+    node: &H,
+    t: &CreatableTopic,
+) -> Result<Creatable, (ErrorCode, String)> {
     let (name, partitions, replication) = (&t.name, t.num_partitions, t.replication_factor);
     let assigned = !t.assignments.is_empty();
     let nodes = node.placement_members().len();
@@ -100,8 +103,8 @@ fn check_creatable(node: &Node, t: &CreatableTopic) -> Result<Creatable, (ErrorC
 }
 
 /// A topic's configs as CreateTopics v5+ reports them.
-fn created_configs(
-    node: &Node,
+fn created_configs<H: TopicsHost>(
+    node: &H,
     configs: &BTreeMap<String, String>,
     replication: usize,
 ) -> Vec<CreatableTopicConfigs> {
@@ -123,8 +126,8 @@ const AUTHORIZATION_FAILED: &str = "Authorization failed.";
 
 /// Handles CreateTopics. Each topic needs CREATE on the cluster or on the topic (else
 /// TOPIC_AUTHORIZATION_FAILED); its configs are reported only with DESCRIBE_CONFIGS on it.
-pub fn create_topics(
-    node: &Arc<Node>,
+pub fn create_topics<H: TopicsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: CreateTopicsRequest,
     version: i16,
@@ -155,7 +158,7 @@ pub fn create_topics(
                 ..Default::default()
             };
             let checked = if may_create {
-                check_creatable(&node, t)
+                check_creatable(node.as_ref(), t)
             } else {
                 Err((
                     ErrorCode::TopicAuthorizationFailed,
@@ -184,11 +187,11 @@ pub fn create_topics(
             };
             match outcome {
                 Ok((partitions, replication, configs)) => {
-                    r.topic_id = topic_id_of(&node, &t.name);
+                    r.topic_id = topic_id_of(node.as_ref(), &t.name);
                     r.num_partitions = i32::try_from(partitions).unwrap_or(i32::MAX);
                     r.replication_factor = i16::try_from(replication).unwrap_or(i16::MAX);
                     if may_describe_configs {
-                        r.configs = Some(created_configs(&node, &configs, replication));
+                        r.configs = Some(created_configs(node.as_ref(), &configs, replication));
                     } else {
                         r.topic_config_error_code = ErrorCode::TopicAuthorizationFailed.code();
                     }
@@ -209,8 +212,8 @@ pub fn create_topics(
 
 /// Handles DeleteTopics (by name, or by topic id in v6). Each topic needs DELETE on it (else
 /// TOPIC_AUTHORIZATION_FAILED).
-pub fn delete_topics(
-    node: &Arc<Node>,
+pub fn delete_topics<H: TopicsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: DeleteTopicsRequest,
     version: i16,
@@ -227,7 +230,7 @@ pub fn delete_topics(
                     let name = t
                         .name
                         .clone()
-                        .or_else(|| topic_name_by_id(&node, t.topic_id));
+                        .or_else(|| topic_name_by_id(node.as_ref(), t.topic_id));
                     (name, t.topic_id)
                 })
                 .collect()
@@ -262,7 +265,7 @@ pub fn delete_topics(
                     };
                 }
                 Some(n) => {
-                    r.topic_id = topic_id_of(&node, &n);
+                    r.topic_id = topic_id_of(node.as_ref(), &n);
                     // The incarnation this node knows now: a retried or late delete never
                     // removes a topic created again under the same name.
                     let command = crate::metadata::MetaCommand::DeleteTopic {
@@ -286,8 +289,8 @@ pub fn delete_topics(
 
 /// Checks one topic of a CreatePartitions request against what this node has applied; `Ok`
 /// carries the new partition count.
-fn check_growable(
-    node: &Node,
+fn check_growable<H: TopicsHost>(
+    node: &H,
     name: &str,
     count: i32,
     assigned: bool,
@@ -329,8 +332,8 @@ fn check_growable(
 /// Handles CreatePartitions: grows each topic to its new count (partitions are only added, as
 /// in Kafka). A topic named twice in one request gets INVALID_REQUEST each time; one the
 /// principal may not ALTER gets TOPIC_AUTHORIZATION_FAILED.
-pub fn create_partitions(
-    node: &Arc<Node>,
+pub fn create_partitions<H: TopicsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: CreatePartitionsRequest,
     version: i16,
@@ -354,7 +357,7 @@ pub fn create_partitions(
                     AUTHORIZATION_FAILED.to_owned(),
                 ))
             } else {
-                match check_growable(&node, &t.name, t.count, t.assignments.is_some()) {
+                match check_growable(node.as_ref(), &t.name, t.count, t.assignments.is_some()) {
                     Err(e) => Err(e),
                     Ok(_) if req.validate_only => Ok(()),
                     Ok(count) => node

@@ -240,6 +240,71 @@ impl crate::kafka::host::MetadataApiHost for Node {
     }
 }
 
+impl crate::kafka::host::TopicsHost for Node {
+    fn placement_members(&self) -> Vec<u64> {
+        Node::placement_members(self)
+    }
+
+    fn default_replication_factor(&self) -> usize {
+        Node::default_replication_factor(self)
+    }
+
+    fn check_limits(
+        &self,
+        meta: &crate::metadata::ClusterMeta,
+        new_topics: usize,
+        new_partitions: u32,
+    ) -> Result<(), crate::replication::group::AppendError> {
+        Node::check_limits(self, meta, new_topics, new_partitions)
+    }
+
+    fn create_topic_configured(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: usize,
+        configs: std::collections::BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<(), crate::replication::group::AppendError>> + Send
+    {
+        Node::create_topic_configured(self, name, partitions, replication_factor, configs, timeout)
+    }
+
+    fn create_partitions(
+        &self,
+        name: &str,
+        count: u32,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<(), crate::replication::group::AppendError>> + Send
+    {
+        Node::create_partitions(self, name, count, timeout)
+    }
+}
+
+impl crate::kafka::host::PartitionAdminHost for Node {
+    fn partitions(&self, name: &str) -> Vec<crate::replication::stream::LogStream> {
+        Node::partitions(self, name)
+    }
+
+    fn current_incarnation(
+        &self,
+        name: &str,
+    ) -> Result<u64, crate::replication::group::AppendError> {
+        Node::current_incarnation(self, name)
+    }
+
+    fn elect_preferred_leader(
+        &self,
+        name: &str,
+        incarnation: u64,
+        partition: u32,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<(), crate::replication::group::AppendError>> + Send
+    {
+        Node::elect_preferred_leader(self, name, incarnation, partition, timeout)
+    }
+}
+
 impl crate::kafka::host::UsersHost for Node {
     fn replicated_scram_credential(
         &self,
