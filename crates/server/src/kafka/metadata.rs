@@ -585,3 +585,119 @@ pub fn list_offsets<N: NodeView + ?Sized>(
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NodeConfig;
+    use crate::metadata::TopicLayout;
+
+    /// A host that is not a node: one topic `t` (incarnation 7) with two partitions on nodes
+    /// 1 and 2, none of them hosted here.
+    struct Elsewhere(NodeConfig);
+
+    impl NodeView for Elsewhere {
+        fn config(&self) -> &NodeConfig {
+            &self.0
+        }
+        fn live_brokers(&self) -> Vec<(u64, String)> {
+            vec![(1, "h1:9092".into())]
+        }
+        fn live_brokers_on(&self, _listener: &str) -> Vec<(u64, String)> {
+            self.live_brokers()
+        }
+        fn partition(&self, _name: &str, _partition: u32) -> Option<LogStream> {
+            None
+        }
+        fn topic_layout(&self, name: &str) -> Option<TopicLayout> {
+            (name == "t").then(|| TopicLayout {
+                incarnation: 7,
+                replicas: vec![vec![1, 2], vec![2, 1]],
+            })
+        }
+        fn topic_incarnation(&self, name: &str) -> Option<u64> {
+            self.topic_layout(name).map(|l| l.incarnation)
+        }
+        fn topic_names(&self) -> Vec<String> {
+            vec!["t".into()]
+        }
+        fn is_topic(&self, name: &str) -> bool {
+            name == "t"
+        }
+        fn reported_leader(&self, _name: &str, _inc: u64, partition: u32) -> Option<(u64, u64)> {
+            // Partition 0 reports a live leader, partition 1 one that is not live.
+            Some(if partition == 0 { (1, 3) } else { (2, 4) })
+        }
+    }
+
+    fn host() -> Elsewhere {
+        Elsewhere(NodeConfig::single_node_default())
+    }
+
+    #[test]
+    fn a_partition_is_located_elsewhere_or_unknown_by_the_topic_layout() {
+        let h = host();
+        assert!(matches!(
+            locate_partition(&h, "t", 0),
+            PartitionHome::Elsewhere
+        ));
+        assert!(matches!(
+            locate_partition(&h, "t", 1),
+            PartitionHome::Elsewhere
+        ));
+        assert!(matches!(
+            locate_partition(&h, "t", 2),
+            PartitionHome::Unknown
+        ));
+        assert!(matches!(
+            locate_partition(&h, "t", -1),
+            PartitionHome::Unknown
+        ));
+        assert!(matches!(
+            locate_partition(&h, "u", 0),
+            PartitionHome::Unknown
+        ));
+        // Through an `Arc` of the host alike.
+        let shared = Arc::new(host());
+        assert!(matches!(
+            locate_partition(&shared, "t", 1),
+            PartitionHome::Elsewhere
+        ));
+    }
+
+    #[test]
+    fn topic_ids_follow_name_and_incarnation_and_find_the_topic_back() {
+        let h = host();
+        assert_eq!(topic_id_of(&h, "t"), topic_id("t", 7));
+        assert_eq!(topic_id_of(&h, "u"), Uuid::ZERO);
+        assert_eq!(topic_name_by_id(&h, topic_id("t", 7)), Some("t".into()));
+        assert_eq!(topic_name_by_id(&h, topic_id("t", 8)), None);
+        assert_eq!(topic_name_by_id(&h, Uuid::ZERO), None);
+    }
+
+    #[test]
+    fn a_remote_partition_names_its_reported_leader_only_while_it_is_live() {
+        let h = host();
+        let t = topic_metadata(&h, "t");
+        assert_eq!(t.error_code, 0);
+        assert_eq!(t.topic_id, topic_id("t", 7));
+        let [p0, p1] = &t.partitions[..] else {
+            panic!("two partitions expected: {:?}", t.partitions)
+        };
+        assert_eq!((p0.error_code, p0.leader_id, p0.leader_epoch), (0, 1, 3));
+        assert_eq!(
+            (p0.isr_nodes.clone(), p0.offline_replicas.clone()),
+            (vec![1], vec![2])
+        );
+        assert_eq!(
+            (p1.error_code, p1.leader_id),
+            (ErrorCode::LeaderNotAvailable.code(), -1)
+        );
+        assert_eq!(p1.replica_nodes, vec![2, 1]);
+        let unknown = topic_metadata(&h, "u");
+        assert_eq!(
+            unknown.error_code,
+            ErrorCode::UnknownTopicOrPartition.code()
+        );
+    }
+}
