@@ -456,28 +456,8 @@ fn a_follower_catches_up_from_a_compacted_leader_in_band() {
         .iter()
         .find(|e| e.record_count > 1 && !e.payload.is_empty() && e.first_offset > 0)
         .unwrap();
-    let before: Vec<NewEntry> = entries[..(gap.index - 1) as usize]
-        .iter()
-        .map(|e| NewEntry {
-            index: e.index,
-            term: e.term,
-            kind: e.kind,
-            payload: e.payload.clone(),
-            context: e.context.clone(),
-        })
-        .collect();
-    let counts: Vec<Option<u32>> = entries[..(gap.index - 1) as usize]
-        .iter()
-        .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
-        .collect();
-    other.append_unsynced_with_counts(&before, &counts).unwrap();
-    let g = NewEntry {
-        index: gap.index,
-        term: gap.term,
-        kind: gap.kind,
-        payload: gap.payload.clone(),
-        context: gap.context.clone(),
-    };
+    append_as_follower(&mut other, &entries[..(gap.index - 1) as usize], usize::MAX);
+    let g = new_entry(gap);
     let last = other.last_index();
     let last_batch_end = common::batches_of(&gap.payload).last().unwrap().1 + 1;
     let too_few = (last_batch_end - gap.first_offset - 1) as u32;

@@ -15,16 +15,7 @@ use super::kv_codec::{control_batch, kv_batch, records_of, KvRecord, Rec};
 /// compacted entry keeps its offsets; then syncs.
 pub fn append_as_follower(to: &mut LogStore, entries: &[Entry], chunk: usize) {
     for part in entries.chunks(chunk) {
-        let new: Vec<NewEntry> = part
-            .iter()
-            .map(|e| NewEntry {
-                index: e.index,
-                term: e.term,
-                kind: e.kind,
-                payload: e.payload.clone(),
-                context: e.context.clone(),
-            })
-            .collect();
+        let new: Vec<NewEntry> = part.iter().map(new_entry).collect();
         let counts: Vec<Option<u32>> = part
             .iter()
             .map(|e| (e.kind == EntryKind::Records).then_some(e.record_count))
@@ -32,6 +23,17 @@ pub fn append_as_follower(to: &mut LogStore, entries: &[Entry], chunk: usize) {
         to.append_unsynced_with_counts(&new, &counts).unwrap();
     }
     to.sync().unwrap();
+}
+
+/// `e` as the leader sends it to a follower (index, term, kind, payload, context).
+pub fn new_entry(e: &Entry) -> NewEntry {
+    NewEntry {
+        index: e.index,
+        term: e.term,
+        kind: e.kind,
+        payload: e.payload.clone(),
+        context: e.context.clone(),
+    }
 }
 
 pub fn cfg() -> StoreConfig {
