@@ -131,10 +131,34 @@ fn fetch_all(broker: SocketAddr, topic: &str, count: i32) -> HashMap<i32, (i16, 
 /// counts, each batch's values tagged with its partition), read through its leader.
 fn assert_partitions_hold(brokers: &[SocketAddr], topic: &str, expected: &[Vec<u32>]) {
     let count = expected.len() as i32;
-    let leaders = wait_for_leaders(brokers, topic, expected.len());
+    // A leader elected a moment ago knows its high watermark only once an entry of its own
+    // term commits (Kafka's new leader also serves a high watermark behind the old one's for
+    // a moment): read until every leader serves the whole log, then check what it served.
+    let deadline = Instant::now() + T;
+    let (leaders, answers) = loop {
+        let leaders = wait_for_leaders(brokers, topic, expected.len());
+        let answers: Vec<_> = brokers
+            .iter()
+            .map(|b| fetch_all(*b, topic, count))
+            .collect();
+        let settled = brokers.iter().zip(&answers).all(|(b, a)| {
+            a.iter().all(|(p, (err, hw, _))| {
+                let total: u32 = expected[*p as usize].iter().sum();
+                if leaders[*p as usize] == *b {
+                    *err == 0 && *hw == i64::from(total)
+                } else {
+                    *err == 6
+                }
+            })
+        });
+        if settled || Instant::now() > deadline {
+            break (leaders, answers);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let mut answered = HashMap::new();
-    for b in brokers {
-        for (p, (err, hw, records)) in fetch_all(*b, topic, count) {
+    for (b, answer) in brokers.iter().zip(answers) {
+        for (p, (err, hw, records)) in answer {
             if leaders[p as usize] == *b {
                 assert_eq!(err, 0, "fetch of {topic}-{p} from its leader");
                 answered.insert(p, (hw, records));
