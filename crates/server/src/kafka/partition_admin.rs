@@ -6,7 +6,8 @@
 //!   start offset nothing changes. Otherwise a `DeleteRecords` command goes through the
 //!   replicated metadata, so every replica raises its log start offset (reads below it get
 //!   OFFSET_OUT_OF_RANGE, consumers reset) and drops the segments wholly below it; the answer
-//!   comes once this node (the leader) applied it, with the new low watermark. It survives
+//!   comes once this node (the leader) applied it and publishes the new low watermark
+//!   (REQUEST_TIMED_OUT when that takes longer than the request's timeout). It survives
 //!   restarts (the metadata log is replayed).
 //! - **DescribeLogDirs** (sent to each broker): one log directory, the node's data directory,
 //!   with every partition replica it holds and its size on disk; v4 adds the file system's
@@ -108,11 +109,23 @@ async fn delete_partition<H: PartitionAdminHost>(
         partition: stream.partition(),
         offset: target,
     };
+    let deadline = tokio::time::Instant::now() + wait;
     node.metadata_proposer()
         .propose(&command, wait)
         .await
         .map_err(failed)?;
-    Ok(stream.visible().log_start_offset.max(target) as i64)
+    // The command is committed; the partition's group publishes the raised log start offset
+    // once it applied it here. Answer after that, so a ListOffsets(earliest) that follows the
+    // answer sees the new low watermark (Kafka answers once the low watermark is reached too).
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let low = stream
+        .wait_for_log_start_at_least(target, left)
+        .await
+        .log_start_offset;
+    if low < target {
+        return Err(ErrorCode::RequestTimedOut);
+    }
+    Ok(low as i64)
 }
 
 /// Handles DeleteRecords (API 21). Needs DELETE on each topic (else TOPIC_AUTHORIZATION_FAILED).

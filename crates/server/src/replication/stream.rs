@@ -218,6 +218,15 @@ impl LogStream {
         v
     }
 
+    /// Waits until this replica publishes a log start offset of at least `offset` (a
+    /// DeleteRecords applied here), or `timeout` passes; returns the visibility then.
+    pub async fn wait_for_log_start_at_least(&self, offset: u64, timeout: Duration) -> Visible {
+        let mut rx = self.visible.clone();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|v| v.log_start_offset >= offset)).await;
+        let v = *rx.borrow();
+        v
+    }
+
     /// Waits until at least `copies` voters hold the entry at `raft_index` durably (this
     /// replica, node `me`, leading): for an acks=all produce whose topic's min.insync.replicas asks for
     /// more copies than the majority the commit waited for. Fails with
