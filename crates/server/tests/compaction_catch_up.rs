@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use common::cluster_configs;
-use kafka_proto::records::{build_batch, Compression, NewRecord, RecordBatch};
+use kafka_proto::records::{build_batch, Compression, NewRecord};
 use logstore::CompactionPlan;
 use vdl_server::compaction::KafkaRecordCompactor;
 use vdl_server::config::NodeConfig;
@@ -90,30 +90,16 @@ fn keyed(key: &str, value: &str) -> Bytes {
 /// Every committed record a replica serves, read from offset 0 to its high watermark
 /// through the Kafka read path (`read_records`): offset -> (key, value without padding).
 fn records(s: &LogStream) -> BTreeMap<u64, (String, String)> {
-    let hw = s.visible().high_watermark;
     let mut out = BTreeMap::new();
-    let mut offset = 0;
-    while offset < hw {
-        let read = s.read(offset, 64 << 10).expect("read");
-        let mut data = Vec::new();
-        for c in &read.chunks {
-            data.extend_from_slice(c);
-        }
-        if data.is_empty() {
-            break;
-        }
-        for b in kafka_proto::records::split_batches(Bytes::from(data)) {
-            let b: RecordBatch = b.expect("a whole batch");
-            b.validate().expect("batch CRC");
-            for r in b.records_vec(1 << 20).expect("records") {
-                let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-                let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                out.insert(
-                    r.offset as u64,
-                    (key, value.trim_end_matches('.').to_string()),
-                );
-            }
-            offset = offset.max(b.next_offset() as u64);
+    for b in common::compacted::replica_batches(s, 64 << 10) {
+        b.validate().expect("batch CRC");
+        for r in b.records_vec(1 << 20).expect("records") {
+            let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
+            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            out.insert(
+                r.offset as u64,
+                (key, value.trim_end_matches('.').to_string()),
+            );
         }
     }
     out

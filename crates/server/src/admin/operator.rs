@@ -39,6 +39,7 @@ use crate::admin::reply::error;
 use crate::metadata::METADATA_STREAM;
 use crate::node::{Node, TransferError};
 use crate::replication::group::ReplicaReport;
+use crate::replication::stream::LogStream;
 
 /// Longest the node waits for another node's admin answer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(3);
@@ -467,6 +468,39 @@ pub struct SegmentParams {
     timeout_ms: Option<u64>,
 }
 
+/// The local replica of `topic`-`partition` that serves an operator request, or the answer to
+/// send instead: the leader's own answer when this node does not lead it and `local` is off
+/// (see [`forward_to_leader`]), 404 when this node holds no replica of it.
+async fn replica_to_serve(
+    node: &Arc<Node>,
+    caller: &Caller,
+    topic: &str,
+    partition: u32,
+    method: &'static str,
+    path_and_query: String,
+    local: bool,
+) -> Result<LogStream, Response> {
+    if let Some(answer) = forward_to_leader(
+        node,
+        caller,
+        topic,
+        partition,
+        method,
+        path_and_query,
+        local,
+    )
+    .await
+    {
+        return Err(answer);
+    }
+    node.partition(topic, partition).ok_or_else(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("no replica of {topic}-{partition} here"),
+        )
+    })
+}
+
 /// Forwards the request to the partition's leader when this node is not it (or hosts no
 /// replica); `None` when this node should answer.
 async fn forward_to_leader(
@@ -524,7 +558,7 @@ async fn forward_to_leader(
     )
 }
 
-fn segment_entries(stream: &crate::replication::stream::LogStream) -> Vec<SegmentEntry> {
+fn segment_entries(stream: &LogStream) -> Vec<SegmentEntry> {
     stream
         .segments()
         .into_iter()
@@ -548,24 +582,11 @@ pub async fn list_segments(
     Query(params): Query<SegmentParams>,
 ) -> Response {
     let path = format!("/partitions/{topic}/{partition}/segments");
-    if let Some(r) = forward_to_leader(
-        &node,
-        &caller,
-        &topic,
-        partition,
-        "GET",
-        path,
-        params.local.unwrap_or(false),
-    )
-    .await
+    let local = params.local.unwrap_or(false);
+    let stream = match replica_to_serve(&node, &caller, &topic, partition, "GET", path, local).await
     {
-        return r;
-    }
-    let Some(stream) = node.partition(&topic, partition) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no replica of {topic}-{partition} here"),
-        );
+        Ok(stream) => stream,
+        Err(answer) => return answer,
     };
     let cleaner = node.cleaner_stats(&stream).map(|c| CleanerFigures {
         cleanable_bytes: c.cleanable_bytes,
@@ -605,25 +626,12 @@ pub async fn delete_segments(
         );
     }
     let path = format!("/partitions/{topic}/{partition}/segments/delete?before={before}");
-    if let Some(r) = forward_to_leader(
-        &node,
-        &caller,
-        &topic,
-        partition,
-        "POST",
-        path,
-        params.local.unwrap_or(false),
-    )
-    .await
-    {
-        return r;
-    }
-    let Some(stream) = node.partition(&topic, partition) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no replica of {topic}-{partition} here"),
-        );
-    };
+    let local = params.local.unwrap_or(false);
+    let stream =
+        match replica_to_serve(&node, &caller, &topic, partition, "POST", path, local).await {
+            Ok(stream) => stream,
+            Err(answer) => return answer,
+        };
     if stream.incarnation() == 0 {
         return error(
             StatusCode::BAD_REQUEST,

@@ -62,15 +62,20 @@ pub fn parse(data: Bytes, out: &mut Table) -> Option<u64> {
     let mut next = None;
     for b in kafka_proto::records::split_batches(data) {
         let b: RecordBatch = b.expect("a whole batch");
-        b.validate().expect("batch CRC");
-        for r in b.records_vec(1 << 20).expect("records") {
-            let key = String::from_utf8(r.key.expect("every stored record has a key").to_vec());
-            let value = r.value.map(|v| String::from_utf8(v.to_vec()).unwrap());
-            out.insert(r.offset as u64, (key.unwrap(), value));
-        }
+        add_records(&b, out);
         next = Some(b.next_offset() as u64);
     }
     next
+}
+
+/// The records of one batch (its CRC checked), into `out`.
+pub fn add_records(b: &RecordBatch, out: &mut Table) {
+    b.validate().expect("batch CRC");
+    for r in b.records_vec(1 << 20).expect("records") {
+        let key = String::from_utf8(r.key.expect("every stored record has a key").to_vec());
+        let value = r.value.map(|v| String::from_utf8(v.to_vec()).unwrap());
+        out.insert(r.offset as u64, (key.unwrap(), value));
+    }
 }
 
 /// Everything the leader of `topic` serves through Kafka Fetch.
@@ -91,21 +96,36 @@ pub fn fetch_topic(brokers: &[SocketAddr], topic: &str) -> Table {
     }
 }
 
-/// Everything one replica stores, read through its Kafka read path up to its high watermark.
-pub fn read_replica(s: &LogStream) -> Table {
+/// Every batch one replica stores below its high watermark, in offset order, each checked
+/// whole (read through the replica's Kafka read path, `read_bytes` at a time).
+pub fn replica_batches(s: &LogStream, read_bytes: u64) -> Vec<RecordBatch> {
     let hw = s.visible().high_watermark;
-    let mut out = Table::new();
+    let mut out: Vec<RecordBatch> = Vec::new();
     let mut offset = 0;
     while offset < hw {
-        let read = s.read(offset, 1 << 20).expect("read");
+        let read = s.read(offset, read_bytes).expect("read");
         let mut data = Vec::new();
         for c in &read.chunks {
             data.extend_from_slice(c);
         }
-        match parse(Bytes::from(data), &mut out) {
-            Some(next) => offset = next,
-            None => break,
+        let before = out.len();
+        for b in kafka_proto::records::split_batches(Bytes::from(data)) {
+            let b: RecordBatch = b.expect("a whole batch");
+            offset = offset.max(b.next_offset() as u64);
+            out.push(b);
         }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
+/// Every committed record one replica serves, read from offset 0 to its high watermark.
+pub fn read_replica(s: &LogStream) -> Table {
+    let mut out = Table::new();
+    for b in replica_batches(s, 1 << 20) {
+        add_records(&b, &mut out);
     }
     out
 }
@@ -113,28 +133,11 @@ pub fn read_replica(s: &LogStream) -> Table {
 /// The batches of `producer` one replica stores below its high watermark: (base offset,
 /// record count; 0 for a header kept for the producer's state).
 pub fn producer_batches(s: &LogStream, producer: i64) -> Vec<(u64, i32)> {
-    let hw = s.visible().high_watermark;
-    let mut out = Vec::new();
-    let mut offset = 0;
-    while offset < hw {
-        let read = s.read(offset, 1 << 20).expect("read");
-        let mut data = Vec::new();
-        for c in &read.chunks {
-            data.extend_from_slice(c);
-        }
-        let mut next = None;
-        for b in kafka_proto::records::split_batches(Bytes::from(data)) {
-            let b: RecordBatch = b.expect("a whole batch");
-            if b.producer_id() == producer && !b.is_control() {
-                out.push((b.base_offset() as u64, b.record_count()));
-            }
-            next = Some(b.next_offset() as u64);
-        }
-        match next {
-            Some(n) => offset = n,
-            None => break,
-        }
-    }
+    let mut out: Vec<(u64, i32)> = replica_batches(s, 1 << 20)
+        .iter()
+        .filter(|b| b.producer_id() == producer && !b.is_control())
+        .map(|b| (b.base_offset() as u64, b.record_count()))
+        .collect();
     out.dedup();
     out
 }
