@@ -158,13 +158,22 @@ pub fn dispatch(
         ),
         Request::Produce(req) => {
             let client_id = header.client_id.as_deref().unwrap_or("");
-            let throttle = produce::charge(node, &req, conn.client(client_id));
+            let throttle = produce::charge(node.as_ref(), &req, conn.client(client_id));
             if !throttle.is_zero() {
                 conn.mute.mute_for(throttle, std::time::Instant::now());
                 node.metrics()
                     .observe_throttle(ApiKey::Produce.as_i16(), throttle);
             }
-            produce::produce(node, access, req, version, cid, chain, throttle, direct)
+            produce::produce(
+                node.as_ref(),
+                access,
+                req,
+                version,
+                cid,
+                chain,
+                throttle,
+                direct,
+            )
         }
         Request::Fetch(req) => {
             let charged = fetch::Charged {

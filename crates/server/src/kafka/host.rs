@@ -9,6 +9,10 @@
 //!   partitions are as this node sees them; what the families reading topics build on, and
 //!   what [`crate::kafka::metadata`]'s lookups (`locate_partition`, `topic_name_by_id`, ...)
 //!   take.
+//! - [`FlowView`]: the flow limits and client quotas in force; [`ChargeHost`]: the flow
+//!   control and counters the data path charges.
+//! - [`ProduceHost`]: Produce ([`crate::kafka::produce`]); [`FetchHost`]: Fetch
+//!   ([`crate::kafka::fetch`]).
 //! - [`MetadataApiHost`]: Metadata and ListOffsets ([`crate::kafka::metadata`]).
 //! - [`TopicsHost`]: CreateTopics, DeleteTopics, CreatePartitions ([`crate::kafka::topics`]).
 //! - [`PartitionAdminHost`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
@@ -27,12 +31,15 @@ use std::time::Duration;
 
 use crate::config::NodeConfig;
 use crate::flow::settings::FlowSettings;
+use crate::flow::throttle::FlowControl;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::{ClusterMeta, TopicLayout};
+use crate::metrics::NodeMetrics;
 use crate::replication::group::AppendError;
 use crate::replication::stream::LogStream;
 use crate::security::authorizer::Authorizer;
 use crate::security::scram::{ScramCredential, ScramMechanism};
+use crate::topic_config::TopicSettings;
 
 /// The replicated cluster metadata as the handlers read and change it.
 pub trait MetadataAccess: Send + Sync + 'static {
@@ -119,6 +126,40 @@ impl<H: NodeView + ?Sized> NodeView for Arc<H> {
         (**self).reported_leader(name, incarnation, partition)
     }
 }
+
+/// The flow limits and client quotas in force: what the client-quota APIs read and what the
+/// data path charges against.
+pub trait FlowView: Send + Sync + 'static {
+    /// The flow limits and client quotas in force (as applied on this node).
+    fn flow_settings(&self) -> Arc<FlowSettings>;
+}
+
+/// What Produce and Fetch charge and count besides [`FlowView`]: this node's flow-control
+/// buckets and its counters.
+pub trait ChargeHost: FlowView {
+    /// This node's flow control: the buckets of the limits and quotas in use here.
+    fn flow(&self) -> &FlowControl;
+
+    /// This node's counters (request latencies, throttle time, connections).
+    fn metrics(&self) -> &Arc<NodeMetrics>;
+}
+
+/// What Produce ([`crate::kafka::produce`]) needs besides [`NodeView`] and [`ChargeHost`]: a
+/// topic's effective settings, and a partition's replicas. Called per request and partition,
+/// never per record; the handlers are generic over it (no `dyn` on the data path).
+pub trait ProduceHost: NodeView + ChargeHost {
+    /// The effective settings of topic `name`: its config overrides over this node's
+    /// configuration (the node's alone for a topic it does not know).
+    fn topic_settings(&self, name: &str) -> TopicSettings;
+
+    /// The replicas of `stream` in Kafka's order: the preferred leader first (a stream
+    /// configured at start: every member in id order).
+    fn replicas_of(&self, stream: &LogStream) -> Vec<u64>;
+}
+
+/// What Fetch ([`crate::kafka::fetch`]) needs: [`NodeView`] (the partitions, by name or topic
+/// id) and [`ChargeHost`] (the flow control its responses are charged to), nothing more.
+pub trait FetchHost: NodeView + ChargeHost {}
 
 /// What Metadata and ListOffsets ([`crate::kafka::metadata`]) need besides [`NodeView`]:
 /// whether this node has caught up with the cluster's metadata, and auto-creating a topic.
@@ -226,11 +267,8 @@ pub trait UsersHost: MetadataAccess {
 }
 
 /// What DescribeClientQuotas and AlterClientQuotas ([`crate::kafka::quotas`]) need: the flow
-/// settings of the replicated metadata, and committing changes to them.
-pub trait QuotasHost: MetadataAccess {
-    /// The flow limits and client quotas in force (as applied on this node).
-    fn flow_settings(&self) -> Arc<FlowSettings>;
-}
+/// settings of the replicated metadata ([`FlowView`]), and committing changes to them.
+pub trait QuotasHost: MetadataAccess + FlowView {}
 
 /// What CreateAcls, DescribeAcls and DeleteAcls ([`crate::kafka::acls`]) need: the ACLs of
 /// the replicated metadata, committing changes to them, and whether an authorizer is

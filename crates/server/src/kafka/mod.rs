@@ -10,7 +10,8 @@
 //! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
 //! - [`host`]: what the handlers need of the node, one narrow trait per API family (so far
-//!   users, quotas, ACLs, topic configs and the cluster APIs).
+//!   users, quotas, ACLs, topic configs, the cluster APIs, metadata, topics, partition
+//!   admin, produce and fetch).
 //! - [`reply`]: what a handler answers (the [`reply::Reply`] the listener writes) and the one
 //!   encoding of a response for its request's correlation id and version ([`reply::now`],
 //!   [`reply::later`]).

@@ -315,11 +315,35 @@ impl crate::kafka::host::UsersHost for Node {
     }
 }
 
-impl crate::kafka::host::QuotasHost for Node {
+impl crate::kafka::host::FlowView for Node {
     fn flow_settings(&self) -> Arc<crate::flow::settings::FlowSettings> {
         Node::flow_settings(self)
     }
 }
+
+impl crate::kafka::host::ChargeHost for Node {
+    fn flow(&self) -> &crate::flow::throttle::FlowControl {
+        Node::flow(self)
+    }
+
+    fn metrics(&self) -> &Arc<crate::metrics::NodeMetrics> {
+        Node::metrics(self)
+    }
+}
+
+impl crate::kafka::host::ProduceHost for Node {
+    fn topic_settings(&self, name: &str) -> crate::topic_config::TopicSettings {
+        Node::topic_settings(self, name)
+    }
+
+    fn replicas_of(&self, stream: &crate::replication::stream::LogStream) -> Vec<u64> {
+        Node::replicas_of(self, stream)
+    }
+}
+
+impl crate::kafka::host::FetchHost for Node {}
+
+impl crate::kafka::host::QuotasHost for Node {}
 
 impl crate::kafka::host::ConfigsHost for Node {
     fn current_incarnation(
