@@ -19,6 +19,7 @@
 //!   ListPartitionReassignments ([`crate::kafka::partition_admin`]).
 //! - [`UsersHost`]: the user-credential APIs ([`crate::kafka::users`]).
 //! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
+//! - [`AccessHost`]: what a request's principal may do ([`crate::kafka::access`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
 //! - [`ConfigsHost`]: the topic-config APIs ([`crate::kafka::configs`]).
 //! - [`ClusterHost`]: InitProducerId, DescribeCluster, DescribeConfigs
@@ -270,13 +271,24 @@ pub trait UsersHost: MetadataAccess {
 /// settings of the replicated metadata ([`FlowView`]), and committing changes to them.
 pub trait QuotasHost: MetadataAccess + FlowView {}
 
+/// What a request's [`crate::kafka::access::Access`] decides with: the authorizer, whether the
+/// ACLs are current, and the ACLs of the replicated metadata ([`MetadataAccess`]).
+/// Dyn-compatible: `Access` holds the node as `Arc<dyn AccessHost>`.
+pub trait AccessHost: MetadataAccess {
+    /// The authorizer configured for this node (`[security]`; whether it checks requests is
+    /// fixed at start).
+    fn authorizer(&self) -> &Authorizer;
+
+    /// Whether this node's ACLs are known to be current (every ACL change committed before its
+    /// start is applied); always true without an authorizer. Until then only super users are
+    /// allowed anything.
+    fn acls_current(&self) -> bool;
+}
+
 /// What CreateAcls, DescribeAcls and DeleteAcls ([`crate::kafka::acls`]) need: the ACLs of
 /// the replicated metadata, committing changes to them, and whether an authorizer is
-/// configured at all.
-pub trait AclsHost: MetadataAccess {
-    /// The authorizer configured for this node (`[security]`).
-    fn authorizer(&self) -> &Authorizer;
-}
+/// configured at all ([`AccessHost::authorizer`]).
+pub trait AclsHost: AccessHost {}
 
 /// What AlterConfigs and IncrementalAlterConfigs ([`crate::kafka::configs`]) need: the topics
 /// and their config overrides in the replicated metadata, and committing changes to them.

@@ -354,11 +354,17 @@ impl crate::kafka::host::ConfigsHost for Node {
     }
 }
 
-impl crate::kafka::host::AclsHost for Node {
+impl crate::kafka::host::AccessHost for Node {
     fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
         Node::authorizer(self)
     }
+
+    fn acls_current(&self) -> bool {
+        Node::acls_current(self)
+    }
 }
+
+impl crate::kafka::host::AclsHost for Node {}
 
 impl crate::kafka::host::ClusterHost for Node {
     fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
