@@ -22,8 +22,11 @@
 //! - [`AccessHost`]: what a request's principal may do ([`crate::kafka::access`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
 //! - [`ConfigsHost`]: the topic-config APIs ([`crate::kafka::configs`]).
+//! - [`MetadataGroupView`]: the metadata group (the controller, the groups' coordinator).
 //! - [`ClusterHost`]: InitProducerId, DescribeCluster, DescribeConfigs
 //!   ([`crate::kafka::cluster`]).
+//! - `GroupsHost` (crate-internal: it hands out the coordinator's state): the consumer
+//!   groups (`kafka/groups/`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +36,7 @@ use std::time::Duration;
 use crate::config::NodeConfig;
 use crate::flow::settings::FlowSettings;
 use crate::flow::throttle::FlowControl;
+use crate::kafka::groups::coordinator::Coordinator;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::{ClusterMeta, TopicLayout};
 use crate::metrics::NodeMetrics;
@@ -298,13 +302,17 @@ pub trait ConfigsHost: MetadataAccess {
     fn current_incarnation(&self, name: &str) -> Result<u64, AppendError>;
 }
 
-/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need
-/// besides [`NodeView`] (the node's configuration, the live brokers): the metadata group, the
-/// topics' replication and producer id allocation.
-pub trait ClusterHost: MetadataAccess + NodeView {
+/// The metadata group's handle: its leader is the controller, and coordinates every consumer
+/// group.
+pub trait MetadataGroupView: Send + Sync + 'static {
     /// The metadata group's handle, while it is open (its leader is the controller).
     fn metadata_group(&self) -> Option<LogStream>;
+}
 
+/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need
+/// besides [`NodeView`] (the node's configuration, the live brokers): the metadata group
+/// ([`MetadataGroupView`]), the topics' replication and producer id allocation.
+pub trait ClusterHost: MetadataAccess + NodeView + MetadataGroupView {
     /// The replication factor of topic `name` (replicas of its first partition, 1 with
     /// none); `None` when there is no such topic.
     fn topic_replication_factor(&self, name: &str) -> Option<usize>;
@@ -314,4 +322,15 @@ pub trait ClusterHost: MetadataAccess + NodeView {
         &self,
         timeout: Duration,
     ) -> impl Future<Output = Result<i64, AppendError>> + Send;
+}
+
+/// What the consumer groups ([`crate::kafka::groups`]: FindCoordinator, the membership, offset
+/// and group admin APIs, the coordinator's background tasks) need besides [`MetadataAccess`]
+/// (the stored groups and offsets, committing them) and [`NodeView`] (the live brokers, the
+/// topics): the metadata group, whose leader coordinates every group, and this node's
+/// coordinator state. The tasks hold a `Weak` of the host and end with it.
+pub(crate) trait GroupsHost: MetadataAccess + NodeView + MetadataGroupView {
+    /// This node's consumer group coordinator state (in memory; used while this node leads
+    /// the metadata group).
+    fn group_coordinator(&self) -> &Coordinator;
 }

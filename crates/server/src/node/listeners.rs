@@ -366,11 +366,19 @@ impl crate::kafka::host::AccessHost for Node {
 
 impl crate::kafka::host::AclsHost for Node {}
 
-impl crate::kafka::host::ClusterHost for Node {
+impl crate::kafka::host::MetadataGroupView for Node {
     fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
         Node::metadata_group(self)
     }
+}
 
+impl crate::kafka::host::GroupsHost for Node {
+    fn group_coordinator(&self) -> &crate::kafka::groups::coordinator::Coordinator {
+        Node::group_coordinator(self)
+    }
+}
+
+impl crate::kafka::host::ClusterHost for Node {
     fn topic_replication_factor(&self, name: &str) -> Option<usize> {
         Node::topic_layout(self, name).map(|l| l.replicas.first().map_or(1, Vec::len))
     }
