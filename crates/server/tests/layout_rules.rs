@@ -54,9 +54,10 @@ const EDGES_ALLOWED: &[(&str, &str)] = &[
 /// that shrinks is replaced by what is left of it, one that is gone comes off the list.
 const CYCLES_ALLOWED: &[&[&str]] = &[
     // The node and the Kafka service: node/ owns the group coordinator and starts the
-    // listeners (the two EDGES_ALLOWED), and the dispatch and the connection take the `Node`
-    // (the handlers of every API family see it through the narrow traits of kafka/host.rs
-    // instead; the crate README's Layout rules give the plan for the rest).
+    // listeners (the two EDGES_ALLOWED), and the connection (kafka/listener/) takes the
+    // `Node` (the dispatch and the handlers of every API family see it through the narrow
+    // traits of kafka/host.rs instead; the crate README's Layout rules give the plan for the
+    // rest).
     &["kafka", "node"],
 ];
 

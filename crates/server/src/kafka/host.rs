@@ -27,6 +27,8 @@
 //!   ([`crate::kafka::cluster`]).
 //! - `GroupsHost` (crate-internal: it hands out the coordinator's state): the consumer
 //!   groups (`kafka/groups/`).
+//! - `KafkaHost` (crate-internal, over `GroupsHost`): all of the above, what the request
+//!   dispatch ([`crate::kafka::handlers`]) takes.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -333,4 +335,21 @@ pub(crate) trait GroupsHost: MetadataAccess + NodeView + MetadataGroupView {
     /// This node's consumer group coordinator state (in memory; used while this node leads
     /// the metadata group).
     fn group_coordinator(&self) -> &Coordinator;
+}
+
+/// Every API family's host: what the request dispatch ([`crate::kafka::handlers`]) hands the
+/// handlers, each of which asks only its own family's trait of it.
+pub(crate) trait KafkaHost:
+    MetadataApiHost
+    + TopicsHost
+    + PartitionAdminHost
+    + UsersHost
+    + QuotasHost
+    + AclsHost
+    + ConfigsHost
+    + ClusterHost
+    + ProduceHost
+    + FetchHost
+    + GroupsHost
+{
 }

@@ -391,3 +391,5 @@ impl crate::kafka::host::ClusterHost for Node {
         Node::allocate_producer_id(self, timeout)
     }
 }
+
+impl crate::kafka::host::KafkaHost for Node {}
