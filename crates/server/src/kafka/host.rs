@@ -29,6 +29,8 @@
 //!   groups (`kafka/groups/`).
 //! - `KafkaHost` (crate-internal, over `GroupsHost`): all of the above, what the request
 //!   dispatch ([`crate::kafka::handlers`]) takes.
+//! - `ConnectionHost` (crate-internal, over `KafkaHost`): a connection
+//!   ([`crate::kafka::listener`]): the authentication counters and credentials.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -45,7 +47,9 @@ use crate::metrics::NodeMetrics;
 use crate::replication::group::AppendError;
 use crate::replication::stream::LogStream;
 use crate::security::authorizer::Authorizer;
+use crate::security::password::PasswordError;
 use crate::security::scram::{ScramCredential, ScramMechanism};
+use crate::security::stats::SecurityStats;
 use crate::topic_config::TopicSettings;
 
 /// The replicated cluster metadata as the handlers read and change it.
@@ -352,4 +356,27 @@ pub(crate) trait KafkaHost:
     + FetchHost
     + GroupsHost
 {
+}
+
+/// What a Kafka connection ([`crate::kafka::listener`]: accepting, TLS, SASL, the request
+/// loop) needs besides the handlers' [`KafkaHost`]: the authentication counters and the
+/// credentials SASL checks against.
+pub(crate) trait ConnectionHost: KafkaHost {
+    /// The authentication counters of the Kafka listeners.
+    fn security_stats(&self) -> &SecurityStats;
+
+    /// The same counters, shared (for the connection limits).
+    fn security_stats_arc(&self) -> Arc<SecurityStats>;
+
+    /// The SCRAM credential of `user` for `mechanism`: the replicated one, else (until the
+    /// bootstrap users were imported) the configured one.
+    fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
+
+    /// Checks `user`'s `password` against the user's credentials off the runtime threads
+    /// (bounded, equal cost for unknown users): what SASL PLAIN uses.
+    fn verify_password(
+        &self,
+        user: &str,
+        password: String,
+    ) -> impl Future<Output = Result<bool, PasswordError>> + Send;
 }

@@ -92,7 +92,7 @@ impl Node {
         let node = self.clone();
         Ok(tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
-            let limits = crate::kafka::listener::connection_limits(&node);
+            let limits = crate::kafka::listener::connection_limits(&*node);
             for (listener, endpoint) in endpoints {
                 tasks.spawn(crate::kafka::serve(
                     listener,
@@ -393,3 +393,30 @@ impl crate::kafka::host::ClusterHost for Node {
 }
 
 impl crate::kafka::host::KafkaHost for Node {}
+
+impl crate::kafka::host::ConnectionHost for Node {
+    fn security_stats(&self) -> &crate::security::stats::SecurityStats {
+        Node::security_stats(self)
+    }
+
+    fn security_stats_arc(&self) -> Arc<crate::security::stats::SecurityStats> {
+        Node::security_stats_arc(self)
+    }
+
+    fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        Node::scram_credential(self, user, mechanism)
+    }
+
+    fn verify_password(
+        &self,
+        user: &str,
+        password: String,
+    ) -> impl std::future::Future<Output = Result<bool, crate::security::password::PasswordError>> + Send
+    {
+        Node::verify_password(self, user, password)
+    }
+}
