@@ -21,16 +21,16 @@ use kafka_proto::RecordChunks;
 
 use crate::flow::throttle::{throttle_ms, ClientIdentity, Mute, ReadKind};
 use crate::kafka::access::Access;
+use crate::kafka::host::FetchHost;
 use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 use crate::kafka::reply::{self, Reply};
+use crate::replication::stream::LogStream;
+use crate::security::acl::AclOperation;
 
 /// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
 /// Kafka's broker setting `fetch.max.bytes` and its default (55 MiB). A single batch larger than
 /// what is left is still returned whole for the first partition with data (KIP-74).
 pub const FETCH_MAX_BYTES: u64 = 55 << 20;
-use crate::node::Node;
-use crate::replication::stream::LogStream;
-use crate::security::acl::AclOperation;
 
 /// Longest a fetch long-polls, whatever the client asked for.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -51,8 +51,8 @@ pub struct Charged {
 /// not READ answer TOPIC_AUTHORIZATION_FAILED (Kafka's rule). The response's bytes are charged
 /// to the flow limits and quotas that apply; a throttled fetch is answered with its data and
 /// `throttle_time_ms`, and its connection muted for that long (see [`crate::flow`]).
-pub fn fetch(
-    node: Arc<Node>,
+pub fn fetch<H: FetchHost>(
+    node: Arc<H>,
     access: &Access,
     req: FetchRequest,
     version: i16,
@@ -63,7 +63,7 @@ pub fn fetch(
     if access.enabled() {
         for topic in &req.topics {
             let name = if version >= 13 {
-                topic_name_by_id(&node, topic.topic_id)
+                topic_name_by_id(&*node, topic.topic_id)
             } else {
                 Some(topic.topic.clone())
             };
@@ -75,7 +75,7 @@ pub fn fetch(
         }
     }
     reply::later(correlation_id, version, async move {
-        let (mut response, read_kind) = fetch_response(&node, &req, version, &denied).await;
+        let (mut response, read_kind) = fetch_response(&*node, &req, version, &denied).await;
         let settings = node.flow_settings();
         if !settings.is_unlimited() {
             let bytes: u64 = response
@@ -114,8 +114,8 @@ struct Target {
 
 /// The response, and whether it read behind the tail (some partition's read stopped at its
 /// byte limit with more committed data behind it) or at it.
-async fn fetch_response(
-    node: &Arc<Node>,
+async fn fetch_response<H: FetchHost>(
+    node: &H,
     req: &FetchRequest,
     version: i16,
     denied: &HashSet<String>,
@@ -159,8 +159,8 @@ async fn fetch_response(
 
 /// One pass over the requested partitions: the response, the record bytes in it, what each
 /// partition's high watermark was, and whether any partition had an error.
-fn read_once(
-    node: &Arc<Node>,
+fn read_once<H: FetchHost>(
+    node: &H,
     req: &FetchRequest,
     version: i16,
     denied: &HashSet<String>,

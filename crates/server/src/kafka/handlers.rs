@@ -12,11 +12,11 @@ use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::DirectAnswer;
 use crate::kafka::groups::{find_coordinator_api, group_admin_api, membership_api, offsets_api};
+use crate::kafka::host::KafkaHost;
 use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
     acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, users,
 };
-use crate::node::Node;
 
 /// The APIs this server serves, with the versions it serves them at. ApiVersions lists exactly
 /// these, so clients never send a request the server cannot answer.
@@ -81,9 +81,10 @@ pub fn api_versions() -> ApiVersionsResponse {
 /// Handles one request. Produce requests are submitted to their streams before this returns,
 /// so a connection's produces reach each stream in the order they were sent. With `direct`,
 /// a produce's response may be written by the worker that learns its commit (see
-/// [`crate::kafka::direct_answer`]).
-pub fn dispatch(
-    node: &Arc<Node>,
+/// [`crate::kafka::direct_answer`]). Generic over the host: each handler is compiled for the
+/// node itself, no `dyn` between the connection and the produce and fetch paths.
+pub(crate) fn dispatch<H: KafkaHost>(
+    node: &Arc<H>,
     header: RequestHeader,
     request: Request,
     conn: &ConnectionContext,
@@ -158,13 +159,22 @@ pub fn dispatch(
         ),
         Request::Produce(req) => {
             let client_id = header.client_id.as_deref().unwrap_or("");
-            let throttle = produce::charge(node, &req, conn.client(client_id));
+            let throttle = produce::charge(node.as_ref(), &req, conn.client(client_id));
             if !throttle.is_zero() {
                 conn.mute.mute_for(throttle, std::time::Instant::now());
                 node.metrics()
                     .observe_throttle(ApiKey::Produce.as_i16(), throttle);
             }
-            produce::produce(node, access, req, version, cid, chain, throttle, direct)
+            produce::produce(
+                node.as_ref(),
+                access,
+                req,
+                version,
+                cid,
+                chain,
+                throttle,
+                direct,
+            )
         }
         Request::Fetch(req) => {
             let charged = fetch::Charged {

@@ -9,16 +9,28 @@
 //!   partitions are as this node sees them; what the families reading topics build on, and
 //!   what [`crate::kafka::metadata`]'s lookups (`locate_partition`, `topic_name_by_id`, ...)
 //!   take.
+//! - [`FlowView`]: the flow limits and client quotas in force; [`ChargeHost`]: the flow
+//!   control and counters the data path charges.
+//! - [`ProduceHost`]: Produce ([`crate::kafka::produce`]); [`FetchHost`]: Fetch
+//!   ([`crate::kafka::fetch`]).
 //! - [`MetadataApiHost`]: Metadata and ListOffsets ([`crate::kafka::metadata`]).
 //! - [`TopicsHost`]: CreateTopics, DeleteTopics, CreatePartitions ([`crate::kafka::topics`]).
 //! - [`PartitionAdminHost`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
 //!   ListPartitionReassignments ([`crate::kafka::partition_admin`]).
 //! - [`UsersHost`]: the user-credential APIs ([`crate::kafka::users`]).
 //! - [`QuotasHost`]: the client-quota APIs ([`crate::kafka::quotas`]).
+//! - [`AccessHost`]: what a request's principal may do ([`crate::kafka::access`]).
 //! - [`AclsHost`]: the ACL APIs ([`crate::kafka::acls`]).
 //! - [`ConfigsHost`]: the topic-config APIs ([`crate::kafka::configs`]).
+//! - [`MetadataGroupView`]: the metadata group (the controller, the groups' coordinator).
 //! - [`ClusterHost`]: InitProducerId, DescribeCluster, DescribeConfigs
 //!   ([`crate::kafka::cluster`]).
+//! - `GroupsHost` (crate-internal: it hands out the coordinator's state): the consumer
+//!   groups (`kafka/groups/`).
+//! - `KafkaHost` (crate-internal, over `GroupsHost`): all of the above, what the request
+//!   dispatch ([`crate::kafka::handlers`]) takes.
+//! - `ConnectionHost` (crate-internal, over `KafkaHost`): a connection
+//!   ([`crate::kafka::listener`]): the authentication counters and credentials.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -27,12 +39,18 @@ use std::time::Duration;
 
 use crate::config::NodeConfig;
 use crate::flow::settings::FlowSettings;
+use crate::flow::throttle::FlowControl;
+use crate::kafka::groups::coordinator::Coordinator;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::{ClusterMeta, TopicLayout};
+use crate::metrics::NodeMetrics;
 use crate::replication::group::AppendError;
 use crate::replication::stream::LogStream;
 use crate::security::authorizer::Authorizer;
+use crate::security::password::PasswordError;
 use crate::security::scram::{ScramCredential, ScramMechanism};
+use crate::security::stats::SecurityStats;
+use crate::topic_config::TopicSettings;
 
 /// The replicated cluster metadata as the handlers read and change it.
 pub trait MetadataAccess: Send + Sync + 'static {
@@ -119,6 +137,40 @@ impl<H: NodeView + ?Sized> NodeView for Arc<H> {
         (**self).reported_leader(name, incarnation, partition)
     }
 }
+
+/// The flow limits and client quotas in force: what the client-quota APIs read and what the
+/// data path charges against.
+pub trait FlowView: Send + Sync + 'static {
+    /// The flow limits and client quotas in force (as applied on this node).
+    fn flow_settings(&self) -> Arc<FlowSettings>;
+}
+
+/// What Produce and Fetch charge and count besides [`FlowView`]: this node's flow-control
+/// buckets and its counters.
+pub trait ChargeHost: FlowView {
+    /// This node's flow control: the buckets of the limits and quotas in use here.
+    fn flow(&self) -> &FlowControl;
+
+    /// This node's counters (request latencies, throttle time, connections).
+    fn metrics(&self) -> &Arc<NodeMetrics>;
+}
+
+/// What Produce ([`crate::kafka::produce`]) needs besides [`NodeView`] and [`ChargeHost`]: a
+/// topic's effective settings, and a partition's replicas. Called per request and partition,
+/// never per record; the handlers are generic over it (no `dyn` on the data path).
+pub trait ProduceHost: NodeView + ChargeHost {
+    /// The effective settings of topic `name`: its config overrides over this node's
+    /// configuration (the node's alone for a topic it does not know).
+    fn topic_settings(&self, name: &str) -> TopicSettings;
+
+    /// The replicas of `stream` in Kafka's order: the preferred leader first (a stream
+    /// configured at start: every member in id order).
+    fn replicas_of(&self, stream: &LogStream) -> Vec<u64>;
+}
+
+/// What Fetch ([`crate::kafka::fetch`]) needs: [`NodeView`] (the partitions, by name or topic
+/// id) and [`ChargeHost`] (the flow control its responses are charged to), nothing more.
+pub trait FetchHost: NodeView + ChargeHost {}
 
 /// What Metadata and ListOffsets ([`crate::kafka::metadata`]) need besides [`NodeView`]:
 /// whether this node has caught up with the cluster's metadata, and auto-creating a topic.
@@ -226,19 +278,27 @@ pub trait UsersHost: MetadataAccess {
 }
 
 /// What DescribeClientQuotas and AlterClientQuotas ([`crate::kafka::quotas`]) need: the flow
-/// settings of the replicated metadata, and committing changes to them.
-pub trait QuotasHost: MetadataAccess {
-    /// The flow limits and client quotas in force (as applied on this node).
-    fn flow_settings(&self) -> Arc<FlowSettings>;
+/// settings of the replicated metadata ([`FlowView`]), and committing changes to them.
+pub trait QuotasHost: MetadataAccess + FlowView {}
+
+/// What a request's [`crate::kafka::access::Access`] decides with: the authorizer, whether the
+/// ACLs are current, and the ACLs of the replicated metadata ([`MetadataAccess`]).
+/// Dyn-compatible: `Access` holds the node as `Arc<dyn AccessHost>`.
+pub trait AccessHost: MetadataAccess {
+    /// The authorizer configured for this node (`[security]`; whether it checks requests is
+    /// fixed at start).
+    fn authorizer(&self) -> &Authorizer;
+
+    /// Whether this node's ACLs are known to be current (every ACL change committed before its
+    /// start is applied); always true without an authorizer. Until then only super users are
+    /// allowed anything.
+    fn acls_current(&self) -> bool;
 }
 
 /// What CreateAcls, DescribeAcls and DeleteAcls ([`crate::kafka::acls`]) need: the ACLs of
 /// the replicated metadata, committing changes to them, and whether an authorizer is
-/// configured at all.
-pub trait AclsHost: MetadataAccess {
-    /// The authorizer configured for this node (`[security]`).
-    fn authorizer(&self) -> &Authorizer;
-}
+/// configured at all ([`AccessHost::authorizer`]).
+pub trait AclsHost: AccessHost {}
 
 /// What AlterConfigs and IncrementalAlterConfigs ([`crate::kafka::configs`]) need: the topics
 /// and their config overrides in the replicated metadata, and committing changes to them.
@@ -248,13 +308,17 @@ pub trait ConfigsHost: MetadataAccess {
     fn current_incarnation(&self, name: &str) -> Result<u64, AppendError>;
 }
 
-/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need
-/// besides [`NodeView`] (the node's configuration, the live brokers): the metadata group, the
-/// topics' replication and producer id allocation.
-pub trait ClusterHost: MetadataAccess + NodeView {
+/// The metadata group's handle: its leader is the controller, and coordinates every consumer
+/// group.
+pub trait MetadataGroupView: Send + Sync + 'static {
     /// The metadata group's handle, while it is open (its leader is the controller).
     fn metadata_group(&self) -> Option<LogStream>;
+}
 
+/// What InitProducerId, DescribeCluster and DescribeConfigs ([`crate::kafka::cluster`]) need
+/// besides [`NodeView`] (the node's configuration, the live brokers): the metadata group
+/// ([`MetadataGroupView`]), the topics' replication and producer id allocation.
+pub trait ClusterHost: MetadataAccess + NodeView + MetadataGroupView {
     /// The replication factor of topic `name` (replicas of its first partition, 1 with
     /// none); `None` when there is no such topic.
     fn topic_replication_factor(&self, name: &str) -> Option<usize>;
@@ -264,4 +328,55 @@ pub trait ClusterHost: MetadataAccess + NodeView {
         &self,
         timeout: Duration,
     ) -> impl Future<Output = Result<i64, AppendError>> + Send;
+}
+
+/// What the consumer groups ([`crate::kafka::groups`]: FindCoordinator, the membership, offset
+/// and group admin APIs, the coordinator's background tasks) need besides [`MetadataAccess`]
+/// (the stored groups and offsets, committing them) and [`NodeView`] (the live brokers, the
+/// topics): the metadata group, whose leader coordinates every group, and this node's
+/// coordinator state. The tasks hold a `Weak` of the host and end with it.
+pub(crate) trait GroupsHost: MetadataAccess + NodeView + MetadataGroupView {
+    /// This node's consumer group coordinator state (in memory; used while this node leads
+    /// the metadata group).
+    fn group_coordinator(&self) -> &Coordinator;
+}
+
+/// Every API family's host: what the request dispatch ([`crate::kafka::handlers`]) hands the
+/// handlers, each of which asks only its own family's trait of it.
+pub(crate) trait KafkaHost:
+    MetadataApiHost
+    + TopicsHost
+    + PartitionAdminHost
+    + UsersHost
+    + QuotasHost
+    + AclsHost
+    + ConfigsHost
+    + ClusterHost
+    + ProduceHost
+    + FetchHost
+    + GroupsHost
+{
+}
+
+/// What a Kafka connection ([`crate::kafka::listener`]: accepting, TLS, SASL, the request
+/// loop) needs besides the handlers' [`KafkaHost`]: the authentication counters and the
+/// credentials SASL checks against.
+pub(crate) trait ConnectionHost: KafkaHost {
+    /// The authentication counters of the Kafka listeners.
+    fn security_stats(&self) -> &SecurityStats;
+
+    /// The same counters, shared (for the connection limits).
+    fn security_stats_arc(&self) -> Arc<SecurityStats>;
+
+    /// The SCRAM credential of `user` for `mechanism`: the replicated one, else (until the
+    /// bootstrap users were imported) the configured one.
+    fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential>;
+
+    /// Checks `user`'s `password` against the user's credentials off the runtime threads
+    /// (bounded, equal cost for unknown users): what SASL PLAIN uses.
+    fn verify_password(
+        &self,
+        user: &str,
+        password: String,
+    ) -> impl Future<Output = Result<bool, PasswordError>> + Send;
 }

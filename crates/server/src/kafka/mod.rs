@@ -9,8 +9,8 @@
 //! - [`acls`]: CreateAcls, DescribeAcls, DeleteAcls.
 //! - [`users`]: DescribeUserScramCredentials, AlterUserScramCredentials.
 //! - [`handlers`]: turns one decoded request into its response.
-//! - [`host`]: what the handlers need of the node, one narrow trait per API family (so far
-//!   users, quotas, ACLs, topic configs and the cluster APIs).
+//! - [`host`]: what the handlers need of the node, one narrow trait per API family (and what
+//!   the dispatch and a connection need); kafka/ imports nothing of the node itself.
 //! - [`reply`]: what a handler answers (the [`reply::Reply`] the listener writes) and the one
 //!   encoding of a response for its request's correlation id and version ([`reply::now`],
 //!   [`reply::later`]).
@@ -54,4 +54,4 @@ pub mod reply;
 pub mod topics;
 pub mod users;
 
-pub use listener::serve;
+pub(crate) use listener::serve;

@@ -41,11 +41,11 @@ use crate::flow::throttle::{throttle_ms, ClientIdentity};
 use crate::kafka::access::Access;
 use crate::kafka::direct_answer::{DirectAnswer, DirectSlot, Settled};
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::{ChargeHost, ProduceHost};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::produce_keys::{has_keyless_record, keyless_record_errors};
 use crate::kafka::reply::{self, frame, Reply};
 use crate::metadata::wall_clock_ms;
-use crate::node::Node;
 use crate::replication::group::{AnswerHook, AppendError, Appended};
 use crate::replication::stream::{LogStream, PendingAppend};
 use crate::security::acl::AclOperation;
@@ -187,7 +187,7 @@ struct TopicRules {
 }
 
 impl TopicRules {
-    fn of(node: &Node, topic: &str, now_ms: i64) -> TopicRules {
+    fn of<H: ProduceHost>(node: &H, topic: &str, now_ms: i64) -> TopicRules {
         let settings = node.topic_settings(topic);
         let kafka = KafkaSettings {
             message_max_bytes: settings.max_message_bytes,
@@ -207,7 +207,7 @@ impl TopicRules {
 
 /// Charges a Produce request's record bytes to the flow limits and quotas that apply (see
 /// [`crate::flow`]); returns its throttle (zero when nothing is limited).
-pub fn charge(node: &Node, req: &ProduceRequest, who: ClientIdentity<'_>) -> Duration {
+pub fn charge<H: ChargeHost>(node: &H, req: &ProduceRequest, who: ClientIdentity<'_>) -> Duration {
     let settings = node.flow_settings();
     if settings.is_unlimited() {
         return Duration::ZERO;
@@ -234,8 +234,8 @@ pub fn charge(node: &Node, req: &ProduceRequest, who: ClientIdentity<'_>) -> Dur
 /// partition on this connection, is answered by the worker that learns its outcome, straight
 /// to the socket (see [`crate::kafka::direct_answer`]); its task writes only what that left.
 #[allow(clippy::too_many_arguments)]
-pub fn produce(
-    node: &Arc<Node>,
+pub fn produce<H: ProduceHost>(
+    node: &H,
     access: &Access,
     req: ProduceRequest,
     version: i16,
@@ -544,8 +544,8 @@ impl DirectProduce {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn submit_partition(
-    node: &Arc<Node>,
+fn submit_partition<H: ProduceHost>(
+    node: &H,
     topic: &str,
     partition: i32,
     records: Option<kafka_proto::RecordChunks>,

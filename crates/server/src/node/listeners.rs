@@ -92,7 +92,7 @@ impl Node {
         let node = self.clone();
         Ok(tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
-            let limits = crate::kafka::listener::connection_limits(&node);
+            let limits = crate::kafka::listener::connection_limits(&*node);
             for (listener, endpoint) in endpoints {
                 tasks.spawn(crate::kafka::serve(
                     listener,
@@ -315,11 +315,35 @@ impl crate::kafka::host::UsersHost for Node {
     }
 }
 
-impl crate::kafka::host::QuotasHost for Node {
+impl crate::kafka::host::FlowView for Node {
     fn flow_settings(&self) -> Arc<crate::flow::settings::FlowSettings> {
         Node::flow_settings(self)
     }
 }
+
+impl crate::kafka::host::ChargeHost for Node {
+    fn flow(&self) -> &crate::flow::throttle::FlowControl {
+        Node::flow(self)
+    }
+
+    fn metrics(&self) -> &Arc<crate::metrics::NodeMetrics> {
+        Node::metrics(self)
+    }
+}
+
+impl crate::kafka::host::ProduceHost for Node {
+    fn topic_settings(&self, name: &str) -> crate::topic_config::TopicSettings {
+        Node::topic_settings(self, name)
+    }
+
+    fn replicas_of(&self, stream: &crate::replication::stream::LogStream) -> Vec<u64> {
+        Node::replicas_of(self, stream)
+    }
+}
+
+impl crate::kafka::host::FetchHost for Node {}
+
+impl crate::kafka::host::QuotasHost for Node {}
 
 impl crate::kafka::host::ConfigsHost for Node {
     fn current_incarnation(
@@ -330,17 +354,31 @@ impl crate::kafka::host::ConfigsHost for Node {
     }
 }
 
-impl crate::kafka::host::AclsHost for Node {
+impl crate::kafka::host::AccessHost for Node {
     fn authorizer(&self) -> &crate::security::authorizer::Authorizer {
         Node::authorizer(self)
+    }
+
+    fn acls_current(&self) -> bool {
+        Node::acls_current(self)
+    }
+}
+
+impl crate::kafka::host::AclsHost for Node {}
+
+impl crate::kafka::host::MetadataGroupView for Node {
+    fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
+        Node::metadata_group(self)
+    }
+}
+
+impl crate::kafka::host::GroupsHost for Node {
+    fn group_coordinator(&self) -> &crate::kafka::groups::coordinator::Coordinator {
+        Node::group_coordinator(self)
     }
 }
 
 impl crate::kafka::host::ClusterHost for Node {
-    fn metadata_group(&self) -> Option<crate::replication::stream::LogStream> {
-        Node::metadata_group(self)
-    }
-
     fn topic_replication_factor(&self, name: &str) -> Option<usize> {
         Node::topic_layout(self, name).map(|l| l.replicas.first().map_or(1, Vec::len))
     }
@@ -351,5 +389,34 @@ impl crate::kafka::host::ClusterHost for Node {
     ) -> impl std::future::Future<Output = Result<i64, crate::replication::group::AppendError>> + Send
     {
         Node::allocate_producer_id(self, timeout)
+    }
+}
+
+impl crate::kafka::host::KafkaHost for Node {}
+
+impl crate::kafka::host::ConnectionHost for Node {
+    fn security_stats(&self) -> &crate::security::stats::SecurityStats {
+        Node::security_stats(self)
+    }
+
+    fn security_stats_arc(&self) -> Arc<crate::security::stats::SecurityStats> {
+        Node::security_stats_arc(self)
+    }
+
+    fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        Node::scram_credential(self, user, mechanism)
+    }
+
+    fn verify_password(
+        &self,
+        user: &str,
+        password: String,
+    ) -> impl std::future::Future<Output = Result<bool, crate::security::password::PasswordError>> + Send
+    {
+        Node::verify_password(self, user, password)
     }
 }

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use super::limits::{COMMIT_TIMEOUT, TICK};
 use super::node_coordinator::{coordinator, coordinator_term};
+use crate::kafka::host::GroupsHost;
 use crate::metadata::{wall_clock_ms, MetaCommand};
-use crate::node::Node;
 use crate::replication::group::AppendError;
 
 /// Every `kafka.offsets_retention_check_ms`: [`expire_offsets`]. Ends with the node.
-pub(super) fn start_offset_expiry(node: Weak<Node>) {
+pub(super) fn start_offset_expiry<H: GroupsHost>(node: Weak<H>) {
     tokio::spawn(async move {
         loop {
             let Some(interval) = node
@@ -43,7 +43,7 @@ const MAX_EXPIRIES_PER_CHECK: usize = 1000;
 /// here) whose last activity (a commit, or becoming empty) is at least
 /// `kafka.offsets_retention_ms` old; applied only if the group stayed idle. Returns how many
 /// groups' expiry committed.
-async fn expire_offsets(node: &Arc<Node>) -> usize {
+async fn expire_offsets<H: GroupsHost>(node: &Arc<H>) -> usize {
     let Some(term) = coordinator_term(node) else {
         return 0;
     };
@@ -89,7 +89,7 @@ async fn expire_offsets(node: &Arc<Node>) -> usize {
 /// coordinates in the records' term (never through another leader). A record that fails is
 /// dropped with a log line: the group keeps running here, and a later coordinator loads the
 /// group's previous record (its members then rejoin, as without the record). Ends with the node.
-pub(super) fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify>) {
+pub(super) fn start_persister<H: GroupsHost>(node: Weak<H>, waiting: Arc<tokio::sync::Notify>) {
     tokio::spawn(async move {
         loop {
             // Woken by new records; the timeout notices the node's end.
@@ -141,7 +141,7 @@ pub(super) fn start_persister(node: Weak<Node>, waiting: Arc<tokio::sync::Notify
 
 /// Every [`TICK`]: expire sessions, complete due rebalances, and drop the
 /// groups when this node no longer leads. Ends with the node (dropped or shut down).
-pub(super) fn start_ticker(node: Weak<Node>) {
+pub(super) fn start_ticker<H: GroupsHost>(node: Weak<H>) {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(TICK);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -10,13 +10,13 @@ use kafka_proto::messages::find_coordinator_response::{Coordinator, FindCoordina
 
 use crate::kafka::access::Access;
 use crate::kafka::fields::split_host_port;
+use crate::kafka::host::GroupsHost;
 use crate::kafka::reply::{self, Reply};
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 
 /// The coordinator's (node id, host, port), or why there is none.
-fn locate(
-    node: &Node,
+fn locate<H: GroupsHost>(
+    node: &H,
     key_type: i8,
     listener: &str,
 ) -> Result<(i32, String, i32), (ErrorCode, String)> {
@@ -61,15 +61,15 @@ fn locate(
 /// As in Kafka a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED) and a
 /// transaction key DESCRIBE on the transactional id (else
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
-pub(crate) fn find_coordinator(
-    node: &Arc<Node>,
+pub(crate) fn find_coordinator<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: FindCoordinatorRequest,
     version: i16,
     correlation_id: i32,
     listener: &str,
 ) -> Reply {
-    let located = locate(node, req.key_type, listener);
+    let located = locate(node.as_ref(), req.key_type, listener);
     let refused = |key: &str| -> Option<(ErrorCode, String)> {
         // Kafka's messages for these errors.
         match req.key_type {

@@ -21,16 +21,16 @@ use super::node_coordinator::{coordinator, coordinator_term, group_exists, read_
 use super::types::GroupState;
 use crate::kafka::access::{Access, GROUP_OPERATIONS};
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::GroupsHost;
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
-use crate::node::Node;
 use crate::security::acl::{AclOperation, ResourceType};
 
 /// The group type ListGroups reports (every group here uses the classic protocol).
 const GROUP_TYPE: &str = "classic";
 
 /// Groups that only have committed offsets (no membership state): reported as Empty.
-fn offset_only_groups(node: &Node, known: &HashSet<String>) -> Vec<String> {
+fn offset_only_groups<H: GroupsHost>(node: &H, known: &HashSet<String>) -> Vec<String> {
     let meta = node.metadata();
     let mut v: Vec<String> = meta
         .offsets
@@ -47,8 +47,8 @@ fn offset_only_groups(node: &Node, known: &HashSet<String>) -> Vec<String> {
 ///
 /// As in Kafka: with DESCRIBE on the cluster every group, else only the groups the principal
 /// may DESCRIBE.
-pub(crate) fn list_groups(
-    node: &Arc<Node>,
+pub(crate) fn list_groups<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: ListGroupsRequest,
     version: i16,
@@ -64,7 +64,7 @@ pub(crate) fn list_groups(
     let node = node.clone();
     let access = access.clone();
     reply::later(correlation_id, version, async move {
-        let listed = match read_barrier(&node).await {
+        let listed = match read_barrier(&*node).await {
             Some(e) => Err(e),
             None => coordinator(&node).list(term),
         };
@@ -84,7 +84,7 @@ pub(crate) fn list_groups(
             .map(|g| (g.group_id, g.protocol_type, g.state))
             .collect();
         all.extend(
-            offset_only_groups(&node, &known)
+            offset_only_groups(&*node, &known)
                 .into_iter()
                 .map(|g| (g, String::new(), GroupState::Empty)),
         );
@@ -127,8 +127,8 @@ pub(crate) fn list_groups(
 ///
 /// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it); its authorized
 /// operations when asked for (v3+).
-pub(crate) fn describe_groups(
-    node: &Arc<Node>,
+pub(crate) fn describe_groups<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: DescribeGroupsRequest,
     version: i16,
@@ -139,7 +139,7 @@ pub(crate) fn describe_groups(
     let access = access.clone();
     reply::later(correlation_id, version, async move {
         let barrier = match (term, req.groups.first()) {
-            (Some(_), Some(_)) => read_barrier(&node).await,
+            (Some(_), Some(_)) => read_barrier(&*node).await,
             _ => None,
         };
         let groups = req
@@ -217,7 +217,7 @@ pub(crate) fn describe_groups(
 }
 
 /// One group of DeleteGroups: error 0 once its offsets and membership state are gone.
-async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
+async fn delete_group<H: GroupsHost>(node: &Arc<H>, group_id: &str) -> ErrorCode {
     let Some(term) = coordinator_term(node) else {
         return ErrorCode::NotCoordinator;
     };
@@ -251,8 +251,8 @@ async fn delete_group(node: &Arc<Node>, group_id: &str) -> ErrorCode {
 /// GROUP_ID_NOT_FOUND, as in Kafka; otherwise its committed offsets (replicated) and its
 /// membership state go.
 /// Each group needs DELETE on it (else GROUP_AUTHORIZATION_FAILED).
-pub(crate) fn delete_groups(
-    node: &Arc<Node>,
+pub(crate) fn delete_groups<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: DeleteGroupsRequest,
     version: i16,

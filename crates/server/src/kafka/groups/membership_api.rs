@@ -20,8 +20,8 @@ use super::limits::COMMIT_TIMEOUT;
 use super::node_coordinator::{coordinator, coordinator_term};
 use super::types::{JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams};
 use crate::kafka::access::Access;
+use crate::kafka::host::GroupsHost;
 use crate::kafka::reply::{self, Reply};
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 
 fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
@@ -50,8 +50,8 @@ fn join_response(o: JoinOutcome, version: i16) -> JoinGroupResponse {
 
 /// Handles JoinGroup: answered when the rebalance completes (or at once for errors,
 /// MEMBER_ID_REQUIRED and rejoins that change nothing).
-pub(crate) fn join_group(
-    node: &Arc<Node>,
+pub(crate) fn join_group<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     client_id: Option<String>,
     client_host: String,
@@ -126,8 +126,8 @@ fn sync_response(o: SyncOutcome) -> SyncGroupResponse {
 
 /// Handles SyncGroup: the leader's carries the assignment; every member's is answered with its
 /// own assignment once the leader's arrives.
-pub(crate) fn sync_group(
-    node: &Arc<Node>,
+pub(crate) fn sync_group<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: SyncGroupRequest,
     version: i16,
@@ -184,7 +184,11 @@ pub(crate) fn sync_group(
 /// right after finds the generation the members were given. NOT_COORDINATOR when this node
 /// stops coordinating first; after [`COMMIT_TIMEOUT`] it answers anyway (the record follows or
 /// is lost: a later failover then makes the members rejoin).
-async fn wait_stored(node: &Arc<Node>, term: u64, group_id: &str) -> Result<(), ErrorCode> {
+async fn wait_stored<H: GroupsHost>(
+    node: &Arc<H>,
+    term: u64,
+    group_id: &str,
+) -> Result<(), ErrorCode> {
     let Some((seq, mut stored)) = coordinator(node).unstored(term, group_id) else {
         return Ok(());
     };
@@ -205,8 +209,8 @@ async fn wait_stored(node: &Arc<Node>, term: u64, group_id: &str) -> Result<(), 
 }
 
 /// Handles Heartbeat.
-pub(crate) fn heartbeat(
-    node: &Arc<Node>,
+pub(crate) fn heartbeat<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: HeartbeatRequest,
     version: i16,
@@ -237,8 +241,8 @@ pub(crate) fn heartbeat(
 }
 
 /// Handles LeaveGroup (v3+: several members at once).
-pub(crate) fn leave_group(
-    node: &Arc<Node>,
+pub(crate) fn leave_group<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: LeaveGroupRequest,
     version: i16,

@@ -12,13 +12,13 @@ use super::coordinator::Coordinator;
 use super::coordinator_tasks::{start_offset_expiry, start_persister, start_ticker};
 use super::limits::FETCH_BARRIER_TIMEOUT;
 use crate::kafka::error_codes::{append_error_code, Proposal};
-use crate::node::Node;
+use crate::kafka::host::GroupsHost;
 
 /// The metadata term in which this node leads the metadata group (and so coordinates every
 /// group); None when it does not lead, or leads but has not applied the metadata through its
 /// term's start yet (the groups stored by the previous coordinator are not all known then).
 /// The first call in a term loads those groups into the coordinator.
-pub(super) fn coordinator_term(node: &Arc<Node>) -> Option<u64> {
+pub(super) fn coordinator_term<H: GroupsHost>(node: &Arc<H>) -> Option<u64> {
     let v = node.metadata_group()?.visible();
     if v.leader == 0 || v.leader != node.config().id || !v.leader_ready {
         return None;
@@ -38,7 +38,7 @@ pub(super) fn coordinator_term(node: &Arc<Node>) -> Option<u64> {
 }
 
 /// This node's group coordinator; the first call starts its deadline and persisting tasks.
-pub(crate) fn coordinator(node: &Arc<Node>) -> &Coordinator {
+pub(crate) fn coordinator<H: GroupsHost>(node: &Arc<H>) -> &Coordinator {
     let c = node.group_coordinator();
     if c.claim_ticker() {
         start_ticker(Arc::downgrade(node));
@@ -52,7 +52,7 @@ pub(crate) fn coordinator(node: &Arc<Node>) -> &Coordinator {
 /// leads, no log entry is written): every offset committed before (also through a previous
 /// coordinator) is applied here before the read, and a node deposed without knowing it yet
 /// does not answer from stale state. None once done.
-pub(super) async fn read_barrier(node: &Node) -> Option<ErrorCode> {
+pub(super) async fn read_barrier<H: GroupsHost>(node: &H) -> Option<ErrorCode> {
     let Some(group) = node.metadata_group() else {
         return Some(ErrorCode::NotCoordinator);
     };
@@ -65,7 +65,7 @@ pub(super) async fn read_barrier(node: &Node) -> Option<ErrorCode> {
 
 /// Whether group `group_id` exists for DeleteGroups / OffsetDelete: it has membership state
 /// on this coordinator or committed offsets.
-pub(super) fn group_exists(node: &Arc<Node>, term: u64, group_id: &str) -> bool {
+pub(super) fn group_exists<H: GroupsHost>(node: &Arc<H>, term: u64, group_id: &str) -> bool {
     coordinator(node).describe(term, group_id).is_some()
         || node
             .metadata()

@@ -26,10 +26,10 @@ use super::limits::COMMIT_TIMEOUT;
 use super::node_coordinator::{coordinator, coordinator_term, group_exists, read_barrier};
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
+use crate::kafka::host::GroupsHost;
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
-use crate::node::Node;
 use crate::security::acl::AclOperation;
 
 /// Longest committed metadata string accepted (Kafka's `offset.metadata.max.bytes`).
@@ -40,8 +40,8 @@ const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 ///
 /// As in Kafka: READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition), and
 /// READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
-pub(crate) fn offset_commit(
-    node: &Arc<Node>,
+pub(crate) fn offset_commit<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: OffsetCommitRequest,
     version: i16,
@@ -177,7 +177,7 @@ type GroupOffsets = Vec<(String, Vec<PartitionOffset>)>;
 type TopicSelection = Option<Vec<(String, Vec<i32>)>>;
 
 /// Reads a group's committed offsets as applied on this node; partitions without one get -1.
-fn read_offsets(node: &Node, group: &str, topics: &TopicSelection) -> GroupOffsets {
+fn read_offsets<H: GroupsHost>(node: &H, group: &str, topics: &TopicSelection) -> GroupOffsets {
     let meta = node.metadata();
     let committed = meta.offsets.get(group);
     let entry = |topic: &str, partition: i32| {
@@ -212,8 +212,8 @@ fn read_offsets(node: &Node, group: &str, topics: &TopicSelection) -> GroupOffse
 /// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it) and on each
 /// topic: a named topic without it answers TOPIC_AUTHORIZATION_FAILED per partition, and a
 /// group's "all topics" leaves such topics out.
-pub(crate) fn offset_fetch(
-    node: &Arc<Node>,
+pub(crate) fn offset_fetch<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: OffsetFetchRequest,
     version: i16,
@@ -247,7 +247,7 @@ pub(crate) fn offset_fetch(
             (None, _) => Some(ErrorCode::NotCoordinator),
             (Some(_), None) => None,
             // Everything committed before this barrier is applied here once it commits.
-            (Some(_), Some(_)) => read_barrier(&node).await,
+            (Some(_), Some(_)) => read_barrier(&*node).await,
         };
         let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
             .into_iter()
@@ -257,7 +257,7 @@ pub(crate) fn offset_fetch(
                         Err(ErrorCode::GroupAuthorizationFailed)
                     }
                     Some(e) => Err(e),
-                    None => Ok(read_offsets(&node, &g, &topics)
+                    None => Ok(read_offsets(&*node, &g, &topics)
                         .into_iter()
                         .filter(|(t, _)| {
                             topics.is_some() || access.topic(AclOperation::Describe, t)
@@ -392,8 +392,8 @@ pub(crate) fn offset_fetch(
 /// UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
 /// Authorization as Kafka's: DELETE on the group (else GROUP_AUTHORIZATION_FAILED), READ on
 /// each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
-pub(crate) fn offset_delete(
-    node: &Arc<Node>,
+pub(crate) fn offset_delete<H: GroupsHost>(
+    node: &Arc<H>,
     access: &Access,
     req: OffsetDeleteRequest,
     version: i16,

@@ -39,7 +39,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::kafka::conn_limits::{ConnectionLimits, ListenerLimits};
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::ClientSocket;
-use crate::node::Node;
+use crate::kafka::host::ConnectionHost;
 use crate::security::config::KafkaListenerConfig;
 use crate::security::sasl::SaslSession;
 use crate::security::tls::ReloadingServerTls;
@@ -61,7 +61,7 @@ pub struct Endpoint {
 /// The connection limits shared by every Kafka listener of `node`: `kafka.max_connections`
 /// (lowered to what the open-file limit allows beside storage, [`crate::runtime::fd_budget`]) and
 /// the per-address limits (see [`crate::kafka::conn_limits`]).
-pub fn connection_limits(node: &Node) -> Arc<ConnectionLimits> {
+pub(crate) fn connection_limits<H: ConnectionHost>(node: &H) -> Arc<ConnectionLimits> {
     let limits = node.config().kafka;
     let nofile = crate::runtime::fd_budget::nofile_limits().map_or(1024, |(soft, _)| soft);
     let max_connections =
@@ -100,9 +100,9 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// closes the listening socket; at [`ShutdownPhase::Drain`] every connection reads no more
 /// requests, answers those it has read and closes; it returns once all have closed (a dropped
 /// sender counts as `Drain`). Callers bound the wait with a timeout.
-pub async fn serve(
+pub(crate) async fn serve<H: ConnectionHost>(
     listener: TcpListener,
-    node: Arc<Node>,
+    node: Arc<H>,
     endpoint: Arc<Endpoint>,
     limits: Arc<ConnectionLimits>,
     mut shutdown: ShutdownSignal,
@@ -216,10 +216,10 @@ pub enum ConnectionEnd {
     AuthenticationTimeout,
 }
 
-async fn run_connection(
+async fn run_connection<H: ConnectionHost>(
     sock: TcpStream,
     peer: SocketAddr,
-    node: Arc<Node>,
+    node: Arc<H>,
     endpoint: Arc<Endpoint>,
     auth_deadline: Instant,
     shutdown: ShutdownSignal,

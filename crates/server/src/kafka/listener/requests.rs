@@ -16,10 +16,10 @@ use super::sasl::{authenticate, finish_sasl, plain_verdict, raw_token, sasl_not_
 use super::{ConnectionEnd, RESPONSE_WRITE_TIMEOUT};
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::{ClientSocket, DirectAnswer};
+use crate::kafka::host::ConnectionHost;
 use crate::kafka::in_order::InOrder;
 use crate::kafka::reply::Reply;
 use crate::metrics::{NodeMetrics, Stage};
-use crate::node::Node;
 use crate::runtime::timeline::{self, Stage as Hop};
 use crate::security::sasl::{Gate, SaslSession};
 use crate::shutdown::{ShutdownPhase, ShutdownSignal};
@@ -73,10 +73,10 @@ impl Timing {
 /// Serves requests read from `reader`, answering on `writer` (and, for produces, through
 /// `direct`: the same socket written by the workers, see `direct_answer`).
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn serve_stream<R, W>(
+pub(super) async fn serve_stream<R, W, H: ConnectionHost>(
     mut reader: R,
     mut writer: W,
-    node: &Arc<Node>,
+    node: &Arc<H>,
     conn: ConnectionContext,
     sasl: Option<SaslSession>,
     direct: Option<Arc<ClientSocket>>,
@@ -168,8 +168,8 @@ impl ConnState {
     }
 }
 
-async fn connection_loop<W: AsyncWrite + Unpin + Send>(
-    node: &Arc<Node>,
+async fn connection_loop<W: AsyncWrite + Unpin + Send, H: ConnectionHost>(
+    node: &Arc<H>,
     state: &mut ConnState,
     frames: &mut tokio::sync::mpsc::Receiver<Result<(Bytes, Instant), ConnectionEnd>>,
     writer: &mut W,
@@ -235,9 +235,9 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                 // After a v0 SaslHandshake the tokens come as bare frames.
                 if state.sasl.as_ref().is_some_and(SaslSession::expects_raw_token) {
                     flush(&mut pending, writer, state, write_timeout, metrics).await?;
-                    let verdict = plain_verdict(node, state, &frame).await;
-                    let outcome = raw_token(node, state, &frame, verdict);
-                    finish_sasl(node, outcome, writer, write_timeout).await?;
+                    let verdict = plain_verdict(&**node, state, &frame).await;
+                    let outcome = raw_token(&**node, state, &frame, verdict);
+                    finish_sasl(&**node, outcome, writer, write_timeout).await?;
                     continue;
                 }
                 match decode_request(frame) {
@@ -253,11 +253,11 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                                 // One at a time, after what is owed for earlier requests.
                                 flush(&mut pending, writer, state, write_timeout, metrics).await?;
                                 let verdict = match &request {
-                                    Request::SaslAuthenticate(r) => plain_verdict(node, state, &r.auth_bytes).await,
+                                    Request::SaslAuthenticate(r) => plain_verdict(&**node, state, &r.auth_bytes).await,
                                     _ => None,
                                 };
-                                let outcome = authenticate(node, state, &header, request, verdict);
-                                finish_sasl(node, outcome, writer, write_timeout).await?;
+                                let outcome = authenticate(&**node, state, &header, request, verdict);
+                                finish_sasl(&**node, outcome, writer, write_timeout).await?;
                                 continue;
                             }
                             Gate::Close => {
@@ -275,7 +275,7 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send>(
                         if state.sasl.is_none() && matches!(request, Request::SaslHandshake(_) | Request::SaslAuthenticate(_)) {
                             // SASL on a listener without it: ILLEGAL_SASL_STATE, as Kafka.
                             let outcome = sasl_not_enabled(&header, api);
-                            finish_sasl(node, outcome, writer, write_timeout).await?;
+                            finish_sasl(&**node, outcome, writer, write_timeout).await?;
                             continue;
                         }
                         // request_percentage quotas charge the time spent handling.

@@ -16,8 +16,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::frames::write_segments;
 use super::requests::ConnState;
 use super::ConnectionEnd;
+use crate::kafka::host::ConnectionHost;
 use crate::kafka::reply;
-use crate::node::Node;
 use crate::security::sasl::{AuthStep, HandshakeOutcome};
 
 /// What the SASL layer decided about one frame.
@@ -32,8 +32,8 @@ pub(super) enum SaslOutcome {
 
 /// Writes what the SASL layer decided: an answer, or (after the delay) a failure and the end
 /// of the connection.
-pub(super) async fn finish_sasl<W: AsyncWrite + Unpin>(
-    node: &Node,
+pub(super) async fn finish_sasl<W: AsyncWrite + Unpin, H: ConnectionHost>(
+    node: &H,
     outcome: SaslOutcome,
     writer: &mut W,
     write_timeout: Duration,
@@ -79,8 +79,8 @@ pub(super) fn sasl_not_enabled(
 }
 
 /// Records a completed authentication on the connection.
-fn authenticated(
-    node: &Node,
+fn authenticated<H: ConnectionHost>(
+    node: &H,
     state: &mut ConnState,
     principal: crate::security::Principal,
     reauth: bool,
@@ -96,8 +96,12 @@ fn authenticated(
 
 /// When `token` is a PLAIN message the session expects: whether its password is the user's,
 /// checked off the runtime threads through the process-wide gate
-/// ([`Node::verify_password`]; a full gate refuses the login).
-pub(super) async fn plain_verdict(node: &Node, state: &ConnState, token: &[u8]) -> Option<bool> {
+/// ([`ConnectionHost::verify_password`]; a full gate refuses the login).
+pub(super) async fn plain_verdict<H: ConnectionHost>(
+    node: &H,
+    state: &ConnState,
+    token: &[u8],
+) -> Option<bool> {
     let (user, password) = state.sasl.as_ref()?.plain_attempt(token)?;
     match node.verify_password(&user, password).await {
         Ok(ok) => Some(ok),
@@ -109,12 +113,12 @@ pub(super) async fn plain_verdict(node: &Node, state: &ConnState, token: &[u8]) 
 }
 
 /// The credentials of `node`, with a PLAIN verdict computed beforehand ([`plain_verdict`]).
-struct NodeLookup<'a> {
-    node: &'a Node,
+struct NodeLookup<'a, H> {
+    node: &'a H,
     plain: Option<bool>,
 }
 
-impl crate::security::sasl::CredentialLookup for NodeLookup<'_> {
+impl<H: ConnectionHost> crate::security::sasl::CredentialLookup for NodeLookup<'_, H> {
     fn credential(
         &self,
         user: &str,
@@ -130,8 +134,8 @@ impl crate::security::sasl::CredentialLookup for NodeLookup<'_> {
 }
 
 /// Handles SaslHandshake or SaslAuthenticate on a SASL listener.
-pub(super) fn authenticate(
-    node: &Node,
+pub(super) fn authenticate<H: ConnectionHost>(
+    node: &H,
     state: &mut ConnState,
     header: &RequestHeader,
     request: Request,
@@ -210,8 +214,8 @@ pub(super) fn authenticate(
 /// Handles a bare token after a v0 SaslHandshake: the answer is a bare length-prefixed token;
 /// a failure closes the connection without an answer (there is no error field), after the
 /// delay.
-pub(super) fn raw_token(
-    node: &Node,
+pub(super) fn raw_token<H: ConnectionHost>(
+    node: &H,
     state: &mut ConnState,
     token: &[u8],
     plain: Option<bool>,
