@@ -54,6 +54,31 @@ CP="$(cat "$BUILD/classpath.txt")"
 rm -rf "$BUILD/classes"
 javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
+# 1b. DebeziumPostgresTest's plugin directory, when that test is to run: the jars of
+#     java/debezium/pom.xml's class path (Debezium's PostgreSQL connector; offline once
+#     test-deps.sh prefetched it) copied into $BUILD/connect-plugins/debezium-postgres, the
+#     worker's plugin.path, cached by that pom's hash; and the PostgreSQL server binaries
+#     (Debian's postgresql package: the newest /usr/lib/postgresql/*/bin).
+JAVA_PROPS=()
+if [[ "${JAVA_TEST_MAIN:-} ${JAVA_TEST_KAFKA_MAIN:-}" == *DebeziumPostgresTest* ]]; then
+  DBZ_POM="$PROJ/debezium/pom.xml"
+  DBZ_SHA="$(sha256sum "$DBZ_POM" | cut -c1-16)"
+  PLUGINS="$BUILD/connect-plugins"
+  if [[ "$(cat "$PLUGINS/.pom" 2>/dev/null)" != "$DBZ_SHA" ]]; then
+    rm -rf "$PLUGINS"
+    mkdir -p "$PLUGINS/debezium-postgres"
+    if ! mvn -B -q -o -f "$DBZ_POM" dependency:build-classpath -Dmdep.outputFile="$BUILD/debezium-classpath.txt" >"$BUILD/mvn-debezium.log" 2>&1; then
+      echo "Debezium's Maven artifacts not prefetched (run scripts/test-deps.sh); resolving them now" >&2
+      timeout 300 mvn -B -q -Dstyle.color=never -f "$DBZ_POM" dependency:build-classpath -Dmdep.outputFile="$BUILD/debezium-classpath.txt" 2>&1 | sed "s/\x1b\[[0-9;]*m//g" >&2
+    fi
+    tr ':' '\n' <"$BUILD/debezium-classpath.txt" | xargs -r cp -t "$PLUGINS/debezium-postgres"
+    echo "$DBZ_SHA" >"$PLUGINS/.pom"
+  fi
+  PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
+  [[ -x "$PG_BIN/initdb" ]] || { echo "no PostgreSQL server binaries (run scripts/test-deps.sh)" >&2; exit 1; }
+  JAVA_PROPS=("-Dvdl.pg.bin=$PG_BIN" "-Dvdl.debezium.plugin.path=$PLUGINS")
+fi
+
 TARGETS="${JAVA_TEST_TARGETS:-vdl kafka}"
 ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
 ECOSYSTEM_TESTS="vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
@@ -78,7 +103,7 @@ run_tests() {
   local tests="$1" bs="$2" prefix="$3" main; shift 3
   for main in $tests; do
     echo "java test ($TARGET): $main (at ${SECONDS}s)"
-    if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" \
+    if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" ${JAVA_PROPS[@]+"${JAVA_PROPS[@]}"} \
       -cp "$BUILD/classes:$CP" "$main" "$bs" "$prefix" "$N"; then
       echo "java test ($TARGET): $main FAILED" >&2
       FAILED+=("$TARGET:$main")
