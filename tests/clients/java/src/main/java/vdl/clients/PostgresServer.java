@@ -18,7 +18,8 @@ import java.util.stream.Stream;
  * pgoutput decoding needs), trust authentication for local connections. When this JVM runs as
  * root the server processes run as the {@code postgres} OS user (initdb refuses root), through
  * runuser. {@link #close} stops the postmaster by its PID (fast shutdown, SIGINT) and removes
- * the directory; a server that does not stop within 30 s is killed.
+ * the directory; a server that does not stop within 30 s is killed. A shutdown hook stops a
+ * server not closed when the JVM exits.
  */
 final class PostgresServer implements AutoCloseable {
     private final String bin;
@@ -26,6 +27,7 @@ final class PostgresServer implements AutoCloseable {
     private final int port;
     private final long pid;
     private boolean keep;
+    private volatile boolean closed;
 
     private PostgresServer(String bin, Path dir, int port, long pid) {
         this.bin = bin;
@@ -51,7 +53,22 @@ final class PostgresServer implements AutoCloseable {
         run(dir.resolve("pg_ctl.log"), asServerUser(root, List.of(bin + "/pg_ctl", "-D", data.toString(),
                 "-l", dir.resolve("postgres.log").toString(), "-w", "-t", "60", "-o", options, "start")));
         long pid = Long.parseLong(Files.readAllLines(data.resolve("postmaster.pid")).get(0).trim());
-        return new PostgresServer(bin, dir, port, pid);
+        PostgresServer server = new PostgresServer(bin, dir, port, pid);
+        // A JVM ended by a signal (run-java.sh's timeout) runs no finally block: stop the server
+        // from a shutdown hook then, so it does not outlive the test.
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            if (!server.closed) {
+                ProcessHandle.of(pid).ifPresent(h -> {
+                    try {
+                        new ProcessBuilder("kill", "-INT", String.valueOf(pid)).start().waitFor();
+                        h.onExit().get(10, TimeUnit.SECONDS);
+                    } catch (Exception e) {
+                        h.destroyForcibly();
+                    }
+                });
+            }
+        }));
+        return server;
     }
 
     /** The TCP port the server listens on (127.0.0.1). */
@@ -81,6 +98,7 @@ final class PostgresServer implements AutoCloseable {
 
     @Override
     public void close() throws Exception {
+        closed = true;
         ProcessHandle h = ProcessHandle.of(pid).orElse(null);
         if (h != null) {
             run(dir.resolve("kill.log"), List.of("kill", "-INT", String.valueOf(pid)));
