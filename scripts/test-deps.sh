@@ -28,6 +28,9 @@ compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null || need_pkgs+=(fa
 command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
 # curl: deploy/local-cluster.sh calls the HTTPS admin API of a VDL_SECURITY=sasl_ssl cluster with it.
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+# PostgreSQL's server (initdb, pg_ctl, psql under /usr/lib/postgresql/*/bin) for
+# tests/clients/java's DebeziumPostgresTest, which starts a server of its own.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need_pkgs+=(postgresql)
 if ((${#need_pkgs[@]})); then
   echo "installing ${need_pkgs[*]} (Debian packages)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -79,6 +82,18 @@ if [ ! -f "$JAVA_STAMP" ]; then
       { echo "the Java test's Maven dependencies ($v) do not resolve offline after prefetching" >&2; exit 1; }
   done
   touch "$JAVA_STAMP"
+fi
+# DebeziumPostgresTest's Connect plugin (tests/clients/java/debezium/pom.xml: Debezium's
+# PostgreSQL connector and its run-time jars), prefetched the same way, with its own stamp.
+DBZ_POM=tests/clients/java/debezium/pom.xml
+DBZ_STAMP="$HOME/.m2/.vdl-debezium-plugin-$(sha256sum "$DBZ_POM" | cut -c1-16)"
+if [ ! -f "$DBZ_STAMP" ]; then
+  echo "prefetching Debezium's PostgreSQL connector (Maven)"
+  timeout 600 mvn -B -q -Dstyle.color=never -f "$DBZ_POM" dependency:resolve dependency:build-classpath \
+    -Dmdep.outputFile=/dev/null 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
+  mvn -B -q -o -f "$DBZ_POM" dependency:build-classpath -Dmdep.outputFile=/dev/null >/dev/null 2>&1 ||
+    { echo "Debezium's Maven artifacts do not resolve offline after prefetching" >&2; exit 1; }
+  touch "$DBZ_STAMP"
 fi
 
 # --- Admin-tooling tests (tests/clients/test_admin*.py, issue 11) ---

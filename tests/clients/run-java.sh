@@ -7,7 +7,7 @@
 # Kafka shows as a test failing against one of them. Exit status: 0 when every test passed
 # against every target; every test runs even when an earlier one failed.
 #
-# Against vdl (JAVA_TEST_MAIN, default all four): ClientTest (Apache Kafka's Java client 3.9:
+# Against vdl (JAVA_TEST_MAIN, default all five): ClientTest (Apache Kafka's Java client 3.9:
 # default idempotent producer, consumer group with commitSync; then a 6-partition topic with
 # keyed records, a two-member group and a rebalance, and CreatePartitions), StaticMembership (a
 # restarted static member takes its partition back without a rebalance, a duplicate is fenced,
@@ -15,8 +15,12 @@
 # compacted internal topics, file source and sink, a worker restart resumes at the committed
 # offset; the vdl cluster runs its log cleaner every 500 ms and the test waits for it to
 # compact), StreamsKTableTest (Kafka Streams 3.9, a KTable count, its compacted changelog, a
-# restore into a fresh state directory).
-# Against Kafka (JAVA_TEST_KAFKA_MAIN, default ConnectDistributedTest StreamsKTableTest).
+# restore into a fresh state directory), DebeziumPostgresTest (Debezium 3.6.1's PostgreSQL
+# connector on Connect 3.9 distributed, from a plugin.path directory made here from
+# java/debezium/pom.xml; a PostgreSQL server the test starts itself: snapshot, c/u/d and
+# tombstones per key, a worker restart resumes from the stored offset).
+# Against Kafka (JAVA_TEST_KAFKA_MAIN, default ConnectDistributedTest StreamsKTableTest;
+# DebeziumPostgresTest runs there too when named).
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
 #                                              JAVA_TEST_TARGETS: "vdl kafka" (default), "vdl"
@@ -25,8 +29,8 @@
 #                                              classes, e.g. vdl.clients.StaticMembership;
 #                                              VDL_KEEP=1 keeps the clusters' data and logs;
 #                                              JAVA_TEST_RECORDS, default 500)
-# Needs a JDK and Maven with the dependencies prefetched, and the Kafka 3.9 jars:
-# scripts/test-deps.sh does all three.
+# Needs a JDK and Maven with the dependencies prefetched, the Kafka 3.9 jars and PostgreSQL's
+# server (Debian's postgresql): scripts/test-deps.sh does all four.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PROJ="$REPO/tests/clients/java"
@@ -55,8 +59,39 @@ rm -rf "$BUILD/classes"
 javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
 TARGETS="${JAVA_TEST_TARGETS:-vdl kafka}"
-ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
+ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
 ECOSYSTEM_TESTS="vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
+VDL_TESTS="${JAVA_TEST_MAIN:-$ALL_TESTS}"
+KAFKA_TESTS="${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}"
+RUNNING=""
+[[ " $TARGETS " == *" vdl "* ]] && RUNNING+=" $VDL_TESTS"
+[[ " $TARGETS " == *" kafka "* ]] && RUNNING+=" $KAFKA_TESTS"
+
+# 1b. DebeziumPostgresTest's plugin directory, when that test is to run: the jars of
+#     java/debezium/pom.xml's class path (Debezium's PostgreSQL connector; offline once
+#     test-deps.sh prefetched it) copied into $BUILD/connect-plugins/debezium-postgres, the
+#     worker's plugin.path, cached by that pom's hash; and the PostgreSQL server binaries
+#     (Debian's postgresql package: the newest /usr/lib/postgresql/*/bin).
+JAVA_PROPS=()
+if [[ "$RUNNING" == *DebeziumPostgresTest* ]]; then
+  DBZ_POM="$PROJ/debezium/pom.xml"
+  DBZ_SHA="$(sha256sum "$DBZ_POM" | cut -c1-16)"
+  PLUGINS="$BUILD/connect-plugins"
+  if [[ "$(cat "$PLUGINS/.pom" 2>/dev/null)" != "$DBZ_SHA" ]]; then
+    rm -rf "$PLUGINS"
+    mkdir -p "$PLUGINS/debezium-postgres"
+    if ! mvn -B -q -o -f "$DBZ_POM" dependency:build-classpath -Dmdep.outputFile="$BUILD/debezium-classpath.txt" >"$BUILD/mvn-debezium.log" 2>&1; then
+      echo "Debezium's Maven artifacts not prefetched (run scripts/test-deps.sh); resolving them now" >&2
+      timeout 300 mvn -B -q -Dstyle.color=never -f "$DBZ_POM" dependency:build-classpath -Dmdep.outputFile="$BUILD/debezium-classpath.txt" 2>&1 | sed "s/\x1b\[[0-9;]*m//g" >&2
+    fi
+    tr ':' '\n' <"$BUILD/debezium-classpath.txt" | xargs -r cp -t "$PLUGINS/debezium-postgres"
+    echo "$DBZ_SHA" >"$PLUGINS/.pom"
+  fi
+  PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
+  [[ -x "$PG_BIN/initdb" ]] || { echo "no PostgreSQL server binaries (run scripts/test-deps.sh)" >&2; exit 1; }
+  JAVA_PROPS=("-Dvdl.pg.bin=$PG_BIN" "-Dvdl.debezium.plugin.path=$PLUGINS")
+fi
+
 FAILED=()
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -78,7 +113,7 @@ run_tests() {
   local tests="$1" bs="$2" prefix="$3" main; shift 3
   for main in $tests; do
     echo "java test ($TARGET): $main (at ${SECONDS}s)"
-    if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" \
+    if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" ${JAVA_PROPS[@]+"${JAVA_PROPS[@]}"} \
       -cp "$BUILD/classes:$CP" "$main" "$bs" "$prefix" "$N"; then
       echo "java test ($TARGET): $main FAILED" >&2
       FAILED+=("$TARGET:$main")
@@ -118,7 +153,7 @@ cleaner_backoff_ms = 500
 retention_check_ms = 500" "$REPO/deploy/local-cluster.sh" start 2>"$VDL_DATA/start.log" | tail -n1)" ||
     { cat "$VDL_DATA/start.log" >&2; exit 1; }
   METRICS="http://127.0.0.1:$((BASE + 200))/metrics,http://127.0.0.1:$((BASE + 201))/metrics,http://127.0.0.1:$((BASE + 202))/metrics"
-  run_tests "${JAVA_TEST_MAIN:-$ALL_TESTS}" "$BS" "java-test-$BASE" "-Dvdl.metrics=$METRICS"
+  run_tests "$VDL_TESTS" "$BS" "java-test-$BASE" "-Dvdl.metrics=$METRICS"
   cleanup
 fi
 
@@ -132,7 +167,7 @@ if [[ " $TARGETS " == *" kafka "* ]]; then
     --base-port "$BASE" --dir "$KAFKA_DATA" 2>"$KAFKA_DATA/start.log" | tail -n1)" ||
     { cat "$KAFKA_DATA/start.log" >&2; exit 1; }
   echo "kafka cluster ready at ${SECONDS}s: $BS"
-  run_tests "${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}" "$BS" "java-test-$BASE"
+  run_tests "$KAFKA_TESTS" "$BS" "java-test-$BASE"
   cleanup
 fi
 
