@@ -493,8 +493,9 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                          compacted groups, {} cleaner passes ({} swapped in steps after they \
                          were prepared), {} records removed, {} prepared passes lost to \
                          crashes, {} power cuts in a pass; at the end {} superseded records \
-                         left, {} latest tombstones gone; every replica holds every key's \
-                         latest record",
+                         left, {} latest tombstones gone, {} deleted keys back on a replica \
+                         that caught up after a leader removed the tombstone \
+                         (delete.retention.ms); every replica holds every key's latest record",
                         c.committed_records,
                         c.passes,
                         c.split_passes,
@@ -502,7 +503,8 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                         c.lost_to_crashes,
                         c.power_cuts,
                         c.superseded_left,
-                        c.tombstones_removed
+                        c.tombstones_removed,
+                        c.deleted_keys_back_after_catch_up
                     );
                 }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");
