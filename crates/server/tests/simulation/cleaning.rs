@@ -24,7 +24,10 @@
 //! - for every key, its latest committed record is held by every replica at its offset, and
 //!   readable there through the read path; a tombstone may be gone once its
 //!   `delete.retention.ms` passed (groups with a short retention), and then the replica holds
-//!   no record of that key at all (no older value comes back);
+//!   no record of that key at all (no older value comes back): every pass is checked for it
+//!   as it runs; a replica that got the tombstone's entry only after a leader removed the
+//!   tombstone keeps its older value (Kafka's `delete.retention.ms` hazard: counted, allowed);
+//! - after the heal, a last pass on every replica leaves no superseded record;
 //! - every acknowledged record is the committed record at the offset it was acknowledged
 //!   with: a superseded one may be gone, the latest of its key is on every replica.
 

@@ -51,8 +51,10 @@
 //!   record as a replica whose copy was still whole applied it): every record a replica holds
 //!   is the one committed at that offset; the latest record of every key is on every replica
 //!   at its offset and served there by the read path, except a tombstone past its
-//!   `delete.retention.ms`, and then no record of its key is left at all; every acknowledged
-//!   record is the one committed at its offset (superseded ones may be gone);
+//!   `delete.retention.ms`, and then no record of its key is left at all (no pass may leave
+//!   one; a replica that caught up after a leader removed the tombstone may keep its older
+//!   value, Kafka's hazard, counted); every acknowledged record is the one committed at its
+//!   offset (superseded ones may be gone); a last pass after the heal leaves none superseded;
 //! - every group converges (a leader with all three voters, every replica at the same applied
 //!   index) and no node is still rejoining;
 //! - the metadata: every replica's state is the same, holds every acknowledged command, and
@@ -495,7 +497,7 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                          crashes, {} power cuts in a pass; at the end {} superseded records \
                          left, {} latest tombstones gone, {} deleted keys back on a replica \
                          that caught up after a leader removed the tombstone \
-                         (delete.retention.ms); every replica holds every key's latest record",
+                         (delete.retention.ms); the compaction checks hold",
                         c.committed_records,
                         c.passes,
                         c.split_passes,
