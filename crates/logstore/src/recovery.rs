@@ -578,6 +578,10 @@ fn cut_at_damage(
 ) -> Result<Segment> {
     let (pos, reason) = sc.stop.clone().expect("a damaged scan stopped");
     let first_bad_index = sc.summary.last_index + 1;
+    // Durable before anything is cut, as a truncation does: the cut may lie below the
+    // cleaner's checkpoint (a compacted segment damaged), and the range the leader sends
+    // again must be mapped before a tombstone in it can go.
+    crate::compaction::checkpoint::CleanerCheckpoint::lower(dir, sc.summary.next_offset)?;
     let lost = match later.last() {
         Some(last) => segment_end(last)?,
         None => segment_end(&f)?,

@@ -181,3 +181,85 @@ fn a_flip_in_a_frame_headers_index_is_cut_there() {
     assert_eq!(entry_shape(&follower), entry_shape(&leader));
     assert_eq!(scrub(&follower), None);
 }
+
+/// Damage in a compacted sealed segment found at open instead of by the scrubber (its index
+/// file lost in a crash, so recovery scans it): recovery cuts the log there, and must lower
+/// the cleaner checkpoint as the runtime repair's cut does. Before the fix it did not: once
+/// the range came back from the leader (which never compacted), the old checkpoint counted
+/// it clean, and a pass past the delete horizon removed the tombstone of "gone" while the
+/// old value, written again with it, stayed: the deleted key was back.
+#[test]
+fn damage_found_at_open_lowers_the_cleaner_checkpoint_and_no_deleted_key_returns() {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut leader = LogStore::open(leader_dir.path(), cfg()).unwrap();
+    let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    produce(
+        &mut leader,
+        &mut m,
+        &[vec![
+            rec("gone", Some("old"), 100),
+            rec("stays", Some("1"), 100),
+        ]],
+    );
+    produce(&mut leader, &mut m, &[vec![rec("gone", None, 200)]]);
+    workload(&mut leader, &mut m, 300, 9, 300);
+    replicate(&leader, &mut follower);
+    // The follower compacts, keeping tombstones: its checkpoint lies past the first segments.
+    let keep_tombstones = CompactionPlan {
+        now_ms: 10_000,
+        delete_retention_ms: 1 << 40,
+        ..plan(&follower)
+    };
+    let r = follower
+        .compact(&keep_tombstones, &KvCodec, &mut no_throttle())
+        .unwrap();
+    assert!(r.records_removed > 0 && r.first_dirty_offset > 3, "{r:?}");
+
+    // A flipped bit in the first entry of the compacted first segment, and a crash that lost
+    // the segment's index file: the next open scans the segment and cuts the log before it.
+    drop(follower);
+    let first_seg = follower_dir.path().join(format!("{:020}.log", 1));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&first_seg)
+            .unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, 64 + 40).unwrap();
+        b[0] ^= 0x10;
+        f.write_all_at(&b, 64 + 40).unwrap();
+        f.sync_all().unwrap();
+    }
+    std::fs::remove_file(follower_dir.path().join(format!("{:020}.index", 1))).unwrap();
+    let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
+    assert_eq!(follower.last_index(), 0, "cut before the damaged entry");
+    assert_eq!(follower.repair_marker().map(|m| m.first_bad_index), Some(1));
+
+    // The range comes back from the leader; then passes past every tombstone's horizon.
+    replicate(&leader, &mut follower);
+    follower.finish_repair().unwrap();
+    for round in 0..2 {
+        workload(&mut leader, &mut m, 60, 9, 2_000 + round * 100);
+        replicate(&leader, &mut follower);
+        let drop_tombstones = CompactionPlan {
+            now_ms: 1 << 40,
+            delete_retention_ms: 0,
+            ..plan(&follower)
+        };
+        follower
+            .compact(&drop_tombstones, &KvCodec, &mut no_throttle())
+            .unwrap();
+        let active_first = follower.segment_summaries().pop().unwrap().first_offset;
+        let read = read_all(&follower);
+        check_latest(&m, &read, active_first);
+        assert!(
+            read.iter()
+                .all(|x| x.1.as_deref() != Some(b"gone".as_slice()) || x.2.is_none()),
+            "round {round}: the deleted key's old value is back"
+        );
+    }
+}

@@ -76,6 +76,23 @@ impl CleanerCheckpoint {
     pub fn save(&self, dir: &Path) -> Result<()> {
         crate::fsutil::atomic_write(dir, CHECKPOINT_FILE, &self.encode())
     }
+
+    /// Before the log in `dir` is cut at `next_offset` (a truncation, a repair, recovery's
+    /// cut at damage): lowers a checkpoint whose first dirty offset lies above it to
+    /// `next_offset`, durably. The entries written again after the cut were never mapped by
+    /// this replica's cleaner; left "clean", a later pass could remove a tombstone among them
+    /// while an older value of its key, written again with it, stayed (the deleted key
+    /// visible again). Lowering only makes the next pass map more.
+    pub fn lower(dir: &Path, next_offset: u64) -> Result<()> {
+        match CleanerCheckpoint::load(dir) {
+            Some(c) if c.first_dirty_offset > next_offset => CleanerCheckpoint {
+                first_dirty_offset: next_offset,
+                ..c
+            }
+            .save(dir),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -122,21 +122,11 @@ impl LogStore {
     }
 
     /// Before a cut of the log at `next_offset` (a truncation, a repair after damage):
-    /// lowers a checkpoint whose first dirty offset lies above it to `next_offset`, durably.
-    /// The entries written again from there on (a repair fetches them from the leader, whose
-    /// copy may be compacted less, or not at all) were never compacted with this replica's
-    /// key map; left "clean", a later pass could remove a tombstone among them while an
-    /// older value of its key, written again with it, stayed: the deleted key would be
-    /// visible again. Lowering only makes the next pass map more.
+    /// lowers a checkpoint whose first dirty offset lies above it to `next_offset`, durably
+    /// ([`CleanerCheckpoint::lower`]: the entries written again from there on, fetched from
+    /// the leader, whose copy may be compacted less or not at all, were never mapped here).
     pub(crate) fn lower_cleaner_checkpoint(&self, next_offset: u64) -> Result<()> {
-        match CleanerCheckpoint::load(self.dir()) {
-            Some(c) if c.first_dirty_offset > next_offset => CleanerCheckpoint {
-                first_dirty_offset: next_offset,
-                ..c
-            }
-            .save(self.dir()),
-            _ => Ok(()),
-        }
+        CleanerCheckpoint::lower(self.dir(), next_offset)
     }
 
     /// The first dirty offset: offsets below it were compacted by an earlier pass.

@@ -43,10 +43,15 @@ pub fn now_ms() -> i64 {
 
 /// One batch of records: (key, value), a `None` value being a tombstone, a `None` key none.
 pub fn batch(records: &[(Option<&str>, Option<&str>)]) -> Bytes {
+    batch_at(now_ms(), records)
+}
+
+/// [`batch`] with every record stamped `timestamp_ms` (the simulation's clock).
+pub fn batch_at(timestamp_ms: i64, records: &[(Option<&str>, Option<&str>)]) -> Bytes {
     let records: Vec<NewRecord> = records
         .iter()
         .map(|(k, v)| {
-            let mut r = NewRecord::new(now_ms(), Bytes::new());
+            let mut r = NewRecord::new(timestamp_ms, Bytes::new());
             r.value = v.map(|v| Bytes::from(v.to_owned()));
             if let Some(k) = k {
                 r = r.with_key(k.as_bytes().to_vec());

@@ -20,6 +20,16 @@
 //! message of group G delivered from step S on (the faults run for `SIM_STEPS` steps, then the
 //! heal): how a failing seed is read.
 //!
+//! Compaction (`cleaning.rs`, issue 35; on in `compacted_groups_keep_every_latest_record_under_faults`,
+//! `SIM_COMPACTION=1` adds it to the other tests): groups 100-103 hold keyed records (a few
+//! keys, tombstones, batches of several records) on small segments, and the real cleaner's
+//! passes (its due rule and plan, the store's source / prepare / swap) run at random steps on
+//! random nodes, leaders and followers alike, on the simulated clock: at once, or prepared at
+//! one step and swapped in up to 30 steps later while the group goes on (as the node's
+//! cleaner thread runs next to the group), with power cuts at their fsyncs. Groups 101 and 103
+//! have a short `delete.retention.ms` (tombstones go by the cleaner's real rule), 100 and 102
+//! keep them. With disks replaced, a wiped replica catches up from a compacted leader.
+//!
 //! Every node also hosts a replica of the metadata group with the real metadata state machine
 //! (its snapshots, the log compacted below them, recovery at start), over a recorder standing
 //! in for the node; clients propose topic creations and producer-id allocations with request
@@ -33,9 +43,18 @@
 //! - every node has open, in its core catalog, exactly the topic partitions its metadata state
 //!   places on it, each in the directory the core's layout names;
 //! - every replica of every group (bare or topic partition) holds the same committed entries
-//!   (index, term, payload);
+//!   (index, term, payload; for a compacted group's records entries index, term, first offset
+//!   and record count, since each replica compacts on its own schedule);
 //! - every acknowledged append is in every replica's log at the offset it was acknowledged
 //!   with, holding the value that was appended, and no value is in a log twice;
+//! - for a compacted group (the compaction design's promise, checked against every committed
+//!   record as a replica whose copy was still whole applied it): every record a replica holds
+//!   is the one committed at that offset; the latest record of every key is on every replica
+//!   at its offset and served there by the read path, except a tombstone past its
+//!   `delete.retention.ms`, and then no record of its key is left at all (no pass may leave
+//!   one; a replica that caught up after a leader removed the tombstone may keep its older
+//!   value, Kafka's hazard, counted); every acknowledged record is the one committed at its
+//!   offset (superseded ones may be gone); a last pass after the heal leaves none superseded;
 //! - every group converges (a leader with all three voters, every replica at the same applied
 //!   index) and no node is still rejoining;
 //! - the metadata: every replica's state is the same, holds every acknowledged command, and
@@ -58,6 +77,7 @@
 //! Runs with disk replacements or membership changes depend on them, and a seed may replay
 //! differently, above all on a loaded machine.
 
+mod cleaning;
 #[path = "../common/mod.rs"]
 mod common;
 mod disk;
@@ -95,6 +115,8 @@ struct Outcome {
     /// them.
     topic_partitions: usize,
     acknowledged_to_topics: usize,
+    /// What the cleaner passes of the compacted groups did (all zero without compaction).
+    compaction: cleaning::CleaningCounts,
 }
 
 /// What the metadata group ended with.
@@ -114,10 +136,6 @@ fn values(payload: &Bytes) -> Vec<Vec<u8>> {
         .into_iter()
         .map(|(_, _, v)| v)
         .collect()
-}
-
-fn run(seed: u64, steps: u64) -> Outcome {
-    run_with(seed, steps, SimOptions::default())
 }
 
 fn run_with(seed: u64, steps: u64, options: SimOptions) -> Outcome {
@@ -142,6 +160,7 @@ fn run_with(seed: u64, steps: u64, options: SimOptions) -> Outcome {
          healing:\n{}",
         w.describe()
     );
+    w.final_sweep();
     let outcome = check(seed, &w);
     drop(w);
     let _ = std::fs::remove_dir_all(&root);
@@ -162,6 +181,7 @@ fn check(seed: u64, w: &World) -> Outcome {
         "seed {seed}: bare groups are missing"
     );
     for g in stream_groups {
+        let compacted = w.options.compaction && cleaning::compacted_group(g);
         // With retention the replicas' logs start at different places: compare from the
         // latest start.
         let start = w
@@ -192,8 +212,17 @@ fn check(seed: u64, w: &World) -> Outcome {
                         n.id
                     );
                     for (a, b) in r.iter().zip(&entries) {
+                        // A compacted group's replicas clean on their own schedules: their
+                        // records entries keep index, term and offsets, not their bytes.
+                        let same = if compacted && a.kind == logstore::EntryKind::Records {
+                            a.kind == b.kind
+                                && a.first_offset == b.first_offset
+                                && a.record_count == b.record_count
+                        } else {
+                            a.payload == b.payload
+                        };
                         assert!(
-                            a.index == b.index && a.term == b.term && a.payload == b.payload,
+                            a.index == b.index && a.term == b.term && same,
                             "seed {seed}: group {g}: committed entry {} differs on node {} (term {} vs {})",
                             a.index,
                             n.id,
@@ -208,6 +237,11 @@ fn check(seed: u64, w: &World) -> Outcome {
         let mut seen = HashSet::new();
         for e in &entries {
             if e.kind != logstore::EntryKind::Records {
+                continue;
+            }
+            if compacted {
+                // Checked against the committed records in `cleaning.rs`.
+                log.push((g, e.index, e.term, cleaning::record_values(&e.payload)));
                 continue;
             }
             let vals = values(&e.payload);
@@ -260,10 +294,11 @@ fn check(seed: u64, w: &World) -> Outcome {
             .iter()
             .filter(|(g, _, _)| topic_groups.contains(g))
             .count(),
-        acknowledged: w.acked.len(),
+        acknowledged: w.acked.len() + w.cleaning.acked.len(),
         faults: w.faults,
         top_term,
         metadata: check_metadata(seed, w),
+        compaction: w.cleaning.check(seed, w),
     }
 }
 
@@ -406,6 +441,7 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
     // both on (see docs/reliability.md, issue 32, "The simulation's faults").
     options.disk_replacements |= env_u64("SIM_DISKS") == Some(1);
     options.membership |= env_u64("SIM_MEMBERSHIP") == Some(1);
+    options.compaction |= env_u64("SIM_COMPACTION") == Some(1);
     options.trace = std::env::var("SIM_TRACE").ok().and_then(|v| {
         let (group, step) = v.split_once(':').unwrap_or((&v, "0"));
         Some((group.parse().ok()?, step.parse().ok()?))
@@ -452,6 +488,27 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                     f.disk.index_files_hit,
                     o.top_term
                 );
+                if options.compaction {
+                    let c = o.compaction;
+                    eprintln!(
+                        "{label}seed {seed}: compaction: {} committed records in the \
+                         compacted groups, {} cleaner passes ({} swapped in steps after they \
+                         were prepared), {} records removed, {} prepared passes lost to \
+                         crashes, {} power cuts in a pass; at the end {} superseded records \
+                         left, {} latest tombstones gone, {} deleted keys back on a replica \
+                         that caught up after a leader removed the tombstone \
+                         (delete.retention.ms); the compaction checks hold",
+                        c.committed_records,
+                        c.passes,
+                        c.split_passes,
+                        c.records_removed,
+                        c.lost_to_crashes,
+                        c.power_cuts,
+                        c.superseded_left,
+                        c.tombstones_removed,
+                        c.deleted_keys_back_after_catch_up
+                    );
+                }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");
             }
             Err(panic) => {
@@ -507,9 +564,32 @@ fn groups_agree_with_replaced_disks_and_membership_changes() {
     );
 }
 
+/// The same faults with compacted groups (keyed records, tombstones) cleaned at random steps
+/// on every node, and disks replaced: replicas catch up from compacted leaders (see
+/// `cleaning.rs`). `SIM_SEEDS` seeds (default 2), `SIM_STEPS` steps each; seeds 3001, ...
+#[test]
+fn compacted_groups_keep_every_latest_record_under_faults() {
+    soak(
+        "compaction ",
+        "compacted_groups_keep",
+        3000,
+        2,
+        SimOptions {
+            compaction: true,
+            disk_replacements: true,
+            ..SimOptions::default()
+        },
+    );
+}
+
+/// With compaction on: the cleaner passes run on the simulated clock and are part of the run.
 #[test]
 fn one_seed_makes_one_run() {
-    let a = run(7, 800);
-    let b = run(7, 800);
+    let options = SimOptions {
+        compaction: true,
+        ..SimOptions::default()
+    };
+    let a = run_with(7, 800, options);
+    let b = run_with(7, 800, options);
     assert_eq!(a, b, "the same seed made two different runs");
 }

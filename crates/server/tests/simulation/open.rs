@@ -202,6 +202,11 @@ fn open_replica(
             ..Default::default()
         };
     }
+    if options.compaction && crate::cleaning::compacted_group(group) {
+        // Small segments, so that they seal and are cleanable often; no retention.
+        store_config.segment_bytes = crate::cleaning::COMPACTED_SEGMENT_BYTES;
+        store_config.retention = logstore::RetentionPolicy::default();
+    }
     if metadata.is_some() {
         // As the node opens the metadata log: deleted only below its snapshots.
         store_config.deletion_allowed = true;

@@ -52,6 +52,8 @@ pub struct SimOptions {
     pub disk_replacements: bool,
     /// Membership changes: a group asked for two voters, then all three again.
     pub membership: bool,
+    /// Compacted groups with cleaner passes at random steps (see [`crate::cleaning`]).
+    pub compaction: bool,
     /// Prints every message of this group delivered from this step on (`SIM_TRACE=group:step`),
     /// to stderr: how a failing seed is diagnosed.
     pub trace: Option<(u64, u64)>,
@@ -99,6 +101,11 @@ struct InFlight {
 enum Waiting {
     /// An append of `value` to stream group `group`.
     Records { group: u64, value: Vec<u8> },
+    /// An append of keyed `records` to compacted group `group`.
+    Keyed {
+        group: u64,
+        records: Vec<crate::cleaning::Record>,
+    },
     /// A metadata command, stored with request id `request`.
     Meta { entry: MetaEntry, retries_left: u8 },
 }
@@ -179,8 +186,8 @@ impl SimNode {
 }
 
 pub struct World {
-    rng: Rng,
-    options: SimOptions,
+    pub(crate) rng: Rng,
+    pub(crate) options: SimOptions,
     pub nodes: Vec<SimNode>,
     /// Nodes cut off from every other node (both directions).
     isolated: HashSet<u64>,
@@ -192,12 +199,12 @@ pub struct World {
     /// Largest delivery delay in steps (delays reorder messages).
     max_delay: u64,
     net: Vec<InFlight>,
-    step: u64,
+    pub(crate) step: u64,
     pending: Vec<Pending>,
     pub acked: Vec<(u64, Appended, Vec<u8>)>,
     /// Metadata commands acknowledged.
     pub acked_meta: Vec<AckedMeta>,
-    next_value: u64,
+    pub(crate) next_value: u64,
     /// Sequence numbers of metadata request ids.
     next_request: u64,
     pub faults: FaultCounts,
@@ -208,6 +215,8 @@ pub struct World {
     targets: BTreeMap<u64, Vec<u64>>,
     /// A node whose disk was replaced and that has not ended rejoin mode yet (down or up).
     replacing: Option<u64>,
+    /// The compacted groups' cleaner passes and committed records.
+    pub cleaning: crate::cleaning::Cleaning,
 }
 
 impl World {
@@ -261,6 +270,7 @@ impl World {
             connected: BTreeSet::new(),
             targets,
             replacing: None,
+            cleaning: Default::default(),
         }
     }
 
@@ -282,7 +292,8 @@ impl World {
 
     /// Stops node `i` as a crash does: its groups are dropped as they stand (no shutdown),
     /// and its disk loses what was not fsynced as a power cut does (see [`crate::disk`]).
-    fn crash(&mut self, i: usize, down_for: u64) {
+    pub(crate) fn crash(&mut self, i: usize, down_for: u64) {
+        self.cleaning.node_crashed(self.nodes[i].id);
         let node = &mut self.nodes[i];
         node.groups.clear();
         node.catalog.clear();
@@ -598,6 +609,31 @@ impl World {
 
     fn propose_to(&mut self, g: u64) {
         let at = self.pick_proposer(g);
+        if self.options.compaction && crate::cleaning::compacted_group(g) {
+            if !self.nodes[at].groups.contains_key(&g) {
+                return;
+            }
+            let (batches, records) = crate::cleaning::keyed_batch(self, g);
+            let Some(sg) = self.nodes[at].groups.get(&g) else {
+                return;
+            };
+            let (reply, rx) = oneshot::channel();
+            try_deliver(
+                &sg.inbox,
+                GroupInput::Propose(Proposal {
+                    data: ProposalData::Records {
+                        batches,
+                        offset_span: records.len() as u32,
+                    },
+                    reply: AppendReply::new(reply, None),
+                }),
+            );
+            self.pending.push(Pending {
+                what: Waiting::Keyed { group: g, records },
+                reply: rx,
+            });
+            return;
+        }
         let node = &self.nodes[at];
         let Some(sg) = node.groups.get(&g) else {
             return;
@@ -766,6 +802,12 @@ impl World {
                 (Ok(Ok(appended)), Waiting::Records { group, value }) => {
                     self.acked.push((group, appended, value))
                 }
+                (Ok(Ok(appended)), Waiting::Keyed { group, records }) => {
+                    for (i, r) in records.into_iter().enumerate() {
+                        let offset = appended.base_offset + i as u64;
+                        self.cleaning.acked.push((group, offset, r));
+                    }
+                }
                 (Ok(Ok(_)), Waiting::Meta { entry, .. }) => self.acked_meta.push(AckedMeta {
                     request: entry.request,
                     command: entry.command,
@@ -805,6 +847,8 @@ impl World {
         self.update_connections();
         self.deliver();
         self.run_turns();
+        self.record_committed();
+        self.clean_some();
         self.collect_sent();
         self.collect_replies();
         self.step += 1;
