@@ -10,6 +10,7 @@ offsets, lookups, offsets inside gaps) is the same for all.
 import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -25,10 +26,37 @@ pytestmark = pytest.mark.timeout(300)
 JAVA_CLIENT_VERSIONS = ["3.9.2", "4.1.1"]
 
 
+# Each family's own compacted topic (DeleteRecords changes it).
+GAP_TOPICS = [
+    "gaps-librdkafka",
+    "gaps-franz-go",
+    *[f"gaps-java-{v}" for v in JAVA_CLIENT_VERSIONS],
+    "gaps-sarama",
+    "gaps-kafka-python",
+    "gaps-vdlctl",
+]
+
+
 @pytest.fixture(scope="module")
 def gap_cluster():
     with running_cluster(extra_config=compacted.CLUSTER_CONFIG) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def gap_topic(gap_cluster):
+    """`gap_topic(name)`: the `Expectation` of the compacted topic `name` (one of GAP_TOPICS).
+    Making one is mostly waiting (a segment roll, the cleaner of every replica), so all of
+    them are made at once, in the background, when the first test asks for its own; each test
+    waits only for its own topic (a failure to make it fails that test)."""
+    pool = ThreadPoolExecutor(max_workers=len(GAP_TOPICS), thread_name_prefix="gap-topic")
+    futures = {
+        name: pool.submit(compacted.make_compacted_topic, gap_cluster, name) for name in GAP_TOPICS
+    }
+    try:
+        yield lambda name: futures[name].result(timeout=compacted.COMPACTION_TIMEOUT_S + 120)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def consumer(bootstrap, group, **extra):
@@ -64,8 +92,8 @@ def poll_records(c, want, timeout=30.0):
     return got
 
 
-def test_librdkafka_across_gaps(gap_cluster):
-    e = compacted.make_compacted_topic(gap_cluster, "gaps-librdkafka")
+def test_librdkafka_across_gaps(gap_cluster, gap_topic):
+    e = gap_topic("gaps-librdkafka")
     b = gap_cluster.bootstrap
     tp = TopicPartition(e.topic, 0)
 
@@ -130,7 +158,7 @@ def run_program(argv, expectation, tmp_path, timeout=150):
     assert not [line for line in lines if line.startswith("FAIL")], r.stdout
 
 
-def test_franz_go_across_gaps(gap_cluster, tmp_path):
+def test_franz_go_across_gaps(gap_cluster, gap_topic, tmp_path):
     module = os.path.join(REPO, "tests", "clients", "go", "admin")
     prog = str(tmp_path / "gaps")
     r = subprocess.run(
@@ -141,12 +169,12 @@ def test_franz_go_across_gaps(gap_cluster, tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
-    e = compacted.make_compacted_topic(gap_cluster, "gaps-franz-go")
+    e = gap_topic("gaps-franz-go")
     run_program([prog, "-bootstrap", gap_cluster.bootstrap, "-expect"], e, tmp_path)
 
 
 @pytest.mark.parametrize("kafka_version", JAVA_CLIENT_VERSIONS)
-def test_java_client_across_gaps(gap_cluster, tmp_path, kafka_version):
+def test_java_client_across_gaps(gap_cluster, gap_topic, tmp_path, kafka_version):
     """Kafka's Java client 3.9 and 4.x: tests/clients/java's pom with `kafka.version` set (the
     class path from Maven, offline: scripts/test-deps.sh prefetched both)."""
     proj = os.path.join(REPO, "tests", "clients", "java")
@@ -167,7 +195,7 @@ def test_java_client_across_gaps(gap_cluster, tmp_path, kafka_version):
         capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, f"javac failed:\n{r.stdout}\n{r.stderr}"
-    e = compacted.make_compacted_topic(gap_cluster, f"gaps-java-{kafka_version}")
+    e = gap_topic(f"gaps-java-{kafka_version}")
     path = tmp_path / "expect.txt"
     path.write_text(e.to_lines())
     r = subprocess.run(
@@ -182,7 +210,7 @@ def test_java_client_across_gaps(gap_cluster, tmp_path, kafka_version):
     assert lines and lines[-1] == "all checks passed", r.stdout
 
 
-def test_sarama_across_gaps(gap_cluster, tmp_path):
+def test_sarama_across_gaps(gap_cluster, gap_topic, tmp_path):
     module = os.path.join(REPO, "tests", "clients", "go", "sarama")
     prog = str(tmp_path / "sarama")
     r = subprocess.run(
@@ -193,18 +221,18 @@ def test_sarama_across_gaps(gap_cluster, tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
-    e = compacted.make_compacted_topic(gap_cluster, "gaps-sarama")
+    e = gap_topic("gaps-sarama")
     run_program([prog, "-bootstrap", gap_cluster.bootstrap, "-expect"], e, tmp_path)
 
 
-def test_kafka_python_across_gaps(gap_cluster):
+def test_kafka_python_across_gaps(gap_cluster, gap_topic):
     # Imported here: the other families' tests run without kafka-python (scripts/test-deps.sh
     # installs it into .venv).
     from kafka import KafkaAdminClient, KafkaConsumer
     from kafka.structs import OffsetAndMetadata
     from kafka.structs import TopicPartition as KTopicPartition
 
-    e = compacted.make_compacted_topic(gap_cluster, "gaps-kafka-python")
+    e = gap_topic("gaps-kafka-python")
     servers = gap_cluster.bootstrap.split(",")
     tp = KTopicPartition(e.topic, 0)
 
@@ -277,14 +305,14 @@ def test_kafka_python_across_gaps(gap_cluster):
     assert read_from_beginning(len(e.after_delete)) == e.after_delete
 
 
-def test_vdlctl_shows_the_cleaner_figures(gap_cluster):
+def test_vdlctl_shows_the_cleaner_figures(gap_cluster, gap_topic):
     """`vdlctl segment list` on a compacted partition shows the log cleaner's figures of the
     leader's replica, the same as that node's scrape; a topic that does not compact has none."""
     import json
 
     from ops_cluster import vdlctl_binary
 
-    e = compacted.make_compacted_topic(gap_cluster, "gaps-vdlctl")
+    e = gap_topic("gaps-vdlctl")
     admin = f"127.0.0.1:{gap_cluster.base + 200}"
 
     def vdlctl(*args):
