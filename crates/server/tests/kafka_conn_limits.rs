@@ -1,7 +1,8 @@
 //! Connection limits of the Kafka listener (issue 33): a per-address override closes an
 //! address's connections beyond it at once while other addresses are served; a listener's own
 //! `max_connections` makes further connections wait in the backlog until one closes; and the
-//! per-address creation rate closes connections opened faster than it. (The flood over TLS with
+//! per-address creation rate closes connections opened faster than it; at a graceful shutdown's
+//! drain an unauthenticated SASL connection closes at once rather than at its deadline. (The flood over TLS with
 //! the default limits and the authentication deadline is tests/clients/test_conn_limits.py.)
 
 mod common;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster_configs;
 use vdl_server::security::config::KafkaListenerConfig;
+use vdl_server::shutdown::ShutdownPhase;
 use vdl_server::Node;
 
 /// Connects to `addr` from `source` (loopback: every 127/8 address reaches 127.0.0.1).
@@ -158,5 +160,52 @@ async fn per_address_creation_rate() {
         stats.connections_refused_rate_per_ip as usize, closed,
         "{stats:?}"
     );
+    node.shutdown();
+}
+
+/// At a graceful shutdown's drain, a connection to a SASL listener that has not authenticated
+/// (and owes nothing) closes at once, not at its authentication deadline (10 s by default),
+/// so a SIGTERM does not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unauthenticated_connection_closes_at_drain_not_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(1, dir.path(), &[]);
+    let mut c = configs.remove(0);
+    c.listeners = vec![KafkaListenerConfig {
+        name: "SASL_PLAINTEXT".to_string(),
+        protocol: vdl_server::security::config::SecurityProtocol::SaslPlaintext,
+        sasl_mechanisms: vec![vdl_server::security::config::SaslMechanism::Plain],
+        ..KafkaListenerConfig::plaintext(c.kafka_listen, c.kafka_advertised.clone())
+    }];
+    assert_eq!(
+        c.connection_limits.authentication_timeout,
+        Duration::from_secs(10),
+        "the default deadline the test relies on"
+    );
+    let addr = c.kafka_listen;
+    let node: Arc<Node> = Node::start(c).await.unwrap();
+    let (phase, signal) = tokio::sync::watch::channel(ShutdownPhase::Running);
+    let served = node.serve_kafka_until(signal).await.unwrap();
+
+    // ApiVersions is served before authentication; the client then stays silent.
+    let mut client = connect_from(addr, "127.0.0.1").await;
+    assert!(answered(&mut client, Duration::from_secs(3)), "not served");
+    let mut rest = vec![0u8; 64 << 10];
+    let n = client.read(&mut rest).unwrap();
+    assert!(n > 0, "the rest of the ApiVersions answer");
+
+    let started = Instant::now();
+    phase.send(ShutdownPhase::Drain).unwrap();
+    let closed =
+        tokio::task::spawn_blocking(move || closed_within(&mut client, Duration::from_secs(5)))
+            .await
+            .unwrap();
+    assert!(
+        closed,
+        "the connection stayed open after the drain began (until its authentication deadline)"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop(phase);
+    let _ = tokio::time::timeout(Duration::from_secs(5), served).await;
     node.shutdown();
 }

@@ -197,13 +197,16 @@ async fn connection_loop<W: AsyncWrite + Unpin + Send, H: ConnectionHost>(
             direct.defer_wakes(can_read && pending.len() <= 1);
         }
         tokio::select! {
-            // Not authenticated in time: closed (the deadline is cleared on success).
-            _ = sleep_until_muted(state.auth_deadline), if state.auth_deadline.is_some() => {
+            // Not authenticated in time: closed (the deadline is cleared on success). Only
+            // while reading: a connection whose client left (or that drains for shutdown)
+            // closes as soon as what it owes is written, not at the deadline.
+            _ = sleep_until_muted(state.auth_deadline), if reading && state.auth_deadline.is_some() => {
                 node.security_stats().authentication_timed_out();
                 tracing::debug!(peer = %state.conn.peer, "closing: not authenticated in time");
                 return Err(ConnectionEnd::AuthenticationTimeout);
             }
-            _ = sleep_until_muted(muted_until), if muted_until.is_some() => {}
+            // The mute ends: reading resumes (nothing to wait for once reading stopped).
+            _ = sleep_until_muted(muted_until), if reading && muted_until.is_some() => {}
             // Responses go out in request order as they complete.
             Some((response, timing)) = pending.next_done(), if !pending.is_empty() => {
                 let api = u64::from(timing.api.unsigned_abs());
