@@ -23,6 +23,50 @@ fn replicate(from: &LogStore, to: &mut LogStore) {
     append_as_follower(to, &entries, 5);
 }
 
+/// A leader and a follower holding the same log (key "gone" written, then deleted, at the
+/// very start; "stays" written once; then a workload), the model of what was produced, and
+/// the plan under which the follower compacts keeping every tombstone (young ones).
+struct DeletedKeyLog {
+    leader_dir: tempfile::TempDir,
+    follower_dir: tempfile::TempDir,
+    leader: LogStore,
+    follower: LogStore,
+    m: Model,
+    keep_tombstones: CompactionPlan,
+}
+
+fn deleted_key_log() -> DeletedKeyLog {
+    let leader_dir = tempfile::tempdir().unwrap();
+    let follower_dir = tempfile::tempdir().unwrap();
+    let mut leader = LogStore::open(leader_dir.path(), cfg()).unwrap();
+    let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    produce(
+        &mut leader,
+        &mut m,
+        &[vec![
+            rec("gone", Some("old"), 100),
+            rec("stays", Some("1"), 100),
+        ]],
+    );
+    produce(&mut leader, &mut m, &[vec![rec("gone", None, 200)]]);
+    workload(&mut leader, &mut m, 300, 9, 300);
+    replicate(&leader, &mut follower);
+    let keep_tombstones = CompactionPlan {
+        now_ms: 10_000,
+        delete_retention_ms: 1 << 40,
+        ..plan(&follower)
+    };
+    DeletedKeyLog {
+        leader_dir,
+        follower_dir,
+        leader,
+        follower,
+        m,
+        keep_tombstones,
+    }
+}
+
 /// Scrubs every sealed segment of `s`: the first damaged index found, reported to the store.
 fn scrub(s: &LogStore) -> Option<u64> {
     for base in s.sealed_segment_bases() {
@@ -37,30 +81,15 @@ fn scrub(s: &LogStore) -> Option<u64> {
 
 #[test]
 fn a_flip_in_a_compacted_segment_is_scrubbed_repaired_and_no_deleted_key_returns() {
-    let leader_dir = tempfile::tempdir().unwrap();
-    let follower_dir = tempfile::tempdir().unwrap();
-    let mut leader = LogStore::open(leader_dir.path(), cfg()).unwrap();
-    let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
-    let mut m = Model::default();
-    // A key written, then deleted, at the very start of the log.
-    produce(
-        &mut leader,
-        &mut m,
-        &[vec![
-            rec("gone", Some("old"), 100),
-            rec("stays", Some("1"), 100),
-        ]],
-    );
-    produce(&mut leader, &mut m, &[vec![rec("gone", None, 200)]]);
-    workload(&mut leader, &mut m, 300, 9, 300);
-    replicate(&leader, &mut follower);
-
+    let DeletedKeyLog {
+        leader_dir: _leader_dir,
+        follower_dir,
+        mut leader,
+        mut follower,
+        mut m,
+        keep_tombstones,
+    } = deleted_key_log();
     // Only the follower compacts; tombstones are young (kept).
-    let keep_tombstones = CompactionPlan {
-        now_ms: 10_000,
-        delete_retention_ms: 1 << 40,
-        ..plan(&follower)
-    };
     let first_seg = follower_dir.path().join(format!("{:020}.log", 1));
     let before = std::fs::read(&first_seg).unwrap();
     let r = follower
@@ -190,28 +219,15 @@ fn a_flip_in_a_frame_headers_index_is_cut_there() {
 /// old value, written again with it, stayed: the deleted key was back.
 #[test]
 fn damage_found_at_open_lowers_the_cleaner_checkpoint_and_no_deleted_key_returns() {
-    let leader_dir = tempfile::tempdir().unwrap();
-    let follower_dir = tempfile::tempdir().unwrap();
-    let mut leader = LogStore::open(leader_dir.path(), cfg()).unwrap();
-    let mut follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
-    let mut m = Model::default();
-    produce(
-        &mut leader,
-        &mut m,
-        &[vec![
-            rec("gone", Some("old"), 100),
-            rec("stays", Some("1"), 100),
-        ]],
-    );
-    produce(&mut leader, &mut m, &[vec![rec("gone", None, 200)]]);
-    workload(&mut leader, &mut m, 300, 9, 300);
-    replicate(&leader, &mut follower);
+    let DeletedKeyLog {
+        leader_dir: _leader_dir,
+        follower_dir,
+        mut leader,
+        mut follower,
+        mut m,
+        keep_tombstones,
+    } = deleted_key_log();
     // The follower compacts, keeping tombstones: its checkpoint lies past the first segments.
-    let keep_tombstones = CompactionPlan {
-        now_ms: 10_000,
-        delete_retention_ms: 1 << 40,
-        ..plan(&follower)
-    };
     let r = follower
         .compact(&keep_tombstones, &KvCodec, &mut no_throttle())
         .unwrap();
