@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::batch;
 use common::bit_flip::flip;
 use common::faults::{
-    control, create, faulty_cluster, leader_of, produce_acked, read_all, set_faults, tag, Acked,
-    WAIT,
+    acked_end, control, create, faulty_cluster, leader_of, produce_acked, read_through, set_faults,
+    tag, Acked, WAIT,
 };
 use common::procs::ProcCluster;
 
@@ -34,25 +34,12 @@ const NO_RETENTION: &str = "retention_hours = 10000000\nretention_check_ms = 500
 /// publishes its high watermark once it committed in its term: read again until the end of
 /// what was acknowledged is visible.
 fn assert_acked_present(brokers: &[SocketAddr], topic: &str, acked: &Acked) {
-    let end = acked
-        .iter()
-        .next_back()
-        .map_or(0, |(b, (n, _))| b + u64::from(*n));
-    let deadline = Instant::now() + WAIT;
-    let mut got = read_all(brokers, topic);
-    while got
-        .iter()
-        .next_back()
-        .map_or(0, |(b, (n, _))| b + u64::from(*n))
-        < end
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{topic}: the acknowledged end never became visible"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        got = read_all(brokers, topic);
-    }
+    let end = acked_end(acked);
+    let got = read_through(brokers, topic, end);
+    assert!(
+        acked_end(&got) >= end,
+        "{topic}: the acknowledged end never became visible"
+    );
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
         acked.keys().collect::<Vec<_>>(),
@@ -395,7 +382,7 @@ fn enospc_on_append_is_an_error_and_space_returning_recovers() {
     // leader had sent it to before its own write failed, as after a timeout (at least once;
     // idempotent producers' retries are deduplicated); it is never half there.
     produce_acked(&brokers, "nospc", 10, 10, 100, &mut acked);
-    let got = read_all(&brokers, "nospc");
+    let got = read_through(&brokers, "nospc", acked_end(&acked));
     let refused = got.values().filter(|(_, v)| v == b"refused").count();
     assert!(refused <= codes.len(), "{refused} refused batches visible");
     for (base, v) in &acked {
@@ -423,7 +410,7 @@ fn enospc_on_append_is_an_error_and_space_returning_recovers() {
         );
     }
     produce_acked(&brokers, "nospc", 5, 10, 100, &mut acked);
-    let got = read_all(&brokers, "nospc");
+    let got = read_through(&brokers, "nospc", acked_end(&acked));
     for (base, v) in &acked {
         assert_eq!(got.get(base), Some(v), "acknowledged batch at {base}");
     }
@@ -485,7 +472,7 @@ fn a_full_disk_on_every_node_stops_no_node() {
     }
     produce_acked(&brokers, "full", 10, 10, 1000, &mut acked);
     c.assert_all_running();
-    let got = read_all(&brokers, "full");
+    let got = read_through(&brokers, "full", acked_end(&acked));
     for (base, v) in &acked {
         assert_eq!(got.get(base), Some(v), "acknowledged batch at {base}");
     }
@@ -551,7 +538,8 @@ fn power_cuts_lose_nothing_acknowledged() {
         let during = producer.join().unwrap();
         // Acknowledged in the background: must all be there (offsets of unacknowledged
         // attempts may hold other data only if they were never acknowledged).
-        let got = read_all(&brokers, "pc");
+        let end = acked_end(&during).max(acked_end(&acked));
+        let got = read_through(&brokers, "pc", end);
         let lost: Vec<u64> = during
             .iter()
             .chain(acked.iter())

@@ -75,6 +75,30 @@ pub fn read_all(brokers: &[SocketAddr], topic: &str) -> Acked {
     }
 }
 
+/// The offset after the last acknowledged batch of `acked` (0 when empty).
+pub fn acked_end(acked: &Acked) -> u64 {
+    acked
+        .iter()
+        .next_back()
+        .map_or(0, |(b, (n, _))| b + u64::from(*n))
+}
+
+/// Reads as [`read_all`] does, again (every 100 ms, at most `WAIT`) until what is read
+/// reaches offset `end`: a leader just elected publishes its high watermark only once an
+/// entry of its term commits, and answers a high watermark of 0 until then. Returns the last
+/// read; the caller compares it with what was acknowledged (a log that never reaches `end`
+/// shows as batches missing).
+pub fn read_through(brokers: &[SocketAddr], topic: &str, end: u64) -> Acked {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = read_all(brokers, topic);
+        if acked_end(&got) >= end || Instant::now() >= deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Creates `topic` (one partition, three replicas) and waits for its leader.
 pub fn create(brokers: &[SocketAddr], topic: &str) {
     on_any(brokers, WAIT, &format!("create {topic}"), |c| {
