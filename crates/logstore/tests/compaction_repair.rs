@@ -67,6 +67,36 @@ fn deleted_key_log() -> DeletedKeyLog {
     }
 }
 
+/// Round `round` of new data on the leader, replicated, then a pass on the follower past
+/// every tombstone's horizon: every key's latest value stays, and the old value of the
+/// deleted key "gone" never comes back. Returns what the follower serves after the pass.
+fn clean_past_every_horizon(
+    leader: &mut LogStore,
+    follower: &mut LogStore,
+    m: &mut Model,
+    round: i64,
+) -> Read {
+    workload(leader, m, 60, 9, 2_000 + round * 100);
+    replicate(leader, follower);
+    let drop_tombstones = CompactionPlan {
+        now_ms: 1 << 40,
+        delete_retention_ms: 0,
+        ..plan(follower)
+    };
+    follower
+        .compact(&drop_tombstones, &KvCodec, &mut no_throttle())
+        .unwrap();
+    let active_first = follower.segment_summaries().pop().unwrap().first_offset;
+    let read = read_all(follower);
+    check_latest(m, &read, active_first);
+    assert!(
+        read.iter()
+            .all(|x| x.1.as_deref() != Some(b"gone".as_slice()) || x.2.is_none()),
+        "round {round}: the deleted key's old value is back"
+    );
+    read
+}
+
 /// Scrubs every sealed segment of `s`: the first damaged index found, reported to the store.
 fn scrub(s: &LogStore) -> Option<u64> {
     for base in s.sealed_segment_bases() {
@@ -139,24 +169,7 @@ fn a_flip_in_a_compacted_segment_is_scrubbed_repaired_and_no_deleted_key_returns
     // New data, then a pass past every tombstone's horizon on the repaired replica (also
     // after a reopen): the old value of "gone" goes with (or before) its tombstone.
     for round in 0..2 {
-        workload(&mut leader, &mut m, 60, 9, 2_000 + round * 100);
-        replicate(&leader, &mut follower);
-        let drop_tombstones = CompactionPlan {
-            now_ms: 1 << 40,
-            delete_retention_ms: 0,
-            ..plan(&follower)
-        };
-        follower
-            .compact(&drop_tombstones, &KvCodec, &mut no_throttle())
-            .unwrap();
-        let active_first = follower.segment_summaries().pop().unwrap().first_offset;
-        let read = read_all(&follower);
-        check_latest(&m, &read, active_first);
-        assert!(
-            read.iter()
-                .all(|x| x.1.as_deref() != Some(b"gone".as_slice()) || x.2.is_none()),
-            "round {round}: the deleted key's old value is back"
-        );
+        let read = clean_past_every_horizon(&mut leader, &mut follower, &mut m, round);
         assert_eq!(scrub(&follower), None);
         drop(follower);
         follower = LogStore::open(follower_dir.path(), cfg()).unwrap();
@@ -259,23 +272,6 @@ fn damage_found_at_open_lowers_the_cleaner_checkpoint_and_no_deleted_key_returns
     replicate(&leader, &mut follower);
     follower.finish_repair().unwrap();
     for round in 0..2 {
-        workload(&mut leader, &mut m, 60, 9, 2_000 + round * 100);
-        replicate(&leader, &mut follower);
-        let drop_tombstones = CompactionPlan {
-            now_ms: 1 << 40,
-            delete_retention_ms: 0,
-            ..plan(&follower)
-        };
-        follower
-            .compact(&drop_tombstones, &KvCodec, &mut no_throttle())
-            .unwrap();
-        let active_first = follower.segment_summaries().pop().unwrap().first_offset;
-        let read = read_all(&follower);
-        check_latest(&m, &read, active_first);
-        assert!(
-            read.iter()
-                .all(|x| x.1.as_deref() != Some(b"gone".as_slice()) || x.2.is_none()),
-            "round {round}: the deleted key's old value is back"
-        );
+        clean_past_every_horizon(&mut leader, &mut follower, &mut m, round);
     }
 }
