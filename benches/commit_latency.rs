@@ -5,8 +5,9 @@
 //! on the same disk, measured in the same run.
 //!
 //! Run: `cargo bench -p vdl-benches --bench commit_latency` (about a minute on 2 cores).
-//! `VDL_BENCH_SECONDS` sets the seconds per cell (default 3). With `--test` (as CI runs
-//! benches) every cell runs for a moment, to prove the benchmark works.
+//! `VDL_BENCH_SECONDS` sets the seconds per cell (default 3). With `--test`, or
+//! without `--bench` (as `cargo test --benches` in CI runs it), every cell runs for a moment, to
+//! prove the benchmark works.
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -172,7 +173,10 @@ fn ms(us: u64) -> f64 {
 }
 
 fn main() {
-    let test_mode = std::env::args().any(|a| a == "--test");
+    // `cargo bench` passes `--bench`; started any other way (`cargo test --benches`, as the
+    // test script runs it) or with `--test`, every cell runs only for a moment.
+    let test_mode =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
     let seconds: f64 = std::env::var("VDL_BENCH_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -7,9 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use logstore::{EntryKind, LogStore, NewEntry, StoreConfig, SyncPolicy};
 
-/// True when run as `cargo bench -- --test` (each benchmark once, tiny data).
+/// True when run to prove the benchmark works rather than to measure (each benchmark once,
+/// tiny data): `cargo bench -- --test`, or started without `--bench`, as `cargo test
+/// --benches` (the test script) runs it; criterion decides its own test mode the same way.
 pub fn test_mode() -> bool {
-    std::env::args().any(|a| a == "--test")
+    let mut args = std::env::args();
+    args.any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench")
 }
 
 /// True when the 5 GB data sets are wanted (`LOGSTORE_BENCH_LARGE=1`).
