@@ -1,8 +1,8 @@
 //! Log compaction (`LogStore::compact`): the latest record of every key stays at its offset,
 //! reads by offset and by time work across the gaps, the Raft log keeps every index and
 //! term, reopening works, the active segment, the clean limit and the compaction lag are
-//! respected, tombstones go only after the delete horizon, and a restart resumes from the
-//! checkpoint. Records use the tiny format of `common/kv_codec.rs`.
+//! respected, tombstones go only after the delete horizon and below the tombstone limit, and
+//! a restart resumes from the checkpoint. Records use the tiny format of `common/kv_codec.rs`.
 
 mod common;
 
@@ -291,6 +291,89 @@ fn tombstones_go_only_after_the_delete_horizon() {
         .any(|x| x.1.as_deref() == Some(b"stays".as_slice())));
 }
 
+/// `tombstone_limit` (vdl: 1 + the highest index every replica holds, on the leader; 0 on
+/// a follower): a tombstone whose entry is at or above it stays, however old, while the
+/// values it supersedes and every other superseded record below the clean limit go; one
+/// below it goes by the time rule.
+#[test]
+fn a_tombstone_at_or_above_the_tombstone_limit_stays_while_superseded_values_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = LogStore::open(dir.path(), cfg()).unwrap();
+    let mut m = Model::default();
+    produce(
+        &mut s,
+        &mut m,
+        &[vec![
+            rec("early", Some("e0"), 100),
+            rec("late", Some("l0"), 100),
+            rec("stays", Some("1"), 100),
+        ]],
+    );
+    produce(&mut s, &mut m, &[vec![rec("early", None, 200)]]);
+    let early = (s.last_index(), s.next_offset() - 1);
+    workload(&mut s, &mut m, 60, 7, 250);
+    produce(&mut s, &mut m, &[vec![rec("late", None, 300)]]);
+    let late = (s.last_index(), s.next_offset() - 1);
+    workload(&mut s, &mut m, 120, 7, 350);
+    let tombstones = |s: &LogStore| -> Vec<u64> {
+        read_all(s)
+            .iter()
+            .filter(|x| x.2.is_none() && x.1.is_some())
+            .map(|x| x.0)
+            .filter(|o| *o == early.1 || *o == late.1)
+            .collect()
+    };
+    let values_of = |s: &LogStore, key: &str| -> usize {
+        read_all(s)
+            .iter()
+            .filter(|x| x.1.as_deref() == Some(key.as_bytes()) && x.2.is_some())
+            .count()
+    };
+    // The first pass keeps both tombstones (the latest of their keys, in the dirty part) and
+    // removes the values they supersede.
+    s.compact(&plan(&s), &KvCodec, &mut no_throttle()).unwrap();
+    assert_eq!(tombstones(&s), vec![early.1, late.1]);
+    assert_eq!((values_of(&s, "early"), values_of(&s, "late")), (0, 0));
+
+    // A follower's pass (limit 0), past every horizon: the tombstones stay, the records the
+    // new data superseded go.
+    workload(&mut s, &mut m, 120, 7, 500);
+    let dirty = read_all(&s).len();
+    let past_every_horizon = |s: &LogStore, limit| CompactionPlan {
+        now_ms: 1 << 40,
+        delete_retention_ms: 0,
+        tombstone_limit: limit,
+        ..plan(s)
+    };
+    let p = past_every_horizon(&s, 0);
+    let r = s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    assert!(r.records_removed > 0, "superseded records go: {r:?}");
+    assert_eq!(read_all(&s).len(), dirty - r.records_removed as usize);
+    assert_eq!(
+        tombstones(&s),
+        vec![early.1, late.1],
+        "a follower keeps them"
+    );
+
+    // The limit at the second tombstone's entry: the first (below it) goes, the second (at
+    // it) stays; superseded records go as before.
+    workload(&mut s, &mut m, 120, 7, 700);
+    let p = past_every_horizon(&s, late.0);
+    let r = s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    assert!(r.records_removed > 1, "{r:?}");
+    assert_eq!(tombstones(&s), vec![late.1]);
+    assert_eq!((values_of(&s, "early"), values_of(&s, "late")), (0, 0));
+
+    // Once the limit passes its entry, the second goes too; "stays" kept its value throughout.
+    workload(&mut s, &mut m, 120, 7, 900);
+    let p = past_every_horizon(&s, late.0 + 1);
+    s.compact(&p, &KvCodec, &mut no_throttle()).unwrap();
+    assert_eq!(tombstones(&s), Vec::<u64>::new());
+    assert_eq!(values_of(&s, "stays"), 1);
+    let active_first = s.segment_summaries().pop().unwrap().first_offset;
+    check_latest(&m, &read_all(&s), active_first);
+}
+
 #[test]
 fn a_small_key_map_cleans_in_several_passes_and_a_restart_resumes() {
     let dir = tempfile::tempdir().unwrap();
@@ -573,6 +656,7 @@ proptest::proptest! {
                         now_ms: ts + 1,
                         min_compaction_lag_ms: 0,
                         delete_retention_ms: if drop_tombstones { 0 } else { 1 << 40 },
+                        tombstone_limit: u64::MAX,
                         key_map_bytes: 24 * (usize::from(keys) + 2),
                     };
                     let above: Vec<_> = s

@@ -1,6 +1,7 @@
 //! A property test of compaction against a model of "the latest value per key" (issue 35):
 //! seeded random sequences of appends (keyed records, tombstones, Noop entries), segment
-//! rolls, compaction passes (random clean limit, key map size and tombstone retention),
+//! rolls, compaction passes (random clean limit, key map size, tombstone retention and
+//! tombstone limit),
 //! clean reopens, crashes at a random file-system call of an append, a roll or a pass
 //! (followed by a power cut that drops every write not fsynced, torn or not), and repairs (a
 //! flipped bit in a sealed segment, found by the scrubber, the log cut before it and the range
@@ -237,11 +238,21 @@ impl World<'_> {
         };
         let now_ms = self.ts + 1;
         self.max_horizon = self.max_horizon.max(now_ms - retention);
+        // No bound, a follower's (every tombstone stays), or one inside the log: keeping
+        // more tombstones breaks none of the checks. Taken from the values drawn already,
+        // not from `rng`, so each seed's sequence of steps stays what it was.
+        let mix = (now_ms as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ s_last;
+        let tombstone_limit = match mix % 3 {
+            0 => u64::MAX,
+            1 => 0,
+            _ => (mix >> 8) % (s_last + 2),
+        };
         CompactionPlan {
             clean_limit: 1 + s_last * rng.gen_range(0..=100) / 100,
             now_ms,
             min_compaction_lag_ms: 0,
             delete_retention_ms: retention,
+            tombstone_limit,
             key_map_bytes: 24 * rng.gen_range(3..16),
         }
     }

@@ -158,6 +158,7 @@ async fn a_follower_catches_up_from_a_compacted_leader_with_the_same_latest_valu
         now_ms: now_ms(),
         min_compaction_lag_ms: 0,
         delete_retention_ms: 24 * 3_600_000,
+        tombstone_limit: 0,
         key_map_bytes: 1 << 20,
     };
     let report = write(s.store())

@@ -103,8 +103,19 @@ pub struct CompactionPlan {
     /// (Kafka's `min.compaction.lag.ms`).
     pub min_compaction_lag_ms: i64,
     /// A tombstone is removed once it is older than this and was already kept by an
-    /// earlier pass (Kafka's `delete.retention.ms`).
+    /// earlier pass (Kafka's `delete.retention.ms`), and only below `tombstone_limit`.
     pub delete_retention_ms: i64,
+    /// A tombstone is removed only when its entry's Raft index is below this, whatever its
+    /// age: every other rule holds too. Promise: a pass never removes a tombstone whose
+    /// entry is at or above it, while it still removes the values the tombstone supersedes
+    /// (and any superseded record) below `clean_limit`. The caller sets it so that a
+    /// tombstone goes only once every other copy of the log holds it: vdl gives 1 + the
+    /// highest index every replica of the group holds durably, on the group's leader, and 0
+    /// on a follower (no tombstone removed: a replica that was away and still holds an older
+    /// value of the key then gets the tombstone, so the deleted key never comes back there).
+    /// `u64::MAX`: no bound (a log with no other copy). The store compares record offsets:
+    /// the source turns it into the first offset of the entry at this index.
+    pub tombstone_limit: u64,
     /// Memory of the key map, bytes ([`KEY_MAP_SLOT_BYTES`] per slot).
     pub key_map_bytes: usize,
 }

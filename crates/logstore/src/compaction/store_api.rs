@@ -10,8 +10,10 @@
 //! Which records go (`keep` below): a keyed, non-control record whose key the map holds
 //! with a later offset (a newer value was written); a tombstone that is the latest of its
 //! key, lies below the first dirty offset of the pass (an earlier pass kept it already, so
-//! every older value of its key is gone: passes swap segments oldest first) and is older
-//! than `now - delete_retention_ms`. Everything else stays: records without a key (the
+//! every older value of its key is gone: passes swap segments oldest first), is older
+//! than `now - delete_retention_ms`, and lies in an entry below the plan's
+//! `tombstone_limit` (vdl: held by every replica; see [`CompactionPlan::tombstone_limit`]).
+//! Everything else stays: records without a key (the
 //! server refuses them for compacted topics), control records, and the latest record of
 //! every key. A data batch of an idempotent producer that keeps no record goes whole unless
 //! it is the latest batch of its producer the pass mapped (`producers.rs`); that one stays
@@ -47,6 +49,9 @@ pub struct CompactionSource {
     dir: PathBuf,
     generation: u64,
     first_dirty: u64,
+    /// The plan's `tombstone_limit` as an offset: the first offset of the entry at that
+    /// index (a tombstone goes only below it).
+    tombstone_offsets: u64,
     index_interval: u64,
     cleanable: Vec<SealedView>,
 }
@@ -129,6 +134,20 @@ impl LogStore {
         CleanerCheckpoint::lower(self.dir(), next_offset)
     }
 
+    /// The first offset of the entry at Raft index `index`, or the one the next entry takes
+    /// when `index` is past the last: the records of entries below `index` lie below it,
+    /// those of entries at or above `index` at or above it. Entries below the first stored
+    /// index are gone: the log start then.
+    fn first_offset_at_index(&self, index: u64) -> Result<u64> {
+        if index <= self.first_index() {
+            Ok(self.log_start_offset())
+        } else if index > self.last_index() {
+            Ok(self.next_offset())
+        } else {
+            self.next_offset_after_index(index - 1)
+        }
+    }
+
     /// The first dirty offset: offsets below it were compacted by an earlier pass.
     fn first_dirty_offset(&self) -> u64 {
         let start = self.log_start_offset();
@@ -203,6 +222,7 @@ impl LogStore {
             dir: self.dir().to_path_buf(),
             generation: self.generation,
             first_dirty: self.first_dirty_offset(),
+            tombstone_offsets: self.first_offset_at_index(plan.tombstone_limit)?,
             index_interval: self.config().index_interval_bytes,
             cleanable,
         })
@@ -381,6 +401,7 @@ impl CompactionSource {
         prepared.advanced = true;
         let map = &*map;
         let horizon = plan.now_ms.saturating_sub(plan.delete_retention_ms);
+        let tombstone_offsets = self.tombstone_offsets;
         let mut keep = |r: RecordView<'_>| -> bool {
             if r.control {
                 return true;
@@ -389,7 +410,10 @@ impl CompactionSource {
             if map.get(key).is_some_and(|latest| r.offset < latest) {
                 return false;
             }
-            !(r.tombstone && r.offset < first_dirty && r.timestamp_ms < horizon)
+            !(r.tombstone
+                && r.offset < first_dirty
+                && r.offset < tombstone_offsets
+                && r.timestamp_ms < horizon)
         };
         for seg in cleanable
             .iter()

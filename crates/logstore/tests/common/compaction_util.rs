@@ -151,6 +151,7 @@ pub fn plan(s: &LogStore) -> CompactionPlan {
         now_ms: 1 << 40,
         min_compaction_lag_ms: 0,
         delete_retention_ms: 1 << 39,
+        tombstone_limit: u64::MAX,
         key_map_bytes: 1 << 20,
     }
 }

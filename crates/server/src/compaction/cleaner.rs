@@ -6,7 +6,9 @@
 //! What it cleans comes from the node, listed again for every round: a
 //! [`CleanTarget`] per partition whose every replica may compact (the node checks the peers'
 //! protocol versions), with its store, its clean limit (the group's applied index + 1: only
-//! committed, applied entries are rewritten) and its topic's [`CleanerPolicy`]. This module
+//! committed, applied entries are rewritten), its tombstone limit ([`tombstone_limit`]: on
+//! the leader, past what every replica holds durably; 0 on a follower) and its topic's
+//! [`CleanerPolicy`]. This module
 //! imports nothing of the crate (a leaf room): the store is the `Arc<RwLock<LogStore>>` the
 //! group shares.
 //!
@@ -62,6 +64,10 @@ pub struct CleanTarget {
     pub store: Arc<RwLock<LogStore>>,
     /// Only entries below this Raft index are rewritten (the group's applied index + 1).
     pub clean_limit: u64,
+    /// A tombstone is removed only when its entry's Raft index is below this
+    /// ([`tombstone_limit`]; `logstore::CompactionPlan::tombstone_limit`), on top of
+    /// `delete.retention.ms`.
+    pub tombstone_limit: u64,
     /// The topic's configs.
     pub policy: CleanerPolicy,
 }
@@ -93,6 +99,49 @@ pub struct CleanerCounters {
     pub failures: AtomicU64,
 }
 
+/// What a replica knows of the copies of its log when a pass is planned, for
+/// [`tombstone_limit`]: what its group last published (the leader and term of its
+/// `Visible`, the leader's `DurableCopies`), read at planning time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaCopies {
+    /// The group's published leader is this replica.
+    pub leading: bool,
+    /// The group's published term.
+    pub term: u64,
+    /// The term the durable copies were published in (0: by no leader).
+    pub copies_term: u64,
+    /// The highest Raft index every replica in the leader's progress holds durably.
+    pub on_every_replica: u64,
+    /// That progress covers every replica the partition has (every id its replica list,
+    /// its voters and the new replicas of a reassignment name): a replica outside it (out of
+    /// the configuration for a while, with its old log) may hold older values.
+    pub covers_every_replica: bool,
+}
+
+/// The tombstone limit of a pass planned now ([`CleanTarget::tombstone_limit`]): one past
+/// the highest index every replica holds durably, when this replica leads in the term those
+/// copies were published in and they cover every replica; else 0, and the pass removes no
+/// tombstone (a follower's passes still remove every superseded record, the values a
+/// tombstone supersedes included).
+///
+/// The promise it keeps: a tombstone goes only once every replica of the group holds it
+/// durably, so a replica that was away (down, cut off, out of the configuration) for longer
+/// than `delete.retention.ms` and still holds an older value of the key receives the
+/// tombstone, not its entry without it, and the deleted key never comes back there. Only the
+/// leader knows the replicas' progress; the term check keeps a value published in an
+/// earlier term as leader from being used. A pass that runs on after leadership moved is
+/// still safe: an entry every replica held durably stays on every replica (Raft never
+/// truncates it), whoever leads. Not covered: a replica that loses such an entry afterwards
+/// while keeping older ones (a cut at damage before it; a replaced disk comes back empty
+/// and gets a copy without the older values): see docs/reliability.md.
+pub fn tombstone_limit(c: &ReplicaCopies) -> u64 {
+    if c.leading && c.term != 0 && c.copies_term == c.term && c.covers_every_replica {
+        c.on_every_replica.saturating_add(1)
+    } else {
+        0
+    }
+}
+
 /// Whether a partition with `stats` (under its plan) is due for a pass at `now_ms` under
 /// `policy` (see the module documentation).
 pub fn is_due(stats: &CleanerStats, policy: &CleanerPolicy, now_ms: i64) -> bool {
@@ -115,6 +164,7 @@ pub fn plan_for(target: &CleanTarget, limits: &CleanerLimits, now_ms: i64) -> Co
         now_ms,
         min_compaction_lag_ms: target.policy.min_lag_ms,
         delete_retention_ms: target.policy.delete_retention_ms,
+        tombstone_limit: target.tombstone_limit,
         key_map_bytes: limits.key_map_bytes,
     }
 }
@@ -275,6 +325,56 @@ mod tests {
         }
     }
 
+    /// Only the leader, in the term its durable copies were published in and with every
+    /// replica covered, removes tombstones, and only past what every replica holds.
+    #[test]
+    fn only_a_leader_whose_copies_cover_every_replica_removes_tombstones() {
+        let leader = ReplicaCopies {
+            leading: true,
+            term: 7,
+            copies_term: 7,
+            on_every_replica: 41,
+            covers_every_replica: true,
+        };
+        assert_eq!(tombstone_limit(&leader), 42);
+        for not_now in [
+            ReplicaCopies {
+                leading: false,
+                ..leader
+            },
+            // Copies of an earlier term as leader, or of none.
+            ReplicaCopies {
+                copies_term: 6,
+                ..leader
+            },
+            ReplicaCopies {
+                copies_term: 0,
+                on_every_replica: 0,
+                ..leader
+            },
+            // A replica out of the leader's progress (out of the configuration).
+            ReplicaCopies {
+                covers_every_replica: false,
+                ..leader
+            },
+            ReplicaCopies {
+                term: 0,
+                copies_term: 0,
+                ..leader
+            },
+        ] {
+            assert_eq!(tombstone_limit(&not_now), 0, "{not_now:?}");
+        }
+        // Nothing every replica holds yet: index 0, limit 1 (no entry is below it).
+        assert_eq!(
+            tombstone_limit(&ReplicaCopies {
+                on_every_replica: 0,
+                ..leader
+            }),
+            1
+        );
+    }
+
     #[test]
     fn due_by_the_dirty_ratio_or_the_max_lag_and_never_without_cleanable_bytes() {
         let now = 1_000_000;
@@ -358,6 +458,7 @@ mod tests {
             now_ms,
             min_compaction_lag_ms: 0,
             delete_retention_ms: 0,
+            tombstone_limit: u64::MAX,
             key_map_bytes: 1 << 20,
         };
         let stats = store.cleaner_stats(&plan(created));

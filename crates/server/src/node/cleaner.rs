@@ -3,12 +3,15 @@
 //! visit: those hosted here whose topic's `cleanup.policy` includes `compact`,
 //! whose every replica (current, and new ones of a reassignment) speaks a peer protocol that
 //! carries record counts (`PeerVersions::compaction_allowed`), each with its group's applied
-//! index as the clean limit.
+//! index as the clean limit and, as the tombstone limit, what every replica holds durably
+//! when this replica leads (0 on a follower: its passes keep every tombstone; see
+//! [`crate::compaction::cleaner::tombstone_limit`]).
 
 use std::sync::Arc;
 
 use crate::compaction::cleaner::{
-    CleanTarget, CleanerCounters, CleanerLimits, CleanerPolicy, CleanerRounds,
+    tombstone_limit, CleanTarget, CleanerCounters, CleanerLimits, CleanerPolicy, CleanerRounds,
+    ReplicaCopies,
 };
 use crate::runtime::background::{BackgroundThread, StopSignal};
 
@@ -80,12 +83,25 @@ impl Node {
             if !self.peer_versions.compaction_allowed(&replicas) {
                 continue;
             }
+            // Read after `visible`: copies of a later term than `visible.term` do not count,
+            // and either way the limit is one every replica held at some point as leader.
+            let copies = stream.durable_copies();
+            let covered = |id: &u64| copies.replicas.contains(id);
+            let tombstones = tombstone_limit(&ReplicaCopies {
+                leading: visible.leader == me,
+                term: visible.term,
+                copies_term: copies.term,
+                on_every_replica: copies.on_every_replica,
+                covers_every_replica: covered(&me) && replicas.iter().all(covered),
+            });
             let c = settings.compaction;
             out.push(CleanTarget {
                 label: format!("{}-{}", stream.name(), stream.partition()),
                 store: stream.store().clone(),
                 // Applied entries are committed: only those are rewritten.
                 clean_limit: visible.applied_index + 1,
+                // Tombstones only on the leader, below what every replica holds.
+                tombstone_limit: tombstones,
                 policy: CleanerPolicy {
                     min_lag_ms: c.min_lag_ms,
                     max_lag_ms: c.max_lag_ms,

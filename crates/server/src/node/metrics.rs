@@ -127,6 +127,8 @@ impl Node {
             now_ms: crate::metadata::wall_clock_ms(),
             min_compaction_lag_ms: settings.compaction.min_lag_ms,
             delete_retention_ms: settings.compaction.delete_retention_ms,
+            // The sizes do not depend on it.
+            tombstone_limit: 0,
             key_map_bytes: self.config.storage.cleaner_dedupe_buffer_bytes,
         };
         Some(crate::replication::raft_storage::read(s.store()).cleaner_stats(&plan))

@@ -246,7 +246,7 @@ impl Node {
         );
         let (vis_tx, vis_rx) = watch::channel(visible);
         let (copies_tx, copies_rx) =
-            watch::channel([0; crate::replication::group::MAX_TRACKED_VOTERS]);
+            watch::channel(crate::replication::group::DurableCopies::default());
         let metrics = Arc::new(crate::metrics::PartitionMetrics::default());
         let parts = GroupParts {
             metrics: metrics.clone(),

@@ -1,5 +1,6 @@
 //! What a leader knows of its voters' copies: the highest index at least k voters hold
-//! ([`durable_copies`], for acks=all with `min.insync.replicas` above a majority) and the
+//! ([`durable_copies`], for acks=all with `min.insync.replicas` above a majority, and the
+//! highest one every replica holds, for the log cleaner's tombstones) and the
 //! commit index the lag time ago ([`CommitHistory`], Kafka's in-sync rule). Both run at every
 //! turn of a leading group and allocate nothing beyond their bounds.
 
@@ -8,19 +9,43 @@ use std::time::{Duration, Instant};
 use crate::replication::group::{DurableCopies, MAX_TRACKED_VOTERS};
 use crate::replication::raft_storage::RaftStorage;
 
-/// On a leader: the highest index at least k voters hold, for k = 1.. (see
-/// [`DurableCopies`]); no allocation, it runs at every turn.
+/// On a leader: the highest index at least k voters hold, for k = 1.., and the highest one
+/// every replica in its progress holds (see [`DurableCopies`]), in its term; no
+/// allocation, it runs at every turn. Progress `matched` is durable: raft-rs counts the
+/// leader's own entries once persisted, a follower acknowledges after its sync, and a
+/// follower that lost acknowledged entries, or came back with a new disk, has it lowered
+/// (`repair.rs`, `replicas.rs`).
 pub(crate) fn durable_copies(raft: &raft::Raft<RaftStorage>) -> DurableCopies {
-    let mut copies: DurableCopies = [0; MAX_TRACKED_VOTERS];
+    let mut copies = DurableCopies {
+        term: raft.term,
+        on_every_replica: u64::MAX,
+        ..DurableCopies::default()
+    };
     let mut n = 0;
+    let mut total = 0;
     let voters = raft.prs().conf().voters();
     for (id, pr) in raft.prs().iter() {
         if n < MAX_TRACKED_VOTERS && voters.contains(*id) {
-            copies[n] = pr.matched;
+            copies.by_count[n] = pr.matched;
             n += 1;
         }
+        copies.on_every_replica = copies.on_every_replica.min(pr.matched);
+        if let Some(slot) = copies.replicas.get_mut(total) {
+            *slot = *id;
+        }
+        total += 1;
     }
-    copies[..n].sort_unstable_by(|a, b| b.cmp(a));
+    copies.by_count[..n].sort_unstable_by(|a, b| b.cmp(a));
+    if total == 0 {
+        copies.on_every_replica = 0;
+    }
+    if total > MAX_TRACKED_VOTERS {
+        // More replicas than listed: the cleaner cannot tell them all, so it removes no
+        // tombstone (see the field's documentation).
+        copies.replicas = [0; MAX_TRACKED_VOTERS];
+    } else {
+        copies.replicas[..total].sort_unstable();
+    }
     copies
 }
 

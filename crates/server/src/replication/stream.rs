@@ -47,6 +47,12 @@ impl LogStream {
         &self.metrics
     }
 
+    /// What the group's leader last published of its log's durable copies (when this replica
+    /// leads; all zero on a follower): see [`crate::replication::group::DurableCopies`].
+    pub fn durable_copies(&self) -> crate::replication::group::DurableCopies {
+        *self.durable_copies.borrow()
+    }
+
     /// The stream's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -252,7 +258,11 @@ impl LogStream {
                         Some(Err(AppendError::NotLeader {
                             leader: (v.leader != 0).then_some(v.leader),
                         }))
-                    } else if copies == 0 || held.get(copies - 1).is_some_and(|i| *i >= raft_index)
+                    } else if copies == 0
+                        || held
+                            .by_count
+                            .get(copies - 1)
+                            .is_some_and(|i| *i >= raft_index)
                     {
                         Some(Ok(()))
                     } else if in_sync < copies {

@@ -6,7 +6,10 @@
 //! simulated clock. A pass is either the cleaner's `clean_if_due` at once, or split as the
 //! cleaner thread runs it next to the group: the source taken and the rewritten segments
 //! prepared at one step, swapped in some steps later, after the group appended, truncated or
-//! took a snapshot meanwhile. Power cuts strike the passes' fsyncs as any other.
+//! took a snapshot meanwhile. Power cuts strike the passes' fsyncs as any other. Each pass
+//! gets the tombstone limit the node's cleaner gives (`compaction::cleaner::tombstone_limit`):
+//! on the leader, past what every replica (every node hosts every group) holds durably; 0
+//! on a follower, whose passes keep every tombstone.
 //!
 //! The oracle: after every step's turns and before any pass, each compacted group's newly
 //! applied entries are read from a replica whose copy is whole (every offset of the entry
@@ -24,9 +27,10 @@
 //! - for every key, its latest committed record is held by every replica at its offset, and
 //!   readable there through the read path; a tombstone may be gone once its
 //!   `delete.retention.ms` passed (groups with a short retention), and then the replica holds
-//!   no record of that key at all (no older value comes back): every pass is checked for it
-//!   as it runs; a replica that got the tombstone's entry only after a leader removed the
-//!   tombstone keeps its older value (Kafka's `delete.retention.ms` hazard: counted, allowed);
+//!   no record of that key at all (no older value comes back): checked before and after
+//!   every pass too, so a replica that got a tombstone's entry without the tombstone while it
+//!   held an older value (Kafka's `delete.retention.ms` hazard, which the tombstone limit
+//!   closes) fails the run as soon as a pass runs there;
 //! - after the heal, a last pass on every replica leaves no superseded record;
 //! - every acknowledged record is the committed record at the offset it was acknowledged
 //!   with: a superseded one may be gone, the latest of its key is on every replica.
@@ -38,14 +42,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use logstore::{EntryKind, KeyMap, PreparedCompaction, KEY_MAP_SLOT_BYTES};
 use vdl_server::compaction::cleaner::{
-    clean_if_due, is_due, plan_for, CleanTarget, CleanerLimits, CleanerPolicy,
+    clean_if_due, is_due, plan_for, tombstone_limit, CleanTarget, CleanerLimits, CleanerPolicy,
+    ReplicaCopies,
 };
 use vdl_server::compaction::KafkaRecordCompactor;
 use vdl_server::replication::raft_storage::{read, SharedStore};
 
 use crate::common::compacted::{self, Table};
 use crate::disk::SimCrash;
-use crate::world::{World, NODES};
+use crate::world::{SimGroup, World, NODES};
 
 /// Compacted groups: 100, 101, ... (of the bare groups).
 pub const COMPACTED_GROUPS: u64 = 4;
@@ -119,11 +124,11 @@ pub struct CleaningCounts {
     /// Committed records of the compacted groups.
     pub committed_records: u64,
     /// Latest records of their keys that were tombstones and were gone at the end (summed
-    /// over replicas).
+    /// over replicas: only leaders remove tombstones, so mostly on the last leader).
     pub tombstones_removed: u64,
-    /// Deleted keys back at the end on a replica that got the tombstone's entry only after a
-    /// leader removed the tombstone (summed over replicas; see `checked_pass`).
-    pub deleted_keys_back_after_catch_up: u64,
+    /// Passes tried (due or not) on a leader with a tombstone limit past index 1, that could
+    /// remove a tombstone; every other pass keeps them all.
+    pub leader_passes: u64,
     /// Superseded records still held at the end (summed over replicas; 0 after the final
     /// sweep).
     pub superseded_left: u64,
@@ -143,9 +148,6 @@ pub struct Cleaning {
     codec: KafkaRecordCompactor,
     /// Whether [`World::final_sweep`] ran (then no superseded record may be left).
     swept: bool,
-    /// (group, node id, key): deleted keys back on a replica without a pass of its own
-    /// removing the tombstone (see [`World::checked_pass`]).
-    caught_up_past_tombstones: BTreeSet<(u64, u64, String)>,
 }
 
 impl Cleaning {
@@ -188,6 +190,22 @@ pub fn keyed_batch(w: &mut World, group: u64) -> (Bytes, Vec<Record>) {
         .map(|(k, v)| (Some(k.as_str()), v.as_deref()))
         .collect();
     (compacted::batch_at(now_ms(w.step), &refs), records)
+}
+
+/// The tombstone limit of a pass planned now on node `node`'s replica `sg`, as the node's
+/// cleaner sets it (`node/cleaner.rs`): every node hosts every bare group, so the leader's
+/// durable copies must cover all of them (a node out of the configuration keeps its log and
+/// may come back).
+fn tombstone_limit_of(node: u64, sg: &SimGroup) -> u64 {
+    let v = *sg.visible.borrow();
+    let copies = *sg.durable_copies.borrow();
+    tombstone_limit(&ReplicaCopies {
+        leading: v.leader == node,
+        term: v.term,
+        copies_term: copies.term,
+        on_every_replica: copies.on_every_replica,
+        covers_every_replica: NODES.iter().all(|id| copies.replicas.contains(id)),
+    })
 }
 
 /// The records of a records payload by offset (every record of a compacted group has a key).
@@ -286,6 +304,7 @@ impl World {
             label: format!("n{node}-g{g}"),
             store: sg.store.clone(),
             clean_limit: sg.visible.borrow().applied_index + 1,
+            tombstone_limit: tombstone_limit_of(node, sg),
             policy: CleanerPolicy {
                 min_lag_ms: 0,
                 max_lag_ms: i64::MAX,
@@ -299,6 +318,7 @@ impl World {
             pause: Duration::ZERO,
         };
         let now = now_ms(step);
+        self.cleaning.counts.leader_passes += u64::from(target.tombstone_limit > 1);
         if !split {
             let r = self.checked_pass(node, g, |w| {
                 let c = &mut w.cleaning;
@@ -348,11 +368,12 @@ impl World {
     }
 
     /// Runs `pass` (one that may remove records: a whole pass, or a swap) on node `node`'s
-    /// replica of `group`, and checks that it brought no deleted key back: a tombstone it
-    /// removed had no older record of its key left on the node. A deleted key back on a
-    /// node without such a pass is the hazard Kafka's `delete.retention.ms` bounds: the
-    /// node was away (cut off, down) while a leader removed the tombstone, and then got the
-    /// tombstone's entry without it, keeping its older record; noted, allowed by the check.
+    /// replica of `group`, and checks that no deleted key is back on the node, before it and
+    /// after it: before, a key back means the node got a tombstone's entry without the
+    /// tombstone while it held an older record of the key (Kafka's `delete.retention.ms`
+    /// hazard: a leader removed the tombstone before every replica held it, which the
+    /// tombstone limit forbids); after, that the pass removed a tombstone while an older
+    /// record of its key was left.
     fn checked_pass(
         &mut self,
         node: u64,
@@ -361,18 +382,18 @@ impl World {
     ) -> PassResult {
         let i = (node - 1) as usize;
         let before = deleted_keys_back(self, i, group);
-        for k in &before {
-            self.cleaning
-                .caught_up_past_tombstones
-                .insert((group, node, k.clone()));
-        }
+        assert!(
+            before.is_empty(),
+            "group {group}: node {node}: deleted keys {before:?} are back: the node got their \
+             tombstones' entries without the tombstones while it held older records of them \
+             (a leader removed the tombstones before every replica held them)"
+        );
         let r = pass(self);
         if matches!(r, Ok(Ok(Some(_)))) {
             let after = deleted_keys_back(self, i, group);
-            let back: Vec<&String> = after.difference(&before).collect();
             assert!(
-                back.is_empty(),
-                "group {group}: node {node}: a cleaner pass removed the tombstones of {back:?} \
+                after.is_empty(),
+                "group {group}: node {node}: a cleaner pass removed the tombstones of {after:?} \
                  and left older records of those keys (deleted keys back)"
             );
         }
@@ -415,6 +436,7 @@ impl World {
             for node in NODES {
                 let sg = &self.nodes[(node - 1) as usize].groups[&g];
                 let applied = sg.visible.borrow().applied_index;
+                let tombstones = tombstone_limit_of(node, sg);
                 vdl_server::replication::raft_storage::write(&sg.store)
                     .roll_if_older_than(Duration::ZERO, u64::MAX)
                     .expect("roll");
@@ -422,6 +444,7 @@ impl World {
                     label: format!("n{node}-g{g}"),
                     store: sg.store.clone(),
                     clean_limit: applied + 1,
+                    tombstone_limit: tombstones,
                     policy: CleanerPolicy {
                         min_lag_ms: 0,
                         max_lag_ms: i64::MAX,
@@ -571,19 +594,6 @@ impl Cleaning {
                         (Some((ho, _)), _) if ho == o => {}
                         (None, None) if delete_retention_ms(g) == SHORT_RETENTION_MS => {
                             counts.tombstones_removed += 1
-                        }
-                        // The node caught up past the tombstone's removal (see
-                        // `checked_pass`): Kafka's delete.retention.ms hazard.
-                        (Some((ho, _)), None)
-                            if ho < o
-                                && !held.contains_key(o)
-                                && self.caught_up_past_tombstones.contains(&(
-                                    g,
-                                    n.id,
-                                    k.clone(),
-                                )) =>
-                        {
-                            counts.deleted_keys_back_after_catch_up += 1
                         }
                         (found, _) => panic!(
                             "seed {seed}: group {g}: node {}: key {k}'s latest record is \

@@ -27,8 +27,9 @@
 //! random nodes, leaders and followers alike, on the simulated clock: at once, or prepared at
 //! one step and swapped in up to 30 steps later while the group goes on (as the node's
 //! cleaner thread runs next to the group), with power cuts at their fsyncs. Groups 101 and 103
-//! have a short `delete.retention.ms` (tombstones go by the cleaner's real rule), 100 and 102
-//! keep them. With disks replaced, a wiped replica catches up from a compacted leader.
+//! have a short `delete.retention.ms` (tombstones go by the cleaner's real rule: on the
+//! leader, once every replica holds them durably; followers keep them), 100 and 102 keep
+//! them. With disks replaced, a wiped replica catches up from a compacted leader.
 //!
 //! Every node also hosts a replica of the metadata group with the real metadata state machine
 //! (its snapshots, the log compacted below them, recovery at start), over a recorder standing
@@ -51,10 +52,11 @@
 //!   record as a replica whose copy was still whole applied it): every record a replica holds
 //!   is the one committed at that offset; the latest record of every key is on every replica
 //!   at its offset and served there by the read path, except a tombstone past its
-//!   `delete.retention.ms`, and then no record of its key is left at all (no pass may leave
-//!   one; a replica that caught up after a leader removed the tombstone may keep its older
-//!   value, Kafka's hazard, counted); every acknowledged record is the one committed at its
-//!   offset (superseded ones may be gone); a last pass after the heal leaves none superseded;
+//!   `delete.retention.ms`, and then no record of its key is left at all (checked before and
+//!   after every pass too: no pass may leave one, and no replica may get a tombstone's entry
+//!   without the tombstone while it holds an older value, Kafka's `delete.retention.ms`
+//!   hazard); every acknowledged record is the one committed at its offset (superseded ones
+//!   may be gone); a last pass after the heal leaves none superseded;
 //! - every group converges (a leader with all three voters, every replica at the same applied
 //!   index) and no node is still rejoining;
 //! - the metadata: every replica's state is the same, holds every acknowledged command, and
@@ -494,19 +496,19 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                         "{label}seed {seed}: compaction: {} committed records in the \
                          compacted groups, {} cleaner passes ({} swapped in steps after they \
                          were prepared), {} records removed, {} prepared passes lost to \
-                         crashes, {} power cuts in a pass; at the end {} superseded records \
-                         left, {} latest tombstones gone, {} deleted keys back on a replica \
-                         that caught up after a leader removed the tombstone \
-                         (delete.retention.ms); the compaction checks hold",
+                         crashes, {} power cuts in a pass, {} passes tried on a leader that \
+                         could remove tombstones (every other pass keeps them); at the end {} \
+                         superseded records left, {} latest tombstones gone; the compaction \
+                         checks hold (no deleted key back on any replica)",
                         c.committed_records,
                         c.passes,
                         c.split_passes,
                         c.records_removed,
                         c.lost_to_crashes,
                         c.power_cuts,
+                        c.leader_passes,
                         c.superseded_left,
-                        c.tombstones_removed,
-                        c.deleted_keys_back_after_catch_up
+                        c.tombstones_removed
                     );
                 }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");

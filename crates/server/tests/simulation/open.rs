@@ -12,7 +12,7 @@ use logstore::{LogStore, StoreConfig, SyncPolicy};
 use raft::RawNode;
 use tokio::sync::watch;
 use vdl_server::metadata::{ClusterMeta, Effect, MetadataHost, MetadataStateMachine};
-use vdl_server::replication::group::{new_group, GroupParts, Visible};
+use vdl_server::replication::group::{new_group, DurableCopies, GroupParts, Visible};
 use vdl_server::replication::peer_guard::PeerStats;
 use vdl_server::replication::producers::ProducerTable;
 use vdl_server::replication::raft_storage::{RaftStorage, SharedStore};
@@ -282,6 +282,7 @@ fn open_replica(
     .expect("a raft node");
     let (tx, rx) = inbox(vdl_server::node::GROUP_INBOX_CAPACITY);
     let (vis_tx, vis_rx) = watch::channel(visible);
+    let (copies_tx, copies_rx) = watch::channel(DurableCopies::default());
     let parts = GroupParts {
         id: group,
         name,
@@ -291,7 +292,7 @@ fn open_replica(
         peers,
         tick: Duration::from_millis(50),
         visible: vis_tx,
-        durable_copies: watch::channel([0; vdl_server::replication::group::MAX_TRACKED_VOTERS]).0,
+        durable_copies: copies_tx,
         pipeline: true,
         group_commit: true,
         forward_proposals: false,
@@ -328,6 +329,7 @@ fn open_replica(
         inbox: tx,
         store: shared,
         visible: vis_rx,
+        durable_copies: copies_rx,
         meta: None,
     }
 }

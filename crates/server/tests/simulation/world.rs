@@ -9,7 +9,8 @@ use std::sync::Arc;
 use raft::prelude::Message;
 use tokio::sync::{mpsc, oneshot, watch};
 use vdl_server::replication::group::{
-    try_deliver, AppendError, AppendReply, Appended, GroupInput, Proposal, ProposalData, Visible,
+    try_deliver, AppendError, AppendReply, Appended, DurableCopies, GroupInput, Proposal,
+    ProposalData, Visible,
 };
 use vdl_server::replication::raft_storage::SharedStore;
 use vdl_server::replication::replicas::{Directories, HelloOutcome};
@@ -64,6 +65,8 @@ pub struct SimGroup {
     pub inbox: InboxSender<GroupInput>,
     pub store: SharedStore,
     pub visible: watch::Receiver<Visible>,
+    /// What the group publishes of its log's durable copies when it leads.
+    pub durable_copies: watch::Receiver<DurableCopies>,
     /// The metadata group's state machine state (None for a stream group).
     pub meta: Option<SimMeta>,
 }

@@ -52,11 +52,12 @@ impl Group {
     /// within two election timeouts (the quorum check clears raft-rs's flag every election
     /// timeout, before the followers' next answers), or at all while the group is quiesced (it
     /// quiesced with every voter holding the whole log; a voter reported down wakes it, and it
-    /// then drops out once silent for two election timeouts). Also publishes how many voters
-    /// hold each index durably ([`Visible::durable_on`]).
+    /// then drops out once silent for two election timeouts). Also publishes, with the term,
+    /// how many voters hold each index durably and what every replica holds
+    /// ([`DurableCopies`]; all zero when not leading).
     pub(super) fn update_in_sync(&mut self) {
         let mut in_sync = [0u64; MAX_TRACKED_VOTERS];
-        let mut durable_on: DurableCopies = [0; MAX_TRACKED_VOTERS];
+        let mut durable_on = DurableCopies::default();
         let raft = &self.p.node.raft;
         if raft.state == StateRole::Leader {
             let committed = raft.raft_log.committed;

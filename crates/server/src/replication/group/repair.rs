@@ -6,7 +6,7 @@
 //!
 //! A child module of `group.rs`, an `impl Group` of its own.
 
-use super::{AppendError, Group, Repair, MAX_TRACKED_VOTERS};
+use super::{AppendError, DurableCopies, Group, Repair, MAX_TRACKED_VOTERS};
 use crate::replication::raft_storage::{read, write};
 use raft::prelude::Message;
 use raft::{RawNode, StateRole};
@@ -534,7 +534,7 @@ impl Group {
             .unwrap_or(self.visible.high_watermark.min(s.next_offset()));
         self.visible.leader_ready = false;
         self.visible.in_sync = [0; MAX_TRACKED_VOTERS];
-        self.p.durable_copies.send_replace([0; MAX_TRACKED_VOTERS]);
+        self.p.durable_copies.send_replace(DurableCopies::default());
         drop(s);
         self.ready_term = 0;
         self.publish();

@@ -270,13 +270,29 @@ pub struct Visible {
     pub membership_settled: bool,
 }
 
-/// On the leader: element `k - 1` is the highest Raft index that at least `k` voters hold
-/// durably (the leader's own fsynced log counted), so an acks=all produce that asks for `k`
-/// copies (min.insync.replicas above the majority) waits for it to reach its entry. All zero
-/// on a follower. Published on its own channel ([`GroupParts::durable_copies`]), not in
-/// [`Visible`]: it changes with every acknowledgement, and waking every reader of `Visible`
-/// (fetches waiting for the high watermark) that often would cost them for nothing.
-pub type DurableCopies = [u64; MAX_TRACKED_VOTERS];
+/// What the leader knows of the durable copies of its log: published at every turn of a
+/// leading group, all zero on a follower (and once leadership is lost). Published on its own
+/// channel ([`GroupParts::durable_copies`]), not in [`Visible`]: it changes with every
+/// acknowledgement, and waking every reader of `Visible` (fetches waiting for the high
+/// watermark) that often would cost them for nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DurableCopies {
+    /// The term this replica led in when it published this (0: not leading).
+    pub term: u64,
+    /// Element `k - 1` is the highest Raft index that at least `k` voters hold durably (the
+    /// leader's own fsynced log counted), so an acks=all produce that asks for `k` copies
+    /// (min.insync.replicas above the majority) waits for it to reach its entry.
+    pub by_count: [u64; MAX_TRACKED_VOTERS],
+    /// The highest Raft index every replica in the leader's progress (voters, outgoing
+    /// voters of a configuration change, learners) holds durably: entries up to it are on
+    /// every copy of the log and never truncated. The log cleaner removes a tombstone only
+    /// at or below it (see `compaction::cleaner::tombstone_limit`).
+    pub on_every_replica: u64,
+    /// The ids `on_every_replica` covers (ascending, 0-padded; at most
+    /// [`MAX_TRACKED_VOTERS`]: a group with more replicas lists only some, and the cleaner
+    /// then removes no tombstone).
+    pub replicas: [u64; MAX_TRACKED_VOTERS],
+}
 
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
