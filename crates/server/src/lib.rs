@@ -16,6 +16,8 @@
 //!   metrics, rates, members, and the operator endpoints `vdlctl` calls: cluster status,
 //!   leaders, segments; its HTTP(S) transport, authentication, and the client that calls
 //!   other nodes).
+//! - [`served_apis`]: the Kafka APIs served and their versions (what ApiVersions lists and
+//!   the per-API metrics track), a leaf both the node and `kafka/` read.
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`shutdown`]: the phases of a graceful shutdown the Kafka listeners follow (the
 //!   binary's `main.rs` drives it: leadership hand-off, draining connections, sync).
@@ -45,6 +47,7 @@ pub mod replication;
 pub mod runtime;
 pub mod scrubber;
 pub mod security;
+pub mod served_apis;
 pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;

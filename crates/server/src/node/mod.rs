@@ -469,7 +469,7 @@ impl Node {
             cleaner: Mutex::new(None),
             cleaner_counters: Arc::default(),
             metrics: Arc::new(crate::metrics::NodeMetrics::new(
-                &crate::kafka::handlers::SERVED_APIS
+                &crate::served_apis::SERVED_APIS
                     .iter()
                     .map(|(api, _, _)| *api)
                     .collect::<Vec<_>>(),
