@@ -26,7 +26,11 @@
 //!   [`metadata::codec`]: how its commands are stored in the Raft log; [`metadata::snapshot`]:
 //!   its snapshots); [`topic_config`]: topic-level configs.
 //! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
-//!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
+//!   directory, membership, metadata proposals, listeners' binding and TLS reloads (one file
+//!   per job under `node/`); it imports nothing of `kafka/`.
+//! - [`service`]: the node's Kafka service, the composition root that wires the node and
+//!   `kafka/` together: the node as the handlers see it (with the group coordinator), the
+//!   Kafka listeners (`Node::serve_kafka`).
 //! - [`config`]: the node's TOML configuration and the embedded single-node default (the
 //!   settings of every room, parsed, which the rooms read from there).
 //!
@@ -48,6 +52,7 @@ pub mod runtime;
 pub mod scrubber;
 pub mod security;
 pub mod served_apis;
+pub mod service;
 pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;
