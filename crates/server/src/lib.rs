@@ -16,6 +16,8 @@
 //!   metrics, rates, members, and the operator endpoints `vdlctl` calls: cluster status,
 //!   leaders, segments; its HTTP(S) transport, authentication, and the client that calls
 //!   other nodes).
+//! - [`served_apis`]: the Kafka APIs served and their versions (what ApiVersions lists and
+//!   the per-API metrics track), a leaf both the node and `kafka/` read.
 //! - [`metrics`]: Prometheus metrics (counters on the hot paths, encoding of a scrape).
 //! - [`shutdown`]: the phases of a graceful shutdown the Kafka listeners follow (the
 //!   binary's `main.rs` drives it: leadership hand-off, draining connections, sync).
@@ -24,7 +26,11 @@
 //!   [`metadata::codec`]: how its commands are stored in the Raft log; [`metadata::snapshot`]:
 //!   its snapshots); [`topic_config`]: topic-level configs.
 //! - [`node`]: a node: start-up and shutdown, the topics and Raft groups it hosts, its data
-//!   directory, membership, metadata proposals, listeners (one file per job under `node/`).
+//!   directory, membership, metadata proposals, listeners' binding and TLS reloads (one file
+//!   per job under `node/`); it imports nothing of `kafka/`.
+//! - [`service`]: the node's Kafka service, the composition root that wires the node and
+//!   `kafka/` together: the node as the handlers see it (with the group coordinator), the
+//!   Kafka listeners (`Node::serve_kafka`).
 //! - [`config`]: the node's TOML configuration and the embedded single-node default (the
 //!   settings of every room, parsed, which the rooms read from there).
 //!
@@ -45,6 +51,8 @@ pub mod replication;
 pub mod runtime;
 pub mod scrubber;
 pub mod security;
+pub mod served_apis;
+pub mod service;
 pub mod shutdown;
 pub mod storage_faults;
 pub mod topic_config;

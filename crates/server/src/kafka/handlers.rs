@@ -8,6 +8,8 @@ use kafka_proto::frame::{Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 
+pub use crate::served_apis::SERVED_APIS;
+
 use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::DirectAnswer;
@@ -17,49 +19,6 @@ use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
     acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, users,
 };
-
-/// The APIs this server serves, with the versions it serves them at. ApiVersions lists exactly
-/// these, so clients never send a request the server cannot answer.
-pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 0, 11),
-    (ApiKey::Fetch, 0, 17),
-    (ApiKey::ListOffsets, 0, 9),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::SaslHandshake, 0, 1),
-    (ApiKey::SaslAuthenticate, 0, 2),
-    (ApiKey::CreateTopics, 0, 7),
-    (ApiKey::DeleteTopics, 0, 6),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::DescribeConfigs, 0, 4),
-    (ApiKey::AlterConfigs, 0, 2),
-    (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::DescribeLogDirs, 0, 4),
-    (ApiKey::DescribeProducers, 0, 0),
-    (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::ListPartitionReassignments, 0, 0),
-    (ApiKey::DescribeCluster, 0, 1),
-    (ApiKey::FindCoordinator, 0, 6),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 0, 9),
-    (ApiKey::OffsetFetch, 0, 9),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::DescribeAcls, 0, 3),
-    (ApiKey::CreateAcls, 0, 3),
-    (ApiKey::DeleteAcls, 0, 3),
-    (ApiKey::DescribeClientQuotas, 0, 1),
-    (ApiKey::AlterClientQuotas, 0, 1),
-    (ApiKey::DescribeUserScramCredentials, 0, 0),
-    (ApiKey::AlterUserScramCredentials, 0, 0),
-];
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
 pub fn api_versions() -> ApiVersionsResponse {

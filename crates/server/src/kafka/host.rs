@@ -1,7 +1,8 @@
 //! What the Kafka handlers need of the node they run on, one narrow trait per API family, so
 //! that a handler names what it uses instead of taking the whole `Node` (and `kafka/` stops
-//! importing `node/`, see "Layout rules" in the crate README). The node implements each
-//! (`node/listeners.rs`); a test can implement one with a fake.
+//! importing `node/`, see "Layout rules" in the crate README). The Kafka service's broker
+//! (the node and its group coordinator, `crate::service`) implements each
+//! (`service/host.rs`); a test can implement one with a fake.
 //!
 //! - [`MetadataAccess`]: the replicated metadata, read and changed; what most families below
 //!   build on.

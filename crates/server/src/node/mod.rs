@@ -12,7 +12,10 @@
 //! - `metadata_proposals`: writing commands to the replicated metadata;
 //! - `membership`: live brokers, members added and removed, reconciling voters;
 //! - `hand_off`: leadership transfers and the hand-off before stopping;
-//! - `listeners`: the Kafka listeners and their TLS reloads;
+//! - `listeners`: binding a listener, what starts once the node serves clients, the TLS
+//!   reloads of the listeners (the Kafka listeners themselves, the group coordinator and the
+//!   handlers' view of the node are the Kafka service's, `crate::service`: node/ imports
+//!   nothing of `kafka/`);
 //! - `security`: SCRAM look-ups, the authorizer, the ACL catch-up;
 //! - `background`: the liveness, reassignment, rejoin loops and the scrubber;
 //! - `cleaner`: the log cleaner of the compacted topics and what it visits;
@@ -50,7 +53,7 @@ use crate::replication::stream::LogStream;
 use crate::replication::transport::{self, LinkFilter, OpenLinks, PeerSender};
 
 use self::background::{finish_reassignments, settle_rejoin, watch_liveness};
-use self::listeners::bind_listener;
+pub(crate) use self::listeners::bind_listener;
 
 /// Inputs queued for one group before further ones are dropped (messages) or refused
 /// (proposals, answered with `Busy`).
@@ -178,8 +181,6 @@ pub struct Node {
     metadata_proposer: crate::metadata::proposer::MetadataProposer,
     /// Shared by every store of the node: the tail-cache budget and the open sealed segments.
     store_resources: logstore::StoreResources,
-    /// Consumer group membership, while this node coordinates groups (leads the metadata group).
-    group_coordinator: crate::kafka::groups::coordinator::Coordinator,
     /// Topic incarnations whose `DeleteTopic` was in this node's metadata log when it started
     /// (see [`Node::open_topic`]).
     deleted_before_start: Mutex<HashSet<(String, u64)>>,
@@ -216,8 +217,9 @@ pub struct Node {
     open_lock: Mutex<()>,
     /// Authentication counters of the Kafka listeners.
     security_stats: Arc<crate::security::stats::SecurityStats>,
-    /// The TLS configurations of the Kafka listeners that use TLS, by listener name (set by
-    /// `serve_kafka`), for reloads.
+    /// The TLS configurations of the listeners that use TLS, by listener name (the Kafka
+    /// listeners' added by the Kafka service, the admin listener's by the admin API), for
+    /// reloads.
     listener_tls: Mutex<Vec<(String, Arc<crate::security::tls::ReloadingServerTls>)>>,
     /// Mutual TLS between nodes (`[peer_tls]`), for reloads, and the task polling its files.
     peer_tls: Option<(Arc<transport::PeerTls>, tokio::task::JoinHandle<()>)>,
@@ -450,7 +452,6 @@ impl Node {
             metadata,
             metadata_proposer,
             store_resources,
-            group_coordinator: crate::kafka::groups::coordinator::Coordinator::new(),
             deleted_before_start: Mutex::new(HashSet::new()),
             retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
@@ -469,7 +470,7 @@ impl Node {
             cleaner: Mutex::new(None),
             cleaner_counters: Arc::default(),
             metrics: Arc::new(crate::metrics::NodeMetrics::new(
-                &crate::kafka::handlers::SERVED_APIS
+                &crate::served_apis::SERVED_APIS
                     .iter()
                     .map(|(api, _, _)| *api)
                     .collect::<Vec<_>>(),
@@ -577,11 +578,6 @@ impl Node {
     /// The flow limits and client quotas in force, as the replicated metadata holds them.
     pub fn flow_settings(&self) -> Arc<crate::flow::settings::FlowSettings> {
         self.metadata().flow.clone()
-    }
-
-    /// This node's consumer group coordinator state (see `kafka::groups`).
-    pub(crate) fn group_coordinator(&self) -> &crate::kafka::groups::coordinator::Coordinator {
-        &self.group_coordinator
     }
 
     /// Stops the scrubber, the log cleaner, every group thread (their pending appends fail with `Stopped`) and

@@ -1,5 +1,7 @@
-//! The group coordinator's background tasks, started with it and ending with the node: the ticker
-//! (deadlines), the persister (membership records written to the metadata) and offset expiry.
+//! The group coordinator's background tasks, started with it and ending with its host (the
+//! Kafka service's broker, dropped once its listeners have ended) or the node's shutdown: the
+//! ticker (deadlines), the persister (membership records written to the metadata) and offset
+//! expiry.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -10,7 +12,8 @@ use crate::kafka::host::GroupsHost;
 use crate::metadata::{wall_clock_ms, MetaCommand};
 use crate::replication::group::AppendError;
 
-/// Every `kafka.offsets_retention_check_ms`: [`expire_offsets`]. Ends with the node.
+/// Every `kafka.offsets_retention_check_ms`: [`expire_offsets`]. Ends with the host or the
+/// node's shutdown.
 pub(super) fn start_offset_expiry<H: GroupsHost>(node: Weak<H>) {
     tokio::spawn(async move {
         loop {
@@ -88,7 +91,7 @@ async fn expire_offsets<H: GroupsHost>(node: &Arc<H>) -> usize {
 /// metadata group, one at a time in the order they were taken, each only while this node still
 /// coordinates in the records' term (never through another leader). A record that fails is
 /// dropped with a log line: the group keeps running here, and a later coordinator loads the
-/// group's previous record (its members then rejoin, as without the record). Ends with the node.
+/// group's previous record (its members then rejoin, as without the record). Ends with the host.
 pub(super) fn start_persister<H: GroupsHost>(node: Weak<H>, waiting: Arc<tokio::sync::Notify>) {
     tokio::spawn(async move {
         loop {
@@ -140,7 +143,7 @@ pub(super) fn start_persister<H: GroupsHost>(node: Weak<H>, waiting: Arc<tokio::
 }
 
 /// Every [`TICK`]: expire sessions, complete due rebalances, and drop the
-/// groups when this node no longer leads. Ends with the node (dropped or shut down).
+/// groups when this node no longer leads. Ends with the host (dropped) or the node's shutdown.
 pub(super) fn start_ticker<H: GroupsHost>(node: Weak<H>) {
     tokio::spawn(async move {
         let mut interval = tokio::time::interval(TICK);
