@@ -95,6 +95,15 @@ pub trait NodeView: Send + Sync + 'static {
     /// Whether topic `name` exists (in the metadata, or as a stream configured at start).
     fn is_topic(&self, name: &str) -> bool;
 
+    /// The name of the topic (or stream configured at start) whose id is `id`
+    /// ([`crate::kafka::metadata::topic_id_of`]). The default hashes every name; a node
+    /// answers from the metadata's id index (one hash look-up, whatever the topic count).
+    fn topic_name_by_id(&self, id: kafka_proto::Uuid) -> Option<String> {
+        self.topic_names()
+            .into_iter()
+            .find(|n| crate::kafka::metadata::topic_id_of(self, n) == id)
+    }
+
     /// The leader of partition `partition` of incarnation `incarnation` of topic `name`, and
     /// its term, from the leaders' reports (as a node that does not host it knows it); `None`
     /// when none has reported. The leader may have died since: callers check it is live.
@@ -132,6 +141,10 @@ impl<H: NodeView + ?Sized> NodeView for Arc<H> {
 
     fn is_topic(&self, name: &str) -> bool {
         (**self).is_topic(name)
+    }
+
+    fn topic_name_by_id(&self, id: kafka_proto::Uuid) -> Option<String> {
+        (**self).topic_name_by_id(id)
     }
 
     fn reported_leader(&self, name: &str, incarnation: u64, partition: u32) -> Option<(u64, u64)> {

@@ -28,26 +28,7 @@ use kafka_proto::Uuid;
 
 use crate::replication::stream::LogStream;
 
-/// A topic's id: derived from its name and incarnation (the Raft index of the command that
-/// created it), so every node gives the same id without coordination and a topic created again
-/// under the same name gets a new id, as in Kafka. Never the all-zero UUID (Kafka's "no id").
-pub fn topic_id(name: &str, incarnation: u64) -> Uuid {
-    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut b: u64 = 0x8422_2325_cbf2_9ce4;
-    let tail = incarnation.to_be_bytes();
-    let bytes = name
-        .as_bytes()
-        .iter()
-        .chain(if incarnation == 0 { &[][..] } else { &tail[..] });
-    for byte in bytes {
-        a = (a ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
-        b = (b ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x9e37_79b9);
-    }
-    // Version-4-style bits, so tools printing it see a well-formed UUID.
-    let a = (a & !0xf000) | 0x4000;
-    let b = (b & !(0xc0 << 56)) | (0x80 << 56);
-    Uuid::from_u64_pair(a, b)
-}
+pub use crate::metadata::topic_ids::topic_id;
 
 /// The id of the topic served as `stream`.
 pub fn stream_topic_id(stream: &LogStream) -> Uuid {
@@ -86,14 +67,13 @@ pub fn locate_partition<N: NodeView + ?Sized>(node: &N, name: &str, index: i32) 
     }
 }
 
-/// The name of the topic with id `id`, if it exists.
+/// The name of the topic with id `id`, if it exists ([`NodeView::topic_name_by_id`]: one
+/// hash look-up on a node).
 pub fn topic_name_by_id<N: NodeView + ?Sized>(node: &N, id: Uuid) -> Option<String> {
     if id.is_zero() {
         return None;
     }
-    node.topic_names()
-        .into_iter()
-        .find(|n| topic_id_of(node, n) == id)
+    node.topic_name_by_id(id)
 }
 
 /// The cluster id Metadata reports: stable for a given set of members.

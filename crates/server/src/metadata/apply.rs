@@ -41,7 +41,7 @@ impl ClusterMeta {
                     return None;
                 }
                 let replicas = self.resolve_replicas(&name, index, 0, partitions, replicas)?;
-                self.topics.insert(
+                self.insert_topic(
                     name.clone(),
                     TopicMeta {
                         created_at_index: index,
@@ -80,7 +80,7 @@ impl ClusterMeta {
                         Some(Effect::DropTopic(name, Some(wanted)))
                     }
                     _ => {
-                        self.topics.remove(&name);
+                        self.remove_topic(&name);
                         // A deleted topic's committed offsets go with it, as in Kafka: a topic
                         // created again under the name starts with none.
                         for group in self.offsets.values_mut() {

@@ -15,7 +15,7 @@
 //! (the group's state machine, which asks its effects of a [`MetadataHost`]: the node, or the
 //! simulation's recorder), `codec/` (the log and snapshot formats), `snapshot.rs` (snapshot
 //! files), `proposer.rs` (the one path that writes commands: request ids, encoding,
-//! retries), `forwarded.rs` (what a member may propose through another node, and the
+//! retries), `topic_ids.rs` (a topic's id, and the index from id to name), `forwarded.rs` (what a member may propose through another node, and the
 //! metadata group's other checks the peer guard asks of it). It imports nothing of the Kafka handlers, the admin API or the node.
 
 mod apply;
@@ -28,6 +28,7 @@ mod state;
 mod state_machine;
 #[cfg(test)]
 mod tests;
+pub mod topic_ids;
 
 pub use apply::Effect;
 pub use command::{

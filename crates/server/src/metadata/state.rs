@@ -69,8 +69,12 @@ pub struct ClusterMeta {
     /// voters, says who the metadata group's voters are (until then a node's configuration
     /// alone, possibly edited by hand, must never reshape the group).
     pub membership_changed: bool,
-    /// Topics by name.
+    /// Topics by name. Changed only through [`ClusterMeta::insert_topic`] and
+    /// [`ClusterMeta::remove_topic`] (outside a topic's own fields), which keep
+    /// [`ClusterMeta::topic_ids`] with it.
     pub topics: BTreeMap<String, TopicMeta>,
+    /// The names of `topics` by topic id.
+    topic_ids: crate::metadata::topic_ids::TopicIds,
     /// The next producer id to hand out.
     pub next_producer_id: i64,
     /// Producer ids handed out, by the request that allocated them (the newest
@@ -370,7 +374,7 @@ impl ClusterMeta {
         }
         meta.membership_changed = wire.membership_changed;
         for t in wire.topics {
-            meta.topics.insert(
+            meta.insert_topic(
                 t.name,
                 TopicMeta {
                     created_at_index: t.incarnation,
@@ -440,6 +444,40 @@ impl ClusterMeta {
     /// The current incarnation of topic `name`, if it exists.
     pub fn incarnation(&self, name: &str) -> Option<u64> {
         self.topics.get(name).map(|t| t.created_at_index)
+    }
+
+    /// Adds topic `name` (replacing one of that name) and indexes its id.
+    pub(super) fn insert_topic(&mut self, name: String, topic: TopicMeta) {
+        let incarnation = topic.created_at_index;
+        if let Some(old) = self.topics.insert(name.clone(), topic) {
+            self.topic_ids.remove(&name, old.created_at_index);
+        }
+        self.topic_ids.insert(&name, incarnation);
+    }
+
+    /// Removes topic `name` and its id.
+    pub(super) fn remove_topic(&mut self, name: &str) -> Option<TopicMeta> {
+        let topic = self.topics.remove(name)?;
+        self.topic_ids.remove(name, topic.created_at_index);
+        Some(topic)
+    }
+
+    /// The topic (name) whose id is `id`; one hash look-up. Streams configured at start are
+    /// not topics of the metadata: the node looks them up itself.
+    pub fn topic_name_by_id(&self, id: kafka_proto::Uuid) -> Option<&str> {
+        let name = self.topic_ids.name(id)?;
+        debug_assert_eq!(
+            self.incarnation(name)
+                .map(|i| crate::metadata::topic_ids::topic_id(name, i)),
+            Some(id),
+            "the id index follows the topics"
+        );
+        Some(name)
+    }
+
+    /// The id index, for tests of its consistency with [`ClusterMeta::topics`].
+    pub fn topic_ids(&self) -> &crate::metadata::topic_ids::TopicIds {
+        &self.topic_ids
     }
 
     /// Partitions of every topic together.

@@ -75,6 +75,25 @@ impl Node {
             .map(|_| 0)
     }
 
+    /// The name of the topic, or stream configured at start, whose id is `id` (see
+    /// `metadata::topic_ids`): the metadata's index (one hash look-up); then the streams
+    /// configured at start (incarnation 0, not in the metadata): those this configuration
+    /// names, then, for an id still unknown (a deleted topic's, or none), every stream
+    /// hosted here, as [`Node::topic_names`] lists them.
+    pub fn topic_name_by_id(&self, id: kafka_proto::Uuid) -> Option<String> {
+        if let Some(name) = self.metadata().topic_name_by_id(id) {
+            return Some(name.to_owned());
+        }
+        let is_stream = |name: &String| {
+            crate::metadata::topic_ids::topic_id(name, 0) == id
+                && self.topic_incarnation(name) == Some(0)
+        };
+        if let Some(name) = self.config.initial_streams.iter().find(|n| is_stream(n)) {
+            return Some(name.clone());
+        }
+        self.stream_names().into_iter().find(is_stream)
+    }
+
     /// Names of every topic of the cluster (hosted here or not) and of the streams configured
     /// at start, sorted.
     pub fn topic_names(&self) -> Vec<String> {

@@ -62,6 +62,10 @@ impl NodeView for Broker {
         Node::is_topic(&self.node, name)
     }
 
+    fn topic_name_by_id(&self, id: kafka_proto::Uuid) -> Option<String> {
+        Node::topic_name_by_id(&self.node, id)
+    }
+
     fn reported_leader(&self, name: &str, incarnation: u64, partition: u32) -> Option<(u64, u64)> {
         Node::reported_leader(&self.node, name, incarnation, partition)
     }
