@@ -228,33 +228,7 @@ impl Node {
     /// still there. Without one, the stream open under the name (a stream configured at start)
     /// is dropped. Appends waiting on a dropped stream fail with `Stopped`.
     pub fn drop_topic(&self, name: &str, incarnation: Option<u64>) {
-        let open: Vec<LogStream> = self
-            .partitions(name)
-            .into_iter()
-            .filter(|s| incarnation.is_none_or(|i| i == s.incarnation))
-            .collect();
-        for stream in &open {
-            self.stop_group(stream.group);
-        }
-        let dirs = match (incarnation, open.first()) {
-            (Some(i), _) => self.data_dir.topic_dirs_on_disk(name, i),
-            (None, Some(s)) if s.incarnation > 0 => {
-                self.data_dir.topic_dirs_on_disk(name, s.incarnation)
-            }
-            (None, _) => vec![self.stream_dir(name)],
-        };
-        for dir in dirs.iter().filter(|d| d.exists()) {
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                tracing::warn!(stream = %name, dir = %dir.display(), "removing a deleted stream's data failed: {e}");
-            }
-        }
-        // Last: once the topic is gone from the map, its data is gone too.
-        if !open.is_empty() {
-            self.streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove_topic(name);
-        }
+        crate::core::topics::drop_topic(&mut NodePartitions(self), name, incarnation);
     }
 
     /// Whether `name` is a topic (created through the metadata group, hosted here or not, or
@@ -309,8 +283,24 @@ impl PartitionHost for NodePartitions<'_> {
             .unwrap_or_default()
     }
 
-    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>) {
-        self.0.drop_topic(name, incarnation);
+    fn open_partitions(&self, name: &str) -> Vec<(u64, u64)> {
+        self.0
+            .partitions(name)
+            .iter()
+            .map(|s| (s.incarnation, s.group))
+            .collect()
+    }
+
+    fn stop_group(&mut self, group: u64) {
+        self.0.stop_group(group);
+    }
+
+    fn forget_topic(&mut self, name: &str) {
+        self.0
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_topic(name);
     }
 
     fn open_partition(

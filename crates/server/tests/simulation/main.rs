@@ -117,6 +117,8 @@ struct Outcome {
     acknowledged_to_topics: usize,
     /// What the cleaner passes of the compacted groups did (all zero without compaction).
     compaction: cleaning::CleaningCounts,
+    /// What the topic deletes came to (all zero without them).
+    deletes: topics::DeleteOutcome,
 }
 
 /// What the metadata group ended with.
@@ -176,6 +178,8 @@ fn check(seed: u64, w: &World) -> Outcome {
         .into_iter()
         .filter(|g| *g != vdl_server::metadata::METADATA_GROUP_ID)
         .collect();
+    let live_groups: std::collections::BTreeSet<u64> = stream_groups.iter().copied().collect();
+    let bare_groups: HashSet<u64> = world::all_groups().into_iter().collect();
     assert!(
         stream_groups.len() as u64 >= GROUPS,
         "seed {seed}: bare groups are missing"
@@ -235,6 +239,21 @@ fn check(seed: u64, w: &World) -> Outcome {
         }
         let entries = reference.unwrap_or_default();
         let mut seen = HashSet::new();
+        // A topic partition's log starts empty, also that of an incarnation created again
+        // under a deleted name: its first records are at offset 0 (without retention, which
+        // moves the start).
+        if !w.options.retention && !bare_groups.contains(&g) {
+            if let Some(first) = entries
+                .iter()
+                .find(|e| e.kind == logstore::EntryKind::Records)
+            {
+                assert_eq!(
+                    first.first_offset, 0,
+                    "seed {seed}: group {g}: a topic partition's first records are not at offset 0"
+                );
+            }
+        }
+        let own_prefix = format!("g{g}-");
         for e in &entries {
             if e.kind != logstore::EntryKind::Records {
                 continue;
@@ -251,11 +270,21 @@ fn check(seed: u64, w: &World) -> Outcome {
                     "seed {seed}: group {g}: value {} is in the log twice",
                     String::from_utf8_lossy(v)
                 );
+                // Every value names the group it was appended to: no record of another
+                // group (a deleted incarnation's under the same name) is mixed in.
+                assert!(
+                    v.starts_with(own_prefix.as_bytes()),
+                    "seed {seed}: group {g}: value {} was appended to another group",
+                    String::from_utf8_lossy(v)
+                );
             }
             log.push((g, e.index, e.term, vals));
         }
     }
     for (g, appended, value) in &w.acked {
+        if !live_groups.contains(g) {
+            continue; // of a deleted incarnation: checked gone in `check_deletes`
+        }
         for n in &w.nodes {
             let sg = &n.groups[g];
             let hw = sg.visible.borrow().high_watermark;
@@ -299,6 +328,7 @@ fn check(seed: u64, w: &World) -> Outcome {
         top_term,
         metadata: check_metadata(seed, w),
         compaction: w.cleaning.check(seed, w),
+        deletes: topics::check_deletes(seed, w, &live_groups),
     }
 }
 
@@ -371,11 +401,13 @@ fn check_metadata(seed: u64, w: &World) -> MetadataOutcome {
         }
         for acked in &w.acked_meta {
             match &acked.command {
+                // A topic a delete was sent for may be gone (see `topics::check_deletes`).
                 MetaCommand::CreateTopic { name, .. } => assert!(
-                    state.topics.contains_key(name),
+                    state.topics.contains_key(name) || w.deleted_names.contains(name),
                     "seed {seed}: metadata: node {}: acknowledged topic {name} is missing",
                     n.id
                 ),
+                MetaCommand::DeleteTopic { .. } => {}
                 MetaCommand::AllocateProducerId => assert!(
                     state.allocations.contains_key(&acked.request),
                     "seed {seed}: metadata: node {}: acknowledged producer id allocation {:?} \
@@ -442,6 +474,7 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
     options.disk_replacements |= env_u64("SIM_DISKS") == Some(1);
     options.membership |= env_u64("SIM_MEMBERSHIP") == Some(1);
     options.compaction |= env_u64("SIM_COMPACTION") == Some(1);
+    options.topic_deletes |= env_u64("SIM_DELETES") == Some(1);
     options.trace = std::env::var("SIM_TRACE").ok().and_then(|v| {
         let (group, step) = v.split_once(':').unwrap_or((&v, "0"));
         Some((group.parse().ok()?, step.parse().ok()?))
@@ -507,6 +540,21 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                         c.superseded_left,
                         c.tombstones_removed,
                         c.deleted_keys_back_after_catch_up
+                    );
+                }
+                if options.topic_deletes {
+                    let d = &o.deletes;
+                    eprintln!(
+                        "{label}seed {seed}: topic deletes: {} acknowledged, {} creates under a \
+                         deleted name sent, {} names live again as a new incarnation, {} \
+                         appends acknowledged to incarnations deleted since (no replica runs \
+                         them), {} topic directories left, all of live incarnations; every \
+                         node served only incarnations its metadata held, at every step",
+                        d.deletes_acknowledged,
+                        d.recreates_sent,
+                        d.recreated,
+                        d.acknowledged_to_deleted,
+                        d.topic_dirs
                     );
                 }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");
@@ -577,6 +625,25 @@ fn compacted_groups_keep_every_latest_record_under_faults() {
         SimOptions {
             compaction: true,
             disk_replacements: true,
+            ..SimOptions::default()
+        },
+    );
+}
+
+/// The same faults with topics deleted and created again under deleted names (new
+/// incarnations), through the core on every node: after a delete no replica serves the old
+/// incarnation (checked at every step), its files go from every disk, a recreated topic
+/// starts empty and holds none of the old records, and every acknowledged append to a live
+/// topic is kept. `SIM_SEEDS` seeds (default 2), `SIM_STEPS` steps each; seeds 4001, ...
+#[test]
+fn deleted_topics_leave_nothing_behind_under_faults() {
+    soak(
+        "topic deletes ",
+        "deleted_topics_leave_nothing",
+        4000,
+        2,
+        SimOptions {
+            topic_deletes: true,
             ..SimOptions::default()
         },
     );
