@@ -107,13 +107,15 @@ pub trait PartitionHost {
     fn deleted_before_start(&self, name: &str, incarnation: u64) -> bool;
     /// The replicas before the move of the partitions of this incarnation being reassigned.
     fn moving(&self, name: &str, incarnation: u64) -> BTreeMap<u32, Vec<u64>>;
-    /// The partitions of topic `name` open here: (incarnation, group) of each, in partition
-    /// order.
-    fn open_partitions(&self, name: &str) -> Vec<(u64, u64)>;
+    /// The partitions of topic `name` open here: (partition, incarnation, group) of each, in
+    /// partition order.
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64, u64)>;
     /// Stops the group `group` of a partition open here (appends waiting on it fail).
     fn stop_group(&mut self, group: u64);
     /// Forgets every partition of topic `name` in the catalog.
     fn forget_topic(&mut self, name: &str);
+    /// Forgets partition `partition` of topic `name` in the catalog.
+    fn forget_partition(&mut self, name: &str, partition: u32);
     /// Opens one partition's group in `dir` as `plan` says, and records it in the catalog.
     fn open_partition(
         &mut self,
@@ -208,19 +210,19 @@ pub fn dirs_of_dropped_topic(
 /// are still there. The catalog forgets the topic last: once it is gone from the catalog, its
 /// data is gone too. A directory that cannot be removed is logged.
 pub fn drop_topic<H: PartitionHost>(host: &mut H, name: &str, incarnation: Option<u64>) {
-    let open: Vec<(u64, u64)> = host
+    let open: Vec<(u32, u64, u64)> = host
         .open_partitions(name)
         .into_iter()
-        .filter(|(i, _)| incarnation.is_none_or(|wanted| wanted == *i))
+        .filter(|(_, i, _)| incarnation.is_none_or(|wanted| wanted == *i))
         .collect();
-    for (_, group) in &open {
+    for (_, _, group) in &open {
         host.stop_group(*group);
     }
     let dirs = dirs_of_dropped_topic(
         host.data_dir(),
         name,
         incarnation,
-        open.first().map(|(i, _)| *i),
+        open.first().map(|(_, i, _)| *i),
     );
     for dir in dirs.iter().filter(|d| d.exists()) {
         if let Err(e) = std::fs::remove_dir_all(dir) {
@@ -229,6 +231,33 @@ pub fn drop_topic<H: PartitionHost>(host: &mut H, name: &str, incarnation: Optio
     }
     if !open.is_empty() {
         host.forget_topic(name);
+    }
+}
+
+/// Stops partition `partition` of incarnation `incarnation` of topic `name` on `host` and
+/// deletes its data there (its replica moved to another node); the catalog forgets it. Nothing
+/// when that partition of that incarnation is not open here. A directory that cannot be
+/// removed is logged.
+pub fn drop_partition<H: PartitionHost>(
+    host: &mut H,
+    name: &str,
+    incarnation: u64,
+    partition: u32,
+) {
+    let Some((_, _, group)) = host
+        .open_partitions(name)
+        .into_iter()
+        .find(|(p, i, _)| *p == partition && *i == incarnation)
+    else {
+        return;
+    };
+    host.stop_group(group);
+    host.forget_partition(name, partition);
+    let dir = host.data_dir().topic_dir(name, incarnation, partition);
+    if dir.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(topic = %name, partition, dir = %dir.display(), "removing a moved replica's data failed: {e}");
+        }
     }
 }
 
@@ -362,8 +391,8 @@ mod tests {
         fn moving(&self, _: &str, _: u64) -> BTreeMap<u32, Vec<u64>> {
             BTreeMap::new()
         }
-        fn open_partitions(&self, _: &str) -> Vec<(u64, u64)> {
-            self.open.values().copied().collect()
+        fn open_partitions(&self, _: &str) -> Vec<(u32, u64, u64)> {
+            self.open.iter().map(|(p, (i, g))| (*p, *i, *g)).collect()
         }
         fn stop_group(&mut self, group: u64) {
             self.stopped.push(group);
@@ -371,6 +400,10 @@ mod tests {
         fn forget_topic(&mut self, name: &str) {
             self.open.clear();
             self.forgotten.push(name.to_owned());
+        }
+        fn forget_partition(&mut self, name: &str, partition: u32) {
+            self.open.remove(&partition);
+            self.forgotten.push(format!("{name}-{partition}"));
         }
         fn open_partition(
             &mut self,
@@ -442,6 +475,22 @@ mod tests {
         drop_topic(&mut h, "t", None);
         assert_eq!(h.stopped, [group_id_for_topic("t", 4, 0)]);
         assert!(h.data_dir.topic_dirs_on_disk("t", 4).is_empty());
+        let _ = std::fs::remove_dir_all(h.data_dir.root());
+    }
+
+    #[test]
+    fn dropping_a_moved_partition_removes_that_replica_only() {
+        let mut h = host("drop-partition");
+        open_topic(&mut h, "t", 5, &[vec![1, 2], vec![1, 3]]).unwrap();
+        drop_partition(&mut h, "t", 4, 1);
+        assert!(h.stopped.is_empty());
+        drop_partition(&mut h, "t", 5, 1);
+        assert_eq!(h.stopped, [group_id_for_topic("t", 5, 1)]);
+        assert_eq!(h.forgotten, ["t-1"]);
+        assert_eq!(
+            h.data_dir.topic_dirs_on_disk("t", 5),
+            [h.data_dir.topic_dir("t", 5, 0)]
+        );
         let _ = std::fs::remove_dir_all(h.data_dir.root());
     }
 

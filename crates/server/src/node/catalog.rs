@@ -100,23 +100,12 @@ impl Node {
     /// Stops one partition's group and deletes its data here (its replica moved to another
     /// node). Appends waiting on it fail with `Stopped`.
     pub(super) fn drop_partition(&self, name: &str, incarnation: u64, partition: u32) {
-        let Some(stream) = self
-            .partition(name, partition)
-            .filter(|s| s.incarnation == incarnation)
-        else {
-            return;
-        };
-        self.stop_group(stream.group);
-        self.streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove_partition(name, partition);
-        let dir = self.topic_dir(name, incarnation, partition);
-        if dir.exists() {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(topic = %name, partition, dir = %dir.display(), "removing a moved replica's data failed: {e}");
-            }
-        }
+        crate::core::topics::drop_partition(
+            &mut NodePartitions(self),
+            name,
+            incarnation,
+            partition,
+        );
     }
 
     /// The effective settings of topic `name`: its config overrides over this node's
@@ -283,11 +272,11 @@ impl PartitionHost for NodePartitions<'_> {
             .unwrap_or_default()
     }
 
-    fn open_partitions(&self, name: &str) -> Vec<(u64, u64)> {
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64, u64)> {
         self.0
             .partitions(name)
             .iter()
-            .map(|s| (s.incarnation, s.group))
+            .map(|s| (s.partition, s.incarnation, s.group))
             .collect()
     }
 
@@ -301,6 +290,14 @@ impl PartitionHost for NodePartitions<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove_topic(name);
+    }
+
+    fn forget_partition(&mut self, name: &str, partition: u32) {
+        self.0
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_partition(name, partition);
     }
 
     fn open_partition(

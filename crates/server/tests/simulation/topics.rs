@@ -16,7 +16,10 @@ use std::sync::{Arc, RwLock};
 use vdl_server::core::catalog::{Catalog, PartitionHandle};
 use vdl_server::core::data_dir::DataDir;
 use vdl_server::core::effects::{bring_in_line, EffectHost};
-use vdl_server::core::topics::{drop_topic, open_topic, PartitionHost, PartitionToOpen};
+use vdl_server::core::membership::{reconcile_replicas, ReplicaHost};
+use vdl_server::core::topics::{
+    drop_partition, drop_topic, open_topic, PartitionHost, PartitionToOpen,
+};
 use vdl_server::metadata::{ClusterMeta, TopicMeta};
 use vdl_server::replication::group::{try_deliver, GroupInput};
 use vdl_server::replication::replicas::Directories;
@@ -97,11 +100,11 @@ impl PartitionHost for SimPartitions<'_> {
             .unwrap_or_default()
     }
 
-    fn open_partitions(&self, name: &str) -> Vec<(u64, u64)> {
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64, u64)> {
         self.catalog
-            .partitions(name)
             .iter()
-            .map(|p| (p.incarnation, p.group))
+            .filter(|(n, _, _)| *n == name)
+            .map(|(_, p, h)| (p, h.incarnation, h.group))
             .collect()
     }
 
@@ -113,6 +116,10 @@ impl PartitionHost for SimPartitions<'_> {
 
     fn forget_topic(&mut self, name: &str) {
         self.catalog.remove_topic(name);
+    }
+
+    fn forget_partition(&mut self, name: &str, partition: u32) {
+        self.catalog.remove_partition(name, partition);
     }
 
     fn open_partition(
@@ -161,9 +168,10 @@ impl PartitionHost for SimPartitions<'_> {
 }
 
 /// The simulated node as the host of what the metadata's effects call for. The simulation's
-/// clients create and delete topics (and allocate producer ids): the other effects (configs,
-/// DeleteRecords, preferred leaders, membership, admin addresses) come from commands it does
-/// not send, and are nothing here.
+/// clients create and delete topics (and allocate producer ids); membership changes go
+/// through the core's reconciliation as on the node (the simulation sends no member command
+/// yet); the other effects (configs, DeleteRecords, preferred leaders, admin addresses) come
+/// from commands it does not send, and are nothing here.
 impl EffectHost for SimPartitions<'_> {
     type OpenError = Infallible;
 
@@ -197,9 +205,51 @@ impl EffectHost for SimPartitions<'_> {
 
     fn hand_leadership_to(&mut self, _: &str, _: u64, _: u32, _: u64) {}
 
-    fn reconcile_membership(&mut self) {}
+    /// The core's reconciliation of the partitions here with the replica lists (the node
+    /// also admits members and retargets the metadata group, which the simulation's fixed
+    /// three nodes do not need).
+    fn reconcile_membership(&mut self) {
+        let topics = self.topics();
+        reconcile_replicas(self, &topics);
+    }
 
     fn note_admin_address(&mut self, _id: u64, _address: String) {}
+}
+
+/// The simulated node as the host of the core's replica reconciliation.
+impl ReplicaHost for SimPartitions<'_> {
+    type OpenError = Infallible;
+
+    fn me(&self) -> u64 {
+        self.me
+    }
+
+    fn open_topic(
+        &mut self,
+        name: &str,
+        incarnation: u64,
+        replicas: &[Vec<u64>],
+    ) -> Result<(), Infallible> {
+        EffectHost::open_topic(self, name, incarnation, replicas)
+    }
+
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64)> {
+        PartitionHost::open_partitions(self, name)
+            .into_iter()
+            .map(|(p, i, _)| (p, i))
+            .collect()
+    }
+
+    fn set_voters(&mut self, name: &str, partition: u32, voters: Vec<u64>) {
+        let group = self.catalog.get(name, partition).map(|p| p.group);
+        if let Some(sg) = group.and_then(|g| self.groups.get(&g)) {
+            try_deliver(&sg.inbox, GroupInput::SetVoters(voters));
+        }
+    }
+
+    fn drop_partition(&mut self, name: &str, incarnation: u64, partition: u32) {
+        drop_partition(self, name, incarnation, partition);
+    }
 }
 
 impl SimPartitions<'_> {
