@@ -34,10 +34,21 @@
 //! (its snapshots, the log compacted below them, recovery at start), over a recorder standing
 //! in for the node; clients propose topic creations and producer-id allocations with request
 //! ids, retried and sometimes sent twice at once. What the metadata asks of the node is carried
-//! out through the server's core (`topics.rs`): each created topic's partitions that its layout
-//! places on a node are opened there as groups in the core's catalog, in the directories of
-//! the core's data-directory layout (at restart from the metadata snapshot and the replay, and
-//! after a snapshot installed from the leader); clients append to them as to the bare groups.
+//! out through the server's core (`topics.rs`), by the core's one dispatch of the metadata's
+//! effects (`core::effects::carry_out`, the node's too): each created topic's partitions that
+//! its layout places on a node are opened there as groups in the core's catalog, in the
+//! directories of the core's data-directory layout (at restart from the metadata snapshot and
+//! the replay, and after a snapshot installed from the leader, through
+//! `core::effects::bring_in_line`); clients append to them as to the bare groups.
+//!
+//! Topic deletes (`deleted_topics_leave_nothing_behind_under_faults`, `SIM_DELETES=1` adds them
+//! to the other tests): clients also delete topics (the incarnation the node they ask knows)
+//! and create topics again under deleted names; each node drops a deleted incarnation through
+//! the core (`core::topics::drop_topic`: its groups stopped, the catalog forgets it, its
+//! directories removed from the simulated disk), and a restarted node's replay does not open
+//! again an incarnation its log deletes (`core::topics::deleted_incarnations`). Checked after
+//! every step: no node serves an incarnation its metadata no longer holds, nor runs a group
+//! its catalog does not hold.
 //!
 //! After the faults stop and the network heals, it checks, for every group:
 //! - every node has open, in its core catalog, exactly the topic partitions its metadata state
@@ -58,11 +69,17 @@
 //! - every group converges (a leader with all three voters, every replica at the same applied
 //!   index) and no node is still rejoining;
 //! - the metadata: every replica's state is the same, holds every acknowledged command, and
-//!   applied no request twice (no producer id handed out twice).
+//!   applied no request twice (no producer id handed out twice);
+//! - deletes: no directory of an incarnation the metadata no longer holds is on any node's
+//!   disk, every acknowledged delete removed its incarnation, no node runs a group of a
+//!   deleted incarnation an append was acknowledged to; a topic partition's records start at
+//!   offset 0 (without retention) and every value in a group was appended to that group (a
+//!   recreated topic holds nothing of the old incarnation); acknowledged appends to live
+//!   topics are checked as above.
 //!
 //! A failure names its seed; `SIM_SEED=N cargo test -p vdl-server --test simulation` runs just
-//! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 4); `SIM_STEPS` sets the faulty
-//! steps per seed.
+//! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 6 for the first test, 2 for the
+//! others); `SIM_STEPS` sets the faulty steps per seed.
 //!
 //! Two scripted scenarios share the harness (issue 32): `lost_hard_state` (one real group
 //! driven message by message: no double vote after hard-state damage) and
@@ -649,11 +666,13 @@ fn deleted_topics_leave_nothing_behind_under_faults() {
     );
 }
 
-/// With compaction on: the cleaner passes run on the simulated clock and are part of the run.
+/// With compaction and topic deletes on: the cleaner passes run on the simulated clock, and
+/// topics deleted and created again, are part of the run.
 #[test]
 fn one_seed_makes_one_run() {
     let options = SimOptions {
         compaction: true,
+        topic_deletes: true,
         ..SimOptions::default()
     };
     let a = run_with(7, 800, options);
