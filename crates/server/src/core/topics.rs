@@ -4,11 +4,12 @@
 //! behind [`PartitionHost`]: the node implements it with its runtime, the deterministic
 //! simulation with its simulated replicas.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use thiserror::Error;
 
+use crate::metadata::{MetaCommand, MetaEntry};
 use crate::replication::ids::group_id_for_topic;
 
 use super::data_dir::{DataDir, MigrateError};
@@ -106,9 +107,15 @@ pub trait PartitionHost {
     fn deleted_before_start(&self, name: &str, incarnation: u64) -> bool;
     /// The replicas before the move of the partitions of this incarnation being reassigned.
     fn moving(&self, name: &str, incarnation: u64) -> BTreeMap<u32, Vec<u64>>;
-    /// Stops the groups of topic `name` (of `incarnation` only, when given) and deletes
-    /// their data here.
-    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>);
+    /// The partitions of topic `name` open here: (partition, incarnation, group) of each, in
+    /// partition order.
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64, u64)>;
+    /// Stops the group `group` of a partition open here (appends waiting on it fail).
+    fn stop_group(&mut self, group: u64);
+    /// Forgets every partition of topic `name` in the catalog.
+    fn forget_topic(&mut self, name: &str);
+    /// Forgets partition `partition` of topic `name` in the catalog.
+    fn forget_partition(&mut self, name: &str, partition: u32);
     /// Opens one partition's group in `dir` as `plan` says, and records it in the catalog.
     fn open_partition(
         &mut self,
@@ -152,7 +159,7 @@ where
 {
     if let Some(open) = host.open_incarnation(name) {
         if open != incarnation {
-            host.drop_topic(name, Some(open));
+            drop_topic(host, name, Some(open));
         }
     }
     if host.data_dir().migrate_topic_dir(name, incarnation)? {
@@ -177,6 +184,118 @@ where
             .map_err(OpenTopicError::Open)?;
     }
     Ok(())
+}
+
+/// The directories that dropping topic `name` removes on a node: with an incarnation, every
+/// directory of that incarnation on disk (also when another one is open under the name);
+/// without one, those of the incarnation open under the name (`open`, that of its first open
+/// partition), or the directory of the stream configured at start when that is what is open
+/// (incarnation 0) or nothing is.
+pub fn dirs_of_dropped_topic(
+    data_dir: &DataDir,
+    name: &str,
+    incarnation: Option<u64>,
+    open: Option<u64>,
+) -> Vec<PathBuf> {
+    match (incarnation, open) {
+        (Some(i), _) => data_dir.topic_dirs_on_disk(name, i),
+        (None, Some(i)) if i > 0 => data_dir.topic_dirs_on_disk(name, i),
+        (None, _) => vec![data_dir.stream_dir(name)],
+    }
+}
+
+/// Stops topic `name`'s groups open on `host` (every partition; only those of `incarnation`
+/// when given) and deletes its data there (see [`dirs_of_dropped_topic`]): a newer
+/// incarnation open under the name stays, and an older one's directories are removed if they
+/// are still there. The catalog forgets the topic last: once it is gone from the catalog, its
+/// data is gone too. A directory that cannot be removed is logged.
+pub fn drop_topic<H: PartitionHost>(host: &mut H, name: &str, incarnation: Option<u64>) {
+    let open: Vec<(u32, u64, u64)> = host
+        .open_partitions(name)
+        .into_iter()
+        .filter(|(_, i, _)| incarnation.is_none_or(|wanted| wanted == *i))
+        .collect();
+    for (_, _, group) in &open {
+        host.stop_group(*group);
+    }
+    let dirs = dirs_of_dropped_topic(
+        host.data_dir(),
+        name,
+        incarnation,
+        open.first().map(|(_, i, _)| *i),
+    );
+    for dir in dirs.iter().filter(|d| d.exists()) {
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            tracing::warn!(stream = %name, dir = %dir.display(), "removing a deleted stream's data failed: {e}");
+        }
+    }
+    if !open.is_empty() {
+        host.forget_topic(name);
+    }
+}
+
+/// Stops partition `partition` of incarnation `incarnation` of topic `name` on `host` and
+/// deletes its data there (its replica moved to another node); the catalog forgets it. Nothing
+/// when that partition of that incarnation is not open here. A directory that cannot be
+/// removed is logged.
+pub fn drop_partition<H: PartitionHost>(
+    host: &mut H,
+    name: &str,
+    incarnation: u64,
+    partition: u32,
+) {
+    let Some((_, _, group)) = host
+        .open_partitions(name)
+        .into_iter()
+        .find(|(p, i, _)| *p == partition && *i == incarnation)
+    else {
+        return;
+    };
+    host.stop_group(group);
+    host.forget_partition(name, partition);
+    let dir = host.data_dir().topic_dir(name, incarnation, partition);
+    if dir.exists() {
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(topic = %name, partition, dir = %dir.display(), "removing a moved replica's data failed: {e}");
+        }
+    }
+}
+
+/// The topic incarnations deleted by a `DeleteTopic` (naming its incarnation) in the metadata
+/// log `store`, read at start before the replay: their `CreateTopic`, replayed first, must not
+/// open them again (see [`open_topic`]). A read error ends the scan with what was found (and
+/// is logged); an undecodable entry is skipped.
+pub fn deleted_incarnations(store: &logstore::LogStore) -> BTreeSet<(String, u64)> {
+    let mut deleted = BTreeSet::new();
+    let mut lo = store.first_index();
+    let hi = store.last_index() + 1;
+    while lo < hi {
+        let entries = match store.entries(lo, hi, 4 << 20) {
+            Ok(entries) if !entries.is_empty() => entries,
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!("reading the metadata log for deleted topics failed: {e}");
+                break;
+            }
+        };
+        lo = entries.last().map_or(hi, |e| e.index + 1);
+        for e in entries
+            .iter()
+            .filter(|e| e.kind == logstore::EntryKind::Meta)
+        {
+            if let Ok((
+                _,
+                MetaCommand::DeleteTopic {
+                    name,
+                    incarnation: Some(incarnation),
+                },
+            )) = MetaEntry::decode(&e.payload)
+            {
+                deleted.insert((name, incarnation));
+            }
+        }
+    }
+    deleted
 }
 
 #[cfg(test)]
@@ -242,5 +361,147 @@ mod tests {
             stale_incarnations(&open, current),
             [("b".to_owned(), 4), ("c".to_owned(), 5)]
         );
+    }
+
+    /// A host whose catalog holds one topic's partitions: (incarnation, group) by partition.
+    struct Host {
+        data_dir: DataDir,
+        open: BTreeMap<u32, (u64, u64)>,
+        stopped: Vec<u64>,
+        forgotten: Vec<String>,
+    }
+
+    impl PartitionHost for Host {
+        type Error = std::io::Error;
+        fn me(&self) -> u64 {
+            1
+        }
+        fn data_dir(&self) -> &DataDir {
+            &self.data_dir
+        }
+        fn open_incarnation(&self, _: &str) -> Option<u64> {
+            self.open.values().next().map(|(i, _)| *i)
+        }
+        fn is_open(&self, _: &str, partition: u32) -> bool {
+            self.open.contains_key(&partition)
+        }
+        fn deleted_before_start(&self, _: &str, _: u64) -> bool {
+            false
+        }
+        fn moving(&self, _: &str, _: u64) -> BTreeMap<u32, Vec<u64>> {
+            BTreeMap::new()
+        }
+        fn open_partitions(&self, _: &str) -> Vec<(u32, u64, u64)> {
+            self.open.iter().map(|(p, (i, g))| (*p, *i, *g)).collect()
+        }
+        fn stop_group(&mut self, group: u64) {
+            self.stopped.push(group);
+        }
+        fn forget_topic(&mut self, name: &str) {
+            self.open.clear();
+            self.forgotten.push(name.to_owned());
+        }
+        fn forget_partition(&mut self, name: &str, partition: u32) {
+            self.open.remove(&partition);
+            self.forgotten.push(format!("{name}-{partition}"));
+        }
+        fn open_partition(
+            &mut self,
+            _: &str,
+            incarnation: u64,
+            plan: &PartitionToOpen,
+            dir: PathBuf,
+        ) -> Result<(), std::io::Error> {
+            std::fs::create_dir_all(dir)?;
+            self.open.insert(plan.partition, (incarnation, plan.group));
+            Ok(())
+        }
+    }
+
+    fn host(label: &str) -> Host {
+        let dir =
+            std::env::temp_dir().join(format!("vdl-core-topics-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("topics")).unwrap();
+        Host {
+            data_dir: DataDir::new(dir),
+            open: BTreeMap::new(),
+            stopped: Vec::new(),
+            forgotten: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn dropping_a_topic_stops_its_groups_removes_its_files_and_forgets_it_last() {
+        let mut h = host("drop");
+        open_topic(&mut h, "t", 5, &[vec![1, 2], vec![2, 1]]).unwrap();
+        assert_eq!(h.data_dir.topic_dirs_on_disk("t", 5).len(), 2);
+        // Dropping another incarnation leaves the open one alone (and removes that one's
+        // files, if any are left).
+        std::fs::create_dir_all(h.data_dir.topic_dir("t", 2, 0)).unwrap();
+        drop_topic(&mut h, "t", Some(2));
+        assert!(h.stopped.is_empty() && h.forgotten.is_empty());
+        assert!(h.data_dir.topic_dirs_on_disk("t", 2).is_empty());
+        drop_topic(&mut h, "t", Some(5));
+        assert_eq!(
+            h.stopped,
+            [group_id_for_topic("t", 5, 0), group_id_for_topic("t", 5, 1)]
+        );
+        assert_eq!(h.forgotten, ["t"]);
+        assert!(h.data_dir.topic_dirs_on_disk("t", 5).is_empty());
+        // A new incarnation under the name opens in its own directories, from nothing.
+        open_topic(&mut h, "t", 9, &[vec![1]]).unwrap();
+        assert_eq!(
+            h.data_dir.topic_dirs_on_disk("t", 9),
+            [h.data_dir.topic_dir("t", 9, 0)]
+        );
+        assert_eq!(h.open[&0], (9, group_id_for_topic("t", 9, 0)));
+        let _ = std::fs::remove_dir_all(h.data_dir.root());
+    }
+
+    #[test]
+    fn without_an_incarnation_the_open_one_or_the_configured_stream_is_dropped() {
+        let d = DataDir::new("/data");
+        assert_eq!(
+            dirs_of_dropped_topic(&d, "s", None, Some(0)),
+            [d.stream_dir("s")]
+        );
+        assert_eq!(
+            dirs_of_dropped_topic(&d, "s", None, None),
+            [d.stream_dir("s")]
+        );
+        let mut h = host("drop-open");
+        open_topic(&mut h, "t", 4, &[vec![1]]).unwrap();
+        drop_topic(&mut h, "t", None);
+        assert_eq!(h.stopped, [group_id_for_topic("t", 4, 0)]);
+        assert!(h.data_dir.topic_dirs_on_disk("t", 4).is_empty());
+        let _ = std::fs::remove_dir_all(h.data_dir.root());
+    }
+
+    #[test]
+    fn dropping_a_moved_partition_removes_that_replica_only() {
+        let mut h = host("drop-partition");
+        open_topic(&mut h, "t", 5, &[vec![1, 2], vec![1, 3]]).unwrap();
+        drop_partition(&mut h, "t", 4, 1);
+        assert!(h.stopped.is_empty());
+        drop_partition(&mut h, "t", 5, 1);
+        assert_eq!(h.stopped, [group_id_for_topic("t", 5, 1)]);
+        assert_eq!(h.forgotten, ["t-1"]);
+        assert_eq!(
+            h.data_dir.topic_dirs_on_disk("t", 5),
+            [h.data_dir.topic_dir("t", 5, 0)]
+        );
+        let _ = std::fs::remove_dir_all(h.data_dir.root());
+    }
+
+    #[test]
+    fn a_newer_incarnation_replaces_the_open_one() {
+        let mut h = host("replace");
+        open_topic(&mut h, "t", 4, &[vec![1]]).unwrap();
+        open_topic(&mut h, "t", 8, &[vec![1]]).unwrap();
+        assert_eq!(h.stopped, [group_id_for_topic("t", 4, 0)]);
+        assert!(h.data_dir.topic_dirs_on_disk("t", 4).is_empty());
+        assert_eq!(h.open[&0], (8, group_id_for_topic("t", 8, 0)));
+        let _ = std::fs::remove_dir_all(h.data_dir.root());
     }
 }

@@ -119,23 +119,12 @@ impl Node {
     /// Stops one partition's group and deletes its data here (its replica moved to another
     /// node). Appends waiting on it fail with `Stopped`.
     pub(super) fn drop_partition(&self, name: &str, incarnation: u64, partition: u32) {
-        let Some(stream) = self
-            .partition(name, partition)
-            .filter(|s| s.incarnation == incarnation)
-        else {
-            return;
-        };
-        self.stop_group(stream.group);
-        self.streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove_partition(name, partition);
-        let dir = self.topic_dir(name, incarnation, partition);
-        if dir.exists() {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(topic = %name, partition, dir = %dir.display(), "removing a moved replica's data failed: {e}");
-            }
-        }
+        crate::core::topics::drop_partition(
+            &mut NodePartitions(self),
+            name,
+            incarnation,
+            partition,
+        );
     }
 
     /// The effective settings of topic `name`: its config overrides over this node's
@@ -247,33 +236,7 @@ impl Node {
     /// still there. Without one, the stream open under the name (a stream configured at start)
     /// is dropped. Appends waiting on a dropped stream fail with `Stopped`.
     pub fn drop_topic(&self, name: &str, incarnation: Option<u64>) {
-        let open: Vec<LogStream> = self
-            .partitions(name)
-            .into_iter()
-            .filter(|s| incarnation.is_none_or(|i| i == s.incarnation))
-            .collect();
-        for stream in &open {
-            self.stop_group(stream.group);
-        }
-        let dirs = match (incarnation, open.first()) {
-            (Some(i), _) => self.data_dir.topic_dirs_on_disk(name, i),
-            (None, Some(s)) if s.incarnation > 0 => {
-                self.data_dir.topic_dirs_on_disk(name, s.incarnation)
-            }
-            (None, _) => vec![self.stream_dir(name)],
-        };
-        for dir in dirs.iter().filter(|d| d.exists()) {
-            if let Err(e) = std::fs::remove_dir_all(dir) {
-                tracing::warn!(stream = %name, dir = %dir.display(), "removing a deleted stream's data failed: {e}");
-            }
-        }
-        // Last: once the topic is gone from the map, its data is gone too.
-        if !open.is_empty() {
-            self.streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove_topic(name);
-        }
+        crate::core::topics::drop_topic(&mut NodePartitions(self), name, incarnation);
     }
 
     /// Whether `name` is a topic (created through the metadata group, hosted here or not, or
@@ -328,8 +291,32 @@ impl PartitionHost for NodePartitions<'_> {
             .unwrap_or_default()
     }
 
-    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>) {
-        self.0.drop_topic(name, incarnation);
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64, u64)> {
+        self.0
+            .partitions(name)
+            .iter()
+            .map(|s| (s.partition, s.incarnation, s.group))
+            .collect()
+    }
+
+    fn stop_group(&mut self, group: u64) {
+        self.0.stop_group(group);
+    }
+
+    fn forget_topic(&mut self, name: &str) {
+        self.0
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_topic(name);
+    }
+
+    fn forget_partition(&mut self, name: &str, partition: u32) {
+        self.0
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_partition(name, partition);
     }
 
     fn open_partition(

@@ -1,5 +1,6 @@
 //! The node's side of the data directory's layout (see [`crate::core::data_dir`]): the paths
-//! it serves, the layout it refuses, and removing deleted topics' directories.
+//! it serves and the layout it refuses (removing deleted topics' directories is the core's, see
+//! [`crate::core::effects::bring_in_line`]).
 
 use std::path::PathBuf;
 
@@ -35,31 +36,6 @@ impl Node {
         match self.data_dir.old_layout_dir(&self.config.initial_streams) {
             Some(dir) => Err(NodeError::OldLayout { dir }),
             None => Ok(()),
-        }
-    }
-
-    /// Removes the directories under `topics/` of incarnations created at or before `index`
-    /// that are not in `topics` (the metadata state at `index`): they were deleted by then.
-    /// An incarnation open here is left alone.
-    pub(super) fn remove_deleted_topic_dirs(
-        &self,
-        index: u64,
-        topics: &[(String, crate::metadata::TopicMeta)],
-    ) {
-        let keep = |name: &str, incarnation: u64| {
-            topics
-                .iter()
-                .any(|(n, t)| n == name && t.created_at_index == incarnation)
-                || self
-                    .partitions(name)
-                    .iter()
-                    .any(|s| s.incarnation == incarnation)
-        };
-        for (name, incarnation, dir) in self.data_dir.deleted_topic_dirs(index, keep) {
-            tracing::info!(topic = %name, incarnation, dir = %dir.display(), "removing the data of a topic incarnation deleted before the metadata snapshot");
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(topic = %name, incarnation, "removing a deleted topic's data failed: {e}");
-            }
         }
     }
 }

@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::core::membership::{
-    hosts_topic, moving_partitions, reassignment_done, replica_change, ReplicaChange,
-};
+use crate::core::membership::{moving_partitions, reassignment_done};
 use crate::metadata::MetaCommand;
 use crate::replication::group::GroupInput;
 use crate::replication::ids::{group_id_for, group_id_for_topic};
@@ -320,30 +318,7 @@ impl Node {
         if let (Some(g), Some(voters)) = (self.metadata_group(), metadata_voters) {
             let _ = g.inbox.try_send(GroupInput::SetVoters(voters));
         }
-        let me = self.config.id;
-        for (name, t) in &topics {
-            if hosts_topic(me, t) {
-                if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
-                    tracing::error!(topic = %name, "cannot open a reassigned partition: {e}");
-                }
-            }
-            for stream in self.partitions(name) {
-                if stream.incarnation != t.created_at_index {
-                    continue;
-                }
-                let p = stream.partition;
-                match replica_change(me, t, p) {
-                    Some(ReplicaChange::SetVoters(new)) => {
-                        let _ = stream.inbox.try_send(GroupInput::SetVoters(new));
-                    }
-                    Some(ReplicaChange::Drop) => {
-                        tracing::info!(topic = %name, partition = p, "replica moved away: dropping it");
-                        self.drop_partition(name, t.created_at_index, p);
-                    }
-                    None => {}
-                }
-            }
-        }
+        crate::core::membership::reconcile_replicas(&mut NodeReplicas(self), &topics);
     }
 
     /// Saves a runtime member's address in `known_peers` (when new or changed), so a restart
@@ -411,5 +386,44 @@ impl Node {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// The node as the host of the core's replica reconciliation
+/// ([`crate::core::membership::reconcile_replicas`]).
+struct NodeReplicas<'a>(&'a Node);
+
+impl crate::core::membership::ReplicaHost for NodeReplicas<'_> {
+    type OpenError = super::NodeError;
+
+    fn me(&self) -> u64 {
+        self.0.config.id
+    }
+
+    fn open_topic(
+        &mut self,
+        name: &str,
+        incarnation: u64,
+        replicas: &[Vec<u64>],
+    ) -> Result<(), super::NodeError> {
+        self.0.open_topic(name, incarnation, replicas)
+    }
+
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64)> {
+        self.0
+            .partitions(name)
+            .iter()
+            .map(|s| (s.partition, s.incarnation))
+            .collect()
+    }
+
+    fn set_voters(&mut self, name: &str, partition: u32, voters: Vec<u64>) {
+        if let Some(stream) = self.0.partition(name, partition) {
+            let _ = stream.inbox.try_send(GroupInput::SetVoters(voters));
+        }
+    }
+
+    fn drop_partition(&mut self, name: &str, incarnation: u64, partition: u32) {
+        self.0.drop_partition(name, incarnation, partition);
     }
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use logstore::LogStore;
 
+use crate::core::data_dir::DataDir;
+use crate::core::effects::EffectHost;
 use crate::metadata::{
     Effect, MetaCommand, MetadataHost, MetadataRecoveryError, MetadataStateMachine, METADATA_STREAM,
 };
@@ -24,28 +26,11 @@ const CATCH_UP_POLL: Duration = Duration::from_millis(10);
 /// [`crate::replication::leaders::REPORT_REFRESH`]; a peer of an earlier release sends none).
 const LEADER_REPORTS_WAIT: Duration = Duration::from_secs(3);
 
-/// The node carries out what applied metadata commands ask of it.
+/// The node carries out what applied metadata commands ask of it, through the core's one
+/// dispatch ([`crate::core::effects::carry_out`]).
 impl MetadataHost for Node {
     fn carry_out(&self, effect: Effect) {
-        match effect {
-            Effect::OpenTopic(name, incarnation, replicas) => {
-                if let Err(e) = self.open_topic(&name, incarnation, &replicas) {
-                    tracing::error!(topic = %name, incarnation, "cannot open the stream of a created topic: {e}");
-                }
-            }
-            Effect::DropTopic(name, incarnation) => self.drop_topic(&name, incarnation),
-            Effect::TopicConfigChanged(name, incarnation) => {
-                self.apply_topic_settings(&name, incarnation)
-            }
-            Effect::RecordsDeleted(name, incarnation, partition, offset) => {
-                self.delete_records_before(&name, incarnation, partition, offset)
-            }
-            Effect::ElectPreferred(name, incarnation, partition, preferred) => {
-                self.hand_leadership_to(&name, incarnation, partition, preferred)
-            }
-            Effect::MembershipChanged => self.reconcile_membership(),
-            Effect::AdminAddress(id, address) => self.note_admin_address(id, address),
-        }
+        crate::core::effects::carry_out(&mut NodeEffects(self), effect);
     }
 
     fn metadata_applied(&self, index: u64) {
@@ -231,73 +216,17 @@ impl Node {
             .iter()
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
-        if reconcile {
-            let open = self
-                .streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .open_topic_incarnations();
-            let current = |name: &str| {
-                topics
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, t)| t.created_at_index)
-            };
-            for (name, incarnation) in crate::core::topics::stale_incarnations(&open, current) {
-                self.drop_topic(&name, Some(incarnation));
-            }
-        }
-        self.remove_deleted_topic_dirs(index, &topics);
-        for (name, t) in &topics {
-            if let Err(e) = self.open_topic(name, t.created_at_index, &t.replicas) {
-                tracing::error!(topic = %name, incarnation = t.created_at_index, "cannot open a topic of the metadata snapshot: {e}");
-            }
-            if reconcile {
-                self.apply_topic_settings(name, t.created_at_index);
-            }
-            for (partition, floor) in (0u32..).zip(&t.deleted_before) {
-                if *floor > 0 {
-                    self.delete_records_before(name, t.created_at_index, partition, *floor);
-                }
-            }
-        }
+        crate::core::effects::bring_in_line(&mut NodeEffects(self), index, &topics, reconcile);
     }
 
     /// Records the topic incarnations deleted by a `DeleteTopic` in the metadata log `store`
     /// (read once at start, before the replay).
     pub(super) fn note_deleted_incarnations(&self, store: &LogStore) {
-        let mut deleted = self
-            .deleted_before_start
+        let found = crate::core::topics::deleted_incarnations(store);
+        self.deleted_before_start
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let mut lo = store.first_index();
-        let hi = store.last_index() + 1;
-        while lo < hi {
-            let entries = match store.entries(lo, hi, 4 << 20) {
-                Ok(entries) if !entries.is_empty() => entries,
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::warn!("reading the metadata log for deleted topics failed: {e}");
-                    break;
-                }
-            };
-            lo = entries.last().map_or(hi, |e| e.index + 1);
-            for e in entries
-                .iter()
-                .filter(|e| e.kind == logstore::EntryKind::Meta)
-            {
-                if let Ok((
-                    _,
-                    MetaCommand::DeleteTopic {
-                        name,
-                        incarnation: Some(incarnation),
-                    },
-                )) = crate::metadata::MetaEntry::decode(&e.payload)
-                {
-                    deleted.insert((name, incarnation));
-                }
-            }
-        }
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(found);
     }
 
     /// The metadata group's handle (the Raft group every node votes in).
@@ -310,5 +239,60 @@ impl Node {
     /// [`crate::metadata::proposer`]).
     pub fn metadata_proposer(&self) -> &crate::metadata::proposer::MetadataProposer {
         &self.metadata_proposer
+    }
+}
+
+/// The node as the host of what the metadata's effects call for (see
+/// [`crate::core::effects`]): each action is the node's method of the same name.
+struct NodeEffects<'a>(&'a Node);
+
+impl EffectHost for NodeEffects<'_> {
+    type OpenError = NodeError;
+
+    fn data_dir(&self) -> &DataDir {
+        &self.0.data_dir
+    }
+
+    fn open_topic_incarnations(&self) -> Vec<(String, u64)> {
+        self.0
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .open_topic_incarnations()
+    }
+
+    fn open_topic(
+        &mut self,
+        name: &str,
+        incarnation: u64,
+        replicas: &[Vec<u64>],
+    ) -> Result<(), NodeError> {
+        self.0.open_topic(name, incarnation, replicas)
+    }
+
+    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>) {
+        self.0.drop_topic(name, incarnation);
+    }
+
+    fn apply_topic_settings(&mut self, name: &str, incarnation: u64) {
+        self.0.apply_topic_settings(name, incarnation);
+    }
+
+    fn delete_records_before(&mut self, name: &str, incarnation: u64, partition: u32, offset: u64) {
+        self.0
+            .delete_records_before(name, incarnation, partition, offset);
+    }
+
+    fn hand_leadership_to(&mut self, name: &str, incarnation: u64, partition: u32, preferred: u64) {
+        self.0
+            .hand_leadership_to(name, incarnation, partition, preferred);
+    }
+
+    fn reconcile_membership(&mut self) {
+        self.0.reconcile_membership();
+    }
+
+    fn note_admin_address(&mut self, id: u64, address: String) {
+        self.0.note_admin_address(id, address);
     }
 }

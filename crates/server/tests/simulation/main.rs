@@ -35,10 +35,21 @@
 //! (its snapshots, the log compacted below them, recovery at start), over a recorder standing
 //! in for the node; clients propose topic creations and producer-id allocations with request
 //! ids, retried and sometimes sent twice at once. What the metadata asks of the node is carried
-//! out through the server's core (`topics.rs`): each created topic's partitions that its layout
-//! places on a node are opened there as groups in the core's catalog, in the directories of
-//! the core's data-directory layout (at restart from the metadata snapshot and the replay, and
-//! after a snapshot installed from the leader); clients append to them as to the bare groups.
+//! out through the server's core (`topics.rs`), by the core's one dispatch of the metadata's
+//! effects (`core::effects::carry_out`, the node's too): each created topic's partitions that
+//! its layout places on a node are opened there as groups in the core's catalog, in the
+//! directories of the core's data-directory layout (at restart from the metadata snapshot and
+//! the replay, and after a snapshot installed from the leader, through
+//! `core::effects::bring_in_line`); clients append to them as to the bare groups.
+//!
+//! Topic deletes (`deleted_topics_leave_nothing_behind_under_faults`, `SIM_DELETES=1` adds them
+//! to the other tests): clients also delete topics (the incarnation the node they ask knows)
+//! and create topics again under deleted names; each node drops a deleted incarnation through
+//! the core (`core::topics::drop_topic`: its groups stopped, the catalog forgets it, its
+//! directories removed from the simulated disk), and a restarted node's replay does not open
+//! again an incarnation its log deletes (`core::topics::deleted_incarnations`). Checked after
+//! every step: no node serves an incarnation its metadata no longer holds, nor runs a group
+//! its catalog does not hold.
 //!
 //! After the faults stop and the network heals, it checks, for every group:
 //! - every node has open, in its core catalog, exactly the topic partitions its metadata state
@@ -60,11 +71,17 @@
 //! - every group converges (a leader with all three voters, every replica at the same applied
 //!   index) and no node is still rejoining;
 //! - the metadata: every replica's state is the same, holds every acknowledged command, and
-//!   applied no request twice (no producer id handed out twice).
+//!   applied no request twice (no producer id handed out twice);
+//! - deletes: no directory of an incarnation the metadata no longer holds is on any node's
+//!   disk, every acknowledged delete removed its incarnation, no node runs a group of a
+//!   deleted incarnation an append was acknowledged to; a topic partition's records start at
+//!   offset 0 (without retention) and every value in a group was appended to that group (a
+//!   recreated topic holds nothing of the old incarnation); acknowledged appends to live
+//!   topics are checked as above.
 //!
 //! A failure names its seed; `SIM_SEED=N cargo test -p vdl-server --test simulation` runs just
-//! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 4); `SIM_STEPS` sets the faulty
-//! steps per seed.
+//! that seed again. `SIM_SEEDS=K` runs seeds 1..=K (default 6 for the first test, 2 for the
+//! others); `SIM_STEPS` sets the faulty steps per seed.
 //!
 //! Two scripted scenarios share the harness (issue 32): `lost_hard_state` (one real group
 //! driven message by message: no double vote after hard-state damage) and
@@ -119,6 +136,8 @@ struct Outcome {
     acknowledged_to_topics: usize,
     /// What the cleaner passes of the compacted groups did (all zero without compaction).
     compaction: cleaning::CleaningCounts,
+    /// What the topic deletes came to (all zero without them).
+    deletes: topics::DeleteOutcome,
 }
 
 /// What the metadata group ended with.
@@ -178,6 +197,8 @@ fn check(seed: u64, w: &World) -> Outcome {
         .into_iter()
         .filter(|g| *g != vdl_server::metadata::METADATA_GROUP_ID)
         .collect();
+    let live_groups: std::collections::BTreeSet<u64> = stream_groups.iter().copied().collect();
+    let bare_groups: HashSet<u64> = world::all_groups().into_iter().collect();
     assert!(
         stream_groups.len() as u64 >= GROUPS,
         "seed {seed}: bare groups are missing"
@@ -237,6 +258,21 @@ fn check(seed: u64, w: &World) -> Outcome {
         }
         let entries = reference.unwrap_or_default();
         let mut seen = HashSet::new();
+        // A topic partition's log starts empty, also that of an incarnation created again
+        // under a deleted name: its first records are at offset 0 (without retention, which
+        // moves the start).
+        if !w.options.retention && !bare_groups.contains(&g) {
+            if let Some(first) = entries
+                .iter()
+                .find(|e| e.kind == logstore::EntryKind::Records)
+            {
+                assert_eq!(
+                    first.first_offset, 0,
+                    "seed {seed}: group {g}: a topic partition's first records are not at offset 0"
+                );
+            }
+        }
+        let own_prefix = format!("g{g}-");
         for e in &entries {
             if e.kind != logstore::EntryKind::Records {
                 continue;
@@ -253,11 +289,21 @@ fn check(seed: u64, w: &World) -> Outcome {
                     "seed {seed}: group {g}: value {} is in the log twice",
                     String::from_utf8_lossy(v)
                 );
+                // Every value names the group it was appended to: no record of another
+                // group (a deleted incarnation's under the same name) is mixed in.
+                assert!(
+                    v.starts_with(own_prefix.as_bytes()),
+                    "seed {seed}: group {g}: value {} was appended to another group",
+                    String::from_utf8_lossy(v)
+                );
             }
             log.push((g, e.index, e.term, vals));
         }
     }
     for (g, appended, value) in &w.acked {
+        if !live_groups.contains(g) {
+            continue; // of a deleted incarnation: checked gone in `check_deletes`
+        }
         for n in &w.nodes {
             let sg = &n.groups[g];
             let hw = sg.visible.borrow().high_watermark;
@@ -301,6 +347,7 @@ fn check(seed: u64, w: &World) -> Outcome {
         top_term,
         metadata: check_metadata(seed, w),
         compaction: w.cleaning.check(seed, w),
+        deletes: topics::check_deletes(seed, w, &live_groups),
     }
 }
 
@@ -373,11 +420,13 @@ fn check_metadata(seed: u64, w: &World) -> MetadataOutcome {
         }
         for acked in &w.acked_meta {
             match &acked.command {
+                // A topic a delete was sent for may be gone (see `topics::check_deletes`).
                 MetaCommand::CreateTopic { name, .. } => assert!(
-                    state.topics.contains_key(name),
+                    state.topics.contains_key(name) || w.deleted_names.contains(name),
                     "seed {seed}: metadata: node {}: acknowledged topic {name} is missing",
                     n.id
                 ),
+                MetaCommand::DeleteTopic { .. } => {}
                 MetaCommand::AllocateProducerId => assert!(
                     state.allocations.contains_key(&acked.request),
                     "seed {seed}: metadata: node {}: acknowledged producer id allocation {:?} \
@@ -444,6 +493,7 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
     options.disk_replacements |= env_u64("SIM_DISKS") == Some(1);
     options.membership |= env_u64("SIM_MEMBERSHIP") == Some(1);
     options.compaction |= env_u64("SIM_COMPACTION") == Some(1);
+    options.topic_deletes |= env_u64("SIM_DELETES") == Some(1);
     options.trace = std::env::var("SIM_TRACE").ok().and_then(|v| {
         let (group, step) = v.split_once(':').unwrap_or((&v, "0"));
         Some((group.parse().ok()?, step.parse().ok()?))
@@ -509,6 +559,21 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                         c.leader_passes,
                         c.superseded_left,
                         c.tombstones_removed
+                    );
+                }
+                if options.topic_deletes {
+                    let d = &o.deletes;
+                    eprintln!(
+                        "{label}seed {seed}: topic deletes: {} acknowledged, {} creates under a \
+                         deleted name sent, {} names live again as a new incarnation, {} \
+                         appends acknowledged to incarnations deleted since (no replica runs \
+                         them), {} topic directories left, all of live incarnations; every \
+                         node served only incarnations its metadata held, at every step",
+                        d.deletes_acknowledged,
+                        d.recreates_sent,
+                        d.recreated,
+                        d.acknowledged_to_deleted,
+                        d.topic_dirs
                     );
                 }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");
@@ -584,11 +649,32 @@ fn compacted_groups_keep_every_latest_record_under_faults() {
     );
 }
 
-/// With compaction on: the cleaner passes run on the simulated clock and are part of the run.
+/// The same faults with topics deleted and created again under deleted names (new
+/// incarnations), through the core on every node: after a delete no replica serves the old
+/// incarnation (checked at every step), its files go from every disk, a recreated topic
+/// starts empty and holds none of the old records, and every acknowledged append to a live
+/// topic is kept. `SIM_SEEDS` seeds (default 2), `SIM_STEPS` steps each; seeds 4001, ...
+#[test]
+fn deleted_topics_leave_nothing_behind_under_faults() {
+    soak(
+        "topic deletes ",
+        "deleted_topics_leave_nothing",
+        4000,
+        2,
+        SimOptions {
+            topic_deletes: true,
+            ..SimOptions::default()
+        },
+    );
+}
+
+/// With compaction and topic deletes on: the cleaner passes run on the simulated clock, and
+/// topics deleted and created again, are part of the run.
 #[test]
 fn one_seed_makes_one_run() {
     let options = SimOptions {
         compaction: true,
+        topic_deletes: true,
         ..SimOptions::default()
     };
     let a = run_with(7, 800, options);

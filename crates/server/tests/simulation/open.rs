@@ -41,9 +41,9 @@ const METADATA_SEGMENT_BYTES: u64 = 1 << 10;
 pub enum HostEvent {
     /// An applied command's effect.
     Effect(Effect),
-    /// A snapshot was installed from the leader: the node brings its partitions in line with
-    /// the state.
-    SnapshotInstalled,
+    /// A snapshot at this index was installed from the leader: the node brings its
+    /// partitions in line with the state.
+    SnapshotInstalled(u64),
 }
 
 /// Stands in for the node hosting a metadata replica: counts what the state machine asks of
@@ -71,12 +71,12 @@ impl MetadataHost for MetaRecorder {
         self.applied.fetch_max(index, Ordering::Relaxed);
     }
 
-    fn snapshot_installed(&self, _index: u64) {
+    fn snapshot_installed(&self, index: u64) {
         self.snapshots_installed.fetch_add(1, Ordering::Relaxed);
         self.events
             .lock()
             .unwrap()
-            .push(HostEvent::SnapshotInstalled);
+            .push(HostEvent::SnapshotInstalled(index));
     }
 
     fn compaction_allowed(&self) -> bool {
@@ -90,6 +90,9 @@ pub struct SimMeta {
     pub state: Arc<RwLock<ClusterMeta>>,
     /// The node's side, kept alive while the replica runs.
     pub host: Arc<MetaRecorder>,
+    /// The topic incarnations deleted by a `DeleteTopic` in the log at start (the core's
+    /// scan, as the node's before its replay).
+    pub deleted_before_start: std::collections::BTreeSet<(String, u64)>,
 }
 
 /// Opens replica `node` of the metadata group under `dir`: its state machine loads the newest
@@ -123,7 +126,14 @@ pub fn open_metadata_group(
         directories,
         Some(sm),
     );
-    sg.meta = Some(SimMeta { state, host });
+    let deleted_before_start = vdl_server::core::topics::deleted_incarnations(
+        &vdl_server::replication::raft_storage::read(&sg.store),
+    );
+    sg.meta = Some(SimMeta {
+        state,
+        host,
+        deleted_before_start,
+    });
     sg
 }
 

@@ -1,9 +1,12 @@
 //! The core under simulation: each simulated node carries out what its metadata replica asked
-//! (topics created, snapshots installed) through the server's core, as the node does: the core
-//! decides which partitions the topic's layout places on the node and with what
-//! configuration, and where their files live; the simulated node opens them as simulated
-//! replicas (the real group state machine over a real store on the simulated disk) and keeps
-//! them in the core's catalog.
+//! through the server's core, as the node does: the core's one dispatch of the metadata's
+//! effects (`core::effects::carry_out`) onto the simulated node as its `EffectHost`, the core's
+//! decisions of which partitions a topic's layout places on the node and with what
+//! configuration, where their files live, what dropping a (deleted) topic stops and removes
+//! from the catalog and the disk, and how a node comes in line with a metadata snapshot
+//! (`core::effects::bring_in_line`, at start and when one is installed from the leader). The
+//! simulated node opens partitions as simulated replicas (the real group state machine over a
+//! real store on the simulated disk) and keeps them in the core's catalog.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -12,8 +15,12 @@ use std::sync::{Arc, RwLock};
 
 use vdl_server::core::catalog::{Catalog, PartitionHandle};
 use vdl_server::core::data_dir::DataDir;
-use vdl_server::core::topics::{open_topic, PartitionHost, PartitionToOpen};
-use vdl_server::metadata::{ClusterMeta, Effect};
+use vdl_server::core::effects::{bring_in_line, EffectHost};
+use vdl_server::core::membership::{reconcile_replicas, ReplicaHost};
+use vdl_server::core::topics::{
+    drop_partition, drop_topic, open_topic, PartitionHost, PartitionToOpen,
+};
+use vdl_server::metadata::{ClusterMeta, TopicMeta};
 use vdl_server::replication::group::{try_deliver, GroupInput};
 use vdl_server::replication::replicas::Directories;
 use vdl_server::replication::transport::PeerSender;
@@ -21,7 +28,7 @@ use vdl_server::replication::transport::PeerSender;
 use crate::open::{open_partition_group, HostEvent};
 use std::collections::BTreeSet;
 
-use vdl_server::metadata::METADATA_GROUP_ID;
+use vdl_server::metadata::{MetaCommand, METADATA_GROUP_ID};
 
 use crate::world::{all_groups, SimGroup, SimNode, SimOptions, World};
 
@@ -53,6 +60,9 @@ pub struct SimPartitions<'a> {
     pub peers: PeerSender,
     pub options: SimOptions,
     pub directories: Arc<Directories>,
+    /// The incarnations a `DeleteTopic` in the metadata log deleted when the node started
+    /// (the core's scan of the log, as the node's).
+    pub deleted_before_start: BTreeSet<(String, u64)>,
 }
 
 impl PartitionHost for SimPartitions<'_> {
@@ -74,9 +84,9 @@ impl PartitionHost for SimPartitions<'_> {
         self.catalog.get(name, partition).is_some()
     }
 
-    /// The simulation deletes no topic.
-    fn deleted_before_start(&self, _name: &str, _incarnation: u64) -> bool {
-        false
+    fn deleted_before_start(&self, name: &str, incarnation: u64) -> bool {
+        self.deleted_before_start
+            .contains(&(name.to_owned(), incarnation))
     }
 
     fn moving(&self, name: &str, incarnation: u64) -> BTreeMap<u32, Vec<u64>> {
@@ -90,22 +100,26 @@ impl PartitionHost for SimPartitions<'_> {
             .unwrap_or_default()
     }
 
-    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>) {
-        let open = self.catalog.partitions(name);
-        if open
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64, u64)> {
+        self.catalog
             .iter()
-            .any(|p| incarnation.is_some_and(|i| i != p.incarnation))
-        {
-            return;
-        }
-        for p in self.catalog.remove_topic(name) {
-            self.groups.remove(&p.group);
-        }
-        if let Some(i) = incarnation {
-            for dir in self.data_dir.topic_dirs_on_disk(name, i) {
-                std::fs::remove_dir_all(&dir).expect("remove a dropped partition's directory");
-            }
-        }
+            .filter(|(n, _, _)| *n == name)
+            .map(|(_, p, h)| (p, h.incarnation, h.group))
+            .collect()
+    }
+
+    /// The group's replica is dropped as it stands (its task ends; appends waiting on it
+    /// fail).
+    fn stop_group(&mut self, group: u64) {
+        self.groups.remove(&group);
+    }
+
+    fn forget_topic(&mut self, name: &str) {
+        self.catalog.remove_topic(name);
+    }
+
+    fn forget_partition(&mut self, name: &str, partition: u32) {
+        self.catalog.remove_partition(name, partition);
     }
 
     fn open_partition(
@@ -153,45 +167,118 @@ impl PartitionHost for SimPartitions<'_> {
     }
 }
 
+/// The simulated node as the host of what the metadata's effects call for. The simulation's
+/// clients create and delete topics (and allocate producer ids); membership changes go
+/// through the core's reconciliation as on the node (the simulation sends no member command
+/// yet); the other effects (configs, DeleteRecords, preferred leaders, admin addresses) come
+/// from commands it does not send, and are nothing here.
+impl EffectHost for SimPartitions<'_> {
+    type OpenError = Infallible;
+
+    fn data_dir(&self) -> &DataDir {
+        self.data_dir
+    }
+
+    fn open_topic_incarnations(&self) -> Vec<(String, u64)> {
+        self.catalog.open_topic_incarnations()
+    }
+
+    /// Opens through the core; a partition that cannot be opened fails the run.
+    fn open_topic(
+        &mut self,
+        name: &str,
+        incarnation: u64,
+        replicas: &[Vec<u64>],
+    ) -> Result<(), Infallible> {
+        open_topic(self, name, incarnation, replicas)
+            .unwrap_or_else(|e| panic!("node {}: open topic {name}~{incarnation}: {e}", self.me));
+        Ok(())
+    }
+
+    fn drop_topic(&mut self, name: &str, incarnation: Option<u64>) {
+        drop_topic(self, name, incarnation);
+    }
+
+    fn apply_topic_settings(&mut self, _name: &str, _incarnation: u64) {}
+
+    fn delete_records_before(&mut self, _: &str, _: u64, _: u32, _: u64) {}
+
+    fn hand_leadership_to(&mut self, _: &str, _: u64, _: u32, _: u64) {}
+
+    /// The core's reconciliation of the partitions here with the replica lists (the node
+    /// also admits members and retargets the metadata group, which the simulation's fixed
+    /// three nodes do not need).
+    fn reconcile_membership(&mut self) {
+        let topics = self.topics();
+        reconcile_replicas(self, &topics);
+    }
+
+    fn note_admin_address(&mut self, _id: u64, _address: String) {}
+}
+
+/// The simulated node as the host of the core's replica reconciliation.
+impl ReplicaHost for SimPartitions<'_> {
+    type OpenError = Infallible;
+
+    fn me(&self) -> u64 {
+        self.me
+    }
+
+    fn open_topic(
+        &mut self,
+        name: &str,
+        incarnation: u64,
+        replicas: &[Vec<u64>],
+    ) -> Result<(), Infallible> {
+        EffectHost::open_topic(self, name, incarnation, replicas)
+    }
+
+    fn open_partitions(&self, name: &str) -> Vec<(u32, u64)> {
+        PartitionHost::open_partitions(self, name)
+            .into_iter()
+            .map(|(p, i, _)| (p, i))
+            .collect()
+    }
+
+    fn set_voters(&mut self, name: &str, partition: u32, voters: Vec<u64>) {
+        let group = self.catalog.get(name, partition).map(|p| p.group);
+        if let Some(sg) = group.and_then(|g| self.groups.get(&g)) {
+            try_deliver(&sg.inbox, GroupInput::SetVoters(voters));
+        }
+    }
+
+    fn drop_partition(&mut self, name: &str, incarnation: u64, partition: u32) {
+        drop_partition(self, name, incarnation, partition);
+    }
+}
+
 impl SimPartitions<'_> {
-    /// Opens the partitions placed here of every topic in the metadata state (as the node
-    /// does after loading a metadata snapshot at start, or installing one from the leader).
-    pub fn open_every_topic(&mut self) {
-        let topics: Vec<(String, u64, Vec<Vec<u64>>)> = self
-            .state
+    /// The topics of the node's metadata state.
+    fn topics(&self) -> Vec<(String, TopicMeta)> {
+        self.state
             .read()
             .unwrap()
             .topics
             .iter()
-            .map(|(n, t)| (n.clone(), t.created_at_index, t.replicas.clone()))
-            .collect();
-        let open = self.catalog.open_topic_incarnations();
-        let current = |name: &str| {
-            topics
-                .iter()
-                .find(|(n, _, _)| n == name)
-                .map(|(_, i, _)| *i)
-        };
-        for (name, incarnation) in vdl_server::core::topics::stale_incarnations(&open, current) {
-            self.drop_topic(&name, Some(incarnation));
-        }
-        for (name, incarnation, replicas) in &topics {
-            open_topic(self, name, *incarnation, replicas).expect("open a topic");
-        }
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect()
     }
 
-    /// Carries out what the metadata replica asked since the last time, in order.
+    /// Brings the node in line with its metadata state, loaded from a snapshot at `index`
+    /// (at start, `reconcile` false) or installed from the leader (`reconcile`), as the node
+    /// does: through the core.
+    pub fn bring_in_line(&mut self, index: u64, reconcile: bool) {
+        let topics = self.topics();
+        bring_in_line(self, index, &topics, reconcile);
+    }
+
+    /// Carries out what the metadata replica asked since the last time, in order, through the
+    /// core's dispatch.
     pub fn carry_out(&mut self, events: Vec<HostEvent>) {
         for event in events {
             match event {
-                HostEvent::Effect(Effect::OpenTopic(name, incarnation, replicas)) => {
-                    open_topic(self, &name, incarnation, &replicas).expect("open a topic")
-                }
-                HostEvent::Effect(Effect::DropTopic(name, incarnation)) => {
-                    self.drop_topic(&name, incarnation)
-                }
-                HostEvent::Effect(_) => {}
-                HostEvent::SnapshotInstalled => self.open_every_topic(),
+                HostEvent::Effect(effect) => vdl_server::core::effects::carry_out(self, effect),
+                HostEvent::SnapshotInstalled(index) => self.bring_in_line(index, true),
             }
         }
     }
@@ -200,13 +287,9 @@ impl SimPartitions<'_> {
 impl SimNode {
     /// The node as the core's host of its topic partitions (None while down).
     pub(crate) fn partitions_host(&mut self) -> Option<SimPartitions<'_>> {
-        let state = self
-            .groups
-            .get(&METADATA_GROUP_ID)?
-            .meta
-            .as_ref()?
-            .state
-            .clone();
+        let meta = self.groups.get(&METADATA_GROUP_ID)?.meta.as_ref()?;
+        let state = meta.state.clone();
+        let deleted_before_start = meta.deleted_before_start.clone();
         Some(SimPartitions {
             me: self.id,
             data_dir: &self.data_dir,
@@ -216,6 +299,7 @@ impl SimNode {
             peers: self.sender.clone()?,
             options: self.options,
             directories: self.dirs.clone()?,
+            deleted_before_start,
         })
     }
 
@@ -288,4 +372,175 @@ impl World {
         }
         groups.into_iter().collect()
     }
+}
+
+impl World {
+    /// With topic deletes, now and then a delete of a topic the node at `at` knows, of the
+    /// incarnation it knows (as the Kafka path proposes it).
+    pub(crate) fn topic_delete(&mut self, at: usize) -> Option<MetaCommand> {
+        if !self.options.topic_deletes || !self.rng.chance(200) {
+            return None;
+        }
+        let meta = self.nodes[at]
+            .groups
+            .get(&METADATA_GROUP_ID)?
+            .meta
+            .as_ref()?;
+        let topics: Vec<(String, u64)> = {
+            let state = meta.state.read().unwrap();
+            state
+                .topics
+                .iter()
+                .map(|(n, t)| (n.clone(), t.created_at_index))
+                .collect()
+        };
+        if topics.is_empty() {
+            return None;
+        }
+        let (name, incarnation) = topics[self.rng.below(topics.len() as u64) as usize].clone();
+        if !self.deleted_names.contains(&name) {
+            self.deleted_names.push(name.clone());
+        }
+        Some(MetaCommand::DeleteTopic {
+            name,
+            incarnation: Some(incarnation),
+        })
+    }
+
+    /// A new topic's name: a new one, or with topic deletes now and then one a delete was sent
+    /// for (created again: a new incarnation, when the delete committed first).
+    pub(crate) fn topic_name(&mut self) -> String {
+        if self.options.topic_deletes && !self.deleted_names.is_empty() && self.rng.chance(400) {
+            let i = self.rng.below(self.deleted_names.len() as u64) as usize;
+            self.recreates_sent += 1;
+            return self.deleted_names[i].clone();
+        }
+        format!("t{}", self.next_request)
+    }
+
+    /// Checked after every step: a node serves only topic incarnations its metadata state
+    /// holds (its catalog's partitions are of the incarnation its state has under the name:
+    /// a deleted or replaced incarnation is dropped in the step its delete is applied, and a
+    /// restarted node does not open again one its log deletes), and it runs no group of a
+    /// topic partition its catalog does not hold (a dropped partition's replica is gone).
+    pub fn check_serving(&self) {
+        let bare: BTreeSet<u64> = all_groups().into_iter().collect();
+        for n in self.nodes.iter().filter(|n| n.up) {
+            let Some(meta) = n
+                .groups
+                .get(&METADATA_GROUP_ID)
+                .and_then(|g| g.meta.as_ref())
+            else {
+                continue;
+            };
+            let state = meta.state.read().unwrap();
+            for (name, p, h) in n.catalog.iter() {
+                let held = state.topics.get(name).map(|t| t.created_at_index);
+                assert_eq!(
+                    held,
+                    Some(h.incarnation),
+                    "step {}: node {}: partition {p} of {name}~{} is open, its metadata holds \
+                     incarnation {held:?}",
+                    self.step,
+                    n.id,
+                    h.incarnation
+                );
+            }
+            for g in n.groups.keys().filter(|g| !bare.contains(g)) {
+                assert!(
+                    n.catalog.owner_of_group(*g).is_some(),
+                    "step {}: node {}: group {g} runs, no partition of its catalog is it",
+                    self.step,
+                    n.id
+                );
+            }
+        }
+    }
+}
+
+/// What the topic deletes of a run came to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    /// `DeleteTopic` commands acknowledged.
+    pub deletes_acknowledged: usize,
+    /// Creates sent under a name deleted before.
+    pub recreates_sent: u64,
+    /// Topics of the agreed state that are a new incarnation of a name whose acknowledged
+    /// delete removed an older one.
+    pub recreated: usize,
+    /// Appends acknowledged to partitions of incarnations deleted since (gone with them).
+    pub acknowledged_to_deleted: usize,
+    /// Topic incarnations' directories found on the nodes' disks at the end (all of live
+    /// incarnations).
+    pub topic_dirs: usize,
+}
+
+/// After the heal, on every node: every directory under `topics/` is of an incarnation the
+/// agreed metadata state (`state`, node 1's) holds under its name: a deleted incarnation's
+/// files are gone from the disk (also when its node crashed or lost power around the delete);
+/// every acknowledged delete removed its incarnation from the state; and no node runs a
+/// group of a deleted incarnation to which an append was acknowledged.
+pub fn check_deletes(seed: u64, w: &World, live_groups: &BTreeSet<u64>) -> DeleteOutcome {
+    let meta = w.nodes[0].groups[&METADATA_GROUP_ID]
+        .meta
+        .as_ref()
+        .expect("the metadata state");
+    let state = meta.state.read().unwrap();
+    let mut outcome = DeleteOutcome {
+        recreates_sent: w.recreates_sent,
+        ..DeleteOutcome::default()
+    };
+    for n in &w.nodes {
+        let Ok(entries) = std::fs::read_dir(n.data_dir.root().join("topics")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let (name, incarnation) = vdl_server::core::data_dir::parse_topic_dir(&file)
+                .unwrap_or_else(|| panic!("seed {seed}: node {}: stray topics/{file}", n.id));
+            assert_eq!(
+                state.topics.get(name).map(|t| t.created_at_index),
+                Some(incarnation),
+                "seed {seed}: node {}: topics/{file} is left of an incarnation the metadata \
+                 no longer holds",
+                n.id
+            );
+            outcome.topic_dirs += 1;
+        }
+    }
+    let mut recreated = BTreeSet::new();
+    for acked in &w.acked_meta {
+        if let MetaCommand::DeleteTopic {
+            name,
+            incarnation: Some(incarnation),
+        } = &acked.command
+        {
+            outcome.deletes_acknowledged += 1;
+            let now = state.topics.get(name).map(|t| t.created_at_index);
+            assert_ne!(
+                now,
+                Some(*incarnation),
+                "seed {seed}: metadata: the acknowledged delete of {name}~{incarnation} did not \
+                 remove it"
+            );
+            if now.is_some() {
+                recreated.insert(name.clone());
+            }
+        }
+    }
+    outcome.recreated = recreated.len();
+    for (g, _, _) in &w.acked {
+        if live_groups.contains(g) {
+            continue;
+        }
+        outcome.acknowledged_to_deleted += 1;
+        for n in &w.nodes {
+            assert!(
+                !n.groups.contains_key(g),
+                "seed {seed}: node {}: group {g} of a deleted incarnation still runs",
+                n.id
+            );
+        }
+    }
+    outcome
 }

@@ -55,6 +55,9 @@ pub struct SimOptions {
     pub membership: bool,
     /// Compacted groups with cleaner passes at random steps (see [`crate::cleaning`]).
     pub compaction: bool,
+    /// Clients also delete topics (of the incarnation they see) and create topics again
+    /// under deleted names (new incarnations).
+    pub topic_deletes: bool,
     /// Prints every message of this group delivered from this step on (`SIM_TRACE=group:step`),
     /// to stderr: how a failing seed is diagnosed.
     pub trace: Option<(u64, u64)>,
@@ -175,10 +178,15 @@ impl SimNode {
         self.sender = Some(sender);
         self.catalog = Catalog::new();
         self.up = true;
-        // As the node after loading its metadata snapshot: the topics it holds are opened
-        // (the replay of the log after it opens the rest).
+        // As the node after loading its metadata snapshot: through the core, what is left of
+        // incarnations it deleted goes, and the topics it holds are opened (the replay of the
+        // log after it opens the rest).
+        let snapshot_index = self.groups[&METADATA_GROUP_ID]
+            .visible
+            .borrow()
+            .applied_index;
         if let Some(mut host) = self.partitions_host() {
-            host.open_every_topic();
+            host.bring_in_line(snapshot_index, false);
         }
     }
 
@@ -209,7 +217,7 @@ pub struct World {
     pub acked_meta: Vec<AckedMeta>,
     pub(crate) next_value: u64,
     /// Sequence numbers of metadata request ids.
-    next_request: u64,
+    pub(crate) next_request: u64,
     pub faults: FaultCounts,
     /// Pairs of nodes connected (lower id first): a connection starts with both hellos,
     /// which carry the directory ids (see `vdl_server::replication::replicas`).
@@ -220,6 +228,11 @@ pub struct World {
     replacing: Option<u64>,
     /// The compacted groups' cleaner passes and committed records.
     pub cleaning: crate::cleaning::Cleaning,
+    /// Topic names a `DeleteTopic` was sent for (their acknowledged creates may be gone), in
+    /// the order first sent.
+    pub deleted_names: Vec<String>,
+    /// Creates sent under a name a delete was sent for before (new incarnations).
+    pub recreates_sent: u64,
 }
 
 impl World {
@@ -274,6 +287,8 @@ impl World {
             targets,
             replacing: None,
             cleaning: Default::default(),
+            deleted_names: Vec::new(),
+            recreates_sent: 0,
         }
     }
 
@@ -560,9 +575,11 @@ impl World {
         self.next_request += 1;
         let command = if self.rng.chance(500) {
             MetaCommand::AllocateProducerId
+        } else if let Some(delete) = self.topic_delete(at) {
+            delete
         } else {
             MetaCommand::CreateTopic {
-                name: format!("t{}", self.next_request),
+                name: self.topic_name(),
                 partitions: 1 + self.rng.below(3) as u32,
                 replicas: Vec::new(),
                 configs: BTreeMap::new(),
@@ -850,6 +867,7 @@ impl World {
         self.update_connections();
         self.deliver();
         self.run_turns();
+        self.check_serving();
         self.record_committed();
         self.clean_some();
         self.collect_sent();
