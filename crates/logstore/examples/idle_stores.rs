@@ -4,15 +4,17 @@
 //! used, at three points: right after the appends, after the stores sat idle, and after all
 //! of them were dropped, reopened (a restart) and read back whole.
 //!
-//! The stores share one [`StoreResources`] as the server's do (a 128 MiB cache budget, at most
-//! 1,024 open sealed segments, no cap per store below the budget).
+//! The stores share one [`StoreResources`] as a node's do (a 128 MiB cache budget, at most
+//! 1,024 open sealed segments, no cap per store below the budget, at most `--max-active`
+//! active segments' descriptors, default 1,024) and, unless `--root-lock 0`, a [`RootLock`]
+//! on the temporary directory instead of a `LOCK` descriptor per store.
 //!
 //! A measurement, not a test: it prints and asserts nothing about time.
 //!
 //! ```text
 //! cargo run --release -p logstore --example idle_stores -- \
 //!     [--stores 1000] [--records 5] [--record-bytes 1024] [--segment-bytes 268435456] \
-//!     [--idle-ms 12000] [--dir PATH]
+//!     [--idle-ms 12000] [--dir PATH] [--max-active 1024] [--root-lock 1]
 //! ```
 //!
 //! With a small `--segment-bytes` (e.g. 16384 and `--records 40`) every store has several
@@ -26,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use logstore::{
-    EntryKind, LogStore, NewEntry, StoreConfig, StoreResources, SyncPolicy,
-    DEFAULT_MAX_OPEN_SEGMENT_FILES,
+    EntryKind, LogStore, NewEntry, RootLock, StoreConfig, StoreResources, SyncPolicy,
+    DEFAULT_MAX_OPEN_ACTIVE_FILES, DEFAULT_MAX_OPEN_SEGMENT_FILES,
 };
 
 /// The server's default node-wide cache budget (`storage.cache_bytes`).
@@ -40,6 +42,8 @@ struct Args {
     segment_bytes: u64,
     idle: Duration,
     dir: Option<PathBuf>,
+    max_active: usize,
+    root_lock: bool,
 }
 
 fn parse_args() -> Args {
@@ -50,6 +54,8 @@ fn parse_args() -> Args {
         segment_bytes: StoreConfig::default().segment_bytes,
         idle: Duration::from_millis(12_000),
         dir: None,
+        max_active: DEFAULT_MAX_OPEN_ACTIVE_FILES,
+        root_lock: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,6 +72,8 @@ fn parse_args() -> Args {
             "--segment-bytes" => a.segment_bytes = num(),
             "--idle-ms" => a.idle = Duration::from_millis(num()),
             "--dir" => a.dir = Some(PathBuf::from(&value)),
+            "--max-active" => a.max_active = num() as usize,
+            "--root-lock" => a.root_lock = num() != 0,
             _ => panic!("unknown flag {flag}"),
         }
     }
@@ -171,7 +179,14 @@ fn main() {
         a.segment_bytes,
         root.display()
     );
-    let res = StoreResources::new(CACHE_BUDGET_BYTES, DEFAULT_MAX_OPEN_SEGMENT_FILES);
+    let mut res = StoreResources::with_limits(
+        CACHE_BUDGET_BYTES,
+        DEFAULT_MAX_OPEN_SEGMENT_FILES,
+        a.max_active,
+    );
+    if a.root_lock {
+        res = res.with_root_lock(RootLock::acquire(&root).expect("root lock"));
+    }
     report("process start", &root, a.stores, &res);
 
     let t0 = Instant::now();

@@ -139,8 +139,10 @@ pub enum LogStoreError {
     /// Deletion was requested but the store was configured with `deletion_allowed = false`.
     #[error("deletion is not allowed on this log")]
     DeletionForbidden,
-    /// Another `LogStore` (in this or another process) holds the directory's lock.
-    #[error("log directory {path} is locked by another store")]
+    /// Another `LogStore` (in this or another process) holds the directory's lock, or a
+    /// node's [`crate::RootLock`] holds a directory above it (or, from
+    /// [`crate::RootLock::acquire`], the root itself).
+    #[error("log directory {path} is locked by another store or node")]
     Locked {
         /// The directory.
         path: PathBuf,

@@ -1,15 +1,14 @@
-//! Small file-system helpers: fsync with the panic policy, atomic file replace, the lock.
+//! Small file-system helpers: fsync with the panic policy, atomic file replace.
 //!
 //! **fsync failures panic.** After a failed fsync/fdatasync the kernel may have dropped the
 //! dirty pages and cleared the error, so a retry can "succeed" without the data being on disk
 //! (the PostgreSQL "fsyncgate" lesson). Continuing would risk acknowledging data that is lost.
 //! The only safe reaction is to stop the process and let recovery decide what is on disk.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::io::AsRawFd;
+use std::fs::File;
 use std::path::Path;
 
-use crate::error::{io_err, LogStoreError, Result};
+use crate::error::{io_err, Result};
 
 /// fdatasync; panics on failure (see the module docs).
 pub(crate) fn fdatasync(file: &File, path: &Path) {
@@ -62,29 +61,4 @@ pub(crate) fn remove_if_exists(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_err(path)(e)),
     }
-}
-
-/// Takes an exclusive `flock` on `dir/LOCK` so that two stores never share a directory.
-/// The lock is released when the returned file is closed (or the process dies).
-pub(crate) fn lock_dir(dir: &Path) -> Result<File> {
-    let path = dir.join("LOCK");
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(io_err(&path))?;
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(LogStoreError::Locked {
-                path: dir.to_path_buf(),
-            });
-        }
-        return Err(io_err(&path)(e));
-    }
-    Ok(f)
 }

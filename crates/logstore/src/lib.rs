@@ -15,9 +15,10 @@
 //!   reads without touching the disk. Bounded per store (`cache_bytes`) and by a
 //!   [`CacheBudget`] shared by the stores of a node ([`StoreResources`]); a read that misses
 //!   it reads the disk.
-//! - **Open files**: the active segment keeps its file open; sealed segments are memory-mapped
-//!   on demand and at most [`OpenSegments::capacity`] of them stay mapped per node (no file
-//!   descriptor is kept for them).
+//! - **Open files**: the active segment's descriptor is kept in a node-wide bounded set
+//!   ([`ActiveFiles`]) that closes idle stores' descriptors once synced and reopens them on
+//!   use; sealed segments are memory-mapped on demand and at most [`OpenSegments::capacity`]
+//!   of them stay mapped per node (no file descriptor is kept for them).
 //! - **Durability**: see [`LogStore`] and [`SyncPolicy`]. An fsync failure panics: after a
 //!   failed fsync the kernel may have dropped the dirty pages and cleared the error, so
 //!   continuing could acknowledge lost data (PostgreSQL "fsyncgate"). Restart and recover.
@@ -30,6 +31,7 @@
 //!   entry keeps its index, term and offsets (only payloads shrink), so the Raft log stays
 //!   whole. The record format is the caller's ([`RecordCompactor`]).
 
+mod active_files;
 mod batch;
 mod budget;
 mod cache;
@@ -48,10 +50,12 @@ mod repair;
 mod reserve;
 mod resources;
 mod retention;
+mod root_lock;
 mod scrub;
 mod segment;
 mod store;
 
+pub use active_files::{ActiveFiles, DEFAULT_MAX_OPEN_ACTIVE_FILES};
 pub use budget::CacheBudget;
 pub use compaction::{
     CleanerStats, CompactionPlan, CompactionReport, CompactionSource, KeyMap, KeyMapFull,
@@ -69,6 +73,7 @@ pub use recovery::{DamageFound, RecoveryReport};
 pub use repair::RepairMarker;
 pub use resources::StoreResources;
 pub use retention::RetentionOutcome;
+pub use root_lock::{RootLock, ROOT_LOCK_FILE};
 pub use scrub::{ScrubOutcome, ScrubTarget, SCRUB_STEP_BYTES};
 pub use store::{AppendResult, LogStore, PendingSync, RecordsRead, SegmentSummary, StoreStats};
 

@@ -9,8 +9,9 @@
 //! evicts in CLOCK order (an approximation of least recently used: one "referenced" bit per
 //! map, cleared as the hand passes, a map is evicted when the hand finds its bit clear). An
 //! evicted map is unmapped once the last `Bytes` slice a reader still holds is dropped, so
-//! readers are never affected. The active segment of each store is not in the set: it keeps
-//! its one read-write descriptor while the store is open.
+//! readers are never affected. The active segment of each store is not in the set: its
+//! read-write descriptor is kept in the node's [`ActiveFiles`] set, which this set carries so
+//! that every segment, sealed or active, finds its set in one place.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use crate::active_files::{ActiveFiles, DEFAULT_MAX_OPEN_ACTIVE_FILES};
 use crate::index::SparseIndexes;
 
 /// Default for [`OpenSegments::new`] in a standalone store and in the server
@@ -32,6 +34,8 @@ pub struct OpenSegments {
     next_id: AtomicU64,
     opened_total: AtomicU64,
     clock: Mutex<Clock>,
+    /// Where the active segments' descriptors are kept (see `active_files.rs`).
+    active_files: Arc<ActiveFiles>,
 }
 
 #[derive(Debug, Default)]
@@ -52,14 +56,27 @@ struct Slot {
 }
 
 impl OpenSegments {
-    /// A set holding at most `capacity` open segments (at least 1).
+    /// A set holding at most `capacity` open segments (at least 1), with active segments'
+    /// descriptors kept in a set of its own of [`DEFAULT_MAX_OPEN_ACTIVE_FILES`].
     pub fn new(capacity: usize) -> Arc<OpenSegments> {
+        OpenSegments::with_active_files(capacity, ActiveFiles::new(DEFAULT_MAX_OPEN_ACTIVE_FILES))
+    }
+
+    /// A set holding at most `capacity` open sealed segments (at least 1), whose stores keep
+    /// their active segments' descriptors in `active_files`.
+    pub fn with_active_files(capacity: usize, active_files: Arc<ActiveFiles>) -> Arc<OpenSegments> {
         Arc::new(OpenSegments {
             capacity: capacity.max(1),
             next_id: AtomicU64::new(1),
             opened_total: AtomicU64::new(0),
             clock: Mutex::new(Clock::default()),
+            active_files,
         })
+    }
+
+    /// The set keeping the active segments' descriptors of the stores using this one.
+    pub fn active_files(&self) -> &Arc<ActiveFiles> {
+        &self.active_files
     }
 
     /// The most segments kept open at once.
@@ -174,6 +191,11 @@ pub(crate) struct SegmentHandle {
 }
 
 impl SegmentHandle {
+    /// The set this segment belongs to.
+    pub fn set(&self) -> &Arc<OpenSegments> {
+        &self.set
+    }
+
     /// The segment's map when it is open and mapped.
     pub fn map(&self) -> Option<Bytes> {
         self.set.get(self.id, |s| s.map.clone())

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use crate::active_files::ActiveFile;
 use crate::config::MAX_ENTRY_BYTES_LIMIT;
 use crate::entry::{check_frame, parse_header, FrameError, FrameHeader, FRAME_HEADER_LEN};
 use crate::error::{corruption, io_err, LogStoreError, Result};
@@ -219,8 +220,9 @@ impl AsRef<[u8]> for MapOwner {
 
 /// One segment file and what the store knows about it.
 ///
-/// The active segment (the last of a store) holds its file open for reading and writing. A
-/// sealed segment holds no descriptor: it is immutable (never written or truncated in place
+/// The active segment (the last of a store) reads and writes its file through a descriptor
+/// kept in the node's bounded [`crate::ActiveFiles`] set (closed while idle and synced,
+/// reopened on use; see `active_files.rs`). A sealed segment holds no descriptor: it is immutable (never written or truncated in place
 /// again; a truncation into it rewrites it through a new file), which is what makes
 /// memory-mapping it safe, and it is read through a map opened on demand and kept, with its
 /// sparse indexes once loaded, in the node's bounded [`OpenSegments`] set (see
@@ -229,9 +231,8 @@ pub(crate) struct Segment {
     pub header: SegmentHeader,
     pub path: PathBuf,
     pub index_path: PathBuf,
-    /// The open file while the segment is active; `None` once sealed. Shared so that a
-    /// sync can run outside the store without duplicating the descriptor (two syscalls).
-    file: Option<Arc<File>>,
+    /// The file's descriptor while the segment is active; `None` once sealed.
+    file: Option<ActiveFile>,
     /// This segment's key in the set of open sealed segments.
     open: SegmentHandle,
     /// File length = write position.
@@ -262,9 +263,9 @@ impl Segment {
         let index_path = dir.join(index_file_name(header.base_index));
         Segment {
             header,
+            file: Some(ActiveFile::new(file, &path, open.active_files())),
             path,
             index_path,
-            file: Some(Arc::new(file)),
             open: open.handle(),
             len: SEGMENT_HEADER_LEN,
             last_index: header.base_index - 1,
@@ -289,6 +290,7 @@ impl Segment {
     ) -> Segment {
         let sealed = file.is_none();
         let mut indexes = indexes.map(Arc::new);
+        let open_set = open;
         let open = open.handle();
         if sealed {
             if let Some(idx) = indexes.take() {
@@ -298,8 +300,8 @@ impl Segment {
         Segment {
             header,
             index_path: dir.join(index_file_name(header.base_index)),
+            file: file.map(|f| ActiveFile::new(f, &path, open_set.active_files())),
             path,
-            file: file.map(Arc::new),
             open,
             len: s.covered_len,
             last_index: s.last_index,
@@ -316,21 +318,11 @@ impl Segment {
         self.file.is_none()
     }
 
-    /// The open file of the active segment.
-    pub fn active_file(&self) -> &File {
+    /// The active segment's descriptor (opened on use; see [`ActiveFile`]).
+    pub fn active_file(&self) -> &ActiveFile {
         self.file
-            .as_deref()
+            .as_ref()
             .expect("only the active segment is written")
-    }
-
-    /// The active segment's open file, shared (it stays open while the caller holds it, even
-    /// if the segment is sealed meanwhile).
-    pub fn active_file_shared(&self) -> Arc<File> {
-        Arc::clone(
-            self.file
-                .as_ref()
-                .expect("only the active segment is written"),
-        )
     }
 
     /// Seals the segment: closes its file (the caller synced it) and hands its indexes to
@@ -350,7 +342,11 @@ impl Segment {
     /// Makes a sealed segment active again with `file` (its rewritten file), closing its map.
     pub fn reactivate(&mut self, file: File) {
         self.open.close();
-        self.file = Some(Arc::new(file));
+        self.file = Some(ActiveFile::new(
+            file,
+            &self.path,
+            self.open.set().active_files(),
+        ));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -486,7 +482,7 @@ impl Segment {
             return Ok(m.slice(pos as usize..pos as usize + len));
         };
         let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, pos)
+        file.read(|f| f.read_exact_at(&mut buf, pos))?
             .map_err(io_err(&self.path))?;
         Ok(Bytes::from(buf))
     }
@@ -514,7 +510,7 @@ impl Segment {
             }
             Some(file) => {
                 let mut buf = [0u8; FRAME_HEADER_LEN];
-                file.read_exact_at(&mut buf, pos)
+                file.read(|f| f.read_exact_at(&mut buf, pos))?
                     .map_err(io_err(&self.path))?;
                 parse_header(&buf, MAX_FRAME_LEN)
             }

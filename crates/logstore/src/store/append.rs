@@ -220,14 +220,17 @@ impl LogStore {
             .expect("a store always has an active segment");
         let pos0 = active.len;
         debug_assert_eq!(pos0, sync_lags.append_pos);
-        let written = self.reserve.write_below(pos0 + total, || {
-            crate::fs::fs().write_all_at(active.active_file(), &active.path, &buf, pos0)
-        });
+        let reserve = &self.reserve;
+        let written = active.active_file().write(|file| {
+            reserve.write_below(pos0 + total, || {
+                crate::fs::fs().write_all_at(file, &active.path, &buf, pos0)
+            })
+        })?;
         if let Err(e) = written {
             // Best effort: remove a partial write so the next append starts clean. Recovery
             // would cut it anyway (it cannot be a valid continuation of the log).
             self.reserve.detach();
-            let _ = active.active_file().set_len(pos0);
+            let _ = active.active_file().write(|f| f.set_len(pos0));
             let limit = self.config.segment_bytes;
             self.reserve.attach(&active.path, pos0, pos0, limit);
             return Err(io_err(&active.path)(e));
@@ -303,7 +306,9 @@ impl LogStore {
         let trimmed = self.trim_active()?;
         let active = self.active();
         if synced_len < active.len && !trimmed {
-            fdatasync(active.active_file(), &active.path);
+            let file = active.active_file();
+            file.read(|f| fdatasync(f, &active.path))?;
+            file.mark_synced();
         }
         let s = active.summary();
         let idx = active.indexes(interval)?;
@@ -351,14 +356,19 @@ impl LogStore {
     pub(super) fn trim_active(&mut self) -> Result<bool> {
         let active = self.active();
         let file = active.active_file();
-        let file_len = file.metadata().map_err(io_err(&active.path))?.len();
+        let file_len = file
+            .read(|f| f.metadata())?
+            .map_err(io_err(&active.path))?
+            .len();
         assert!(file_len >= active.len, "the active segment lost data");
         if file_len == active.len {
             return Ok(false);
         }
-        file.set_len(active.len).map_err(io_err(&active.path))?;
+        file.write(|f| f.set_len(active.len))?
+            .map_err(io_err(&active.path))?;
         // fdatasync covers the new size (and any data appended before it).
-        fdatasync(file, &active.path);
+        file.read(|f| fdatasync(f, &active.path))?;
+        file.mark_synced();
         let len = active.len;
         let last_index = active.last_index;
         self.synced_len = self.synced_len.max(len);

@@ -16,7 +16,6 @@ mod state;
 mod sync;
 mod truncate;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -30,6 +29,7 @@ use crate::open_segments::OpenSegments;
 use crate::recovery::RecoveryReport;
 use crate::repair::RepairMarker;
 use crate::reserve::ZeroReserve;
+use crate::root_lock::StoreLock;
 use crate::segment::Segment;
 
 pub use append::AppendResult;
@@ -85,15 +85,17 @@ pub struct SegmentSummary {
 /// an appending thread and reading threads.
 ///
 /// # Resources
-/// An open store holds two file descriptors (the directory lock and the active segment),
-/// plus one for its zero reserve while it is being written. Sealed segments hold none; they
-/// are mapped on demand into the [`OpenSegments`] set of its
-/// [`StoreResources`](crate::StoreResources). Its cache is charged to their
-/// [`crate::CacheBudget`].
+/// An open store holds its lock (a `LOCK` descriptor, or none under the node's
+/// [`crate::RootLock`]), its active segment's descriptor while the node's
+/// [`crate::ActiveFiles`] set keeps it open (always while it holds unsynced appends), and one
+/// for its zero reserve while it is being written. Sealed segments hold none; they are mapped
+/// on demand into the [`OpenSegments`] set of its [`StoreResources`](crate::StoreResources).
+/// Its cache is charged to their [`crate::CacheBudget`].
 pub struct LogStore {
     pub(crate) dir: PathBuf,
     config: StoreConfig,
-    _lock: File,
+    /// Keeps other openers out (its own `LOCK`, or its place under the node's root lock).
+    _lock: StoreLock,
     /// Zeroed space ahead of the active segment (see `reserve.rs`).
     reserve: ZeroReserve,
     /// Sorted by base index; never empty; the last one is the active segment.

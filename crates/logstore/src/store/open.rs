@@ -10,7 +10,7 @@ use super::LogStore;
 use crate::cache::StoreCache;
 use crate::config::StoreConfig;
 use crate::error::{io_err, LogStoreError, Result};
-use crate::fsutil::{fsync_dir, lock_dir};
+use crate::fsutil::fsync_dir;
 use crate::hard_state;
 use crate::index::write_index_file;
 use crate::open_segments::DEFAULT_MAX_OPEN_SEGMENT_FILES;
@@ -18,12 +18,14 @@ use crate::recovery::recover;
 use crate::repair;
 use crate::reserve::ZeroReserve;
 use crate::resources::StoreResources;
+use crate::root_lock::lock_store;
 use crate::segment::{create_segment_file, Segment, SegmentHeader, SEGMENT_HEADER_LEN};
 
 impl LogStore {
     /// Opens the log in `dir` (creating the directory and an empty log when missing),
     /// recovering from any crash as described in the crate docs. Fails on corruption of
-    /// synced data, on files of a newer format, and when another store holds the directory.
+    /// synced data, on files of a newer format, and with `Locked` when another store holds the
+    /// directory or a node's [`crate::RootLock`] holds a directory above it.
     /// The store gets resources of its own: a cache budget of `config.cache_bytes` and at
     /// most [`DEFAULT_MAX_OPEN_SEGMENT_FILES`] open sealed segments. A process opening many
     /// stores should share one [`StoreResources`] with [`LogStore::open_shared`].
@@ -33,9 +35,12 @@ impl LogStore {
         LogStore::open_shared(dir, config, &resources)
     }
 
-    /// Like [`LogStore::open`], with the tail cache charged to `resources.cache_budget` and
-    /// sealed segments kept open in `resources.open_segments`, both shared with every other
-    /// store opened with the same resources.
+    /// Like [`LogStore::open`], with the tail cache charged to `resources.cache_budget`,
+    /// sealed segments kept open in `resources.open_segments` and the active segment's
+    /// descriptor in `resources.active_files`, all shared with every other store opened with
+    /// the same resources. Below the directory of `resources.root_lock`, when set, the store
+    /// takes no `LOCK` of its own (see [`crate::RootLock`]); a second open of it is refused
+    /// with `Locked` all the same.
     pub fn open_shared(
         dir: &Path,
         config: StoreConfig,
@@ -48,7 +53,7 @@ impl LogStore {
                 fsync_dir(parent)?;
             }
         }
-        let lock = lock_dir(dir)?;
+        let lock = lock_store(dir, resources.root_lock.as_ref())?;
         // Retention's clock is anchored before any wall-clock jump can make data look old.
         crate::clock::anchor_retention_clock();
         // A damaged hard state is reported, not guessed: the store starts with the default
@@ -88,7 +93,7 @@ impl LogStore {
         // Recovery keeps an all-zero tail (reserve left by the previous run).
         let file_len = active
             .active_file()
-            .metadata()
+            .read(|f| f.metadata())?
             .map_err(io_err(&active.path))?
             .len();
         reserve.attach(&active.path, active.len, file_len, config.segment_bytes);
@@ -169,7 +174,7 @@ impl LogStore {
         let active = self.active();
         let file_len = active
             .active_file()
-            .metadata()
+            .read(|f| f.metadata())?
             .map_err(io_err(&active.path))?
             .len();
         self.reserve.attach(

@@ -57,7 +57,7 @@ impl LogStore {
         if self.synced_len >= active.len {
             return Ok(None);
         }
-        let file = active.active_file_shared();
+        let file = active.active_file().shared()?;
         Ok(Some(PendingSync {
             file,
             path: active.path.clone(),
@@ -107,6 +107,10 @@ impl LogStore {
             pending.len <= active.len,
             "the log shrank between prepare_sync and complete_sync"
         );
+        if pending.len == active.len {
+            // Synced through the descriptor that wrote everything: it may be closed.
+            active.active_file().mark_synced();
+        }
         self.complete_sync_at(pending.len, pending.last_index)
     }
 

@@ -104,8 +104,9 @@ impl LogStore {
             seg.reactivate(open_rw(&seg.path)?);
         } else {
             let file = seg.active_file();
-            file.set_len(pos).map_err(io_err(&seg.path))?;
-            fdatasync(file, &seg.path);
+            file.write(|f| f.set_len(pos))?.map_err(io_err(&seg.path))?;
+            file.read(|f| fdatasync(f, &seg.path))?;
+            file.mark_synced();
         }
         seg.len = pos;
         seg.last_index = from_index - 1;
