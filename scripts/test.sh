@@ -6,7 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step prints the seconds since the start, so a run's log (CI's too) shows where its time
+# goes; the last line gives the total.
+started_s=$SECONDS
+step() { printf '\n==> %s (at %d s)\n' "$*" "$((SECONDS - started_s))"; }
+trap 'printf "\n==> test.sh ended after %d s\n" "$((SECONDS - started_s))"' EXIT
 # Free disk space, printed at each step: the build and the tests' data directories need several
 # GB, and a run that fills the disk fails with ENOSPC wherever it happens to be.
 disk() { df -h --output=avail,target . 2>/dev/null | tail -1 | sed 's/^/    disk free: /' || true; }
