@@ -19,8 +19,8 @@ pub enum SyncMode {
     Never,
 }
 
-/// Storage settings: per log stream, except the node-wide `cache_bytes` and
-/// `max_open_segment_files`.
+/// Storage settings: per log stream, except the node-wide `cache_bytes`,
+/// `max_open_segment_files` and `max_open_active_files`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageSettings {
     /// Segment file size at which a new segment is started.
@@ -31,6 +31,10 @@ pub struct StorageSettings {
     /// Most sealed segment files kept open (memory-mapped) by the node at once, all streams
     /// together; others are opened on demand (`logstore::OpenSegments`).
     pub max_open_segment_files: usize,
+    /// Most active segments' descriptors the node keeps open at once, all streams together,
+    /// while their stores have nothing unsynced (`logstore::ActiveFiles`); an idle partition's
+    /// is closed when the set is full and reopened on its next read or write.
+    pub max_open_active_files: usize,
     /// Durability policy.
     pub sync: SyncMode,
     /// Whether retention may delete segments (VDL's delete permission).
@@ -98,6 +102,7 @@ impl Default for StorageSettings {
             segment_bytes: 256 << 20,
             cache_bytes: DEFAULT_CACHE_BYTES,
             max_open_segment_files: logstore::DEFAULT_MAX_OPEN_SEGMENT_FILES,
+            max_open_active_files: logstore::DEFAULT_MAX_OPEN_ACTIVE_FILES,
             sync: SyncMode::Always,
             deletion_allowed: true,
             operator_delete_allowed: false,
@@ -133,6 +138,7 @@ pub(super) struct FileStorage {
     segment_bytes: Option<u64>,
     cache_bytes: Option<u64>,
     max_open_segment_files: Option<usize>,
+    max_open_active_files: Option<usize>,
     sync: Option<String>,
     deletion_allowed: Option<bool>,
     operator_delete_allowed: Option<bool>,
@@ -167,6 +173,12 @@ pub(super) fn parse_storage(s: FileStorage) -> Result<StorageSettings, ConfigErr
             return invalid("storage.max_open_segment_files", "must be at least 1");
         }
         storage.max_open_segment_files = v;
+    }
+    if let Some(v) = s.max_open_active_files {
+        if v == 0 {
+            return invalid("storage.max_open_active_files", "must be at least 1");
+        }
+        storage.max_open_active_files = v;
     }
     storage.preallocate_bytes = s.preallocate_bytes.unwrap_or(storage.preallocate_bytes);
     if let Some(v) = s.sync {

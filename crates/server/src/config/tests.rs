@@ -30,6 +30,7 @@ fn a_three_node_config_parses() {
     assert_eq!(c.storage.sync, SyncMode::Interval(Duration::from_millis(5)));
     assert_eq!(c.storage.cache_bytes, DEFAULT_CACHE_BYTES, "node-wide");
     assert_eq!(c.storage.max_open_segment_files, 1024);
+    assert_eq!(c.storage.max_open_active_files, 1024);
     assert_eq!(
         c.storage.cleaner_dedupe_buffer_bytes,
         128 << 20,
@@ -65,6 +66,11 @@ fn bad_values_name_their_key() {
             "sync = \"interval:5\"",
             "sync = \"interval:5\"\n        max_open_segment_files = 0",
             "storage.max_open_segment_files",
+        ),
+        (
+            "sync = \"interval:5\"",
+            "sync = \"interval:5\"\n        max_open_active_files = 0",
+            "storage.max_open_active_files",
         ),
         (
             "\"c=3@127.0.0.1:7003\"",

@@ -136,16 +136,21 @@ impl Node {
         // descriptors allow is refused instead (counting every new partition as hosted here).
         if new_partitions > 0 {
             if let Ok((nofile, _)) = crate::runtime::fd_budget::nofile_limits() {
-                let capacity =
-                    crate::runtime::fd_budget::partition_capacity(nofile, k.max_connections);
+                let storage = &self.config.storage;
+                let capacity = crate::runtime::fd_budget::partition_capacity(
+                    nofile,
+                    k.max_connections,
+                    storage,
+                );
                 let hosted = self.streams.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
                 if hosted + u64::from(new_partitions) > capacity {
                     return Err(AppendError::Invalid(format!(
                         "node {} holds its limit of {capacity} partitions for its open-file limit of {nofile} \
-                         ({} descriptors each, client connections and a reserve kept): it hosts {hosted}, \
+                         ({} descriptors each while written, {} active segments', client connections' and a reserve kept): it hosts {hosted}, \
                          {new_partitions} more asked; raise LimitNOFILE or lower kafka.max_connections",
                         self.config.id,
-                        crate::runtime::fd_budget::DESCRIPTORS_PER_PARTITION
+                        crate::runtime::fd_budget::descriptors_per_partition(storage),
+                        storage.max_open_active_files,
                     )));
                 }
             }

@@ -134,7 +134,8 @@ pub enum NodeError {
         /// The newest snapshot's index (0: none).
         snapshot_index: u64,
     },
-    /// The data directory's identity files could not be read or written.
+    /// The data directory could not be used: its identity files could not be read or
+    /// written, or another node (in this process or another) holds its lock.
     #[error("data directory {dir}: {message}")]
     Directory {
         /// The data directory.
@@ -179,8 +180,11 @@ pub struct Node {
     /// The one path by which this node writes to the metadata (it holds the metadata group's
     /// handle once the group is open).
     metadata_proposer: crate::metadata::proposer::MetadataProposer,
-    /// Shared by every store of the node: the tail-cache budget and the open sealed segments.
-    store_resources: logstore::StoreResources,
+    /// Shared by every store of the node: the tail-cache budget, the open sealed segments, the
+    /// active segments' descriptors and the lock on the data directory (taken at start; its
+    /// stores hold no `LOCK` descriptor each). [`Node::shutdown`] drops this node's handle on
+    /// the lock, which is released once the last of its stores is closed too.
+    store_resources: std::sync::Mutex<logstore::StoreResources>,
     /// Topic incarnations whose `DeleteTopic` was in this node's metadata log when it started
     /// (see [`Node::open_topic`]).
     deleted_before_start: Mutex<HashSet<(String, u64)>>,
@@ -300,6 +304,14 @@ impl Node {
         config: NodeConfig,
         filter: Arc<dyn LinkFilter>,
     ) -> Result<Arc<Node>, NodeError> {
+        // One lock for every store under the data directory (the metadata log, streams,
+        // topics): held for the node's life, refused while another node (in this process or
+        // another) has the directory.
+        let root_lock =
+            logstore::RootLock::acquire(&config.data_dir).map_err(|e| NodeError::Directory {
+                dir: config.data_dir.clone(),
+                message: e.to_string(),
+            })?;
         let listener = bind_listener(config.peer_listen).await?;
         let directories = crate::replication::replicas::Directories::open(&config.data_dir)
             .map_err(|e| NodeError::Directory {
@@ -398,9 +410,13 @@ impl Node {
                 name: "runtime".to_owned(),
                 message: format!("cannot start the group runtime's threads: {e}"),
             })?;
-        let store_resources = logstore::StoreResources::new(
-            config.storage.cache_bytes,
-            config.storage.max_open_segment_files,
+        let store_resources = std::sync::Mutex::new(
+            logstore::StoreResources::with_limits(
+                config.storage.cache_bytes,
+                config.storage.max_open_segment_files,
+                config.storage.max_open_active_files,
+            )
+            .with_root_lock(root_lock),
         );
         // A joining node's metadata starts from the cluster's members without itself: the
         // log it receives adds it (the same state the other members have at that point).
@@ -626,6 +642,13 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         self.metadata_proposer.set_group(None);
+        // Let go of the data directory's lock: a node started again on it (in this process)
+        // takes it once this node's stores are closed, even while this `Node` is still
+        // referenced somewhere.
+        self.store_resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .root_lock = None;
     }
 }
 

@@ -121,8 +121,12 @@ impl Node {
         };
         let replay = metadata_sm.is_some();
         let sync_always = matches!(self.config.storage.sync, SyncMode::Always);
-        let mut store =
-            LogStore::open_shared(&dir, store_config, &self.store_resources).map_err(store_err)?;
+        let resources = self
+            .store_resources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut store = LogStore::open_shared(&dir, store_config, &resources).map_err(store_err)?;
         store.set_roll_age(roll_age);
         let mut snapshot_index = None;
         if let Some(sm) = metadata_sm.as_mut() {

@@ -4,6 +4,8 @@
 //! state stops the node on purpose; running out of descriptors must never be how it gets
 //! there).
 
+use crate::config::{StorageSettings, SyncMode};
+
 /// Descriptors kept for everything but client connections (log segments and their indexes,
 /// hard-state writes, peer connections, the admin API, logs), at least.
 pub const MIN_STORAGE_RESERVE: u64 = 512;
@@ -38,23 +40,55 @@ pub fn raise_nofile_limit() -> std::io::Result<u64> {
     Ok(hard)
 }
 
-/// Descriptors one hosted partition may hold at once: its active segment, a hard-state or
-/// configuration write, and its zero reserve while it is written.
-pub const DESCRIPTORS_PER_PARTITION: u64 = 3;
+/// Descriptors a hosted partition may hold that grow with the number of partitions, under
+/// `storage` (at most 2). An idle partition holds none: its stores' lock is the node's one
+/// root lock (a `logstore::RootLock` on the data directory, in [`OTHER_DESCRIPTORS`]), its
+/// active segment's descriptor lives in the node-wide set of at most
+/// `storage.max_open_active_files` (counted once, by [`partition_capacity`]), sealed
+/// segments hold none between reads (`storage.max_open_segment_files` maps, no descriptor),
+/// and a hard-state or configuration write holds its file only while it writes (one per
+/// group thread at most, in the reserve). What a partition being written still holds:
+/// * its zero reserve's handle, from its first append until it is idle for
+///   `preallocate_idle_release` (10 s), when `storage.preallocate_bytes` is not 0;
+/// * its active segment's descriptor beyond the set's capacity while it holds appends not
+///   yet synced (a dirty descriptor is never closed): under `sync = "always"` only while an
+///   append is in flight (bounded by the group threads, not the partitions); under another
+///   sync mode, for every partition written within a sync interval.
+pub fn descriptors_per_partition(storage: &StorageSettings) -> u64 {
+    let reserve = u64::from(storage.preallocate_bytes > 0);
+    let unsynced = u64::from(!matches!(storage.sync, SyncMode::Always));
+    reserve + unsynced
+}
 
 /// Descriptors kept for what is neither a client connection nor a partition: peer
-/// connections, the admin API, the metadata log, standard streams.
+/// connections, the admin API, the data directory's root lock, the metadata log's transient
+/// writes, standard streams.
 pub const OTHER_DESCRIPTORS: u64 = 64;
 
-/// How many partitions a node can host with `nofile` descriptors: what is left after the
-/// client connections' share ([`client_connection_limit`] of `max_connections`) and
-/// [`OTHER_DESCRIPTORS`], [`DESCRIPTORS_PER_PARTITION`] each.
-pub fn partition_capacity(nofile: u64, max_connections: usize) -> u64 {
+/// How many partitions a node can host with `nofile` descriptors, all of them written at once:
+/// what is left after the client connections' share ([`client_connection_limit`] of
+/// `max_connections`) and [`OTHER_DESCRIPTORS`], each partition taking
+/// [`descriptors_per_partition`] plus its active segment's descriptor while the node-wide set
+/// (`storage.max_open_active_files`) has room: `min(partitions, set) + partitions x each`
+/// must fit. Unbounded (`u64::MAX`) once the set is paid for when a partition holds nothing of
+/// its own (no preallocation, `sync = "always"`).
+pub fn partition_capacity(nofile: u64, max_connections: usize, storage: &StorageSettings) -> u64 {
     let clients = client_connection_limit(max_connections, nofile) as u64;
-    nofile
+    let left = nofile
         .saturating_sub(clients)
-        .saturating_sub(OTHER_DESCRIPTORS)
-        / DESCRIPTORS_PER_PARTITION
+        .saturating_sub(OTHER_DESCRIPTORS);
+    let each = descriptors_per_partition(storage);
+    let set = storage.max_open_active_files as u64;
+    // Fewer partitions than the set holds: each has its active descriptor open.
+    let within_set = left / (1 + each);
+    if within_set < set {
+        return within_set;
+    }
+    // More: the set is full (`set` descriptors), and each partition adds its own.
+    match each {
+        0 => u64::MAX,
+        each => (left - set) / each,
+    }
 }
 
 /// How many client connections may be open at once with `nofile` descriptors: the configured
@@ -72,15 +106,69 @@ pub fn client_connection_limit(configured: usize, nofile: u64) -> usize {
 mod tests {
     use super::*;
 
+    fn storage(preallocate_bytes: u64, sync: SyncMode, active: usize) -> StorageSettings {
+        StorageSettings {
+            preallocate_bytes,
+            sync,
+            max_open_active_files: active,
+            ..StorageSettings::default()
+        }
+    }
+
     #[test]
-    fn partitions_get_what_clients_and_the_reserve_leave() {
-        // 20,000 descriptors: clients may take 10,000, 64 are kept, 3 per partition.
-        assert_eq!(partition_capacity(20_000, 10_000), 3_312);
-        assert_eq!(partition_capacity(20_000, 1_000), 6_312);
-        assert_eq!(partition_capacity(1_048_576, 10_000), 346_170);
-        // A 1,024 limit: clients get half.
-        assert_eq!(partition_capacity(1_024, 10_000), 149);
-        assert_eq!(partition_capacity(64, 10), 0);
+    fn an_idle_partition_costs_no_descriptor_of_its_own() {
+        // The defaults: preallocation on, sync = "always": the zero reserve's handle only.
+        assert_eq!(descriptors_per_partition(&StorageSettings::default()), 1);
+        assert_eq!(
+            descriptors_per_partition(&storage(0, SyncMode::Always, 8)),
+            0
+        );
+        let interval = SyncMode::Interval(std::time::Duration::from_millis(5));
+        assert_eq!(descriptors_per_partition(&storage(1 << 20, interval, 8)), 2);
+        assert_eq!(
+            descriptors_per_partition(&storage(0, SyncMode::Never, 8)),
+            1
+        );
+    }
+
+    #[test]
+    fn partitions_get_what_clients_the_reserve_and_the_active_set_leave() {
+        let defaults = StorageSettings::default();
+        // 20,000 descriptors: clients may take 10,000, 64 are kept, 1,024 for the full active
+        // segments' set, 1 per partition.
+        assert_eq!(partition_capacity(20_000, 10_000, &defaults), 8_912);
+        assert_eq!(partition_capacity(20_000, 1_000, &defaults), 17_912);
+        assert_eq!(partition_capacity(1_048_576, 10_000, &defaults), 1_037_488);
+        // A 4,096 limit: clients get half, 1,984 are left: 992 partitions at 2 each (the set
+        // never fills).
+        assert_eq!(partition_capacity(4_096, 10_000, &defaults), 992);
+        // A 1,024 limit: 448 left, fewer partitions than the set holds, 2 each.
+        assert_eq!(partition_capacity(1_024, 10_000, &defaults), 224);
+        // A set of 32: full, then 1 each.
+        assert_eq!(
+            partition_capacity(1_024, 10_000, &storage(1 << 20, SyncMode::Always, 32)),
+            416
+        );
+        // Two each when appends may stay unsynced.
+        let interval = SyncMode::Interval(std::time::Duration::from_millis(5));
+        assert_eq!(
+            partition_capacity(20_000, 10_000, &storage(1 << 20, interval, 1_024)),
+            4_456
+        );
+        // Nothing per partition: no bound from descriptors, unless the fixed shares take all.
+        assert_eq!(
+            partition_capacity(20_000, 10_000, &storage(0, SyncMode::Always, 1_024)),
+            u64::MAX
+        );
+        assert_eq!(
+            partition_capacity(1_024, 10_000, &storage(0, SyncMode::Always, 1_024)),
+            448
+        );
+        assert_eq!(
+            partition_capacity(64, 10, &storage(0, SyncMode::Always, 1_024)),
+            0
+        );
+        assert_eq!(partition_capacity(64, 10, &defaults), 0);
     }
 
     #[test]
