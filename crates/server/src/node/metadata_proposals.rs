@@ -137,10 +137,15 @@ impl Node {
         if new_partitions > 0 {
             if let Ok((nofile, _)) = crate::runtime::fd_budget::nofile_limits() {
                 let storage = &self.config.storage;
+                let each = crate::runtime::fd_budget::descriptors_per_partition(
+                    storage.preallocate_bytes > 0,
+                    matches!(storage.sync, crate::config::SyncMode::Always),
+                );
                 let capacity = crate::runtime::fd_budget::partition_capacity(
                     nofile,
                     k.max_connections,
-                    storage,
+                    storage.max_open_active_files,
+                    each,
                 );
                 let hosted = self.streams.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
                 if hosted + u64::from(new_partitions) > capacity {
@@ -149,7 +154,7 @@ impl Node {
                          ({} descriptors each while written, {} active segments', client connections' and a reserve kept): it hosts {hosted}, \
                          {new_partitions} more asked; raise LimitNOFILE or lower kafka.max_connections",
                         self.config.id,
-                        crate::runtime::fd_budget::descriptors_per_partition(storage),
+                        each,
                         storage.max_open_active_files,
                     )));
                 }

@@ -4,8 +4,6 @@
 //! state stops the node on purpose; running out of descriptors must never be how it gets
 //! there).
 
-use crate::config::{StorageSettings, SyncMode};
-
 /// Descriptors kept for everything but client connections (log segments and their indexes,
 /// hard-state writes, peer connections, the admin API, logs), at least.
 pub const MIN_STORAGE_RESERVE: u64 = 512;
@@ -40,8 +38,9 @@ pub fn raise_nofile_limit() -> std::io::Result<u64> {
     Ok(hard)
 }
 
-/// Descriptors a hosted partition may hold that grow with the number of partitions, under
-/// `storage` (at most 2). An idle partition holds none: its stores' lock is the node's one
+/// Descriptors a hosted partition may hold that grow with the number of partitions (at most
+/// 2), with `preallocating` (`storage.preallocate_bytes` is not 0) and `sync_always`
+/// (`storage.sync = "always"`). An idle partition holds none: its stores' lock is the node's one
 /// root lock (a `logstore::RootLock` on the data directory, in [`OTHER_DESCRIPTORS`]), its
 /// active segment's descriptor lives in the node-wide set of at most
 /// `storage.max_open_active_files` (counted once, by [`partition_capacity`]), sealed
@@ -54,10 +53,8 @@ pub fn raise_nofile_limit() -> std::io::Result<u64> {
 ///   yet synced (a dirty descriptor is never closed): under `sync = "always"` only while an
 ///   append is in flight (bounded by the group threads, not the partitions); under another
 ///   sync mode, for every partition written within a sync interval.
-pub fn descriptors_per_partition(storage: &StorageSettings) -> u64 {
-    let reserve = u64::from(storage.preallocate_bytes > 0);
-    let unsynced = u64::from(!matches!(storage.sync, SyncMode::Always));
-    reserve + unsynced
+pub fn descriptors_per_partition(preallocating: bool, sync_always: bool) -> u64 {
+    u64::from(preallocating) + u64::from(!sync_always)
 }
 
 /// Descriptors kept for what is neither a client connection nor a partition: peer
@@ -68,17 +65,21 @@ pub const OTHER_DESCRIPTORS: u64 = 64;
 /// How many partitions a node can host with `nofile` descriptors, all of them written at once:
 /// what is left after the client connections' share ([`client_connection_limit`] of
 /// `max_connections`) and [`OTHER_DESCRIPTORS`], each partition taking
-/// [`descriptors_per_partition`] plus its active segment's descriptor while the node-wide set
-/// (`storage.max_open_active_files`) has room: `min(partitions, set) + partitions x each`
+/// `each` ([`descriptors_per_partition`]) plus its active segment's descriptor while the
+/// node-wide set of `max_open_active_files` (`storage.max_open_active_files`) has room: `min(partitions, set) + partitions x each`
 /// must fit. Unbounded (`u64::MAX`) once the set is paid for when a partition holds nothing of
 /// its own (no preallocation, `sync = "always"`).
-pub fn partition_capacity(nofile: u64, max_connections: usize, storage: &StorageSettings) -> u64 {
+pub fn partition_capacity(
+    nofile: u64,
+    max_connections: usize,
+    max_open_active_files: usize,
+    each: u64,
+) -> u64 {
     let clients = client_connection_limit(max_connections, nofile) as u64;
     let left = nofile
         .saturating_sub(clients)
         .saturating_sub(OTHER_DESCRIPTORS);
-    let each = descriptors_per_partition(storage);
-    let set = storage.max_open_active_files as u64;
+    let set = max_open_active_files as u64;
     // Fewer partitions than the set holds: each has its active descriptor open.
     let within_set = left / (1 + each);
     if within_set < set {
@@ -106,69 +107,54 @@ pub fn client_connection_limit(configured: usize, nofile: u64) -> usize {
 mod tests {
     use super::*;
 
-    fn storage(preallocate_bytes: u64, sync: SyncMode, active: usize) -> StorageSettings {
-        StorageSettings {
-            preallocate_bytes,
-            sync,
-            max_open_active_files: active,
-            ..StorageSettings::default()
-        }
+    /// `partition_capacity` with `active` descriptors in the set and these settings.
+    fn capacity(
+        nofile: u64,
+        connections: usize,
+        active: usize,
+        prealloc: bool,
+        sync_always: bool,
+    ) -> u64 {
+        partition_capacity(
+            nofile,
+            connections,
+            active,
+            descriptors_per_partition(prealloc, sync_always),
+        )
     }
 
     #[test]
     fn an_idle_partition_costs_no_descriptor_of_its_own() {
         // The defaults: preallocation on, sync = "always": the zero reserve's handle only.
-        assert_eq!(descriptors_per_partition(&StorageSettings::default()), 1);
-        assert_eq!(
-            descriptors_per_partition(&storage(0, SyncMode::Always, 8)),
-            0
-        );
-        let interval = SyncMode::Interval(std::time::Duration::from_millis(5));
-        assert_eq!(descriptors_per_partition(&storage(1 << 20, interval, 8)), 2);
-        assert_eq!(
-            descriptors_per_partition(&storage(0, SyncMode::Never, 8)),
-            1
-        );
+        assert_eq!(descriptors_per_partition(true, true), 1);
+        assert_eq!(descriptors_per_partition(false, true), 0);
+        assert_eq!(descriptors_per_partition(true, false), 2);
+        assert_eq!(descriptors_per_partition(false, false), 1);
     }
 
     #[test]
     fn partitions_get_what_clients_the_reserve_and_the_active_set_leave() {
-        let defaults = StorageSettings::default();
+        // The defaults: 1,024 active descriptors, preallocation, sync = "always".
+        let defaults = |nofile, connections| capacity(nofile, connections, 1_024, true, true);
         // 20,000 descriptors: clients may take 10,000, 64 are kept, 1,024 for the full active
         // segments' set, 1 per partition.
-        assert_eq!(partition_capacity(20_000, 10_000, &defaults), 8_912);
-        assert_eq!(partition_capacity(20_000, 1_000, &defaults), 17_912);
-        assert_eq!(partition_capacity(1_048_576, 10_000, &defaults), 1_037_488);
+        assert_eq!(defaults(20_000, 10_000), 8_912);
+        assert_eq!(defaults(20_000, 1_000), 17_912);
+        assert_eq!(defaults(1_048_576, 10_000), 1_037_488);
         // A 4,096 limit: clients get half, 1,984 are left: 992 partitions at 2 each (the set
         // never fills).
-        assert_eq!(partition_capacity(4_096, 10_000, &defaults), 992);
+        assert_eq!(defaults(4_096, 10_000), 992);
         // A 1,024 limit: 448 left, fewer partitions than the set holds, 2 each.
-        assert_eq!(partition_capacity(1_024, 10_000, &defaults), 224);
+        assert_eq!(defaults(1_024, 10_000), 224);
         // A set of 32: full, then 1 each.
-        assert_eq!(
-            partition_capacity(1_024, 10_000, &storage(1 << 20, SyncMode::Always, 32)),
-            416
-        );
+        assert_eq!(capacity(1_024, 10_000, 32, true, true), 416);
         // Two each when appends may stay unsynced.
-        let interval = SyncMode::Interval(std::time::Duration::from_millis(5));
-        assert_eq!(
-            partition_capacity(20_000, 10_000, &storage(1 << 20, interval, 1_024)),
-            4_456
-        );
+        assert_eq!(capacity(20_000, 10_000, 1_024, true, false), 4_456);
         // Nothing per partition: no bound from descriptors, unless the fixed shares take all.
-        assert_eq!(
-            partition_capacity(20_000, 10_000, &storage(0, SyncMode::Always, 1_024)),
-            u64::MAX
-        );
-        assert_eq!(
-            partition_capacity(1_024, 10_000, &storage(0, SyncMode::Always, 1_024)),
-            448
-        );
-        assert_eq!(
-            partition_capacity(64, 10, &storage(0, SyncMode::Always, 1_024)),
-            0
-        );
-        assert_eq!(partition_capacity(64, 10, &defaults), 0);
+        assert_eq!(capacity(20_000, 10_000, 1_024, false, true), u64::MAX);
+        assert_eq!(capacity(1_024, 10_000, 1_024, false, true), 448);
+        assert_eq!(capacity(64, 10, 1_024, false, true), 0);
+        assert_eq!(defaults(64, 10), 0);
     }
 
     #[test]
