@@ -614,12 +614,17 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                         "{label}seed {seed}: member removal: node {} removed through the \
                          metadata, {} partitions reassigned off it through the core, {} \
                          FinishReassignment proposed, {} appends acknowledged to the moved \
-                         partitions, all on their new replicas; the removed node holds no \
-                         replica and no topic directory",
+                         partitions ({} during the move, which had {} cut-offs, {} crashes \
+                         and {} power cuts), all on their new replicas; the removed node holds \
+                         no replica and no topic directory",
                         membership_removal::REMOVED,
                         r.reassigned,
                         r.finish_sent,
-                        r.acknowledged_to_moved
+                        r.acknowledged_to_moved,
+                        r.acknowledged_during_move,
+                        r.faults_during_move.0,
+                        r.faults_during_move.1,
+                        r.faults_during_move.2
                     );
                 }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");

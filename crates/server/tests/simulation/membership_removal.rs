@@ -24,6 +24,9 @@ use crate::world::{World, NODES};
 pub const REMOVED: u64 = 3;
 /// Steps in which the partitions must have moved off the removed member.
 const MOVE_STEPS_MAX: u64 = 8_000;
+/// Steps of the move with the run's faults (cut-offs, loss, crashes, power cuts at an
+/// fsync) before the heal.
+const MOVE_FAULT_STEPS: u64 = 600;
 /// How often (in steps) the nodes propose `FinishReassignment` and the removal is sent again
 /// while it is not applied (the node's background task runs every 200 ms).
 const EVERY_STEPS: u64 = 25;
@@ -129,8 +132,8 @@ impl World {
         }) && self.nodes[(id - 1) as usize].catalog.is_empty()
     }
 
-    /// Removes member [`REMOVED`] through the metadata, with clients appending (no faults),
-    /// and runs until its partitions have moved; returns the partitions reassigned (those of
+    /// Removes member [`REMOVED`] through the metadata, with clients appending and the faults
+    /// going on for [`MOVE_FAULT_STEPS`] steps, and runs until its partitions have moved; returns the partitions reassigned (those of
     /// node 1's state that named it when the removal was sent).
     pub fn remove_member(&mut self, seed: u64) -> usize {
         self.removed = Some(REMOVED);
@@ -139,6 +142,8 @@ impl World {
             .iter()
             .map(|(_, _, h)| h.group)
             .collect();
+        self.acked_before_removal = self.acked.len();
+        let faults_before = self.faults;
         let before = self.partitions_on(REMOVED);
         let mut moved = false;
         for i in 0..MOVE_STEPS_MAX {
@@ -148,8 +153,18 @@ impl World {
                     members: Default::default(),
                 });
             }
-            self.step_once(false, true);
-            if self.removal_applied(REMOVED) && self.moved_off(REMOVED) {
+            // The faults go on through the first steps of the move, then heal.
+            if i == MOVE_FAULT_STEPS {
+                self.heal();
+                let f = self.faults;
+                self.faults_during_move = (
+                    f.cuts - faults_before.cuts,
+                    f.crashes - faults_before.crashes,
+                    f.power_cuts - faults_before.power_cuts,
+                );
+            }
+            self.step_once(i < MOVE_FAULT_STEPS, true);
+            if i >= MOVE_FAULT_STEPS && self.removal_applied(REMOVED) && self.moved_off(REMOVED) {
                 moved = true;
                 break;
             }
@@ -188,6 +203,10 @@ pub struct RemovalOutcome {
     pub finish_sent: u64,
     /// Appends acknowledged to the reassigned partitions (over the whole run).
     pub acknowledged_to_moved: usize,
+    /// Of those, acknowledged after the removal was sent (during the move).
+    pub acknowledged_during_move: usize,
+    /// Cut-offs, crashes and power cuts at an fsync in the first steps of the move.
+    pub faults_during_move: (u64, u64, u64),
 }
 
 /// After the heal: the removed member is leaving in the agreed state (node 1's), no partition
@@ -240,6 +259,11 @@ pub fn check_removal(seed: u64, w: &World, reassigned: usize) -> RemovalOutcome 
         finish_sent: w.finish_sent,
         acknowledged_to_moved: w
             .acked
+            .iter()
+            .filter(|(g, _, _)| moved_groups.contains(g))
+            .count(),
+        faults_during_move: w.faults_during_move,
+        acknowledged_during_move: w.acked[w.acked_before_removal..]
             .iter()
             .filter(|(g, _, _)| moved_groups.contains(g))
             .count(),

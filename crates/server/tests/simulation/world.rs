@@ -243,6 +243,10 @@ pub struct World {
     pub moved_groups: Vec<u64>,
     /// `FinishReassignment` commands the nodes proposed.
     pub finish_sent: u64,
+    /// Appends acknowledged when the removal was sent.
+    pub acked_before_removal: usize,
+    /// Cut-offs, crashes and power cuts in the first steps of the move.
+    pub faults_during_move: (u64, u64, u64),
 }
 
 impl World {
@@ -302,6 +306,8 @@ impl World {
             removed: None,
             moved_groups: Vec::new(),
             finish_sent: 0,
+            acked_before_removal: 0,
+            faults_during_move: (0, 0, 0),
         }
     }
 
