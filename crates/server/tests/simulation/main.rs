@@ -51,6 +51,15 @@
 //! every step: no node serves an incarnation its metadata no longer holds, nor runs a group
 //! its catalog does not hold.
 //!
+//! A member removed (`removed_member_hands_its_partitions_over`, `SIM_REMOVAL=1` adds it to
+//! the other tests; `membership_removal.rs`): topics are placed on two of the three nodes, and
+//! once the faults stop and the groups converge node 3 is removed through the metadata
+//! (`RemoveMember`) while clients append; the metadata's placement reassigns its replicas,
+//! every node carries `MembershipChanged` out through `core::membership::reconcile_replicas`,
+//! the nodes propose `FinishReassignment` as the node's background task does, and node 3
+//! drops its replicas. Checked: it holds no replica and no topic directory at the end, no
+//! partition is moving, and the checks below hold on each partition's new replicas.
+//!
 //! After the faults stop and the network heals, it checks, for every group:
 //! - every node has open, in its core catalog, exactly the topic partitions its metadata state
 //!   places on it, each in the directory the core's layout names;
@@ -68,8 +77,9 @@
 //!   without the tombstone while it holds an older value, Kafka's `delete.retention.ms`
 //!   hazard); every acknowledged record is the one committed at its offset (superseded ones
 //!   may be gone); a last pass after the heal leaves none superseded;
-//! - every group converges (a leader with all three voters, every replica at the same applied
-//!   index) and no node is still rejoining;
+//! - every group converges (a leader with all three voters, or for a topic partition the
+//!   nodes its metadata places it on, every replica at the same applied index) and no node is
+//!   still rejoining;
 //! - the metadata: every replica's state is the same, holds every acknowledged command, and
 //!   applied no request twice (no producer id handed out twice);
 //! - deletes: no directory of an incarnation the metadata no longer holds is on any node's
@@ -102,6 +112,7 @@ mod common;
 mod disk;
 mod lost_hard_state;
 mod membership_catch_up;
+mod membership_removal;
 mod open;
 mod rng;
 mod topics;
@@ -138,6 +149,8 @@ struct Outcome {
     compaction: cleaning::CleaningCounts,
     /// What the topic deletes came to (all zero without them).
     deletes: topics::DeleteOutcome,
+    /// What the member removal came to (all zero without it).
+    removal: membership_removal::RemovalOutcome,
 }
 
 /// What the metadata group ended with.
@@ -167,25 +180,36 @@ fn run_with(seed: u64, steps: u64, options: SimOptions) -> Outcome {
     }
     // Heal: every node up and connected, no loss; let the last appends settle.
     w.heal();
-    let mut settled = false;
+    settle(seed, &mut w);
+    // A member removed while clients append; its partitions move to the other nodes.
+    let reassigned = if options.member_removal {
+        let reassigned = w.remove_member(seed);
+        settle(seed, &mut w);
+        reassigned
+    } else {
+        0
+    };
+    w.final_sweep();
+    let mut outcome = check(seed, &w);
+    outcome.removal = membership_removal::check_removal(seed, &w, reassigned);
+    drop(w);
+    let _ = std::fs::remove_dir_all(&root);
+    outcome
+}
+
+/// Runs without faults or clients until nothing is in flight and every group converged.
+fn settle(seed: u64, w: &mut World) {
     for _ in 0..SETTLE_STEPS_MAX {
         w.step_once(false, false);
         if w.quiet() && w.converged() {
-            settled = true;
-            break;
+            return;
         }
     }
-    assert!(
-        settled,
+    panic!(
         "seed {seed}: the groups did not converge within {SETTLE_STEPS_MAX} steps after \
          healing:\n{}",
         w.describe()
     );
-    w.final_sweep();
-    let outcome = check(seed, &w);
-    drop(w);
-    let _ = std::fs::remove_dir_all(&root);
-    outcome
 }
 
 /// The checks; returns node 1's committed log for comparing runs.
@@ -207,14 +231,17 @@ fn check(seed: u64, w: &World) -> Outcome {
         let compacted = w.options.compaction && cleaning::compacted_group(g);
         // With retention the replicas' logs start at different places: compare from the
         // latest start.
-        let start = w
-            .nodes
+        // The nodes the group is on: every node, but for a topic partition placed on fewer
+        // (`check_catalogs` holds every node to what its metadata places on it).
+        let hosts = w.hosts(g);
+        assert!(!hosts.is_empty(), "seed {seed}: group {g} is on no node");
+        let start = hosts
             .iter()
             .map(|n| read(&n.groups[&g].store).first_index())
             .max()
             .unwrap_or(1);
         let mut reference: Option<Vec<logstore::Entry>> = None;
-        for n in &w.nodes {
+        for n in &hosts {
             let sg = &n.groups[&g];
             let applied = sg.visible.borrow().applied_index;
             let s = read(&sg.store);
@@ -304,7 +331,8 @@ fn check(seed: u64, w: &World) -> Outcome {
         if !live_groups.contains(g) {
             continue; // of a deleted incarnation: checked gone in `check_deletes`
         }
-        for n in &w.nodes {
+        // On the partition's replicas now (after a move, its new ones).
+        for n in w.hosts(*g) {
             let sg = &n.groups[g];
             let hw = sg.visible.borrow().high_watermark;
             if appended.base_offset < read(&sg.store).log_start_offset() {
@@ -348,6 +376,7 @@ fn check(seed: u64, w: &World) -> Outcome {
         metadata: check_metadata(seed, w),
         compaction: w.cleaning.check(seed, w),
         deletes: topics::check_deletes(seed, w, &live_groups),
+        removal: Default::default(),
     }
 }
 
@@ -427,6 +456,8 @@ fn check_metadata(seed: u64, w: &World) -> MetadataOutcome {
                     n.id
                 ),
                 MetaCommand::DeleteTopic { .. } => {}
+                // Checked in `membership_removal::check_removal`.
+                MetaCommand::RemoveMember { .. } | MetaCommand::FinishReassignment { .. } => {}
                 MetaCommand::AllocateProducerId => assert!(
                     state.allocations.contains_key(&acked.request),
                     "seed {seed}: metadata: node {}: acknowledged producer id allocation {:?} \
@@ -494,6 +525,7 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
     options.membership |= env_u64("SIM_MEMBERSHIP") == Some(1);
     options.compaction |= env_u64("SIM_COMPACTION") == Some(1);
     options.topic_deletes |= env_u64("SIM_DELETES") == Some(1);
+    options.member_removal |= env_u64("SIM_REMOVAL") == Some(1);
     options.trace = std::env::var("SIM_TRACE").ok().and_then(|v| {
         let (group, step) = v.split_once(':').unwrap_or((&v, "0"));
         Some((group.parse().ok()?, step.parse().ok()?))
@@ -574,6 +606,25 @@ fn soak(label: &str, test: &str, first_seed: u64, default_seeds: u64, mut option
                         d.recreated,
                         d.acknowledged_to_deleted,
                         d.topic_dirs
+                    );
+                }
+                if options.member_removal {
+                    let r = &o.removal;
+                    eprintln!(
+                        "{label}seed {seed}: member removal: node {} removed through the \
+                         metadata, {} partitions reassigned off it through the core, {} \
+                         FinishReassignment proposed, {} appends acknowledged to the moved \
+                         partitions ({} during the move, which had {} cut-offs, {} crashes \
+                         and {} power cuts), all on their new replicas; the removed node holds \
+                         no replica and no topic directory",
+                        membership_removal::REMOVED,
+                        r.reassigned,
+                        r.finish_sent,
+                        r.acknowledged_to_moved,
+                        r.acknowledged_during_move,
+                        r.faults_during_move.0,
+                        r.faults_during_move.1,
+                        r.faults_during_move.2
                     );
                 }
                 assert!(o.acknowledged > 0, "seed {seed}: nothing was acknowledged");
@@ -663,6 +714,26 @@ fn deleted_topics_leave_nothing_behind_under_faults() {
         2,
         SimOptions {
             topic_deletes: true,
+            ..SimOptions::default()
+        },
+    );
+}
+
+/// The same faults with topics placed on two of the three nodes, then (once the faults stop)
+/// node 3 removed through the metadata (`RemoveMember`) while clients append: its partitions
+/// are reassigned by the metadata's placement and moved through the core on every node
+/// (`core::membership::reconcile_replicas`), and it ends with no replica and no topic
+/// directory; every acknowledged append is on the partitions' new replicas. `SIM_SEEDS` seeds
+/// (default 1), `SIM_STEPS` steps each; seeds 5001, ...
+#[test]
+fn removed_member_hands_its_partitions_over() {
+    soak(
+        "member removal ",
+        "removed_member_hands",
+        5000,
+        1,
+        SimOptions {
+            member_removal: true,
             ..SimOptions::default()
         },
     );

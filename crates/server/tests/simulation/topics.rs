@@ -168,9 +168,9 @@ impl PartitionHost for SimPartitions<'_> {
 }
 
 /// The simulated node as the host of what the metadata's effects call for. The simulation's
-/// clients create and delete topics (and allocate producer ids); membership changes go
-/// through the core's reconciliation as on the node (the simulation sends no member command
-/// yet); the other effects (configs, DeleteRecords, preferred leaders, admin addresses) come
+/// clients create and delete topics (and allocate producer ids); membership changes (a
+/// member removed, its partitions reassigned: see [`crate::membership_removal`]) go through
+/// the core's reconciliation as on the node; the other effects (configs, DeleteRecords, preferred leaders, admin addresses) come
 /// from commands it does not send, and are nothing here.
 impl EffectHost for SimPartitions<'_> {
     type OpenError = Infallible;
@@ -206,8 +206,8 @@ impl EffectHost for SimPartitions<'_> {
     fn hand_leadership_to(&mut self, _: &str, _: u64, _: u32, _: u64) {}
 
     /// The core's reconciliation of the partitions here with the replica lists (the node
-    /// also admits members and retargets the metadata group, which the simulation's fixed
-    /// three nodes do not need).
+    /// also admits members and retargets the metadata group; the simulation's metadata group
+    /// keeps its three voters, the removed member included).
     fn reconcile_membership(&mut self) {
         let topics = self.topics();
         reconcile_replicas(self, &topics);

@@ -58,6 +58,10 @@ pub struct SimOptions {
     /// Clients also delete topics (of the incarnation they see) and create topics again
     /// under deleted names (new incarnations).
     pub topic_deletes: bool,
+    /// Topics placed on two of the three nodes, and a member removed through the metadata
+    /// (`RemoveMember`) once the faults stop, while clients append: the partitions it held
+    /// are reassigned through the core (see [`crate::membership_removal`]).
+    pub member_removal: bool,
     /// Prints every message of this group delivered from this step on (`SIM_TRACE=group:step`),
     /// to stderr: how a failing seed is diagnosed.
     pub trace: Option<(u64, u64)>,
@@ -233,6 +237,16 @@ pub struct World {
     pub deleted_names: Vec<String>,
     /// Creates sent under a name a delete was sent for before (new incarnations).
     pub recreates_sent: u64,
+    /// The member a `RemoveMember` was sent for (new topics are then placed without it).
+    pub removed: Option<u64>,
+    /// The groups of the partitions the removed member had open when it was removed.
+    pub moved_groups: Vec<u64>,
+    /// `FinishReassignment` commands the nodes proposed.
+    pub finish_sent: u64,
+    /// Appends acknowledged when the removal was sent.
+    pub acked_before_removal: usize,
+    /// Cut-offs, crashes and power cuts in the first steps of the move.
+    pub faults_during_move: (u64, u64, u64),
 }
 
 impl World {
@@ -289,6 +303,11 @@ impl World {
             cleaning: Default::default(),
             deleted_names: Vec::new(),
             recreates_sent: 0,
+            removed: None,
+            moved_groups: Vec::new(),
+            finish_sent: 0,
+            acked_before_removal: 0,
+            faults_during_move: (0, 0, 0),
         }
     }
 
@@ -578,10 +597,11 @@ impl World {
         } else if let Some(delete) = self.topic_delete(at) {
             delete
         } else {
+            let partitions = 1 + self.rng.below(3) as u32;
             MetaCommand::CreateTopic {
                 name: self.topic_name(),
-                partitions: 1 + self.rng.below(3) as u32,
-                replicas: Vec::new(),
+                partitions,
+                replicas: self.replica_lists(partitions),
                 configs: BTreeMap::new(),
             }
         };
@@ -601,6 +621,22 @@ impl World {
             self.send_metadata(again, entry.clone(), 0);
         }
         self.send_metadata(at, entry, 3);
+    }
+
+    /// Sends `command` to the metadata group's leader (or any node), under a new request id,
+    /// without retries.
+    pub(crate) fn send_metadata_command(&mut self, command: MetaCommand) {
+        let at = self.pick_proposer(METADATA_GROUP_ID);
+        self.next_request += 1;
+        let entry = MetaEntry {
+            request: RequestId {
+                node: self.nodes[at].id,
+                boot: 0,
+                seq: self.next_request,
+            },
+            command,
+        };
+        self.send_metadata(at, entry, 0);
     }
 
     /// Sends `entry` to node `at`'s metadata replica; a failed attempt may be sent again with
@@ -868,6 +904,7 @@ impl World {
         self.deliver();
         self.run_turns();
         self.check_serving();
+        self.finish_reassignments();
         self.record_committed();
         self.clean_some();
         self.collect_sent();
@@ -896,8 +933,9 @@ impl World {
         self.pending.is_empty() && self.net.is_empty()
     }
 
-    /// Every group has the same applied index on every node, and a leader whose configuration
-    /// is all three nodes; no node is still rejoining after a replaced disk.
+    /// Every group has the same applied index on every node hosting it, and a leader whose
+    /// configuration is those nodes (all three, but for a topic placed on fewer); no node is
+    /// still rejoining after a replaced disk.
     pub fn converged(&self) -> bool {
         if self.nodes.iter().any(|n| n.rejoining()) {
             return false;
@@ -911,26 +949,43 @@ impl World {
             return false;
         }
         self.groups_of_cluster().into_iter().all(|g| {
-            let Some(views) = self
-                .nodes
+            // Every node hosts the bare groups and the metadata group; a topic partition is
+            // on the nodes its metadata places it on (every node, but with `member_removal`).
+            let hosts = self.hosts(g);
+            let Some(views) = hosts
                 .iter()
-                .map(|n| n.groups.get(&g).map(|sg| *sg.visible.borrow()))
-                .collect::<Option<Vec<Visible>>>()
+                .map(|n| n.groups.get(&g).map(|sg| (n.id, *sg.visible.borrow())))
+                .collect::<Option<Vec<(u64, Visible)>>>()
             else {
                 return false;
             };
-            let leader = views[0].leader;
+            let Some(&(_, first)) = views.first() else {
+                return false;
+            };
+            let leader = first.leader;
             // Only the leader knows whether its configuration is the one asked.
-            let lv = (leader != 0).then(|| views[(leader - 1) as usize]);
+            let lv = views.iter().find(|(id, _)| *id == leader).map(|(_, v)| *v);
             leader != 0
                 && lv.is_some_and(|lv| {
                     lv.membership_settled
-                        && lv.voters.iter().filter(|v| **v != 0).count() == NODES.len()
+                        && lv.voters.iter().filter(|v| **v != 0).count() == hosts.len()
                 })
                 && views
                     .iter()
-                    .all(|v| v.leader == leader && v.applied_index == views[0].applied_index)
+                    .all(|(_, v)| v.leader == leader && v.applied_index == first.applied_index)
         })
+    }
+
+    /// The nodes that host group `g`: every node for the metadata group and the bare groups,
+    /// the nodes whose metadata state places it on them for a topic partition.
+    pub fn hosts(&self, g: u64) -> Vec<&SimNode> {
+        if all_groups().contains(&g) {
+            return self.nodes.iter().collect();
+        }
+        self.nodes
+            .iter()
+            .filter(|n| n.placed_partitions().iter().any(|(_, _, pg)| *pg == g))
+            .collect()
     }
 }
 
