@@ -5,7 +5,7 @@ use crate::security::scram::ScramMechanism;
 
 use super::*;
 
-fn id(seq: u64) -> Option<RequestId> {
+pub(super) fn id(seq: u64) -> Option<RequestId> {
     Some(RequestId {
         node: 1,
         boot: 42,
@@ -13,7 +13,7 @@ fn id(seq: u64) -> Option<RequestId> {
     })
 }
 
-fn create(name: &str) -> MetaCommand {
+pub(super) fn create(name: &str) -> MetaCommand {
     MetaCommand::CreateTopic {
         name: name.into(),
         partitions: 1,

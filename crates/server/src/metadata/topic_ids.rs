@@ -70,27 +70,10 @@ impl TopicIds {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::topic_id;
-    use crate::metadata::{ClusterMeta, MetaCommand, RequestId};
+    use crate::metadata::tests::{create, id as rid};
+    use crate::metadata::{ClusterMeta, MetaCommand};
 
-    fn rid(seq: u64) -> Option<RequestId> {
-        Some(RequestId {
-            node: 1,
-            boot: 42,
-            seq,
-        })
-    }
-
-    fn create(name: &str) -> MetaCommand {
-        MetaCommand::CreateTopic {
-            name: name.into(),
-            partitions: 1,
-            replicas: Vec::new(),
-            configs: BTreeMap::new(),
-        }
-    }
     /// The id index follows the topics through creates, deletes, a name created again and a
     /// snapshot: every topic's id finds its name, an earlier incarnation's id finds nothing.
     #[test]
