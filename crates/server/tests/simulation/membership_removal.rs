@@ -62,11 +62,7 @@ impl World {
         }
         let mut done = Vec::new();
         for n in self.nodes.iter().filter(|n| n.up) {
-            let Some(meta) = n
-                .groups
-                .get(&METADATA_GROUP_ID)
-                .and_then(|g| g.meta.as_ref())
-            else {
+            let Some(meta) = n.metadata() else {
                 continue;
             };
             let state = meta.state.read().unwrap();
@@ -103,13 +99,10 @@ impl World {
     /// Whether every running node's metadata state has member `id` leaving.
     fn removal_applied(&self, id: u64) -> bool {
         self.nodes.iter().all(|n| {
-            n.groups
-                .get(&METADATA_GROUP_ID)
-                .and_then(|g| g.meta.as_ref())
-                .is_some_and(|m| {
-                    let state = m.state.read().unwrap();
-                    state.member_records.get(&id).is_some_and(|r| r.leaving)
-                })
+            n.metadata().is_some_and(|m| {
+                let state = m.state.read().unwrap();
+                state.member_records.get(&id).is_some_and(|r| r.leaving)
+            })
         })
     }
 
@@ -117,11 +110,7 @@ impl World {
     /// moving or naming it, and it has no partition open.
     fn moved_off(&self, id: u64) -> bool {
         self.nodes.iter().all(|n| {
-            let Some(meta) = n
-                .groups
-                .get(&METADATA_GROUP_ID)
-                .and_then(|g| g.meta.as_ref())
-            else {
+            let Some(meta) = n.metadata() else {
                 return false;
             };
             let state = meta.state.read().unwrap();

@@ -25,7 +25,7 @@ use vdl_server::replication::group::{try_deliver, GroupInput};
 use vdl_server::replication::replicas::Directories;
 use vdl_server::replication::transport::PeerSender;
 
-use crate::open::{open_partition_group, HostEvent};
+use crate::open::{open_partition_group, HostEvent, SimMeta};
 use std::collections::BTreeSet;
 
 use vdl_server::metadata::{MetaCommand, METADATA_GROUP_ID};
@@ -285,9 +285,14 @@ impl SimPartitions<'_> {
 }
 
 impl SimNode {
+    /// The node's metadata replica (None while down).
+    pub(crate) fn metadata(&self) -> Option<&SimMeta> {
+        self.groups.get(&METADATA_GROUP_ID)?.meta.as_ref()
+    }
+
     /// The node as the core's host of its topic partitions (None while down).
     pub(crate) fn partitions_host(&mut self) -> Option<SimPartitions<'_>> {
-        let meta = self.groups.get(&METADATA_GROUP_ID)?.meta.as_ref()?;
+        let meta = self.metadata()?;
         let state = meta.state.clone();
         let deleted_before_start = meta.deleted_before_start.clone();
         Some(SimPartitions {
@@ -306,11 +311,7 @@ impl SimNode {
     /// Carries out, through the core, what the node's metadata replica asked since the last
     /// call (partitions of created topics opened; snapshots installed reconciled).
     pub(crate) fn carry_out_metadata(&mut self) {
-        let Some(meta) = self
-            .groups
-            .get(&METADATA_GROUP_ID)
-            .and_then(|g| g.meta.as_ref())
-        else {
+        let Some(meta) = self.metadata() else {
             return;
         };
         let events = std::mem::take(&mut *meta.host.events.lock().unwrap());
@@ -325,11 +326,7 @@ impl SimNode {
     /// The groups of the topic partitions the node's metadata state places on it, as the core
     /// decides them: (topic, partition, group).
     pub fn placed_partitions(&self) -> BTreeSet<(String, u32, u64)> {
-        let Some(meta) = self
-            .groups
-            .get(&METADATA_GROUP_ID)
-            .and_then(|g| g.meta.as_ref())
-        else {
+        let Some(meta) = self.metadata() else {
             return BTreeSet::new();
         };
         let state = meta.state.read().unwrap();
@@ -381,11 +378,7 @@ impl World {
         if !self.options.topic_deletes || !self.rng.chance(200) {
             return None;
         }
-        let meta = self.nodes[at]
-            .groups
-            .get(&METADATA_GROUP_ID)?
-            .meta
-            .as_ref()?;
+        let meta = self.nodes[at].metadata()?;
         let topics: Vec<(String, u64)> = {
             let state = meta.state.read().unwrap();
             state
@@ -426,11 +419,7 @@ impl World {
     pub fn check_serving(&self) {
         let bare: BTreeSet<u64> = all_groups().into_iter().collect();
         for n in self.nodes.iter().filter(|n| n.up) {
-            let Some(meta) = n
-                .groups
-                .get(&METADATA_GROUP_ID)
-                .and_then(|g| g.meta.as_ref())
-            else {
+            let Some(meta) = n.metadata() else {
                 continue;
             };
             let state = meta.state.read().unwrap();
