@@ -71,6 +71,7 @@ pub use hard_state::{ConfState, HardState};
 pub use open_segments::{OpenSegments, DEFAULT_MAX_OPEN_SEGMENT_FILES};
 pub use recovery::{DamageFound, RecoveryReport};
 pub use repair::RepairMarker;
+pub use reserve::{open_reserve_handles, MAX_OPEN_RESERVE_HANDLES};
 pub use resources::StoreResources;
 pub use retention::RetentionOutcome;
 pub use root_lock::{RootLock, ROOT_LOCK_FILE};

@@ -37,12 +37,110 @@
 //! that one filler thread runs every [`SWEEP_INTERVAL`]: the zeros past the data are cut off
 //! (`ftruncate`; not synced, since zeros at the end of the active segment are valid either
 //! way) and the handle is closed. So idle stores hold no reserve descriptor and no zeros.
+//!
+//! Bounded per process: at most [`MAX_OPEN_RESERVE_HANDLES`] filler handles are open at once
+//! (descriptors are a per-process limit). A store that wants a fill while that many are open
+//! gets no reserve for now: its writes extend the file, as without zeroing ahead, and it asks
+//! again at its next write. So the descriptors reserves hold do not grow with the number of
+//! partitions a node hosts, only the first [`MAX_OPEN_RESERVE_HANDLES`] logs written within
+//! `preallocate_idle_release` of each other get the faster syncs.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
+
+/// Filler write handles open at once in this process, at most (see the module docs): about a
+/// tenth of a common 10,000-20,000 open-file limit, and more logs than a node writes at once
+/// in every benchmark of docs/benchmarks.md.
+pub const MAX_OPEN_RESERVE_HANDLES: usize = 1_024;
+
+/// Slots for open filler handles: taken before a handle is opened, given back when it closes.
+struct HandleSlots {
+    open: AtomicUsize,
+    max: usize,
+}
+
+impl HandleSlots {
+    const fn new(max: usize) -> HandleSlots {
+        HandleSlots {
+            open: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Takes a slot; false when all `max` are taken.
+    fn try_take(&self) -> bool {
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self) {
+        let before = self.open.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "a reserve handle slot given back twice");
+    }
+
+    fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+/// The process's filler handle slots.
+static RESERVE_HANDLE_SLOTS: HandleSlots = HandleSlots::new(MAX_OPEN_RESERVE_HANDLES);
+
+/// Filler write handles open in this process right now (at most [`MAX_OPEN_RESERVE_HANDLES`]).
+pub fn open_reserve_handles() -> usize {
+    RESERVE_HANDLE_SLOTS.open()
+}
+
+/// A filler's write handle, holding one of [`RESERVE_HANDLE_SLOTS`] until it is closed.
+struct ReserveHandle {
+    file: File,
+    slots: &'static HandleSlots,
+}
+
+/// What opening a filler handle gave.
+enum HandleOpen {
+    Opened(ReserveHandle),
+    /// Every slot is taken: no reserve for now.
+    AtCapacity,
+    /// The file could not be opened.
+    Failed,
+}
+
+impl ReserveHandle {
+    fn open(path: &Path, slots: &'static HandleSlots) -> HandleOpen {
+        if !slots.try_take() {
+            return HandleOpen::AtCapacity;
+        }
+        match std::fs::OpenOptions::new().write(true).open(path) {
+            Ok(file) => HandleOpen::Opened(ReserveHandle { file, slots }),
+            Err(_) => {
+                slots.give_back();
+                HandleOpen::Failed
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for ReserveHandle {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Drop for ReserveHandle {
+    fn drop(&mut self) {
+        // The descriptor closes right after this (the field's own drop).
+        self.slots.give_back();
+    }
+}
 
 /// Filler threads shared by every reserve of the process. Fills are rare (one per megabytes
 /// of appends, paused for fast writers) and short, so two keep up with many logs.
@@ -101,7 +199,7 @@ struct Target {
     path: PathBuf,
     /// The filler's own write handle: opened for the first fill, closed when the reserve is
     /// released for idleness.
-    file: Option<Arc<File>>,
+    file: Option<Arc<ReserveHandle>>,
     /// File bytes below this are data or durable zeros; the filler extends from here.
     zeroed_end: u64,
     /// The filler never zeroes past this (the segment size limit).
@@ -310,15 +408,16 @@ fn release_if_idle(shared: &Shared) -> bool {
         // Everything past `data_end` is zeros the writer never wrote to (it writes at its end
         // only, and it has not written for `idle_release`; a write would have to take the
         // lock held here to reach past `zeroed_end`).
-        let handle = match &t.file {
-            Some(f) => Some(Arc::clone(f)),
+        // Without a handle of its own, one opened for the cut only (the sweeper's, one at a
+        // time, closed at once: not counted in the slots).
+        let cut = match &t.file {
+            Some(f) => f.set_len(data_end).is_ok(),
             None => std::fs::OpenOptions::new()
                 .write(true)
                 .open(&t.path)
-                .ok()
-                .map(Arc::new),
+                .is_ok_and(|f| f.set_len(data_end).is_ok()),
         };
-        if handle.is_some_and(|f| f.set_len(data_end).is_ok()) {
+        if cut {
             t.zeroed_end = data_end;
         }
     }
@@ -361,10 +460,12 @@ impl ZeroReserve {
             // A handle of its own, opened anew rather than duplicated: an I/O error in the
             // filler's fsync then still reaches the writer's next fsync (error reporting is
             // per open file description), which panics as the crate's fsync policy demands.
-            // Without a handle there is simply no reserve: writes extend the file.
-            match std::fs::OpenOptions::new().write(true).open(&t.path) {
-                Ok(f) => t.file = Some(Arc::new(f)),
-                Err(_) => {
+            // Without a handle there is simply no reserve: writes extend the file. With every
+            // slot taken, none for now: the next write asks again.
+            match ReserveHandle::open(&t.path, &RESERVE_HANDLE_SLOTS) {
+                HandleOpen::Opened(h) => t.file = Some(Arc::new(h)),
+                HandleOpen::AtCapacity => return,
+                HandleOpen::Failed => {
                     st.failed = true;
                     return;
                 }
@@ -603,6 +704,39 @@ mod tests {
     use std::time::{Duration, Instant};
 
     const IDLE: Duration = Duration::from_secs(600);
+
+    #[test]
+    fn filler_handles_are_bounded_and_a_closed_one_frees_its_slot() {
+        static SLOTS: HandleSlots = HandleSlots::new(2);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        File::create_new(&path).unwrap();
+        let opened = |r: HandleOpen| match r {
+            HandleOpen::Opened(h) => Some(h),
+            _ => None,
+        };
+        let a = opened(ReserveHandle::open(&path, &SLOTS)).expect("first slot");
+        let b = opened(ReserveHandle::open(&path, &SLOTS)).expect("second slot");
+        assert_eq!(SLOTS.open(), 2);
+        assert!(matches!(
+            ReserveHandle::open(&path, &SLOTS),
+            HandleOpen::AtCapacity
+        ));
+        drop(a);
+        assert_eq!(SLOTS.open(), 1);
+        let c = opened(ReserveHandle::open(&path, &SLOTS)).expect("a slot was freed");
+        // A file that cannot be opened gives its slot back.
+        assert!(matches!(
+            ReserveHandle::open(&dir.path().join("missing"), &SLOTS),
+            HandleOpen::AtCapacity
+        ));
+        drop((b, c));
+        assert!(matches!(
+            ReserveHandle::open(&dir.path().join("missing"), &SLOTS),
+            HandleOpen::Failed
+        ));
+        assert_eq!(SLOTS.open(), 0);
+    }
 
     fn zeroed_end(r: &ZeroReserve) -> Option<u64> {
         r.shared.lock().target.as_ref().map(|t| t.zeroed_end)

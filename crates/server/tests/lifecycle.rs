@@ -557,7 +557,8 @@ async fn an_old_layout_data_directory_is_refused_clearly() {
 
 /// A node's open-file limit bounds the partitions it hosts: with 1,024 descriptors (half kept
 /// for client connections) a create that could take a node past 224 partitions (2 descriptors
-/// each while written: the active segment's and the zero reserve's) is refused with
+/// each while written: the active segment's and the zero reserve's, neither node-wide set of
+/// 1,024 filling up in the 448 descriptors left) is refused with
 /// POLICY_VIOLATION, naming the limit, instead of the node dying of EMFILE in a log write
 /// later; what fits is created and written, and every node is still running.
 #[test]

@@ -137,21 +137,27 @@ impl Node {
         if new_partitions > 0 {
             if let Ok((nofile, _)) = crate::runtime::fd_budget::nofile_limits() {
                 let storage = &self.config.storage;
-                let each = crate::runtime::fd_budget::descriptors_per_partition(
-                    storage.preallocate_bytes > 0,
-                    matches!(storage.sync, crate::config::SyncMode::Always),
-                );
+                let each = crate::runtime::fd_budget::descriptors_per_partition(matches!(
+                    storage.sync,
+                    crate::config::SyncMode::Always
+                ));
+                let reserve_handles = if storage.preallocate_bytes > 0 {
+                    logstore::MAX_OPEN_RESERVE_HANDLES
+                } else {
+                    0
+                };
                 let capacity = crate::runtime::fd_budget::partition_capacity(
                     nofile,
                     k.max_connections,
                     storage.max_open_active_files,
+                    reserve_handles,
                     each,
                 );
                 let hosted = self.streams.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
                 if hosted + u64::from(new_partitions) > capacity {
                     return Err(AppendError::Invalid(format!(
                         "node {} holds its limit of {capacity} partitions for its open-file limit of {nofile} \
-                         ({} descriptors each while written, {} active segments', client connections' and a reserve kept): it hosts {hosted}, \
+                         ({} descriptors each while written beyond {} active segments' and the reserve handles' sets, client connections' and a reserve kept): it hosts {hosted}, \
                          {new_partitions} more asked; raise LimitNOFILE or lower kafka.max_connections",
                         self.config.id,
                         each,

@@ -38,23 +38,21 @@ pub fn raise_nofile_limit() -> std::io::Result<u64> {
     Ok(hard)
 }
 
-/// Descriptors a hosted partition may hold that grow with the number of partitions (at most
-/// 2), with `preallocating` (`storage.preallocate_bytes` is not 0) and `sync_always`
-/// (`storage.sync = "always"`). An idle partition holds none: its stores' lock is the node's one
-/// root lock (a `logstore::RootLock` on the data directory, in [`OTHER_DESCRIPTORS`]), its
-/// active segment's descriptor lives in the node-wide set of at most
-/// `storage.max_open_active_files` (counted once, by [`partition_capacity`]), sealed
-/// segments hold none between reads (`storage.max_open_segment_files` maps, no descriptor),
-/// and a hard-state or configuration write holds its file only while it writes (one per
-/// group thread at most, in the reserve). What a partition being written still holds:
-/// * its zero reserve's handle, from its first append until it is idle for
-///   `preallocate_idle_release` (10 s), when `storage.preallocate_bytes` is not 0;
-/// * its active segment's descriptor beyond the set's capacity while it holds appends not
-///   yet synced (a dirty descriptor is never closed): under `sync = "always"` only while an
-///   append is in flight (bounded by the group threads, not the partitions); under another
-///   sync mode, for every partition written within a sync interval.
-pub fn descriptors_per_partition(preallocating: bool, sync_always: bool) -> u64 {
-    u64::from(preallocating) + u64::from(!sync_always)
+/// Descriptors a hosted partition may hold of its own while it is written: 1 when appends
+/// may stay unsynced (`storage.sync` is not `"always"`), else none. An idle partition holds
+/// none: its stores' lock is the node's one root lock (a `logstore::RootLock` on the data
+/// directory, in [`OTHER_DESCRIPTORS`]), its active segment's descriptor lives in the
+/// node-wide set of at most `storage.max_open_active_files`, its zero reserve's handle (from
+/// its first appends until idle for `preallocate_idle_release`) in the process-wide set of at
+/// most [`logstore::MAX_OPEN_RESERVE_HANDLES`] (both counted once, by
+/// [`partition_capacity`]), sealed segments hold none between reads
+/// (`storage.max_open_segment_files` maps, no descriptor), and a hard-state or configuration
+/// write holds its file only while it writes (one per worker at most, in the reserve). What a
+/// partition being written may hold beyond those sets: its active segment's descriptor while
+/// it holds appends not yet synced (a dirty descriptor is never closed), under another sync
+/// mode than `"always"`, for every partition written within a sync interval.
+pub fn descriptors_per_partition(sync_always: bool) -> u64 {
+    u64::from(!sync_always)
 }
 
 /// Descriptors kept for what is neither a client connection nor a partition: peer
@@ -64,32 +62,49 @@ pub const OTHER_DESCRIPTORS: u64 = 64;
 
 /// How many partitions a node can host with `nofile` descriptors, all of them written at once:
 /// what is left after the client connections' share ([`client_connection_limit`] of
-/// `max_connections`) and [`OTHER_DESCRIPTORS`], each partition taking
-/// `each` ([`descriptors_per_partition`]) plus its active segment's descriptor while the
-/// node-wide set of `max_open_active_files` (`storage.max_open_active_files`) has room: `min(partitions, set) + partitions x each`
-/// must fit. Unbounded (`u64::MAX`) once the set is paid for when a partition holds nothing of
-/// its own (no preallocation, `sync = "always"`).
+/// `max_connections`) and [`OTHER_DESCRIPTORS`], each partition taking `each`
+/// ([`descriptors_per_partition`]) plus, while the sets have room, its active segment's
+/// descriptor (a set of `max_open_active_files`) and its zero reserve's handle (a set of
+/// `reserve_handles`: [`logstore::MAX_OPEN_RESERVE_HANDLES`], or 0 without preallocation).
+/// That is, the largest `p` with `min(p, active set) + min(p, reserve set) + p x each` within
+/// what is left. Unbounded (`u64::MAX`) when a partition holds nothing of its own (`each` 0)
+/// and both sets fit: then descriptors do not limit the partition count.
 pub fn partition_capacity(
     nofile: u64,
     max_connections: usize,
     max_open_active_files: usize,
+    reserve_handles: usize,
     each: u64,
 ) -> u64 {
     let clients = client_connection_limit(max_connections, nofile) as u64;
     let left = nofile
         .saturating_sub(clients)
         .saturating_sub(OTHER_DESCRIPTORS);
-    let set = max_open_active_files as u64;
-    // Fewer partitions than the set holds: each has its active descriptor open.
-    let within_set = left / (1 + each);
-    if within_set < set {
-        return within_set;
+    let (active, reserve) = (max_open_active_files as u64, reserve_handles as u64);
+    let needs = |p: u64| {
+        p.min(active)
+            .saturating_add(p.min(reserve))
+            .saturating_add(p.saturating_mul(each))
+    };
+    if each == 0 && needs(active.max(reserve)) <= left {
+        return u64::MAX;
     }
-    // More: the set is full (`set` descriptors), and each partition adds its own.
-    match each {
-        0 => u64::MAX,
-        each => (left - set) / each,
+    // `needs` grows with `p` and exceeds `left` at `left + 1` (each partition needs at least
+    // one descriptor until the sets are full, and `each` after): the largest fitting `p` by
+    // bisection.
+    let (mut fits, mut too_many) = (0u64, left.saturating_add(1));
+    if each == 0 {
+        too_many = active.max(reserve).saturating_add(1);
     }
+    while too_many - fits > 1 {
+        let mid = fits + (too_many - fits) / 2;
+        if needs(mid) <= left {
+            fits = mid;
+        } else {
+            too_many = mid;
+        }
+    }
+    fits
 }
 
 /// How many client connections may be open at once with `nofile` descriptors: the configured
@@ -107,7 +122,8 @@ pub fn client_connection_limit(configured: usize, nofile: u64) -> usize {
 mod tests {
     use super::*;
 
-    /// `partition_capacity` with `active` descriptors in the set and these settings.
+    /// `partition_capacity` with `active` descriptors in the active set, the process's
+    /// reserve set when preallocating, and these settings.
     fn capacity(
         nofile: u64,
         connections: usize,
@@ -115,44 +131,51 @@ mod tests {
         prealloc: bool,
         sync_always: bool,
     ) -> u64 {
+        let reserve = if prealloc {
+            logstore::MAX_OPEN_RESERVE_HANDLES
+        } else {
+            0
+        };
         partition_capacity(
             nofile,
             connections,
             active,
-            descriptors_per_partition(prealloc, sync_always),
+            reserve,
+            descriptors_per_partition(sync_always),
         )
     }
 
     #[test]
     fn an_idle_partition_costs_no_descriptor_of_its_own() {
-        // The defaults: preallocation on, sync = "always": the zero reserve's handle only.
-        assert_eq!(descriptors_per_partition(true, true), 1);
-        assert_eq!(descriptors_per_partition(false, true), 0);
-        assert_eq!(descriptors_per_partition(true, false), 2);
-        assert_eq!(descriptors_per_partition(false, false), 1);
+        // Under sync = "always" (the default) a partition holds nothing outside the sets;
+        // otherwise its unsynced active descriptor.
+        assert_eq!(descriptors_per_partition(true), 0);
+        assert_eq!(descriptors_per_partition(false), 1);
     }
 
     #[test]
-    fn partitions_get_what_clients_the_reserve_and_the_active_set_leave() {
-        // The defaults: 1,024 active descriptors, preallocation, sync = "always".
+    fn partitions_get_what_clients_the_reserve_and_the_sets_leave() {
+        // The defaults: 1,024 active descriptors, 1,024 reserve handles, sync = "always".
         let defaults = |nofile, connections| capacity(nofile, connections, 1_024, true, true);
-        // 20,000 descriptors: clients may take 10,000, 64 are kept, 1,024 for the full active
-        // segments' set, 1 per partition.
-        assert_eq!(defaults(20_000, 10_000), 8_912);
-        assert_eq!(defaults(20_000, 1_000), 17_912);
-        assert_eq!(defaults(1_048_576, 10_000), 1_037_488);
-        // A 4,096 limit: clients get half, 1,984 are left: 992 partitions at 2 each (the set
-        // never fills).
+        // 20,000 descriptors: clients may take 10,000, 64 are kept, the two sets 2,048: no
+        // bound from descriptors (a partition holds nothing of its own).
+        assert_eq!(defaults(20_000, 10_000), u64::MAX);
+        assert_eq!(defaults(20_000, 1_000), u64::MAX);
+        assert_eq!(defaults(1_048_576, 10_000), u64::MAX);
+        // A 4,096 limit: clients get half, 1,984 are left: 992 partitions at 2 each (neither
+        // set fills).
         assert_eq!(defaults(4_096, 10_000), 992);
-        // A 1,024 limit: 448 left, fewer partitions than the set holds, 2 each.
+        // A 1,024 limit: 448 left, 2 each.
         assert_eq!(defaults(1_024, 10_000), 224);
-        // A set of 32: full, then 1 each.
+        // An active set of 32: full at 32, then the reserve handle only: 32 + 416 = 448.
         assert_eq!(capacity(1_024, 10_000, 32, true, true), 416);
-        // Two each when appends may stay unsynced.
-        assert_eq!(capacity(20_000, 10_000, 1_024, true, false), 4_456);
-        // Nothing per partition: no bound from descriptors, unless the fixed shares take all.
+        // Appends that may stay unsynced: one more each, beyond the sets.
+        assert_eq!(capacity(20_000, 10_000, 1_024, true, false), 7_888);
+        assert_eq!(capacity(20_000, 10_000, 1_024, false, false), 8_912);
+        // Without preallocation only the active set.
         assert_eq!(capacity(20_000, 10_000, 1_024, false, true), u64::MAX);
         assert_eq!(capacity(1_024, 10_000, 1_024, false, true), 448);
+        // Fixed shares that take everything.
         assert_eq!(capacity(64, 10, 1_024, false, true), 0);
         assert_eq!(defaults(64, 10), 0);
     }
