@@ -3,10 +3,13 @@
 # TOPICS topics of PARTITIONS partitions each (AdminClient from the project's .venv, made by
 # scripts/test-deps.sh), waits until every partition has a leader, lets it settle, then samples
 # every node for SAMPLE_S seconds of idleness: CPU (utime+stime from /proc, as % of one core),
-# threads, RSS and disk used. Prints one line per node and a JSON summary; stops the cluster.
+# threads, RSS (and its anonymous part), open descriptors and disk used. Prints one line per node and a JSON summary; stops the cluster.
 #
 # With FAILOVER=1 it then SIGKILLs node 1 and prints how long until every partition has a
-# leader again, as node 2's Metadata says.
+# leader again, as node 2's Metadata says, a produce (acks=all) and read back on
+# SAMPLE_PARTITIONS (100) partitions through the survivors, and when the new leaders were
+# elected (their "became leader" log lines: percentiles and a count per second). With
+# PERF_OUT=file it also samples node 2 with perf from the kill on (PERF_S seconds, default 8).
 #
 # Usage: scripts/bench/idle-cost.sh            (env: VDL_BIN, default target/release/vdl;
 #        TOPICS=100 PARTITIONS=10 SETTLE_S=20 SAMPLE_S=60 FAILOVER=0 VDL_KAFKA_BASE_PORT=24092)
@@ -70,13 +73,23 @@ for ((i = 1; i <= nodes; i++)); do
   cpu_pct=$(echo "scale=2; 100 * ($cpu1 - ${cpu0[$i]}) / $hz / $SAMPLE_S" | bc)
   threads=$(awk '/^Threads:/ {print $2}' "/proc/$pid/status")
   rss_mb=$(awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status")
+  anon_mb=$(awk '/^RssAnon:/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status")
+  fds=$(ls "/proc/$pid/fd" | wc -l)
   disk_mb=$(du -sm "$VDL_DATA_DIR/vdl$i" | cut -f1)
-  echo "vdl$i: cpu ${cpu_pct}% of a core, threads $threads, rss ${rss_mb} MB, disk ${disk_mb} MB" >&2
-  json+="${i:+}{\"node\":$i,\"cpu_pct\":$cpu_pct,\"threads\":$threads,\"rss_mb\":$rss_mb,\"disk_mb\":$disk_mb},"
+  echo "vdl$i: cpu ${cpu_pct}% of a core, threads $threads, rss ${rss_mb} MB (anonymous ${anon_mb} MB), open descriptors $fds, disk ${disk_mb} MB" >&2
+  json+="${i:+}{\"node\":$i,\"cpu_pct\":$cpu_pct,\"threads\":$threads,\"rss_mb\":$rss_mb,\"anon_rss_mb\":$anon_mb,\"fds\":$fds,\"disk_mb\":$disk_mb},"
 done
 echo "${json%,}]"
 
 if [[ "${FAILOVER:-0}" == 1 ]]; then
+  if [[ -n "${PERF_OUT:-}" ]]; then
+    # Where a survivor's CPU goes during the failover: node 2 sampled for PERF_S (8) seconds
+    # from just before the kill (perf report -i "$PERF_OUT").
+    perf record -F 499 -g -o "$PERF_OUT" -p "$(cat "$VDL_DATA_DIR/vdl2.pid")" -- sleep "${PERF_S:-8}" \
+      >/dev/null 2>&1 &
+    sleep 0.5
+  fi
+  killed_at=$(date +%s.%N)
   kill -9 "$(cat "$VDL_DATA_DIR/vdl1.pid")"
   "$PY" - "127.0.0.1:$((VDL_KAFKA_BASE_PORT + 1))" "$TOPICS" "$PARTITIONS" <<'PYEOF'
 import sys, time
@@ -95,5 +108,70 @@ while time.monotonic() - start < 120:
     time.sleep(0.05)
 print(f"after SIGKILL of vdl1: {led} of {topics * partitions} partitions led by vdl2/vdl3 "
       f"{time.monotonic() - start:.2f} s later", file=sys.stderr)
+PYEOF
+  # A produce/consume round trip on a sample of partitions through the survivors.
+  "$PY" - "127.0.0.1:$((VDL_KAFKA_BASE_PORT + 1))" "$TOPICS" "$PARTITIONS" "${SAMPLE_PARTITIONS:-100}" <<'PYEOF'
+import random, sys, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, topics, partitions, sample = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = random.Random(7)
+chosen = rng.sample([(f"idle-{t}", p) for t in range(topics) for p in range(partitions)],
+                    min(sample, topics * partitions))
+start = time.monotonic()
+p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+acked = []
+for topic, part in chosen:
+    p.produce(topic, value=f"after-failover {topic} {part}".encode(), partition=part,
+              on_delivery=lambda err, m: acked.append((m.topic(), m.partition(), m.offset())) if err is None else None)
+p.flush(60)
+produced = time.monotonic()
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "idle-cost-sample",
+              "enable.auto.commit": False})
+c.assign([TopicPartition(t, part, off) for t, part, off in acked])
+want, got = len(acked), 0
+deadline = time.monotonic() + 60
+while got < want and time.monotonic() < deadline:
+    m = c.poll(1.0)
+    if m is not None and m.error() is None and m.value().startswith(b"after-failover"):
+        got += 1
+c.close()
+print(f"after failover: {len(acked)} of {len(chosen)} sampled partitions acknowledged a produce "
+      f"(acks=all) in {produced - start:.2f} s; {got} of them read back in "
+      f"{time.monotonic() - produced:.2f} s", file=sys.stderr)
+PYEOF
+  # Where the time went: each new leader logs "became leader" (one line per partition); their
+  # times after the kill, and when the survivors first reported node 1 down.
+  "$PY" - "$killed_at" "$VDL_DATA_DIR" "$nodes" <<'PYEOF'
+import datetime, re, sys
+killed_at, data_dir, nodes = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+stamp = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z")
+ansi = re.compile(r"\x1b\[[0-9;]*m")
+def seconds_after_kill(line):
+    m = stamp.search(line)
+    if not m:
+        return None
+    t = datetime.datetime.fromisoformat(m.group(1)[:26]).replace(tzinfo=datetime.timezone.utc)
+    return t.timestamp() - killed_at
+elected, down = [], []
+for i in range(2, nodes + 1):
+    for line in open(f"{data_dir}/vdl{i}.log", errors="replace"):
+        line = ansi.sub("", line)
+        if "became leader" not in line and "waking its groups" not in line:
+            continue
+        s = seconds_after_kill(line)
+        if s is None or s < 0:
+            continue
+        (elected if "became leader" in line else down).append(s)
+elected.sort()
+if elected:
+    q = lambda f: elected[min(len(elected) - 1, int(f * len(elected)))]
+    print(f"elections after the kill: {len(elected)}; done at p50 {q(0.5):.2f} s, p90 {q(0.9):.2f} s, "
+          f"p99 {q(0.99):.2f} s, last {elected[-1]:.2f} s; first {elected[0]:.2f} s", file=sys.stderr)
+    per_s = {}
+    for s in elected:
+        per_s[int(s)] = per_s.get(int(s), 0) + 1
+    print("elections per second after the kill: " + ", ".join(f"{k}s:{v}" for k, v in sorted(per_s.items())), file=sys.stderr)
+if down:
+    print(f"node 1 reported down by liveness at {min(down):.2f} s", file=sys.stderr)
 PYEOF
 fi

@@ -348,7 +348,7 @@ impl Node {
             groups: RwLock::new(HashMap::new()),
             stats: peer_stats.clone(),
             peers: Mutex::new(HashMap::new()),
-            liveness: crate::replication::liveness::Liveness::new(&others),
+            liveness: Arc::new(crate::replication::liveness::Liveness::new(&others)),
             leaders: crate::replication::leaders::LeaderBook::new(&others, max_reported),
         });
         let guard = Arc::new(PeerGuard::new(

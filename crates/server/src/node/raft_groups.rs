@@ -275,6 +275,7 @@ impl Node {
             },
             forward_proposals,
             peer_stats: self.registry.stats.clone(),
+            liveness: self.registry.liveness.clone(),
             producers: (!replay).then(|| rebuild_producers(&shared, applied)),
             state_machine,
             rejoin: self.registry.directories.clone(),

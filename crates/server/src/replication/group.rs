@@ -67,6 +67,7 @@ mod ready;
 mod rejoin;
 mod repair;
 mod retention;
+mod succession;
 mod types;
 
 use proposals::proposal_id;
@@ -433,13 +434,19 @@ impl Group {
                             );
                         self.set_quiesced(agree);
                     }
-                    if answer && !crate::runtime::quiesce::leader_may_quiesce(&self.p.node.raft) {
+                    if answer && !self.leader_may_quiesce() {
                         self.set_quiesced(false);
                     }
                 }
             }
             GroupInput::PeerDown(peer) => {
-                if self.concerns(peer) {
+                if self.wakes_for_silent_peer(peer, true) {
+                    self.set_quiesced(false);
+                    self.on_leader_reported_down(peer);
+                }
+            }
+            GroupInput::PeerUp(peer) => {
+                if self.leads_with_voter(peer) {
                     self.set_quiesced(false);
                 }
             }
@@ -464,7 +471,7 @@ impl Group {
                 }
             }
             GroupInput::Unreachable(peer) => {
-                if self.concerns(peer) {
+                if self.wakes_for_silent_peer(peer, false) {
                     self.set_quiesced(false);
                 }
                 self.p.node.report_unreachable(peer);

@@ -45,16 +45,45 @@ impl Liveness {
             .or_insert((Instant::now(), false));
     }
 
-    /// Records a ping from `peer` (unknown ids are ignored).
-    pub fn heard(&self, peer: u64) {
-        self.heard_at(peer, Instant::now());
+    /// Records a ping from `peer` (unknown ids are ignored). True when `peer` was reported down
+    /// until now: it is back.
+    pub fn heard(&self, peer: u64) -> bool {
+        self.heard_at(peer, Instant::now())
     }
 
-    fn heard_at(&self, peer: u64, at: Instant) {
+    fn heard_at(&self, peer: u64, at: Instant) -> bool {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = peers.get_mut(&peer) {
-            *entry = (at, false);
+        match peers.get_mut(&peer) {
+            Some(entry) => {
+                let was_down = entry.1;
+                *entry = (at, false);
+                was_down
+            }
+            None => false,
         }
+    }
+
+    /// Records that `peer` is down as a failure detector other than [`Liveness::newly_down`]
+    /// decided (the simulation's, which models the pings): reported down until heard again.
+    pub fn mark_down(&self, peer: u64) {
+        if let Some(entry) = self
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&peer)
+        {
+            entry.1 = true;
+        }
+    }
+
+    /// Whether `peer` is reported down now (silent for an election timeout and not heard
+    /// since). Unknown ids are not down.
+    pub fn is_down(&self, peer: u64) -> bool {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&peer)
+            .is_some_and(|(_, down)| *down)
     }
 
     /// The peers silent for longer than `timeout` as of `now` that were not reported down yet;
@@ -96,9 +125,12 @@ mod tests {
         l.heard_at(3, start + Duration::from_millis(450));
         let later = start + Duration::from_millis(500);
         assert_eq!(l.newly_down(later, t), vec![2]);
+        assert!(l.is_down(2) && !l.is_down(3) && !l.is_down(9));
         assert!(l.newly_down(later, t).is_empty(), "reported once");
-        l.heard_at(2, later);
-        l.heard_at(9, later); // not a peer: ignored
+        assert!(l.heard_at(2, later), "back from down");
+        assert!(!l.is_down(2));
+        assert!(!l.heard_at(2, later), "heard again: it was not down");
+        assert!(!l.heard_at(9, later)); // not a peer: ignored
         assert!(l
             .newly_down(later + Duration::from_millis(50), t)
             .is_empty());

@@ -26,7 +26,7 @@ pub(crate) struct Registry {
     /// as long as the connection.
     pub(crate) peers: Mutex<HashMap<u64, Vec<PeerConnection>>>,
     /// When each peer last pinged (see [`crate::replication::liveness`]).
-    pub(crate) liveness: crate::replication::liveness::Liveness,
+    pub(crate) liveness: Arc<crate::replication::liveness::Liveness>,
     /// Which groups each peer reports leading (see [`crate::replication::leaders`]).
     pub(crate) leaders: crate::replication::leaders::LeaderBook,
 }
@@ -69,7 +69,11 @@ impl Registry {
 impl PeerInbox for Registry {
     fn deliver(&self, group: u64, msg: raft::prelude::Message) {
         if group == crate::replication::liveness::LIVENESS_GROUP {
-            self.liveness.heard(msg.from);
+            if self.liveness.heard(msg.from) {
+                // Back after being reported down: the quiesced leaders it is a voter of wake
+                // to bring it up to date (see `GroupInput::PeerUp`).
+                self.tell_all_groups(|| GroupInput::PeerUp(msg.from));
+            }
             if let Err(e) = self.leaders.record(msg.from, &msg.context) {
                 self.stats
                     .refuse_message(group, &Refusal::BadLeaderReport(e));

@@ -3,7 +3,8 @@
 //!
 //! The protocol, for topic partitions (the metadata group always ticks):
 //! 1. A leader whose log is idle — nothing queued or waiting, everything committed and applied,
-//!    every voter's matched index at the last index, no leadership transfer — for
+//!    every voter's matched index at the last index unless node liveness reports that voter
+//!    down, no leadership transfer — for
 //!    [`QUIESCE_AFTER_IDLE_ELECTIONS`] election timeouts broadcasts one more heartbeat marked
 //!    with [`QUIESCE_CONTEXT`] and stops ticking (so it sends no more heartbeats).
 //! 2. A follower that receives the marked heartbeat from its leader, and whose log ends at the
@@ -17,10 +18,12 @@
 //! 4. Failure detection does not rely on the groups' heartbeats: every node pings every peer
 //!    once per heartbeat interval on the peer transport (group id
 //!    [`crate::replication::liveness`]'s `LIVENESS_GROUP`); a peer not heard from for an
-//!    election timeout, or whose connection failed, is reported down to every group. A
-//!    quiesced follower whose leader is down, and a quiesced leader of which it is a voter (to
-//!    check its quorum), wake; the followers then elect a new leader as after any leader
-//!    failure. The same pings carry each node's list of the groups it leads (see
+//!    election timeout is reported down to every group. A quiesced follower whose leader is
+//!    down wakes and a designated successor campaigns (see `replication/group/succession.rs`);
+//!    a quiesced leader of which it is a voter wakes (to check its quorum) only when the
+//!    voters not reported down are no longer a majority, and when the peer is heard again
+//!    (to bring it up to date). A connection failure wakes a leader on the same condition
+//!    and no follower. The same pings carry each node's list of the groups it leads (see
 //!    [`crate::replication::leaders`]).
 
 use raft::prelude::{Message, MessageType};
@@ -40,8 +43,9 @@ pub fn is_quiesce_heartbeat(msg: &Message) -> bool {
 }
 
 /// On a leader: whether its Raft state allows quiescing (the caller also checks that no
-/// proposal is queued or waiting): everything appended is committed and applied, every voter
-/// has the whole log, and no leadership transfer is under way.
+/// proposal is queued or waiting, and that every voter lacking part of the log is reported
+/// down by node liveness): everything appended is committed and applied, and no leadership
+/// transfer is under way.
 pub fn leader_may_quiesce<S: Storage>(raft: &Raft<S>) -> bool {
     let log = &raft.raft_log;
     let last = log.last_index();
@@ -49,7 +53,6 @@ pub fn leader_may_quiesce<S: Storage>(raft: &Raft<S>) -> bool {
         && raft.lead_transferee.is_none()
         && log.committed == last
         && log.applied == last
-        && raft.prs().iter().all(|(_, pr)| pr.matched == last)
 }
 
 /// On a follower that has just stepped `heartbeat` (a quiesce heartbeat): whether it agrees to

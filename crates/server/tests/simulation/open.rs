@@ -13,6 +13,7 @@ use raft::RawNode;
 use tokio::sync::watch;
 use vdl_server::metadata::{ClusterMeta, Effect, MetadataHost, MetadataStateMachine};
 use vdl_server::replication::group::{new_group, DurableCopies, GroupParts, Visible};
+use vdl_server::replication::liveness::Liveness;
 use vdl_server::replication::peer_guard::PeerStats;
 use vdl_server::replication::producers::ProducerTable;
 use vdl_server::replication::raft_storage::{RaftStorage, SharedStore};
@@ -135,6 +136,35 @@ pub fn open_metadata_group(
         deleted_before_start,
     });
     sg
+}
+
+thread_local! {
+    /// Each simulated node's liveness view (the real node's `Registry::liveness`), shared by
+    /// its groups; a world runs on one thread, so each test has its own.
+    static LIVENESS: std::cell::RefCell<std::collections::HashMap<u64, Arc<Liveness>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Node `node`'s liveness view (created, with every other node heard from, on first use).
+pub fn node_liveness(node: u64) -> Arc<Liveness> {
+    LIVENESS.with(|l| {
+        l.borrow_mut()
+            .entry(node)
+            .or_insert_with(|| Arc::new(fresh_liveness(node)))
+            .clone()
+    })
+}
+
+/// Gives node `node` a fresh liveness view, as a restarted process starts with.
+pub fn reset_node_liveness(node: u64) {
+    LIVENESS.with(|l| {
+        l.borrow_mut().insert(node, Arc::new(fresh_liveness(node)));
+    });
+}
+
+fn fresh_liveness(node: u64) -> Liveness {
+    let others: Vec<u64> = NODES.iter().copied().filter(|n| *n != node).collect();
+    Liveness::new(&others)
 }
 
 /// Opens replica `node` of `group` under `dir` (every node a voter).
@@ -325,6 +355,7 @@ fn open_replica(
             lagging_replica_max_bytes: if options.retention { 0 } else { 1 << 30 },
         },
         peer_stats: Arc::new(PeerStats::default()),
+        liveness: node_liveness(node),
         state_machine,
         producers: (!replay).then(ProducerTable::default),
         rejoin: directories.clone(),

@@ -156,7 +156,27 @@ pub struct FaultCounts {
 impl SimNode {
     /// Starts the node as the server does: its directory identity, then its groups, each told
     /// the voters it should have (the real node has them from the replicated metadata).
+    /// This node's liveness reports `peer` down: every group here hears it.
+    fn report_down(&self, peer: u64) {
+        crate::open::node_liveness(self.id).mark_down(peer);
+        for g in self.groups.values() {
+            try_deliver(&g.inbox, GroupInput::PeerDown(peer));
+        }
+    }
+
+    /// This node hears `peer` again (a connection came up): if it was reported down, every
+    /// group here hears it is back, as the real node's router tells them.
+    fn heard_again(&self, peer: u64) {
+        if self.up && crate::open::node_liveness(self.id).heard(peer) {
+            for g in self.groups.values() {
+                try_deliver(&g.inbox, GroupInput::PeerUp(peer));
+            }
+        }
+    }
+
     fn start(&mut self, targets: &BTreeMap<u64, Vec<u64>>) {
+        // A started process hears from every peer anew.
+        crate::open::reset_node_liveness(self.id);
         let dirs = Arc::new(Directories::open(&self.dir).expect("directories"));
         let (sender, outbox) = detached_sender(self.id, &NODES);
         self.outbox = outbox.into_iter().collect();
@@ -321,9 +341,7 @@ impl World {
     /// `peer` went silent (so a quiesced group fails over).
     fn report_down(&mut self, peer: u64) {
         for n in self.nodes.iter().filter(|n| n.up && n.id != peer) {
-            for g in n.groups.values() {
-                try_deliver(&g.inbox, GroupInput::PeerDown(peer));
-            }
+            n.report_down(peer);
         }
     }
 
@@ -373,6 +391,9 @@ impl World {
                 if !up || !self.link_up(a, b) {
                     self.connected.remove(&(a, b));
                 } else if self.connected.insert((a, b)) {
+                    // Each end hears the other's pings again.
+                    self.nodes[(a - 1) as usize].heard_again(b);
+                    self.nodes[(b - 1) as usize].heard_again(a);
                     self.hello(a, b);
                     self.hello(b, a);
                 }
@@ -446,10 +467,8 @@ impl World {
                 self.report_down(victim);
                 // ...and the cut-off node's liveness reports every other node silent.
                 if let Some(n) = self.nodes.iter().find(|n| n.id == victim && n.up) {
-                    for g in n.groups.values() {
-                        for peer in NODES.iter().filter(|p| **p != victim) {
-                            try_deliver(&g.inbox, GroupInput::PeerDown(*peer));
-                        }
+                    for peer in NODES.iter().filter(|p| **p != victim) {
+                        n.report_down(*peer);
                     }
                 }
             }
@@ -466,9 +485,7 @@ impl World {
                 self.faults.cuts += 1;
                 for (from, silent) in [(victim, other), (other, victim)] {
                     if let Some(n) = self.nodes.iter().find(|n| n.id == from && n.up) {
-                        for g in n.groups.values() {
-                            try_deliver(&g.inbox, GroupInput::PeerDown(silent));
-                        }
+                        n.report_down(silent);
                     }
                 }
             }

@@ -1,5 +1,5 @@
 //! Leader transfer: to the preferred replica when it is live and caught up, to the best
-//! voter when this node shuts down, and which peers' failures concern this group.
+//! voter when this node shuts down (which peers' failures concern a group: `succession.rs`).
 //!
 //! A child module of `group.rs`, an `impl Group` of its own.
 
@@ -7,15 +7,6 @@ use super::Group;
 use raft::StateRole;
 
 impl Group {
-    /// Whether a peer's failure concerns this group: it leads it, or this node leads (and must
-    /// check its quorum) and the peer is one of its voters (with replica placement, most
-    /// peers are not).
-    pub(super) fn concerns(&self, peer: u64) -> bool {
-        let raft = &self.p.node.raft;
-        raft.leader_id == peer
-            || (raft.state == StateRole::Leader && raft.prs().get(peer).is_some())
-    }
-
     /// On the leader: hands leadership to the preferred replica when it is not this node, is
     /// in the configuration, was heard from recently and has every committed entry (raft-rs
     /// then sends it TimeoutNow once it matches the whole log; proposals arriving meanwhile are

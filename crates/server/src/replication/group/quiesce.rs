@@ -16,7 +16,7 @@ impl Group {
             && self.proposed.is_empty()
             && self.appended.is_empty()
             && self.pending_count == 0
-            && crate::runtime::quiesce::leader_may_quiesce(&self.p.node.raft);
+            && self.leader_may_quiesce();
         if !idle {
             self.idle_ticks = 0;
             return;
@@ -29,6 +29,14 @@ impl Group {
             self.mark_quiesce_heartbeats = true;
             self.set_quiesced(true);
         }
+    }
+
+    /// On a leader: its Raft state allows quiescing
+    /// ([`crate::runtime::quiesce::leader_may_quiesce`]) and every voter lacking part of its
+    /// log is reported down.
+    pub(super) fn leader_may_quiesce(&self) -> bool {
+        crate::runtime::quiesce::leader_may_quiesce(&self.p.node.raft)
+            && self.voters_behind_are_down()
     }
 
     /// Enters or leaves quiescence, publishing the change.

@@ -186,8 +186,13 @@ pub enum GroupInput {
     /// through it; NOT_LEADER on a follower or when leadership is lost first.
     ReadIndex(oneshot::Sender<Result<u64, AppendError>>),
     /// This peer has not been heard from for an election timeout (node liveness, see
-    /// [`crate::runtime::quiesce`]): a quiesced group it leads, or a quiesced leader, wakes.
+    /// [`crate::runtime::quiesce`]): a quiesced group it leads wakes and elects (see
+    /// `group/succession.rs`); a quiesced leader it is a voter of wakes only when the voters
+    /// not reported down no longer make a majority.
     PeerDown(u64),
+    /// This peer, reported down before, is heard from again: a quiesced leader it is a voter
+    /// of wakes to bring it up to date (a leader may have quiesced without it).
+    PeerUp(u64),
     /// The replicas this group should have as voters (see [`crate::replication::membership`]): its
     /// leader adds the missing ones as learners, promotes each once caught up, then removes the
     /// others, one configuration change at a time (handing leadership away first when it is
@@ -338,6 +343,9 @@ pub struct GroupParts {
     pub retention_allowed: Arc<std::sync::atomic::AtomicBool>,
     /// Where refused peer messages are counted.
     pub peer_stats: Arc<PeerStats>,
+    /// The node's view of which peers are down (see [`crate::replication::liveness`]): a
+    /// leader quiesces with voters that are down, and wakes only when too few are left.
+    pub liveness: Arc<crate::replication::liveness::Liveness>,
     /// Applies committed metadata entries, if this group carries any.
     pub state_machine: Option<Box<dyn StateMachine>>,
     /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
