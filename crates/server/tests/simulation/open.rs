@@ -327,6 +327,7 @@ fn open_replica(
         peer_stats: Arc::new(PeerStats::default()),
         state_machine,
         producers: (!replay).then(ProducerTable::default),
+        aborted: watch::channel(Vec::new().into()).0,
         rejoin: directories.clone(),
         preferred_leader: None,
         raft_config: cfg.clone(),
