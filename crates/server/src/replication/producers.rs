@@ -545,8 +545,9 @@ impl ProducerTable {
     /// they commit with its first entry, so until then a client's retry of one of them must be
     /// seen as in flight (a retriable refusal), not as the next batch of its sequence (which
     /// would write it twice).
+    /// Markers (control batches) have no sequence: they are not pending.
     pub fn mark_pending(&mut self, batches: &[BatchInfo]) {
-        for b in batches {
+        for b in batches.iter().filter(|b| !b.control) {
             self.push_pending(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
         }
     }

@@ -156,6 +156,19 @@ fn a_marker_older_than_the_producer_is_fenced_a_newer_one_bumps_the_epoch() {
     );
 }
 
+/// A new leader holding a marker it has not applied yet: the marker is not taken for a batch
+/// in flight (it has no sequence), so the producer's next batch still continues its sequence.
+#[test]
+fn an_unapplied_marker_is_not_a_pending_batch() {
+    let mut t = live(&log()[..4]); // producer 1 at sequence 0..2
+    t.clear_pending();
+    t.mark_pending(&batch_infos(&marker(1, 0, COMMIT)));
+    assert_eq!(
+        t.check(&batch_infos(&data(1, 0, 3, 1, true))),
+        SequenceCheck::Append
+    );
+}
+
 #[test]
 fn the_snapshot_keeps_transactions_and_reads_the_old_format() {
     let t = live(&log());

@@ -485,7 +485,11 @@ impl Group {
         self.visible.last_stable_offset = hw;
         if let Some(table) = self.p.producers.as_mut() {
             table.trim_aborted_below(self.visible.log_start_offset);
-            self.visible.last_stable_offset = table.last_stable_offset(hw);
+            // Never below the log start (DeleteRecords past an open transaction's first
+            // offset), as Kafka's first unstable offset.
+            self.visible.last_stable_offset = table
+                .last_stable_offset(hw)
+                .max(self.visible.log_start_offset.min(hw));
             let version = table.transactions().aborted_version();
             if self.aborted_published != Some(version) {
                 self.aborted_published = Some(version);
