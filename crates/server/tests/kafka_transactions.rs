@@ -4,7 +4,8 @@
 //! commits one and aborts the other. A read_committed Fetch stops at the last stable offset
 //! while a transaction is open and lists the aborted transaction once it is aborted; ListOffsets
 //! answers LATEST by isolation level; the state survives a leader change and a restart of every
-//! node (the producer snapshot and the replay of the log after it).
+//! node (the producer snapshot and the replay of the log after it). librdkafka's read_committed
+//! consumer (kcat) skips the aborted records and the markers.
 
 mod common;
 
@@ -182,6 +183,33 @@ fn write_markers(addr: &str, topic: &str, markers: &[(i64, i16, bool)]) -> Vec<i
         .collect()
 }
 
+/// What librdkafka's consumer (kcat) reads of the partition from the beginning to its end (the
+/// last stable offset for read_committed): "offset value" lines.
+fn kcat_read(addr: &str, isolation: &str) -> String {
+    let mut cmd = common::kcat();
+    cmd.args([
+        "-b",
+        addr,
+        "-t",
+        TOPIC,
+        "-p",
+        "0",
+        "-C",
+        "-o",
+        "beginning",
+        "-e",
+    ]);
+    cmd.args([
+        "-X",
+        &format!("isolation.level={isolation}"),
+        "-f",
+        "%o %s\n",
+    ]);
+    let (ok, out, err) = common::run_with_deadline(cmd, b"", Duration::from_secs(30));
+    assert!(ok, "kcat failed: {err}");
+    out
+}
+
 async fn leader_of(nodes: &[Option<Arc<Node>>]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -356,11 +384,21 @@ async fn markers_bound_read_committed_and_survive_failover_and_restart() {
     let a = addr.clone();
     blocking(move || {
         assert_eq!(list_latest(&a, 1), (0, 10));
+        // librdkafka's read_committed consumer: the committed records, no marker, nothing of
+        // the aborted transaction, and it ends at the last stable offset (a4 at 10 is open).
+        const COMMITTED: &str = "0 a1\n1 a2\n3 a3\n4 c\n8 b2\n";
+        assert_eq!(kcat_read(&a, "read_committed"), COMMITTED);
+        assert_eq!(
+            kcat_read(&a, "read_uncommitted"),
+            "0 a1\n1 a2\n2 b1\n3 a3\n4 c\n8 b2\n10 a4\n"
+        );
         assert_eq!(write_markers(&a, TOPIC, &[(P1, 1, false)]), [0]);
         let f = fetch(&a, 1);
         assert_eq!((f.high_watermark, f.last_stable_offset), (12, 12));
         assert_eq!(f.aborted, Some(vec![(P2, 2), (P1, 10)]));
         assert_eq!(committed_values(&f), ["a1", "a2", "a3", "c", "b2"]);
+        // a4 aborted: librdkafka skips it.
+        assert_eq!(kcat_read(&a, "read_committed"), COMMITTED);
     })
     .await;
     for n in nodes.iter().flatten() {
