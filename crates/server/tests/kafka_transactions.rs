@@ -183,6 +183,29 @@ fn write_markers(addr: &str, topic: &str, markers: &[(i64, i16, bool)]) -> Vec<i
         .collect()
 }
 
+/// DescribeProducers of the partition: (producer id, epoch, current transaction's first offset).
+fn describe_producers(addr: &str) -> Vec<(i64, i32, i64)> {
+    use kafka_proto::messages::describe_producers_request::{
+        DescribeProducersRequest, TopicRequest,
+    };
+    let req = Request::DescribeProducers(DescribeProducersRequest {
+        topics: vec![TopicRequest {
+            name: TOPIC.into(),
+            partition_indexes: vec![0],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let Response::DescribeProducers(r) = call(addr, ApiKey::DescribeProducers, 0, &req) else {
+        panic!("not a DescribeProducers response")
+    };
+    r.topics[0].partitions[0]
+        .active_producers
+        .iter()
+        .map(|p| (p.producer_id, p.producer_epoch, p.current_txn_start_offset))
+        .collect()
+}
+
 /// What librdkafka's consumer (kcat) reads of the partition from the beginning to its end (the
 /// last stable offset for read_committed): "offset value" lines.
 fn kcat_read(addr: &str, isolation: &str) -> String {
@@ -322,6 +345,9 @@ async fn markers_bound_read_committed_and_survive_failover_and_restart() {
         let f = fetch(&a, 1);
         assert_eq!((f.high_watermark, f.last_stable_offset), (9, 8));
         assert_eq!(committed_values(&f), ["a1", "a2", "a3", "c"]);
+        // DescribeProducers shows the open transaction's first offset (-1: none open) and
+        // producer 1's bumped epoch.
+        assert_eq!(describe_producers(&a), [(P1, 1, -1), (P2, 0, 8)]);
     })
     .await;
 
