@@ -150,8 +150,11 @@ pub fn tombstone_limit(c: &ReplicaCopies) -> u64 {
 ///
 /// So a pass never touches a transaction still open, whose outcome (and so whether its
 /// records count) is not known yet; its control batches are kept whole anyway (see
-/// `compaction::codec`). Removing aborted records and old markers (Kafka's cleaner does both)
-/// is a later step of transactions.
+/// `compaction::codec`). The node passes the first aborted transaction's first offset instead
+/// when that is lower: the key map does not tell aborted records apart, and an aborted value
+/// must never supersede a committed one (so a compacted topic with an abort still in its log
+/// is not compacted past it). Removing aborted records and old markers (Kafka's cleaner does
+/// both) is a later step of transactions.
 pub fn stable_clean_limit(
     next_offset_after: impl Fn(u64) -> Option<u64>,
     first_index: u64,
