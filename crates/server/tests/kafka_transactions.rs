@@ -286,6 +286,15 @@ async fn markers_bound_read_committed_and_survive_failover_and_restart() {
     let leader = leader_of(&nodes).await;
     let stream = nodes[leader].as_ref().unwrap().stream(TOPIC).unwrap();
     let wait = Duration::from_secs(10);
+    // The client Produce path refuses transactional batches (with or without a transactional
+    // id) until the coordinator exists: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, nothing stored.
+    let a = addr_of(&nodes, leader);
+    blocking(move || {
+        let mut c = common::kafka::KafkaConn::connect(a.parse().unwrap()).unwrap();
+        assert_eq!(c.produce(TOPIC, txn_batch(P1, 0, &["x"])).unwrap().0, 53);
+    })
+    .await;
+    assert_eq!(stream.visible().high_watermark, 0);
     // Producer 1 opens at 0, producer 2 at 2, a plain batch at 4.
     for (batch, span) in [
         (txn_batch(P1, 0, &["a1", "a2"]), 2),
