@@ -32,6 +32,7 @@ macro_rules! for_each_api {
             DeleteTopics = 20, "DeleteTopics", 0..=6, DeleteTopicsRequest, DeleteTopicsResponse;
             DeleteRecords = 21, "DeleteRecords", 0..=2, DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
+            WriteTxnMarkers = 27, "WriteTxnMarkers", 0..=1, WriteTxnMarkersRequest, WriteTxnMarkersResponse;
             DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;
             CreateAcls = 30, "CreateAcls", 0..=3, CreateAclsRequest, CreateAclsResponse;
             DeleteAcls = 31, "DeleteAcls", 0..=3, DeleteAclsRequest, DeleteAclsResponse;

@@ -20,6 +20,7 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::WriteTxnMarkers, 0, 1),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),

@@ -504,6 +504,9 @@ async fn replicas_save_the_producer_table_when_they_stop() {
             first_seq: 0,
             last_seq: 0,
             span: 1,
+            transactional: false,
+            control: false,
+            marker: None,
         };
         assert_eq!(
             table.check(&[retry]),

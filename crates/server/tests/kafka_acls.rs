@@ -25,6 +25,9 @@ use kafka_proto::messages::describe_acls_request::DescribeAclsRequest;
 use kafka_proto::messages::describe_user_scram_credentials_request::DescribeUserScramCredentialsRequest;
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::metadata_request::MetadataRequest;
+use kafka_proto::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
+};
 use vdl_server::config::NodeConfig;
 use vdl_server::metadata::MetaCommand;
 use vdl_server::security::acl::{AclBinding, AclOperation, AclPermission, PatternType};
@@ -201,6 +204,36 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         Response::DescribeAcls(r) => assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED),
         other => panic!("{other:?}"),
     }
+    // WriteTxnMarkers needs CLUSTER_ACTION (brokers and super users): refused per partition,
+    // and nothing is written.
+    let markers = Request::WriteTxnMarkers(WriteTxnMarkersRequest {
+        markers: vec![WritableTxnMarker {
+            producer_id: 7,
+            producer_epoch: 0,
+            transaction_result: false,
+            topics: vec![WritableTxnMarkerTopic {
+                name: TOPIC.into(),
+                partition_indexes: vec![0],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    for addr in &brokers {
+        match call(*addr, ApiKey::WriteTxnMarkers, 1, &markers) {
+            Response::WriteTxnMarkers(r) => assert_eq!(
+                r.markers[0].topics[0].partitions[0].error_code,
+                CLUSTER_AUTHORIZATION_FAILED
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    let written = nodes
+        .iter()
+        .find_map(|n| n.stream(TOPIC))
+        .map(|s| s.visible().high_watermark);
+    assert_eq!(written, Some(0), "a refused marker wrote nothing");
     assert_eq!(
         create_acl(
             brokers[0],

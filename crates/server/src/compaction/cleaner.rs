@@ -142,6 +142,44 @@ pub fn tombstone_limit(c: &ReplicaCopies) -> u64 {
     }
 }
 
+/// The clean limit of a partition with an open transaction: the Raft index of the entry that
+/// holds the last stable offset `lso` (entries from it on are not rewritten), given
+/// `next_offset_after(index)` (the offset after an entry's records; None when the store no
+/// longer holds it), the first index stored and the applied index. `applied + 1` when the last
+/// stable offset is at the high watermark `hw` (no transaction open).
+///
+/// So a pass never touches a transaction still open, whose outcome (and so whether its
+/// records count) is not known yet; its control batches are kept whole anyway (see
+/// `compaction::codec`). The node passes the first aborted transaction's first offset instead
+/// when that is lower: the key map does not tell aborted records apart, and an aborted value
+/// must never supersede a committed one (so a compacted topic with an abort still in its log
+/// is not compacted past it). Removing aborted records and old markers (Kafka's cleaner does
+/// both) is a later step of transactions.
+pub fn stable_clean_limit(
+    next_offset_after: impl Fn(u64) -> Option<u64>,
+    first_index: u64,
+    applied: u64,
+    lso: u64,
+    hw: u64,
+) -> u64 {
+    if lso >= hw {
+        return applied + 1;
+    }
+    // The first entry whose records reach past the last stable offset: offsets only grow
+    // with the index, so a binary search finds it.
+    let (mut lo, mut hi) = (first_index, applied + 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match next_offset_after(mid) {
+            Some(next) if next <= lso => lo = mid + 1,
+            Some(_) => hi = mid,
+            // Not stored (compacted or cut meanwhile): rewrite nothing this pass.
+            None => return first_index,
+        }
+    }
+    lo
+}
+
 /// Whether a partition with `stats` (under its plan) is due for a pass at `now_ms` under
 /// `policy` (see the module documentation).
 pub fn is_due(stats: &CleanerStats, policy: &CleanerPolicy, now_ms: i64) -> bool {
@@ -304,6 +342,21 @@ fn wall_clock_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    /// Entries 5..=9 of two records each hold offsets 0..10: a transaction open at offset 4
+    /// (entry 7) keeps entries 7 and later out of the pass.
+    #[test]
+    fn an_open_transaction_caps_the_clean_limit() {
+        use super::stable_clean_limit;
+        let next_after = |i: u64| (5..=9).contains(&i).then(|| (i - 4) * 2);
+        assert_eq!(stable_clean_limit(next_after, 5, 9, 10, 10), 10);
+        assert_eq!(stable_clean_limit(next_after, 5, 9, 4, 10), 7);
+        assert_eq!(stable_clean_limit(next_after, 5, 9, 5, 10), 7);
+        assert_eq!(stable_clean_limit(next_after, 5, 9, 6, 10), 8);
+        assert_eq!(stable_clean_limit(next_after, 5, 9, 0, 10), 5);
+        // An entry no longer stored: nothing is rewritten.
+        assert_eq!(stable_clean_limit(|_| None, 5, 9, 4, 10), 5);
+    }
+
     use super::*;
 
     fn policy(ratio: f64, max_lag_ms: i64) -> CleanerPolicy {

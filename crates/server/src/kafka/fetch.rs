@@ -1,7 +1,12 @@
 //! Fetch: committed record batches, long-polling until `min_bytes` are there or `max_wait_ms`
 //! passes, woken by commits.
 //!
-//! Only committed data is returned (reads stop at the high watermark). The batch holding the
+//! Only committed data is returned (reads stop at the high watermark). With isolation_level 1
+//! (READ_COMMITTED, v4+) reads stop at the last stable offset instead (no record of a
+//! transaction still open is returned) and the response lists the aborted transactions whose
+//! range overlaps the records returned (producer id, first offset), so the client drops their
+//! records; every v4+ response carries the last stable offset (for READ_UNCOMMITTED too, as
+//! Kafka's). See [`crate::replication::transactions`]. The batch holding the
 //! fetch offset is returned whole (consumers skip the records before their offset); the first
 //! partition with data always gets at least one whole batch, even past the byte limits
 //! (KIP-74), later partitions only what the request's `max_bytes` leaves. Record data goes out
@@ -15,7 +20,9 @@ use std::time::{Duration, Instant};
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::frame::Response;
 use kafka_proto::messages::fetch_request::FetchRequest;
-use kafka_proto::messages::fetch_response::{FetchResponse, FetchableTopicResponse, PartitionData};
+use kafka_proto::messages::fetch_response::{
+    AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
+};
 use kafka_proto::records::batches_to_message_set;
 use kafka_proto::RecordChunks;
 
@@ -25,6 +32,7 @@ use crate::kafka::host::FetchHost;
 use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 use crate::kafka::reply::{self, Reply};
 use crate::replication::stream::LogStream;
+use crate::replication::transactions::aborted_overlapping;
 use crate::security::acl::AclOperation;
 
 /// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
@@ -103,9 +111,14 @@ pub fn fetch<H: FetchHost>(
     })
 }
 
+/// Fetch's isolation_level asking for committed transactions only.
+const READ_COMMITTED: i8 = 1;
+
 struct Target {
     stream: Option<LogStream>,
     hw_seen: u64,
+    /// Where reads stop: the high watermark, or the last stable offset (read_committed).
+    upper: u64,
     /// The offset the read stopped at (the high watermark when it read everything).
     read_to: u64,
     /// Record bytes this pass read for the partition.
@@ -132,7 +145,7 @@ async fn fetch_response<H: FetchHost>(
                     s.metrics().record_fetch(t.bytes);
                 }
             }
-            let behind = targets.iter().any(|t| t.read_to < t.hw_seen);
+            let behind = targets.iter().any(|t| t.read_to < t.upper);
             let kind = if behind {
                 ReadKind::CatchUp
             } else {
@@ -173,6 +186,7 @@ fn read_once<H: FetchHost>(
     let mut any_error = false;
     let mut targets = Vec::new();
     let mut responses = Vec::with_capacity(req.topics.len());
+    let read_committed = version >= 4 && req.isolation_level == READ_COMMITTED;
     for topic in &req.topics {
         let name = if version >= 13 {
             topic_name_by_id(node, topic.topic_id)
@@ -220,13 +234,21 @@ fn read_once<H: FetchHost>(
                 }
             };
             let v = stream.visible();
+            // Read after `v`: every abort below its last stable offset is in it.
+            let aborted = read_committed.then(|| stream.aborted_transactions());
+            let upper = if read_committed {
+                v.last_stable_offset
+            } else {
+                v.high_watermark
+            };
             out.high_watermark = v.high_watermark as i64;
-            out.last_stable_offset = v.high_watermark as i64;
+            out.last_stable_offset = v.last_stable_offset as i64;
             out.log_start_offset = v.log_start_offset as i64;
             targets.push(Target {
                 stream: Some(stream.clone()),
                 hw_seen: v.high_watermark,
-                read_to: v.high_watermark,
+                upper,
+                read_to: upper,
                 bytes: 0,
             });
             if v.leader != node.config().id {
@@ -256,11 +278,25 @@ fn read_once<H: FetchHost>(
                 partition_max.min(budget)
             };
             if let Some(t) = targets.last_mut() {
-                t.read_to = offset.min(v.high_watermark);
+                t.read_to = offset.min(upper);
             }
-            if offset < v.high_watermark && limit > 0 {
-                match stream.read(offset, limit) {
+            // Null for READ_UNCOMMITTED (nothing to drop), as Kafka sends it.
+            out.aborted_transactions = read_committed.then(Vec::new);
+            if offset < upper && limit > 0 {
+                match stream.read_below(offset, limit, upper) {
                     Ok(read) if read.bytes > 0 => {
+                        if let Some(aborted) = &aborted {
+                            out.aborted_transactions = Some(
+                                aborted_overlapping(aborted, offset, read.next_offset)
+                                    .into_iter()
+                                    .map(|a| AbortedTransaction {
+                                        producer_id: a.producer_id,
+                                        first_offset: a.first_offset as i64,
+                                        ..Default::default()
+                                    })
+                                    .collect(),
+                            );
+                        }
                         if let Some(t) = targets.last_mut() {
                             t.read_to = read.next_offset;
                             t.bytes = read.bytes;

@@ -17,7 +17,8 @@ use crate::kafka::groups::{find_coordinator_api, group_admin_api, membership_api
 use crate::kafka::host::KafkaHost;
 use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
-    acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, users,
+    acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, txn_markers,
+    users,
 };
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -98,6 +99,9 @@ pub(crate) fn dispatch<H: KafkaHost>(
         ),
         Request::DescribeProducers(req) => {
             partition_admin::describe_producers(node, access, req, version, cid)
+        }
+        Request::WriteTxnMarkers(req) => {
+            txn_markers::write_txn_markers(node, access, req, version, cid)
         }
         Request::ElectLeaders(req) => {
             partition_admin::elect_leaders(node, access, req, version, cid)

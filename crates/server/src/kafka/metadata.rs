@@ -435,6 +435,8 @@ pub fn metadata<N: NodeView + ?Sized>(
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
+/// ListOffsets' isolation_level asking for committed transactions only.
+const READ_COMMITTED: i8 = 1;
 
 /// Largest decompressed batch examined by a ListOffsets by time.
 const MAX_DECOMPRESSED_FOR_LOOKUP: usize = 64 << 20;
@@ -487,7 +489,8 @@ fn offset_for_timestamp(stream: &LogStream, ts: i64, v: &crate::Visible) -> Opti
     None
 }
 
-/// Answers ListOffsets: earliest (log start), latest (high watermark), the offset of the last
+/// Answers ListOffsets: earliest (log start), latest (high watermark; the last stable offset
+/// with isolation_level READ_COMMITTED, v2+), the offset of the last
 /// batch's max timestamp (-3, approximated by the last committed offset), or the first record
 /// whose timestamp is at or after the one asked for, with that timestamp.
 pub fn list_offsets<N: NodeView + ?Sized>(
@@ -536,15 +539,24 @@ pub fn list_offsets<N: NodeView + ?Sized>(
                         r.error_code = ErrorCode::OffsetNotAvailable.code();
                         return r;
                     }
+                    // Kafka's last fetchable offset: the last stable offset for
+                    // READ_COMMITTED (v2+), else the high watermark.
+                    let fetchable = if version >= 2 && req.isolation_level == READ_COMMITTED {
+                        v.last_stable_offset
+                    } else {
+                        v.high_watermark
+                    };
                     let mut found_timestamp = -1;
                     let offset = match p.timestamp {
-                        LATEST => Some(v.high_watermark),
+                        LATEST => Some(fetchable),
                         EARLIEST => Some(v.log_start_offset),
                         MAX_TIMESTAMP => Some(v.high_watermark.saturating_sub(1)),
-                        ts => offset_for_timestamp(&stream, ts, &v).map(|(o, at)| {
-                            found_timestamp = at;
-                            o
-                        }),
+                        ts => offset_for_timestamp(&stream, ts, &v)
+                            .filter(|(o, _)| *o < fetchable)
+                            .map(|(o, at)| {
+                                found_timestamp = at;
+                                o
+                            }),
                     };
                     let offset = offset.map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX));
                     r.leader_epoch = i32::try_from(v.term).unwrap_or(i32::MAX);

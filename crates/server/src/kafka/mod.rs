@@ -25,6 +25,8 @@
 //! - [`partition_admin`]: DeleteRecords, DescribeLogDirs, DescribeProducers, ElectLeaders,
 //!   ListPartitionReassignments.
 //! - [`quotas`]: DescribeClientQuotas and AlterClientQuotas (client quotas, see [`crate::flow`]).
+//! - [`txn_markers`]: WriteTxnMarkers, the transaction markers a coordinator writes to a
+//!   partition (the partition side of transactions).
 //! - [`groups`]: consumer groups (classic protocol): coordinator lookup, membership and
 //!   rebalances (with each group's next deadline in a heap), committed offsets.
 //!
@@ -52,6 +54,7 @@ pub mod produce_keys;
 pub mod quotas;
 pub mod reply;
 pub mod topics;
+pub mod txn_markers;
 pub mod users;
 
 pub(crate) use listener::serve;

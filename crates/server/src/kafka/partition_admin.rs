@@ -13,8 +13,8 @@
 //!   with every partition replica it holds and its size on disk; v4 adds the file system's
 //!   total and usable bytes.
 //! - **DescribeProducers** (sent to leaders): the idempotent producers the partition's log
-//!   shows, with epoch and last sequence (vdl serves no transactions, so no transaction start
-//!   offsets; no last timestamp is kept: -1).
+//!   shows, with epoch, last sequence and the first offset of the transaction each has open
+//!   (-1: none; no last timestamp or coordinator epoch is kept: -1).
 //! - **ElectLeaders**: PREFERRED sends an `ElectPreferredLeader` command through the replicated
 //!   metadata; the node leading the partition, wherever it is, applies it by starting a raft-rs
 //!   leader transfer to the first replica. The answer waits until the preferred replica leads:
@@ -285,7 +285,9 @@ pub fn describe_producers<H: PartitionAdminHost>(
                                 last_sequence: p.last_sequence,
                                 last_timestamp: -1,
                                 coordinator_epoch: -1,
-                                current_txn_start_offset: -1,
+                                current_txn_start_offset: p
+                                    .txn_start_offset
+                                    .map_or(-1, |o| o as i64),
                                 ..Default::default()
                             })
                             .collect();

@@ -566,7 +566,13 @@ fn submit_partition<H: ProduceHost>(
         }
     };
     if transactional {
-        // Transactions are not served yet; say so clearly instead of storing half a protocol.
+        // The partition side of transactions exists (markers, last stable offset,
+        // read_committed: see `replication::transactions`), but the coordinator does not: a
+        // transactional batch is accepted only once a coordinator has verified that its
+        // producer added this partition to a live transaction (AddPartitionsToTxn, KIP-890's
+        // verification). Until then it stays refused, or a producer could open a transaction
+        // that no coordinator ever ends and hold the partition's last stable offset back for
+        // good.
         return PartitionOutcome::Failed(ErrorCode::TransactionalIdAuthorizationFailed);
     }
     let v = stream.visible();
@@ -592,6 +598,11 @@ fn submit_partition<H: ProduceHost>(
         }
     }
     match validate_records(records.to_contiguous(), version, &rules.limits) {
+        // A transactional batch without a transactional id: refused as above (as Kafka
+        // answers a transactional batch it cannot authorize).
+        Ok((batch, _)) if RecordBatch::new(batch.clone()).is_ok_and(|b| b.is_transactional()) => {
+            PartitionOutcome::Failed(ErrorCode::TransactionalIdAuthorizationFailed)
+        }
         Ok((batch, _)) if rules.settings.compact && has_keyless_record(&batch) => {
             let (errors, message) = keyless_record_errors(&batch, topic, partition);
             PartitionOutcome::RecordsRefused(errors, message)

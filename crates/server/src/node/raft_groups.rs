@@ -192,7 +192,7 @@ impl Node {
                 .store(commit, std::sync::atomic::Ordering::Release);
             self.note_metadata_applied(applied);
         }
-        let visible = Visible {
+        let mut visible = Visible {
             applied_index: applied,
             high_watermark: store.next_offset_after_index(applied).map_err(store_err)?,
             log_start_offset: store.first_readable_offset(),
@@ -204,6 +204,24 @@ impl Node {
             ..Visible::default()
         };
         let shared: SharedStore = Arc::new(RwLock::new(store));
+        let producers = (!replay).then(|| rebuild_producers(&shared, applied));
+        // Readers see the last stable offset and the aborted transactions from the start (the
+        // group republishes both as it applies).
+        visible.last_stable_offset = producers.as_ref().map_or(visible.high_watermark, |t| {
+            t.last_stable_offset(visible.high_watermark)
+        });
+        let aborted: crate::replication::group::AbortedList = producers
+            .as_ref()
+            .map(|t| {
+                t.transactions()
+                    .aborted()
+                    .iter()
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+            .into();
+        let (aborted_tx, aborted_rx) = watch::channel(aborted);
         let t = &self.config.raft;
         let cfg = raft::Config {
             id: self.config.id,
@@ -276,7 +294,8 @@ impl Node {
             forward_proposals,
             peer_stats: self.registry.stats.clone(),
             liveness: self.registry.liveness.clone(),
-            producers: (!replay).then(|| rebuild_producers(&shared, applied)),
+            producers,
+            aborted: aborted_tx,
             state_machine,
             rejoin: self.registry.directories.clone(),
             preferred_leader: preferred_leader.zip(self.config.raft.leader_rebalance_interval),
@@ -302,6 +321,7 @@ impl Node {
             store: shared,
             visible: vis_rx,
             durable_copies: copies_rx,
+            aborted: aborted_rx,
             metrics,
         };
         if group == METADATA_GROUP_ID {

@@ -75,8 +75,8 @@ use rejoin::rejoin_read_epoch;
 pub use repair::LOST_ENTRIES_CONTEXT;
 use repair::TERM_QUERY_CONTEXT;
 pub use types::{
-    AnswerHook, AppendError, AppendReply, Appended, DurableCopies, GroupInput, GroupParts,
-    Proposal, ProposalData, ReplicaReport, RetentionHold, Visible, VoterProgress,
+    AbortedList, AnswerHook, AppendError, AppendReply, Appended, DurableCopies, GroupInput,
+    GroupParts, Proposal, ProposalData, ReplicaReport, RetentionHold, Visible, VoterProgress,
     MAX_TRACKED_VOTERS,
 };
 
@@ -159,6 +159,9 @@ struct Group {
     /// Entries applied since the producer table was last saved (see
     /// [`Group::save_producers`]).
     producers_unsaved: u64,
+    /// The version of the aborted-transaction list last published on
+    /// [`GroupParts::aborted`] (None: not published yet).
+    aborted_published: Option<u64>,
     /// Read barriers asked of raft-rs, by the id in their context (at most
     /// [`MAX_PENDING_READS`]).
     reads_asked: HashMap<u64, oneshot::Sender<Result<u64, AppendError>>>,
@@ -269,6 +272,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         snapshot_waits: HashMap::new(),
         commit_history: CommitHistory::default(),
         producers_unsaved: 0,
+        aborted_published: None,
         next_retention,
         next_rebalance,
         reads_asked: HashMap::new(),

@@ -21,7 +21,8 @@
 //! - [`replicas`]: data directory ids; a node rejoining after its disk was replaced.
 //! - [`producers`]: idempotent producers' state, derived from each partition's replicated log;
 //!   [`producer_snapshot`]: that state saved, so a restart remembers every producer, and
-//!   rebuilt from the saved table and the log after it.
+//!   rebuilt from the saved table and the log after it; [`transactions`]: the open and
+//!   aborted transactions and the last stable offset, part of that state.
 
 pub mod direct_send;
 pub mod group;
@@ -42,4 +43,5 @@ pub mod replicas;
 pub mod router;
 pub mod state_machine;
 pub mod stream;
+pub mod transactions;
 pub mod transport;

@@ -11,15 +11,23 @@
 //! Layout, little-endian:
 //!
 //! ```text
-//! "VDLP" | version u16 = 1 | flags u16 = 0 | applied_through u64 | stamp u64 | count u32 |
+//! "VDLP" | version u16 = 2 | flags u16 = 0 | applied_through u64 | stamp u64 | count u32 |
 //! count x ( producer_id i64 | epoch i16 | stamp u64 | n u8 (<= 5) |
 //!           n x ( first_seq i32 | last_seq i32 | base_offset u64 ) ) |
+//! open u32 | open x ( producer_id i64 | first_offset u64 ) |
+//! aborted u32 | aborted x ( producer_id i64 | first_offset u64 | last_offset u64 ) |
 //! crc u32 (CRC-32C of everything before it)
 //! ```
+//!
+//! Version 2 added the two transaction sections (see [`super::transactions`]): the open
+//! transactions and the aborted ones still in the log. A version 1 file (written before
+//! transactions) is still read, as a table with no transaction open or aborted: true of every
+//! log those versions wrote, since their produce path refused transactional batches.
 
 use std::path::Path;
 
 use super::producers::{ProducerState, ProducerTable, MAX_PRODUCERS};
+use super::transactions::{AbortedTxn, Transactions};
 
 /// The file's name in a stream's directory.
 pub const SNAPSHOT_FILE: &str = "producers";
@@ -30,7 +38,11 @@ pub const SNAPSHOT_FILE: &str = "producers";
 pub const SNAPSHOT_EVERY_ENTRIES: u64 = 20_000;
 
 const MAGIC: &[u8; 4] = b"VDLP";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The version written before transactions (no transaction sections), still read.
+const VERSION_1: u16 = 1;
+const OPEN_BYTES: usize = 8 + 8;
+const ABORTED_BYTES: usize = 8 + 8 + 8;
 const HEAD_BYTES: usize = 4 + 2 + 2 + 8 + 8 + 4;
 const PRODUCER_HEAD_BYTES: usize = 8 + 2 + 8 + 1;
 const BATCH_BYTES: usize = 4 + 4 + 8;
@@ -83,6 +95,19 @@ pub fn encode(table: &ProducerTable) -> Vec<u8> {
             b.extend_from_slice(&last.to_le_bytes());
             b.extend_from_slice(&base.to_le_bytes());
         }
+    }
+    let txns = table.transactions();
+    let open = txns.open();
+    b.extend_from_slice(&(open.len() as u32).to_le_bytes());
+    for (producer_id, first) in open {
+        b.extend_from_slice(&producer_id.to_le_bytes());
+        b.extend_from_slice(&first.to_le_bytes());
+    }
+    b.extend_from_slice(&(txns.aborted().len() as u32).to_le_bytes());
+    for a in txns.aborted() {
+        b.extend_from_slice(&a.producer_id.to_le_bytes());
+        b.extend_from_slice(&a.first_offset.to_le_bytes());
+        b.extend_from_slice(&a.last_offset.to_le_bytes());
     }
     let crc = crc32c::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
@@ -142,7 +167,8 @@ pub fn decode(path: &str, data: &[u8]) -> Result<ProducerTable, SnapshotError> {
     if r.take::<4>().as_ref() != Some(MAGIC) {
         return Err(malformed("bad magic"));
     }
-    if r.u16() != Some(VERSION) {
+    let version = r.u16();
+    if version != Some(VERSION) && version != Some(VERSION_1) {
         return Err(malformed("unknown version"));
     }
     let _flags = r.u16();
@@ -178,10 +204,43 @@ pub fn decode(path: &str, data: &[u8]) -> Result<ProducerTable, SnapshotError> {
             batches,
         });
     }
+    let txns = if version == Some(VERSION) {
+        decode_transactions(&mut r).ok_or_else(|| malformed("truncated transactions"))?
+    } else {
+        Transactions::default()
+    };
     if r.at != body.len() {
-        return Err(malformed("bytes after the last producer"));
+        return Err(malformed("bytes after the last section"));
     }
-    Ok(ProducerTable::import(stamp, applied_through, producers))
+    let mut table = ProducerTable::import(stamp, applied_through, producers);
+    table.set_transactions(txns);
+    Ok(table)
+}
+
+/// The two transaction sections (None when they do not fit the bytes left).
+fn decode_transactions(r: &mut Reader<'_>) -> Option<Transactions> {
+    let left = |r: &Reader<'_>| r.data.len() - r.at;
+    let open_count = r.u32()? as usize;
+    if open_count.checked_mul(OPEN_BYTES)? > left(r) {
+        return None;
+    }
+    let mut open = Vec::with_capacity(open_count);
+    for _ in 0..open_count {
+        open.push((r.i64()?, r.u64()?));
+    }
+    let aborted_count = r.u32()? as usize;
+    if aborted_count.checked_mul(ABORTED_BYTES)? > left(r) {
+        return None;
+    }
+    let mut aborted = Vec::with_capacity(aborted_count);
+    for _ in 0..aborted_count {
+        aborted.push(AbortedTxn {
+            producer_id: r.i64()?,
+            first_offset: r.u64()?,
+            last_offset: r.u64()?,
+        });
+    }
+    Some(Transactions::import(open, aborted))
 }
 
 /// Saves `table` in `dir` (atomically, durable when it returns).
@@ -241,6 +300,7 @@ pub(crate) fn rebuild_producers(
         }
         lo = last + 1;
     }
+    table.trim_aborted_below(s.first_readable_offset());
     table
 }
 
@@ -256,6 +316,9 @@ mod tests {
             first_seq: first,
             last_seq: first + count - 1,
             span: count as u32,
+            transactional: false,
+            control: false,
+            marker: None,
         }
     }
 

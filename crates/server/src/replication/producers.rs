@@ -30,7 +30,9 @@
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
-use kafka_proto::records::split_batches;
+use kafka_proto::records::{split_batches, RecordBatch};
+
+use super::transactions::{marker_of, Transactions, TxnMarker};
 
 /// Batches remembered per producer for duplicate detection (Kafka's number).
 const BATCHES_PER_PRODUCER: usize = 5;
@@ -52,6 +54,27 @@ pub struct BatchInfo {
     pub last_seq: i32,
     /// Offsets the batch takes (lastOffsetDelta + 1).
     pub span: u32,
+    /// Part of a transaction (attributes bit 4).
+    pub transactional: bool,
+    /// A control batch (attributes bit 5): no sequence, never a duplicate.
+    pub control: bool,
+    /// The transaction marker a control batch carries (see [`super::transactions`]).
+    pub marker: Option<TxnMarker>,
+}
+
+impl BatchInfo {
+    fn of(b: &RecordBatch) -> BatchInfo {
+        BatchInfo {
+            producer_id: b.producer_id(),
+            epoch: b.producer_epoch(),
+            first_seq: b.base_sequence(),
+            last_seq: b.last_sequence(),
+            span: b.last_offset_delta() as u32 + 1,
+            transactional: b.is_transactional(),
+            control: b.is_control(),
+            marker: marker_of(b),
+        }
+    }
 }
 
 /// The producer batches of concatenated record batches (batches without a producer id are
@@ -60,14 +83,23 @@ pub fn batch_infos(data: &Bytes) -> Vec<BatchInfo> {
     split_batches(data.clone())
         .map_while(Result::ok)
         .filter(|b| b.has_producer_id())
-        .map(|b| BatchInfo {
-            producer_id: b.producer_id(),
-            epoch: b.producer_epoch(),
-            first_seq: b.base_sequence(),
-            last_seq: b.last_sequence(),
-            span: b.last_offset_delta() as u32 + 1,
-        })
+        .map(|b| BatchInfo::of(&b))
         .collect()
+}
+
+/// The producer batches of a committed entry whose first record is at `base_offset`, each
+/// placed at its own offset: the batches without a producer id before it count too (group
+/// commit merges several clients' batches into one entry).
+pub fn positioned_batch_infos(data: &Bytes, mut base_offset: u64) -> Vec<(u64, BatchInfo)> {
+    let mut out = Vec::new();
+    for b in split_batches(data.clone()).map_while(Result::ok) {
+        let span = u64::from(b.last_offset_delta() as u32) + 1;
+        if b.has_producer_id() {
+            out.push((base_offset, BatchInfo::of(&b)));
+        }
+        base_offset += span;
+    }
+    out
 }
 
 /// The idempotent batches of a payload read from a store, each with the base offset it
@@ -77,16 +109,7 @@ pub fn placed_batch_infos(data: &Bytes) -> Vec<(u64, BatchInfo)> {
     split_batches(data.clone())
         .map_while(Result::ok)
         .filter(|b| b.has_producer_id() && b.base_offset() >= 0)
-        .map(|b| {
-            let info = BatchInfo {
-                producer_id: b.producer_id(),
-                epoch: b.producer_epoch(),
-                first_seq: b.base_sequence(),
-                last_seq: b.last_sequence(),
-                span: b.last_offset_delta() as u32 + 1,
-            };
-            (b.base_offset() as u64, info)
-        })
+        .map(|b| (b.base_offset() as u64, BatchInfo::of(&b)))
         .collect()
 }
 
@@ -107,6 +130,8 @@ pub struct ProducerSummary {
     pub epoch: i16,
     /// The last sequence number of its newest committed batch.
     pub last_sequence: i32,
+    /// The first offset of its open transaction in this partition, if one is open.
+    pub txn_start_offset: Option<u64>,
 }
 
 /// Why a batch was refused.
@@ -167,6 +192,9 @@ pub struct ProducerTable {
     /// The Raft index of the last committed entry the table holds (0: none known): an entry
     /// at or below it is applied again after a restart (the saved commit lags) and skipped.
     applied_through: u64,
+    /// The partition's open and aborted transactions (kept apart from `committed`: forgetting
+    /// a producer's sequences never forgets its open transaction).
+    txns: Transactions,
 }
 
 /// One producer as the table's snapshot holds it (see [`crate::producer_snapshot`]).
@@ -216,6 +244,26 @@ impl ProducerTable {
         }
         let mut staged: Vec<(i64, PendingBatch)> = Vec::new();
         for b in batches {
+            let committed_epoch = self.committed.get(&b.producer_id).map(|p| p.epoch);
+            if b.control {
+                // A transaction marker: no sequence; fenced when older than the producer's
+                // newest epoch (Kafka's check), accepted at a newer one (KIP-890 bumps the
+                // epoch at the end of a transaction), never staged as pending.
+                let newest = self
+                    .pending
+                    .get(&b.producer_id)
+                    .and_then(|q| q.back().map(|p| p.0))
+                    .into_iter()
+                    .chain(committed_epoch)
+                    .max();
+                if newest.is_some_and(|e| b.epoch < e) {
+                    return SequenceCheck::Reject(SequenceError::InvalidEpoch);
+                }
+                continue;
+            }
+            if committed_epoch.is_some_and(|e| b.epoch < e) {
+                return SequenceCheck::Reject(SequenceError::InvalidEpoch);
+            }
             // A retry of any batch still in flight (not only the newest: a client retries from
             // its oldest unanswered batch) is refused as retriable.
             let in_flight = self.pending.get(&b.producer_id).is_some_and(|q| {
@@ -236,9 +284,13 @@ impl ProducerTable {
                         .and_then(|q| q.back().copied())
                 })
                 .or_else(|| {
-                    self.committed
-                        .get(&b.producer_id)
-                        .and_then(|p| p.batches.back().map(|c| (p.epoch, c.first_seq, c.last_seq)))
+                    // A producer whose epoch a marker bumped has no batch of it yet: its next
+                    // batch starts at sequence 0.
+                    self.committed.get(&b.producer_id).map(|p| {
+                        p.batches
+                            .back()
+                            .map_or((p.epoch, -1, -1), |c| (p.epoch, c.first_seq, c.last_seq))
+                    })
                 });
             match last {
                 None => {} // a producer we do not know (new, or its state expired): accept
@@ -412,6 +464,13 @@ impl ProducerTable {
     /// Records one committed batch of a producer at `base_offset`.
     fn commit_batch(&mut self, b: &BatchInfo, base_offset: u64) {
         self.stamp += 1;
+        if b.control {
+            self.commit_control(b, base_offset);
+            return;
+        }
+        if b.transactional {
+            self.txns.on_transactional_batch(b.producer_id, base_offset);
+        }
         let p = self.committed.entry(b.producer_id).or_default();
         if b.epoch != p.epoch {
             p.epoch = b.epoch;
@@ -440,6 +499,40 @@ impl ProducerTable {
         }
     }
 
+    /// Records a committed control batch at `offset`: a marker closes the producer's open
+    /// transaction, and a newer epoch becomes the producer's (its sequences start again).
+    fn commit_control(&mut self, b: &BatchInfo, offset: u64) {
+        if let Some(marker) = b.marker {
+            self.txns.on_marker(b.producer_id, marker, offset);
+        }
+        let p = self.committed.entry(b.producer_id).or_default();
+        if b.epoch > p.epoch {
+            p.epoch = b.epoch;
+            p.batches.clear();
+        }
+        p.stamp = self.stamp;
+    }
+
+    /// The partition's open and aborted transactions.
+    pub fn transactions(&self) -> &Transactions {
+        &self.txns
+    }
+
+    /// The last stable offset given the high watermark (see [`super::transactions`]).
+    pub fn last_stable_offset(&self, high_watermark: u64) -> u64 {
+        self.txns.last_stable_offset(high_watermark)
+    }
+
+    /// Forgets aborted transactions that end below the log start offset.
+    pub fn trim_aborted_below(&mut self, log_start_offset: u64) {
+        self.txns.trim_below(log_start_offset);
+    }
+
+    /// Replaces the transactions (loaded from a snapshot with the producers).
+    pub fn set_transactions(&mut self, txns: Transactions) {
+        self.txns = txns;
+    }
+
     /// Forgets what was proposed but not committed (leadership changed: those proposals are
     /// answered or lost, and the next leader starts from the committed table).
     pub fn clear_pending(&mut self) {
@@ -452,8 +545,9 @@ impl ProducerTable {
     /// they commit with its first entry, so until then a client's retry of one of them must be
     /// seen as in flight (a retriable refusal), not as the next batch of its sequence (which
     /// would write it twice).
+    /// Markers (control batches) have no sequence: they are not pending.
     pub fn mark_pending(&mut self, batches: &[BatchInfo]) {
-        for b in batches {
+        for b in batches.iter().filter(|b| !b.control) {
             self.push_pending(b.producer_id, (b.epoch, b.first_seq, b.last_seq));
         }
     }
@@ -475,6 +569,7 @@ impl ProducerTable {
                 producer_id: *id,
                 epoch: p.epoch,
                 last_sequence: p.batches.back().map_or(-1, |b| b.last_seq),
+                txn_start_offset: self.txns.open_first_offset(*id),
             })
             .collect();
         out.sort_by_key(|p| p.producer_id);
@@ -503,6 +598,9 @@ mod tests {
             first_seq: first,
             last_seq: first.wrapping_add(count - 1),
             span: count as u32,
+            transactional: false,
+            control: false,
+            marker: None,
         }
     }
 
@@ -684,3 +782,7 @@ mod tests {
         assert_eq!(t.check(&[b(1, 0, 0, 1)]), SequenceCheck::Append);
     }
 }
+
+#[cfg(test)]
+#[path = "producers_txn_tests.rs"]
+mod txn_tests;

@@ -37,6 +37,8 @@ pub struct LogStream {
     /// How many voters hold each index, on the leader (see
     /// [`crate::replication::group::DurableCopies`]).
     pub(crate) durable_copies: watch::Receiver<crate::replication::group::DurableCopies>,
+    /// The partition's aborted transactions, as its group last published them.
+    pub(crate) aborted: watch::Receiver<crate::replication::group::AbortedList>,
     /// This replica's counters.
     pub(crate) metrics: Arc<crate::metrics::PartitionMetrics>,
 }
@@ -90,6 +92,14 @@ impl LogStream {
     /// What is committed and who leads, as of now.
     pub fn visible(&self) -> Visible {
         *self.visible.borrow()
+    }
+
+    /// The partition's aborted transactions still in its log, oldest marker first (see
+    /// [`crate::replication::transactions`]); published by the group after the entries
+    /// holding their markers are applied, so with [`Visible::last_stable_offset`] read after
+    /// it, every abort below that offset is in the list.
+    pub fn aborted_transactions(&self) -> crate::replication::group::AbortedList {
+        self.aborted.borrow().clone()
     }
 
     /// Appends record batches (magic 2, already validated by the caller) that take
@@ -186,8 +196,19 @@ impl LogStream {
         offset: u64,
         max_bytes: u64,
     ) -> Result<RecordsRead, logstore::LogStoreError> {
-        let hw = self.visible().high_watermark;
-        let out = read(&self.store).read_records(offset, max_bytes, hw);
+        self.read_below(offset, max_bytes, self.visible().high_watermark)
+    }
+
+    /// As [`LogStream::read`], never reaching `end` (at most the high watermark: a
+    /// read_committed fetch passes the last stable offset).
+    pub fn read_below(
+        &self,
+        offset: u64,
+        max_bytes: u64,
+        end: u64,
+    ) -> Result<RecordsRead, logstore::LogStoreError> {
+        let end = end.min(self.visible().high_watermark);
+        let out = read(&self.store).read_records(offset, max_bytes, end);
         if let Err(logstore::LogStoreError::Corruption { .. }) = &out {
             // The store noted the damage; the group repairs it (a leader hands over first).
             // The client gets a retriable error (KAFKA_STORAGE_ERROR), never the bad bytes.

@@ -358,6 +358,7 @@ fn open_replica(
         liveness: node_liveness(node),
         state_machine,
         producers: (!replay).then(ProducerTable::default),
+        aborted: watch::channel(Vec::new().into()).0,
         rejoin: directories.clone(),
         preferred_leader: None,
         raft_config: cfg.clone(),

@@ -6,7 +6,7 @@
 
 use super::{proposal_id, AppendError, Appended, Group};
 use crate::replication::in_sync::durable_copies;
-use crate::replication::producers::{batch_infos, placed_batch_infos, total_span};
+use crate::replication::producers::{placed_batch_infos, positioned_batch_infos, total_span};
 use crate::replication::raft_storage::{
     decode_snapshot_data, from_raft_conf, read, record_count_of, to_store_entry, write, CTX_META,
     CTX_RECORDS,
@@ -389,14 +389,15 @@ impl Group {
             }
             return;
         }
-        let infos = batch_infos(&e.data);
-        if infos.is_empty() {
-            return;
-        }
         let end = read(&self.p.store)
             .next_offset_after_index(e.index)
             .unwrap_or_else(|err| panic!("committed index {} not in the log: {err}", e.index));
-        table.on_committed_at(e.index, &infos, end - total_span(&e.data));
+        // Every batch at its own offset, the batches without a producer id counted too (an
+        // entry merges several clients' batches).
+        let placed = positioned_batch_infos(&e.data, end - total_span(&e.data));
+        if !placed.is_empty() {
+            table.on_committed_placed_at(e.index, &placed);
+        }
     }
 
     /// Saves the producer table (see [`crate::replication::producer_snapshot`]) when it knows
@@ -476,7 +477,26 @@ impl Group {
         }
     }
 
-    pub(super) fn publish(&self) {
+    /// Publishes what readers see ([`super::Visible`]), with the last stable offset computed
+    /// from the high watermark and the open transactions, and the aborted transactions when
+    /// they changed (those ending below the log start are forgotten first).
+    pub(super) fn publish(&mut self) {
+        let hw = self.visible.high_watermark;
+        self.visible.last_stable_offset = hw;
+        if let Some(table) = self.p.producers.as_mut() {
+            table.trim_aborted_below(self.visible.log_start_offset);
+            // Never below the log start (DeleteRecords past an open transaction's first
+            // offset), as Kafka's first unstable offset.
+            self.visible.last_stable_offset = table
+                .last_stable_offset(hw)
+                .max(self.visible.log_start_offset.min(hw));
+            let version = table.transactions().aborted_version();
+            if self.aborted_published != Some(version) {
+                self.aborted_published = Some(version);
+                let list: Vec<_> = table.transactions().aborted().iter().copied().collect();
+                self.p.aborted.send_replace(list.into());
+            }
+        }
         self.p.visible.send_if_modified(|v| {
             if *v == self.visible {
                 false

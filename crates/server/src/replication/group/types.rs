@@ -246,6 +246,11 @@ pub struct Visible {
     pub applied_index: u64,
     /// Next Kafka offset after the last committed record: the high watermark.
     pub high_watermark: u64,
+    /// The last stable offset: the first offset of the oldest transaction still open in the
+    /// partition, or the high watermark when none is (always, for a group without producer
+    /// state). A read_committed Fetch returns nothing at or above it (see
+    /// [`crate::replication::transactions`]).
+    pub last_stable_offset: u64,
     /// First offset still stored.
     pub log_start_offset: u64,
     /// Current leader's node id (0: none known).
@@ -299,6 +304,10 @@ pub struct DurableCopies {
     pub replicas: [u64; MAX_TRACKED_VOTERS],
 }
 
+/// A partition's aborted transactions still in its log, oldest marker first, as the group last
+/// published them (read_committed fetches send the ones their range overlaps).
+pub type AbortedList = Arc<[crate::replication::transactions::AbortedTxn]>;
+
 /// Voters tracked in [`Visible::in_sync`] (a Raft group here has at most this many).
 pub const MAX_TRACKED_VOTERS: usize = 7;
 
@@ -350,6 +359,9 @@ pub struct GroupParts {
     pub state_machine: Option<Box<dyn StateMachine>>,
     /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
     pub producers: Option<ProducerTable>,
+    /// Where the group publishes the partition's aborted transactions still in its log (see
+    /// [`crate::replication::transactions`]), each time the list changes.
+    pub aborted: watch::Sender<AbortedList>,
     /// This node's rejoin mode after a replaced disk (see [`crate::replication::replicas`]).
     pub rejoin: std::sync::Arc<crate::replication::replicas::Directories>,
     /// The replica that should lead this group when it is live and caught up (topic

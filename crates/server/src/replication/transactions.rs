@@ -1,0 +1,323 @@
+//! Transactions, the partition side: which producers have a transaction open in this partition,
+//! which transactions were aborted, and the last stable offset (KIP-98).
+//!
+//! Derived from the committed log on every replica, as the producer table it belongs to (see
+//! [`super::producers`]):
+//! - a producer's first committed transactional batch (attributes bit 4) opens its transaction
+//!   at that batch's base offset; later transactional batches of the same producer leave it;
+//! - a committed control batch (attributes bit 5, one record: key = version i16 0 | type i16,
+//!   0 ABORT or 1 COMMIT; value = version i16 0 | coordinator epoch i32) from that producer
+//!   closes it; an ABORT also records the aborted transaction (producer id, first offset, last
+//!   offset = the marker's own offset), which read_committed consumers are sent to drop the
+//!   producer's records between the two.
+//!
+//! The last stable offset is the first offset of the oldest open transaction, or the high
+//! watermark when none is open: a read_committed Fetch returns nothing at or above it.
+//!
+//! Memory: an open transaction costs two map entries (about 60 bytes); an aborted one 24 bytes
+//! in the list. The list holds every abort still in the log: it is trimmed as the log start
+//! offset rises (retention, DeleteRecords), so it is bounded by the aborts the retained log
+//! holds (a million aborts in the retained log cost 24 MB, and as much in the snapshot file).
+//! It has no cap of its own: forgetting an abort still in the log would show its records to
+//! read_committed consumers. Kafka keeps the same list on disk (its `.txnindex` files).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use kafka_proto::records::RecordBatch;
+
+/// A transaction marker (the one control record of a control batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarker {
+    /// COMMIT (true) or ABORT (false).
+    pub commit: bool,
+    /// The epoch of the transaction coordinator that wrote it.
+    pub coordinator_epoch: i32,
+}
+
+/// Control record type of an ABORT marker.
+const ABORT_TYPE: i16 = 0;
+/// Control record type of a COMMIT marker.
+const COMMIT_TYPE: i16 = 1;
+/// Decompressed bytes read from a control batch (a marker is a few dozen bytes).
+const MAX_CONTROL_BYTES: usize = 4096;
+
+/// The marker a control batch carries; None when it is not a control batch, or its record is
+/// not a transaction marker this version knows (Kafka ignores unknown control types too).
+pub fn marker_of(batch: &RecordBatch) -> Option<TxnMarker> {
+    if !batch.is_control() {
+        return None;
+    }
+    let record = batch.records(MAX_CONTROL_BYTES).ok()?.next()?.ok()?;
+    let key = record.key?;
+    let value = record.value?;
+    let (Some(k), Some(v)) = (key.get(..4), value.get(..6)) else {
+        return None;
+    };
+    let key_version = i16::from_be_bytes([k[0], k[1]]);
+    let kind = i16::from_be_bytes([k[2], k[3]]);
+    if key_version != 0 {
+        return None;
+    }
+    let coordinator_epoch = i32::from_be_bytes([v[2], v[3], v[4], v[5]]);
+    match kind {
+        ABORT_TYPE => Some(TxnMarker {
+            commit: false,
+            coordinator_epoch,
+        }),
+        COMMIT_TYPE => Some(TxnMarker {
+            commit: true,
+            coordinator_epoch,
+        }),
+        _ => None,
+    }
+}
+
+/// The key and value of a marker's control record, in Kafka's layout.
+pub fn marker_record(marker: TxnMarker) -> ([u8; 4], [u8; 6]) {
+    let kind = if marker.commit {
+        COMMIT_TYPE
+    } else {
+        ABORT_TYPE
+    };
+    let mut key = [0u8; 4];
+    key[2..].copy_from_slice(&kind.to_be_bytes());
+    let mut value = [0u8; 6];
+    value[2..].copy_from_slice(&marker.coordinator_epoch.to_be_bytes());
+    (key, value)
+}
+
+/// One aborted transaction: read_committed consumers drop the producer's records from
+/// `first_offset` up to the marker at `last_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    /// The producer.
+    pub producer_id: i64,
+    /// Offset of its first record in the transaction.
+    pub first_offset: u64,
+    /// Offset of the ABORT marker.
+    pub last_offset: u64,
+}
+
+/// A partition's open and aborted transactions (see the module docs). Two are equal when they
+/// hold the same open and aborted transactions (however often their lists changed).
+#[derive(Debug, Clone, Default)]
+pub struct Transactions {
+    /// Producer id to the first offset of its open transaction.
+    open: HashMap<i64, u64>,
+    /// The same, ordered by first offset, for the last stable offset.
+    open_by_offset: BTreeSet<(u64, i64)>,
+    /// Aborted transactions in marker order (ascending `last_offset`).
+    aborted: VecDeque<AbortedTxn>,
+    /// Bumped whenever `aborted` changes (so the group republishes it only then).
+    aborted_version: u64,
+}
+
+impl PartialEq for Transactions {
+    fn eq(&self, other: &Transactions) -> bool {
+        self.open == other.open && self.aborted == other.aborted
+    }
+}
+
+impl Eq for Transactions {}
+
+impl Transactions {
+    /// A producer's transactional batch committed at `base_offset`: opens its transaction
+    /// there unless one is open.
+    pub fn on_transactional_batch(&mut self, producer_id: i64, base_offset: u64) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.open.entry(producer_id) {
+            e.insert(base_offset);
+            self.open_by_offset.insert((base_offset, producer_id));
+        }
+    }
+
+    /// A producer's marker committed at `offset`: closes its open transaction (an ABORT is
+    /// recorded). A marker without an open transaction (the coordinator retrying one that
+    /// committed, or a transaction with no data here) changes nothing.
+    pub fn on_marker(&mut self, producer_id: i64, marker: TxnMarker, offset: u64) {
+        let Some(first_offset) = self.open.remove(&producer_id) else {
+            return;
+        };
+        self.open_by_offset.remove(&(first_offset, producer_id));
+        if !marker.commit {
+            self.aborted.push_back(AbortedTxn {
+                producer_id,
+                first_offset,
+                last_offset: offset,
+            });
+            self.aborted_version += 1;
+        }
+    }
+
+    /// The first offset of the producer's open transaction, if one is open.
+    pub fn open_first_offset(&self, producer_id: i64) -> Option<u64> {
+        self.open.get(&producer_id).copied()
+    }
+
+    /// The last stable offset given the high watermark: the first offset of the oldest open
+    /// transaction when that is lower.
+    pub fn last_stable_offset(&self, high_watermark: u64) -> u64 {
+        self.open_by_offset
+            .first()
+            .map_or(high_watermark, |(first, _)| (*first).min(high_watermark))
+    }
+
+    /// Forgets aborted transactions that end below `log_start_offset` (none of their records
+    /// can be read any more).
+    pub fn trim_below(&mut self, log_start_offset: u64) {
+        let before = self.aborted.len();
+        while self
+            .aborted
+            .front()
+            .is_some_and(|a| a.last_offset < log_start_offset)
+        {
+            self.aborted.pop_front();
+        }
+        if self.aborted.len() != before {
+            self.aborted_version += 1;
+        }
+    }
+
+    /// Changes whenever the aborted list does.
+    pub fn aborted_version(&self) -> u64 {
+        self.aborted_version
+    }
+
+    /// The aborted transactions, oldest marker first.
+    pub fn aborted(&self) -> &VecDeque<AbortedTxn> {
+        &self.aborted
+    }
+
+    /// The open transactions (producer id, first offset), by producer id.
+    pub fn open(&self) -> Vec<(i64, u64)> {
+        let mut v: Vec<(i64, u64)> = self.open.iter().map(|(p, o)| (*p, *o)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// State loaded from a snapshot: the open transactions and the aborted list (kept in
+    /// marker order).
+    pub fn import(open: Vec<(i64, u64)>, mut aborted: Vec<AbortedTxn>) -> Transactions {
+        let mut t = Transactions::default();
+        for (producer_id, first) in open {
+            t.on_transactional_batch(producer_id, first);
+        }
+        aborted.sort_by_key(|a| a.last_offset);
+        t.aborted = aborted.into();
+        t
+    }
+}
+
+/// The aborted transactions a read of `[from, to)` must carry (Kafka's rule): those whose
+/// marker is at or after `from` and whose first offset is before `to`.
+pub fn aborted_overlapping(aborted: &[AbortedTxn], from: u64, to: u64) -> Vec<AbortedTxn> {
+    let start = aborted.partition_point(|a| a.last_offset < from);
+    aborted[start..]
+        .iter()
+        .filter(|a| a.first_offset < to)
+        .copied()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
+
+    const COMMIT: TxnMarker = TxnMarker {
+        commit: true,
+        coordinator_epoch: 3,
+    };
+    const ABORT: TxnMarker = TxnMarker {
+        commit: false,
+        coordinator_epoch: 3,
+    };
+
+    #[test]
+    fn a_control_batch_holds_the_marker_kafka_writes() {
+        for m in [COMMIT, ABORT] {
+            let (key, value) = marker_record(m);
+            let batch = RecordBatchBuilder::new(Compression::None)
+                .producer(9, 1, -1)
+                .transactional(true)
+                .control(true)
+                .with_records(&[NewRecord::new(0, value.to_vec()).with_key(key.to_vec())])
+                .unwrap()
+                .build()
+                .unwrap();
+            let batch = RecordBatch::new(batch).unwrap();
+            assert_eq!(marker_of(&batch), Some(m));
+        }
+        // Kafka's COMMIT key and value bytes.
+        assert_eq!(marker_record(COMMIT).0, [0, 0, 0, 1]);
+        assert_eq!(marker_record(COMMIT).1, [0, 0, 0, 0, 0, 3]);
+        // A data batch, or a control record of an unknown type, is no marker.
+        let data = RecordBatchBuilder::new(Compression::None)
+            .with_records(&[NewRecord::new(0, &b"v"[..]).with_key(&b"\0\0\0\x01"[..])])
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(marker_of(&RecordBatch::new(data).unwrap()), None);
+        let unknown = RecordBatchBuilder::new(Compression::None)
+            .control(true)
+            .with_records(&[NewRecord::new(0, &b"\0\0\0\0\0\0"[..]).with_key(&b"\0\0\0\x05"[..])])
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(marker_of(&RecordBatch::new(unknown).unwrap()), None);
+    }
+
+    #[test]
+    fn open_commit_abort_and_the_last_stable_offset() {
+        let mut t = Transactions::default();
+        assert_eq!(t.last_stable_offset(10), 10);
+        t.on_transactional_batch(1, 10);
+        t.on_transactional_batch(2, 12);
+        t.on_transactional_batch(1, 14); // still the transaction opened at 10
+        assert_eq!(t.last_stable_offset(20), 10);
+        assert_eq!(t.last_stable_offset(5), 5);
+        t.on_marker(1, COMMIT, 20);
+        assert_eq!(t.last_stable_offset(21), 12);
+        assert!(t.aborted().is_empty());
+        t.on_marker(2, ABORT, 21);
+        assert_eq!(t.last_stable_offset(22), 22);
+        assert_eq!(
+            t.aborted().iter().copied().collect::<Vec<_>>(),
+            vec![AbortedTxn {
+                producer_id: 2,
+                first_offset: 12,
+                last_offset: 21
+            }]
+        );
+        // A marker retried after the transaction closed changes nothing.
+        let version = t.aborted_version();
+        t.on_marker(2, ABORT, 22);
+        assert_eq!(t.aborted().len(), 1);
+        assert_eq!(t.aborted_version(), version);
+        // A new transaction of producer 1.
+        t.on_transactional_batch(1, 23);
+        assert_eq!(t.open(), vec![(1, 23)]);
+        // Trimmed once the log start passes the marker, not before.
+        t.trim_below(21);
+        assert_eq!(t.aborted().len(), 1);
+        t.trim_below(22);
+        assert!(t.aborted().is_empty());
+        assert_ne!(t.aborted_version(), version);
+    }
+
+    #[test]
+    fn a_read_carries_the_aborts_it_overlaps() {
+        let a = |p, f, l| AbortedTxn {
+            producer_id: p,
+            first_offset: f,
+            last_offset: l,
+        };
+        let list = [a(1, 0, 5), a(2, 3, 9), a(3, 12, 15)];
+        assert_eq!(aborted_overlapping(&list, 0, 100), list.to_vec());
+        assert_eq!(aborted_overlapping(&list, 6, 12), vec![a(2, 3, 9)]);
+        assert_eq!(
+            aborted_overlapping(&list, 6, 13),
+            vec![a(2, 3, 9), a(3, 12, 15)]
+        );
+        assert!(aborted_overlapping(&list, 16, 30).is_empty());
+    }
+}
