@@ -10,6 +10,7 @@
 # SAMPLE_PARTITIONS (100) partitions through the survivors, and when the new leaders were
 # elected (their "became leader" log lines: percentiles and a count per second). With
 # PERF_OUT=file it also samples node 2 with perf from the kill on (PERF_S seconds, default 8).
+# Last, the survivors' CPU while node 1 stays down (AFTER_SAMPLE_S seconds, default 10).
 #
 # Usage: scripts/bench/idle-cost.sh            (env: VDL_BIN, default target/release/vdl;
 #        TOPICS=100 PARTITIONS=10 SETTLE_S=20 SAMPLE_S=60 FAILOVER=0 VDL_KAFKA_BASE_PORT=24092)
@@ -139,6 +140,20 @@ print(f"after failover: {len(acked)} of {len(chosen)} sampled partitions acknowl
       f"(acks=all) in {produced - start:.2f} s; {got} of them read back in "
       f"{time.monotonic() - produced:.2f} s", file=sys.stderr)
 PYEOF
+  # What the survivors cost while node 1 stays down: CPU over AFTER_SAMPLE_S (10) seconds,
+  # after 10 s for the groups to settle (quiesce again, where they can).
+  sleep 10
+  after_s="${AFTER_SAMPLE_S:-10}"
+  declare -A after0
+  for ((i = 2; i <= nodes; i++)); do
+    after0[$i]=$(awk '{print $14 + $15}' "/proc/$(cat "$VDL_DATA_DIR/vdl$i.pid")/stat")
+  done
+  sleep "$after_s"
+  for ((i = 2; i <= nodes; i++)); do
+    pid=$(cat "$VDL_DATA_DIR/vdl$i.pid")
+    cpu1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    echo "vdl$i with vdl1 down: cpu $(echo "scale=2; 100 * ($cpu1 - ${after0[$i]}) / $hz / $after_s" | bc)% of a core, open descriptors $(ls "/proc/$pid/fd" | wc -l)" >&2
+  done
   # Where the time went: each new leader logs "became leader" (one line per partition); their
   # times after the kill, and when the survivors first reported node 1 down.
   "$PY" - "$killed_at" "$VDL_DATA_DIR" "$nodes" <<'PYEOF'
