@@ -50,9 +50,10 @@ impl Group {
     /// everything committed `in_sync_max_lag` ago (Kafka's `replica.lag.time.max.ms`; see
     /// [`CommitHistory`](crate::replication::in_sync::CommitHistory)), and heard from recently: since raft-rs's last quorum check, or
     /// within two election timeouts (the quorum check clears raft-rs's flag every election
-    /// timeout, before the followers' next answers), or at all while the group is quiesced (it
-    /// quiesced with every voter holding the whole log; a voter reported down wakes it, and it
-    /// then drops out once silent for two election timeouts). Also publishes, with the term,
+    /// timeout, before the followers' next answers), or at all while the group is quiesced
+    /// unless node liveness reports the voter down (a group quiesces with every voter holding
+    /// the whole log but the ones reported down; a down voter drops out of the in-sync set
+    /// whether or not the group is quiesced). Also publishes, with the term,
     /// how many voters hold each index durably and what every replica holds
     /// ([`DurableCopies`]; all zero when not leading).
     pub(super) fn update_in_sync(&mut self) {
@@ -80,10 +81,14 @@ impl Group {
                 .filter(|(id, pr)| {
                     // Voters only: a learner catching up is not a replica clients count on.
                     let voter = raft.prs().conf().voters().contains(**id);
+                    // A quiesced group's voters all hold the whole log, except the ones
+                    // reported down (a leader may quiesce without them: `succession.rs`).
                     **id == me
                         || (voter
                             && pr.matched >= lagging_below
-                            && (pr.recent_active || quiesced || heard(id)))
+                            && (pr.recent_active
+                                || (quiesced && !self.p.liveness.is_down(**id))
+                                || heard(id)))
                 })
                 .map(|(id, _)| *id)
                 .collect();
