@@ -30,8 +30,8 @@ step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 disk
-# What `cargo test --workspace` runs (every test binary, then the doc-tests), but two binaries
-# at a time: most of them wait on timers, fsync and processes rather than compute, and one after
+# What `cargo test --workspace` runs (every test binary and the doc-tests), but two jobs at a
+# time: most of them wait on timers, fsync and processes rather than compute, and one after
 # another they took ~480 s of CI's run. Safe because every test takes its ports by probing
 # (the tests inside one binary already run at once) and its own temporary directories; see the
 # script. Each binary's output is printed whole when it ends.
