@@ -18,6 +18,8 @@ import subprocess
 import tempfile
 import time
 
+from lanes import port_range
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KAFKA_SCRIPT = os.path.join(REPO, "scripts", "kafka", "kafka-cluster.sh")
 FETCH_KAFKA = os.path.join(REPO, "scripts", "kafka", "fetch-kafka.sh")
@@ -62,7 +64,7 @@ def _free_kafka_base():
         # Below Linux's ephemeral range (32768 and up): a port found free there can be taken
         # by some connection's local end before the JVM binds it (seen in CI: a broker
         # exited during startup).
-        base = rng.randrange(12000, 20000)
+        base = rng.randrange(*port_range(12000, 20000))
         if ports_free([base + off + i for off in (0, 10) for i in range(NODES)]):
             return base
     raise RuntimeError("no free port range found")

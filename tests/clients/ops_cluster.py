@@ -17,6 +17,7 @@ import time
 import urllib.request
 
 from admin_target import ports_free
+from lanes import port_range
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 NODES = 3
@@ -46,7 +47,7 @@ def _free_base():
     for _ in range(200):
         # Below Linux's ephemeral range (32768 and up), where a free-checked port can be
         # taken by a connection's local end before the nodes bind it.
-        base = rng.randrange(12000, 20000)
+        base = rng.randrange(*port_range(12000, 20000))
         if ports_free([base + off + i for off in (0, 100, 200) for i in range(NODES)]):
             return base
     raise RuntimeError("no free port range found")

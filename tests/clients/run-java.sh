@@ -95,13 +95,20 @@ fi
 FAILED=()
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# A base port B with B+off+0..2 closed for every offset given, between LOW and LOW+8000 (below the
-# ephemeral range, 32768+, where outgoing connections take their local ports).
+# A base port B with B+off+0..2 closed for every offset given, between LOW and HIGH (below the
+# ephemeral range, 32768+, where outgoing connections take their local ports). With
+# VDL_TEST_LANE=k/2 (scripts/test.sh runs this next to a pytest lane) only in the k-th half,
+# less its top 300 ports: the slice tests/clients/lanes.py gives that lane, so the two never
+# probe the same ports.
 free_base() {
-  local low="$1"; shift
+  local low="$1" high="$2"; shift 2
   local b ok off i
+  if [[ "${VDL_TEST_LANE:-}" =~ ^([12])/2$ ]]; then
+    local width=$(((high - low) / 2))
+    low=$((low + (BASH_REMATCH[1] - 1) * width)); high=$((low + width - 300))
+  fi
   for _ in $(seq 1 100); do
-    b=$((low + RANDOM % 8000)); ok=1
+    b=$((low + RANDOM % (high - low))); ok=1
     for off in "$@"; do for i in 0 1 2; do port_open $((b + off + i)) && ok=0; done; done
     if [[ "$ok" == 1 ]]; then echo "$b"; return 0; fi
   done
@@ -145,7 +152,7 @@ trap 'exit 143' TERM INT
 #    sees its internal topics compacted within seconds.
 if [[ " $TARGETS " == *" vdl "* ]]; then
   TARGET=vdl
-  BASE="$(free_base 20000 0 100 200)"
+  BASE="$(free_base 20000 30000 0 100 200)"
   VDL_DATA="$(mktemp -d /tmp/vdl-java-test.XXXXXX)"
   BS="$(VDL_DATA_DIR="$VDL_DATA" VDL_KAFKA_BASE_PORT="$BASE" VDL_BIN="${VDL_BIN:-$REPO/target/debug/vdl}" \
     VDL_START_TIMEOUT=60 VDL_EXTRA_CONFIG="[storage]
@@ -161,7 +168,7 @@ fi
 if [[ " $TARGETS " == *" kafka "* ]]; then
   TARGET=kafka
   "$REPO/scripts/kafka/fetch-kafka.sh" >/dev/null
-  BASE="$(free_base 12000 0 10)"
+  BASE="$(free_base 12000 20000 0 10)"
   KAFKA_DATA="$(mktemp -d /tmp/vdl-java-kafka.XXXXXX)"
   BS="$(KAFKA_START_TIMEOUT=240 nice -n 10 "$REPO/scripts/kafka/kafka-cluster.sh" start --brokers 3 \
     --base-port "$BASE" --dir "$KAFKA_DATA" 2>"$KAFKA_DATA/start.log" | tail -n1)" ||

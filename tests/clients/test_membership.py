@@ -27,6 +27,7 @@ import urllib.request
 import pytest
 
 from admin_target import ports_free
+from lanes import port_range
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ANOMALIES = ("lost", "duplicate", "inconsistent_offsets", "non_monotonic_poll", "poll_skip")
@@ -52,7 +53,7 @@ def _base_port():
         return int(fixed)
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(20000, 30000)
+        base = rng.randrange(*port_range(20000, 30000))
         if ports_free([base + i for i in range(3 * NODES)]):
             return base
     raise RuntimeError("no free port range found")
