@@ -23,6 +23,9 @@ pub const LIVENESS_GROUP: u64 = 0;
 pub struct Liveness {
     /// Per peer: last ping (or the tracker's start), and whether it is reported down.
     peers: Mutex<HashMap<u64, (Instant, bool)>>,
+    /// The peers with an admitted connection to this node open now (their process is
+    /// running: a dead process's connections are closed by its kernel).
+    connected: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Liveness {
@@ -32,6 +35,7 @@ impl Liveness {
         let now = Instant::now();
         Liveness {
             peers: Mutex::new(peers.iter().map(|p| (*p, (now, false))).collect()),
+            connected: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -74,6 +78,30 @@ impl Liveness {
         {
             entry.1 = true;
         }
+    }
+
+    /// Records whether `peer` has an admitted connection to this node open (the transport
+    /// calls it when the first opens and the last closes).
+    pub fn set_connected(&self, peer: u64, connected: bool) {
+        let mut set = self.connected.lock().unwrap_or_else(|e| e.into_inner());
+        if connected {
+            set.insert(peer);
+        } else {
+            set.remove(&peer);
+        }
+    }
+
+    /// Whether `peer` is reported down and has no connection to this node open either: its
+    /// process is gone (crashed, killed, stopped), not merely slow to answer or cut off
+    /// behind an open connection. Failover acts at once only on this (see
+    /// `replication/group/succession.rs`).
+    pub fn is_gone(&self, peer: u64) -> bool {
+        self.is_down(peer)
+            && !self
+                .connected
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&peer)
     }
 
     /// Whether `peer` is reported down now (silent for an election timeout and not heard
@@ -131,6 +159,15 @@ mod tests {
         assert!(!l.is_down(2));
         assert!(!l.heard_at(2, later), "heard again: it was not down");
         assert!(!l.heard_at(9, later)); // not a peer: ignored
+                                        // Gone: reported down and no connection open.
+        l.mark_down(3);
+        l.set_connected(3, true);
+        assert!(
+            l.is_down(3) && !l.is_gone(3),
+            "down but connected: slow, not gone"
+        );
+        l.set_connected(3, false);
+        assert!(l.is_gone(3));
         assert!(l
             .newly_down(later + Duration::from_millis(50), t)
             .is_empty());

@@ -108,6 +108,7 @@ impl PeerInbox for Registry {
     ) {
         {
             let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            self.liveness.set_connected(peer, true);
             peers.entry(peer).or_default().push(PeerConnection {
                 id: connection,
                 advertised,
@@ -134,6 +135,7 @@ impl PeerInbox for Registry {
             open.retain(|c| c.id != connection);
             if open.is_empty() {
                 peers.remove(&peer);
+                self.liveness.set_connected(peer, false);
             }
         }
     }

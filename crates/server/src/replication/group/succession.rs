@@ -20,8 +20,10 @@
 //!   connection to it breaks: that report comes when the check-quorum lease every follower
 //!   keeps has run out anyway (both are one election timeout of silence), so waking earlier
 //!   only ticked thousands of groups that could not elect yet.
-//! - **Succession.** When the report arrives, for each group the down peer led and this
-//!   replica votes in: the lease ends here (`election_elapsed` raised to the election
+//! - **Succession.** When the report arrives and the peer has no connection to this node open
+//!   either (its process is gone: a SIGKILL or a crash closes its connections at once; a peer
+//!   merely slow to answer keeps them, and its groups then fail over only as raft-rs's timers
+//!   decide), for each group the down peer led, this node votes in and is not leaving: the lease ends here (`election_elapsed` raised to the election
 //!   timeout, so this replica grants the pre-vote and vote of whichever voter campaigns
 //!   first); one surviving voter, the same on every node, campaigns
 //!   [`SUCCESSOR_DELAY_TICKS`] ticks later (long enough for the other survivors' own
@@ -115,7 +117,11 @@ impl Group {
     /// group and this replica is a voter that may campaign, end the lease here and set the
     /// election timer as the module documentation says.
     pub(super) fn on_leader_reported_down(&mut self, peer: u64) {
-        if self.may_not_campaign() {
+        // Only for a leader whose process is gone (no connection open either): a peer merely
+        // slow to answer pings (a loaded machine) keeps its leadership; the followers then
+        // wake and tick, and elect only if its heartbeats stay away. Never while this node is
+        // leaving (graceful shutdown): it is handing leadership away.
+        if self.may_not_campaign() || self.leaving || !self.p.liveness.is_gone(peer) {
             return;
         }
         let group = self.p.id;
