@@ -34,7 +34,8 @@ disk
 # time: most of them wait on timers, fsync and processes rather than compute, and one after
 # another they took ~480 s of CI's run. Safe because every test takes its ports by probing
 # (the tests inside one binary already run at once) and its own temporary directories; see the
-# script. Each binary's output is printed whole when it ends.
+# script. The two binaries with wall-time bounds (a failover deadline, a seeded replay) run
+# alone afterwards. Each binary's output is printed whole when it ends.
 step "cargo test (test binaries two at a time: scripts/test-lanes.sh)"
 scripts/test-lanes.sh 2
 disk
