@@ -297,14 +297,18 @@ impl Log {
         if self.inner.closed.send_replace(true) {
             return;
         }
-        if let Some(task) = self
+        let kafka = self
             .inner
             .kafka
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+            .take();
+        if let Some(task) = kafka {
             task.abort();
+            // Wait until the aborted task is dropped (its listeners and connection set with
+            // it), so nothing it held outlives the shutdown: a `Log` joined again on the same
+            // directory right after must find it unlocked.
+            let _ = task.await;
         }
         let node = self.inner.node.clone();
         // Joining the node's worker threads blocks: not on a runtime thread.
