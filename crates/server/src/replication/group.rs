@@ -448,6 +448,10 @@ impl Group {
                     self.set_quiesced(false);
                     self.on_leader_reported_down(peer);
                 }
+                if self.p.node.raft.state == StateRole::Leader {
+                    // A leader that stays quiesced drops the voter from its in-sync set now.
+                    self.update_in_sync();
+                }
             }
             GroupInput::PeerUp(peer) => {
                 if self.leads_with_voter(peer) {

@@ -52,8 +52,8 @@ impl Group {
     /// within two election timeouts (the quorum check clears raft-rs's flag every election
     /// timeout, before the followers' next answers), or at all while the group is quiesced
     /// unless node liveness reports the voter down (a group quiesces with every voter holding
-    /// the whole log but the ones reported down; a down voter drops out of the in-sync set
-    /// whether or not the group is quiesced). Also publishes, with the term,
+    /// the whole log but the ones reported down; the set is computed again when it quiesces
+    /// and when a voter is reported down). Also publishes, with the term,
     /// how many voters hold each index durably and what every replica holds
     /// ([`DurableCopies`]; all zero when not leading).
     pub(super) fn update_in_sync(&mut self) {
@@ -86,9 +86,11 @@ impl Group {
                     **id == me
                         || (voter
                             && pr.matched >= lagging_below
-                            && (pr.recent_active
-                                || (quiesced && !self.p.liveness.is_down(**id))
-                                || heard(id)))
+                            && if quiesced {
+                                !self.p.liveness.is_down(**id)
+                            } else {
+                                pr.recent_active || heard(id)
+                            })
                 })
                 .map(|(id, _)| *id)
                 .collect();

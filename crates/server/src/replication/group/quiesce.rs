@@ -28,6 +28,9 @@ impl Group {
             self.p.node.raft.ping();
             self.mark_quiesce_heartbeats = true;
             self.set_quiesced(true);
+            // No turn may come for a long time: the in-sync set it publishes must already
+            // leave out the voters reported down (it may quiesce without them).
+            self.update_in_sync();
         }
     }
 
