@@ -257,26 +257,46 @@ fn restorable_configuration(cs: &ConfState) -> bool {
                 .map(|id| single(*id, AddLearnerNode)),
         )
         .collect();
-    if cs.voters_outgoing.is_empty() {
+    let replayed = if cs.voters_outgoing.is_empty() {
         if !cs.learners_next.is_empty() || cs.auto_leave {
             return false;
         }
-        return incoming
+        incoming
             .iter()
-            .all(|cc| apply(&mut tracker, std::slice::from_ref(cc)));
-    }
-    for id in &cs.voters_outgoing {
-        if !apply(&mut tracker, &[single(*id, AddNode)]) {
-            return false;
-        }
-    }
-    match raft::Changer::new(&tracker).enter_joint(cs.auto_leave, &incoming) {
-        Ok((cfg, map)) => {
-            tracker.apply_conf(cfg, map, 1);
-            true
-        }
-        Err(_) => false,
-    }
+            .all(|cc| apply(&mut tracker, std::slice::from_ref(cc)))
+    } else {
+        cs.voters_outgoing
+            .iter()
+            .all(|id| apply(&mut tracker, &[single(*id, AddNode)]))
+            && match raft::Changer::new(&tracker).enter_joint(cs.auto_leave, &incoming) {
+                Ok((cfg, map)) => {
+                    tracker.apply_conf(cfg, map, 1);
+                    true
+                }
+                Err(_) => false,
+            }
+    };
+    // raft-rs asserts (and stops the process otherwise) that the restored tracker describes
+    // the snapshot's configuration exactly, as sets: a replay that accepted every change but
+    // dropped or moved an id (a learner in the outgoing voters of a joint configuration, an
+    // id listed twice in one list) must be refused here.
+    replayed && same_configuration(&tracker.conf().to_conf_state(), cs)
+}
+
+/// Whether two configurations name the same voters, outgoing voters, learners and next
+/// learners (each compared as a set, as raft-rs compares them after a restore) and the same
+/// auto-leave flag.
+fn same_configuration(a: &ConfState, b: &ConfState) -> bool {
+    let sorted = |ids: &[u64]| {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids
+    };
+    sorted(&a.voters) == sorted(&b.voters)
+        && sorted(&a.voters_outgoing) == sorted(&b.voters_outgoing)
+        && sorted(&a.learners) == sorted(&b.learners)
+        && sorted(&a.learners_next) == sorted(&b.learners_next)
+        && a.auto_leave == b.auto_leave
 }
 
 #[cfg(test)]

@@ -192,3 +192,40 @@ fn check_in_group_uses_the_group_state() {
         Err(Refusal::NotAccepted(MessageType::MsgRequestVoteResponse))
     );
 }
+
+/// A snapshot's configuration passes only when raft-rs would restore exactly it: raft-rs
+/// stops the process when the restored configuration differs. The refused shape is the one a
+/// fuzzed peer message carried (full run 21, `PEER_FUZZ_SEED=1795954056424717086`): a joint
+/// configuration whose learner 0 raft-rs dropped in the restore.
+#[test]
+fn a_snapshot_configuration_raft_rs_would_not_restore_exactly_is_refused() {
+    let conf = |voters: &[u64], learners: &[u64], outgoing: &[u64]| {
+        let mut cs = raft::prelude::ConfState::default();
+        cs.voters = voters.to_vec();
+        cs.learners = learners.to_vec();
+        cs.voters_outgoing = outgoing.to_vec();
+        cs
+    };
+    assert!(!super::restorable_configuration(&conf(
+        &[1, 2, 3],
+        &[0],
+        &[2, 3]
+    )));
+    // Ordinary configurations, joint ones included, still pass.
+    assert!(super::restorable_configuration(&conf(&[1, 2, 3], &[], &[])));
+    assert!(super::restorable_configuration(&conf(
+        &[3, 1, 2],
+        &[4],
+        &[]
+    )));
+    assert!(super::restorable_configuration(&conf(
+        &[1, 2, 4],
+        &[],
+        &[1, 2, 3]
+    )));
+    assert!(super::restorable_configuration(&conf(
+        &[1, 2, 4],
+        &[5],
+        &[1, 2, 3]
+    )));
+}
