@@ -345,7 +345,7 @@ impl Task for Group {
         if now >= self.next_retention {
             self.roll_aged_segment();
             self.apply_retention();
-            self.next_retention = Instant::now() + self.p.retention_interval;
+            self.next_retention = Instant::now() + self.retention_every();
         }
         if let (Some(at), Some((_, every))) = (self.next_rebalance, self.p.preferred_leader) {
             if now >= at {
@@ -356,7 +356,7 @@ impl Task for Group {
         let sync_due = self.sync_when_due();
         // A quiesced group wakes only for input and its slow timers (and a due sync).
         let slow = self
-            .next_rebalance
+            .rebalance_wake()
             .map_or(self.next_retention, |r| r.min(self.next_retention));
         let slow = sync_due.map_or(slow, |d| d.min(slow));
         Next::Continue {

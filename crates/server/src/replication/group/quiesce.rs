@@ -3,6 +3,10 @@
 //!
 //! A child module of `group.rs`, an `impl Group` of its own.
 
+use std::time::{Duration, Instant};
+
+use raft::StateRole;
+
 use super::Group;
 
 impl Group {
@@ -43,11 +47,49 @@ impl Group {
     }
 
     /// Enters or leaves quiescence, publishing the change.
+    /// A woken group's retention check comes within the ordinary interval again.
     pub(super) fn set_quiesced(&mut self, quiesced: bool) {
         if self.visible.quiesced != quiesced {
             self.idle_ticks = 0;
             self.visible.quiesced = quiesced;
+            if !quiesced {
+                self.next_retention = self
+                    .next_retention
+                    .min(Instant::now() + self.p.retention_interval);
+            }
             self.publish();
         }
     }
+
+    /// How long until the next retention check (and roll by age): the configured interval
+    /// while the group runs; [`QUIESCED_RETENTION_FACTOR`] times it while quiesced, since
+    /// nothing is written then and only age moves (Kafka checks every 5 minutes by default).
+    pub(super) fn retention_every(&self) -> Duration {
+        if self.visible.quiesced {
+            self.p
+                .retention_interval
+                .saturating_mul(QUIESCED_RETENTION_FACTOR)
+        } else {
+            self.p.retention_interval
+        }
+    }
+
+    /// When the group must take a turn for the preferred-leader check, if at all: never while
+    /// quiesced unless this replica leads and is not the preferred one (a quiesced follower or
+    /// preferred leader has nothing to hand over, and leading again wakes the group).
+    pub(super) fn rebalance_wake(&self) -> Option<Instant> {
+        let at = self.next_rebalance?;
+        let raft = &self.p.node.raft;
+        let may_hand_over = raft.state == StateRole::Leader
+            && self
+                .p
+                .preferred_leader
+                .is_some_and(|(preferred, _)| preferred != raft.id);
+        (!self.visible.quiesced || may_hand_over).then_some(at)
+    }
 }
+
+/// A quiesced group checks retention this many times less often than a running one: with the
+/// default 10 s interval, once a minute. Each check is a turn of the group; at 10,000 idle
+/// partitions per node the 10 s checks alone were 1,000 turns a second (about 4% of a core).
+pub(crate) const QUIESCED_RETENTION_FACTOR: u32 = 6;
