@@ -12,8 +12,14 @@
 # PERF_OUT=file it also samples node 2 with perf from the kill on (PERF_S seconds, default 8).
 # Last, the survivors' CPU while node 1 stays down (AFTER_SAMPLE_S seconds, default 10).
 #
+# With KAFKA=1 the same is measured on a local 3-broker Apache Kafka 3.9 cluster instead
+# (scripts/kafka/kafka-cluster.sh, KRaft, every broker also a controller, heap KAFKA_HEAP,
+# default "-Xms1g -Xmx1g"; brokers 0-2 on KAFKA_BASE_PORT 29092-29094, broker 0 is the one
+# killed); the election log analysis and perf are vdl's only.
+#
 # Usage: scripts/bench/idle-cost.sh            (env: VDL_BIN, default target/release/vdl;
-#        TOPICS=100 PARTITIONS=10 SETTLE_S=20 SAMPLE_S=60 FAILOVER=0 VDL_KAFKA_BASE_PORT=24092)
+#        TOPICS=100 PARTITIONS=10 SETTLE_S=20 SAMPLE_S=60 FAILOVER=0 VDL_KAFKA_BASE_PORT=24092
+#        KAFKA=0 KAFKA_BASE_PORT=29092 KAFKA_HEAP="-Xms1g -Xmx1g")
 # A benchmark, not a test: it measures, it does not pass or fail.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -28,10 +34,36 @@ export VDL_STREAMS="${VDL_STREAMS:-}"
 PY="$REPO/.venv/bin/python"
 [[ -x "$PY" ]] || { echo "no $PY: run scripts/test-deps.sh first" >&2; exit 2; }
 
-cleanup() { VDL_CLEAN=1 "$REPO/deploy/local-cluster.sh" stop >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-bootstrap="$("$REPO/deploy/local-cluster.sh" start | tail -n 1)"
-nodes=$(ls "$VDL_DATA_DIR"/vdl*.pid | wc -l)
+# The cluster under test: its node ids (`ids`), and per node its process id, name and data
+# directory; `victim` is the node FAILOVER kills, `survivor` a bootstrap address without it.
+if [[ "${KAFKA:-0}" == 1 ]]; then
+  KAFKA_BASE_PORT="${KAFKA_BASE_PORT:-29092}"
+  KDIR="$VDL_DATA_DIR/kafka"
+  kcluster() { "$REPO/scripts/kafka/kafka-cluster.sh" "$@"; }
+  cleanup() { kcluster stop --dir "$KDIR" --clean >/dev/null 2>&1 || true; }
+  trap cleanup EXIT
+  "$REPO/scripts/kafka/fetch-kafka.sh" >/dev/null
+  kcluster start --brokers 3 --base-port "$KAFKA_BASE_PORT" --dir "$KDIR" \
+    --heap "${KAFKA_HEAP:--Xms1g -Xmx1g}" >/dev/null
+  bootstrap="$(kcluster bootstrap --dir "$KDIR")"
+  ids=(0 1 2)
+  pid_of() { cat "$KDIR/broker-$1/pid"; }
+  name_of() { echo "kafka$1"; }
+  data_of() { echo "$KDIR/broker-$1"; }
+  victim=0
+  survivor="127.0.0.1:$((KAFKA_BASE_PORT + 1))"
+else
+  cleanup() { VDL_CLEAN=1 "$REPO/deploy/local-cluster.sh" stop >/dev/null 2>&1 || true; }
+  trap cleanup EXIT
+  bootstrap="$("$REPO/deploy/local-cluster.sh" start | tail -n 1)"
+  nodes=$(ls "$VDL_DATA_DIR"/vdl*.pid | wc -l)
+  ids=($(seq 1 "$nodes"))
+  pid_of() { cat "$VDL_DATA_DIR/vdl$1.pid"; }
+  name_of() { echo "vdl$1"; }
+  data_of() { echo "$VDL_DATA_DIR/vdl$1"; }
+  victim=1
+  survivor="127.0.0.1:$((VDL_KAFKA_BASE_PORT + 1))"
+fi
 
 t0=$(date +%s.%N)
 "$PY" - "$bootstrap" "$TOPICS" "$PARTITIONS" <<'PYEOF'
@@ -62,28 +94,27 @@ sleep "$SETTLE_S"
 
 hz=$(getconf CLK_TCK)
 declare -A cpu0
-for ((i = 1; i <= nodes; i++)); do
-  pid=$(cat "$VDL_DATA_DIR/vdl$i.pid")
-  cpu0[$i]=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+for i in "${ids[@]}"; do
+  cpu0[$i]=$(awk '{print $14 + $15}' "/proc/$(pid_of "$i")/stat")
 done
 sleep "$SAMPLE_S"
 json="["
-for ((i = 1; i <= nodes; i++)); do
-  pid=$(cat "$VDL_DATA_DIR/vdl$i.pid")
+for i in "${ids[@]}"; do
+  pid=$(pid_of "$i")
   cpu1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   cpu_pct=$(echo "scale=2; 100 * ($cpu1 - ${cpu0[$i]}) / $hz / $SAMPLE_S" | bc)
   threads=$(awk '/^Threads:/ {print $2}' "/proc/$pid/status")
   rss_mb=$(awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status")
   anon_mb=$(awk '/^RssAnon:/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status")
   fds=$(ls "/proc/$pid/fd" | wc -l)
-  disk_mb=$(du -sm "$VDL_DATA_DIR/vdl$i" | cut -f1)
-  echo "vdl$i: cpu ${cpu_pct}% of a core, threads $threads, rss ${rss_mb} MB (anonymous ${anon_mb} MB), open descriptors $fds, disk ${disk_mb} MB" >&2
+  disk_mb=$(du -sm "$(data_of "$i")" | cut -f1)
+  echo "$(name_of "$i"): cpu ${cpu_pct}% of a core, threads $threads, rss ${rss_mb} MB (anonymous ${anon_mb} MB), open descriptors $fds, disk ${disk_mb} MB" >&2
   json+="${i:+}{\"node\":$i,\"cpu_pct\":$cpu_pct,\"threads\":$threads,\"rss_mb\":$rss_mb,\"anon_rss_mb\":$anon_mb,\"fds\":$fds,\"disk_mb\":$disk_mb},"
 done
 echo "${json%,}]"
 
 if [[ "${FAILOVER:-0}" == 1 ]]; then
-  if [[ -n "${PERF_OUT:-}" ]]; then
+  if [[ -n "${PERF_OUT:-}" && "${KAFKA:-0}" != 1 ]]; then
     # Where a survivor's CPU goes during the failover: node 2 sampled for PERF_S (8) seconds
     # from just before the kill (perf report -i "$PERF_OUT").
     perf record -F 499 -g -o "$PERF_OUT" -p "$(cat "$VDL_DATA_DIR/vdl2.pid")" -- sleep "${PERF_S:-8}" \
@@ -91,11 +122,12 @@ if [[ "${FAILOVER:-0}" == 1 ]]; then
     sleep 0.5
   fi
   killed_at=$(date +%s.%N)
-  kill -9 "$(cat "$VDL_DATA_DIR/vdl1.pid")"
-  "$PY" - "127.0.0.1:$((VDL_KAFKA_BASE_PORT + 1))" "$TOPICS" "$PARTITIONS" <<'PYEOF'
+  kill -9 "$(pid_of "$victim")"
+  "$PY" - "$survivor" "$TOPICS" "$PARTITIONS" "$victim" "$(name_of "$victim")" <<'PYEOF'
 import sys, time
 from confluent_kafka.admin import AdminClient
 bootstrap, topics, partitions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+victim, victim_name = int(sys.argv[4]), sys.argv[5]
 start = time.monotonic()
 a = AdminClient({"bootstrap.servers": bootstrap})
 names = [f"idle-{i}" for i in range(topics)]
@@ -103,15 +135,15 @@ led = 0
 while time.monotonic() - start < 120:
     md = a.list_topics(timeout=30)
     led = sum(1 for n in names if n in md.topics
-              for p in md.topics[n].partitions.values() if p.leader not in (-1, 1))
+              for p in md.topics[n].partitions.values() if p.leader not in (-1, victim))
     if led == topics * partitions:
         break
     time.sleep(0.05)
-print(f"after SIGKILL of vdl1: {led} of {topics * partitions} partitions led by vdl2/vdl3 "
+print(f"after SIGKILL of {victim_name}: {led} of {topics * partitions} partitions led by the others "
       f"{time.monotonic() - start:.2f} s later", file=sys.stderr)
 PYEOF
   # A produce/consume round trip on a sample of partitions through the survivors.
-  "$PY" - "127.0.0.1:$((VDL_KAFKA_BASE_PORT + 1))" "$TOPICS" "$PARTITIONS" "${SAMPLE_PARTITIONS:-100}" <<'PYEOF'
+  "$PY" - "$survivor" "$TOPICS" "$PARTITIONS" "${SAMPLE_PARTITIONS:-100}" <<'PYEOF'
 import random, sys, time
 from confluent_kafka import Consumer, Producer, TopicPartition
 bootstrap, topics, partitions, sample = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -145,17 +177,20 @@ PYEOF
   sleep 10
   after_s="${AFTER_SAMPLE_S:-10}"
   declare -A after0
-  for ((i = 2; i <= nodes; i++)); do
-    after0[$i]=$(awk '{print $14 + $15}' "/proc/$(cat "$VDL_DATA_DIR/vdl$i.pid")/stat")
+  survivors=()
+  for i in "${ids[@]}"; do [[ "$i" == "$victim" ]] || survivors+=("$i"); done
+  for i in "${survivors[@]}"; do
+    after0[$i]=$(awk '{print $14 + $15}' "/proc/$(pid_of "$i")/stat")
   done
   sleep "$after_s"
-  for ((i = 2; i <= nodes; i++)); do
-    pid=$(cat "$VDL_DATA_DIR/vdl$i.pid")
+  for i in "${survivors[@]}"; do
+    pid=$(pid_of "$i")
     cpu1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-    echo "vdl$i with vdl1 down: cpu $(echo "scale=2; 100 * ($cpu1 - ${after0[$i]}) / $hz / $after_s" | bc)% of a core, open descriptors $(ls "/proc/$pid/fd" | wc -l)" >&2
+    echo "$(name_of "$i") with $(name_of "$victim") down: cpu $(echo "scale=2; 100 * ($cpu1 - ${after0[$i]}) / $hz / $after_s" | bc)% of a core, open descriptors $(ls "/proc/$pid/fd" | wc -l)" >&2
   done
   # Where the time went: each new leader logs "became leader" (one line per partition); their
   # times after the kill, and when the survivors first reported node 1 down.
+  [[ "${KAFKA:-0}" == 1 ]] && exit 0
   "$PY" - "$killed_at" "$VDL_DATA_DIR" "$nodes" <<'PYEOF'
 import datetime, re, sys
 killed_at, data_dir, nodes = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
