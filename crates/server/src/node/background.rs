@@ -27,9 +27,19 @@ pub(super) async fn watch_liveness(
     let mut interval = tokio::time::interval(every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut schedule = crate::replication::leaders::ReportSchedule::default();
+    let mut led = Vec::new();
+    let mut led_as_of = None;
     loop {
         interval.tick().await;
-        let report = schedule.due(led_here(&streams, me), std::time::Instant::now());
+        let now = std::time::Instant::now();
+        // The groups' states are read again only after a leadership change, or when the
+        // report is sent again anyway (which also drops the groups of deleted streams).
+        let changes = registry.leadership.count();
+        if led_as_of != Some(changes) || schedule.stale(now) {
+            led_as_of = Some(changes);
+            led = led_here(&streams, me);
+        }
+        let report = schedule.due(led.clone(), now);
         let others = others.read().unwrap_or_else(|e| e.into_inner()).clone();
         for peer in &others {
             let mut ping = crate::replication::liveness::ping(me, *peer);

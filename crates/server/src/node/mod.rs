@@ -350,6 +350,7 @@ impl Node {
             peers: Mutex::new(HashMap::new()),
             liveness: Arc::new(crate::replication::liveness::Liveness::new(&others)),
             leaders: crate::replication::leaders::LeaderBook::new(&others, max_reported),
+            leadership: Arc::default(),
         });
         let guard = Arc::new(PeerGuard::new(
             config.id,

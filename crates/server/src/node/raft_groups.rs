@@ -294,6 +294,7 @@ impl Node {
             forward_proposals,
             peer_stats: self.registry.stats.clone(),
             liveness: self.registry.liveness.clone(),
+            leadership: self.registry.leadership.clone(),
             producers,
             aborted: aborted_tx,
             state_machine,

@@ -29,6 +29,9 @@ pub(crate) struct Registry {
     pub(crate) liveness: Arc<crate::replication::liveness::Liveness>,
     /// Which groups each peer reports leading (see [`crate::replication::leaders`]).
     pub(crate) leaders: crate::replication::leaders::LeaderBook,
+    /// Counts the leadership changes of this node's groups (see
+    /// [`crate::replication::leaders::LeadershipChanges`]).
+    pub(crate) leadership: Arc<crate::replication::leaders::LeadershipChanges>,
 }
 
 /// One admitted connection of a peer and the Kafka addresses its hello announced.

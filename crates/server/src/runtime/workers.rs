@@ -11,8 +11,9 @@
 //! - a slot is queued at most once (the run queue is bounded by the number of slots), and a task
 //!   never runs on two workers at once;
 //! - the timer thread, once per tick period, marks a tick due for every task that wants ticks
-//!   (a quiesced group does not: it costs the timer one atomic load per tick) and schedules the
-//!   tasks whose slow deadline ([`Next::Continue::wake_at`]) has passed;
+//!   (a quiesced group does not, and costs the timer nothing) and schedules the tasks whose
+//!   slow deadline ([`Next::Continue::wake_at`]) has passed, from a set of the ticking slots
+//!   and a heap of the others' deadlines (see `timer.rs`);
 //! - a turn that blocks on the disk (append + fsync) holds one worker; the other workers go on
 //!   with other groups, so an unrelated group waits at most for a worker to finish one turn.
 //!
@@ -20,11 +21,15 @@
 //! first; in tests the other groups go on); [`Slot::panicked`] says so.
 
 use std::collections::{HashMap, VecDeque};
+
+#[path = "timer.rs"]
+mod timer;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use timer::{run_timer, TimerIndex};
 
 /// Largest worker pool [`worker_count`] chooses on its own.
 const MAX_AUTO_WORKERS: usize = 16;
@@ -80,8 +85,10 @@ struct Shared {
     /// Slots on the run queue (its length, readable without the lock; see
     /// [`others_waiting`]).
     waiting: AtomicUsize,
-    /// Every live slot, by slot id (for the timer).
+    /// Every live slot, by slot id.
     slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// What the timer looks at each period: the ticking slots and the others' deadlines.
+    timers: Mutex<TimerIndex>,
     next_slot_id: AtomicU64,
     stopping: AtomicBool,
     /// Wakes the timer early (at shutdown).
@@ -251,13 +258,16 @@ impl Slot {
             Ok(Next::Continue { ticking, wake_at })
                 if !self.stop_requested.load(Ordering::SeqCst) =>
             {
-                self.ticking.store(ticking, Ordering::SeqCst);
+                let was_ticking = self.ticking.swap(ticking, Ordering::SeqCst);
                 let shared = self.shared.upgrade();
                 let deadline = match (wake_at, &shared) {
                     (Some(at), Some(s)) => s.millis_since_epoch(at),
                     _ => NO_DEADLINE,
                 };
-                self.wake_at_ms.store(deadline, Ordering::SeqCst);
+                let old_deadline = self.wake_at_ms.swap(deadline, Ordering::SeqCst);
+                if let Some(s) = &shared {
+                    s.note_turn_end(self, was_ticking, old_deadline, ticking, deadline);
+                }
                 // Clear first, then look: a sender that queued input after the look finds the
                 // flag clear and schedules the slot itself.
                 self.scheduled.store(false, Ordering::SeqCst);
@@ -330,6 +340,7 @@ impl Slot {
         }
         if let Some(shared) = self.shared.upgrade() {
             lock(&shared.slots).remove(&self.id);
+            lock(&shared.timers).remove(self.id);
         }
         let _guard = lock(&self.done_lock);
         self.done.notify_all();
@@ -361,6 +372,7 @@ impl Runtime {
             wakeups: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             slots: Mutex::new(HashMap::new()),
+            timers: Mutex::new(TimerIndex::default()),
             next_slot_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             timer_wake: Condvar::new(),
@@ -412,6 +424,7 @@ impl Runtime {
             shared: Arc::downgrade(&self.shared),
         });
         lock(&self.shared.slots).insert(id, slot.clone());
+        lock(&self.shared.timers).add(&slot);
         slot
     }
 
@@ -460,53 +473,6 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-/// The timer: every tick period, a tick for every ticking task and a turn for every task whose
-/// slow deadline passed.
-fn run_timer(shared: &Shared) {
-    let mut next = Instant::now() + shared.tick;
-    let mut due: Vec<Arc<Slot>> = Vec::new();
-    loop {
-        {
-            let mut guard = lock(&shared.timer_lock);
-            loop {
-                if shared.stopping.load(Ordering::SeqCst) {
-                    return;
-                }
-                let left = next.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                guard = shared
-                    .timer_wake
-                    .wait_timeout(guard, left)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
-        }
-        let now = Instant::now();
-        // The next period starts from the schedule, not from now, unless the timer fell a
-        // whole period behind (a stalled machine): then ticks are skipped, not bunched.
-        next += shared.tick;
-        if next <= now {
-            next = now + shared.tick;
-        }
-        let now_ms = shared.millis_since_epoch(now);
-        due.clear();
-        for slot in lock(&shared.slots).values() {
-            if slot.ticking.load(Ordering::SeqCst) {
-                slot.tick_due.store(true, Ordering::SeqCst);
-                due.push(slot.clone());
-            } else if slot.wake_at_ms.load(Ordering::SeqCst) <= now_ms {
-                due.push(slot.clone());
-            }
-        }
-        // Scheduled outside the slots lock (schedule takes the queue lock).
-        for slot in &due {
-            slot.schedule();
-        }
     }
 }
 

@@ -356,6 +356,7 @@ fn open_replica(
         },
         peer_stats: Arc::new(PeerStats::default()),
         liveness: node_liveness(node),
+        leadership: Default::default(),
         state_machine,
         producers: (!replay).then(ProducerTable::default),
         aborted: watch::channel(Vec::new().into()).0,

@@ -497,14 +497,19 @@ impl Group {
                 self.p.aborted.send_replace(list.into());
             }
         }
+        let mut leadership_moved = false;
         self.p.visible.send_if_modified(|v| {
             if *v == self.visible {
                 false
             } else {
+                leadership_moved = v.leader != self.visible.leader || v.term != self.visible.term;
                 *v = self.visible;
                 true
             }
         });
+        if leadership_moved {
+            self.p.leadership.note();
+        }
     }
 
     pub(super) fn fail_all(&mut self, err: AppendError) {

@@ -355,6 +355,9 @@ pub struct GroupParts {
     /// The node's view of which peers are down (see [`crate::replication::liveness`]): a
     /// leader quiesces with voters that are down, and wakes only when too few are left.
     pub liveness: Arc<crate::replication::liveness::Liveness>,
+    /// Where the group counts each change of its published leader or term (the node's
+    /// leader report reads the groups again only after one).
+    pub leadership: Arc<crate::replication::leaders::LeadershipChanges>,
     /// Applies committed metadata entries, if this group carries any.
     pub state_machine: Option<Box<dyn StateMachine>>,
     /// Idempotent producers' state, for a stream of record batches (rebuilt from the log).
