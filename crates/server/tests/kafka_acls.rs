@@ -25,6 +25,9 @@ use kafka_proto::messages::describe_acls_request::DescribeAclsRequest;
 use kafka_proto::messages::describe_user_scram_credentials_request::DescribeUserScramCredentialsRequest;
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::metadata_request::MetadataRequest;
+use kafka_proto::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_proto::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
 };
@@ -38,6 +41,8 @@ use vdl_server::Node;
 const TOPIC: &str = "secret";
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 const WAIT: Duration = Duration::from_secs(20);
 
 fn call(addr: SocketAddr, api: ApiKey, version: i16, req: &Request) -> Response {
@@ -485,6 +490,48 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         eventually("alice's credential gone on every node", || {
             n.replicated_scram_credential("alice", ScramMechanism::Sha512)
                 .is_none()
+        });
+    }
+
+    // TxnOffsetCommit, checked as Kafka's: WRITE on the transactional id first
+    // (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then READ on the group
+    // (GROUP_AUTHORIZATION_FAILED), on any node, coordinator or not.
+    let txn_offset_commit = |addr| {
+        let req = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
+            transactional_id: "app".into(),
+            group_id: "app-group".into(),
+            producer_id: 7,
+            topics: vec![TxnOffsetCommitRequestTopic {
+                name: TOPIC.into(),
+                partitions: vec![TxnOffsetCommitRequestPartition {
+                    committed_offset: 1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match call(addr, ApiKey::TxnOffsetCommit, 3, &req) {
+            Response::TxnOffsetCommit(r) => r.topics[0].partitions[0].error_code,
+            other => panic!("{other:?}"),
+        }
+    };
+    for addr in &brokers {
+        assert_eq!(
+            txn_offset_commit(*addr),
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        );
+    }
+    rt.block_on(nodes[0].metadata_proposer().propose(
+        &MetaCommand::CreateAcls {
+            acls: vec![AclBinding::from_kafka(5, "app", 3, "User:ANONYMOUS", "*", 4, 3).unwrap()],
+        },
+        WAIT,
+    ))
+    .unwrap();
+    for addr in &brokers {
+        eventually("WRITE on the transactional id applied", || {
+            txn_offset_commit(*addr) == GROUP_AUTHORIZATION_FAILED
         });
     }
     for n in &nodes {
