@@ -67,47 +67,23 @@ pub(crate) fn offset_commit<H: GroupsHost>(
             Instant::now(),
         ),
     };
-    let requested = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = t.name;
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| CommittedOffset {
-                    topic: name.clone(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: p.committed_metadata,
-                })
-                .collect();
-            (name, partitions)
-        })
-        .collect();
-    let (topics, offsets) = check_offsets(&**node, access, group_error, requested);
+    let (topics, offsets) = check_offsets(&**node, access, group_error, requested_offsets!(req));
     let respond = move |commit: Option<ErrorCode>| {
-        let topics = topics
-            .into_iter()
-            .map(|(name, partitions)| OffsetCommitResponseTopic {
-                name,
-                partitions: partitions
-                    .into_iter()
-                    .map(|(partition_index, e)| OffsetCommitResponsePartition {
-                        partition_index,
-                        error_code: match (e, commit) {
-                            (ErrorCode::None, Some(c)) => c.code(),
-                            (e, _) => e.code(),
-                        },
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect();
         Response::OffsetCommit(OffsetCommitResponse {
-            topics,
+            topics: answer_topics(
+                topics,
+                commit,
+                |name, partitions| OffsetCommitResponseTopic {
+                    name,
+                    partitions,
+                    ..Default::default()
+                },
+                |partition_index, error_code| OffsetCommitResponsePartition {
+                    partition_index,
+                    error_code,
+                    ..Default::default()
+                },
+            ),
             ..Default::default()
         })
     };
@@ -152,6 +128,56 @@ pub(super) fn commit_then_answer<H: GroupsHost>(
                 .map(|e| append_error_code(&e, Proposal::OffsetCommit)),
         )
     })
+}
+
+/// The offsets an OffsetCommit or TxnOffsetCommit request (`$req`, whose topics have the same
+/// fields) asks to commit, by topic: `Vec<(String, Vec<CommittedOffset>)>`.
+macro_rules! requested_offsets {
+    ($req:expr) => {
+        $req.topics
+            .into_iter()
+            .map(|t| {
+                let name = t.name;
+                let partitions = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| crate::metadata::CommittedOffset {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata,
+                    })
+                    .collect::<Vec<_>>();
+                (name, partitions)
+            })
+            .collect::<Vec<_>>()
+    };
+}
+pub(super) use requested_offsets;
+
+/// A commit's answer, topic by topic (built by `topic` from the name and the partitions built
+/// by `partition` from the index and error code): each partition's check error, or for those
+/// committed the commit's error (`None`: committed).
+pub(super) fn answer_topics<T, P>(
+    topics: CommitErrors,
+    commit: Option<ErrorCode>,
+    topic: impl Fn(String, Vec<P>) -> T,
+    partition: impl Fn(i32, i16) -> P,
+) -> Vec<T> {
+    topics
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, e)| match (e, commit) {
+                    (ErrorCode::None, Some(c)) => partition(index, c.code()),
+                    (e, _) => partition(index, e.code()),
+                })
+                .collect();
+            topic(name, partitions)
+        })
+        .collect()
 }
 
 /// Each partition's answer to a commit, by topic: (name, [(partition, error)]).

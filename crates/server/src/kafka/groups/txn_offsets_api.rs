@@ -23,11 +23,11 @@ use kafka_proto::messages::txn_offset_commit_response::{
 };
 
 use super::node_coordinator::{coordinator, coordinator_term};
-use super::offsets_api::{check_offsets, commit_then_answer};
+use super::offsets_api::{answer_topics, check_offsets, commit_then_answer, requested_offsets};
 use crate::kafka::access::Access;
 use crate::kafka::host::GroupsHost;
 use crate::kafka::reply::{self, Reply};
-use crate::metadata::{wall_clock_ms, CommittedOffset, MetaCommand};
+use crate::metadata::{wall_clock_ms, MetaCommand};
 use crate::security::acl::AclOperation;
 
 /// Handles TxnOffsetCommit: checks the group (and the member, when named), then stores the
@@ -62,46 +62,25 @@ pub(crate) fn txn_offset_commit<H: GroupsHost>(
             req.group_instance_id.as_deref(),
         ),
     };
-    let requested = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let name = t.name;
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| CommittedOffset {
-                    topic: name.clone(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: p.committed_metadata,
-                })
-                .collect();
-            (name, partitions)
-        })
-        .collect();
+    let requested = requested_offsets!(req);
     let (topics, offsets) = check_offsets(&**node, access, group_error, requested);
     let respond = move |commit: Option<ErrorCode>| {
+        let topics = answer_topics(
+            topics,
+            commit,
+            |name, partitions| TxnOffsetCommitResponseTopic {
+                name,
+                partitions,
+                ..Default::default()
+            },
+            |partition_index, error_code| TxnOffsetCommitResponsePartition {
+                partition_index,
+                error_code,
+                ..Default::default()
+            },
+        );
         Response::TxnOffsetCommit(TxnOffsetCommitResponse {
-            topics: topics
-                .into_iter()
-                .map(|(name, partitions)| TxnOffsetCommitResponseTopic {
-                    name,
-                    partitions: partitions
-                        .into_iter()
-                        .map(|(partition_index, e)| TxnOffsetCommitResponsePartition {
-                            partition_index,
-                            error_code: match (e, commit) {
-                                (ErrorCode::None, Some(c)) => c.code(),
-                                (e, _) => e.code(),
-                            },
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                })
-                .collect(),
+            topics,
             ..Default::default()
         })
     };
