@@ -28,9 +28,6 @@ use kafka_proto::messages::metadata_request::MetadataRequest;
 use kafka_proto::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
-use kafka_proto::messages::write_txn_markers_request::{
-    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
-};
 use vdl_server::config::NodeConfig;
 use vdl_server::metadata::MetaCommand;
 use vdl_server::security::acl::{AclBinding, AclOperation, AclPermission, PatternType};
@@ -49,6 +46,21 @@ fn call(addr: SocketAddr, api: ApiKey, version: i16, req: &Request) -> Response 
     KafkaConn::connect(addr)
         .and_then(|mut c| c.call(api, version, req))
         .expect("a response")
+}
+
+/// DescribeAcls v3 of every binding (filters ANY): the response.
+fn describe_every_acl(addr: SocketAddr) -> Response {
+    let req = Request::DescribeAcls(DescribeAclsRequest {
+        resource_type_filter: 1,
+        resource_name_filter: None,
+        principal_filter: None,
+        host_filter: None,
+        pattern_type_filter: 1,
+        operation: 1,
+        permission_type: 1,
+        ..Default::default()
+    });
+    call(addr, ApiKey::DescribeAcls, 3, &req)
 }
 
 /// Every topic an all-topics Metadata request lists.
@@ -191,40 +203,13 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         Response::InitProducerId(r) => assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED),
         other => panic!("{other:?}"),
     }
-    match call(
-        brokers[2],
-        ApiKey::DescribeAcls,
-        3,
-        &Request::DescribeAcls(DescribeAclsRequest {
-            resource_type_filter: 1,
-            resource_name_filter: None,
-            principal_filter: None,
-            host_filter: None,
-            pattern_type_filter: 1,
-            operation: 1,
-            permission_type: 1,
-            ..Default::default()
-        }),
-    ) {
+    match describe_every_acl(brokers[2]) {
         Response::DescribeAcls(r) => assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED),
         other => panic!("{other:?}"),
     }
     // WriteTxnMarkers needs CLUSTER_ACTION (brokers and super users): refused per partition,
     // and nothing is written.
-    let markers = Request::WriteTxnMarkers(WriteTxnMarkersRequest {
-        markers: vec![WritableTxnMarker {
-            producer_id: 7,
-            producer_epoch: 0,
-            transaction_result: false,
-            topics: vec![WritableTxnMarkerTopic {
-                name: TOPIC.into(),
-                partition_indexes: vec![0],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let markers = common::requests::txn_markers(TOPIC, &[(7, 0, false)]);
     for addr in &brokers {
         match call(*addr, ApiKey::WriteTxnMarkers, 1, &markers) {
             Response::WriteTxnMarkers(r) => assert_eq!(
@@ -321,21 +306,7 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         });
     }
     // DescribeAcls lists the four bindings; DeleteAcls of the deny removes exactly it.
-    match call(
-        brokers[0],
-        ApiKey::DescribeAcls,
-        3,
-        &Request::DescribeAcls(DescribeAclsRequest {
-            resource_type_filter: 1,
-            resource_name_filter: None,
-            principal_filter: None,
-            host_filter: None,
-            pattern_type_filter: 1,
-            operation: 1,
-            permission_type: 1,
-            ..Default::default()
-        }),
-    ) {
+    match describe_every_acl(brokers[0]) {
         Response::DescribeAcls(r) => {
             assert_eq!((r.error_code, r.error_message.as_deref()), (0, None));
             let count: usize = r.resources.iter().map(|r| r.acls.len()).sum();
@@ -561,21 +532,7 @@ fn a_node_refuses_until_its_acls_are_current() {
         n
     });
     let addr = configs[0].kafka_listen;
-    let describe_acls = || match call(
-        addr,
-        ApiKey::DescribeAcls,
-        3,
-        &Request::DescribeAcls(DescribeAclsRequest {
-            resource_type_filter: 1,
-            resource_name_filter: None,
-            principal_filter: None,
-            host_filter: None,
-            pattern_type_filter: 1,
-            operation: 1,
-            permission_type: 1,
-            ..Default::default()
-        }),
-    ) {
+    let describe_acls = || match describe_every_acl(addr) {
         Response::DescribeAcls(r) => r.error_code,
         other => panic!("{other:?}"),
     };
