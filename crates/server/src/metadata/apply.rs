@@ -134,6 +134,7 @@ impl ClusterMeta {
                 Some(Effect::RecordsDeleted(name, incarnation, partition, offset))
             }
             MetaCommand::DeleteGroupOffsets { group, partitions } => {
+                self.drop_group_txn_offsets(&group, partitions.as_deref());
                 match partitions {
                     None => {
                         self.offsets.remove(&group);

@@ -153,11 +153,9 @@ impl ClusterMeta {
     /// Whether any producer has a pending transactional offset for `(topic, partition)` in
     /// `group` (OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT for it).
     pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
-        self.pending_of_group(group).any(|(_, p)| {
-            p.offsets
-                .keys()
-                .any(|(t, part)| t == topic && *part == partition)
-        })
+        let key = (topic.to_owned(), partition);
+        self.pending_of_group(group)
+            .any(|(_, p)| p.offsets.contains_key(&key))
     }
 
     /// Whether `group` has pending transactional offsets of any producer.
@@ -182,6 +180,27 @@ impl ClusterMeta {
     /// Every pending transactional offset, by (group, producer id).
     pub fn all_pending_txn_offsets(&self) -> &TxnOffsetsByGroup {
         &self.txn_offsets
+    }
+
+    /// Deleting a group's offsets (DeleteGroups: `partitions` `None`; OffsetDelete: the listed
+    /// partitions) deletes the pending ones too, as Kafka's tombstones do: a transaction that
+    /// commits later does not bring them back.
+    pub(super) fn drop_group_txn_offsets(
+        &mut self,
+        group: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) {
+        for (_, pending) in self.pending_of_group_mut(group) {
+            match partitions {
+                None => pending.offsets.clear(),
+                Some(list) => {
+                    for key in list {
+                        pending.offsets.remove(key);
+                    }
+                }
+            }
+        }
+        self.txn_offsets.retain(|_, p| !p.offsets.is_empty());
     }
 
     /// A deleted topic's pending offsets go with it, as its committed ones do.

@@ -228,6 +228,37 @@ fn topic_deletion_drops_pending_offsets_and_pending_groups_do_not_expire() {
     assert_eq!(m.expired_groups(i64::MAX, 1, 10), vec![("g".into(), 9_000)]);
 }
 
+/// Deleting a group's offsets (DeleteGroups, OffsetDelete) deletes its pending ones too: a
+/// transaction committing later does not bring them back.
+#[test]
+fn deleted_group_offsets_take_the_pending_ones_with_them() {
+    let mut m = ClusterMeta::default();
+    apply_all(
+        &mut m,
+        1,
+        vec![
+            txn_commit("g", 7, "t", 0, 10),
+            txn_commit("g", 7, "t", 1, 11),
+            txn_commit("h", 7, "t", 0, 12),
+            MetaCommand::DeleteGroupOffsets {
+                group: "g".into(),
+                partitions: Some(vec![("t".into(), 1)]),
+            },
+        ],
+    );
+    assert!(m.has_pending_txn_offset("g", "t", 0));
+    assert!(!m.has_pending_txn_offset("g", "t", 1));
+    let delete_group = MetaCommand::DeleteGroupOffsets {
+        group: "g".into(),
+        partitions: None,
+    };
+    m.apply_to_state(5, None, delete_group);
+    assert!(!m.has_pending_txn_offsets("g"));
+    assert_eq!(m.end_txn_offsets(7, None, true), 1);
+    assert!(!m.offsets.contains_key("g"));
+    assert_eq!(committed(&m, "h", "t", 0), Some(12));
+}
+
 /// Pending offsets, superseded or not, survive a snapshot exactly, and ending them after the
 /// snapshot gives what ending them without one gives.
 #[test]
