@@ -86,15 +86,28 @@ fn txn_commit(
 /// OffsetFetch of partition 0 of `TOPIC` in `GROUP`: (error, offset, metadata), at v8 (groups)
 /// or v7 (one group), with or without `require_stable`.
 fn fetch(conn: &mut KafkaConn, version: i16, require_stable: bool) -> (i16, i64, String) {
+    fetch_of(conn, version, require_stable, false)
+}
+
+/// [`fetch`], at v8 optionally of all the group's topics (null topics): partition 0 of `TOPIC`
+/// must be among them.
+fn fetch_of(
+    conn: &mut KafkaConn,
+    version: i16,
+    require_stable: bool,
+    all_topics: bool,
+) -> (i16, i64, String) {
     let req = if version >= 8 {
         OffsetFetchRequest {
             groups: vec![OffsetFetchRequestGroup {
                 group_id: GROUP.into(),
-                topics: Some(vec![OffsetFetchRequestTopics {
-                    name: TOPIC.into(),
-                    partition_indexes: vec![0],
-                    ..Default::default()
-                }]),
+                topics: (!all_topics).then(|| {
+                    vec![OffsetFetchRequestTopics {
+                        name: TOPIC.into(),
+                        partition_indexes: vec![0],
+                        ..Default::default()
+                    }]
+                }),
                 ..Default::default()
             }],
             require_stable,
@@ -121,6 +134,11 @@ fn fetch(conn: &mut KafkaConn, version: i16, require_stable: bool) -> (i16, i64,
     if version >= 8 {
         let g = &r.groups[0];
         assert_eq!(g.error_code, NONE, "{r:?}");
+        assert_eq!(
+            (g.topics.len(), g.topics[0].partitions.len()),
+            (1, 1),
+            "{r:?}"
+        );
         let p = &g.topics[0].partitions[0];
         (
             p.error_code,
@@ -243,6 +261,9 @@ async fn transactional_offsets_are_visible_only_once_committed() {
                 "v{version}"
             );
         }
+        // The group's offsets of every topic: the same.
+        assert_eq!(fetch_of(&mut c, 8, false, true).1, 5);
+        assert_eq!(fetch_of(&mut c, 8, true, true).0, UNSTABLE_OFFSET_COMMIT);
     })
     .await
     .unwrap();
