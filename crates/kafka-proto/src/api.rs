@@ -9,7 +9,8 @@ use crate::messages::Message;
 
 /// Calls `$callback!` with the table of supported APIs:
 /// `Variant = key, "Name", lowest..=highest, RequestType, ResponseType;` per API.
-/// The ranges are Apache Kafka 3.9's.
+/// The ranges are Apache Kafka 3.9's, except TxnOffsetCommit's v5 (Kafka 4.0, KIP-890 part 2:
+/// v4's body).
 macro_rules! for_each_api {
     ($callback:ident) => {
         $callback! {
@@ -33,6 +34,7 @@ macro_rules! for_each_api {
             DeleteRecords = 21, "DeleteRecords", 0..=2, DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
             WriteTxnMarkers = 27, "WriteTxnMarkers", 0..=1, WriteTxnMarkersRequest, WriteTxnMarkersResponse;
+            TxnOffsetCommit = 28, "TxnOffsetCommit", 0..=5, TxnOffsetCommitRequest, TxnOffsetCommitResponse;
             DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;
             CreateAcls = 30, "CreateAcls", 0..=3, CreateAclsRequest, CreateAclsResponse;
             DeleteAcls = 31, "DeleteAcls", 0..=3, DeleteAclsRequest, DeleteAclsResponse;

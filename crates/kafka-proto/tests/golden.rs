@@ -190,6 +190,7 @@ fn golden_frames_decode_and_reencode_byte_for_byte() {
         ApiKey::DescribeProducers,
         ApiKey::DescribeAcls,
         ApiKey::DescribeUserScramCredentials,
+        ApiKey::TxnOffsetCommit,
     ] {
         assert!(
             checked.get(&api).copied().unwrap_or(0) >= 1,
@@ -403,5 +404,37 @@ fn admin_spot_checks(pairs: &[Pair]) {
             .active_producers
             .iter()
             .all(|a| a.producer_id >= 0));
+    }
+
+    // TxnOffsetCommit of the transactional producers (v3 from confluent-kafka, v4 from Java):
+    // the producer id and epoch of their InitProducerId, one partition's offset, the member
+    // fields of KIP-447, and every partition committed by the broker.
+    let txn_commits: Vec<_> = pairs.iter().filter(|p| p.api_key == 28).collect();
+    assert!(txn_commits.len() >= 2, "no captured TxnOffsetCommit pairs");
+    for p in txn_commits {
+        let (_, r) = decode_request(p.req.clone()).unwrap();
+        let Request::TxnOffsetCommit(r) = r else {
+            panic!()
+        };
+        assert!(!r.transactional_id.is_empty(), "{}", p.label);
+        assert!(!r.group_id.is_empty(), "{}", p.label);
+        assert!(r.producer_id >= 0 && r.producer_epoch >= 0, "{}", p.label);
+        assert!(!r.topics.is_empty(), "{}", p.label);
+        assert!(
+            r.topics[0].partitions[0].committed_offset >= 0,
+            "{}",
+            p.label
+        );
+        let (_, resp) =
+            decode_response(ApiKey::TxnOffsetCommit, p.api_version, p.resp.clone()).unwrap();
+        let Response::TxnOffsetCommit(resp) = resp else {
+            panic!()
+        };
+        assert_eq!(resp.topics.len(), r.topics.len(), "{}", p.label);
+        assert!(resp
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .all(|x| x.error_code == 0));
     }
 }

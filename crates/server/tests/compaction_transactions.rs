@@ -17,10 +17,7 @@ use common::compacted::{
 use common::kafka::{on_any, KafkaConn};
 use common::serving::start;
 use kafka_proto::api::ApiKey;
-use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::write_txn_markers_request::{
-    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
-};
+use kafka_proto::frame::Response;
 use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
 
 const TOPIC: &str = "txtable";
@@ -41,20 +38,7 @@ fn txn_record(key: &str, value: &str) -> Bytes {
 
 /// WriteTxnMarkers ABORT for the producer on the topic's partition 0: the error code.
 fn abort(c: &mut KafkaConn) -> std::io::Result<(i16, ())> {
-    let req = Request::WriteTxnMarkers(WriteTxnMarkersRequest {
-        markers: vec![WritableTxnMarker {
-            producer_id: PRODUCER,
-            producer_epoch: 0,
-            transaction_result: false,
-            topics: vec![WritableTxnMarkerTopic {
-                name: TOPIC.into(),
-                partition_indexes: vec![0],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let req = common::requests::txn_markers(TOPIC, &[(PRODUCER, 0, false)]);
     match c.call(ApiKey::WriteTxnMarkers, 1, &req)? {
         Response::WriteTxnMarkers(r) => Ok((r.markers[0].topics[0].partitions[0].error_code, ())),
         other => panic!("{other:?}"),

@@ -25,8 +25,8 @@ use kafka_proto::messages::describe_acls_request::DescribeAclsRequest;
 use kafka_proto::messages::describe_user_scram_credentials_request::DescribeUserScramCredentialsRequest;
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::metadata_request::MetadataRequest;
-use kafka_proto::messages::write_txn_markers_request::{
-    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
+use kafka_proto::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use vdl_server::config::NodeConfig;
 use vdl_server::metadata::MetaCommand;
@@ -38,12 +38,29 @@ use vdl_server::Node;
 const TOPIC: &str = "secret";
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 const WAIT: Duration = Duration::from_secs(20);
 
 fn call(addr: SocketAddr, api: ApiKey, version: i16, req: &Request) -> Response {
     KafkaConn::connect(addr)
         .and_then(|mut c| c.call(api, version, req))
         .expect("a response")
+}
+
+/// DescribeAcls v3 of every binding (filters ANY): the response.
+fn describe_every_acl(addr: SocketAddr) -> Response {
+    let req = Request::DescribeAcls(DescribeAclsRequest {
+        resource_type_filter: 1,
+        resource_name_filter: None,
+        principal_filter: None,
+        host_filter: None,
+        pattern_type_filter: 1,
+        operation: 1,
+        permission_type: 1,
+        ..Default::default()
+    });
+    call(addr, ApiKey::DescribeAcls, 3, &req)
 }
 
 /// Every topic an all-topics Metadata request lists.
@@ -186,40 +203,13 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         Response::InitProducerId(r) => assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED),
         other => panic!("{other:?}"),
     }
-    match call(
-        brokers[2],
-        ApiKey::DescribeAcls,
-        3,
-        &Request::DescribeAcls(DescribeAclsRequest {
-            resource_type_filter: 1,
-            resource_name_filter: None,
-            principal_filter: None,
-            host_filter: None,
-            pattern_type_filter: 1,
-            operation: 1,
-            permission_type: 1,
-            ..Default::default()
-        }),
-    ) {
+    match describe_every_acl(brokers[2]) {
         Response::DescribeAcls(r) => assert_eq!(r.error_code, CLUSTER_AUTHORIZATION_FAILED),
         other => panic!("{other:?}"),
     }
     // WriteTxnMarkers needs CLUSTER_ACTION (brokers and super users): refused per partition,
     // and nothing is written.
-    let markers = Request::WriteTxnMarkers(WriteTxnMarkersRequest {
-        markers: vec![WritableTxnMarker {
-            producer_id: 7,
-            producer_epoch: 0,
-            transaction_result: false,
-            topics: vec![WritableTxnMarkerTopic {
-                name: TOPIC.into(),
-                partition_indexes: vec![0],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let markers = common::requests::txn_markers(TOPIC, &[(7, 0, false)]);
     for addr in &brokers {
         match call(*addr, ApiKey::WriteTxnMarkers, 1, &markers) {
             Response::WriteTxnMarkers(r) => assert_eq!(
@@ -316,21 +306,7 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
         });
     }
     // DescribeAcls lists the four bindings; DeleteAcls of the deny removes exactly it.
-    match call(
-        brokers[0],
-        ApiKey::DescribeAcls,
-        3,
-        &Request::DescribeAcls(DescribeAclsRequest {
-            resource_type_filter: 1,
-            resource_name_filter: None,
-            principal_filter: None,
-            host_filter: None,
-            pattern_type_filter: 1,
-            operation: 1,
-            permission_type: 1,
-            ..Default::default()
-        }),
-    ) {
+    match describe_every_acl(brokers[0]) {
         Response::DescribeAcls(r) => {
             assert_eq!((r.error_code, r.error_message.as_deref()), (0, None));
             let count: usize = r.resources.iter().map(|r| r.acls.len()).sum();
@@ -487,6 +463,48 @@ fn acls_decide_what_the_anonymous_principal_may_do_on_every_node() {
                 .is_none()
         });
     }
+
+    // TxnOffsetCommit, checked as Kafka's: WRITE on the transactional id first
+    // (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then READ on the group
+    // (GROUP_AUTHORIZATION_FAILED), on any node, coordinator or not.
+    let txn_offset_commit = |addr| {
+        let req = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
+            transactional_id: "app".into(),
+            group_id: "app-group".into(),
+            producer_id: 7,
+            topics: vec![TxnOffsetCommitRequestTopic {
+                name: TOPIC.into(),
+                partitions: vec![TxnOffsetCommitRequestPartition {
+                    committed_offset: 1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        match call(addr, ApiKey::TxnOffsetCommit, 3, &req) {
+            Response::TxnOffsetCommit(r) => r.topics[0].partitions[0].error_code,
+            other => panic!("{other:?}"),
+        }
+    };
+    for addr in &brokers {
+        assert_eq!(
+            txn_offset_commit(*addr),
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        );
+    }
+    rt.block_on(nodes[0].metadata_proposer().propose(
+        &MetaCommand::CreateAcls {
+            acls: vec![AclBinding::from_kafka(5, "app", 3, "User:ANONYMOUS", "*", 4, 3).unwrap()],
+        },
+        WAIT,
+    ))
+    .unwrap();
+    for addr in &brokers {
+        eventually("WRITE on the transactional id applied", || {
+            txn_offset_commit(*addr) == GROUP_AUTHORIZATION_FAILED
+        });
+    }
     for n in &nodes {
         n.shutdown();
     }
@@ -514,21 +532,7 @@ fn a_node_refuses_until_its_acls_are_current() {
         n
     });
     let addr = configs[0].kafka_listen;
-    let describe_acls = || match call(
-        addr,
-        ApiKey::DescribeAcls,
-        3,
-        &Request::DescribeAcls(DescribeAclsRequest {
-            resource_type_filter: 1,
-            resource_name_filter: None,
-            principal_filter: None,
-            host_filter: None,
-            pattern_type_filter: 1,
-            operation: 1,
-            permission_type: 1,
-            ..Default::default()
-        }),
-    ) {
+    let describe_acls = || match describe_every_acl(addr) {
         Response::DescribeAcls(r) => r.error_code,
         other => panic!("{other:?}"),
     };

@@ -14,7 +14,6 @@ use common::kafka::KafkaConn;
 use common::{batch, cluster_configs};
 use kafka_proto::frame::{encode_request, Request};
 use kafka_proto::header::RequestHeader;
-use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use vdl_server::Node;
 
 const TOPIC: &str = "slow-reader";
@@ -52,24 +51,7 @@ async fn a_client_that_never_reads_is_disconnected() {
             assert_eq!(code, 0);
         }
         // Fetch requests whose ~800 KB responses are never read.
-        let fetch = Request::Fetch(FetchRequest {
-            replica_id: -1,
-            max_bytes: 1 << 20,
-            session_epoch: -1,
-            topics: vec![FetchTopic {
-                topic: TOPIC.into(),
-                partitions: vec![FetchPartition {
-                    partition: 0,
-                    current_leader_epoch: -1,
-                    partition_max_bytes: 1 << 20,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        let fetch = Request::Fetch(common::requests::fetch_one(TOPIC, 0, 0, 1 << 20));
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
         let mut sent = 0;
@@ -176,24 +158,7 @@ async fn fetch_responses_are_capped_and_a_partition_is_written_once_per_request(
         for _ in 0..60 {
             assert_eq!(c.produce(TOPIC, one.clone()).unwrap().0, 0);
         }
-        let fetch = Request::Fetch(FetchRequest {
-            replica_id: -1,
-            max_bytes: i32::MAX,
-            session_epoch: -1,
-            topics: vec![FetchTopic {
-                topic: TOPIC.into(),
-                partitions: vec![FetchPartition {
-                    partition: 0,
-                    current_leader_epoch: -1,
-                    partition_max_bytes: i32::MAX,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        let fetch = Request::Fetch(common::requests::fetch_one(TOPIC, 0, 0, i32::MAX));
         let kafka_proto::frame::Response::Fetch(r) =
             c.call(kafka_proto::api::ApiKey::Fetch, 12, &fetch).unwrap()
         else {

@@ -20,7 +20,7 @@ use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{decode_response, encode_request, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_request::ApiVersionsRequest;
-use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_proto::messages::fetch_request::FetchRequest;
 use kafka_proto::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
 use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
@@ -142,18 +142,7 @@ async fn pipelined_requests_are_answered_in_order_whoever_writes_them() {
                         Request::Fetch(FetchRequest {
                             max_wait_ms: 50,
                             min_bytes: 1,
-                            max_bytes: 1 << 20,
-                            topics: vec![FetchTopic {
-                                topic: EMPTY.into(),
-                                partitions: vec![FetchPartition {
-                                    partition: 0,
-                                    fetch_offset: 0,
-                                    partition_max_bytes: 1 << 20,
-                                    ..Default::default()
-                                }],
-                                ..Default::default()
-                            }],
-                            ..Default::default()
+                            ..common::requests::fetch_one(EMPTY, 0, 0, 1 << 20)
                         }),
                     ),
                     Kind::Metadata => (

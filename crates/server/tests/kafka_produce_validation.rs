@@ -15,7 +15,7 @@ use bytes::Bytes;
 use common::{cluster_configs, raw_batch};
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_proto::messages::fetch_request::FetchRequest;
 use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
@@ -74,18 +74,7 @@ fn fetch(addr: &str, offset: i64) -> (i16, i64, Bytes) {
     let req = Request::Fetch(FetchRequest {
         max_wait_ms: 100,
         min_bytes: 1,
-        max_bytes: 4 << 20,
-        topics: vec![FetchTopic {
-            topic: TOPIC.into(),
-            partitions: vec![FetchPartition {
-                partition: 0,
-                fetch_offset: offset,
-                partition_max_bytes: 4 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
+        ..common::requests::fetch_one(TOPIC, 0, offset, 4 << 20)
     });
     match call(addr, ApiKey::Fetch, 11, &req) {
         Response::Fetch(r) => {

@@ -16,12 +16,9 @@ use bytes::Bytes;
 use common::cluster_configs;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_proto::messages::fetch_request::FetchRequest;
 use kafka_proto::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
-};
-use kafka_proto::messages::write_txn_markers_request::{
-    WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
 };
 use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
 use vdl_server::Node;
@@ -65,21 +62,8 @@ struct Fetched {
 
 fn fetch(addr: &str, isolation_level: i8) -> Fetched {
     let req = Request::Fetch(FetchRequest {
-        max_wait_ms: 0,
-        min_bytes: 0,
-        max_bytes: 1 << 20,
         isolation_level,
-        topics: vec![FetchTopic {
-            topic: TOPIC.into(),
-            partitions: vec![FetchPartition {
-                partition: 0,
-                fetch_offset: 0,
-                partition_max_bytes: 1 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
+        ..common::requests::fetch_one(TOPIC, 0, 0, 1 << 20)
     });
     let Response::Fetch(r) = call(addr, ApiKey::Fetch, 11, &req) else {
         panic!("not a fetch response")
@@ -156,24 +140,7 @@ fn list_latest(addr: &str, isolation_level: i8) -> (i16, i64) {
 /// WriteTxnMarkers (v1) for `(producer, epoch, commit)` markers on `topic`'s partition 0: the
 /// error of each.
 fn write_markers(addr: &str, topic: &str, markers: &[(i64, i16, bool)]) -> Vec<i16> {
-    let req = Request::WriteTxnMarkers(WriteTxnMarkersRequest {
-        markers: markers
-            .iter()
-            .map(|&(producer_id, producer_epoch, commit)| WritableTxnMarker {
-                producer_id,
-                producer_epoch,
-                transaction_result: commit,
-                topics: vec![WritableTxnMarkerTopic {
-                    name: topic.into(),
-                    partition_indexes: vec![0],
-                    ..Default::default()
-                }],
-                coordinator_epoch: 0,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    });
+    let req = common::requests::txn_markers(topic, markers);
     let Response::WriteTxnMarkers(r) = call(addr, ApiKey::WriteTxnMarkers, 1, &req) else {
         panic!("not a WriteTxnMarkers response")
     };

@@ -23,7 +23,6 @@ use kafka_proto::messages::alter_client_quotas_request::{
 use kafka_proto::messages::describe_client_quotas_request::{
     ComponentData, DescribeClientQuotasRequest,
 };
-use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::produce_request::{
     PartitionProduceData, ProduceRequest, TopicProduceData,
 };
@@ -77,27 +76,7 @@ fn fetch(
     offset: i64,
     max_bytes: i32,
 ) -> std::io::Result<(i16, i64, usize, i32)> {
-    let req = Request::Fetch(FetchRequest {
-        replica_id: -1,
-        max_wait_ms: 0,
-        min_bytes: 0,
-        max_bytes,
-        session_epoch: -1,
-        topics: vec![FetchTopic {
-            topic: TOPIC.into(),
-            partitions: vec![FetchPartition {
-                partition: 0,
-                current_leader_epoch: -1,
-                fetch_offset: offset,
-                last_fetched_epoch: -1,
-                log_start_offset: -1,
-                partition_max_bytes: max_bytes,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let req = Request::Fetch(common::requests::fetch_one(TOPIC, 0, offset, max_bytes));
     match c.call(ApiKey::Fetch, 12, &req)? {
         Response::Fetch(r) => {
             let p = &r.responses[0].partitions[0];

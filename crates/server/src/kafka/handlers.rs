@@ -13,7 +13,9 @@ pub use crate::served_apis::SERVED_APIS;
 use crate::kafka::access::Access;
 use crate::kafka::connection::ConnectionContext;
 use crate::kafka::direct_answer::DirectAnswer;
-use crate::kafka::groups::{find_coordinator_api, group_admin_api, membership_api, offsets_api};
+use crate::kafka::groups::{
+    find_coordinator_api, group_admin_api, membership_api, offsets_api, txn_offsets_api,
+};
 use crate::kafka::host::KafkaHost;
 use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
@@ -173,6 +175,9 @@ pub(crate) fn dispatch<H: KafkaHost>(
         Request::LeaveGroup(req) => membership_api::leave_group(node, access, req, version, cid),
         Request::OffsetCommit(req) => offsets_api::offset_commit(node, access, req, version, cid),
         Request::OffsetFetch(req) => offsets_api::offset_fetch(node, access, req, version, cid),
+        Request::TxnOffsetCommit(req) => {
+            txn_offsets_api::txn_offset_commit(node, access, req, version, cid)
+        }
         Request::ListGroups(req) => group_admin_api::list_groups(node, access, req, version, cid),
         Request::DescribeGroups(req) => {
             group_admin_api::describe_groups(node, access, req, version, cid)

@@ -87,6 +87,7 @@ impl ClusterMeta {
                             group.retain(|(topic, _), _| *topic != name);
                         }
                         self.offsets.retain(|_, g| !g.is_empty());
+                        self.drop_topic_txn_offsets(&name);
                         // Also drops a stream configured at start (not in `topics`).
                         Some(Effect::DropTopic(name, incarnation.or(current)))
                     }
@@ -133,6 +134,7 @@ impl ClusterMeta {
                 Some(Effect::RecordsDeleted(name, incarnation, partition, offset))
             }
             MetaCommand::DeleteGroupOffsets { group, partitions } => {
+                self.drop_group_txn_offsets(&group, partitions.as_deref());
                 match partitions {
                     None => {
                         self.offsets.remove(&group);
@@ -246,15 +248,46 @@ impl ClusterMeta {
                     return None;
                 }
                 self.note_activity(&group, commit_time_ms);
+                self.supersede_txn_offsets(&group, &offsets);
                 let g = self.offsets.entry(group).or_default();
                 for o in offsets {
                     g.insert((o.topic.clone(), o.partition), o);
                 }
                 None
             }
+            MetaCommand::CommitTxnOffsets {
+                group,
+                producer_id,
+                producer_epoch,
+                offsets,
+                commit_time_ms,
+            } => {
+                self.add_txn_offsets(
+                    index,
+                    group,
+                    producer_id,
+                    producer_epoch,
+                    offsets,
+                    commit_time_ms,
+                );
+                None
+            }
+            MetaCommand::EndTxnOffsets {
+                producer_id,
+                groups,
+                commit,
+            } => {
+                self.end_txn_offsets(producer_id, groups.as_deref(), commit);
+                None
+            }
             MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
                 let unchanged = self.group_activity_ms.get(&group) == Some(&activity_ms);
-                if unchanged && !self.groups.contains_key(&group) {
+                // Offsets pending in a transaction keep the group (Kafka does not expire a
+                // partition's offset while a transaction's is pending).
+                if unchanged
+                    && !self.groups.contains_key(&group)
+                    && !self.has_pending_txn_offsets(&group)
+                {
                     self.offsets.remove(&group);
                     self.group_activity_ms.remove(&group);
                 }

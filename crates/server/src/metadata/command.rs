@@ -142,6 +142,43 @@ pub enum MetaCommand {
         #[serde(default, skip_serializing_if = "is_zero")]
         commit_time_ms: i64,
     },
+    /// Record offsets a transactional producer commits for a consumer group (TxnOffsetCommit):
+    /// they are **pending**, invisible to OffsetFetch, until the producer's transaction ends
+    /// ([`MetaCommand::EndTxnOffsets`], or [`ClusterMeta::end_txn_offsets`] from the apply of
+    /// the transaction coordinator's own command). A partition committed again in the same
+    /// transaction keeps the newer offset.
+    ///
+    /// [`ClusterMeta::end_txn_offsets`]: crate::metadata::ClusterMeta::end_txn_offsets
+    CommitTxnOffsets {
+        /// Consumer group id.
+        group: String,
+        /// The transactional producer.
+        producer_id: i64,
+        /// Its epoch when it committed.
+        producer_epoch: i16,
+        /// (topic, partition, offset, leader epoch, metadata) per partition.
+        offsets: Vec<CommittedOffset>,
+        /// The proposer's wall clock (ms since the epoch): the group's activity once the
+        /// offsets are committed.
+        commit_time_ms: i64,
+    },
+    /// End a producer's transaction for consumer groups' offsets: with `commit` its pending
+    /// offsets ([`MetaCommand::CommitTxnOffsets`]) become the groups' committed offsets (each
+    /// unless a later commit of that partition was applied since, as Kafka keeps the newer
+    /// record), without it they are dropped. The seam for the transaction coordinator: see
+    /// [`ClusterMeta::end_txn_offsets`], which this applies.
+    ///
+    /// [`ClusterMeta::end_txn_offsets`]: crate::metadata::ClusterMeta::end_txn_offsets
+    EndTxnOffsets {
+        /// The transactional producer.
+        producer_id: i64,
+        /// The groups whose pending offsets end; `None`: every group the producer has pending
+        /// offsets in (transaction version 2, where TxnOffsetCommit v5 adds the group to the
+        /// transaction itself).
+        groups: Option<Vec<String>>,
+        /// Commit (true) or abort (false).
+        commit: bool,
+    },
     /// A consumer group's membership as its coordinator stores it where Kafka's writes its
     /// group metadata record: when a rebalance completes (the leader's SyncGroup), when a static
     /// member is replaced, and when the group becomes empty (`record: None`, the group is

@@ -11,9 +11,10 @@
 //! carries). The snapshot holds every field `apply` reads or writes: the topics (incarnation,
 //! partitions, replica lists, config overrides, DeleteRecords floors), the next producer id,
 //! the remembered allocations (in order, so the bound evicts the same ones), the committed
-//! offsets, the stored group memberships, the groups' activity times, and the remembered
-//! request ids in order (so a retried command after the snapshot is refused exactly when a
-//! full replay would refuse it, and the bound evicts the same ids). The one field it leaves out,
+//! offsets and those pending in transactions (with the index that wrote each), the stored
+//! group memberships, the groups' activity times, and the remembered request ids in order (so
+//! a retried command after the snapshot is refused exactly when a full replay would refuse it,
+//! and the bound evicts the same ids). The one field it leaves out,
 //! `members`, is not changed by any command: it comes from the node's configuration in both
 //! cases. So the state after loading a snapshot at `S` and applying entries `S+1..` equals the
 //! state after applying `1..` (checked by a unit test built from commands).

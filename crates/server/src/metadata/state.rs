@@ -83,6 +83,8 @@ pub struct ClusterMeta {
     pub(super) allocation_order: VecDeque<RequestId>,
     /// Committed offsets: group -> (topic, partition) -> offset.
     pub offsets: HashMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Offsets committed in transactions not ended yet (see [`crate::metadata::txn_offsets`]).
+    pub(super) txn_offsets: TxnOffsetsByGroup,
     /// Consumer groups' membership as last stored by their coordinator (groups with members).
     pub groups: HashMap<String, GroupRecord>,
     /// Per group with committed offsets: its last activity (a commit, or its membership
@@ -336,6 +338,11 @@ impl ClusterMeta {
                 })
                 .collect(),
             offsets,
+            txn_offsets: self
+                .txn_offsets
+                .iter()
+                .map(PendingTxnOffsetsWire::from)
+                .collect(),
             groups,
             activity,
             applied: self
@@ -410,6 +417,12 @@ impl ClusterMeta {
                 .map(|o| ((o.topic.clone(), o.partition), o))
                 .collect();
             meta.offsets.insert(g.group, offsets);
+        }
+        for p in wire.txn_offsets {
+            let (key, pending) = p.into_pending();
+            if !pending.offsets.is_empty() {
+                meta.txn_offsets.insert(key, pending);
+            }
         }
         for g in wire.groups {
             if let Some(record) = g.record {
@@ -500,8 +513,9 @@ impl ClusterMeta {
     }
 
     /// Groups whose committed offsets are due to expire at `now_ms` after `retention_ms`
-    /// without activity, with the activity seen: groups without a stored membership whose last
-    /// recorded activity is at least `retention_ms` old. At most `limit`.
+    /// without activity, with the activity seen: groups without a stored membership or pending
+    /// transactional offsets whose last recorded activity is at least `retention_ms` old. At
+    /// most `limit`.
     pub fn expired_groups(
         &self,
         now_ms: i64,
@@ -514,6 +528,7 @@ impl ClusterMeta {
                 at.saturating_add(retention_ms) <= now_ms
                     && !self.groups.contains_key(*g)
                     && self.offsets.contains_key(*g)
+                    && !self.has_pending_txn_offsets(g)
             })
             .take(limit)
             .map(|(g, at)| (g.clone(), *at))

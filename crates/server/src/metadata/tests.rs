@@ -592,15 +592,9 @@ fn history() -> Vec<(u64, Option<RequestId>, MetaCommand)> {
             partition: 0,
         },
     ];
-    for i in 0..40 {
-        cmds.push(commit(
-            "many",
-            "t",
-            i % 3,
-            i64::from(i),
-            3_000 + i64::from(i),
-        ));
-    }
+    // Transactional offsets: one producer's committed, another's pending, partly superseded.
+    cmds.extend(super::txn_offsets_tests::txn_history());
+    cmds.extend((0..40).map(|i| commit("many", "t", i % 3, i64::from(i), 3_000 + i64::from(i))));
     let mut out: Vec<_> = (1u64..)
         .zip(cmds)
         .map(|(index, cmd)| (index, id(index), cmd))

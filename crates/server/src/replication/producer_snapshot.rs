@@ -307,20 +307,8 @@ pub(crate) fn rebuild_producers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::producers::{BatchInfo, SequenceCheck};
-
-    fn b(pid: i64, epoch: i16, first: i32, count: i32) -> BatchInfo {
-        BatchInfo {
-            producer_id: pid,
-            epoch,
-            first_seq: first,
-            last_seq: first + count - 1,
-            span: count as u32,
-            transactional: false,
-            control: false,
-            marker: None,
-        }
-    }
+    use crate::replication::producers::tests::b;
+    use crate::replication::producers::SequenceCheck;
 
     fn table() -> ProducerTable {
         let mut t = ProducerTable::default();
@@ -373,9 +361,9 @@ mod tests {
     /// second time. With the table saved, the retry is answered with its original offset.
     #[test]
     fn a_restart_remembers_a_producer_older_than_the_replayed_log() {
+        use crate::replication::raft_storage::{records_entry as entry, scratch_store};
         use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
-        use logstore::{EntryKind, LogStore, NewEntry, StoreConfig, SyncPolicy};
-        use std::sync::{Arc, RwLock};
+        use logstore::NewEntry;
 
         let batch = |producer: Option<(i64, i32)>| {
             let mut b = RecordBatchBuilder::new(Compression::None)
@@ -386,21 +374,8 @@ mod tests {
             }
             b.build().unwrap()
         };
-        let entry = |index: u64, payload| NewEntry {
-            index,
-            term: 1,
-            kind: EntryKind::Records,
-            payload,
-            context: bytes::Bytes::new(),
-        };
         let dir = tempfile::tempdir().unwrap();
-        let config = StoreConfig {
-            sync_policy: SyncPolicy::Never,
-            preallocate_bytes: 0,
-            ..StoreConfig::default()
-        };
-        let store: crate::replication::raft_storage::SharedStore =
-            Arc::new(RwLock::new(LogStore::open(dir.path(), config).unwrap()));
+        let store = scratch_store(dir.path());
         store
             .write()
             .unwrap()

@@ -588,10 +588,11 @@ impl ProducerTable {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn b(pid: i64, epoch: i16, first: i32, count: i32) -> BatchInfo {
+    /// A plain batch of `count` records of producer `pid` at `epoch`, sequences from `first`.
+    pub(crate) fn b(pid: i64, epoch: i16, first: i32, count: i32) -> BatchInfo {
         BatchInfo {
             producer_id: pid,
             epoch,

@@ -195,28 +195,15 @@ fn the_snapshot_keeps_transactions_and_reads_the_old_format() {
 
 #[test]
 fn replaying_the_log_gives_the_live_state_and_trims_below_the_log_start() {
-    use logstore::{EntryKind, LogStore, NewEntry, StoreConfig, SyncPolicy};
-    use std::sync::{Arc, RwLock};
+    use crate::replication::raft_storage::{records_entry, scratch_store};
     let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig {
-        sync_policy: SyncPolicy::Never,
-        preallocate_bytes: 0,
-        ..StoreConfig::default()
-    };
-    let store: crate::replication::raft_storage::SharedStore =
-        Arc::new(RwLock::new(LogStore::open(dir.path(), config).unwrap()));
+    let store = scratch_store(dir.path());
     let payloads = log();
     for (i, p) in payloads.iter().enumerate() {
         store
             .write()
             .unwrap()
-            .append(&[NewEntry {
-                index: i as u64 + 1,
-                term: 1,
-                kind: EntryKind::Records,
-                payload: p.clone(),
-                context: Bytes::new(),
-            }])
+            .append(&[records_entry(i as u64 + 1, p.clone())])
             .unwrap();
     }
     let n = payloads.len() as u64;

@@ -56,6 +56,31 @@ pub fn write(store: &SharedStore) -> RwLockWriteGuard<'_, LogStore> {
     store.write().expect("log store lock poisoned by a panic")
 }
 
+/// A scratch store in `dir` for unit tests: never fsynced, no preallocated segment bytes.
+#[cfg(test)]
+pub(crate) fn scratch_store(dir: &std::path::Path) -> SharedStore {
+    let config = logstore::StoreConfig {
+        sync_policy: logstore::SyncPolicy::Never,
+        preallocate_bytes: 0,
+        ..logstore::StoreConfig::default()
+    };
+    Arc::new(RwLock::new(
+        LogStore::open(dir, config).expect("a scratch log store"),
+    ))
+}
+
+/// A Kafka records entry at `index` (term 1, no context) carrying `payload`, for unit tests.
+#[cfg(test)]
+pub(crate) fn records_entry(index: u64, payload: Bytes) -> NewEntry {
+    NewEntry {
+        index,
+        term: 1,
+        kind: EntryKind::Records,
+        payload,
+        context: Bytes::new(),
+    }
+}
+
 /// A state machine's newest durable snapshot (the metadata group's), shared between the
 /// state machine that writes it and the Raft storage that sends it to followers.
 #[derive(Debug, Clone, Default)]

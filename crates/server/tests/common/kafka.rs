@@ -15,7 +15,6 @@ use kafka_proto::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
 };
 use kafka_proto::messages::delete_topics_request::DeleteTopicsRequest;
-use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::list_offsets_request::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
@@ -206,27 +205,9 @@ impl KafkaConn {
         max_bytes: i32,
         partition_max_bytes: i32,
     ) -> std::io::Result<(i16, i64, i64, Bytes)> {
-        let req = Request::Fetch(FetchRequest {
-            replica_id: -1,
-            max_wait_ms: 0,
-            min_bytes: 0,
-            max_bytes,
-            session_epoch: -1,
-            topics: vec![FetchTopic {
-                topic: topic.into(),
-                partitions: vec![FetchPartition {
-                    partition,
-                    current_leader_epoch: -1,
-                    fetch_offset: offset,
-                    last_fetched_epoch: -1,
-                    log_start_offset: -1,
-                    partition_max_bytes,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        let mut fetch = super::requests::fetch_one(topic, partition, offset, max_bytes);
+        fetch.topics[0].partitions[0].partition_max_bytes = partition_max_bytes;
+        let req = Request::Fetch(fetch);
         match self.call(ApiKey::Fetch, 12, &req)? {
             Response::Fetch(r) => {
                 let p = &r.responses[0].partitions[0];

@@ -16,6 +16,7 @@ pub mod compacted;
 pub mod faults;
 pub mod kafka;
 pub mod procs;
+pub mod requests;
 pub mod serving;
 
 use kafka_proto::records::{build_batch, Compression, NewRecord};

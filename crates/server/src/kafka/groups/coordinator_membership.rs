@@ -383,6 +383,40 @@ impl Coordinator {
         })
     }
 
+    /// A TxnOffsetCommit's membership check while leading in metadata term `term`, as Kafka's
+    /// (`validateOffsetCommit` with `isTransactional`): without member fields (v0-2, or a
+    /// producer outside the group) any group is accepted; with them the member must exist, not
+    /// be fenced and be in the group's generation. Unlike OffsetCommit a rebalance in progress
+    /// or a group with members does not refuse it, and no heartbeat is recorded.
+    pub(super) fn validate_txn_commit(
+        &self,
+        term: u64,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> ErrorCode {
+        let Some(_term) = self.state(term) else {
+            return ErrorCode::NotCoordinator;
+        };
+        if generation_id < 0 && member_id.is_empty() && instance_id.is_none() {
+            return ErrorCode::None;
+        }
+        self.with_group(group_id, |_, group| {
+            if group.fenced(member_id, instance_id) {
+                ErrorCode::FencedInstanceId
+            } else if !group.members.contains_key(member_id) {
+                ErrorCode::UnknownMemberId
+            } else if generation_id != group.generation {
+                ErrorCode::IllegalGeneration
+            } else {
+                ErrorCode::None
+            }
+        })
+        // No membership: no member of that id.
+        .unwrap_or(ErrorCode::UnknownMemberId)
+    }
+
     /// An OffsetCommit's membership check on `group` (locked).
     fn commit_in(
         group: &mut Group,

@@ -1,6 +1,6 @@
 //! Consumer groups over the Kafka protocol (the classic group protocol): FindCoordinator,
 //! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
-//! DescribeGroups, DeleteGroups and OffsetDelete.
+//! DescribeGroups, DeleteGroups, OffsetDelete and TxnOffsetCommit.
 //!
 //! **Placement.** The coordinator of every group is the node leading the metadata Raft group.
 //! FindCoordinator on any node names it; group requests reaching another node get
@@ -33,7 +33,8 @@
 //!
 //! The Kafka handlers (requests to responses): [`find_coordinator_api`], [`membership_api`]
 //! (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), [`offsets_api`] (OffsetCommit, OffsetFetch,
-//! OffsetDelete) and [`group_admin_api`] (ListGroups, DescribeGroups, DeleteGroups).
+//! OffsetDelete), [`txn_offsets_api`] (TxnOffsetCommit: offsets pending in a transaction) and
+//! [`group_admin_api`] (ListGroups, DescribeGroups, DeleteGroups).
 
 pub(crate) mod coordinator;
 mod coordinator_admin;
@@ -50,4 +51,5 @@ mod limits;
 pub(super) mod membership_api;
 pub(crate) mod node_coordinator;
 pub(super) mod offsets_api;
+pub(super) mod txn_offsets_api;
 mod types;

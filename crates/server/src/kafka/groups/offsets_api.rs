@@ -47,7 +47,6 @@ pub(crate) fn offset_commit<H: GroupsHost>(
     version: i16,
     correlation_id: i32,
 ) -> Reply {
-    // Per topic: (name, [(partition, error)]); NONE entries are in `offsets`.
     let term = coordinator_term(node);
     let group_error = match term {
         _ if !access.group(AclOperation::Read, &req.group_id) => {
@@ -68,96 +67,60 @@ pub(crate) fn offset_commit<H: GroupsHost>(
             Instant::now(),
         ),
     };
-    let mut offsets = Vec::new();
-    let topics: Vec<(String, Vec<(i32, ErrorCode)>)> = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let partition_count = node.topic_layout(&t.name).map_or(0, |l| l.replicas.len());
-            let topic_allowed =
-                group_error != ErrorCode::None || access.topic(AclOperation::Read, &t.name);
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let error = if group_error != ErrorCode::None {
-                        group_error
-                    } else if !topic_allowed {
-                        ErrorCode::TopicAuthorizationFailed
-                    } else if usize::try_from(p.partition_index)
-                        .map_or(true, |i| i >= partition_count)
-                    {
-                        ErrorCode::UnknownTopicOrPartition
-                    } else if p
-                        .committed_metadata
-                        .as_ref()
-                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES)
-                    {
-                        ErrorCode::OffsetMetadataTooLarge
-                    } else {
-                        offsets.push(CommittedOffset {
-                            topic: t.name.clone(),
-                            partition: p.partition_index,
-                            offset: p.committed_offset,
-                            leader_epoch: p.committed_leader_epoch,
-                            metadata: p.committed_metadata,
-                        });
-                        ErrorCode::None
-                    };
-                    (p.partition_index, error)
-                })
-                .collect();
-            (t.name, partitions)
-        })
-        .collect();
+    let (topics, offsets) = check_offsets(&**node, access, group_error, requested_offsets!(req));
     let respond = move |commit: Option<ErrorCode>| {
-        let topics = topics
-            .into_iter()
-            .map(|(name, partitions)| OffsetCommitResponseTopic {
-                name,
-                partitions: partitions
-                    .into_iter()
-                    .map(|(partition_index, e)| OffsetCommitResponsePartition {
-                        partition_index,
-                        error_code: match (e, commit) {
-                            (ErrorCode::None, Some(c)) => c.code(),
-                            (e, _) => e.code(),
-                        },
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect();
         Response::OffsetCommit(OffsetCommitResponse {
-            topics,
+            topics: answer_topics(
+                topics,
+                commit,
+                |name, partitions| OffsetCommitResponseTopic {
+                    name,
+                    partitions,
+                    ..Default::default()
+                },
+                |partition_index, error_code| OffsetCommitResponsePartition {
+                    partition_index,
+                    error_code,
+                    ..Default::default()
+                },
+            ),
             ..Default::default()
         })
     };
     if offsets.is_empty() {
         return reply::now(correlation_id, version, respond(None));
     }
+    let command = MetaCommand::CommitOffsets {
+        group: req.group_id,
+        offsets,
+        commit_time_ms: wall_clock_ms(),
+    };
+    commit_then_answer(node, term, command, correlation_id, version, respond)
+}
+
+/// Proposes a validated commit (`command`) in metadata term `term`, then answers with
+/// `respond` (given the commit's error code when it failed).
+///
+/// Validated against this term's membership: committed only while this node still leads in it
+/// (a deposed coordinator's commit fails NOT_COORDINATOR; the client retries at the new
+/// coordinator, against the membership there).
+pub(super) fn commit_then_answer<H: GroupsHost>(
+    node: &Arc<H>,
+    term: Option<u64>,
+    command: MetaCommand,
+    correlation_id: i32,
+    version: i16,
+    respond: impl FnOnce(Option<ErrorCode>) -> Response + Send + 'static,
+) -> Reply {
     let node = node.clone();
-    let group = req.group_id;
-    // Validated against this term's membership: committed only while this node still leads in
-    // it (a deposed coordinator's commit fails NOT_COORDINATOR; the client retries at the new
-    // coordinator, against the membership there).
     let term = term.unwrap_or_default();
     reply::later(correlation_id, version, async move {
         let result = node
             .metadata_proposer()
-            .propose_in_term(
-                &MetaCommand::CommitOffsets {
-                    group: group.clone(),
-                    offsets,
-                    commit_time_ms: wall_clock_ms(),
-                },
-                term,
-                COMMIT_TIMEOUT,
-            )
+            .propose_in_term(&command, term, COMMIT_TIMEOUT)
             .await;
         if let Err(e) = &result {
-            tracing::debug!(%group, "offset commit failed: {e}");
+            tracing::debug!(?command, "offset commit failed: {e}");
         }
         respond(
             result
@@ -167,8 +130,110 @@ pub(crate) fn offset_commit<H: GroupsHost>(
     })
 }
 
-/// One partition's committed offset as read: (partition, offset, leader epoch, metadata).
-type PartitionOffset = (i32, i64, i32, Option<String>);
+/// The offsets an OffsetCommit or TxnOffsetCommit request (`$req`, whose topics have the same
+/// fields) asks to commit, by topic: `Vec<(String, Vec<CommittedOffset>)>`.
+macro_rules! requested_offsets {
+    ($req:expr) => {
+        $req.topics
+            .into_iter()
+            .map(|t| {
+                let name = t.name;
+                let partitions = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| crate::metadata::CommittedOffset {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata,
+                    })
+                    .collect::<Vec<_>>();
+                (name, partitions)
+            })
+            .collect::<Vec<_>>()
+    };
+}
+pub(super) use requested_offsets;
+
+/// A commit's answer, topic by topic (built by `topic` from the name and the partitions built
+/// by `partition` from the index and error code): each partition's check error, or for those
+/// committed the commit's error (`None`: committed).
+pub(super) fn answer_topics<T, P>(
+    topics: CommitErrors,
+    commit: Option<ErrorCode>,
+    topic: impl Fn(String, Vec<P>) -> T,
+    partition: impl Fn(i32, i16) -> P,
+) -> Vec<T> {
+    topics
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, e)| match (e, commit) {
+                    (ErrorCode::None, Some(c)) => partition(index, c.code()),
+                    (e, _) => partition(index, e.code()),
+                })
+                .collect();
+            topic(name, partitions)
+        })
+        .collect()
+}
+
+/// Each partition's answer to a commit, by topic: (name, [(partition, error)]).
+pub(super) type CommitErrors = Vec<(String, Vec<(i32, ErrorCode)>)>;
+
+/// The per-partition checks of an OffsetCommit or TxnOffsetCommit, as Kafka's: `group_error`
+/// (the group's authorization and membership) answers every partition; otherwise READ on the
+/// topic (else TOPIC_AUTHORIZATION_FAILED), an existing partition (else
+/// UNKNOWN_TOPIC_OR_PARTITION) and metadata of at most `offset.metadata.max.bytes` (else
+/// OFFSET_METADATA_TOO_LARGE). Returns every partition's error (NONE for those to commit) and
+/// the offsets to commit.
+pub(super) fn check_offsets<H: GroupsHost>(
+    node: &H,
+    access: &Access,
+    group_error: ErrorCode,
+    requested: Vec<(String, Vec<CommittedOffset>)>,
+) -> (CommitErrors, Vec<CommittedOffset>) {
+    let mut offsets = Vec::new();
+    let topics = requested
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partition_count = node.topic_layout(&name).map_or(0, |l| l.replicas.len());
+            let topic_allowed =
+                group_error != ErrorCode::None || access.topic(AclOperation::Read, &name);
+            let partitions = partitions
+                .into_iter()
+                .map(|o| {
+                    let partition = o.partition;
+                    let error = if group_error != ErrorCode::None {
+                        group_error
+                    } else if !topic_allowed {
+                        ErrorCode::TopicAuthorizationFailed
+                    } else if usize::try_from(partition).map_or(true, |i| i >= partition_count) {
+                        ErrorCode::UnknownTopicOrPartition
+                    } else if o
+                        .metadata
+                        .as_ref()
+                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA_BYTES)
+                    {
+                        ErrorCode::OffsetMetadataTooLarge
+                    } else {
+                        offsets.push(o);
+                        ErrorCode::None
+                    };
+                    (partition, error)
+                })
+                .collect();
+            (name, partitions)
+        })
+        .collect();
+    (topics, offsets)
+}
+
+/// One partition's committed offset as read: (partition, offset, leader epoch, metadata, error
+/// code).
+type PartitionOffset = (i32, i64, i32, Option<String>, i16);
 
 /// One group's offsets as read, by topic.
 type GroupOffsets = Vec<(String, Vec<PartitionOffset>)>;
@@ -177,18 +242,36 @@ type GroupOffsets = Vec<(String, Vec<PartitionOffset>)>;
 type TopicSelection = Option<Vec<(String, Vec<i32>)>>;
 
 /// Reads a group's committed offsets as applied on this node; partitions without one get -1.
-fn read_offsets<H: GroupsHost>(node: &H, group: &str, topics: &TopicSelection) -> GroupOffsets {
+/// With `require_stable` (OffsetFetch v7+, a read_committed consumer), a partition with an
+/// offset pending in a transaction answers UNSTABLE_OFFSET_COMMIT (and -1), as Kafka's does;
+/// the consumer retries until the transaction ends.
+fn read_offsets<H: GroupsHost>(
+    node: &H,
+    group: &str,
+    topics: &TopicSelection,
+    require_stable: bool,
+) -> GroupOffsets {
     let meta = node.metadata();
     let committed = meta.offsets.get(group);
     let entry = |topic: &str, partition: i32| {
+        if require_stable && meta.has_pending_txn_offset(group, topic, partition) {
+            return (
+                partition,
+                -1,
+                -1,
+                Some(String::new()),
+                ErrorCode::UnstableOffsetCommit.code(),
+            );
+        }
         committed
             .and_then(|g| g.get(&(topic.to_owned(), partition)))
-            .map_or((partition, -1, -1, Some(String::new())), |o| {
+            .map_or((partition, -1, -1, Some(String::new()), 0), |o| {
                 (
                     partition,
                     o.offset,
                     o.leader_epoch,
                     Some(o.metadata.clone().unwrap_or_default()),
+                    0,
                 )
             })
     };
@@ -207,7 +290,8 @@ fn read_offsets<H: GroupsHost>(node: &H, group: &str, topics: &TopicSelection) -
     }
 }
 
-/// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all).
+/// Handles OffsetFetch (v8+: several groups at once; v2+: null topics means all; v7+:
+/// `require_stable`, see [`read_offsets`]).
 ///
 /// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it) and on each
 /// topic: a named topic without it answers TOPIC_AUTHORIZATION_FAILED per partition, and a
@@ -219,6 +303,8 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
     version: i16,
     correlation_id: i32,
 ) -> Reply {
+    // A read_committed consumer's (v7+): no offset of a transaction still pending.
+    let require_stable = version >= 7 && req.require_stable;
     let groups: Vec<(String, TopicSelection)> = if version >= 8 {
         req.groups
             .into_iter()
@@ -257,7 +343,7 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                         Err(ErrorCode::GroupAuthorizationFailed)
                     }
                     Some(e) => Err(e),
-                    None => Ok(read_offsets(&*node, &g, &topics)
+                    None => Ok(read_offsets(&*node, &g, &topics, require_stable)
                         .into_iter()
                         .filter(|(t, _)| {
                             topics.is_some() || access.topic(AclOperation::Describe, t)
@@ -288,7 +374,7 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                                     OffsetFetchResponseTopics {
                                         partitions: parts
                                             .into_iter()
-                                            .map(|(p, o, epoch, metadata)| {
+                                            .map(|(p, o, epoch, metadata, e)| {
                                                 let refused = error != 0;
                                                 OffsetFetchResponsePartitions {
                                                     partition_index: p,
@@ -299,7 +385,7 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                                                         epoch
                                                     },
                                                     metadata,
-                                                    error_code: error,
+                                                    error_code: if refused { error } else { e },
                                                     ..Default::default()
                                                 }
                                             })
@@ -326,7 +412,7 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                 .next()
                 .unwrap_or_else(|| (String::new(), None, Ok(Vec::new())));
             let partition =
-                |(p, o, epoch, metadata): PartitionOffset, e: i16| OffsetFetchResponsePartition {
+                |(p, o, epoch, metadata, e): PartitionOffset| OffsetFetchResponsePartition {
                     partition_index: p,
                     committed_offset: o,
                     committed_leader_epoch: epoch,
@@ -343,11 +429,11 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                             OffsetFetchResponseTopic {
                                 partitions: parts
                                     .into_iter()
-                                    .map(|(p, o, epoch, metadata)| {
+                                    .map(|(p, o, epoch, metadata, e)| {
                                         if error != 0 {
-                                            partition((p, -1, -1, metadata), error)
+                                            partition((p, -1, -1, metadata, error))
                                         } else {
-                                            partition((p, o, epoch, metadata), 0)
+                                            partition((p, o, epoch, metadata, e))
                                         }
                                     })
                                     .collect(),
@@ -369,7 +455,7 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                                 name,
                                 partitions: parts
                                     .into_iter()
-                                    .map(|p| partition((p, -1, -1, Some(String::new())), e.code()))
+                                    .map(|p| partition((p, -1, -1, Some(String::new()), e.code())))
                                     .collect(),
                                 ..Default::default()
                             })

@@ -16,6 +16,7 @@ use super::messages::{
     FinishReassignmentWire, ImportScramUsersWire, MetaEntryWire, RemoveMemberWire, RequestIdWire,
     ScramCredentialWire, TopicPartitionWire, TransferLeaderWire,
 };
+use super::txn_offsets::{epoch_from_wire, CommitTxnOffsetsWire, EndTxnOffsetsWire};
 
 impl From<&MetaEntry> for MetaEntryWire {
     fn from(e: &MetaEntry) -> Self {
@@ -88,6 +89,29 @@ impl From<&MetaCommand> for CommandWire {
                 group: group.clone(),
                 offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
                 commit_time_ms: *commit_time_ms,
+            }),
+            MetaCommand::CommitTxnOffsets {
+                group,
+                producer_id,
+                producer_epoch,
+                offsets,
+                commit_time_ms,
+            } => CommandWire::CommitTxnOffsets(CommitTxnOffsetsWire {
+                group: group.clone(),
+                producer_id: *producer_id,
+                producer_epoch: i32::from(*producer_epoch),
+                offsets: offsets.iter().map(CommittedOffsetWire::from).collect(),
+                commit_time_ms: *commit_time_ms,
+            }),
+            MetaCommand::EndTxnOffsets {
+                producer_id,
+                groups,
+                commit,
+            } => CommandWire::EndTxnOffsets(EndTxnOffsetsWire {
+                producer_id: *producer_id,
+                all_groups: groups.is_none(),
+                groups: groups.clone().unwrap_or_default(),
+                commit: *commit,
             }),
             MetaCommand::AlterTopicConfigs {
                 name,
@@ -264,6 +288,18 @@ impl From<CommandWire> for MetaCommand {
                 group: c.group,
                 offsets: c.offsets.into_iter().map(CommittedOffset::from).collect(),
                 commit_time_ms: c.commit_time_ms,
+            },
+            CommandWire::CommitTxnOffsets(c) => MetaCommand::CommitTxnOffsets {
+                group: c.group,
+                producer_id: c.producer_id,
+                producer_epoch: epoch_from_wire(c.producer_epoch),
+                offsets: c.offsets.into_iter().map(CommittedOffset::from).collect(),
+                commit_time_ms: c.commit_time_ms,
+            },
+            CommandWire::EndTxnOffsets(c) => MetaCommand::EndTxnOffsets {
+                producer_id: c.producer_id,
+                groups: (!c.all_groups).then_some(c.groups),
+                commit: c.commit,
             },
             CommandWire::AlterTopicConfigs(c) => MetaCommand::AlterTopicConfigs {
                 name: c.name,

@@ -9,6 +9,7 @@ use crate::security::scram::{ScramCredential, ScramMechanism};
 use crate::security::scram_import::ImportedCredential;
 
 use super::groups::{ExpireGroupOffsetsWire, StoreGroupWire};
+use super::txn_offsets::{CommitTxnOffsetsWire, EndTxnOffsetsWire};
 
 /// `MetaEntry` on the wire (see the module documentation for the schema).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -19,7 +20,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41"
     )]
     pub command: Option<CommandWire>,
 }
@@ -38,7 +39,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=18, 23..=25, 27 and 28 of `MetaEntry`.
+/// The command kinds, fields 2..=18, 23..=25, 27..=29, 40 and 41 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -111,6 +112,12 @@ pub enum CommandWire {
     /// [`MetaCommand::AdminAddress`].
     #[prost(message, tag = "18")]
     AdminAddress(AdminAddressWire),
+    /// [`MetaCommand::CommitTxnOffsets`].
+    #[prost(message, tag = "40")]
+    CommitTxnOffsets(CommitTxnOffsetsWire),
+    /// [`MetaCommand::EndTxnOffsets`].
+    #[prost(message, tag = "41")]
+    EndTxnOffsets(EndTxnOffsetsWire),
 }
 
 /// `TransferLeader` on the wire.

@@ -36,6 +36,8 @@
 //!     FinishReassignment finish_reassignment  = 25;
 //!     TransferLeader     transfer_leader      = 17;
 //!     AdminAddress       admin_address        = 18;
+//!     CommitTxnOffsets   commit_txn_offsets   = 40;
+//!     EndTxnOffsets      end_txn_offsets      = 41;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
@@ -70,6 +72,10 @@
 //! message StoreGroup         { string group = 1; optional GroupRecord record = 2;
 //!                              int64 time_ms = 3; }
 //! message ExpireGroupOffsets { string group = 1; int64 activity_ms = 2; }
+//! message CommitTxnOffsets   { string group = 1; int64 producer_id = 2; int32 producer_epoch = 3;
+//!                              repeated CommittedOffset offsets = 4; int64 commit_time_ms = 5; }
+//! message EndTxnOffsets      { int64 producer_id = 1; bool all_groups = 2;
+//!                              repeated string groups = 3; bool commit = 4; }
 //! message SetFlowLimits      { FlowLimits limits = 1; }
 //! message FlowLimits         { optional uint64 produce_requests_per_sec = 1;
 //!                              optional uint64 produce_bytes_per_sec = 2;
@@ -128,6 +134,7 @@ mod messages;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod txn_offsets;
 
 use prost::Message as _;
 use thiserror::Error;
@@ -138,6 +145,7 @@ pub use groups::*;
 pub use json::encode_entry_json;
 pub use messages::*;
 pub use snapshot::*;
+pub use txn_offsets::*;
 
 /// First byte of a metadata entry in the protobuf format, version 1. JSON entries of older
 /// versions start with `{` or `"`.

@@ -10,6 +10,7 @@ use super::messages::{
     AclBindingWire, CommittedOffsetWire, ConfigEntryWire, MemberWire, MovingWire, ReplicaListWire,
     RequestIdWire, ScramCredentialWire,
 };
+use super::txn_offsets::PendingTxnOffsetsWire;
 
 /// First byte of a metadata snapshot (see [`crate::metadata::snapshot`]), version 1: then a
 /// CRC-32C of the body (4 bytes, big endian), then a protobuf [`MetaSnapshotWire`].
@@ -84,6 +85,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   FlowLimits flow_limits = 21;            // absent: unlimited
 ///   repeated ClientQuota client_quotas = 22; // in entity order
 ///   bool scram_users_imported = 23;         // the bootstrap SCRAM users were imported
+///   repeated PendingTxnOffsets txn_offsets = 40;  // by group, then producer id
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -93,6 +95,9 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 /// message GroupOffsets { string group = 1; repeated CommittedOffset offsets = 2; }
 /// message StoredGroup  { string group = 1; GroupRecord record = 2; }
 /// message GroupActivity { string group = 1; int64 time_ms = 2; }
+/// message PendingTxnOffsets { string group = 1; int64 producer_id = 2; int32 producer_epoch = 3;
+///                        int64 commit_time_ms = 4; repeated PendingOffset offsets = 5; }
+/// message PendingOffset { CommittedOffset offset = 1; uint64 index = 2; bool superseded = 3; }
 /// ```
 /// ). Field numbers are on-disk format, as for entries.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -145,6 +150,9 @@ pub struct MetaSnapshotWire {
     /// The bootstrap SCRAM users were imported (see `ClusterMeta::scram_users_imported`).
     #[prost(bool, tag = "23")]
     pub scram_users_imported: bool,
+    /// Offsets committed in transactions not ended yet, by group then producer id.
+    #[prost(message, repeated, tag = "40")]
+    pub txn_offsets: Vec<PendingTxnOffsetsWire>,
 }
 
 /// One topic in a snapshot.

@@ -111,6 +111,42 @@ fn every_command() -> Vec<MetaCommand> {
             node: 2,
             address: "127.0.0.1:9293".into(),
         },
+        MetaCommand::CommitTxnOffsets {
+            group: "g".into(),
+            producer_id: i64::MAX,
+            producer_epoch: i16::MIN,
+            offsets: vec![CommittedOffset {
+                topic: "orders".into(),
+                partition: 3,
+                offset: 42,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+            commit_time_ms: 1_795_000_000_123,
+        },
+        MetaCommand::CommitTxnOffsets {
+            group: String::new(),
+            producer_id: 0,
+            producer_epoch: 0,
+            offsets: Vec::new(),
+            commit_time_ms: 0,
+        },
+        MetaCommand::EndTxnOffsets {
+            producer_id: 1000,
+            groups: Some(vec!["g".into(), String::new()]),
+            commit: true,
+        },
+        MetaCommand::EndTxnOffsets {
+            producer_id: -1,
+            groups: None,
+            commit: false,
+        },
+        // An empty list is not "every group".
+        MetaCommand::EndTxnOffsets {
+            producer_id: 5,
+            groups: Some(Vec::new()),
+            commit: true,
+        },
         MetaCommand::DeleteGroupOffsets {
             group: "g".into(),
             partitions: Some(vec![("orders".into(), 1)]),

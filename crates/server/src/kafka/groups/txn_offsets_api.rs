@@ -1,0 +1,98 @@
+//! The Kafka handler of TxnOffsetCommit (API 28): a transactional producer commits a consumer
+//! group's offsets as part of its transaction (`sendOffsetsToTransaction`). The offsets are
+//! stored pending ([`MetaCommand::CommitTxnOffsets`]) and become the group's committed offsets
+//! only when the transaction commits (see [`crate::metadata::txn_offsets`]); OffsetFetch does
+//! not show them before, and with `require_stable` answers UNSTABLE_OFFSET_COMMIT for their
+//! partitions meanwhile.
+//!
+//! Checked as Kafka's group coordinator checks it: NOT_COORDINATOR off the coordinator,
+//! INVALID_GROUP_ID for an empty group id, and (v3+, KIP-447) the member, its static instance
+//! and its generation when the producer names them; a rebalance in progress does not refuse it.
+//! Whether the producer's transaction includes the group (AddOffsetsToTxn, or KIP-890's
+//! verification of v4 and the implicit add of v5) is the transaction coordinator's state: this
+//! handler does not check it. The transaction coordinator ends the pending offsets when the
+//! transaction completes ([`crate::metadata::ClusterMeta::end_txn_offsets`]).
+
+use std::sync::Arc;
+
+use kafka_proto::error_code::ErrorCode;
+use kafka_proto::frame::Response;
+use kafka_proto::messages::txn_offset_commit_request::TxnOffsetCommitRequest;
+use kafka_proto::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+
+use super::node_coordinator::{coordinator, coordinator_term};
+use super::offsets_api::{answer_topics, check_offsets, commit_then_answer, requested_offsets};
+use crate::kafka::access::Access;
+use crate::kafka::host::GroupsHost;
+use crate::kafka::reply::{self, Reply};
+use crate::metadata::{wall_clock_ms, MetaCommand};
+use crate::security::acl::AclOperation;
+
+/// Handles TxnOffsetCommit: checks the group (and the member, when named), then stores the
+/// offsets pending in the producer's transaction through the metadata group and answers once
+/// they are stored.
+///
+/// As in Kafka: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for
+/// every partition), READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition),
+/// and READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
+pub(crate) fn txn_offset_commit<H: GroupsHost>(
+    node: &Arc<H>,
+    access: &Access,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+    correlation_id: i32,
+) -> Reply {
+    let term = coordinator_term(node);
+    let group_error = match term {
+        _ if !access.transactional_id(AclOperation::Write, &req.transactional_id) => {
+            ErrorCode::TransactionalIdAuthorizationFailed
+        }
+        _ if !access.group(AclOperation::Read, &req.group_id) => {
+            ErrorCode::GroupAuthorizationFailed
+        }
+        None => ErrorCode::NotCoordinator,
+        Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
+        Some(term) => coordinator(node).validate_txn_commit(
+            term,
+            &req.group_id,
+            req.generation_id,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+        ),
+    };
+    let requested = requested_offsets!(req);
+    let (topics, offsets) = check_offsets(&**node, access, group_error, requested);
+    let respond = move |commit: Option<ErrorCode>| {
+        let topics = answer_topics(
+            topics,
+            commit,
+            |name, partitions| TxnOffsetCommitResponseTopic {
+                name,
+                partitions,
+                ..Default::default()
+            },
+            |partition_index, error_code| TxnOffsetCommitResponsePartition {
+                partition_index,
+                error_code,
+                ..Default::default()
+            },
+        );
+        Response::TxnOffsetCommit(TxnOffsetCommitResponse {
+            topics,
+            ..Default::default()
+        })
+    };
+    if offsets.is_empty() {
+        return reply::now(correlation_id, version, respond(None));
+    }
+    let command = MetaCommand::CommitTxnOffsets {
+        group: req.group_id,
+        producer_id: req.producer_id,
+        producer_epoch: req.producer_epoch,
+        offsets,
+        commit_time_ms: wall_clock_ms(),
+    };
+    commit_then_answer(node, term, command, correlation_id, version, respond)
+}
