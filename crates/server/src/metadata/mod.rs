@@ -15,7 +15,8 @@
 //! (the group's state machine, which asks its effects of a [`MetadataHost`]: the node, or the
 //! simulation's recorder), `codec/` (the log and snapshot formats), `snapshot.rs` (snapshot
 //! files), `proposer.rs` (the one path that writes commands: request ids, encoding,
-//! retries), `topic_ids.rs` (a topic's id, and the index from id to name), `forwarded.rs` (what a member may propose through another node, and the
+//! retries), `topic_ids.rs` (a topic's id, and the index from id to name), `transactions.rs` (the
+//! transaction coordinator's state), `forwarded.rs` (what a member may propose through another node, and the
 //! metadata group's other checks the peer guard asks of it). It imports nothing of the Kafka handlers, the admin API or the node.
 
 mod apply;
@@ -29,6 +30,7 @@ mod state_machine;
 #[cfg(test)]
 mod tests;
 pub mod topic_ids;
+mod transactions;
 
 pub use apply::Effect;
 pub use command::{
@@ -37,6 +39,7 @@ pub use command::{
 };
 pub use state::{ClusterMeta, TopicLayout, TopicMeta};
 pub use state_machine::{MetadataHost, MetadataRecoveryError, MetadataStateMachine};
+pub use transactions::{TxnRecord, TxnStatus};
 
 /// Group id of the metadata group.
 pub const METADATA_GROUP_ID: u64 = 1;

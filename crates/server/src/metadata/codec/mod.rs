@@ -36,6 +36,8 @@
 //!     FinishReassignment finish_reassignment  = 25;
 //!     TransferLeader     transfer_leader      = 17;
 //!     AdminAddress       admin_address        = 18;
+//!     PutTransaction     put_transaction      = 40;
+//!     TxnMarkersWritten  txn_markers_written  = 41;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
@@ -105,6 +107,15 @@
 //!                              bytes server_key = 6; }  // mechanism: Kafka's type (1, 2)
 //! message DeleteScramCredential { string user = 1; int32 mechanism = 2; }
 //! message ImportScramUsers   { repeated ScramCredential credentials = 1; }
+//! message PutTransaction     { string transactional_id = 1; TxnRecord record = 2; }
+//! message TxnRecord          { int64 producer_id = 1; int32 producer_epoch = 2;
+//!                              int32 timeout_ms = 3; int32 status = 4;  // TxnStatus::code
+//!                              repeated TopicPartition partitions = 5;
+//!                              repeated string groups = 6; int64 start_ms = 7;
+//!                              int64 update_ms = 8; int32 coordinator_epoch = 9; }
+//! message TxnMarkersWritten  { string transactional_id = 1; int64 producer_id = 2;
+//!                              int32 producer_epoch = 3; repeated TopicPartition partitions = 4;
+//!                              int64 time_ms = 5; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -128,6 +139,7 @@ mod messages;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod transactions;
 
 use prost::Message as _;
 use thiserror::Error;
@@ -138,6 +150,7 @@ pub use groups::*;
 pub use json::encode_entry_json;
 pub use messages::*;
 pub use snapshot::*;
+pub use transactions::*;
 
 /// First byte of a metadata entry in the protobuf format, version 1. JSON entries of older
 /// versions start with `{` or `"`.

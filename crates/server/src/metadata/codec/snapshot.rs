@@ -84,6 +84,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   FlowLimits flow_limits = 21;            // absent: unlimited
 ///   repeated ClientQuota client_quotas = 22; // in entity order
 ///   bool scram_users_imported = 23;         // the bootstrap SCRAM users were imported
+///   repeated PutTransaction transactions = 40; // by transactional id
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -145,6 +146,9 @@ pub struct MetaSnapshotWire {
     /// The bootstrap SCRAM users were imported (see `ClusterMeta::scram_users_imported`).
     #[prost(bool, tag = "23")]
     pub scram_users_imported: bool,
+    /// The transaction coordinator's state, by transactional id.
+    #[prost(message, repeated, tag = "40")]
+    pub transactions: Vec<super::transactions::PutTransactionWire>,
 }
 
 /// One topic in a snapshot.
