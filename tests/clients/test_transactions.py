@@ -96,3 +96,48 @@ def test_a_new_producer_of_the_id_fences_the_old_one(cluster, topic):
     new.commit_transaction(TIMEOUT_S)
     assert read_all(cluster, topic, "read_committed", 1) == ["new"]
     assert read_all(cluster, topic, "read_committed", 2, deadline_s=3) == ["new"]
+
+
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"  # kafka-transactions.sh
+
+
+def test_kafka_transactions_tool_lists_and_describes(cluster, topic):
+    """Apache Kafka 3.9's own `kafka-transactions.sh` (ListTransactions on every broker,
+    FindCoordinator and DescribeTransactions on the coordinator) sees an open transaction and
+    a committed one."""
+    import os
+    import tempfile
+
+    import admin_target as at
+    from test_admin_tools import TOOLS_LOG4J, Tools
+
+    done, open_ = f"tx-done-{topic}", f"tx-open-{topic}"
+    p = txn_producer(cluster, done)
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    produce(p, topic, ["d"])
+    p.commit_transaction(TIMEOUT_S)
+    q = txn_producer(cluster, open_)
+    q.init_transactions(TIMEOUT_S)
+    q.begin_transaction()
+    produce(q, topic, ["o"])
+
+    with tempfile.TemporaryDirectory(prefix="vdl-txn-tools-") as d:
+        log4j = os.path.join(d, "tools-log4j.properties")
+        with open(log4j, "w") as f:
+            f.write(TOOLS_LOG4J)
+        tools = Tools(cluster.bootstrap, at.kafka_libs(), log4j)
+        _, out, _ = tools.run(TRANSACTIONS, "list")
+        rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
+        states = {r[0]: r[3] for r in rows}
+        assert states.get(done) == "CompleteCommit", out
+        assert states.get(open_) == "Ongoing", out
+        assert [r[0] for r in rows].count(done) == 1, f"listed once: {out}"
+
+        _, out, _ = tools.run(TRANSACTIONS, "describe", "--transactional-id", open_)
+        header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
+        described = dict(zip(header, row))
+        assert described["TransactionalId"] == open_, out
+        assert described["TransactionState"] == "Ongoing", out
+        assert f"{topic}-0" in out, out
+    q.abort_transaction(TIMEOUT_S)
