@@ -164,8 +164,9 @@ impl ClusterMeta {
     /// committed in its transaction for each of `groups` (TxnOffsetCommit) become the groups'
     /// committed offsets when `commit`, and are dropped otherwise. Called when the transaction
     /// is decided (its PrepareCommit or PrepareAbort is applied), on every node alike. The
-    /// pending offsets themselves are kept by TxnOffsetCommit's state, which this metadata does
-    /// not hold yet, so there is nothing to end until it does.
+    /// pending offsets themselves are kept by TxnOffsetCommit's state (a separate change, whose
+    /// `ClusterMeta::end_txn_offsets(producer_id, Some(groups), commit)` is what this calls
+    /// once both are in); this metadata does not hold them yet, so there is nothing to end.
     pub(super) fn end_pending_transactional_offsets(
         &mut self,
         producer_id: i64,

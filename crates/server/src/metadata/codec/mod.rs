@@ -36,8 +36,8 @@
 //!     FinishReassignment finish_reassignment  = 25;
 //!     TransferLeader     transfer_leader      = 17;
 //!     AdminAddress       admin_address        = 18;
-//!     PutTransaction     put_transaction      = 40;
-//!     TxnMarkersWritten  txn_markers_written  = 41;
+//!     PutTransaction     put_transaction      = 42;
+//!     TxnMarkersWritten  txn_markers_written  = 43;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;

@@ -84,7 +84,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   FlowLimits flow_limits = 21;            // absent: unlimited
 ///   repeated ClientQuota client_quotas = 22; // in entity order
 ///   bool scram_users_imported = 23;         // the bootstrap SCRAM users were imported
-///   repeated PutTransaction transactions = 40; // by transactional id
+///   repeated PutTransaction transactions = 41; // by transactional id
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -147,7 +147,7 @@ pub struct MetaSnapshotWire {
     #[prost(bool, tag = "23")]
     pub scram_users_imported: bool,
     /// The transaction coordinator's state, by transactional id.
-    #[prost(message, repeated, tag = "40")]
+    #[prost(message, repeated, tag = "41")]
     pub transactions: Vec<super::transactions::PutTransactionWire>,
 }
 

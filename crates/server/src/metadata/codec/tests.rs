@@ -417,6 +417,22 @@ fn field_numbers_are_fixed() {
         0x10, 0x02,
     ];
     assert_eq!(encode_entry(&delete), expected);
+    // TxnMarkersWritten is field 43: 0xda 0x02 = (43 << 3) | 2, then its length and
+    // transactional id "t" (field 1).
+    let markers = MetaEntry {
+        request: entry.request,
+        command: MetaCommand::TxnMarkersWritten {
+            transactional_id: "t".into(),
+            producer_id: 0,
+            producer_epoch: 0,
+            partitions: vec![],
+            time_ms: 0,
+        },
+    };
+    let expected = [
+        0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0xda, 0x02, 0x03, 0x0a, 0x01, b't',
+    ];
+    assert_eq!(encode_entry(&markers), expected);
 }
 
 #[test]
