@@ -3,7 +3,8 @@
 //! transactional id, AddPartitionsToTxn, a transactional Produce, EndTxn; then what a
 //! read_committed Fetch sees. Also: an abort, fencing by a new InitProducerId, a batch for a
 //! partition not added (INVALID_TXN_STATE), DescribeTransactions and ListTransactions, the
-//! coordinator's failover in the middle of a transaction, and the timeout that aborts.
+//! coordinator's failover in the middle of a transaction, the timeout that aborts, and an open
+//! transaction (with a group added) across a restart of every node.
 
 mod common;
 
@@ -14,6 +15,7 @@ use bytes::Bytes;
 use common::cluster_configs;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
+use kafka_proto::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 use kafka_proto::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnRequest, V3AndBelowTopic,
 };
@@ -84,6 +86,21 @@ fn add_partition(addr: &str, id: &str, pid: i64, epoch: i16) -> i16 {
         panic!("not an AddPartitionsToTxn response")
     };
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// AddOffsetsToTxn v3 of group `group`: its error.
+fn add_offsets(addr: &str, id: &str, pid: i64, epoch: i16, group: &str) -> i16 {
+    let req = Request::AddOffsetsToTxn(AddOffsetsToTxnRequest {
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        group_id: group.into(),
+        ..Default::default()
+    });
+    let Response::AddOffsetsToTxn(r) = call(addr, ApiKey::AddOffsetsToTxn, 3, &req) else {
+        panic!("not an AddOffsetsToTxn response")
+    };
+    r.error_code
 }
 
 /// EndTxn v3: its error.
@@ -298,18 +315,25 @@ async fn coordinator(nodes: &[Option<Arc<Node>>], id: &str) -> String {
     addr
 }
 
-async fn start_cluster(
-    dir: &std::path::Path,
+/// Starts a node of each of `configs` with its Kafka listener.
+async fn start_nodes(
+    configs: &[vdl_server::config::NodeConfig],
 ) -> (Vec<Option<Arc<Node>>>, Vec<tokio::task::JoinHandle<()>>) {
-    let configs = cluster_configs(3, dir, &[TOPIC]);
     let mut nodes = Vec::new();
     let mut listeners = Vec::new();
-    for c in &configs {
+    for c in configs {
         let n = Node::start(c.clone()).await.unwrap();
         listeners.push(n.serve_kafka().await.unwrap());
         nodes.push(Some(n));
     }
     (nodes, listeners)
+}
+
+/// A three-node cluster with the stream `TOPIC`.
+async fn start_cluster(
+    dir: &std::path::Path,
+) -> (Vec<Option<Arc<Node>>>, Vec<tokio::task::JoinHandle<()>>) {
+    start_nodes(&cluster_configs(3, dir, &[TOPIC])).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,4 +486,50 @@ async fn coordinator_failover_mid_transaction_and_timeouts() {
         assert_eq!(values, ["f1"]);
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_transaction_survives_a_restart_of_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = cluster_configs(3, dir.path(), &[TOPIC]);
+    let (mut nodes, listeners) = start_nodes(&configs).await;
+    let coord = coordinator(&nodes, "t4").await;
+    let leader = addr_of(&nodes, partition_leader(&nodes).await);
+    let (c, l) = (coord.clone(), leader.clone());
+    let (pid, epoch) = blocking(move || {
+        let (e, pid, epoch) = init(&c, "t4", 60_000);
+        assert_eq!(e, 0);
+        assert_eq!(add_offsets(&c, "t4", pid, epoch, "g1"), 0);
+        assert_eq!(
+            add_offsets(&c, "t4", pid, epoch + 1, "g1"),
+            90,
+            "PRODUCER_FENCED"
+        );
+        assert_eq!(add_partition(&c, "t4", pid, epoch), 0);
+        assert_eq!(produce(&l, "t4", pid, epoch, 0, &["r1"]), 0);
+        (pid, epoch)
+    })
+    .await;
+
+    for (n, l) in nodes.iter_mut().zip(&listeners) {
+        n.take().unwrap().shutdown();
+        l.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (nodes, _listeners) = start_nodes(&configs).await;
+    let coord = coordinator(&nodes, "t4").await;
+    let leader = addr_of(&nodes, partition_leader(&nodes).await);
+    let c = coord.clone();
+    let d = until(move || describe(&c, "t4"), |d| d.0 == 0).await;
+    assert_eq!(d, (0, "Ongoing".to_string(), pid, epoch, 1));
+    let c = coord.clone();
+    let ended = until(
+        move || end_txn(&c, "t4", pid, epoch, true),
+        |e| *e != 16 && *e != 15,
+    )
+    .await;
+    assert_eq!(ended, 0);
+    let l = leader.clone();
+    let (_, _, values) = until(move || read_committed(&l), |r| !r.2.is_empty()).await;
+    assert_eq!(values, ["r1"]);
 }
