@@ -17,7 +17,8 @@ use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 use kafka_proto::messages::add_partitions_to_txn_request::{
-    AddPartitionsToTxnRequest, V3AndBelowTopic,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    V3AndBelowTopic,
 };
 use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
 use kafka_proto::messages::end_txn_request::EndTxnRequest;
@@ -86,6 +87,35 @@ fn add_partition(addr: &str, id: &str, pid: i64, epoch: i16) -> i16 {
         panic!("not an AddPartitionsToTxn response")
     };
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// AddPartitionsToTxn v4 (the brokers' batched form) with `verify_only` for `TOPIC`'s
+/// partition 0: (top-level error, the partition's error).
+fn verify_partition(addr: &str, id: &str, pid: i64, epoch: i16) -> (i16, i16) {
+    let req = Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        transactions: vec![AddPartitionsToTxnTransaction {
+            transactional_id: id.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            verify_only: true,
+            topics: vec![AddPartitionsToTxnTopic {
+                name: TOPIC.into(),
+                partitions: vec![0],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let Response::AddPartitionsToTxn(r) = call(addr, ApiKey::AddPartitionsToTxn, 4, &req) else {
+        panic!("not an AddPartitionsToTxn response")
+    };
+    let t = &r.results_by_transaction[0];
+    assert_eq!(t.transactional_id, id);
+    (
+        r.error_code,
+        t.topic_results[0].results_by_partition[0].partition_error_code,
+    )
 }
 
 /// AddOffsetsToTxn v3 of group `group`: its error.
@@ -352,7 +382,15 @@ async fn commit_abort_fencing_and_the_admin_view() {
             48,
             "INVALID_TXN_STATE"
         );
+        assert_eq!(
+            verify_partition(&c, "t1", pid, epoch),
+            (0, 48),
+            "not added yet"
+        );
         assert_eq!(add_partition(&c, "t1", pid, epoch), 0);
+        // KIP-890 part 1: the brokers' verification answers from the state.
+        assert_eq!(verify_partition(&c, "t1", pid, epoch), (0, 0));
+        assert_eq!(verify_partition(&c, "t1", pid, epoch + 1), (0, 90));
         assert_eq!(produce(&l, "t1", pid, epoch, 0, &["a1", "a2"]), 0);
         let (lso, _, values) = read_committed(&l);
         assert_eq!(lso, 0, "the open transaction holds the last stable offset");

@@ -5,9 +5,9 @@
 //!
 //! The coordinator answers AddPartitionsToTxn once the addition is committed, but the
 //! partition's leader may not have applied it yet when the producer's first batch arrives. So
-//! a request with a batch the local state does not verify first takes a read barrier on the
-//! metadata group (Raft's ReadIndex: this node then has applied everything committed before),
-//! and is submitted after it; a batch still unverified then is refused with INVALID_TXN_STATE,
+//! a request with a batch the local state does not verify first takes a barrier on the
+//! metadata group (this node then has applied everything committed before: Raft's ReadIndex on
+//! the metadata leader, a no-op entry elsewhere), and is submitted after it; a batch still unverified then is refused with INVALID_TXN_STATE,
 //! as Kafka 3.9 answers an unverified transactional batch.
 
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use crate::kafka::access::Access;
 use crate::kafka::host::{KafkaHost, ProduceHost};
 use crate::kafka::produce::{produce, ProduceChain};
 use crate::kafka::reply::Reply;
+use crate::metadata::MetaCommand;
 
 /// Whether a batch of `records` (a Produce partition's data) is transactional and not
 /// verified by this node's transaction state for `transactional_id` and `(topic, partition)`.
@@ -56,6 +57,24 @@ pub(crate) fn needs_barrier<H: ProduceHost>(node: &H, req: &ProduceRequest) -> b
     })
 }
 
+/// Waits until this node has applied everything the metadata group committed before the call
+/// (or the attempt failed): on the metadata leader a ReadIndex (no log entry); elsewhere
+/// (ReadIndex answers only on the leader) a no-op entry committed through the leader, applied
+/// here after everything committed before it.
+async fn metadata_barrier<H: KafkaHost>(node: &H) {
+    let Some(group) = node.metadata_group() else {
+        return;
+    };
+    if group.visible().leader == node.config().id {
+        let _ = group.read_index(BARRIER_TIMEOUT).await;
+    } else {
+        let _ = node
+            .metadata_proposer()
+            .propose(&MetaCommand::barrier(), BARRIER_TIMEOUT)
+            .await;
+    }
+}
+
 /// Produces `req` once a read barrier on the metadata group has passed (or failed: the batches
 /// are then checked against the state as it is). Not chained behind the connection's earlier
 /// requests: a batch overtaking one of them is refused by the partition's sequence check and
@@ -69,9 +88,7 @@ pub(crate) fn produce_after_barrier<H: KafkaHost>(
     throttle: std::time::Duration,
 ) -> Reply {
     Reply::Later(Box::pin(async move {
-        if let Some(group) = node.metadata_group() {
-            let _ = group.read_index(BARRIER_TIMEOUT).await;
-        }
+        metadata_barrier(node.as_ref()).await;
         let mut chain = ProduceChain::default();
         match produce(
             node.as_ref(),
