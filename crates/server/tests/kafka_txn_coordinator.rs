@@ -342,6 +342,10 @@ async fn coordinator(nodes: &[Option<Arc<Node>>], id: &str) -> String {
         |(e, a)| *e == 0 && live.contains(a),
     )
     .await;
+    // Named as soon as it leads; it coordinates once it has applied its term's start
+    // (NOT_COORDINATOR until then, which clients retry).
+    let a = addr.clone();
+    until(move || describe(&a, "probe").0, |e| *e != 16).await;
     addr
 }
 
