@@ -99,6 +99,9 @@ pub struct ClusterMeta {
     /// The transaction coordinator's state by transactional id (see
     /// [`crate::metadata::transactions`]).
     pub transactions: BTreeMap<String, crate::metadata::TxnRecord>,
+    /// The transactional ids of `transactions` being decided (PrepareCommit or PrepareAbort):
+    /// what the marker writers look at, without scanning every id. Derived, not in snapshots.
+    pub deciding_transactions: std::collections::BTreeSet<String>,
     /// Flow control: node-wide limits and client quotas (shared with request handlers,
     /// replaced on change).
     pub flow: Arc<FlowSettings>,
@@ -446,10 +449,12 @@ impl ClusterMeta {
         }
         meta.scram_users_imported = wire.scram_users_imported;
         for t in wire.transactions {
-            meta.transactions.insert(
-                t.transactional_id,
-                crate::metadata::TxnRecord::from(t.record.unwrap_or_default()),
-            );
+            let record = crate::metadata::TxnRecord::from(t.record.unwrap_or_default());
+            if record.status.preparing().is_some() {
+                meta.deciding_transactions
+                    .insert(t.transactional_id.clone());
+            }
+            meta.transactions.insert(t.transactional_id, record);
         }
         meta.flow = Arc::new(FlowSettings {
             limits: wire.flow_limits.map(FlowLimits::from).unwrap_or_default(),

@@ -129,6 +129,11 @@ impl ClusterMeta {
                         record.groups.clear();
                     }
                 }
+                if record.status.preparing().is_some() {
+                    self.deciding_transactions.insert(transactional_id.clone());
+                } else {
+                    self.deciding_transactions.remove(&transactional_id);
+                }
                 self.transactions.insert(transactional_id, record);
             }
             MetaCommand::TxnMarkersWritten {
@@ -154,6 +159,7 @@ impl ClusterMeta {
                     record.status = completed(commit);
                     record.groups.clear();
                     record.update_ms = time_ms;
+                    self.deciding_transactions.remove(&transactional_id);
                 }
             }
             _ => {}
@@ -277,6 +283,7 @@ mod tests {
             !m.transaction_includes("tx", 1000, 3, "a", 0),
             "decided: no more batches"
         );
+        assert_eq!(m.deciding_transactions, ["tx".to_string()].into());
         written(&mut m, 4, 4, &[("a", 0)]);
         assert_eq!(
             m.transactions["tx"].partitions.len(),
@@ -288,6 +295,7 @@ mod tests {
         written(&mut m, 6, 3, &[("b", 1), ("a", 0)]);
         let r = &m.transactions["tx"];
         assert_eq!(r.status, TxnStatus::CompleteCommit);
+        assert!(m.deciding_transactions.is_empty());
         assert!(r.partitions.is_empty() && r.groups.is_empty());
         assert_eq!(r.update_ms, 99);
         // A late duplicate report changes nothing.
@@ -325,6 +333,7 @@ mod tests {
         let wire = crate::metadata::codec::decode_snapshot(&bytes).unwrap();
         let back = ClusterMeta::from_snapshot(vec![1, 2, 3], wire);
         assert_eq!(back.transactions, m.transactions);
+        assert_eq!(back.deciding_transactions, ["tx".to_string()].into());
         assert_eq!(back, m);
         for s in TxnStatus::ALL {
             assert_eq!(TxnStatus::from_code(s.code()), Some(s));

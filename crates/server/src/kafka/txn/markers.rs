@@ -83,11 +83,12 @@ pub(super) fn start_marker_writer<H: TxnHost>(node: Weak<H>) {
 /// mark whose replica here leads.
 fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
     // Read under the metadata guard, then released before the partitions are looked up.
-    let decided: Vec<Decided> = node
-        .metadata()
-        .transactions
+    let meta = node.metadata();
+    let decided: Vec<Decided> = meta
+        .deciding_transactions
         .iter()
-        .filter_map(|(id, r)| {
+        .filter_map(|id| {
+            let r = meta.transactions.get(id)?;
             let commit = r.status.preparing()?;
             let marker = TxnMarker {
                 commit,
@@ -103,6 +104,7 @@ fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
             ))
         })
         .collect();
+    drop(meta);
     let me = node.config().id;
     decided
         .into_iter()

@@ -83,16 +83,18 @@ type Decided = (String, i64, i16, Vec<(String, i32)>);
 /// Decided transactions' partitions whose topic (or partition) no longer exists get no
 /// marker: they are reported as done so the transaction can complete.
 async fn drop_vanished_partitions<H: TxnHost>(node: &Arc<H>) {
-    let decided: Vec<Decided> = node
-        .metadata()
-        .transactions
-        .iter()
-        .filter(|(_, r)| r.status.preparing().is_some())
-        .map(|(id, r)| {
-            let ps = r.partitions.iter().cloned().collect();
-            (id.clone(), r.producer_id, r.producer_epoch, ps)
-        })
-        .collect();
+    // The metadata guard is released before anything is awaited.
+    let decided: Vec<Decided> = {
+        let meta = node.metadata();
+        meta.deciding_transactions
+            .iter()
+            .filter_map(|id| {
+                let r = meta.transactions.get(id)?;
+                let ps = r.partitions.iter().cloned().collect();
+                Some((id.clone(), r.producer_id, r.producer_epoch, ps))
+            })
+            .collect()
+    };
     for (id, producer_id, producer_epoch, partitions) in decided {
         let gone: Vec<(String, i32)> = partitions
             .into_iter()
