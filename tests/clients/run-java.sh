@@ -7,11 +7,13 @@
 # Kafka shows as a test failing against one of them. Exit status: 0 when every test passed
 # against every target; every test runs even when an earlier one failed.
 #
-# Against vdl (JAVA_TEST_MAIN, default all five): ClientTest (Apache Kafka's Java client 3.9:
+# Against vdl (JAVA_TEST_MAIN, default all six): ClientTest (Apache Kafka's Java client 3.9:
 # default idempotent producer, consumer group with commitSync; then a 6-partition topic with
 # keyed records, a two-member group and a rebalance, and CreatePartitions), StaticMembership (a
 # restarted static member takes its partition back without a rebalance, a duplicate is fenced,
-# removal by instance id), ConnectDistributedTest (Kafka Connect 3.9 distributed, default
+# removal by instance id), TransactionsTest (a transactional producer commits and aborts,
+# read_committed and read_uncommitted consumers, Admin list/describeTransactions, fencing by a
+# second producer of the transactional id), ConnectDistributedTest (Kafka Connect 3.9 distributed, default
 # compacted internal topics, file source and sink, a worker restart resumes at the committed
 # offset; the vdl cluster runs its log cleaner every 500 ms and the test waits for it to
 # compact), StreamsKTableTest (Kafka Streams 3.9, a KTable count, its compacted changelog, a
@@ -19,7 +21,7 @@
 # connector on Connect 3.9 distributed, from a plugin.path directory made here from
 # java/debezium/pom.xml; a PostgreSQL server the test starts itself: snapshot, c/u/d and
 # tombstones per key, a worker restart resumes from the stored offset).
-# Against Kafka (JAVA_TEST_KAFKA_MAIN, default ConnectDistributedTest StreamsKTableTest;
+# Against Kafka (JAVA_TEST_KAFKA_MAIN, default TransactionsTest ConnectDistributedTest StreamsKTableTest;
 # DebeziumPostgresTest runs there too when named).
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
@@ -59,8 +61,8 @@ rm -rf "$BUILD/classes"
 javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
 TARGETS="${JAVA_TEST_TARGETS:-vdl kafka}"
-ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
-ECOSYSTEM_TESTS="vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
+ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.TransactionsTest vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
+ECOSYSTEM_TESTS="vdl.clients.TransactionsTest vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
 VDL_TESTS="${JAVA_TEST_MAIN:-$ALL_TESTS}"
 KAFKA_TESTS="${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}"
 RUNNING=""

@@ -33,6 +33,9 @@ macro_rules! for_each_api {
             DeleteTopics = 20, "DeleteTopics", 0..=6, DeleteTopicsRequest, DeleteTopicsResponse;
             DeleteRecords = 21, "DeleteRecords", 0..=2, DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
+            AddPartitionsToTxn = 24, "AddPartitionsToTxn", 0..=5, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse;
+            AddOffsetsToTxn = 25, "AddOffsetsToTxn", 0..=4, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse;
+            EndTxn = 26, "EndTxn", 0..=4, EndTxnRequest, EndTxnResponse;
             WriteTxnMarkers = 27, "WriteTxnMarkers", 0..=1, WriteTxnMarkersRequest, WriteTxnMarkersResponse;
             TxnOffsetCommit = 28, "TxnOffsetCommit", 0..=5, TxnOffsetCommitRequest, TxnOffsetCommitResponse;
             DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;
@@ -54,6 +57,8 @@ macro_rules! for_each_api {
             AlterUserScramCredentials = 51, "AlterUserScramCredentials", 0..=0, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse;
             DescribeCluster = 60, "DescribeCluster", 0..=1, DescribeClusterRequest, DescribeClusterResponse;
             DescribeProducers = 61, "DescribeProducers", 0..=0, DescribeProducersRequest, DescribeProducersResponse;
+            DescribeTransactions = 65, "DescribeTransactions", 0..=0, DescribeTransactionsRequest, DescribeTransactionsResponse;
+            ListTransactions = 66, "ListTransactions", 0..=1, ListTransactionsRequest, ListTransactionsResponse;
         }
     };
 }

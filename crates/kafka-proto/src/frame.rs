@@ -459,12 +459,14 @@ mod tests {
 
         let segs = err.api_versions_fallback().unwrap().unwrap();
         let apis = ApiKey::ALL.len();
+        let size = u32::try_from(10 + 6 * apis).unwrap().to_be_bytes();
+        let count = u32::try_from(apis).unwrap().to_be_bytes();
         #[rustfmt::skip]
         let head: &[u8] = &[
-            0, 0, 0, (10 + 6 * apis) as u8, // size
-            0, 0, 0, 42,                    // correlation id (header v0)
-            0, 35,                          // error_code UNSUPPORTED_VERSION
-            0, 0, 0, apis as u8,            // api_keys: INT32 count, v0 format
+            size[0], size[1], size[2], size[3],    // size
+            0, 0, 0, 42,                           // correlation id (header v0)
+            0, 35,                                 // error_code UNSUPPORTED_VERSION
+            count[0], count[1], count[2], count[3], // api_keys: INT32 count, v0 format
         ];
         let bytes = concat(&segs);
         assert_eq!(&bytes[..head.len()], head);

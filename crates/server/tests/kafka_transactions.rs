@@ -1,6 +1,7 @@
 //! Transactions, the partition side, over the Kafka protocol: transactional batches of two
-//! producers (appended through the stream's append API: the client Produce path refuses
-//! transactional batches until the coordinator exists), then WriteTxnMarkers over the wire
+//! producers (appended through the stream's append API: the client Produce path accepts them
+//! only for a transaction its coordinator holds, see `kafka_txn_coordinator.rs`), then
+//! WriteTxnMarkers over the wire
 //! commits one and aborts the other. A read_committed Fetch stops at the last stable offset
 //! while a transaction is open and lists the aborted transaction once it is aborted; ListOffsets
 //! answers LATEST by isolation level; the state survives a leader change and a restart of every
@@ -253,8 +254,8 @@ async fn markers_bound_read_committed_and_survive_failover_and_restart() {
     let leader = leader_of(&nodes).await;
     let stream = nodes[leader].as_ref().unwrap().stream(TOPIC).unwrap();
     let wait = Duration::from_secs(10);
-    // The client Produce path refuses transactional batches (with or without a transactional
-    // id) until the coordinator exists: TRANSACTIONAL_ID_AUTHORIZATION_FAILED, nothing stored.
+    // The client Produce path refuses a transactional batch without a transactional id:
+    // TRANSACTIONAL_ID_AUTHORIZATION_FAILED, nothing stored.
     let a = addr_of(&nodes, leader);
     blocking(move || {
         let mut c = common::kafka::KafkaConn::connect(a.parse().unwrap()).unwrap();

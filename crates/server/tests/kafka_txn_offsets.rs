@@ -2,8 +2,9 @@
 //! in-process 3-node cluster over the raw protocol: they are invisible to OffsetFetch until the
 //! producer's transaction ends, OffsetFetch with `require_stable` answers
 //! UNSTABLE_OFFSET_COMMIT meanwhile, an abort leaves the committed offset as it was, and a
-//! commit makes them the group's offsets. The transaction's end is proposed here as the
-//! transaction coordinator proposes it (`MetaCommand::EndTxnOffsets`).
+//! commit makes them the group's offsets. The transaction is a real one, run through the
+//! transaction coordinator (InitProducerId, AddOffsetsToTxn, EndTxn); offsets of a producer
+//! whose transaction does not include the group are refused.
 
 mod common;
 
@@ -22,23 +23,67 @@ use kafka_proto::messages::offset_fetch_request::{
 use kafka_proto::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
-use vdl_server::metadata::MetaCommand;
 use vdl_server::Node;
 
 const TOPIC: &str = "txn-offsets-topic";
 const GROUP: &str = "txn-group";
-const PRODUCER: i64 = 4242;
+const TRANSACTIONAL_ID: &str = "txn-offsets-app";
 
 const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const NOT_COORDINATOR: i16 = 16;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
 
-/// A TxnOffsetCommit of `PRODUCER` for `GROUP`: partition 0 of `TOPIC` at `offset`, plus
+/// A transactional producer as the coordinator knows it: (producer id, epoch).
+type Producer = (i64, i16);
+
+/// InitProducerId for `TRANSACTIONAL_ID` (retried while a previous transaction is still being
+/// ended): the producer.
+fn init(conn: &mut KafkaConn) -> Producer {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let req = common::requests::init_transactional(TRANSACTIONAL_ID, 60_000);
+        let Response::InitProducerId(r) = conn.call(ApiKey::InitProducerId, 4, &req).unwrap()
+        else {
+            panic!("not an InitProducerId response")
+        };
+        if r.error_code == NONE {
+            return (r.producer_id, r.producer_epoch);
+        }
+        assert_eq!(r.error_code, CONCURRENT_TRANSACTIONS, "{r:?}");
+        assert!(Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// AddOffsetsToTxn of `GROUP` to `producer`'s transaction: its error.
+fn add_group(conn: &mut KafkaConn, producer: Producer) -> i16 {
+    let req = common::requests::add_offsets_to_txn(TRANSACTIONAL_ID, producer.0, producer.1, GROUP);
+    let Response::AddOffsetsToTxn(r) = conn.call(ApiKey::AddOffsetsToTxn, 3, &req).unwrap() else {
+        panic!("not an AddOffsetsToTxn response")
+    };
+    r.error_code
+}
+
+/// EndTxn of `producer`'s transaction: its error.
+fn end_transaction(conn: &mut KafkaConn, producer: Producer, commit: bool) -> i16 {
+    let req = common::requests::end_txn(TRANSACTIONAL_ID, producer.0, producer.1, commit);
+    let Response::EndTxn(r) = conn.call(ApiKey::EndTxn, 3, &req).unwrap() else {
+        panic!("not an EndTxn response")
+    };
+    r.error_code
+}
+
+/// A TxnOffsetCommit of `producer` for `GROUP`: partition 0 of `TOPIC` at `offset`, plus
 /// `extra` partitions; `member` names a member and generation (v3+). Every partition's error.
 fn txn_commit(
     conn: &mut KafkaConn,
+    producer: Producer,
     version: i16,
     offset: i64,
     extra: &[i32],
@@ -58,10 +103,10 @@ fn txn_commit(
     }));
     let (member_id, generation_id) = member.unwrap_or(("", -1));
     let req = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
-        transactional_id: "txn-offsets-app".into(),
+        transactional_id: TRANSACTIONAL_ID.into(),
         group_id: GROUP.into(),
-        producer_id: PRODUCER,
-        producer_epoch: 0,
+        producer_id: producer.0,
+        producer_epoch: producer.1,
         generation_id,
         member_id: member_id.into(),
         topics: vec![TxnOffsetCommitRequestTopic {
@@ -186,22 +231,6 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
     }
 }
 
-/// Ends `PRODUCER`'s transaction for `GROUP`'s offsets through the metadata leader.
-async fn end_transaction(leader: &Node, commit: bool) {
-    leader
-        .metadata_proposer()
-        .propose(
-            &MetaCommand::EndTxnOffsets {
-                producer_id: PRODUCER,
-                groups: Some(vec![GROUP.into()]),
-                commit,
-            },
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-}
-
 fn addr(node: &Node) -> SocketAddr {
     node.config().kafka_advertised.parse().unwrap()
 }
@@ -233,22 +262,37 @@ async fn transactional_offsets_are_visible_only_once_committed() {
             .expect("advertised");
         assert_eq!((k.min_version, k.max_version), (0, 5));
 
+        let producer = init(&mut c);
         // Only the coordinator takes it.
         let mut f = KafkaConn::connect(follower).unwrap();
         assert_eq!(
-            txn_commit(&mut f, 3, 1, &[], None),
+            txn_commit(&mut f, producer, 3, 1, &[], None),
             vec![(0, NOT_COORDINATOR)]
+        );
+        // Not before the group joined the transaction, nor of another producer or epoch.
+        assert_eq!(
+            txn_commit(&mut c, producer, 3, 1, &[], None),
+            vec![(0, INVALID_TXN_STATE)]
+        );
+        assert_eq!(add_group(&mut c, producer), NONE);
+        assert_eq!(
+            txn_commit(&mut c, (producer.0 + 1, producer.1), 3, 1, &[], None),
+            vec![(0, INVALID_PRODUCER_ID_MAPPING)]
+        );
+        assert_eq!(
+            txn_commit(&mut c, (producer.0, producer.1 + 1), 3, 1, &[], None),
+            vec![(0, INVALID_PRODUCER_EPOCH)]
         );
 
         // A committed offset, then the transaction's: only the committed one is read.
         assert_eq!(c.commit_offset(GROUP, TOPIC, 5).unwrap(), NONE);
         assert_eq!(
-            txn_commit(&mut c, 3, 42, &[9], None),
+            txn_commit(&mut c, producer, 3, 42, &[9], None),
             vec![(0, NONE), (9, UNKNOWN_TOPIC_OR_PARTITION)]
         );
         // v3 names a member: the group has none of that id.
         assert_eq!(
-            txn_commit(&mut c, 3, 43, &[], Some(("ghost", 1))),
+            txn_commit(&mut c, producer, 3, 43, &[], Some(("ghost", 1))),
             vec![(0, UNKNOWN_MEMBER_ID)]
         );
         for version in [7, 8] {
@@ -264,28 +308,26 @@ async fn transactional_offsets_are_visible_only_once_committed() {
         // The group's offsets of every topic: the same.
         assert_eq!(fetch_of(&mut c, 8, false, true).1, 5);
         assert_eq!(fetch_of(&mut c, 8, true, true).0, UNSTABLE_OFFSET_COMMIT);
-    })
-    .await
-    .unwrap();
 
-    // The transaction aborts: the committed offset stands, and is stable again.
-    end_transaction(&nodes[leader], false).await;
-    tokio::task::spawn_blocking(move || {
-        let mut c = KafkaConn::connect(coordinator).unwrap();
+        // The transaction aborts: the committed offset stands, and is stable again.
+        assert_eq!(end_transaction(&mut c, producer, false), NONE);
         assert_eq!(fetch(&mut c, 8, true).1, 5);
         assert_eq!(fetch(&mut c, 8, true).0, NONE);
+
         // The next transaction (v0 and v5 bodies alike) commits.
-        assert_eq!(txn_commit(&mut c, 0, 50, &[], None), vec![(0, NONE)]);
-        assert_eq!(txn_commit(&mut c, 5, 60, &[], None), vec![(0, NONE)]);
+        let producer = init(&mut c);
+        assert_eq!(add_group(&mut c, producer), NONE);
+        assert_eq!(
+            txn_commit(&mut c, producer, 0, 50, &[], None),
+            vec![(0, NONE)]
+        );
+        assert_eq!(
+            txn_commit(&mut c, producer, 5, 60, &[], None),
+            vec![(0, NONE)]
+        );
         assert_eq!(fetch(&mut c, 8, false).1, 5);
         assert_eq!(fetch(&mut c, 8, true).0, UNSTABLE_OFFSET_COMMIT);
-    })
-    .await
-    .unwrap();
-
-    end_transaction(&nodes[leader], true).await;
-    tokio::task::spawn_blocking(move || {
-        let mut c = KafkaConn::connect(coordinator).unwrap();
+        assert_eq!(end_transaction(&mut c, producer, true), NONE);
         assert_eq!(fetch(&mut c, 8, true), (NONE, 60, "txn at 60".to_string()));
         assert_eq!(fetch(&mut c, 7, false).1, 60);
     })

@@ -19,9 +19,10 @@ use kafka_proto::messages::init_producer_id_response::InitProducerIdResponse;
 
 use crate::kafka::access::{Access, CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED};
 use crate::kafka::fields::split_host_port;
-use crate::kafka::host::ClusterHost;
+use crate::kafka::host::{ClusterHost, TxnHost};
 use crate::kafka::metadata::cluster_id;
 use crate::kafka::reply::{self, Reply};
+use crate::kafka::txn::init_producer_id::init_transactional;
 use crate::security::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 use crate::topic_config::{ConfigSource, ConfigType, DescribedConfig};
 
@@ -30,12 +31,13 @@ const ALLOCATE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Handles InitProducerId: a new cluster-unique producer id with epoch 0 for an idempotent
 /// producer; the same id with the next epoch when a producer asks to bump its epoch (KIP-360,
-/// v3+); transactional producers get UNSUPPORTED_VERSION (transactions are not served).
+/// v3+); for a transactional id, what its coordinator decides
+/// ([`crate::kafka::txn::init_producer_id`]).
 ///
 /// Authorization as Kafka's: with a transactional id, WRITE on it (else
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without, IDEMPOTENT_WRITE on the cluster or WRITE on
 /// at least one topic (else CLUSTER_AUTHORIZATION_FAILED).
-pub fn init_producer_id<H: ClusterHost>(
+pub(crate) fn init_producer_id<H: TxnHost>(
     node: &Arc<H>,
     access: &Access,
     req: InitProducerIdRequest,
@@ -63,8 +65,14 @@ pub fn init_producer_id<H: ClusterHost>(
         };
         if let Some(code) = refused {
             r.error_code = code.code();
-        } else if req.transactional_id.is_some() {
-            r.error_code = ErrorCode::UnsupportedVersion.code();
+        } else if let Some(id) = req.transactional_id.as_deref() {
+            match init_transactional(&node, id, &req, version).await {
+                Ok((producer_id, producer_epoch)) => {
+                    r.producer_id = producer_id;
+                    r.producer_epoch = producer_epoch;
+                }
+                Err(code) => r.error_code = code.code(),
+            }
         } else if req.producer_id >= 0
             && req.producer_epoch >= 0
             && req.producer_epoch < i16::MAX - 1

@@ -19,8 +19,8 @@ use crate::kafka::groups::{
 use crate::kafka::host::KafkaHost;
 use crate::kafka::reply::{self, Reply};
 use crate::kafka::{
-    acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, txn_markers,
-    users,
+    acls, cluster, configs, fetch, metadata, partition_admin, produce, quotas, topics, txn,
+    txn_markers, users,
 };
 
 /// The ApiVersions response body listing [`SERVED_APIS`].
@@ -102,6 +102,19 @@ pub(crate) fn dispatch<H: KafkaHost>(
         Request::DescribeProducers(req) => {
             partition_admin::describe_producers(node, access, req, version, cid)
         }
+        Request::AddPartitionsToTxn(req) => {
+            txn::add_api::add_partitions_to_txn(node, access, req, version, cid)
+        }
+        Request::AddOffsetsToTxn(req) => {
+            txn::add_api::add_offsets_to_txn(node, access, req, version, cid)
+        }
+        Request::EndTxn(req) => txn::end_txn_api::end_txn(node, access, req, version, cid),
+        Request::DescribeTransactions(req) => {
+            txn::describe_api::describe_transactions(node, access, req, version, cid)
+        }
+        Request::ListTransactions(req) => {
+            txn::describe_api::list_transactions(node, access, req, version, cid)
+        }
         Request::WriteTxnMarkers(req) => {
             txn_markers::write_txn_markers(node, access, req, version, cid)
         }
@@ -129,6 +142,16 @@ pub(crate) fn dispatch<H: KafkaHost>(
                 conn.mute.mute_for(throttle, std::time::Instant::now());
                 node.metrics()
                     .observe_throttle(ApiKey::Produce.as_i16(), throttle);
+            }
+            if txn::produce_check::needs_barrier(node.as_ref(), &req) {
+                return txn::produce_check::produce_after_barrier(
+                    node.clone(),
+                    access.clone(),
+                    req,
+                    version,
+                    cid,
+                    throttle,
+                );
             }
             produce::produce(
                 node.as_ref(),

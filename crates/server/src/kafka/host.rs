@@ -28,6 +28,8 @@
 //!   ([`crate::kafka::cluster`]).
 //! - `GroupsHost` (crate-internal: it hands out the coordinator's state): the consumer
 //!   groups (`kafka/groups/`).
+//! - `TxnHost` (crate-internal, over [`ClusterHost`]): the transaction coordinator
+//!   (`kafka/txn/`).
 //! - `KafkaHost` (crate-internal, over `GroupsHost`): all of the above, what the request
 //!   dispatch ([`crate::kafka::handlers`]) takes.
 //! - `ConnectionHost` (crate-internal, over `KafkaHost`): a connection
@@ -42,6 +44,7 @@ use crate::config::NodeConfig;
 use crate::flow::settings::FlowSettings;
 use crate::flow::throttle::FlowControl;
 use crate::kafka::groups::coordinator::Coordinator;
+use crate::kafka::txn::coordinator::TxnCoordinator;
 use crate::metadata::proposer::MetadataProposer;
 use crate::metadata::{ClusterMeta, TopicLayout};
 use crate::metrics::NodeMetrics;
@@ -180,6 +183,18 @@ pub trait ProduceHost: NodeView + ChargeHost {
     /// The replicas of `stream` in Kafka's order: the preferred leader first (a stream
     /// configured at start: every member in id order).
     fn replicas_of(&self, stream: &LogStream) -> Vec<u64>;
+
+    /// Whether the replicated transaction state, as this node has applied it, lets producer
+    /// `producer_id` at `producer_epoch` write a transactional batch to `(topic, partition)`
+    /// for `transactional_id`: an ongoing transaction of that producer holds the partition.
+    fn transaction_includes(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> bool;
 }
 
 /// What Fetch ([`crate::kafka::fetch`]) needs: [`NodeView`] (the partitions, by name or topic
@@ -355,6 +370,16 @@ pub(crate) trait GroupsHost: MetadataAccess + NodeView + MetadataGroupView {
     fn group_coordinator(&self) -> &Coordinator;
 }
 
+/// What the transaction coordinator (`kafka/txn/`: its handlers, the marker writer, the
+/// timeout check) needs besides [`ClusterHost`] (the metadata, the partitions, producer id
+/// allocation): this node's coordinator state (the per-id locks). The tasks hold a `Weak` of
+/// the host and end with it.
+pub(crate) trait TxnHost: ClusterHost {
+    /// This node's transaction coordinator state (in memory; the transactions themselves are
+    /// in the replicated metadata).
+    fn txn_coordinator(&self) -> &TxnCoordinator;
+}
+
 /// Every API family's host: what the request dispatch ([`crate::kafka::handlers`]) hands the
 /// handlers, each of which asks only its own family's trait of it.
 pub(crate) trait KafkaHost:
@@ -369,6 +394,7 @@ pub(crate) trait KafkaHost:
     + ProduceHost
     + FetchHost
     + GroupsHost
+    + TxnHost
 {
 }
 

@@ -29,6 +29,9 @@
 //!   partition (the partition side of transactions).
 //! - [`groups`]: consumer groups (classic protocol): coordinator lookup, membership and
 //!   rebalances (with each group's next deadline in a heap), committed offsets.
+//! - [`txn`]: the transaction coordinator (InitProducerId with a transactional id,
+//!   AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions), the
+//!   markers that end transactions, and the check of transactional produces.
 //!
 //! Each partition of a topic is its own log stream and Raft group (see the crate README).
 
@@ -54,6 +57,7 @@ pub mod produce_keys;
 pub mod quotas;
 pub mod reply;
 pub mod topics;
+pub(crate) mod txn;
 pub mod txn_markers;
 pub mod users;
 

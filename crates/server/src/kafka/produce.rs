@@ -45,6 +45,7 @@ use crate::kafka::host::{ChargeHost, ProduceHost};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::produce_keys::{has_keyless_record, keyless_record_errors};
 use crate::kafka::reply::{self, frame, Reply};
+use crate::kafka::txn::produce_check::unverified_batch;
 use crate::metadata::wall_clock_ms;
 use crate::replication::group::{AnswerHook, AppendError, Appended};
 use crate::replication::stream::{LogStream, PendingAppend};
@@ -302,7 +303,7 @@ pub fn produce<H: ProduceHost>(
                     version,
                     &rules,
                     req.acks,
-                    req.transactional_id.is_some(),
+                    req.transactional_id.as_deref(),
                     answer,
                 )
             } else {
@@ -552,7 +553,7 @@ fn submit_partition<H: ProduceHost>(
     version: i16,
     rules: &TopicRules,
     acks: i16,
-    transactional: bool,
+    transactional_id: Option<&str>,
     answer: Option<DirectProduce>,
 ) -> PartitionOutcome {
     let stream = match locate_partition(node, topic, partition) {
@@ -565,16 +566,6 @@ fn submit_partition<H: ProduceHost>(
             return PartitionOutcome::Failed(ErrorCode::UnknownTopicOrPartition)
         }
     };
-    if transactional {
-        // The partition side of transactions exists (markers, last stable offset,
-        // read_committed: see `replication::transactions`), but the coordinator does not: a
-        // transactional batch is accepted only once a coordinator has verified that its
-        // producer added this partition to a live transaction (AddPartitionsToTxn, KIP-890's
-        // verification). Until then it stays refused, or a producer could open a transaction
-        // that no coordinator ever ends and hold the partition's last stable offset back for
-        // good.
-        return PartitionOutcome::Failed(ErrorCode::TransactionalIdAuthorizationFailed);
-    }
     let v = stream.visible();
     if v.leader != node.config().id {
         return PartitionOutcome::Failed(ErrorCode::NotLeaderOrFollower);
@@ -598,10 +589,20 @@ fn submit_partition<H: ProduceHost>(
         }
     }
     match validate_records(records.to_contiguous(), version, &rules.limits) {
-        // A transactional batch without a transactional id: refused as above (as Kafka
-        // answers a transactional batch it cannot authorize).
-        Ok((batch, _)) if RecordBatch::new(batch.clone()).is_ok_and(|b| b.is_transactional()) => {
-            PartitionOutcome::Failed(ErrorCode::TransactionalIdAuthorizationFailed)
+        // A transactional batch is accepted only when the transaction state verifies it
+        // (`kafka::txn::produce_check`); without a transactional id it is refused as Kafka
+        // answers a transactional batch it cannot authorize.
+        Ok((batch, _))
+            if RecordBatch::new(batch.clone()).is_ok_and(|b| match transactional_id {
+                Some(id) => unverified_batch(node, id, topic, partition, &b),
+                None => b.is_transactional(),
+            }) =>
+        {
+            PartitionOutcome::Failed(if transactional_id.is_some() {
+                ErrorCode::InvalidTxnState
+            } else {
+                ErrorCode::TransactionalIdAuthorizationFailed
+            })
         }
         Ok((batch, _)) if rules.settings.compact && has_keyless_record(&batch) => {
             let (errors, message) = keyless_record_errors(&batch, topic, partition);

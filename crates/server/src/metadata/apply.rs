@@ -293,6 +293,10 @@ impl ClusterMeta {
                 }
                 None
             }
+            cmd @ (MetaCommand::PutTransaction { .. } | MetaCommand::TxnMarkersWritten { .. }) => {
+                self.apply_transaction(cmd);
+                None
+            }
             MetaCommand::CreateAcls { acls } => {
                 for b in acls {
                     if self.acls.len() >= crate::security::acl::MAX_ACLS && !self.acls.contains(&b)

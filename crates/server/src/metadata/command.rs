@@ -202,6 +202,33 @@ pub enum MetaCommand {
         /// The group's last activity (ms since the epoch) the proposer saw.
         activity_ms: i64,
     },
+    /// A transactional id's whole state as its coordinator (the metadata leader, in its term)
+    /// decided it: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, a timeout.
+    /// Applied as written, except that a transaction decided with no partition left to mark
+    /// completes at once; a decided one also ends its groups' pending transactional offsets
+    /// (see [`crate::metadata::transactions`]).
+    PutTransaction {
+        /// The transactional id.
+        transactional_id: String,
+        /// Its new state.
+        record: crate::metadata::TxnRecord,
+    },
+    /// A partition leader committed the markers of a decided transaction to `partitions`:
+    /// they leave the transaction's partitions still to mark, and the transaction completes
+    /// when none is left. Ignored unless the transactional id still holds that producer id and
+    /// epoch in a PrepareCommit or PrepareAbort.
+    TxnMarkersWritten {
+        /// The transactional id.
+        transactional_id: String,
+        /// The producer id the markers were written for.
+        producer_id: i64,
+        /// The producer epoch the markers carry.
+        producer_epoch: i16,
+        /// The (topic, partition)s marked.
+        partitions: Vec<(String, i32)>,
+        /// The proposer's wall clock, ms since the epoch.
+        time_ms: i64,
+    },
     /// Add ACLs (CreateAcls); bindings present already stay (adding one twice is no error).
     CreateAcls {
         /// The bindings, validated by the proposer.

@@ -16,7 +16,8 @@
 //! simulation's recorder), `codec/` (the log and snapshot formats), `snapshot.rs` (snapshot
 //! files), `proposer.rs` (the one path that writes commands: request ids, encoding,
 //! retries), `topic_ids.rs` (a topic's id, and the index from id to name), `txn_offsets.rs` (groups'
-//! offsets committed in transactions, pending until the transaction ends), `forwarded.rs` (what a member may propose through another node, and the
+//! offsets committed in transactions, pending until the transaction ends), `transactions.rs` (the
+//! transaction coordinator's state), `forwarded.rs` (what a member may propose through another node, and the
 //! metadata group's other checks the peer guard asks of it). It imports nothing of the Kafka handlers, the admin API or the node.
 
 mod apply;
@@ -30,6 +31,7 @@ mod state_machine;
 #[cfg(test)]
 mod tests;
 pub mod topic_ids;
+mod transactions;
 pub mod txn_offsets;
 #[cfg(test)]
 mod txn_offsets_tests;
@@ -41,6 +43,7 @@ pub use command::{
 };
 pub use state::{ClusterMeta, TopicLayout, TopicMeta};
 pub use state_machine::{MetadataHost, MetadataRecoveryError, MetadataStateMachine};
+pub use transactions::{TxnRecord, TxnStatus};
 pub use txn_offsets::{PendingOffset, PendingTxnOffsets, TxnOffsetsByGroup};
 
 /// Group id of the metadata group.

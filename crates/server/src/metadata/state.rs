@@ -98,6 +98,12 @@ pub struct ClusterMeta {
     /// The bootstrap SCRAM users were imported ([`MetaCommand::ImportScramUsers`]): the
     /// configured ones are no longer consulted.
     pub scram_users_imported: bool,
+    /// The transaction coordinator's state by transactional id (see
+    /// [`crate::metadata::transactions`]).
+    pub transactions: BTreeMap<String, crate::metadata::TxnRecord>,
+    /// The transactional ids of `transactions` being decided (PrepareCommit or PrepareAbort):
+    /// what the marker writers look at, without scanning every id. Derived, not in snapshots.
+    pub deciding_transactions: std::collections::BTreeSet<String>,
     /// Flow control: node-wide limits and client quotas (shared with request handlers,
     /// replaced on change).
     pub flow: Arc<FlowSettings>,
@@ -357,6 +363,14 @@ impl ClusterMeta {
                 .map(|((user, _), c)| ScramCredentialWire::new(user, c))
                 .collect(),
             scram_users_imported: self.scram_users_imported,
+            transactions: self
+                .transactions
+                .iter()
+                .map(|(id, r)| PutTransactionWire {
+                    transactional_id: id.clone(),
+                    record: Some(TxnRecordWire::from(r)),
+                })
+                .collect(),
             flow_limits: self
                 .flow
                 .limits
@@ -447,6 +461,14 @@ impl ClusterMeta {
             }
         }
         meta.scram_users_imported = wire.scram_users_imported;
+        for t in wire.transactions {
+            let record = crate::metadata::TxnRecord::from(t.record.unwrap_or_default());
+            if record.status.preparing().is_some() {
+                meta.deciding_transactions
+                    .insert(t.transactional_id.clone());
+            }
+            meta.transactions.insert(t.transactional_id, record);
+        }
         meta.flow = Arc::new(FlowSettings {
             limits: wire.flow_limits.map(FlowLimits::from).unwrap_or_default(),
             client_quotas: crate::flow::wire::client_quotas_from_wire(wire.client_quotas),

@@ -11,7 +11,7 @@ use crate::kafka::groups::coordinator::Coordinator;
 use crate::kafka::host::{
     AccessHost, AclsHost, ChargeHost, ClusterHost, ConfigsHost, ConnectionHost, FetchHost,
     FlowView, GroupsHost, KafkaHost, MetadataAccess, MetadataApiHost, MetadataGroupView, NodeView,
-    PartitionAdminHost, ProduceHost, QuotasHost, TopicsHost, UsersHost,
+    PartitionAdminHost, ProduceHost, QuotasHost, TopicsHost, TxnHost, UsersHost,
 };
 use crate::node::Node;
 
@@ -200,6 +200,23 @@ impl ProduceHost for Broker {
     fn replicas_of(&self, stream: &crate::replication::stream::LogStream) -> Vec<u64> {
         Node::replicas_of(&self.node, stream)
     }
+
+    fn transaction_includes(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> bool {
+        Node::metadata(&self.node).transaction_includes(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+        )
+    }
 }
 
 impl FetchHost for Broker {}
@@ -236,6 +253,12 @@ impl MetadataGroupView for Broker {
 impl GroupsHost for Broker {
     fn group_coordinator(&self) -> &Coordinator {
         &self.coordinator
+    }
+}
+
+impl TxnHost for Broker {
+    fn txn_coordinator(&self) -> &crate::kafka::txn::coordinator::TxnCoordinator {
+        &self.txn_coordinator
     }
 }
 

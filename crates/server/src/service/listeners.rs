@@ -69,6 +69,8 @@ async fn start(
     // The group coordinator's background tasks (deadlines, stored membership, offset
     // expiry) run whether or not a group request ever reaches this node.
     crate::kafka::groups::node_coordinator::coordinator(&broker);
+    // The transaction coordinator's tasks: the marker writer runs on every node.
+    crate::kafka::txn::tasks::start(&broker);
     node.start_serving_clients();
     Ok(tokio::spawn(async move {
         let mut tasks = tokio::task::JoinSet::new();

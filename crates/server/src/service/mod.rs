@@ -5,7 +5,7 @@
 //! imports it (see "Layout rules" in the crate README).
 //!
 //! - `Broker` (this file): the node as the Kafka handlers see it, with the state only the
-//!   Kafka service has: this node's consumer group coordinator.
+//!   Kafka service has: this node's consumer group coordinator and transaction coordinator.
 //! - `host`: `Broker`'s implementations of the traits of [`crate::kafka::host`], each a
 //!   call of the node's method of the same name (or the coordinator).
 //! - `listeners`: [`Node::serve_kafka`] and [`Node::serve_kafka_until`]: binding the Kafka
@@ -22,6 +22,7 @@ mod listeners;
 use std::sync::Arc;
 
 use crate::kafka::groups::coordinator::Coordinator;
+use crate::kafka::txn::coordinator::TxnCoordinator;
 use crate::node::Node;
 
 pub use listeners::TLS_RELOAD_POLL;
@@ -34,6 +35,7 @@ pub use listeners::TLS_RELOAD_POLL;
 pub(crate) struct Broker {
     node: Arc<Node>,
     coordinator: Coordinator,
+    txn_coordinator: TxnCoordinator,
 }
 
 impl Broker {
@@ -43,6 +45,7 @@ impl Broker {
         Arc::new(Broker {
             node,
             coordinator: Coordinator::new(),
+            txn_coordinator: TxnCoordinator::new(),
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Request bodies that tests write by hand, built in one place: WriteTxnMarkers (a
-//! coordinator's markers on one partition) and a one-partition Fetch.
+//! coordinator's markers on one partition), a one-partition Fetch, and a transactional
+//! producer's InitProducerId, AddOffsetsToTxn and EndTxn.
 #![allow(dead_code)]
 
 use kafka_proto::frame::Request;
@@ -56,4 +57,43 @@ pub fn fetch_one(topic: &str, partition: i32, offset: i64, max_bytes: i32) -> Fe
         }],
         ..Default::default()
     }
+}
+
+/// InitProducerId (v4 body) for transactional id `id` with a transaction timeout, asking for a
+/// new producer (no id or epoch of its own).
+pub fn init_transactional(id: &str, timeout_ms: i32) -> Request {
+    Request::InitProducerId(
+        kafka_proto::messages::init_producer_id_request::InitProducerIdRequest {
+            transactional_id: Some(id.into()),
+            transaction_timeout_ms: timeout_ms,
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        },
+    )
+}
+
+/// AddOffsetsToTxn: consumer group `group` joins the transaction of `id` (producer `pid` at
+/// `epoch`).
+pub fn add_offsets_to_txn(id: &str, pid: i64, epoch: i16, group: &str) -> Request {
+    Request::AddOffsetsToTxn(
+        kafka_proto::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest {
+            transactional_id: id.into(),
+            producer_id: pid,
+            producer_epoch: epoch,
+            group_id: group.into(),
+            ..Default::default()
+        },
+    )
+}
+
+/// EndTxn: the transaction of `id` (producer `pid` at `epoch`) commits (`commit`) or aborts.
+pub fn end_txn(id: &str, pid: i64, epoch: i16, commit: bool) -> Request {
+    Request::EndTxn(kafka_proto::messages::end_txn_request::EndTxnRequest {
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: commit,
+        ..Default::default()
+    })
 }

@@ -1,5 +1,5 @@
-//! The Kafka handler of FindCoordinator: names the node coordinating every group (the metadata
-//! group's leader) as reachable on the request's listener.
+//! The Kafka handler of FindCoordinator: names the node coordinating every group and every
+//! transactional id (the metadata group's leader) as reachable on the request's listener.
 
 use std::sync::Arc;
 
@@ -21,13 +21,8 @@ fn locate<H: GroupsHost>(
     listener: &str,
 ) -> Result<(i32, String, i32), (ErrorCode, String)> {
     match key_type {
-        0 => {}
-        1 => {
-            return Err((
-                ErrorCode::InvalidRequest,
-                "transactions are not supported by this server".into(),
-            ))
-        }
+        // Groups and transactions alike: the metadata leader coordinates both.
+        0 | 1 => {}
         t => {
             return Err((
                 ErrorCode::InvalidRequest,

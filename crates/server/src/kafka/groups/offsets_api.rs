@@ -113,21 +113,33 @@ pub(super) fn commit_then_answer<H: GroupsHost>(
     respond: impl FnOnce(Option<ErrorCode>) -> Response + Send + 'static,
 ) -> Reply {
     let node = node.clone();
-    let term = term.unwrap_or_default();
-    reply::later(correlation_id, version, async move {
-        let result = node
-            .metadata_proposer()
-            .propose_in_term(&command, term, COMMIT_TIMEOUT)
-            .await;
-        if let Err(e) = &result {
-            tracing::debug!(?command, "offset commit failed: {e}");
-        }
-        respond(
-            result
-                .err()
-                .map(|e| append_error_code(&e, Proposal::OffsetCommit)),
-        )
-    })
+    reply::later(
+        correlation_id,
+        version,
+        commit_and_respond(node, term, command, respond),
+    )
+}
+
+/// Proposes `command` (offsets) in the coordinator's `term`, then the response `respond`
+/// builds with the commit's error, if any.
+pub(super) async fn commit_and_respond<H: GroupsHost>(
+    node: Arc<H>,
+    term: Option<u64>,
+    command: MetaCommand,
+    respond: impl FnOnce(Option<ErrorCode>) -> Response + Send + 'static,
+) -> Response {
+    let result = node
+        .metadata_proposer()
+        .propose_in_term(&command, term.unwrap_or_default(), COMMIT_TIMEOUT)
+        .await;
+    if let Err(e) = &result {
+        tracing::debug!(?command, "offset commit failed: {e}");
+    }
+    respond(
+        result
+            .err()
+            .map(|e| append_error_code(&e, Proposal::OffsetCommit)),
+    )
 }
 
 /// The offsets an OffsetCommit or TxnOffsetCommit request (`$req`, whose topics have the same

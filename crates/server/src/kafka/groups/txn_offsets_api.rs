@@ -8,10 +8,19 @@
 //! Checked as Kafka's group coordinator checks it: NOT_COORDINATOR off the coordinator,
 //! INVALID_GROUP_ID for an empty group id, and (v3+, KIP-447) the member, its static instance
 //! and its generation when the producer names them; a rebalance in progress does not refuse it.
-//! Whether the producer's transaction includes the group (AddOffsetsToTxn, or KIP-890's
-//! verification of v4 and the implicit add of v5) is the transaction coordinator's state: this
-//! handler does not check it. The transaction coordinator ends the pending offsets when the
-//! transaction completes ([`crate::metadata::ClusterMeta::end_txn_offsets`]).
+//!
+//! **Verification.** The offsets are stored only when the transaction coordinator's replicated
+//! state (see [`crate::metadata::transactions`]) shows the transactional id holding this
+//! producer id and epoch, with an ongoing transaction the group was added to (AddOffsetsToTxn):
+//! otherwise nothing would ever end them, and a read_committed consumer of the group would see
+//! UNSTABLE_OFFSET_COMMIT for good. A request the local state does not verify first takes a
+//! read barrier on the metadata group (the coordinator then has applied every addition it
+//! answered), then is checked again. Refusals, for every partition: INVALID_PRODUCER_ID_MAPPING
+//! (the transactional id is unknown or holds another producer id), INVALID_PRODUCER_EPOCH (an
+//! older epoch: a fenced producer; Kafka's group coordinator answers the same), and
+//! INVALID_TXN_STATE (no ongoing transaction with the group added; KIP-890's verification
+//! error). The transaction coordinator ends the pending offsets when the transaction is
+//! decided ([`crate::metadata::ClusterMeta::end_txn_offsets`]).
 
 use std::sync::Arc;
 
@@ -22,12 +31,15 @@ use kafka_proto::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 
-use super::node_coordinator::{coordinator, coordinator_term};
-use super::offsets_api::{answer_topics, check_offsets, commit_then_answer, requested_offsets};
+use super::node_coordinator::{coordinator, coordinator_term, read_barrier};
+use super::offsets_api::{
+    answer_topics, check_offsets, commit_and_respond, commit_then_answer, requested_offsets,
+};
 use crate::kafka::access::Access;
 use crate::kafka::host::GroupsHost;
 use crate::kafka::reply::{self, Reply};
 use crate::metadata::{wall_clock_ms, MetaCommand};
+use crate::metadata::{ClusterMeta, TxnStatus};
 use crate::security::acl::AclOperation;
 
 /// Handles TxnOffsetCommit: checks the group (and the member, when named), then stores the
@@ -88,11 +100,53 @@ pub(crate) fn txn_offset_commit<H: GroupsHost>(
         return reply::now(correlation_id, version, respond(None));
     }
     let command = MetaCommand::CommitTxnOffsets {
-        group: req.group_id,
+        group: req.group_id.clone(),
         producer_id: req.producer_id,
         producer_epoch: req.producer_epoch,
         offsets,
         commit_time_ms: wall_clock_ms(),
     };
-    commit_then_answer(node, term, command, correlation_id, version, respond)
+    let (transactional_id, group) = (req.transactional_id, req.group_id);
+    let (producer_id, producer_epoch) = (req.producer_id, req.producer_epoch);
+    let unverified = move |meta: &ClusterMeta| {
+        transaction_offsets_refusal(meta, &transactional_id, producer_id, producer_epoch, &group)
+    };
+    if unverified(&node.metadata()).is_none() {
+        return commit_then_answer(node, term, command, correlation_id, version, respond);
+    }
+    let node = node.clone();
+    reply::later(correlation_id, version, async move {
+        let refusal = match read_barrier(&*node).await {
+            Some(code) => Some(code),
+            None => unverified(&node.metadata()),
+        };
+        match refusal {
+            Some(code) => respond(Some(code)),
+            None => commit_and_respond(node, term, command, respond).await,
+        }
+    })
+}
+
+/// Why the transaction state in `meta` does not let producer `producer_id` at
+/// `producer_epoch` commit offsets of `group` in the transaction of `transactional_id` (see
+/// the module documentation); None when it does.
+fn transaction_offsets_refusal(
+    meta: &ClusterMeta,
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    group: &str,
+) -> Option<ErrorCode> {
+    let Some(record) = meta
+        .transactions
+        .get(transactional_id)
+        .filter(|r| r.producer_id == producer_id)
+    else {
+        return Some(ErrorCode::InvalidProducerIdMapping);
+    };
+    if record.producer_epoch != producer_epoch {
+        return Some(ErrorCode::InvalidProducerEpoch);
+    }
+    (record.status != TxnStatus::Ongoing || !record.groups.contains(group))
+        .then_some(ErrorCode::InvalidTxnState)
 }

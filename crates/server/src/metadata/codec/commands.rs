@@ -4,7 +4,7 @@ use crate::flow::settings::{FlowLimits, QuotaAlteration};
 use crate::flow::wire::{
     AlterClientQuotasWire, FlowLimitsWire, QuotaAlterationWire, SetFlowLimitsWire,
 };
-use crate::metadata::{CommittedOffset, GroupRecord, MetaCommand, MetaEntry, RequestId};
+use crate::metadata::{CommittedOffset, GroupRecord, MetaCommand, MetaEntry, RequestId, TxnRecord};
 
 use super::groups::{ExpireGroupOffsetsWire, GroupRecordWire, StoreGroupWire};
 use super::messages::{
@@ -16,7 +16,10 @@ use super::messages::{
     FinishReassignmentWire, ImportScramUsersWire, MetaEntryWire, RemoveMemberWire, RequestIdWire,
     ScramCredentialWire, TopicPartitionWire, TransferLeaderWire,
 };
-use super::txn_offsets::{epoch_from_wire, CommitTxnOffsetsWire, EndTxnOffsetsWire};
+use super::transactions::{
+    epoch_from_wire, partitions_to_wire, PutTransactionWire, TxnMarkersWrittenWire, TxnRecordWire,
+};
+use super::txn_offsets::{CommitTxnOffsetsWire, EndTxnOffsetsWire};
 
 impl From<&MetaEntry> for MetaEntryWire {
     fn from(e: &MetaEntry) -> Self {
@@ -186,6 +189,26 @@ impl From<&MetaCommand> for CommandWire {
                 record: record.as_ref().map(GroupRecordWire::from),
                 time_ms: *time_ms,
             }),
+            MetaCommand::PutTransaction {
+                transactional_id,
+                record,
+            } => CommandWire::PutTransaction(PutTransactionWire {
+                transactional_id: transactional_id.clone(),
+                record: Some(TxnRecordWire::from(record)),
+            }),
+            MetaCommand::TxnMarkersWritten {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                time_ms,
+            } => CommandWire::TxnMarkersWritten(TxnMarkersWrittenWire {
+                transactional_id: transactional_id.clone(),
+                producer_id: *producer_id,
+                producer_epoch: i32::from(*producer_epoch),
+                partitions: partitions_to_wire(partitions),
+                time_ms: *time_ms,
+            }),
             MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
                 CommandWire::ExpireGroupOffsets(ExpireGroupOffsetsWire {
                     group: group.clone(),
@@ -341,6 +364,21 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::StoreGroup(c) => MetaCommand::StoreGroup {
                 group: c.group,
                 record: c.record.map(GroupRecord::from),
+                time_ms: c.time_ms,
+            },
+            CommandWire::PutTransaction(c) => MetaCommand::PutTransaction {
+                transactional_id: c.transactional_id,
+                record: TxnRecord::from(c.record.unwrap_or_default()),
+            },
+            CommandWire::TxnMarkersWritten(c) => MetaCommand::TxnMarkersWritten {
+                transactional_id: c.transactional_id,
+                producer_id: c.producer_id,
+                producer_epoch: epoch_from_wire(c.producer_epoch),
+                partitions: c
+                    .partitions
+                    .into_iter()
+                    .map(|p| (p.topic, p.partition))
+                    .collect(),
                 time_ms: c.time_ms,
             },
             CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {

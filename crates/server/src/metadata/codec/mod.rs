@@ -38,6 +38,8 @@
 //!     AdminAddress       admin_address        = 18;
 //!     CommitTxnOffsets   commit_txn_offsets   = 40;
 //!     EndTxnOffsets      end_txn_offsets      = 41;
+//!     PutTransaction     put_transaction      = 42;
+//!     TxnMarkersWritten  txn_markers_written  = 43;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
@@ -111,6 +113,15 @@
 //!                              bytes server_key = 6; }  // mechanism: Kafka's type (1, 2)
 //! message DeleteScramCredential { string user = 1; int32 mechanism = 2; }
 //! message ImportScramUsers   { repeated ScramCredential credentials = 1; }
+//! message PutTransaction     { string transactional_id = 1; TxnRecord record = 2; }
+//! message TxnRecord          { int64 producer_id = 1; int32 producer_epoch = 2;
+//!                              int32 timeout_ms = 3; int32 status = 4;  // TxnStatus::code
+//!                              repeated TopicPartition partitions = 5;
+//!                              repeated string groups = 6; int64 start_ms = 7;
+//!                              int64 update_ms = 8; int32 coordinator_epoch = 9; }
+//! message TxnMarkersWritten  { string transactional_id = 1; int64 producer_id = 2;
+//!                              int32 producer_epoch = 3; repeated TopicPartition partitions = 4;
+//!                              int64 time_ms = 5; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -134,6 +145,7 @@ mod messages;
 mod snapshot;
 #[cfg(test)]
 mod tests;
+mod transactions;
 mod txn_offsets;
 
 use prost::Message as _;
@@ -145,6 +157,7 @@ pub use groups::*;
 pub use json::encode_entry_json;
 pub use messages::*;
 pub use snapshot::*;
+pub use transactions::*;
 pub use txn_offsets::*;
 
 /// First byte of a metadata entry in the protobuf format, version 1. JSON entries of older

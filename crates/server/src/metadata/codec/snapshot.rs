@@ -86,6 +86,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   repeated ClientQuota client_quotas = 22; // in entity order
 ///   bool scram_users_imported = 23;         // the bootstrap SCRAM users were imported
 ///   repeated PendingTxnOffsets txn_offsets = 40;  // by group, then producer id
+///   repeated PutTransaction transactions = 41; // by transactional id
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -153,6 +154,9 @@ pub struct MetaSnapshotWire {
     /// Offsets committed in transactions not ended yet, by group then producer id.
     #[prost(message, repeated, tag = "40")]
     pub txn_offsets: Vec<PendingTxnOffsetsWire>,
+    /// The transaction coordinator's state, by transactional id.
+    #[prost(message, repeated, tag = "41")]
+    pub transactions: Vec<super::transactions::PutTransactionWire>,
 }
 
 /// One topic in a snapshot.

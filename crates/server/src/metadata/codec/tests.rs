@@ -234,6 +234,41 @@ fn every_command() -> Vec<MetaCommand> {
         MetaCommand::ImportScramUsers {
             credentials: vec![],
         },
+        MetaCommand::PutTransaction {
+            transactional_id: "tx-1".into(),
+            record: crate::metadata::TxnRecord {
+                producer_id: 1_000,
+                producer_epoch: i16::MAX,
+                timeout_ms: 60_000,
+                status: crate::metadata::TxnStatus::PrepareCommit,
+                partitions: [("orders".to_string(), 3), ("audit".to_string(), 0)].into(),
+                groups: ["g".to_string()].into(),
+                start_ms: 1_700_000_000_000,
+                update_ms: 1_700_000_000_500,
+                coordinator_epoch: 4,
+            },
+        },
+        MetaCommand::PutTransaction {
+            transactional_id: String::new(),
+            record: crate::metadata::TxnRecord {
+                producer_id: 0,
+                producer_epoch: 0,
+                timeout_ms: 0,
+                status: crate::metadata::TxnStatus::Empty,
+                partitions: Default::default(),
+                groups: Default::default(),
+                start_ms: -1,
+                update_ms: 0,
+                coordinator_epoch: 0,
+            },
+        },
+        MetaCommand::TxnMarkersWritten {
+            transactional_id: "tx-1".into(),
+            producer_id: 1_000,
+            producer_epoch: -1,
+            partitions: vec![("orders".into(), 3)],
+            time_ms: 5,
+        },
         MetaCommand::SetFlowLimits {
             limits: FlowLimits {
                 produce_requests_per_sec: Some(10),
@@ -418,6 +453,22 @@ fn field_numbers_are_fixed() {
         0x10, 0x02,
     ];
     assert_eq!(encode_entry(&delete), expected);
+    // TxnMarkersWritten is field 43: 0xda 0x02 = (43 << 3) | 2, then its length and
+    // transactional id "t" (field 1).
+    let markers = MetaEntry {
+        request: entry.request,
+        command: MetaCommand::TxnMarkersWritten {
+            transactional_id: "t".into(),
+            producer_id: 0,
+            producer_epoch: 0,
+            partitions: vec![],
+            time_ms: 0,
+        },
+    };
+    let expected = [
+        0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0xda, 0x02, 0x03, 0x0a, 0x01, b't',
+    ];
+    assert_eq!(encode_entry(&markers), expected);
 }
 
 #[test]

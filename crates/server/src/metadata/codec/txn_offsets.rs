@@ -5,6 +5,7 @@
 use crate::metadata::{CommittedOffset, PendingOffset, PendingTxnOffsets};
 
 use super::messages::CommittedOffsetWire;
+use super::transactions::epoch_from_wire;
 
 /// `CommitTxnOffsets` on the wire.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -75,12 +76,6 @@ pub struct PendingOffsetWire {
     /// A later commit of the partition was applied.
     #[prost(bool, tag = "3")]
     pub superseded: bool,
-}
-
-/// A producer epoch read back from the wire's int32 (values outside int16 are clamped; this
-/// node never writes one).
-pub(super) fn epoch_from_wire(e: i32) -> i16 {
-    i16::try_from(e).unwrap_or(if e < 0 { i16::MIN } else { i16::MAX })
 }
 
 impl From<(&(String, i64), &PendingTxnOffsets)> for PendingTxnOffsetsWire {

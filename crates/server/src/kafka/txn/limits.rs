@@ -1,0 +1,28 @@
+//! The transaction coordinator's limits and periods.
+
+use std::time::Duration;
+
+/// How long a write of the coordinator's state may take to commit.
+pub(super) const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a read barrier on the metadata group may take.
+pub(super) const BARRIER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The largest transaction timeout a producer may ask for: Kafka's
+/// `transaction.max.timeout.ms` default (15 minutes).
+pub(super) const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
+
+/// How often every node looks for decided transactions whose markers it should write.
+pub(super) const MARKER_SCAN: Duration = Duration::from_millis(20);
+
+/// How long one round of markers (commit and report) may take before it is tried again.
+pub(super) const MARKER_ROUND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the coordinator looks for transactions past their timeout (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` is 10 s; a shorter period
+/// costs one scan of the state).
+pub(super) const TIMEOUT_SCAN: Duration = Duration::from_secs(1);
+
+/// How long InitProducerId waits for the abort of the previous epoch's transaction before
+/// answering CONCURRENT_TRANSACTIONS (the producer retries).
+pub(super) const ABORT_WAIT: Duration = Duration::from_secs(5);

@@ -1,0 +1,202 @@
+//! The marker writer, on every node: for each decided transaction (PrepareCommit or
+//! PrepareAbort in the replicated state) it writes the COMMIT or ABORT marker to every
+//! partition of it that this node leads, through the partition's Raft group, and once those
+//! are committed reports them with [`MetaCommand::TxnMarkersWritten`] through the metadata
+//! group; the transaction completes when its last partition is reported.
+//!
+//! Why the partitions' leaders write the markers, not the coordinator: the decision is in the
+//! replicated metadata every node applies, so no new node-to-node path is needed. The only
+//! message between nodes is the report, a metadata proposal forwarded to the metadata leader
+//! over the peer port, whose sender proved it is a member (peer TLS names its node id; see
+//! `crate::metadata::forwarded`); no Kafka listener, SASL credential or admin endpoint is
+//! involved. It also survives failures with no resuming step: a new coordinator finds the
+//! decided transactions in the state, and a new partition leader finds the partitions still
+//! to mark. A marker written twice (the report was lost with its leader) changes nothing: the
+//! partition ignores a marker of a producer without an open transaction
+//! (`replication::transactions`).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::kafka::host::TxnHost;
+use crate::kafka::txn_markers::control_batch;
+use crate::metadata::{wall_clock_ms, MetaCommand};
+use crate::replication::group::AppendError;
+use crate::replication::stream::LogStream;
+use crate::replication::transactions::TxnMarker;
+
+use super::limits::{MARKER_ROUND_TIMEOUT, MARKER_SCAN};
+
+/// One decided transaction's markers this node writes in one round.
+struct Round {
+    id: String,
+    producer_id: i64,
+    producer_epoch: i16,
+    marker: TxnMarker,
+    partitions: Vec<(String, i32, LogStream)>,
+}
+
+/// A decided transaction as the state holds it: id, producer id and epoch, its marker, the
+/// partitions still to mark.
+type Decided = (String, i64, i16, TxnMarker, Vec<(String, i32)>);
+
+/// The transactions with a round in flight here, by (id, producer id, epoch).
+type InFlight = Arc<Mutex<HashSet<(String, i64, i16)>>>;
+
+/// Every [`MARKER_SCAN`]: starts a round for each decided transaction with partitions this
+/// node leads and no round in flight. Ends with the host or the node's shutdown.
+pub(super) fn start_marker_writer<H: TxnHost>(node: Weak<H>) {
+    tokio::spawn(async move {
+        let in_flight: InFlight = Arc::default();
+        loop {
+            tokio::time::sleep(MARKER_SCAN).await;
+            let Some(node) = node.upgrade() else {
+                return;
+            };
+            if node.metadata_group().is_none() {
+                return;
+            }
+            for round in rounds_here(&node) {
+                let key = (round.id.clone(), round.producer_id, round.producer_epoch);
+                if !in_flight
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key.clone())
+                {
+                    continue;
+                }
+                let node = node.clone();
+                let in_flight = in_flight.clone();
+                tokio::spawn(async move {
+                    write_round(&node, round).await;
+                    in_flight
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&key);
+                });
+            }
+        }
+    });
+}
+
+/// The rounds this node should write now: per decided transaction, its partitions still to
+/// mark whose replica here leads.
+fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
+    // Read under the metadata guard, then released before the partitions are looked up.
+    let meta = node.metadata();
+    let decided: Vec<Decided> = meta
+        .deciding_transactions
+        .iter()
+        .filter_map(|id| {
+            let r = meta.transactions.get(id)?;
+            let commit = r.status.preparing()?;
+            let marker = TxnMarker {
+                commit,
+                coordinator_epoch: r.coordinator_epoch,
+            };
+            let partitions = r.partitions.iter().cloned().collect();
+            Some((
+                id.clone(),
+                r.producer_id,
+                r.producer_epoch,
+                marker,
+                partitions,
+            ))
+        })
+        .collect();
+    drop(meta);
+    let me = node.config().id;
+    decided
+        .into_iter()
+        .filter_map(|(id, producer_id, producer_epoch, marker, partitions)| {
+            let led: Vec<(String, i32, LogStream)> = partitions
+                .into_iter()
+                .filter_map(|(topic, p)| {
+                    let stream = node.partition(&topic, u32::try_from(p).ok()?)?;
+                    (stream.visible().leader == me).then_some((topic, p, stream))
+                })
+                .collect();
+            (!led.is_empty()).then_some(Round {
+                id,
+                producer_id,
+                producer_epoch,
+                marker,
+                partitions: led,
+            })
+        })
+        .collect()
+}
+
+/// Writes one round's markers and reports those committed. A partition that fails is left
+/// for a later round (its leader then, this node or another, writes it again).
+async fn write_round<H: TxnHost>(node: &Arc<H>, round: Round) {
+    let Some(batch) = control_batch(
+        round.producer_id,
+        round.producer_epoch,
+        round.marker,
+        wall_clock_ms(),
+    ) else {
+        tracing::error!(transactional_id = %round.id, "a transaction marker could not be built");
+        return;
+    };
+    let pending: Vec<_> = round
+        .partitions
+        .into_iter()
+        .map(|(topic, p, stream)| (topic, p, stream.submit_records(batch.clone(), 1)))
+        .collect();
+    let mut written = Vec::new();
+    for (topic, p, append) in pending {
+        match append.wait(MARKER_ROUND_TIMEOUT).await {
+            Ok(_) => written.push((topic, p)),
+            // The partition's producer is past this epoch already: nothing of the
+            // transaction can be open there any more.
+            Err(AppendError::Sequence(e)) => {
+                tracing::warn!(transactional_id = %round.id, %topic, partition = p,
+                    "marker refused by the partition's producer state ({e:?}); counted as written");
+                written.push((topic, p));
+            }
+            Err(e) => {
+                tracing::debug!(transactional_id = %round.id, %topic, partition = p,
+                    "writing a marker failed, retried: {e}");
+            }
+        }
+    }
+    if written.is_empty() {
+        return;
+    }
+    report(
+        node,
+        &round.id,
+        round.producer_id,
+        round.producer_epoch,
+        written,
+    )
+    .await;
+}
+
+/// Reports markers written (or partitions that need none) through the metadata group.
+pub(super) async fn report<H: TxnHost>(
+    node: &Arc<H>,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: Vec<(String, i32)>,
+) {
+    let command = MetaCommand::TxnMarkersWritten {
+        transactional_id: id.to_string(),
+        producer_id,
+        producer_epoch,
+        partitions,
+        time_ms: wall_clock_ms(),
+    };
+    if let Err(e) = node
+        .metadata_proposer()
+        .propose(&command, MARKER_ROUND_TIMEOUT)
+        .await
+    {
+        tracing::debug!(
+            transactional_id = id,
+            "reporting markers failed, retried: {e}"
+        );
+    }
+}

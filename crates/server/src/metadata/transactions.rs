@@ -1,0 +1,343 @@
+//! The transaction coordinator's replicated state (issue 36, step 2): one [`TxnRecord`] per
+//! transactional id in [`ClusterMeta::transactions`], changed only by
+//! [`MetaCommand::PutTransaction`] (written by the coordinator, the metadata leader, while it
+//! coordinates in its term) and [`MetaCommand::TxnMarkersWritten`] (written by the partition
+//! leaders once their transaction markers are committed). Every node applies both, so every
+//! node knows every transaction: a partition leader checks a transactional batch against it,
+//! and a new coordinator resumes where the previous one stopped.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ClusterMeta, MetaCommand};
+
+/// Where a transaction stands, with Kafka's names (DescribeTransactions, ListTransactions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TxnStatus {
+    /// No transaction since the producer id and epoch were handed out.
+    Empty,
+    /// Partitions or groups were added: records may be written.
+    Ongoing,
+    /// EndTxn(commit) was accepted: COMMIT markers are being written.
+    PrepareCommit,
+    /// EndTxn(abort), a timeout or a new producer epoch: ABORT markers are being written.
+    PrepareAbort,
+    /// Every COMMIT marker is written.
+    CompleteCommit,
+    /// Every ABORT marker is written.
+    CompleteAbort,
+}
+
+impl TxnStatus {
+    /// Every status, in code order.
+    pub const ALL: [TxnStatus; 6] = [
+        TxnStatus::Empty,
+        TxnStatus::Ongoing,
+        TxnStatus::PrepareCommit,
+        TxnStatus::PrepareAbort,
+        TxnStatus::CompleteCommit,
+        TxnStatus::CompleteAbort,
+    ];
+
+    /// Kafka's name of the state (`TransactionState.name()`).
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            TxnStatus::Empty => "Empty",
+            TxnStatus::Ongoing => "Ongoing",
+            TxnStatus::PrepareCommit => "PrepareCommit",
+            TxnStatus::PrepareAbort => "PrepareAbort",
+            TxnStatus::CompleteCommit => "CompleteCommit",
+            TxnStatus::CompleteAbort => "CompleteAbort",
+        }
+    }
+
+    /// The status with Kafka's name `name`, if any.
+    pub fn from_kafka_name(name: &str) -> Option<TxnStatus> {
+        TxnStatus::ALL.into_iter().find(|s| s.kafka_name() == name)
+    }
+
+    /// The status as the metadata log stores it.
+    pub fn code(self) -> i32 {
+        match self {
+            TxnStatus::Empty => 0,
+            TxnStatus::Ongoing => 1,
+            TxnStatus::PrepareCommit => 2,
+            TxnStatus::PrepareAbort => 3,
+            TxnStatus::CompleteCommit => 4,
+            TxnStatus::CompleteAbort => 5,
+        }
+    }
+
+    /// The status stored as `code`; None for a code this version does not know.
+    pub fn from_code(code: i32) -> Option<TxnStatus> {
+        TxnStatus::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    /// Markers are being written (PrepareCommit or PrepareAbort); the commit decision.
+    pub fn preparing(self) -> Option<bool> {
+        match self {
+            TxnStatus::PrepareCommit => Some(true),
+            TxnStatus::PrepareAbort => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// One transactional id's state as the coordinator stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRecord {
+    /// The producer id the transactional id holds.
+    pub producer_id: i64,
+    /// Its current epoch: batches and requests of older epochs are fenced.
+    pub producer_epoch: i16,
+    /// The producer's `transaction.timeout.ms`.
+    pub timeout_ms: i32,
+    /// Where the transaction stands.
+    pub status: TxnStatus,
+    /// Ongoing: the partitions added (topic, partition). Preparing: those whose marker is not
+    /// written yet. Otherwise empty.
+    pub partitions: BTreeSet<(String, i32)>,
+    /// The consumer groups added (AddOffsetsToTxn) to the ongoing or preparing transaction.
+    pub groups: BTreeSet<String>,
+    /// When the transaction started (its first partition or group), ms since the epoch on the
+    /// coordinator's clock; -1 when none has.
+    pub start_ms: i64,
+    /// The last change, ms since the epoch on the proposer's clock.
+    pub update_ms: i64,
+    /// The coordinator's epoch (its metadata term, saturated) when the transaction was ended:
+    /// what its markers carry.
+    pub coordinator_epoch: i32,
+}
+
+impl ClusterMeta {
+    /// Applies the transaction commands (see the module documentation).
+    pub(super) fn apply_transaction(&mut self, cmd: MetaCommand) {
+        match cmd {
+            MetaCommand::PutTransaction {
+                transactional_id,
+                mut record,
+            } => {
+                if let Some(commit) = record.status.preparing() {
+                    self.end_pending_transactional_offsets(
+                        record.producer_id,
+                        &record.groups,
+                        commit,
+                    );
+                    if record.partitions.is_empty() {
+                        record.status = completed(commit);
+                        record.groups.clear();
+                    }
+                }
+                if record.status.preparing().is_some() {
+                    self.deciding_transactions.insert(transactional_id.clone());
+                } else {
+                    self.deciding_transactions.remove(&transactional_id);
+                }
+                self.transactions.insert(transactional_id, record);
+            }
+            MetaCommand::TxnMarkersWritten {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+                time_ms,
+            } => {
+                let Some(record) = self.transactions.get_mut(&transactional_id) else {
+                    return;
+                };
+                let Some(commit) = record.status.preparing() else {
+                    return;
+                };
+                if record.producer_id != producer_id || record.producer_epoch != producer_epoch {
+                    return;
+                }
+                for p in partitions {
+                    record.partitions.remove(&p);
+                }
+                if record.partitions.is_empty() {
+                    record.status = completed(commit);
+                    record.groups.clear();
+                    record.update_ms = time_ms;
+                    self.deciding_transactions.remove(&transactional_id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Pending transactional offsets are ended here: the offsets producer `producer_id`
+    /// committed in its transaction for each of `groups` (TxnOffsetCommit) become the groups'
+    /// committed offsets when `commit`, and are dropped otherwise. Called when the transaction
+    /// is decided (its PrepareCommit or PrepareAbort is applied), on every node alike; the
+    /// pending offsets are TxnOffsetCommit's (see [`crate::metadata::txn_offsets`]).
+    pub(super) fn end_pending_transactional_offsets(
+        &mut self,
+        producer_id: i64,
+        groups: &BTreeSet<String>,
+        commit: bool,
+    ) {
+        let groups: Vec<String> = groups.iter().cloned().collect();
+        self.end_txn_offsets(producer_id, Some(&groups), commit);
+    }
+
+    /// Whether the transaction state allows producer `producer_id` at `producer_epoch` to
+    /// write a transactional batch to `(topic, partition)`: the transactional id holds that
+    /// producer and epoch, and its transaction is ongoing with the partition added.
+    pub fn transaction_includes(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> bool {
+        self.transactions.get(transactional_id).is_some_and(|r| {
+            r.producer_id == producer_id
+                && r.producer_epoch == producer_epoch
+                && r.status == TxnStatus::Ongoing
+                && r.partitions.contains(&(topic.to_string(), partition))
+        })
+    }
+}
+
+/// The completed status of a transaction decided `commit`.
+fn completed(commit: bool) -> TxnStatus {
+    if commit {
+        TxnStatus::CompleteCommit
+    } else {
+        TxnStatus::CompleteAbort
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(status: TxnStatus, partitions: &[(&str, i32)]) -> TxnRecord {
+        TxnRecord {
+            producer_id: 1000,
+            producer_epoch: 3,
+            timeout_ms: 60_000,
+            status,
+            partitions: partitions
+                .iter()
+                .map(|(t, p)| (t.to_string(), *p))
+                .collect(),
+            groups: ["g".to_string()].into(),
+            start_ms: 10,
+            update_ms: 20,
+            coordinator_epoch: 2,
+        }
+    }
+
+    fn put(m: &mut ClusterMeta, index: u64, r: TxnRecord) {
+        m.apply_for_test(
+            index,
+            MetaCommand::PutTransaction {
+                transactional_id: "tx".into(),
+                record: r,
+            },
+        );
+    }
+
+    fn written(m: &mut ClusterMeta, index: u64, epoch: i16, partitions: &[(&str, i32)]) {
+        m.apply_for_test(
+            index,
+            MetaCommand::TxnMarkersWritten {
+                transactional_id: "tx".into(),
+                producer_id: 1000,
+                producer_epoch: epoch,
+                partitions: partitions
+                    .iter()
+                    .map(|(t, p)| (t.to_string(), *p))
+                    .collect(),
+                time_ms: 99,
+            },
+        );
+    }
+
+    /// Reports of markers complete a decided transaction when its last partition is marked;
+    /// reports of another epoch, or for a transaction not being decided, change nothing.
+    #[test]
+    fn markers_complete_a_decided_transaction() {
+        let mut m = ClusterMeta::new(vec![1]);
+        put(&mut m, 1, record(TxnStatus::Ongoing, &[("a", 0), ("b", 1)]));
+        written(&mut m, 2, 3, &[("a", 0)]);
+        assert_eq!(
+            m.transactions["tx"].partitions.len(),
+            2,
+            "not decided: ignored"
+        );
+        assert!(m.transaction_includes("tx", 1000, 3, "a", 0));
+        assert!(!m.transaction_includes("tx", 1000, 2, "a", 0));
+        assert!(!m.transaction_includes("tx", 1000, 3, "c", 0));
+
+        put(
+            &mut m,
+            3,
+            record(TxnStatus::PrepareCommit, &[("a", 0), ("b", 1)]),
+        );
+        assert!(
+            !m.transaction_includes("tx", 1000, 3, "a", 0),
+            "decided: no more batches"
+        );
+        assert_eq!(m.deciding_transactions, ["tx".to_string()].into());
+        written(&mut m, 4, 4, &[("a", 0)]);
+        assert_eq!(
+            m.transactions["tx"].partitions.len(),
+            2,
+            "another epoch: ignored"
+        );
+        written(&mut m, 5, 3, &[("a", 0)]);
+        assert_eq!(m.transactions["tx"].status, TxnStatus::PrepareCommit);
+        written(&mut m, 6, 3, &[("b", 1), ("a", 0)]);
+        let r = &m.transactions["tx"];
+        assert_eq!(r.status, TxnStatus::CompleteCommit);
+        assert!(m.deciding_transactions.is_empty());
+        assert!(r.partitions.is_empty() && r.groups.is_empty());
+        assert_eq!(r.update_ms, 99);
+        // A late duplicate report changes nothing.
+        written(&mut m, 7, 3, &[("a", 0)]);
+        assert_eq!(m.transactions["tx"].status, TxnStatus::CompleteCommit);
+    }
+
+    /// A transaction decided with no partition to mark (only groups) completes at once.
+    #[test]
+    fn a_decision_with_nothing_to_mark_completes_at_once() {
+        let mut m = ClusterMeta::new(vec![1]);
+        put(&mut m, 1, record(TxnStatus::PrepareAbort, &[]));
+        assert_eq!(m.transactions["tx"].status, TxnStatus::CompleteAbort);
+        assert!(m.transactions["tx"].groups.is_empty());
+    }
+
+    /// The state survives a snapshot exactly, and every status keeps its stored code and
+    /// Kafka's name.
+    #[test]
+    fn snapshots_carry_the_transactions() {
+        let mut m = ClusterMeta::new(vec![1, 2, 3]);
+        put(
+            &mut m,
+            1,
+            record(TxnStatus::PrepareCommit, &[("a", 0), ("b", 7)]),
+        );
+        m.apply_for_test(
+            2,
+            MetaCommand::PutTransaction {
+                transactional_id: "other".into(),
+                record: record(TxnStatus::Empty, &[]),
+            },
+        );
+        let bytes = crate::metadata::codec::encode_snapshot(&m.to_snapshot(2, 1));
+        let wire = crate::metadata::codec::decode_snapshot(&bytes).unwrap();
+        let back = ClusterMeta::from_snapshot(vec![1, 2, 3], wire);
+        assert_eq!(back.transactions, m.transactions);
+        assert_eq!(back.deciding_transactions, ["tx".to_string()].into());
+        assert_eq!(back, m);
+        for s in TxnStatus::ALL {
+            assert_eq!(TxnStatus::from_code(s.code()), Some(s));
+            assert_eq!(TxnStatus::from_kafka_name(s.kafka_name()), Some(s));
+        }
+        assert_eq!(TxnStatus::from_code(6), None);
+    }
+}
