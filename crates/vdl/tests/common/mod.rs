@@ -3,6 +3,8 @@
 
 #[path = "../../../server/tests/common/kafka.rs"]
 pub mod kafka;
+#[path = "../../../server/tests/common/requests.rs"]
+pub mod requests;
 
 use std::net::SocketAddr;
 use std::path::Path;

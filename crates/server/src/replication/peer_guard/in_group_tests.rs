@@ -199,12 +199,11 @@ fn check_in_group_uses_the_group_state() {
 /// configuration whose learner 0 raft-rs dropped in the restore.
 #[test]
 fn a_snapshot_configuration_raft_rs_would_not_restore_exactly_is_refused() {
-    let conf = |voters: &[u64], learners: &[u64], outgoing: &[u64]| {
-        let mut cs = raft::prelude::ConfState::default();
-        cs.voters = voters.to_vec();
-        cs.learners = learners.to_vec();
-        cs.voters_outgoing = outgoing.to_vec();
-        cs
+    let conf = |voters: &[u64], learners: &[u64], outgoing: &[u64]| raft::prelude::ConfState {
+        voters: voters.to_vec(),
+        learners: learners.to_vec(),
+        voters_outgoing: outgoing.to_vec(),
+        ..Default::default()
     };
     assert!(!super::restorable_configuration(&conf(
         &[1, 2, 3],
