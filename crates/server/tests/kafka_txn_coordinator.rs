@@ -554,3 +554,45 @@ async fn an_open_transaction_survives_a_restart_of_every_node() {
     let (_, _, values) = until(move || read_committed(&l), |r| !r.2.is_empty()).await;
     assert_eq!(values, ["r1"]);
 }
+
+/// A transactional id unused for `kafka.transactional_id_expiration_ms` is forgotten, as
+/// Kafka's `transactional.id.expiration.ms` does: the coordinator no longer describes it, and
+/// a producer coming back gets a new producer id. One with a transaction ongoing is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_transactional_ids_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[TOPIC]);
+    for c in &mut configs {
+        c.kafka.transactional_id_expiration = Duration::from_millis(1_500);
+    }
+    let (nodes, _listeners) = start_nodes(&configs).await;
+    let coord = coordinator(&nodes, "t5").await;
+    let c = coord.clone();
+    let (first, busy) = blocking(move || {
+        let (e, pid, _) = init(&c, "t5", 60_000);
+        assert_eq!(e, 0);
+        // "t6" keeps a transaction open for longer than the expiration.
+        let (e, busy, epoch) = init(&c, "t6", 60_000);
+        assert_eq!(e, 0);
+        assert_eq!(add_offsets(&c, "t6", busy, epoch, "g"), 0);
+        (pid, busy)
+    })
+    .await;
+    let c = coord.clone();
+    // DescribeTransactions answers TRANSACTIONAL_ID_NOT_FOUND (105) once it is gone.
+    until(move || describe(&c, "t5").0, |e| *e == 105).await;
+    let c = coord.clone();
+    blocking(move || {
+        let d = describe(&c, "t6");
+        assert_eq!(
+            (d.0, d.1.as_str(), d.2),
+            (0, "Ongoing", busy),
+            "ongoing: kept"
+        );
+        let (e, pid, epoch) = init(&c, "t5", 60_000);
+        assert_eq!(e, 0);
+        assert_ne!(pid, first, "a new producer id");
+        assert_eq!(epoch, 0);
+    })
+    .await;
+}

@@ -52,6 +52,9 @@ pub struct KafkaSettings {
     /// How often the group coordinator looks for expired offsets
     /// (`offsets.retention.check.interval.ms`, 10 minutes by default).
     pub offsets_retention_check_interval: Duration,
+    /// How long the transaction coordinator keeps a transactional id with no transaction
+    /// ongoing after its last change (`transactional.id.expiration.ms`, 7 days by default).
+    pub transactional_id_expiration: Duration,
     /// A follower is in sync (Kafka's ISR) while it holds everything the leader had committed
     /// this long ago (`replica.lag.time.max.ms`, 30 s by default) and was heard from within two
     /// election timeouts.
@@ -75,6 +78,7 @@ impl Default for KafkaSettings {
             default_replication_factor: None,
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
             offsets_retention_check_interval: Duration::from_secs(600),
+            transactional_id_expiration: Duration::from_secs(7 * 24 * 3600),
             replica_lag_time_max: Duration::from_secs(30),
         }
     }
@@ -126,6 +130,7 @@ pub(super) struct FileKafka {
     default_replication_factor: Option<usize>,
     offsets_retention_ms: Option<u64>,
     offsets_retention_check_ms: Option<u64>,
+    transactional_id_expiration_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
     pub(super) listeners: Option<Vec<FileKafkaListener>>,
     pub(super) max_connections_per_ip: Option<usize>,
@@ -221,6 +226,10 @@ pub(super) fn parse_kafka(k: FileKafka, member_count: usize) -> Result<KafkaSett
     if let Some(ms) = k.offsets_retention_check_ms {
         kafka.offsets_retention_check_interval =
             positive_ms("kafka.offsets_retention_check_ms", ms)?;
+    }
+    if let Some(ms) = k.transactional_id_expiration_ms {
+        kafka.transactional_id_expiration =
+            positive_ms("kafka.transactional_id_expiration_ms", ms)?;
     }
     if let Some(ms) = k.replica_lag_time_max_ms {
         kafka.replica_lag_time_max = positive_ms("kafka.replica_lag_time_max_ms", ms)?;

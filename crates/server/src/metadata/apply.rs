@@ -293,7 +293,9 @@ impl ClusterMeta {
                 }
                 None
             }
-            cmd @ (MetaCommand::PutTransaction { .. } | MetaCommand::TxnMarkersWritten { .. }) => {
+            cmd @ (MetaCommand::PutTransaction { .. }
+            | MetaCommand::TxnMarkersWritten { .. }
+            | MetaCommand::ExpireTransactionalId { .. }) => {
                 self.apply_transaction(cmd);
                 None
             }

@@ -229,6 +229,20 @@ pub enum MetaCommand {
         /// The proposer's wall clock, ms since the epoch.
         time_ms: i64,
     },
+    /// The coordinator forgets a transactional id unused for `transactional.id.expiration.ms`
+    /// (Kafka's expiration). Ignored unless the id still holds exactly that producer id, epoch
+    /// and last change, with no transaction ongoing or being decided (a producer that came
+    /// back since keeps its id).
+    ExpireTransactionalId {
+        /// The transactional id.
+        transactional_id: String,
+        /// The producer id it held when the coordinator found it expired.
+        producer_id: i64,
+        /// Its epoch then.
+        producer_epoch: i16,
+        /// Its last change then (ms since the epoch).
+        update_ms: i64,
+    },
     /// Add ACLs (CreateAcls); bindings present already stay (adding one twice is no error).
     CreateAcls {
         /// The bindings, validated by the proposer.

@@ -162,6 +162,22 @@ impl ClusterMeta {
                     self.deciding_transactions.remove(&transactional_id);
                 }
             }
+            MetaCommand::ExpireTransactionalId {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                update_ms,
+            } => {
+                let unchanged = self.transactions.get(&transactional_id).is_some_and(|r| {
+                    r.producer_id == producer_id
+                        && r.producer_epoch == producer_epoch
+                        && r.update_ms == update_ms
+                        && r.may_expire()
+                });
+                if unchanged {
+                    self.transactions.remove(&transactional_id);
+                }
+            }
             _ => {}
         }
     }
@@ -198,6 +214,17 @@ impl ClusterMeta {
                 && r.status == TxnStatus::Ongoing
                 && r.partitions.contains(&(topic.to_string(), partition))
         })
+    }
+}
+
+impl TxnRecord {
+    /// Whether the transactional id may be forgotten once unused long enough: no transaction
+    /// is ongoing or being decided.
+    pub fn may_expire(&self) -> bool {
+        matches!(
+            self.status,
+            TxnStatus::Empty | TxnStatus::CompleteCommit | TxnStatus::CompleteAbort
+        )
     }
 }
 
@@ -300,6 +327,36 @@ mod tests {
         // A late duplicate report changes nothing.
         written(&mut m, 7, 3, &[("a", 0)]);
         assert_eq!(m.transactions["tx"].status, TxnStatus::CompleteCommit);
+    }
+
+    /// An expired transactional id is forgotten only if it is still as the coordinator found
+    /// it, with no transaction ongoing or being decided.
+    #[test]
+    fn an_unused_transactional_id_is_forgotten_only_as_found() {
+        let expire = |m: &mut ClusterMeta, index: u64, epoch: i16, update_ms: i64| {
+            m.apply_for_test(
+                index,
+                MetaCommand::ExpireTransactionalId {
+                    transactional_id: "tx".into(),
+                    producer_id: 1000,
+                    producer_epoch: epoch,
+                    update_ms,
+                },
+            );
+        };
+        let mut m = ClusterMeta::new(vec![1]);
+        put(&mut m, 1, record(TxnStatus::Ongoing, &[("a", 0)]));
+        expire(&mut m, 2, 3, 20);
+        assert!(m.transactions.contains_key("tx"), "ongoing: kept");
+        put(&mut m, 3, record(TxnStatus::CompleteAbort, &[]));
+        expire(&mut m, 4, 2, 20);
+        expire(&mut m, 5, 3, 19);
+        assert!(
+            m.transactions.contains_key("tx"),
+            "another epoch or a later change: kept"
+        );
+        expire(&mut m, 6, 3, 20);
+        assert!(!m.transactions.contains_key("tx"));
     }
 
     /// A transaction decided with no partition to mark (only groups) completes at once.

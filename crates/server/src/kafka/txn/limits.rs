@@ -23,6 +23,10 @@ pub(super) const MARKER_ROUND_TIMEOUT: Duration = Duration::from_secs(10);
 /// costs one scan of the state).
 pub(super) const TIMEOUT_SCAN: Duration = Duration::from_secs(1);
 
+/// At most this many transactional ids are forgotten per scan (each is one metadata write);
+/// the rest wait for the next scan.
+pub(super) const MAX_EXPIRED_PER_SCAN: usize = 100;
+
 /// How long InitProducerId waits for the abort of the previous epoch's transaction before
 /// answering CONCURRENT_TRANSACTIONS (the producer retries).
 pub(super) const ABORT_WAIT: Duration = Duration::from_secs(5);

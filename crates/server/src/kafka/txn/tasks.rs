@@ -1,15 +1,16 @@
 //! The transaction coordinator's background tasks, started once per host (on every node: the
 //! marker writer runs wherever partitions lead) and ending with it: the marker writer
-//! ([`super::markers`]) and, while this node coordinates, the timeout check.
+//! ([`super::markers`]) and, while this node coordinates, the timeout check and the expiration
+//! of unused transactional ids.
 
 use std::sync::{Arc, Weak};
 
 use super::coordinator::coordinator_term;
 use super::init_producer_id::abort_with_bumped_epoch;
-use super::limits::TIMEOUT_SCAN;
+use super::limits::{COMMIT_TIMEOUT, MAX_EXPIRED_PER_SCAN, TIMEOUT_SCAN};
 use super::markers::{report, start_marker_writer};
 use crate::kafka::host::TxnHost;
-use crate::metadata::{wall_clock_ms, TxnStatus};
+use crate::metadata::{wall_clock_ms, MetaCommand, TxnStatus};
 
 /// Starts the tasks, once per host.
 pub(crate) fn start<H: TxnHost>(node: &Arc<H>) {
@@ -36,6 +37,7 @@ fn start_checks<H: TxnHost>(node: Weak<H>) {
                 continue;
             };
             abort_timed_out(&node, term).await;
+            expire_unused_ids(&node, term).await;
             drop_vanished_partitions(&node).await;
             node.txn_coordinator().prune_locks();
         }
@@ -71,6 +73,56 @@ async fn abort_timed_out<H: TxnHost>(node: &Arc<H>, term: u64) {
             Ok(()) => tracing::info!(transactional_id = %id, "transaction timed out: aborted"),
             Err(code) => {
                 tracing::warn!(transactional_id = %id, ?code, "aborting a timed-out transaction failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Forgets the transactional ids with no transaction ongoing that have not changed for
+/// `kafka.transactional_id_expiration_ms` (Kafka's `transactional.id.expiration.ms`), so the
+/// ids clients ever used do not grow the metadata for good. Each is one
+/// [`MetaCommand::ExpireTransactionalId`], taken under the id's lock and applied only if the
+/// id is still as found.
+async fn expire_unused_ids<H: TxnHost>(node: &Arc<H>, term: u64) {
+    let expiration_ms = i64::try_from(node.config().kafka.transactional_id_expiration.as_millis())
+        .unwrap_or(i64::MAX);
+    let now = wall_clock_ms();
+    let expired = |r: &crate::metadata::TxnRecord| {
+        r.may_expire() && now.saturating_sub(r.update_ms) > expiration_ms
+    };
+    let due: Vec<String> = node
+        .metadata()
+        .transactions
+        .iter()
+        .filter(|(_, r)| expired(r))
+        .map(|(id, _)| id.clone())
+        .take(MAX_EXPIRED_PER_SCAN)
+        .collect();
+    for id in due {
+        let _locked = node.txn_coordinator().lock(&id).await;
+        let Some(r) = node.metadata().transactions.get(&id).cloned() else {
+            continue;
+        };
+        if !expired(&r) {
+            continue;
+        }
+        let command = MetaCommand::ExpireTransactionalId {
+            transactional_id: id.clone(),
+            producer_id: r.producer_id,
+            producer_epoch: r.producer_epoch,
+            update_ms: r.update_ms,
+        };
+        match node
+            .metadata_proposer()
+            .propose_in_term(&command, term, COMMIT_TIMEOUT)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(transactional_id = %id, "transactional id unused past its expiration: forgotten")
+            }
+            Err(e) => {
+                tracing::debug!(transactional_id = %id, "expiring a transactional id failed (retried): {e}");
                 return;
             }
         }

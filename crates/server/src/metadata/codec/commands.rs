@@ -17,7 +17,8 @@ use super::messages::{
     ScramCredentialWire, TopicPartitionWire, TransferLeaderWire,
 };
 use super::transactions::{
-    epoch_from_wire, partitions_to_wire, PutTransactionWire, TxnMarkersWrittenWire, TxnRecordWire,
+    epoch_from_wire, partitions_to_wire, ExpireTransactionalIdWire, PutTransactionWire,
+    TxnMarkersWrittenWire, TxnRecordWire,
 };
 use super::txn_offsets::{CommitTxnOffsetsWire, EndTxnOffsetsWire};
 
@@ -209,6 +210,17 @@ impl From<&MetaCommand> for CommandWire {
                 partitions: partitions_to_wire(partitions),
                 time_ms: *time_ms,
             }),
+            MetaCommand::ExpireTransactionalId {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                update_ms,
+            } => CommandWire::ExpireTransactionalId(ExpireTransactionalIdWire {
+                transactional_id: transactional_id.clone(),
+                producer_id: *producer_id,
+                producer_epoch: i32::from(*producer_epoch),
+                update_ms: *update_ms,
+            }),
             MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
                 CommandWire::ExpireGroupOffsets(ExpireGroupOffsetsWire {
                     group: group.clone(),
@@ -380,6 +392,12 @@ impl From<CommandWire> for MetaCommand {
                     .map(|p| (p.topic, p.partition))
                     .collect(),
                 time_ms: c.time_ms,
+            },
+            CommandWire::ExpireTransactionalId(c) => MetaCommand::ExpireTransactionalId {
+                transactional_id: c.transactional_id,
+                producer_id: c.producer_id,
+                producer_epoch: epoch_from_wire(c.producer_epoch),
+                update_ms: c.update_ms,
             },
             CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
                 group: c.group,

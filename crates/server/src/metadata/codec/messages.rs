@@ -20,7 +20,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41, 42, 43"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41, 42, 43, 44"
     )]
     pub command: Option<CommandWire>,
 }
@@ -39,7 +39,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=18, 23..=25, 27..=29, 40 to 43 of `MetaEntry`.
+/// The command kinds, fields 2..=18, 23..=25, 27..=29, 40 to 44 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -115,6 +115,9 @@ pub enum CommandWire {
     /// [`MetaCommand::TxnMarkersWritten`].
     #[prost(message, tag = "43")]
     TxnMarkersWritten(super::transactions::TxnMarkersWrittenWire),
+    /// [`MetaCommand::ExpireTransactionalId`].
+    #[prost(message, tag = "44")]
+    ExpireTransactionalId(super::transactions::ExpireTransactionalIdWire),
     /// [`MetaCommand::AdminAddress`].
     #[prost(message, tag = "18")]
     AdminAddress(AdminAddressWire),

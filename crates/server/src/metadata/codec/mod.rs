@@ -40,6 +40,7 @@
 //!     EndTxnOffsets      end_txn_offsets      = 41;
 //!     PutTransaction     put_transaction      = 42;
 //!     TxnMarkersWritten  txn_markers_written  = 43;
+//!     ExpireTransactionalId expire_transactional_id = 44;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
@@ -122,6 +123,8 @@
 //! message TxnMarkersWritten  { string transactional_id = 1; int64 producer_id = 2;
 //!                              int32 producer_epoch = 3; repeated TopicPartition partitions = 4;
 //!                              int64 time_ms = 5; }
+//! message ExpireTransactionalId { string transactional_id = 1; int64 producer_id = 2;
+//!                              int32 producer_epoch = 3; int64 update_ms = 4; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as

@@ -269,6 +269,12 @@ fn every_command() -> Vec<MetaCommand> {
             partitions: vec![("orders".into(), 3)],
             time_ms: 5,
         },
+        MetaCommand::ExpireTransactionalId {
+            transactional_id: "tx-1".into(),
+            producer_id: 1_000,
+            producer_epoch: 7,
+            update_ms: 1_800_000_000_000,
+        },
         MetaCommand::SetFlowLimits {
             limits: FlowLimits {
                 produce_requests_per_sec: Some(10),

@@ -36,6 +36,23 @@ pub struct TxnMarkersWrittenWire {
     pub time_ms: i64,
 }
 
+/// `ExpireTransactionalId` on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ExpireTransactionalIdWire {
+    /// The transactional id.
+    #[prost(string, tag = "1")]
+    pub transactional_id: String,
+    /// The producer id it held.
+    #[prost(int64, tag = "2")]
+    pub producer_id: i64,
+    /// Its epoch (an int16).
+    #[prost(int32, tag = "3")]
+    pub producer_epoch: i32,
+    /// Its last change, ms since the epoch.
+    #[prost(int64, tag = "4")]
+    pub update_ms: i64,
+}
+
 /// `TxnRecord` on the wire.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TxnRecordWire {
