@@ -202,19 +202,7 @@ fn kcat_read(addr: &str, isolation: &str) -> String {
 }
 
 async fn leader_of(nodes: &[Option<Arc<Node>>]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(i) = nodes.iter().position(|n| {
-            n.as_ref().is_some_and(|n| {
-                let v = n.stream(TOPIC).unwrap().visible();
-                v.leader == n.config().id && v.leader_ready
-            })
-        }) {
-            return i;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::ready_leader_of(nodes, TOPIC).await
 }
 
 fn addr_of(nodes: &[Option<Arc<Node>>], i: usize) -> String {

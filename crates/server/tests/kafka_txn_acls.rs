@@ -15,14 +15,11 @@ use common::cluster_configs;
 use common::kafka::KafkaConn;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
-use kafka_proto::messages::add_offsets_to_txn_request::AddOffsetsToTxnRequest;
 use kafka_proto::messages::add_partitions_to_txn_request::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnTransaction, V3AndBelowTopic,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnTransaction,
 };
 use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
-use kafka_proto::messages::end_txn_request::EndTxnRequest;
 use kafka_proto::messages::find_coordinator_request::FindCoordinatorRequest;
-use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_proto::messages::list_transactions_request::ListTransactionsRequest;
 use vdl_server::config::NodeConfig;
 use vdl_server::metadata::MetaCommand;
@@ -44,13 +41,7 @@ fn call(addr: SocketAddr, api: ApiKey, version: i16, req: &Request) -> Response 
 }
 
 fn init(addr: SocketAddr, id: &str) -> (i16, i64, i16) {
-    let req = Request::InitProducerId(InitProducerIdRequest {
-        transactional_id: Some(id.into()),
-        transaction_timeout_ms: 60_000,
-        producer_id: -1,
-        producer_epoch: -1,
-        ..Default::default()
-    });
+    let req = common::requests::init_transactional(id, 60_000);
     match call(addr, ApiKey::InitProducerId, 4, &req) {
         Response::InitProducerId(r) => (r.error_code, r.producer_id, r.producer_epoch),
         other => panic!("{other:?}"),
@@ -58,17 +49,7 @@ fn init(addr: SocketAddr, id: &str) -> (i16, i64, i16) {
 }
 
 fn add_partition(addr: SocketAddr, id: &str, pid: i64, epoch: i16) -> i16 {
-    let req = Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-        v3_and_below_transactional_id: id.into(),
-        v3_and_below_producer_id: pid,
-        v3_and_below_producer_epoch: epoch,
-        v3_and_below_topics: vec![V3AndBelowTopic {
-            name: TOPIC.into(),
-            partitions: vec![0],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let req = common::requests::add_partitions_to_txn(id, pid, epoch, TOPIC, 0);
     match call(addr, ApiKey::AddPartitionsToTxn, 3, &req) {
         Response::AddPartitionsToTxn(r) => {
             r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
@@ -94,13 +75,7 @@ fn add_partition_as_broker(addr: SocketAddr, id: &str) -> i16 {
 }
 
 fn add_offsets(addr: SocketAddr, id: &str, pid: i64, epoch: i16) -> i16 {
-    let req = Request::AddOffsetsToTxn(AddOffsetsToTxnRequest {
-        transactional_id: id.into(),
-        producer_id: pid,
-        producer_epoch: epoch,
-        group_id: "g".into(),
-        ..Default::default()
-    });
+    let req = common::requests::add_offsets_to_txn(id, pid, epoch, "g");
     match call(addr, ApiKey::AddOffsetsToTxn, 3, &req) {
         Response::AddOffsetsToTxn(r) => r.error_code,
         other => panic!("{other:?}"),
@@ -108,13 +83,7 @@ fn add_offsets(addr: SocketAddr, id: &str, pid: i64, epoch: i16) -> i16 {
 }
 
 fn end_txn(addr: SocketAddr, id: &str, pid: i64, epoch: i16) -> i16 {
-    let req = Request::EndTxn(EndTxnRequest {
-        transactional_id: id.into(),
-        producer_id: pid,
-        producer_epoch: epoch,
-        committed: true,
-        ..Default::default()
-    });
+    let req = common::requests::end_txn(id, pid, epoch, true);
     match call(addr, ApiKey::EndTxn, 3, &req) {
         Response::EndTxn(r) => r.error_code,
         other => panic!("{other:?}"),

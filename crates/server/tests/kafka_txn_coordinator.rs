@@ -17,7 +17,6 @@ use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
-    V3AndBelowTopic,
 };
 use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
@@ -63,17 +62,7 @@ fn init(addr: &str, id: &str, timeout_ms: i32) -> (i16, i64, i16) {
 
 /// AddPartitionsToTxn v3 of `TOPIC`'s partition 0: its error.
 fn add_partition(addr: &str, id: &str, pid: i64, epoch: i16) -> i16 {
-    let req = Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-        v3_and_below_transactional_id: id.into(),
-        v3_and_below_producer_id: pid,
-        v3_and_below_producer_epoch: epoch,
-        v3_and_below_topics: vec![V3AndBelowTopic {
-            name: TOPIC.into(),
-            partitions: vec![0],
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let req = common::requests::add_partitions_to_txn(id, pid, epoch, TOPIC, 0);
     let Response::AddPartitionsToTxn(r) = call(addr, ApiKey::AddPartitionsToTxn, 3, &req) else {
         panic!("not an AddPartitionsToTxn response")
     };
@@ -289,19 +278,7 @@ async fn until<T: Send + std::fmt::Debug + 'static>(
 
 /// The node leading `TOPIC`'s partition (index into `nodes`).
 async fn partition_leader(nodes: &[Option<Arc<Node>>]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(i) = nodes.iter().position(|n| {
-            n.as_ref().is_some_and(|n| {
-                let v = n.stream(TOPIC).unwrap().visible();
-                v.leader == n.config().id && v.leader_ready
-            })
-        }) {
-            return i;
-        }
-        assert!(Instant::now() < deadline, "no leader");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::ready_leader_of(nodes, TOPIC).await
 }
 
 fn addr_of(nodes: &[Option<Arc<Node>>], i: usize) -> String {

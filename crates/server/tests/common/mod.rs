@@ -22,6 +22,27 @@ pub mod serving;
 use kafka_proto::records::{build_batch, Compression, NewRecord};
 use vdl_server::config::{Member, NodeConfig, RaftTiming};
 
+/// The index in `nodes` (None: a stopped node) of the node whose replica of `topic` (its
+/// first partition) leads and is ready, waiting up to 15 s.
+pub async fn ready_leader_of(
+    nodes: &[Option<std::sync::Arc<vdl_server::Node>>],
+    topic: &str,
+) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(i) = nodes.iter().position(|n| {
+            n.as_ref().is_some_and(|n| {
+                let v = n.stream(topic).unwrap().visible();
+                v.leader == n.config().id && v.leader_ready
+            })
+        }) {
+            return i;
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Reserves `n` distinct free TCP ports on 127.0.0.1 (bound and released at once), below the
 /// kernel's ephemeral range (32768+): a port taken from that range can be handed to an outgoing
 /// connection (of this test or another) before the node binds it ("address in use"). Ports go

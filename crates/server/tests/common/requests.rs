@@ -97,3 +97,28 @@ pub fn end_txn(id: &str, pid: i64, epoch: i16, commit: bool) -> Request {
         ..Default::default()
     })
 }
+
+/// AddPartitionsToTxn in the clients' form (v3 and below): partition `partition` of `topic`
+/// joins the transaction of `id` (producer `pid` at `epoch`).
+pub fn add_partitions_to_txn(
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    topic: &str,
+    partition: i32,
+) -> Request {
+    use kafka_proto::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnRequest, V3AndBelowTopic,
+    };
+    Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
+        v3_and_below_transactional_id: id.into(),
+        v3_and_below_producer_id: pid,
+        v3_and_below_producer_epoch: epoch,
+        v3_and_below_topics: vec![V3AndBelowTopic {
+            name: topic.into(),
+            partitions: vec![partition],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}

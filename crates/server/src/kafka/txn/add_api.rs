@@ -15,7 +15,7 @@ use kafka_proto::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnTopicResult, V3AndBelowPartitionResult, V3AndBelowTopicResult,
 };
 
-use super::coordinator::{check_producer, coordinator_term, put};
+use super::coordinator::{check_producer, coordinator_term, locked_record, put};
 use crate::kafka::access::Access;
 use crate::kafka::host::TxnHost;
 use crate::kafka::reply::{self, Reply};
@@ -240,15 +240,8 @@ async fn add<H: TxnHost>(node: &Arc<H>, a: &Addition, version: i16) -> Result<()
             Err(ErrorCode::InvalidTxnState)
         };
     }
-    let _locked = node.txn_coordinator().lock(&a.id).await;
-    let current = node.metadata().transactions.get(&a.id).cloned();
-    let mut r = check_producer(
-        current.as_ref(),
-        a.producer_id,
-        a.producer_epoch,
-        version,
-        2,
-    )?;
+    let (_locked, mut r) =
+        locked_record(node, &a.id, a.producer_id, a.producer_epoch, version).await?;
     let added = wanted;
     start_or_join(&mut r)?;
     if r.status == TxnStatus::Ongoing && added.iter().all(|p| r.partitions.contains(p)) {
@@ -325,15 +318,8 @@ async fn add_group<H: TxnHost>(
 ) -> Result<(), ErrorCode> {
     let term = coordinator_term(node).ok_or(ErrorCode::NotCoordinator)?;
     let id = &req.transactional_id;
-    let _locked = node.txn_coordinator().lock(id).await;
-    let current = node.metadata().transactions.get(id).cloned();
-    let mut r = check_producer(
-        current.as_ref(),
-        req.producer_id,
-        req.producer_epoch,
-        version,
-        2,
-    )?;
+    let (_locked, mut r) =
+        locked_record(node, id, req.producer_id, req.producer_epoch, version).await?;
     start_or_join(&mut r)?;
     if r.status == TxnStatus::Ongoing && r.groups.contains(&req.group_id) {
         return Ok(());

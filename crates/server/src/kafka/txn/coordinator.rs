@@ -95,6 +95,23 @@ pub(super) async fn put<H: TxnHost>(
     }
 }
 
+/// The state of transactional id `id` for a request of producer `producer_id` at
+/// `producer_epoch` that changes it: takes the id's lock (held until the returned guard is
+/// dropped, so no other change of the id interleaves), reads the state, and checks the
+/// producer as [`check_producer`] does (PRODUCER_FENCED from version 2).
+pub(super) async fn locked_record<H: TxnHost>(
+    node: &Arc<H>,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    version: i16,
+) -> Result<(tokio::sync::OwnedMutexGuard<()>, TxnRecord), ErrorCode> {
+    let locked = node.txn_coordinator().lock(id).await;
+    let current = node.metadata().transactions.get(id).cloned();
+    let record = check_producer(current.as_ref(), producer_id, producer_epoch, version, 2)?;
+    Ok((locked, record))
+}
+
 /// Checks a request's producer id and epoch against transactional id state `record`:
 /// INVALID_PRODUCER_ID_MAPPING when the id is unknown or holds another producer id,
 /// PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before `fenced_from`, the first version of the API

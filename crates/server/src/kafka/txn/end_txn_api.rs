@@ -10,7 +10,7 @@ use kafka_proto::frame::Response;
 use kafka_proto::messages::end_txn_request::EndTxnRequest;
 use kafka_proto::messages::end_txn_response::EndTxnResponse;
 
-use super::coordinator::{check_producer, coordinator_epoch, coordinator_term, put};
+use super::coordinator::{coordinator_epoch, coordinator_term, locked_record, put};
 use crate::kafka::access::Access;
 use crate::kafka::host::TxnHost;
 use crate::kafka::reply::{self, Reply};
@@ -58,15 +58,8 @@ async fn end<H: TxnHost>(
 ) -> Result<(), ErrorCode> {
     let term = coordinator_term(node).ok_or(ErrorCode::NotCoordinator)?;
     let id = &req.transactional_id;
-    let _locked = node.txn_coordinator().lock(id).await;
-    let current = node.metadata().transactions.get(id).cloned();
-    let mut r = check_producer(
-        current.as_ref(),
-        req.producer_id,
-        req.producer_epoch,
-        version,
-        2,
-    )?;
+    let (_locked, mut r) =
+        locked_record(node, id, req.producer_id, req.producer_epoch, version).await?;
     let commit = req.committed;
     match (r.status, commit) {
         (TxnStatus::Ongoing, _) => {}
