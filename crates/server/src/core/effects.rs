@@ -39,6 +39,8 @@ pub trait EffectHost {
     fn reconcile_membership(&mut self);
     /// Records node `id`'s admin address.
     fn note_admin_address(&mut self, id: u64, address: String);
+    /// A transaction was decided: wakes whatever writes its markers here.
+    fn note_transaction_decided(&mut self);
 }
 
 /// Carries out on `host` what one applied metadata command asks of it, in log order. A topic
@@ -63,6 +65,7 @@ pub fn carry_out<H: EffectHost + ?Sized>(host: &mut H, effect: Effect) {
         }
         Effect::MembershipChanged => host.reconcile_membership(),
         Effect::AdminAddress(id, address) => host.note_admin_address(id, address),
+        Effect::TransactionDecided => host.note_transaction_decided(),
     }
 }
 
@@ -173,6 +176,10 @@ mod tests {
 
         fn note_admin_address(&mut self, id: u64, address: String) {
             self.calls.push(format!("admin {id} {address}"));
+        }
+
+        fn note_transaction_decided(&mut self) {
+            self.calls.push("decided".to_owned());
         }
     }
 

@@ -378,6 +378,10 @@ pub(crate) trait TxnHost: ClusterHost {
     /// This node's transaction coordinator state (in memory; the transactions themselves are
     /// in the replicated metadata).
     fn txn_coordinator(&self) -> &TxnCoordinator;
+
+    /// Notified when the metadata applied on this node decides a transaction (its markers
+    /// are due): the marker writer waits on it between its scans.
+    fn transactions_decided(&self) -> Arc<tokio::sync::Notify>;
 }
 
 /// Every API family's host: what the request dispatch ([`crate::kafka::handlers`]) hands the

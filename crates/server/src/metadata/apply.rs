@@ -295,10 +295,7 @@ impl ClusterMeta {
             }
             cmd @ (MetaCommand::PutTransaction { .. }
             | MetaCommand::TxnMarkersWritten { .. }
-            | MetaCommand::ExpireTransactionalId { .. }) => {
-                self.apply_transaction(cmd);
-                None
-            }
+            | MetaCommand::ExpireTransactionalId { .. }) => self.apply_transaction(cmd),
             MetaCommand::CreateAcls { acls } => {
                 for b in acls {
                     if self.acls.len() >= crate::security::acl::MAX_ACLS && !self.acls.contains(&b)
@@ -449,6 +446,9 @@ pub enum Effect {
     MembershipChanged,
     /// A node announced its admin address: (node, address).
     AdminAddress(u64, String),
+    /// A transaction was decided (PrepareCommit or PrepareAbort): its partitions' leaders
+    /// write the markers now rather than at their next scan.
+    TransactionDecided,
 }
 
 /// The overrides of a command that pass validation (every node keeps the same ones: the check

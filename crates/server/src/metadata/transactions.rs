@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClusterMeta, MetaCommand};
+use super::{ClusterMeta, Effect, MetaCommand};
 
 /// Where a transaction stands, with Kafka's names (DescribeTransactions, ListTransactions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -111,8 +111,9 @@ pub struct TxnRecord {
 }
 
 impl ClusterMeta {
-    /// Applies the transaction commands (see the module documentation).
-    pub(super) fn apply_transaction(&mut self, cmd: MetaCommand) {
+    /// Applies the transaction commands (see the module documentation). A transaction left
+    /// decided, its markers still to write, asks the node for [`Effect::TransactionDecided`].
+    pub(super) fn apply_transaction(&mut self, cmd: MetaCommand) -> Option<Effect> {
         match cmd {
             MetaCommand::PutTransaction {
                 transactional_id,
@@ -129,12 +130,14 @@ impl ClusterMeta {
                         record.groups.clear();
                     }
                 }
-                if record.status.preparing().is_some() {
+                let decided = record.status.preparing().is_some();
+                if decided {
                     self.deciding_transactions.insert(transactional_id.clone());
                 } else {
                     self.deciding_transactions.remove(&transactional_id);
                 }
                 self.transactions.insert(transactional_id, record);
+                decided.then_some(Effect::TransactionDecided)
             }
             MetaCommand::TxnMarkersWritten {
                 transactional_id,
@@ -144,13 +147,13 @@ impl ClusterMeta {
                 time_ms,
             } => {
                 let Some(record) = self.transactions.get_mut(&transactional_id) else {
-                    return;
+                    return None;
                 };
                 let Some(commit) = record.status.preparing() else {
-                    return;
+                    return None;
                 };
                 if record.producer_id != producer_id || record.producer_epoch != producer_epoch {
-                    return;
+                    return None;
                 }
                 for p in partitions {
                     record.partitions.remove(&p);
@@ -161,6 +164,7 @@ impl ClusterMeta {
                     record.update_ms = time_ms;
                     self.deciding_transactions.remove(&transactional_id);
                 }
+                None
             }
             MetaCommand::ExpireTransactionalId {
                 transactional_id,
@@ -177,8 +181,9 @@ impl ClusterMeta {
                 if unchanged {
                     self.transactions.remove(&transactional_id);
                 }
+                None
             }
-            _ => {}
+            _ => None,
         }
     }
 
@@ -282,6 +287,27 @@ mod tests {
                 time_ms: 99,
             },
         );
+    }
+
+    /// Deciding a transaction with partitions to mark asks the node to write the markers now
+    /// ([`Effect::TransactionDecided`]); any other state of the record, or a decision with
+    /// nothing to mark (completed at once), asks nothing.
+    #[test]
+    fn a_decision_with_markers_to_write_wakes_the_marker_writers() {
+        let mut m = ClusterMeta::new(vec![1]);
+        let mut apply = |index, r: TxnRecord| {
+            let cmd = MetaCommand::PutTransaction {
+                transactional_id: "tx".into(),
+                record: r,
+            };
+            m.apply(index, None, cmd)
+        };
+        assert_eq!(apply(1, record(TxnStatus::Ongoing, &[("a", 0)])), None);
+        assert_eq!(
+            apply(2, record(TxnStatus::PrepareAbort, &[("a", 0)])),
+            Some(Effect::TransactionDecided)
+        );
+        assert_eq!(apply(3, record(TxnStatus::PrepareCommit, &[])), None);
     }
 
     /// Reports of markers complete a decided transaction when its last partition is marked;

@@ -240,6 +240,12 @@ impl Node {
     pub fn metadata_proposer(&self) -> &crate::metadata::proposer::MetadataProposer {
         &self.metadata_proposer
     }
+
+    /// Notified (one stored permit, so a decision while nobody waits is not lost) each time
+    /// the metadata applied here decides a transaction: the transaction's markers are due.
+    pub fn transactions_decided(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.transactions_decided)
+    }
 }
 
 /// The node as the host of what the metadata's effects call for (see
@@ -294,5 +300,9 @@ impl EffectHost for NodeEffects<'_> {
 
     fn note_admin_address(&mut self, id: u64, address: String) {
         self.0.note_admin_address(id, address);
+    }
+
+    fn note_transaction_decided(&mut self) {
+        self.0.transactions_decided.notify_one();
     }
 }

@@ -260,6 +260,10 @@ impl TxnHost for Broker {
     fn txn_coordinator(&self) -> &crate::kafka::txn::coordinator::TxnCoordinator {
         &self.txn_coordinator
     }
+
+    fn transactions_decided(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.node.transactions_decided()
+    }
 }
 
 impl ClusterHost for Broker {

@@ -11,7 +11,7 @@ use kafka_proto::error_code::ErrorCode;
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 
 use super::coordinator::{coordinator_term, fenced, put};
-use super::limits::{ABORT_WAIT, COMMIT_TIMEOUT, MARKER_SCAN, MAX_TRANSACTION_TIMEOUT_MS};
+use super::limits::{ABORT_POLL, ABORT_WAIT, COMMIT_TIMEOUT, MAX_TRANSACTION_TIMEOUT_MS};
 use crate::kafka::host::TxnHost;
 use crate::metadata::{wall_clock_ms, TxnRecord, TxnStatus};
 
@@ -102,6 +102,6 @@ async fn wait_for_abort<H: TxnHost>(
         if started.elapsed() >= ABORT_WAIT {
             return Err(ErrorCode::ConcurrentTransactions);
         }
-        tokio::time::sleep(MARKER_SCAN).await;
+        tokio::time::sleep(ABORT_POLL).await;
     }
 }

@@ -12,8 +12,10 @@ pub(super) const BARRIER_TIMEOUT: Duration = Duration::from_secs(5);
 /// `transaction.max.timeout.ms` default (15 minutes).
 pub(super) const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
 
-/// How often every node looks for decided transactions whose markers it should write.
-pub(super) const MARKER_SCAN: Duration = Duration::from_millis(20);
+/// How often every node looks for decided transactions whose markers it should write besides
+/// being woken by each decision (`TxnHost::transactions_decided`): what the scan still finds
+/// is a partition whose leadership moved here mid-transaction, or a round that failed.
+pub(super) const MARKER_SCAN: Duration = Duration::from_millis(200);
 
 /// How long one round of markers (commit and report) may take before it is tried again.
 pub(super) const MARKER_ROUND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,3 +32,6 @@ pub(super) const MAX_EXPIRED_PER_SCAN: usize = 100;
 /// How long InitProducerId waits for the abort of the previous epoch's transaction before
 /// answering CONCURRENT_TRANSACTIONS (the producer retries).
 pub(super) const ABORT_WAIT: Duration = Duration::from_secs(5);
+
+/// How often InitProducerId looks whether that abort completed.
+pub(super) const ABORT_POLL: Duration = Duration::from_millis(20);

@@ -43,13 +43,22 @@ type Decided = (String, i64, i16, TxnMarker, Vec<(String, i32)>);
 /// The transactions with a round in flight here, by (id, producer id, epoch).
 type InFlight = Arc<Mutex<HashSet<(String, i64, i16)>>>;
 
-/// Every [`MARKER_SCAN`]: starts a round for each decided transaction with partitions this
-/// node leads and no round in flight. Ends with the host or the node's shutdown.
+/// As soon as the metadata applied here decides a transaction, and every [`MARKER_SCAN`]
+/// besides (for partitions whose leadership moved here, and rounds that failed): starts a
+/// round for each decided transaction with partitions this node leads and no round in
+/// flight. Ends with the host or the node's shutdown.
 pub(super) fn start_marker_writer<H: TxnHost>(node: Weak<H>) {
     tokio::spawn(async move {
         let in_flight: InFlight = Arc::default();
         loop {
-            tokio::time::sleep(MARKER_SCAN).await;
+            // The host is not kept alive while waiting.
+            let Some(decided) = node.upgrade().map(|n| n.transactions_decided()) else {
+                return;
+            };
+            tokio::select! {
+                () = decided.notified() => {}
+                () = tokio::time::sleep(MARKER_SCAN) => {}
+            }
             let Some(node) = node.upgrade() else {
                 return;
             };
