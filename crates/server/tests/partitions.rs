@@ -35,7 +35,17 @@ fn kafka_addrs(configs: &[NodeConfig]) -> Vec<SocketAddr> {
 /// Waits until every broker reports `count` partitions of `topic`, each with a leader, all
 /// brokers agreeing; returns the leader's Kafka address per partition.
 fn wait_for_leaders(brokers: &[SocketAddr], topic: &str, count: usize) -> Vec<SocketAddr> {
-    let deadline = Instant::now() + T;
+    wait_for_leaders_within(brokers, topic, count, T)
+}
+
+/// [`wait_for_leaders`], failing after `within`.
+fn wait_for_leaders_within(
+    brokers: &[SocketAddr],
+    topic: &str,
+    count: usize,
+    within: Duration,
+) -> Vec<SocketAddr> {
+    let deadline = Instant::now() + within;
     loop {
         let mut seen: Vec<Option<Vec<i32>>> = Vec::new();
         for b in brokers {
@@ -305,6 +315,50 @@ async fn partitions_are_served_grown_restarted_and_deleted() {
     for (n, _) in &nodes.0 {
         assert!(n.partitions("p6").is_empty());
     }
+}
+
+/// As Kafka's controller names a new partition's leader at once, a new topic's partitions
+/// all have a leader well before an election timeout (6 s here) could have fired: their
+/// preferred replicas campaign as they open the partitions, and campaign again while the
+/// other replicas, which open theirs a little later, dropped the first pre-votes (before
+/// that retry some partitions waited a whole election timeout: 2 to 4 s with the defaults,
+/// 5 s under load, with clients answered LEADER_NOT_AVAILABLE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_topics_partitions_get_leaders_before_any_election_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = cluster_configs(3, dir.path(), &[]);
+    for c in &mut configs {
+        c.raft.tick = Duration::from_millis(50);
+        c.raft.heartbeat = Duration::from_millis(150);
+        c.raft.election_timeout = Duration::from_secs(6);
+    }
+    let brokers = kafka_addrs(&configs);
+    let nodes = start(&configs).await;
+    tokio::task::spawn_blocking(move || {
+        // The metadata group elects its first leader by timeout: wait for it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut c = loop {
+            let mut c = KafkaConn::connect(brokers[0]).unwrap();
+            match c.create_topic_with("warmup", 1) {
+                Ok((0, 1)) => break c,
+                other => assert!(Instant::now() < deadline, "no metadata leader: {other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        for round in 0..3 {
+            let topic = format!("fresh{round}");
+            let created = Instant::now();
+            assert_eq!(c.create_topic_with(&topic, 12).unwrap(), (0, 12));
+            wait_for_leaders_within(&brokers, &topic, 12, Duration::from_secs(4));
+            eprintln!(
+                "{topic}: 12 partitions led everywhere {} ms after CreateTopics",
+                created.elapsed().as_millis()
+            );
+        }
+    })
+    .await
+    .unwrap();
+    drop(nodes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,6 +57,7 @@ use crate::runtime::inbox::InboxSender;
 use crate::runtime::timeline::{self, Stage as Hop};
 use crate::runtime::{Next, Task};
 
+mod first_election;
 mod hand_off;
 mod membership;
 mod progress;
@@ -139,6 +140,9 @@ struct Group {
     ready_term: u64,
     /// On the leader: consecutive ticks its log was idle (see [`crate::runtime::quiesce`]).
     idle_ticks: usize,
+    /// A new partition's first election, on the replica that campaigned at open (see
+    /// [`first_election`]).
+    first_election: first_election::FirstElection,
     /// The heartbeats of the Ready being handled tell followers to quiesce.
     mark_quiesce_heartbeats: bool,
     /// When the retention rules are applied next.
@@ -266,6 +270,7 @@ pub fn new_group(parts: GroupParts) -> Box<dyn Task> {
         store_limits,
         ready_term: 0,
         idle_ticks: 0,
+        first_election: first_election::FirstElection::default(),
         mark_quiesce_heartbeats: false,
         heard_from: HashMap::new(),
         leading_since: None,
@@ -327,6 +332,7 @@ impl Task for Group {
             if let Some((_, ticks)) = self.rejoin_target_asked.as_mut() {
                 *ticks += 1;
             }
+            self.retry_first_election();
             self.maybe_quiesce();
             self.retry_lost_snapshots();
         }
@@ -488,6 +494,7 @@ impl Group {
                 self.set_quiesced(false);
                 if !self.may_not_campaign() {
                     let _ = self.p.node.campaign();
+                    self.arm_first_election();
                 }
             }
             GroupInput::CheckDamage => self.set_quiesced(false),
