@@ -487,7 +487,7 @@ mod tests {
             })
             .collect();
         assert!(entries.contains(&[18, 0, 4]));
-        assert!(entries.contains(&[0, 0, 11]), "Produce 0..=11 listed");
+        assert!(entries.contains(&[0, 0, 12]), "Produce 0..=12 listed");
         let expected = bytes;
         // A client reading it as v3 falls back to v0, like Kafka's.
         let (h, r) = decode_response(

@@ -512,7 +512,7 @@ mod tests {
                 version: -1
             })
         );
-        assert!(ProduceRequest::supports(11) && !ProduceRequest::supports(12));
+        assert!(ProduceRequest::supports(12) && !ProduceRequest::supports(13));
         assert!(ProduceRequest::is_flexible(9) && !ProduceRequest::is_flexible(8));
         assert_eq!(SaslHandshakeRequest::FLEXIBLE_FROM, None);
         assert_eq!(DescribeClusterRequest::FLEXIBLE_FROM, Some(0));

@@ -299,6 +299,10 @@ impl ClusterMeta {
                 self.apply_transaction(cmd);
                 None
             }
+            cmd @ MetaCommand::RequestTxnPartitions { .. } => {
+                self.queue_txn_partition_request(index, cmd);
+                None
+            }
             MetaCommand::CreateAcls { acls } => {
                 for b in acls {
                     if self.acls.len() >= crate::security::acl::MAX_ACLS && !self.acls.contains(&b)

@@ -30,3 +30,14 @@ pub(super) const MAX_EXPIRED_PER_SCAN: usize = 100;
 /// How long InitProducerId waits for the abort of the previous epoch's transaction before
 /// answering CONCURRENT_TRANSACTIONS (the producer retries).
 pub(super) const ABORT_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the coordinator looks for partition leaders' requests to add partitions to a
+/// transaction (transaction version 2's implicit AddPartitions).
+pub(super) const IMPLICIT_ADD_SCAN: Duration = Duration::from_millis(5);
+
+/// How long a partition leader waits for the coordinator to add a partition a Produce v12
+/// wrote to first, before the batch is refused with a retriable error.
+pub(super) const IMPLICIT_ADD_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the partition leader looks whether that addition is applied.
+pub(super) const IMPLICIT_ADD_POLL: Duration = Duration::from_millis(2);
