@@ -499,10 +499,10 @@ mod tests {
     #[test]
     fn unsupported_versions_are_errors() {
         assert_eq!(
-            ProduceRequest::default().encode_to_bytes(12),
+            ProduceRequest::default().encode_to_bytes(13),
             Err(EncodeError::UnsupportedVersion {
                 api_key: 0,
-                version: 12
+                version: 13
             })
         );
         assert_eq!(
