@@ -35,6 +35,7 @@ use crate::kafka::host::{KafkaHost, ProduceHost};
 use crate::kafka::produce::{produce, ProduceChain};
 use crate::kafka::reply::Reply;
 use crate::metadata::{MetaCommand, TxnStatus};
+use crate::security::acl::AclOperation;
 
 /// Whether a batch of `records` (a Produce partition's data) is transactional and not
 /// verified by this node's transaction state for `transactional_id` and `(topic, partition)`.
@@ -130,7 +131,7 @@ pub(crate) fn produce_after_barrier<H: KafkaHost>(
     Reply::Later(Box::pin(async move {
         metadata_barrier(node.as_ref()).await;
         if version >= TRANSACTION_V2_PRODUCE_FROM {
-            add_implicitly(node.as_ref(), &req).await;
+            add_implicitly(node.as_ref(), &access, &req).await;
         }
         let mut chain = ProduceChain::default();
         match produce(
@@ -152,14 +153,23 @@ pub(crate) fn produce_after_barrier<H: KafkaHost>(
 }
 
 /// Transaction version 2: asks the coordinator to add the partitions of `req`'s batches this
-/// node's state (past a metadata barrier) does not verify, and waits until the additions are
+/// node's state (past a metadata barrier) does not verify, of topics the principal may write
+/// with a transactional id it may write (the Produce is refused otherwise), and waits until the additions are
 /// applied here (see the module documentation).
-async fn add_implicitly<H: KafkaHost>(node: &H, req: &ProduceRequest) {
+async fn add_implicitly<H: KafkaHost>(node: &H, access: &Access, req: &ProduceRequest) {
     let Some(id) = req.transactional_id.as_deref() else {
         return;
     };
+    // Only what the Produce itself may do (it is refused otherwise).
+    if !access.transactional_id(AclOperation::Write, id) {
+        return;
+    }
     let mut wanted: BTreeMap<(i64, i16), Vec<(String, i32)>> = BTreeMap::new();
-    for t in &req.topic_data {
+    for t in req
+        .topic_data
+        .iter()
+        .filter(|t| access.topic(AclOperation::Write, &t.name))
+    {
         for p in &t.partition_data {
             let batch = p
                 .records
