@@ -13,7 +13,9 @@
 # restarted static member takes its partition back without a rebalance, a duplicate is fenced,
 # removal by instance id), TransactionsTest (a transactional producer commits and aborts,
 # read_committed and read_uncommitted consumers, Admin list/describeTransactions, fencing by a
-# second producer of the transactional id), ConnectDistributedTest (Kafka Connect 3.9 distributed, default
+# second producer of the transactional id, and transaction version 1 in use: the 3.9 client
+# keeps epoch 0; test_transactions.py runs it with the 4.1.1 client, version 2),
+# ConnectDistributedTest (Kafka Connect 3.9 distributed, default
 # compacted internal topics, file source and sink, a worker restart resumes at the committed
 # offset; the vdl cluster runs its log cleaner every 500 ms and the test waits for it to
 # compact), StreamsKTableTest (Kafka Streams 3.9, a KTable count, its compacted changelog, a

@@ -9,12 +9,13 @@ use crate::messages::Message;
 
 /// Calls `$callback!` with the table of supported APIs:
 /// `Variant = key, "Name", lowest..=highest, RequestType, ResponseType;` per API.
-/// The ranges are Apache Kafka 3.9's, except TxnOffsetCommit's v5 (Kafka 4.0, KIP-890 part 2:
-/// v4's body).
+/// The ranges are Apache Kafka 3.9's, except the versions Kafka 4.0 added for KIP-890 part 2
+/// (transaction version 2): Produce v12 and TxnOffsetCommit v5 (their v11 and v4 bodies) and
+/// EndTxn v5 (its response carries the producer id and epoch).
 macro_rules! for_each_api {
     ($callback:ident) => {
         $callback! {
-            Produce = 0, "Produce", 0..=11, ProduceRequest, ProduceResponse;
+            Produce = 0, "Produce", 0..=12, ProduceRequest, ProduceResponse;
             Fetch = 1, "Fetch", 0..=17, FetchRequest, FetchResponse;
             ListOffsets = 2, "ListOffsets", 0..=9, ListOffsetsRequest, ListOffsetsResponse;
             Metadata = 3, "Metadata", 0..=12, MetadataRequest, MetadataResponse;
@@ -35,7 +36,7 @@ macro_rules! for_each_api {
             InitProducerId = 22, "InitProducerId", 0..=5, InitProducerIdRequest, InitProducerIdResponse;
             AddPartitionsToTxn = 24, "AddPartitionsToTxn", 0..=5, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse;
             AddOffsetsToTxn = 25, "AddOffsetsToTxn", 0..=4, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse;
-            EndTxn = 26, "EndTxn", 0..=4, EndTxnRequest, EndTxnResponse;
+            EndTxn = 26, "EndTxn", 0..=5, EndTxnRequest, EndTxnResponse;
             WriteTxnMarkers = 27, "WriteTxnMarkers", 0..=1, WriteTxnMarkersRequest, WriteTxnMarkersResponse;
             TxnOffsetCommit = 28, "TxnOffsetCommit", 0..=5, TxnOffsetCommitRequest, TxnOffsetCommitResponse;
             DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;

@@ -487,7 +487,7 @@ mod tests {
             })
             .collect();
         assert!(entries.contains(&[18, 0, 4]));
-        assert!(entries.contains(&[0, 0, 11]), "Produce 0..=11 listed");
+        assert!(entries.contains(&[0, 0, 12]), "Produce 0..=12 listed");
         let expected = bytes;
         // A client reading it as v3 falls back to v0, like Kafka's.
         let (h, r) = decode_response(
@@ -505,14 +505,14 @@ mod tests {
 
     #[test]
     fn unsupported_version_and_key_keep_the_header() {
-        // Produce v12 (too new).
-        let frame = Bytes::from_static(&[0, 0, 0, 12, 0, 0, 1, 0, 0, 0, 0]);
+        // Produce v13 (too new).
+        let frame = Bytes::from_static(&[0, 0, 0, 13, 0, 0, 1, 0, 0, 0, 0]);
         let err = decode_request(frame).unwrap_err();
         assert_eq!(
             err,
             RequestError::UnsupportedVersion {
                 api_key: ApiKey::Produce,
-                api_version: 12,
+                api_version: 13,
                 correlation_id: 256
             }
         );

@@ -499,10 +499,10 @@ mod tests {
     #[test]
     fn unsupported_versions_are_errors() {
         assert_eq!(
-            ProduceRequest::default().encode_to_bytes(12),
+            ProduceRequest::default().encode_to_bytes(13),
             Err(EncodeError::UnsupportedVersion {
                 api_key: 0,
-                version: 12
+                version: 13
             })
         );
         assert_eq!(
@@ -512,7 +512,7 @@ mod tests {
                 version: -1
             })
         );
-        assert!(ProduceRequest::supports(11) && !ProduceRequest::supports(12));
+        assert!(ProduceRequest::supports(12) && !ProduceRequest::supports(13));
         assert!(ProduceRequest::is_flexible(9) && !ProduceRequest::is_flexible(8));
         assert_eq!(SaslHandshakeRequest::FLEXIBLE_FROM, None);
         assert_eq!(DescribeClusterRequest::FLEXIBLE_FROM, Some(0));

@@ -360,13 +360,13 @@ fn header_v0_is_not_accepted_for_other_apis() {
 fn unsupported_versions_close_the_connection_except_api_versions() {
     let Some(all) = load() else { return };
     let mut f = frame(&all, "java", ApiKey::Produce, 11);
-    f[2..4].copy_from_slice(&12i16.to_be_bytes());
+    f[2..4].copy_from_slice(&13i16.to_be_bytes());
     let err = decode(f).unwrap_err();
     assert!(matches!(
         err,
         RequestError::UnsupportedVersion {
             api_key: ApiKey::Produce,
-            api_version: 12,
+            api_version: 13,
             ..
         }
     ));

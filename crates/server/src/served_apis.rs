@@ -9,7 +9,7 @@ use kafka_proto::api::ApiKey;
 /// The APIs this server serves, with the versions it serves them at. ApiVersions lists exactly
 /// these, so clients never send a request the server cannot answer.
 pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 0, 11),
+    (ApiKey::Produce, 0, 12),
     (ApiKey::Fetch, 0, 17),
     (ApiKey::ListOffsets, 0, 9),
     (ApiKey::Metadata, 0, 12),
@@ -22,7 +22,7 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::WriteTxnMarkers, 0, 1),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::AlterConfigs, 0, 2),

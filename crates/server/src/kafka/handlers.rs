@@ -6,7 +6,9 @@ use std::sync::Arc;
 use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{Request, Response};
 use kafka_proto::header::RequestHeader;
-use kafka_proto::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
+use kafka_proto::messages::api_versions_response::{
+    ApiVersion, ApiVersionsResponse, FinalizedFeatureKey, SupportedFeatureKey,
+};
 
 pub use crate::served_apis::SERVED_APIS;
 
@@ -23,10 +25,39 @@ use crate::kafka::{
     txn_markers, users,
 };
 
-/// The ApiVersions response body listing [`SERVED_APIS`].
+/// The feature KIP-890 part 2 is negotiated by: a Kafka 4.x client uses transaction version 2
+/// when the broker's ApiVersions finalizes it at level 2 or more.
+pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+
+/// The transaction version levels this server supports (1: the protocol before KIP-890 part 2;
+/// 2: an epoch bump at every EndTxn and implicit AddPartitions, see `kafka::txn`) and the
+/// one it finalizes, as a Kafka 4.x broker with the feature at its default.
+pub const TRANSACTION_VERSION_MAX: i16 = 2;
+
+/// The finalized-features epoch ApiVersions reports: this server's finalized features never
+/// change, so one epoch; a client takes finalized features only from an epoch above -1.
+pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+/// The ApiVersions response body listing [`SERVED_APIS`] and the features: `transaction.version`
+/// supported 0 to [`TRANSACTION_VERSION_MAX`] and finalized at it, as a Kafka 4.x broker
+/// advertises it (clients that do not read features, such as librdkafka and the Kafka 3.9
+/// Java client, keep transaction version 1).
 pub fn api_versions() -> ApiVersionsResponse {
     ApiVersionsResponse {
         error_code: 0,
+        supported_features: vec![SupportedFeatureKey {
+            name: TRANSACTION_VERSION_FEATURE.to_string(),
+            min_version: 0,
+            max_version: TRANSACTION_VERSION_MAX,
+            ..SupportedFeatureKey::default()
+        }],
+        finalized_features_epoch: FINALIZED_FEATURES_EPOCH,
+        finalized_features: vec![FinalizedFeatureKey {
+            name: TRANSACTION_VERSION_FEATURE.to_string(),
+            max_version_level: TRANSACTION_VERSION_MAX,
+            min_version_level: TRANSACTION_VERSION_MAX,
+            ..FinalizedFeatureKey::default()
+        }],
         api_keys: SERVED_APIS
             .iter()
             .map(|(api, lo, hi)| ApiVersion {

@@ -195,6 +195,10 @@ pub trait ProduceHost: NodeView + ChargeHost {
         topic: &str,
         partition: i32,
     ) -> bool;
+
+    /// The producer id and epoch transactional id `transactional_id` holds in the replicated
+    /// transaction state as this node has applied it; None when it is unknown.
+    fn transaction_producer(&self, transactional_id: &str) -> Option<(i64, i16)>;
 }
 
 /// What Fetch ([`crate::kafka::fetch`]) needs: [`NodeView`] (the partitions, by name or topic

@@ -45,7 +45,7 @@ use crate::kafka::host::{ChargeHost, ProduceHost};
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::produce_keys::{has_keyless_record, keyless_record_errors};
 use crate::kafka::reply::{self, frame, Reply};
-use crate::kafka::txn::produce_check::unverified_batch;
+use crate::kafka::txn::produce_check::{unverified_batch, unverified_batch_error};
 use crate::metadata::wall_clock_ms;
 use crate::replication::group::{AnswerHook, AppendError, Appended};
 use crate::replication::stream::{LogStream, PendingAppend};
@@ -588,22 +588,25 @@ fn submit_partition<H: ProduceHost>(
             copies = Some(required);
         }
     }
-    match validate_records(records.to_contiguous(), version, &rules.limits) {
-        // A transactional batch is accepted only when the transaction state verifies it
-        // (`kafka::txn::produce_check`); without a transactional id it is refused as Kafka
-        // answers a transactional batch it cannot authorize.
-        Ok((batch, _))
-            if RecordBatch::new(batch.clone()).is_ok_and(|b| match transactional_id {
-                Some(id) => unverified_batch(node, id, topic, partition, &b),
-                None => b.is_transactional(),
-            }) =>
-        {
-            PartitionOutcome::Failed(if transactional_id.is_some() {
-                ErrorCode::InvalidTxnState
-            } else {
-                ErrorCode::TransactionalIdAuthorizationFailed
-            })
+    let validated = validate_records(records.to_contiguous(), version, &rules.limits);
+    // A transactional batch is accepted only when the transaction state verifies it
+    // (`kafka::txn::produce_check`); without a transactional id it is refused as Kafka
+    // answers a transactional batch it cannot authorize.
+    if let Ok((batch, _)) = &validated {
+        let refusal = RecordBatch::new(batch.clone())
+            .ok()
+            .and_then(|b| match transactional_id {
+                Some(id) => unverified_batch(node, id, topic, partition, &b)
+                    .then(|| unverified_batch_error(node, id, &b, version)),
+                None => b
+                    .is_transactional()
+                    .then_some(ErrorCode::TransactionalIdAuthorizationFailed),
+            });
+        if let Some(code) = refusal {
+            return PartitionOutcome::Failed(code);
         }
+    }
+    match validated {
         Ok((batch, _)) if rules.settings.compact && has_keyless_record(&batch) => {
             let (errors, message) = keyless_record_errors(&batch, topic, partition);
             PartitionOutcome::RecordsRefused(errors, message)

@@ -296,6 +296,10 @@ impl ClusterMeta {
             cmd @ (MetaCommand::PutTransaction { .. }
             | MetaCommand::TxnMarkersWritten { .. }
             | MetaCommand::ExpireTransactionalId { .. }) => self.apply_transaction(cmd),
+            cmd @ MetaCommand::RequestTxnPartitions { .. } => {
+                self.queue_txn_partition_request(index, cmd);
+                None
+            }
             MetaCommand::CreateAcls { acls } => {
                 for b in acls {
                     if self.acls.len() >= crate::security::acl::MAX_ACLS && !self.acls.contains(&b)

@@ -243,6 +243,20 @@ pub enum MetaCommand {
         /// Its last change then (ms since the epoch).
         update_ms: i64,
     },
+    /// Transaction version 2: a partition leader asks the coordinator to add `partitions` to
+    /// the transaction of `transactional_id` (a Produce v12 wrote to them first). Changes no
+    /// transaction: it is queued for the coordinator, which carries it out with a
+    /// [`MetaCommand::PutTransaction`] (see [`crate::metadata::txn_partition_requests`]).
+    RequestTxnPartitions {
+        /// The transactional id.
+        transactional_id: String,
+        /// The producer id of the batches.
+        producer_id: i64,
+        /// Their producer epoch.
+        producer_epoch: i16,
+        /// The (topic, partition)s to add.
+        partitions: Vec<(String, i32)>,
+    },
     /// Add ACLs (CreateAcls); bindings present already stay (adding one twice is no error).
     CreateAcls {
         /// The bindings, validated by the proposer.

@@ -35,6 +35,7 @@ mod transactions;
 pub mod txn_offsets;
 #[cfg(test)]
 mod txn_offsets_tests;
+pub mod txn_partition_requests;
 
 pub use apply::Effect;
 pub use command::{

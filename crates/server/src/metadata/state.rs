@@ -104,6 +104,10 @@ pub struct ClusterMeta {
     /// The transactional ids of `transactions` being decided (PrepareCommit or PrepareAbort):
     /// what the marker writers look at, without scanning every id. Derived, not in snapshots.
     pub deciding_transactions: std::collections::BTreeSet<String>,
+    /// Transaction version 2's requests to add partitions to transactions, oldest first (see
+    /// [`crate::metadata::txn_partition_requests`]).
+    pub txn_partition_requests:
+        VecDeque<crate::metadata::txn_partition_requests::TxnPartitionRequest>,
     /// Flow control: node-wide limits and client quotas (shared with request handlers,
     /// replaced on change).
     pub flow: Arc<FlowSettings>,
@@ -371,6 +375,11 @@ impl ClusterMeta {
                     record: Some(TxnRecordWire::from(r)),
                 })
                 .collect(),
+            txn_partition_requests: self
+                .txn_partition_requests
+                .iter()
+                .map(crate::metadata::codec::transactions::RequestTxnPartitionsWire::from)
+                .collect(),
             flow_limits: self
                 .flow
                 .limits
@@ -469,6 +478,11 @@ impl ClusterMeta {
             }
             meta.transactions.insert(t.transactional_id, record);
         }
+        meta.txn_partition_requests = wire
+            .txn_partition_requests
+            .into_iter()
+            .map(crate::metadata::txn_partition_requests::TxnPartitionRequest::from)
+            .collect();
         meta.flow = Arc::new(FlowSettings {
             limits: wire.flow_limits.map(FlowLimits::from).unwrap_or_default(),
             client_quotas: crate::flow::wire::client_quotas_from_wire(wire.client_quotas),

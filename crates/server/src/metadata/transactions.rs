@@ -108,6 +108,22 @@ pub struct TxnRecord {
     /// The coordinator's epoch (its metadata term, saturated) when the transaction was ended:
     /// what its markers carry.
     pub coordinator_epoch: i32,
+    /// The transaction version (KIP-890) of the transaction's last change, as Kafka's
+    /// `TransactionMetadata.clientTransactionVersion`: 2 when it was started by an implicit
+    /// addition (Produce v12, TxnOffsetCommit v5) or ended by EndTxn v5, whose producer epoch
+    /// is bumped at every EndTxn; 0 (records written before this field) or 1 for the protocol
+    /// before, whose epoch changes only with InitProducerId and timeouts.
+    #[serde(default)]
+    pub transaction_version: i16,
+    /// Transaction version 2 when EndTxn found the epoch exhausted: the producer id the
+    /// transactional id moves to, at epoch 0, once the markers (written with the old id at
+    /// epoch `i16::MAX`) are all written.
+    #[serde(default)]
+    pub next_producer_id: Option<i64>,
+    /// The producer id held before the last such move: a retry of the EndTxn that moved it
+    /// (the old id at epoch `i16::MAX - 1`) is answered with the new one.
+    #[serde(default)]
+    pub previous_producer_id: Option<i64>,
 }
 
 impl ClusterMeta {
@@ -126,8 +142,7 @@ impl ClusterMeta {
                         commit,
                     );
                     if record.partitions.is_empty() {
-                        record.status = completed(commit);
-                        record.groups.clear();
+                        record.complete(commit);
                     }
                 }
                 let decided = record.status.preparing().is_some();
@@ -159,8 +174,7 @@ impl ClusterMeta {
                     record.partitions.remove(&p);
                 }
                 if record.partitions.is_empty() {
-                    record.status = completed(commit);
-                    record.groups.clear();
+                    record.complete(commit);
                     record.update_ms = time_ms;
                     self.deciding_transactions.remove(&transactional_id);
                 }
@@ -223,6 +237,23 @@ impl ClusterMeta {
 }
 
 impl TxnRecord {
+    /// Completes the decided transaction (`commit` or not) once its last marker is written;
+    /// a producer id moved by an exhausted epoch (`next_producer_id`) takes over at epoch 0.
+    fn complete(&mut self, commit: bool) {
+        self.status = completed(commit);
+        self.groups.clear();
+        if let Some(next) = self.next_producer_id.take() {
+            self.previous_producer_id = Some(self.producer_id);
+            self.producer_id = next;
+            self.producer_epoch = 0;
+        }
+    }
+
+    /// Whether the transaction runs under transaction version 2 (see `transaction_version`).
+    pub fn bumps_epoch_per_transaction(&self) -> bool {
+        self.transaction_version >= 2
+    }
+
     /// Whether the transactional id may be forgotten once unused long enough: no transaction
     /// is ongoing or being decided.
     pub fn may_expire(&self) -> bool {
@@ -260,6 +291,9 @@ mod tests {
             start_ms: 10,
             update_ms: 20,
             coordinator_epoch: 2,
+            transaction_version: 2,
+            next_producer_id: None,
+            previous_producer_id: Some(7),
         }
     }
 

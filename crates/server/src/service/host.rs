@@ -217,6 +217,13 @@ impl ProduceHost for Broker {
             partition,
         )
     }
+
+    fn transaction_producer(&self, transactional_id: &str) -> Option<(i64, i16)> {
+        Node::metadata(&self.node)
+            .transactions
+            .get(transactional_id)
+            .map(|r| (r.producer_id, r.producer_epoch))
+    }
 }
 
 impl FetchHost for Broker {}

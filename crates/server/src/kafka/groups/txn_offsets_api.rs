@@ -21,6 +21,11 @@
 //! INVALID_TXN_STATE (no ongoing transaction with the group added; KIP-890's verification
 //! error). The transaction coordinator ends the pending offsets when the transaction is
 //! decided ([`crate::metadata::ClusterMeta::end_txn_offsets`]).
+//!
+//! **Transaction version 2** (v5, KIP-890 part 2): the producer sends no AddOffsetsToTxn, so
+//! a group not yet in the transaction is added here (this node is also the transaction
+//! coordinator: [`add_group_implicitly`], under the transactional id's lock) before the check;
+//! its errors (a fenced producer, a transaction still being decided) are the answer.
 
 use std::sync::Arc;
 
@@ -36,8 +41,9 @@ use super::offsets_api::{
     answer_topics, check_offsets, commit_and_respond, commit_then_answer, requested_offsets,
 };
 use crate::kafka::access::Access;
-use crate::kafka::host::GroupsHost;
+use crate::kafka::host::{GroupsHost, TxnHost};
 use crate::kafka::reply::{self, Reply};
+use crate::kafka::txn::implicit_add::add_group_implicitly;
 use crate::metadata::{wall_clock_ms, MetaCommand};
 use crate::metadata::{ClusterMeta, TxnStatus};
 use crate::security::acl::AclOperation;
@@ -49,7 +55,7 @@ use crate::security::acl::AclOperation;
 /// As in Kafka: WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for
 /// every partition), READ on the group (else GROUP_AUTHORIZATION_FAILED for every partition),
 /// and READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions).
-pub(crate) fn txn_offset_commit<H: GroupsHost>(
+pub(crate) fn txn_offset_commit<H: GroupsHost + TxnHost>(
     node: &Arc<H>,
     access: &Access,
     req: TxnOffsetCommitRequest,
@@ -106,6 +112,14 @@ pub(crate) fn txn_offset_commit<H: GroupsHost>(
         offsets,
         commit_time_ms: wall_clock_ms(),
     };
+    let implicit = (version >= TRANSACTION_V2_FROM).then(|| {
+        (
+            req.transactional_id.clone(),
+            req.producer_id,
+            req.producer_epoch,
+            req.group_id.clone(),
+        )
+    });
     let (transactional_id, group) = (req.transactional_id, req.group_id);
     let (producer_id, producer_epoch) = (req.producer_id, req.producer_epoch);
     let unverified = move |meta: &ClusterMeta| {
@@ -116,16 +130,28 @@ pub(crate) fn txn_offset_commit<H: GroupsHost>(
     }
     let node = node.clone();
     reply::later(correlation_id, version, async move {
-        let refusal = match read_barrier(&*node).await {
+        let mut refusal = match read_barrier(&*node).await {
             Some(code) => Some(code),
             None => unverified(&node.metadata()),
         };
+        if let (Some(ErrorCode::InvalidTxnState), Some((id, pid, epoch, group))) =
+            (refusal, &implicit)
+        {
+            refusal = match add_group_implicitly(&node, id, *pid, *epoch, group).await {
+                Ok(()) => unverified(&node.metadata()),
+                Err(code) => Some(code),
+            };
+        }
         match refusal {
             Some(code) => respond(Some(code)),
             None => commit_and_respond(node, term, command, respond).await,
         }
     })
 }
+
+/// The first TxnOffsetCommit version of transaction version 2, which adds the group to the
+/// transaction itself (the producer sends no AddOffsetsToTxn).
+const TRANSACTION_V2_FROM: i16 = 5;
 
 /// Why the transaction state in `meta` does not let producer `producer_id` at
 /// `producer_epoch` commit offsets of `group` in the transaction of `transactional_id` (see

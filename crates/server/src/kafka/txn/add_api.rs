@@ -254,7 +254,7 @@ async fn add<H: TxnHost>(node: &Arc<H>, a: &Addition, version: i16) -> Result<()
 
 /// Makes `r` an ongoing transaction (starting one when none is), or the error when one is
 /// being ended (CONCURRENT_TRANSACTIONS: the producer retries once it completes).
-fn start_or_join(r: &mut crate::metadata::TxnRecord) -> Result<(), ErrorCode> {
+pub(super) fn start_or_join(r: &mut crate::metadata::TxnRecord) -> Result<(), ErrorCode> {
     let now = wall_clock_ms();
     match r.status {
         TxnStatus::PrepareCommit | TxnStatus::PrepareAbort => {

@@ -65,7 +65,10 @@ pub(crate) async fn init_transactional<H: TxnHost>(
         groups: Default::default(),
         start_ms: -1,
         update_ms: now,
-        coordinator_epoch: current.map_or(0, |r| r.coordinator_epoch),
+        coordinator_epoch: current.as_ref().map_or(0, |r| r.coordinator_epoch),
+        transaction_version: 1,
+        next_producer_id: None,
+        previous_producer_id: None,
     };
     put(node, term, id, record).await?;
     Ok((producer_id, producer_epoch))

@@ -35,3 +35,14 @@ pub(super) const ABORT_WAIT: Duration = Duration::from_secs(5);
 
 /// How often InitProducerId looks whether that abort completed.
 pub(super) const ABORT_POLL: Duration = Duration::from_millis(20);
+
+/// How often the coordinator looks for partition leaders' requests to add partitions to a
+/// transaction (transaction version 2's implicit AddPartitions).
+pub(super) const IMPLICIT_ADD_SCAN: Duration = Duration::from_millis(5);
+
+/// How long a partition leader waits for the coordinator to add a partition a Produce v12
+/// wrote to first, before the batch is refused with a retriable error.
+pub(super) const IMPLICIT_ADD_WAIT: Duration = Duration::from_secs(5);
+
+/// How often the partition leader looks whether that addition is applied.
+pub(super) const IMPLICIT_ADD_POLL: Duration = Duration::from_millis(2);

@@ -22,17 +22,30 @@
 //! transaction (CompleteCommit or CompleteAbort). Why this path and not the coordinator
 //! calling the leaders: see [`markers`].
 //!
+//! **Transaction versions** (KIP-890). ApiVersions finalizes the feature `transaction.version`
+//! at 2, as a Kafka 4.x broker does; a client that reads it (the Kafka 4.x Java client) uses
+//! version 2, others (librdkafka, the 3.9 Java client) version 1, and both are served. Under
+//! version 2 every EndTxn (v5) bumps the producer epoch ([`end_txn_api`]), so an EndTxn of an
+//! older epoch is a retry or fenced, never the end of a later transaction (KAFKA-17754); and
+//! the producer sends no AddPartitionsToTxn/AddOffsetsToTxn: its first Produce (v12) to a
+//! partition has the partition leader ask the coordinator through the metadata group
+//! ([`produce_check`], [`implicit_add`]), and TxnOffsetCommit v5 adds its group here. The
+//! coordinator stays the only writer of a record either way. The record remembers the
+//! version of its last change (`TxnRecord::transaction_version`).
+//!
 //! **Files.** [`coordinator`]: the term, the per-id locks, writing the state, the producer
 //! checks; [`limits`]: timeouts and periods; [`init_producer_id`]: InitProducerId with a
 //! transactional id; [`add_api`]: AddPartitionsToTxn and AddOffsetsToTxn; [`end_txn_api`]:
-//! EndTxn; [`describe_api`]: DescribeTransactions and ListTransactions; [`markers`]: the
-//! marker writer; [`tasks`]: the background tasks (the marker writer, timeouts);
-//! [`produce_check`]: what a transactional Produce must pass.
+//! EndTxn; [`implicit_add`]: transaction version 2's implicit additions; [`describe_api`]:
+//! DescribeTransactions and ListTransactions; [`markers`]: the marker writer; [`tasks`]: the
+//! background tasks (the marker writer, timeouts); [`produce_check`]: what a transactional
+//! Produce must pass.
 
 pub(crate) mod add_api;
 pub(crate) mod coordinator;
 pub(crate) mod describe_api;
 pub(crate) mod end_txn_api;
+pub(crate) mod implicit_add;
 pub(crate) mod init_producer_id;
 mod limits;
 mod markers;

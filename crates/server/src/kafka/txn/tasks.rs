@@ -1,7 +1,8 @@
 //! The transaction coordinator's background tasks, started once per host (on every node: the
 //! marker writer runs wherever partitions lead) and ending with it: the marker writer
-//! ([`super::markers`]) and, while this node coordinates, the timeout check and the expiration
-//! of unused transactional ids.
+//! ([`super::markers`]) and, while this node coordinates, the handler of implicit additions
+//! ([`super::implicit_add`]), the timeout check and the expiration of unused transactional
+//! ids.
 
 use std::sync::{Arc, Weak};
 
@@ -16,6 +17,7 @@ use crate::metadata::{wall_clock_ms, MetaCommand, TxnStatus};
 pub(crate) fn start<H: TxnHost>(node: &Arc<H>) {
     if node.txn_coordinator().claim_tasks() {
         start_marker_writer(Arc::downgrade(node));
+        super::implicit_add::start_request_handler(Arc::downgrade(node));
         start_checks(Arc::downgrade(node));
     }
 }

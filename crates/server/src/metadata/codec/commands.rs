@@ -18,7 +18,7 @@ use super::messages::{
 };
 use super::transactions::{
     epoch_from_wire, partitions_to_wire, ExpireTransactionalIdWire, PutTransactionWire,
-    TxnMarkersWrittenWire, TxnRecordWire,
+    RequestTxnPartitionsWire, TxnMarkersWrittenWire, TxnRecordWire,
 };
 use super::txn_offsets::{CommitTxnOffsetsWire, EndTxnOffsetsWire};
 
@@ -221,6 +221,18 @@ impl From<&MetaCommand> for CommandWire {
                 producer_epoch: i32::from(*producer_epoch),
                 update_ms: *update_ms,
             }),
+            MetaCommand::RequestTxnPartitions {
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                partitions,
+            } => CommandWire::RequestTxnPartitions(RequestTxnPartitionsWire {
+                transactional_id: transactional_id.clone(),
+                producer_id: *producer_id,
+                producer_epoch: i32::from(*producer_epoch),
+                partitions: partitions_to_wire(partitions),
+                index: 0,
+            }),
             MetaCommand::ExpireGroupOffsets { group, activity_ms } => {
                 CommandWire::ExpireGroupOffsets(ExpireGroupOffsetsWire {
                     group: group.clone(),
@@ -399,6 +411,15 @@ impl From<CommandWire> for MetaCommand {
                 producer_epoch: epoch_from_wire(c.producer_epoch),
                 update_ms: c.update_ms,
             },
+            CommandWire::RequestTxnPartitions(c) => {
+                let r = crate::metadata::txn_partition_requests::TxnPartitionRequest::from(c);
+                MetaCommand::RequestTxnPartitions {
+                    transactional_id: r.transactional_id,
+                    producer_id: r.producer_id,
+                    producer_epoch: r.producer_epoch,
+                    partitions: r.partitions,
+                }
+            }
             CommandWire::ExpireGroupOffsets(c) => MetaCommand::ExpireGroupOffsets {
                 group: c.group,
                 activity_ms: c.activity_ms,

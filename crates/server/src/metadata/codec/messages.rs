@@ -20,7 +20,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41, 42, 43, 44"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41, 42, 43, 44, 45"
     )]
     pub command: Option<CommandWire>,
 }
@@ -118,6 +118,9 @@ pub enum CommandWire {
     /// [`MetaCommand::ExpireTransactionalId`].
     #[prost(message, tag = "44")]
     ExpireTransactionalId(super::transactions::ExpireTransactionalIdWire),
+    /// [`MetaCommand::RequestTxnPartitions`].
+    #[prost(message, tag = "45")]
+    RequestTxnPartitions(super::transactions::RequestTxnPartitionsWire),
     /// [`MetaCommand::AdminAddress`].
     #[prost(message, tag = "18")]
     AdminAddress(AdminAddressWire),

@@ -148,7 +148,7 @@ mod messages;
 mod snapshot;
 #[cfg(test)]
 mod tests;
-mod transactions;
+pub(crate) mod transactions;
 mod txn_offsets;
 
 use prost::Message as _;

@@ -87,6 +87,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   bool scram_users_imported = 23;         // the bootstrap SCRAM users were imported
 ///   repeated PendingTxnOffsets txn_offsets = 40;  // by group, then producer id
 ///   repeated PutTransaction transactions = 41; // by transactional id
+///   repeated RequestTxnPartitions txn_partition_requests = 42; // oldest first, with index
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -157,6 +158,9 @@ pub struct MetaSnapshotWire {
     /// The transaction coordinator's state, by transactional id.
     #[prost(message, repeated, tag = "41")]
     pub transactions: Vec<super::transactions::PutTransactionWire>,
+    /// Transaction version 2's queued requests to add partitions, oldest first.
+    #[prost(message, repeated, tag = "42")]
+    pub txn_partition_requests: Vec<super::transactions::RequestTxnPartitionsWire>,
 }
 
 /// One topic in a snapshot.

@@ -246,6 +246,9 @@ fn every_command() -> Vec<MetaCommand> {
                 start_ms: 1_700_000_000_000,
                 update_ms: 1_700_000_000_500,
                 coordinator_epoch: 4,
+                transaction_version: 2,
+                next_producer_id: Some(2_000),
+                previous_producer_id: Some(500),
             },
         },
         MetaCommand::PutTransaction {
@@ -260,7 +263,16 @@ fn every_command() -> Vec<MetaCommand> {
                 start_ms: -1,
                 update_ms: 0,
                 coordinator_epoch: 0,
+                transaction_version: 0,
+                next_producer_id: None,
+                previous_producer_id: None,
             },
+        },
+        MetaCommand::RequestTxnPartitions {
+            transactional_id: "tx-1".into(),
+            producer_id: 1_000,
+            producer_epoch: 3,
+            partitions: vec![("orders".into(), 3), ("audit".into(), 0)],
         },
         MetaCommand::TxnMarkersWritten {
             transactional_id: "tx-1".into(),

@@ -1,6 +1,7 @@
 //! The transaction messages of an entry and a snapshot (`PutTransaction`,
-//! `TxnMarkersWritten`, `TxnRecord`) and their conversions to and from [`TxnRecord`].
+//! `TxnMarkersWritten`, `RequestTxnPartitions`, `TxnRecord`) and their conversions to and from [`TxnRecord`].
 
+use crate::metadata::txn_partition_requests::TxnPartitionRequest;
 use crate::metadata::{TxnRecord, TxnStatus};
 
 use super::messages::TopicPartitionWire;
@@ -53,6 +54,54 @@ pub struct ExpireTransactionalIdWire {
     pub update_ms: i64,
 }
 
+/// `RequestTxnPartitions` on the wire; also a snapshot's queued request (with its index).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RequestTxnPartitionsWire {
+    /// The transactional id.
+    #[prost(string, tag = "1")]
+    pub transactional_id: String,
+    /// The producer id.
+    #[prost(int64, tag = "2")]
+    pub producer_id: i64,
+    /// The producer epoch (an int16).
+    #[prost(int32, tag = "3")]
+    pub producer_epoch: i32,
+    /// The partitions to add.
+    #[prost(message, repeated, tag = "4")]
+    pub partitions: Vec<TopicPartitionWire>,
+    /// In a snapshot: the index the request was committed at (absent in a command).
+    #[prost(uint64, tag = "5")]
+    pub index: u64,
+}
+
+impl From<&TxnPartitionRequest> for RequestTxnPartitionsWire {
+    fn from(r: &TxnPartitionRequest) -> Self {
+        RequestTxnPartitionsWire {
+            transactional_id: r.transactional_id.clone(),
+            producer_id: r.producer_id,
+            producer_epoch: i32::from(r.producer_epoch),
+            partitions: partitions_to_wire(&r.partitions),
+            index: r.index,
+        }
+    }
+}
+
+impl From<RequestTxnPartitionsWire> for TxnPartitionRequest {
+    fn from(w: RequestTxnPartitionsWire) -> Self {
+        TxnPartitionRequest {
+            index: w.index,
+            transactional_id: w.transactional_id,
+            producer_id: w.producer_id,
+            producer_epoch: epoch_from_wire(w.producer_epoch),
+            partitions: w
+                .partitions
+                .into_iter()
+                .map(|p| (p.topic, p.partition))
+                .collect(),
+        }
+    }
+}
+
 /// `TxnRecord` on the wire.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TxnRecordWire {
@@ -83,6 +132,15 @@ pub struct TxnRecordWire {
     /// The coordinator epoch of its markers.
     #[prost(int32, tag = "9")]
     pub coordinator_epoch: i32,
+    /// [`TxnRecord::transaction_version`] (absent, 0, in records written before it).
+    #[prost(int32, tag = "10")]
+    pub transaction_version: i32,
+    /// [`TxnRecord::next_producer_id`].
+    #[prost(int64, optional, tag = "11")]
+    pub next_producer_id: Option<i64>,
+    /// [`TxnRecord::previous_producer_id`].
+    #[prost(int64, optional, tag = "12")]
+    pub previous_producer_id: Option<i64>,
 }
 
 /// The (topic, partition)s of a list on the wire.
@@ -115,6 +173,9 @@ impl From<&TxnRecord> for TxnRecordWire {
             start_ms: r.start_ms,
             update_ms: r.update_ms,
             coordinator_epoch: r.coordinator_epoch,
+            transaction_version: i32::from(r.transaction_version),
+            next_producer_id: r.next_producer_id,
+            previous_producer_id: r.previous_producer_id,
         }
     }
 }
@@ -142,6 +203,9 @@ impl From<TxnRecordWire> for TxnRecord {
             start_ms: w.start_ms,
             update_ms: w.update_ms,
             coordinator_epoch: w.coordinator_epoch,
+            transaction_version: i16::try_from(w.transaction_version).unwrap_or(0),
+            next_producer_id: w.next_producer_id,
+            previous_producer_id: w.previous_producer_id,
         }
     }
 }

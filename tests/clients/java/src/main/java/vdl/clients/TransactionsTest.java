@@ -15,6 +15,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.admin.TransactionState;
@@ -29,9 +30,10 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.common.utils.AppInfoParser;
 
 /**
- * Transactions (issue 36) with Apache Kafka's Java client 3.9.
+ * Transactions (issue 36) with Apache Kafka's Java client (3.9 or 4.x).
  *
  * <ol>
  *   <li>A transactional producer commits a transaction, aborts one, commits another.
@@ -40,7 +42,15 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   <li>Admin.listTransactions and describeTransactions show the transactional id.
  *   <li>A second producer with the same transactional.id fences the first: its commit fails
  *       with ProducerFencedException.
+ *   <li>The transaction version in use (KIP-890): with the Kafka 4.x client, which reads the
+ *       finalized feature {@code transaction.version} 2 from ApiVersions, every EndTxn bumps the
+ *       producer epoch, so after the three transactions DescribeProducers shows epoch 3 on the
+ *       partition (the markers carry the bumped epochs); with the 3.9 client (version 1) the
+ *       epoch stays 0.
  * </ol>
+ *
+ * Runs with the Java client 3.9 (tests/clients/run-java.sh) and 4.x
+ * (tests/clients/test_transactions.py, the pom with {@code -Dkafka.version=4.1.1}).
  *
  * Usage: TransactionsTest BOOTSTRAP TOPIC (creates TOPIC-txn). Exits 0 on success, 1 with a
  * message on failure. Every wait is bounded.
@@ -56,7 +66,7 @@ public final class TransactionsTest {
         try {
             run(args[0], args[1] + "-txn");
             System.out.println("java transactions test: OK (commit, abort, read_committed and"
-                    + " read_uncommitted consumers, list/describe, fencing)");
+                    + " read_uncommitted consumers, list/describe, fencing, transaction version)");
             System.exit(0);
         } catch (Throwable t) {
             System.err.println("java transactions test: FAILED: " + t);
@@ -134,6 +144,19 @@ public final class TransactionsTest {
                 p.commitTransaction();
                 step("committed, aborted, committed");
             }
+
+            // Transaction version 2 (Kafka 4.x client): each EndTxn bumped the epoch.
+            int expectedEpoch = AppInfoParser.getVersion().startsWith("3.") ? 0 : 3;
+            TopicPartition tp = new TopicPartition(topic, 0);
+            List<ProducerState> producers = admin.describeProducers(List.of(tp)).all()
+                    .get(30, TimeUnit.SECONDS).get(tp).activeProducers();
+            check(producers.size() == 1, "one producer: " + producers);
+            check(producers.get(0).producerEpoch() == expectedEpoch,
+                    "client " + AppInfoParser.getVersion() + ": producer epoch "
+                    + producers.get(0).producerEpoch() + ", expected " + expectedEpoch);
+            step("transaction version " + (expectedEpoch == 0 ? 1 : 2) + " in use (client "
+                    + AppInfoParser.getVersion() + "): the partition's producer epoch is "
+                    + expectedEpoch);
 
             List<String> committed = readAll(bootstrap, topic, "read_committed", 3);
             check(committed.equals(List.of("a1", "a2", "c1")), "read_committed: " + committed);

@@ -1,0 +1,370 @@
+//! KIP-890 transaction version 2 over the Kafka protocol, on a three-node cluster, driven with
+//! raw requests as a Kafka 4.x producer drives it: ApiVersions finalizes
+//! `transaction.version` 2; a transactional Produce v12 adds its partition itself (no
+//! AddPartitionsToTxn), TxnOffsetCommit v5 its group (no AddOffsetsToTxn); EndTxn v5 bumps the
+//! producer epoch and returns it, a retry of it is answered as the first, and a delayed EndTxn
+//! of the older epoch can neither commit nor abort the next transaction (KAFKA-17754).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::cluster_configs;
+use common::kafka::KafkaConn;
+use kafka_proto::api::ApiKey;
+use kafka_proto::frame::{Request, Response};
+use kafka_proto::messages::api_versions_request::ApiVersionsRequest;
+use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
+use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_proto::messages::find_coordinator_request::FindCoordinatorRequest;
+use kafka_proto::messages::produce_request::{
+    PartitionProduceData, ProduceRequest, TopicProduceData,
+};
+use kafka_proto::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
+use kafka_proto::RecordChunks;
+use vdl_server::Node;
+
+const TOPIC: &str = "txn-v2";
+const ID: &str = "v2-app";
+const GROUP: &str = "v2-group";
+
+const NONE: i16 = 0;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const INVALID_TXN_STATE: i16 = 48;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+const PRODUCER_FENCED: i16 = 90;
+
+fn call(addr: &str, api: ApiKey, version: i16, request: &Request) -> Response {
+    let addr = addr.parse().expect("HOST:PORT");
+    KafkaConn::connect(addr)
+        .and_then(|mut c| c.call(api, version, request))
+        .expect("a response")
+}
+
+/// EndTxn v5: (error, producer id, epoch).
+fn end_txn(addr: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i64, i16) {
+    let req = common::requests::end_txn(ID, pid, epoch, commit);
+    let Response::EndTxn(r) = call(addr, ApiKey::EndTxn, 5, &req) else {
+        panic!("not an EndTxn response")
+    };
+    (r.error_code, r.producer_id, r.producer_epoch)
+}
+
+/// EndTxn v5, retried while the previous decision's markers are written
+/// (CONCURRENT_TRANSACTIONS): the first other answer.
+fn end_txn_settled(addr: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i64, i16) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = end_txn(addr, pid, epoch, commit);
+        if answer.0 != CONCURRENT_TRANSACTIONS || Instant::now() > deadline {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Produce v12 (acks=all) of a transactional batch of `values` to partition 0: its error.
+fn produce(addr: &str, pid: i64, epoch: i16, seq: i32, values: &[&str]) -> i16 {
+    let recs: Vec<NewRecord> = values
+        .iter()
+        .map(|v| NewRecord::new(1_700_000_000_000, Bytes::copy_from_slice(v.as_bytes())))
+        .collect();
+    let batch = RecordBatchBuilder::new(Compression::None)
+        .producer(pid, epoch, seq)
+        .transactional(true)
+        .with_records(&recs)
+        .unwrap()
+        .build()
+        .unwrap();
+    let req = Request::Produce(ProduceRequest {
+        transactional_id: Some(ID.into()),
+        acks: -1,
+        timeout_ms: 10_000,
+        topic_data: vec![TopicProduceData {
+            name: TOPIC.into(),
+            partition_data: vec![PartitionProduceData {
+                index: 0,
+                records: Some(RecordChunks::from(batch)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let Response::Produce(r) = call(addr, ApiKey::Produce, 12, &req) else {
+        panic!("not a Produce response")
+    };
+    r.responses[0].partition_responses[0].error_code
+}
+
+/// TxnOffsetCommit of `GROUP`'s offset of partition 0 at `version`: the partition's error.
+fn txn_offset_commit(addr: &str, pid: i64, epoch: i16, version: i16) -> i16 {
+    let req = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
+        transactional_id: ID.into(),
+        group_id: GROUP.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        generation_id: -1,
+        topics: vec![TxnOffsetCommitRequestTopic {
+            name: TOPIC.into(),
+            partitions: vec![TxnOffsetCommitRequestPartition {
+                partition_index: 0,
+                committed_offset: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let Response::TxnOffsetCommit(r) = call(addr, ApiKey::TxnOffsetCommit, version, &req) else {
+        panic!("not a TxnOffsetCommit response")
+    };
+    r.topics[0].partitions[0].error_code
+}
+
+/// DescribeTransactions of `ID`: (state, producer epoch, partitions).
+fn describe(addr: &str) -> (String, i16, usize) {
+    let req = Request::DescribeTransactions(DescribeTransactionsRequest {
+        transactional_ids: vec![ID.into()],
+        ..Default::default()
+    });
+    let Response::DescribeTransactions(r) = call(addr, ApiKey::DescribeTransactions, 0, &req)
+    else {
+        panic!("not a DescribeTransactions response")
+    };
+    let s = &r.transaction_states[0];
+    let partitions = s
+        .topic_partitions
+        .iter()
+        .map(|t| t.partition_indexes.len())
+        .sum();
+    (s.transaction_state.clone(), s.producer_epoch, partitions)
+}
+
+/// A read_committed Fetch of partition 0: (last stable offset, the committed values).
+fn read_committed(addr: &str) -> (i64, Vec<String>) {
+    let req = Request::Fetch(FetchRequest {
+        max_wait_ms: 0,
+        max_bytes: 1 << 20,
+        isolation_level: 1,
+        topics: vec![FetchTopic {
+            topic: TOPIC.into(),
+            partitions: vec![FetchPartition {
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let Response::Fetch(r) = call(addr, ApiKey::Fetch, 11, &req) else {
+        panic!("not a fetch response")
+    };
+    let p = &r.responses[0].partitions[0];
+    let aborted: Vec<i64> = p
+        .aborted_transactions
+        .as_ref()
+        .map(|a| a.iter().map(|t| t.first_offset).collect())
+        .unwrap_or_default();
+    let records = p
+        .records
+        .as_ref()
+        .map(|r| r.to_contiguous())
+        .unwrap_or_default();
+    // One producer: a batch at or after an aborted transaction's first offset and before the
+    // next marker is dropped.
+    let mut dropping = false;
+    let mut values = Vec::new();
+    for b in kafka_proto::records::split_batches(records) {
+        let b = b.expect("a whole batch");
+        if b.is_control() {
+            dropping = false;
+            continue;
+        }
+        dropping |= aborted.contains(&b.base_offset());
+        if dropping {
+            continue;
+        }
+        for r in b.records_vec(1 << 20).unwrap() {
+            values.push(String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap());
+        }
+    }
+    (p.last_stable_offset, values)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+fn addr_of(nodes: &[Option<Arc<Node>>], i: usize) -> String {
+    nodes[i].as_ref().unwrap().config().kafka_advertised.clone()
+}
+
+/// The transaction coordinator's address, once it coordinates.
+async fn coordinator(nodes: &[Option<Arc<Node>>]) -> String {
+    let asked = addr_of(nodes, 0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let a = asked.clone();
+        let (code, addr) = blocking(move || {
+            let req = Request::FindCoordinator(FindCoordinatorRequest {
+                key: ID.into(),
+                key_type: 1,
+                ..Default::default()
+            });
+            let Response::FindCoordinator(r) = call(&a, ApiKey::FindCoordinator, 3, &req) else {
+                panic!("not a FindCoordinator response")
+            };
+            (r.error_code, format!("{}:{}", r.host, r.port))
+        })
+        .await;
+        if code == NONE {
+            let probe = addr.clone();
+            let init = blocking(move || {
+                let req = common::requests::init_transactional("probe", 60_000);
+                match call(&probe, ApiKey::InitProducerId, 4, &req) {
+                    Response::InitProducerId(r) => r.error_code,
+                    _ => panic!("not an InitProducerId response"),
+                }
+            })
+            .await;
+            if init == NONE {
+                return addr;
+            }
+        }
+        assert!(Instant::now() < deadline, "no coordinator");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// ApiVersions finalizes `transaction.version` 2 as a Kafka 4.x broker does, and serves the
+/// versions of transaction version 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_finalizes_transaction_version_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(cluster_configs(1, dir.path(), &[TOPIC])[0].clone())
+        .await
+        .unwrap();
+    let _listener = node.serve_kafka().await.unwrap();
+    let addr = node.config().kafka_advertised.clone();
+    let r = blocking(move || {
+        call(
+            &addr,
+            ApiKey::ApiVersions,
+            3,
+            &Request::ApiVersions(ApiVersionsRequest::default()),
+        )
+    })
+    .await;
+    let Response::ApiVersions(r) = r else {
+        panic!("not an ApiVersions response")
+    };
+    let max = |api: ApiKey| {
+        r.api_keys
+            .iter()
+            .find(|k| k.api_key == api.as_i16())
+            .map(|k| k.max_version)
+    };
+    assert_eq!(max(ApiKey::EndTxn), Some(5));
+    assert_eq!(max(ApiKey::Produce), Some(12));
+    assert_eq!(max(ApiKey::TxnOffsetCommit), Some(5));
+    let supported: Vec<_> = r
+        .supported_features
+        .iter()
+        .map(|f| (f.name.as_str(), f.min_version, f.max_version))
+        .collect();
+    assert_eq!(supported, [("transaction.version", 0, 2)]);
+    let finalized: Vec<_> = r
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.as_str(), f.min_version_level, f.max_version_level))
+        .collect();
+    assert_eq!(finalized, [("transaction.version", 2, 2)]);
+    assert!(r.finalized_features_epoch >= 0, "a client ignores epoch -1");
+}
+
+/// The version-2 flow, with the partition's leader asking the coordinator to add it (the
+/// leader need not be the coordinator), and KAFKA-17754: a delayed EndTxn of the previous
+/// transaction's epoch is fenced instead of ending the next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epoch_bump_retries_implicit_adds_and_a_delayed_end_txn_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    let mut listeners = Vec::new();
+    for c in cluster_configs(3, dir.path(), &[TOPIC]) {
+        let n = Node::start(c).await.unwrap();
+        listeners.push(n.serve_kafka().await.unwrap());
+        nodes.push(Some(n));
+    }
+    let leader = addr_of(&nodes, common::ready_leader_of(&nodes, TOPIC).await);
+    let coord = coordinator(&nodes).await;
+    let (c, l) = (coord.clone(), leader.clone());
+    blocking(move || {
+        let req = common::requests::init_transactional(ID, 60_000);
+        let Response::InitProducerId(init) = call(&c, ApiKey::InitProducerId, 5, &req) else {
+            panic!("not an InitProducerId response")
+        };
+        assert_eq!((init.error_code, init.producer_epoch), (NONE, 0));
+        let pid = init.producer_id;
+
+        // Transaction 1, epoch 0: the first batch adds the partition, TxnOffsetCommit v5 the
+        // group; no AddPartitionsToTxn, no AddOffsetsToTxn.
+        assert_eq!(produce(&l, pid, 0, 0, &["one-a", "one-b"]), NONE);
+        assert_eq!(describe(&c), ("Ongoing".into(), 0, 1));
+        assert_eq!(
+            txn_offset_commit(&c, pid, 0, 4),
+            INVALID_TXN_STATE,
+            "v4 adds nothing"
+        );
+        assert_eq!(txn_offset_commit(&c, pid, 0, 5), NONE);
+        assert_eq!(produce(&l, pid, 0, 2, &["one-c"]), NONE);
+
+        // EndTxn v5 bumps the epoch and returns it.
+        assert_eq!(end_txn(&c, pid, 0, true), (NONE, pid, 1));
+        // A retry of it (the answer was lost) gets the same answer once the markers are
+        // written; the other decision is refused.
+        assert_eq!(end_txn_settled(&c, pid, 0, true), (NONE, pid, 1));
+        assert_eq!(end_txn(&c, pid, 0, false).0, INVALID_TXN_STATE);
+        assert_eq!(describe(&c), ("CompleteCommit".into(), 1, 0));
+        // A late batch of the ended transaction: the marker's bumped epoch fences it.
+        assert_eq!(
+            produce(&l, pid, 0, 3, &["late"]),
+            INVALID_PRODUCER_EPOCH,
+            "a batch of the ended epoch"
+        );
+
+        // Transaction 2, epoch 1 (sequences start again at 0).
+        assert_eq!(produce(&l, pid, 1, 0, &["two-a"]), NONE);
+        assert_eq!(describe(&c), ("Ongoing".into(), 1, 1));
+        // KAFKA-17754: transaction 1's EndTxn arrives late (a retry held up in the network).
+        // Under version 1 it would end transaction 2; here the older epoch is fenced.
+        assert_eq!(end_txn(&c, pid, 0, true).0, PRODUCER_FENCED);
+        assert_eq!(end_txn(&c, pid, 0, false).0, PRODUCER_FENCED);
+        assert_eq!(describe(&c), ("Ongoing".into(), 1, 1), "still open");
+        assert_eq!(produce(&l, pid, 1, 1, &["two-b"]), NONE);
+        assert_eq!(end_txn(&c, pid, 1, false), (NONE, pid, 2));
+        assert_eq!(end_txn_settled(&c, pid, 1, false), (NONE, pid, 2));
+
+        // Transaction 3 commits after the abort.
+        assert_eq!(produce(&l, pid, 2, 0, &["three"]), NONE);
+        assert_eq!(end_txn(&c, pid, 2, true), (NONE, pid, 3));
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let l = leader.clone();
+        let (lso, values) = blocking(move || read_committed(&l)).await;
+        // 3 + marker, 2 + marker (aborted), 1 + marker.
+        if lso == 9 {
+            assert_eq!(values, ["one-a", "one-b", "one-c", "three"]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "last stable offset {lso}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
