@@ -301,7 +301,39 @@ pub(crate) fn rebuild_producers(
         lo = last + 1;
     }
     table.trim_aborted_below(s.first_readable_offset());
+    // A transaction the saved table holds open whose marker the cleaner removed after the
+    // save (with all its data) is closed here: its first batch is gone.
+    let closed = table.close_cleaned_transactions(|producer_id, first| {
+        holds_transactional_batch(&s, producer_id, first)
+    });
+    if closed > 0 {
+        tracing::info!(
+            closed,
+            "transactions whose data and marker the cleaner removed are closed"
+        );
+    }
     table
+}
+
+/// Whether the log holds a transactional data batch of `producer_id` at base offset `at`;
+/// true when it cannot tell (an offset below the readable log, a read error): the
+/// transaction is then left as it is.
+fn holds_transactional_batch(s: &logstore::LogStore, producer_id: i64, at: u64) -> bool {
+    if at < s.first_readable_offset() {
+        return true;
+    }
+    let Ok(read) = s.read_records(at, 1, u64::MAX) else {
+        return true;
+    };
+    if read.first_batch_offset != Some(at) {
+        return false;
+    }
+    let Some(header) = read.chunks.first().and_then(|c| c.get(..61)) else {
+        return false;
+    };
+    let producer = i64::from_be_bytes(header[43..51].try_into().unwrap_or_default());
+    let attributes = header[22];
+    producer == producer_id && attributes & 0x10 != 0 && attributes & 0x20 == 0
 }
 
 #[cfg(test)]
