@@ -3,11 +3,13 @@
 //! committed transaction of the same producer. The cleaner compacts past the abort: the
 //! aborted record never supersedes the committed value (a read_committed consumer must still
 //! find it) and is removed itself; the ABORT marker stays until its transaction's data is gone,
-//! then gets a delete horizon (`delete.retention.ms` = 0 here) and is removed by a later pass;
-//! the COMMIT marker stays while its transaction's data does. A read_committed Fetch never
-//! drops the later committed record (the aborted range is not sent without its marker), and
-//! after a restart of every node the transaction state rebuilt from the cleaned log has no
-//! transaction open (the last stable offset is the high watermark) and serves the same.
+//! then, once the saved producer state covers it (saved when the nodes stop), gets a delete
+//! horizon (`delete.retention.ms` = 0 here) and is removed by a later pass; the COMMIT marker
+//! stays while its transaction's data does. A read_committed Fetch never drops the later
+//! committed record (the aborted range is not sent without its marker), and after restarts of
+//! every node (the aborted data gone, then its marker too) the transaction state rebuilt from
+//! the cleaned log has no transaction open (the last stable offset is the high watermark) and
+//! serves the same.
 
 mod common;
 
@@ -191,7 +193,7 @@ async fn aborted_data_and_then_its_marker_are_cleaned_and_survive_a_restart() {
     assert_eq!(at.base_offset, 4);
     drop(leader);
     let b = brokers.clone();
-    let before_restart = tokio::task::spawn_blocking(move || {
+    let (served, committed) = tokio::task::spawn_blocking(move || {
         on_any(&b, T, "the commit marker", |c| marker(c, true));
         // read_committed drops the aborted record (a = 1 may be cleaned already).
         let committed = on_any(&b, T, "read_committed", read_committed);
@@ -209,20 +211,33 @@ async fn aborted_data_and_then_its_marker_are_cleaned_and_survive_a_restart() {
             !served.contains_key(&0) && !served.contains_key(&2)
         });
         assert!(served.contains_key(&4), "the committed transaction stays");
-        // The ABORT marker at 3 goes by a later pass (its transaction has no data left; a
-        // pass gives it a horizon, a later one removes it); the COMMIT marker at 5 stays
-        // (its transaction's record does). Meanwhile read_committed keeps the committed
-        // record of the producer, and never gets the aborted range without its marker.
+        // Both markers stay: no producer state was saved yet (the group saves it when it
+        // stops), so no marker may go.
+        assert!(
+            served.contains_key(&3) && served.contains_key(&5),
+            "{served:?}"
+        );
+        let committed = check_committed(&b);
+        (served, committed)
+    })
+    .await
+    .unwrap();
+
+    // Every node restarts: the transaction state is rebuilt from the saved producer table and
+    // the cleaned log after it (the ABORT marker with no data before it).
+    drop(nodes);
+    let nodes = start(&configs).await;
+    drop(leader_of(&nodes).await);
+    let b = brokers.clone();
+    let (served, committed) = tokio::task::spawn_blocking(move || {
+        check_same_after_restart(&b, &served, &committed);
+        // Now that the saved state covers it, the ABORT marker at 3 goes by later passes (its
+        // transaction has no data left: a pass gives it a horizon, a later one removes it);
+        // the COMMIT marker at 5 stays (its transaction's record does). Meanwhile
+        // read_committed keeps the committed record of the producer and never gets the
+        // aborted range without its marker.
         let served = fill_until(&b, "the abort marker removed", |served| {
-            let committed = on_any(&b, T, "read_committed", read_committed);
-            assert!(
-                committed
-                    .records
-                    .iter()
-                    .any(|r| r.1 == "b" && r.2 == "committed"),
-                "{committed:?}"
-            );
-            assert!(committed.records.iter().all(|r| r.2 != "aborted"));
+            let committed = check_committed(&b);
             if !served.contains_key(&3) {
                 assert!(committed.aborted.is_empty(), "{committed:?}");
             }
@@ -232,48 +247,76 @@ async fn aborted_data_and_then_its_marker_are_cleaned_and_survive_a_restart() {
             served.contains_key(&5),
             "the commit marker stays: {served:?}"
         );
-        let committed = on_any(&b, T, "read_committed", read_committed);
-        assert_eq!(committed.last_stable_offset, committed.high_watermark);
-        (served, committed)
+        (served, check_committed(&b))
     })
     .await
     .unwrap();
-    // Every node restarts: the transaction state is rebuilt from the cleaned log (the saved
-    // producer table, then the log after it).
+
+    // Again, the marker gone too: no transaction is left open.
     drop(nodes);
     let nodes = start(&configs).await;
     drop(leader_of(&nodes).await);
     let b = brokers.clone();
-    tokio::task::spawn_blocking(move || {
-        let (served, committed) = before_restart;
-        let deadline = Instant::now() + T;
-        let after = loop {
-            let after = on_any(&b, T, "read_committed", read_committed);
-            if after.high_watermark >= committed.high_watermark || Instant::now() > deadline {
-                break after;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        assert_eq!(after.last_stable_offset, after.high_watermark, "{after:?}");
-        assert!(after.aborted.is_empty(), "{after:?}");
-        // The same, but for the filler records, which passes after the restart may clean.
-        let not_filler = |r: &&(u64, String, String)| r.1 != "f";
-        assert_eq!(
-            after.records.iter().filter(not_filler).collect::<Vec<_>>(),
-            committed
-                .records
-                .iter()
-                .filter(not_filler)
-                .collect::<Vec<_>>()
-        );
-        let without_filler =
-            |t: Table| -> Table { t.into_iter().filter(|(_, r)| r.0 != "f").collect() };
-        assert_eq!(
-            without_filler(fetch_topic(&b, TOPIC)),
-            without_filler(served)
-        );
-    })
-    .await
-    .unwrap();
+    tokio::task::spawn_blocking(move || check_same_after_restart(&b, &served, &committed))
+        .await
+        .unwrap();
     drop(nodes);
+}
+
+/// What read_committed serves now: the committed records of the test (a = 2, the producer's
+/// committed `b`), never the aborted one, with no transaction open.
+fn check_committed(b: &[SocketAddr]) -> Committed {
+    let committed = on_any(b, T, "read_committed", read_committed);
+    assert!(
+        committed.records.iter().any(|r| r.1 == "a" && r.2 == "2"),
+        "{committed:?}"
+    );
+    assert!(
+        committed
+            .records
+            .iter()
+            .any(|r| r.1 == "b" && r.2 == "committed"),
+        "{committed:?}"
+    );
+    assert!(committed.records.iter().all(|r| r.2 != "aborted"));
+    assert_eq!(
+        committed.last_stable_offset, committed.high_watermark,
+        "{committed:?}"
+    );
+    committed
+}
+
+/// After a restart, once the partition is back to its high watermark: no transaction open,
+/// and read_committed and read_uncommitted serve what they did before (the filler records
+/// aside: passes may clean them meanwhile).
+fn check_same_after_restart(b: &[SocketAddr], served: &Table, committed: &Committed) {
+    let deadline = Instant::now() + T;
+    let after = loop {
+        let after = on_any(b, T, "read_committed", read_committed);
+        if after.high_watermark >= committed.high_watermark {
+            break after;
+        }
+        assert!(Instant::now() < deadline, "{after:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(after.last_stable_offset, after.high_watermark, "{after:?}");
+    let not_filler = |r: &&(u64, String, String)| r.1 != "f";
+    assert_eq!(
+        after.records.iter().filter(not_filler).collect::<Vec<_>>(),
+        committed
+            .records
+            .iter()
+            .filter(not_filler)
+            .collect::<Vec<_>>()
+    );
+    let without_filler = |t: &Table| -> Table {
+        t.iter()
+            .filter(|(_, r)| r.0 != "f")
+            .map(|(o, r)| (*o, r.clone()))
+            .collect()
+    };
+    assert_eq!(
+        without_filler(&fetch_topic(b, TOPIC)),
+        without_filler(served)
+    );
 }

@@ -28,7 +28,8 @@
 //! pass removes it whole once `now` has reached that horizon, it lies below the pass's first
 //! dirty offset (so the pass that set the horizon, or an earlier one, saved a checkpoint past
 //! it) and in an entry below the plan's `tombstone_limit` (every copy of the log holds it: a
-//! replica that still holds the transaction's data gets its marker).
+//! replica that still holds the transaction's data gets its marker), and below the caller's
+//! marker limit ([`CompactionSource::with_marker_limit`]).
 
 use crate::compaction::checkpoint::CleanerCheckpoint;
 use crate::compaction::dirty::build_map;
@@ -70,6 +71,8 @@ pub struct CompactionSource {
     cleanable: Vec<SealedView>,
     /// The aborted transactions the caller gave (none by default).
     aborted: Vec<AbortedRange>,
+    /// Markers go only below this offset (`u64::MAX` by default: the other rules only).
+    marker_offsets: u64,
 }
 
 /// A compaction pass whose rewritten segments are written and synced but not yet swapped
@@ -154,7 +157,7 @@ impl LogStore {
     /// when `index` is past the last: the records of entries below `index` lie below it,
     /// those of entries at or above `index` at or above it. Entries below the first stored
     /// index are gone: the log start then.
-    fn first_offset_at_index(&self, index: u64) -> Result<u64> {
+    pub fn first_offset_at_index(&self, index: u64) -> Result<u64> {
         if index <= self.first_index() {
             Ok(self.log_start_offset())
         } else if index > self.last_index() {
@@ -242,6 +245,7 @@ impl LogStore {
             index_interval: self.config().index_interval_bytes,
             cleanable,
             aborted: Vec::new(),
+            marker_offsets: u64::MAX,
         })
     }
 
@@ -372,6 +376,15 @@ impl CompactionSource {
         self
     }
 
+    /// The source with one more bound on removing transaction markers: only those below
+    /// offset `marker_offsets` may go (on top of the delete horizon, the first dirty offset and
+    /// the plan's `tombstone_limit`). vdl passes the offsets its saved producer state covers,
+    /// so the state a restart loads never holds open a transaction whose marker is gone.
+    pub fn with_marker_limit(mut self, marker_offsets: u64) -> CompactionSource {
+        self.marker_offsets = marker_offsets;
+        self
+    }
+
     /// The long part of a pass, without the store: maps the keys of the dirty range (from
     /// the first dirty offset in the cleanable sealed segments, until the map's budget is
     /// used), then rewrites every sealed segment from the first one up to the map's end into
@@ -447,6 +460,7 @@ impl CompactionSource {
         let mut aborted = AbortedIndex::new(&self.aborted);
         let mut markers = MarkerTracker::default();
         let marker_horizon = plan.now_ms.saturating_add(plan.delete_retention_ms);
+        let marker_offsets = self.marker_offsets;
         let mut fate = |base: u64, bytes: &[u8]| -> BatchFate {
             match codec.transaction_batch(bytes) {
                 None => BatchFate::Records,
@@ -470,7 +484,8 @@ impl CompactionSource {
                         Some(at)
                             if at <= plan.now_ms
                                 && base < first_dirty
-                                && base < tombstone_offsets =>
+                                && base < tombstone_offsets
+                                && base < marker_offsets =>
                         {
                             BatchFate::Remove
                         }

@@ -75,6 +75,12 @@ pub struct CleanTarget {
     /// The partition's aborted transactions (read when a pass runs): their records are not
     /// mapped and their batches go; see `logstore::compaction`.
     pub aborted: AbortedSource,
+    /// Transaction markers are removed only in entries below this Raft index (on top of the
+    /// tombstone limit): one past the index the saved producer state covers
+    /// (`replication::producer_snapshot::saved_applied_through`), so a restart, which loads
+    /// that state and replays the log after it, never needs a removed marker to close a
+    /// transaction the state holds open. 0: no marker is removed.
+    pub marker_limit: u64,
 }
 
 /// Gives the aborted transactions of a partition when a pass needs them (the list is only
@@ -234,7 +240,8 @@ pub fn clean_if_due(
         if !is_due(&store.cleaner_stats(&plan), &target.policy, now_ms) {
             return Ok(None);
         }
-        store.compaction_source(&plan)?
+        let markers = store.first_offset_at_index(target.marker_limit)?;
+        store.compaction_source(&plan)?.with_marker_limit(markers)
     };
     let source = source.with_aborted_transactions((target.aborted)());
     // The long part, with no lock: the group appends and consumers read meanwhile.

@@ -5,7 +5,8 @@
 //! carries record counts (`PeerVersions::compaction_allowed`), each with its group's applied
 //! index as the clean limit (lower while a transaction is open: never at or past the last
 //! stable offset, [`crate::compaction::cleaner::stable_clean_limit`]), its aborted
-//! transactions (their data is removed) and, as the tombstone limit, what every replica holds durably
+//! transactions (their data is removed), the marker limit (what the saved producer state
+//! covers) and, as the tombstone limit, what every replica holds durably
 //! when this replica leads (0 on a follower: its passes keep every tombstone; see
 //! [`crate::compaction::cleaner::tombstone_limit`]).
 
@@ -104,6 +105,11 @@ impl Node {
                 // past the last stable offset (a transaction still open). Aborted transactions
                 // below it are told apart by the aborted list (read after `visible`: it holds
                 // every abort below that last stable offset).
+                marker_limit: {
+                    let s = crate::replication::raft_storage::read(stream.store());
+                    crate::replication::producer_snapshot::saved_applied_through(s.dir())
+                        .map_or(0, |a| a + 1)
+                },
                 clean_limit: {
                     let s = crate::replication::raft_storage::read(stream.store());
                     stable_clean_limit(

@@ -301,39 +301,27 @@ pub(crate) fn rebuild_producers(
         lo = last + 1;
     }
     table.trim_aborted_below(s.first_readable_offset());
-    // A transaction the saved table holds open whose marker the cleaner removed after the
-    // save (with all its data) is closed here: its first batch is gone.
-    let closed = table.close_cleaned_transactions(|producer_id, first| {
-        holds_transactional_batch(&s, producer_id, first)
-    });
-    if closed > 0 {
-        tracing::info!(
-            closed,
-            "transactions whose data and marker the cleaner removed are closed"
-        );
-    }
     table
 }
 
-/// Whether the log holds a transactional data batch of `producer_id` at base offset `at`;
-/// true when it cannot tell (an offset below the readable log, a read error): the
-/// transaction is then left as it is.
-fn holds_transactional_batch(s: &logstore::LogStore, producer_id: i64, at: u64) -> bool {
-    if at < s.first_readable_offset() {
-        return true;
+/// The `applied_through` of the table saved in `dir` (its header only; `None` without a file
+/// or with a header this version does not read). The log cleaner removes transaction markers
+/// only in entries at or below it (`compaction::cleaner::CleanTarget::marker_limit`): a restart
+/// loads the saved table (whose transactions those markers already closed) and replays the
+/// log after it, so it never needs a removed marker; a later save only covers more. A file
+/// whose body is damaged is ignored at load (the table is rebuilt from the log alone, which
+/// agrees with the cleaned log: a transaction whose data and marker are gone never opens).
+pub fn saved_applied_through(dir: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut header = [0u8; 16];
+    std::fs::File::open(dir.join(SNAPSHOT_FILE))
+        .and_then(|mut f| f.read_exact(&mut header))
+        .ok()?;
+    let version = u16::from_le_bytes([header[4], header[5]]);
+    if &header[..4] != MAGIC || !(VERSION_1..=VERSION).contains(&version) {
+        return None;
     }
-    let Ok(read) = s.read_records(at, 1, u64::MAX) else {
-        return true;
-    };
-    if read.first_batch_offset != Some(at) {
-        return false;
-    }
-    let Some(header) = read.chunks.first().and_then(|c| c.get(..61)) else {
-        return false;
-    };
-    let producer = i64::from_be_bytes(header[43..51].try_into().unwrap_or_default());
-    let attributes = header[22];
-    producer == producer_id && attributes & 0x10 != 0 && attributes & 0x20 == 0
+    Some(u64::from_le_bytes(header[8..16].try_into().ok()?))
 }
 
 #[cfg(test)]
@@ -436,6 +424,22 @@ mod tests {
         std::fs::remove_file(dir.path().join(SNAPSHOT_FILE)).unwrap();
         let mut table = rebuild_producers(&store, last);
         assert_eq!(table.check(&[b(7, 0, 0, 1)]), SequenceCheck::Append);
+    }
+
+    #[test]
+    fn the_saved_tables_applied_index_is_read_from_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(saved_applied_through(dir.path()), None);
+        save(dir.path(), &table()).unwrap();
+        assert_eq!(saved_applied_through(dir.path()), Some(9));
+        std::fs::write(
+            dir.path().join(SNAPSHOT_FILE),
+            b"VDLQ\x02\0\0\0\x09\0\0\0\0\0\0\0",
+        )
+        .unwrap();
+        assert_eq!(saved_applied_through(dir.path()), None, "not a table");
+        std::fs::write(dir.path().join(SNAPSHOT_FILE), b"VDLP").unwrap();
+        assert_eq!(saved_applied_through(dir.path()), None, "too short");
     }
 
     #[test]

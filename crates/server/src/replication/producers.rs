@@ -528,15 +528,6 @@ impl ProducerTable {
         self.txns.trim_below(log_start_offset);
     }
 
-    /// After a rebuild: closes the open transactions whose first batch is no longer in the
-    /// log (see [`Transactions::close_cleaned`]); how many.
-    pub fn close_cleaned_transactions(
-        &mut self,
-        has_first_batch: impl Fn(i64, u64) -> bool,
-    ) -> usize {
-        self.txns.close_cleaned(has_first_batch)
-    }
-
     /// Replaces the transactions (loaded from a snapshot with the producers).
     pub fn set_transactions(&mut self, txns: Transactions) {
         self.txns = txns;

@@ -27,10 +27,10 @@
 //! dropping the producer's records at the marker), and a Fetch does not send one whose marker
 //! lies inside the read but is gone ([`without_removed_markers`]), so a consumer never drops
 //! the producer's later committed records. Rebuilding from a cleaned log is sound: a marker
-//! without data before it changes nothing ([`Transactions::on_marker`]); a transaction a saved
-//! state holds open whose data and marker were removed since is closed by
-//! [`Transactions::close_cleaned`] (its first batch is gone, which never happens to a
-//! transaction still open: the cleaner stays below the last stable offset).
+//! without data before it changes nothing ([`Transactions::on_marker`]), a transaction whose
+//! data and marker are both gone never opens, and the cleaner removes a marker only in
+//! entries the saved state covers (`producer_snapshot::saved_applied_through`), so the saved
+//! state a restart loads never holds open a transaction whose marker is gone.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -186,35 +186,6 @@ impl Transactions {
         if self.aborted.len() != before {
             self.aborted_version += 1;
         }
-    }
-
-    /// Closes the producer's open transaction without a marker (none recorded aborted): for a
-    /// rebuild from a compacted log whose cleaner removed the transaction's data and then its
-    /// marker (see [`Transactions::close_cleaned`]).
-    fn close_without_marker(&mut self, producer_id: i64) {
-        if let Some(first) = self.open.remove(&producer_id) {
-            self.open_by_offset.remove(&(first, producer_id));
-        }
-    }
-
-    /// After a rebuild (a saved state, then the log replayed): closes every open transaction
-    /// whose first batch `has_first_batch(producer_id, first_offset)` says is no longer in
-    /// the log. A transaction still open is never compacted (the cleaner stays below the last
-    /// stable offset), so its first batch is there; one whose first batch is gone was closed,
-    /// its data removed by the cleaner and then its marker too (which the cleaner removes only
-    /// once no batch of its transaction is left), so the replay never saw the marker. Returns
-    /// how many were closed.
-    pub fn close_cleaned(&mut self, has_first_batch: impl Fn(i64, u64) -> bool) -> usize {
-        let gone: Vec<i64> = self
-            .open
-            .iter()
-            .filter(|(p, first)| !has_first_batch(**p, **first))
-            .map(|(p, _)| *p)
-            .collect();
-        for p in &gone {
-            self.close_without_marker(*p);
-        }
-        gone.len()
     }
 
     /// Changes whenever the aborted list does.
@@ -402,22 +373,6 @@ mod tests {
             vec![a(2, 3, 9), a(3, 12, 15)]
         );
         assert!(aborted_overlapping(&list, 16, 30).is_empty());
-    }
-
-    #[test]
-    fn a_rebuild_closes_transactions_whose_first_batch_the_cleaner_removed() {
-        let mut t = Transactions::default();
-        t.on_transactional_batch(1, 10);
-        t.on_transactional_batch(2, 20);
-        t.on_transactional_batch(3, 30);
-        assert_eq!(t.last_stable_offset(100), 10);
-        // Producer 1's first batch is gone (its data and marker cleaned): closed, no abort.
-        let closed = t.close_cleaned(|p, first| !(p == 1 && first == 10));
-        assert_eq!(closed, 1);
-        assert_eq!(t.open(), vec![(2, 20), (3, 30)]);
-        assert_eq!(t.last_stable_offset(100), 20);
-        assert!(t.aborted().is_empty());
-        assert_eq!(t.close_cleaned(|_, _| true), 0);
     }
 
     #[test]

@@ -312,6 +312,7 @@ impl World {
                 delete_retention_ms: delete_retention_ms(g),
             },
             aborted: Box::new(Vec::new),
+            marker_limit: 0,
         };
         let limits = CleanerLimits {
             key_map_bytes: slots * KEY_MAP_SLOT_BYTES,
@@ -453,6 +454,7 @@ impl World {
                         delete_retention_ms: delete_retention_ms(g),
                     },
                     aborted: Box::new(Vec::new),
+                    marker_limit: 0,
                 };
                 let limits = CleanerLimits {
                     key_map_bytes: 1 << 16,
