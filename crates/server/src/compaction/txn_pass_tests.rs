@@ -86,8 +86,13 @@ fn batches(store: &LogStore) -> Vec<(u64, bool, Option<i64>, i32)> {
         .collect()
 }
 
-/// One pass at `now_ms` over everything appended, with the aborted transaction 1..=2.
-fn pass(store: &mut LogStore, now_ms: i64) -> logstore::CompactionReport {
+/// One pass at `now_ms` over everything appended, with the aborted transaction 1..=2, markers
+/// removed only below offset `marker_offsets`.
+fn pass_below(
+    store: &mut LogStore,
+    now_ms: i64,
+    marker_offsets: u64,
+) -> logstore::CompactionReport {
     let plan = CompactionPlan {
         clean_limit: store.last_index() + 1,
         now_ms,
@@ -105,9 +110,15 @@ fn pass(store: &mut LogStore, now_ms: i64) -> logstore::CompactionReport {
         .compaction_source(&plan)
         .unwrap()
         .with_aborted_transactions(aborted)
+        .with_marker_limit(marker_offsets)
         .prepare(&plan, &KafkaRecordCompactor::default(), &mut |_| {})
         .unwrap();
     store.install_compaction(prepared).unwrap()
+}
+
+/// [`pass_below`] with no marker limit.
+fn pass(store: &mut LogStore, now_ms: i64) -> logstore::CompactionReport {
+    pass_below(store, now_ms, u64::MAX)
 }
 
 #[test]
@@ -155,16 +166,21 @@ fn aborted_data_goes_then_its_marker_after_its_horizon_while_committed_markers_s
     pass(&mut store, TS + 500);
     assert!(batches(&store).iter().any(|b| b.0 == 2));
 
-    // Pass 4 past it: removed whole (an offset gap); everything else as it was.
-    append_sealed(&mut store, plain("d", "3")); // 8
-    let r = pass(&mut store, TS + 2_000);
+    // Past it, but at or above the caller's marker limit: kept.
+    append_sealed(&mut store, plain("e", "1")); // 8
+    pass_below(&mut store, TS + 2_000, 2);
+    assert!(batches(&store).iter().any(|b| b.0 == 2));
+
+    // Past it and below the limit: removed whole (an offset gap); everything else as it was.
+    append_sealed(&mut store, plain("d", "3")); // 9
+    let r = pass_below(&mut store, TS + 2_000, 3);
     let now = batches(&store);
     assert!(now.iter().all(|b| b.0 != 2), "{now:?}");
     assert!(now.contains(&(4, true, None, 1)), "{now:?}");
     assert!(now.contains(&(3, false, None, 1)), "{now:?}");
     assert!(now.contains(&(0, false, None, 1)), "{now:?}");
     assert!(r.records_removed >= 1);
-    assert_eq!(store.next_offset(), 9, "offsets are kept");
+    assert_eq!(store.next_offset(), 10, "offsets are kept");
 }
 
 #[test]
