@@ -121,11 +121,12 @@ impl Output<'_> {
 
 /// Rewrites the sealed segment `src`, each batch as `fate` decides (called once per batch, in
 /// log order, with its base offset and bytes), keeping of a [`BatchFate::Records`] batch the
-/// records `keep` accepts (see [`RecordCompactor::retain`]); a producer's batch that keeps no record keeps its header
-/// only when `producers` knows no later batch of its producer. Returns `None` when no record is removed (no file is left
-/// behind), else the new segment in a temporary file, fdatasynced, for [`swap_in`]. `throttle`
-/// is called with the bytes of every chunk read and written. On error the temporary file is
-/// removed and the segment is as it was.
+/// records `keep` accepts (see [`RecordCompactor::retain`]); a producer's batch that keeps no
+/// record keeps its header only when `producers` knows no later batch of its producer.
+/// Returns `None` when no batch changed (no file is left behind), else the new segment in a
+/// temporary file, fdatasynced, for [`swap_in`]. `throttle` is called with the bytes of every
+/// chunk read and written. On error the temporary file is removed and the segment is as it
+/// was.
 pub(crate) fn rewrite_segment(
     src: &SegmentSource<'_>,
     codec: &dyn RecordCompactor,
