@@ -58,9 +58,9 @@ mod store;
 pub use active_files::{ActiveFiles, DEFAULT_MAX_OPEN_ACTIVE_FILES};
 pub use budget::CacheBudget;
 pub use compaction::{
-    CleanerStats, CompactionPlan, CompactionReport, CompactionSource, KeyMap, KeyMapFull,
-    PreparedCompaction, RecordCompactor, RecordView, RetainOutcome, KEY_MAP_SLOT_BYTES,
-    MAX_PRODUCERS_MAPPED,
+    AbortedRange, CleanerStats, CompactionPlan, CompactionReport, CompactionSource, KeyMap,
+    KeyMapFull, PreparedCompaction, RecordCompactor, RecordView, RetainOutcome, TxnBatch,
+    KEY_MAP_SLOT_BYTES, MAX_PRODUCERS_MAPPED,
 };
 pub use config::{RetentionPolicy, StoreConfig, SyncPolicy, MAX_ENTRY_BYTES_LIMIT};
 pub use entry::{Entry, EntryKind, NewEntry};

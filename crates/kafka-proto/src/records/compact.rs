@@ -100,6 +100,9 @@ pub enum RetainError {
     /// this function never rewrites them.
     #[error("control batches are kept whole, never rewritten")]
     ControlBatch,
+    /// [`set_control_delete_horizon`] was given a data batch.
+    #[error("only a control batch gets a marker's delete horizon")]
+    DataBatch,
 }
 
 /// Calls `f` with a [`RecordKeyView`] of each record of the v2 `batch` (any compression), in
@@ -184,6 +187,41 @@ pub fn retain_records(
     let horizon = new_horizon.or(batch.delete_horizon_ms());
     Ok(Retained::Rewritten(rewrite(
         batch, &checked, &choices, &kept, horizon,
+    )?))
+}
+
+/// The control batch `batch` (a transaction marker) with its delete horizon set to
+/// `horizon_ms` (KIP-534): Kafka's cleaner sets it on a marker whose transaction has no data
+/// left, and removes the marker in a later pass once its clock has reached it. Checked whole
+/// first (as [`retain_records`]); every record is kept byte for byte with its absolute
+/// timestamp, the offsets, producer fields, codec and other attributes stay;
+/// [`Retained::Unchanged`] when it has a horizon already. A data batch is refused
+/// ([`RetainError::DataBatch`]): its horizon is set by [`retain_records`], for its tombstones.
+pub fn set_control_delete_horizon(
+    batch: &RecordBatch,
+    max_decompressed: usize,
+    horizon_ms: i64,
+) -> Result<Retained, RetainError> {
+    let checked = CheckedRecords::of(batch, max_decompressed)?;
+    if !batch.is_control() {
+        return Err(RetainError::DataBatch);
+    }
+    if batch.has_delete_horizon() || checked.count == 0 {
+        return Ok(Retained::Unchanged);
+    }
+    let ctx = ViewContext::of(batch);
+    let mut kept = Kept::default();
+    checked.for_each(|r| {
+        kept.add(false, ctx.absolute_timestamp(r));
+        Ok::<(), DecodeError>(())
+    })?;
+    let choices = vec![true; kept.count];
+    Ok(Retained::Rewritten(rewrite(
+        batch,
+        &checked,
+        &choices,
+        &kept,
+        Some(horizon_ms),
     )?))
 }
 

@@ -33,7 +33,8 @@ pub use batch::{
 };
 pub use builder::{build_batch, NewRecord, RecordBatchBuilder};
 pub use compact::{
-    retain_records, visit_records, RecordKeyView, RetainError, RetainOptions, Retained,
+    retain_records, set_control_delete_horizon, visit_records, RecordKeyView, RetainError,
+    RetainOptions, Retained,
 };
 pub use compression::{compress, decompress, Compression};
 pub use legacy::{

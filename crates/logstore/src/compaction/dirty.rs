@@ -1,12 +1,14 @@
 //! Building the key map over the dirty part of the log: the latest offset of every key
 //! written from the first dirty offset on, in the cleanable sealed segments, until the map's
-//! budget is used up; and, over the same batches, each producer id's latest batch.
+//! budget is used up; and, over the same batches, each producer id's latest batch. Records
+//! of aborted transactions are not mapped: they never supersede anything (Kafka's rule).
 
 use crate::batch::stored_batches;
 use crate::compaction::key_map::KeyMap;
 use crate::compaction::producers::ProducerLastBatches;
 use crate::compaction::store_api::SealedView;
-use crate::compaction::{RecordCompactor, RecordView};
+use crate::compaction::transactions::AbortedIndex;
+use crate::compaction::{AbortedRange, RecordCompactor, RecordView, TxnBatch};
 use crate::entry::{check_frame, EntryKind, FRAME_HEADER_LEN};
 use crate::error::{corruption, LogStoreError, Result};
 use crate::segment::{MAX_FRAME_LEN, SEGMENT_HEADER_LEN};
@@ -23,8 +25,9 @@ pub(crate) struct DirtyMap {
 }
 
 /// Maps into `map` (emptied first, for a pass of `map_bytes`) the keyed, non-control records
-/// from offset `start` on in `segments` (sealed, all
-/// cleanable, in log order), and the producer of every data batch reaching past `start`.
+/// from offset `start` on in `segments` (sealed, all cleanable, in log order), except those
+/// of the transactional batches `aborted` covers, and the producer of every data batch
+/// reaching past `start`.
 /// Stops at the first record whose key the full map refuses (`end` is then that record's
 /// offset; its batch keeps that record, so recording its producer is sound), else at the end
 /// of the last segment.
@@ -34,9 +37,11 @@ pub(crate) fn build_map(
     codec: &dyn RecordCompactor,
     map: &mut KeyMap,
     map_bytes: usize,
+    aborted: &[AbortedRange],
     throttle: &mut dyn FnMut(u64),
 ) -> Result<DirtyMap> {
     map.reset(map_bytes);
+    let mut aborted = AbortedIndex::new(aborted);
     let mut producers = ProducerLastBatches::default();
     let mut bytes_read = 0u64;
     let mut full_at: Option<u64> = None;
@@ -58,8 +63,14 @@ pub(crate) fn build_map(
                     .map_err(|(at, r)| corruption(&seg.path, (pos + ctx_end + at) as u64, r))?;
                 for b in batches.iter().filter(|b| b.end() > start) {
                     let bytes = &payload[b.info.pos..b.info.pos + b.info.len];
+                    let is_aborted = match codec.transaction_batch(bytes) {
+                        Some(TxnBatch::Data { producer_id }) => {
+                            aborted.is_aborted(producer_id, b.base)
+                        }
+                        _ => false,
+                    };
                     let mut add = |r: RecordView<'_>| {
-                        if full_at.is_some() || r.control || r.offset < start {
+                        if full_at.is_some() || is_aborted || r.control || r.offset < start {
                             return;
                         }
                         if let Some(key) = r.key {

@@ -14,7 +14,18 @@
 //! fixed budget), `segment_rewrite.rs` (one sealed segment rewritten and swapped in,
 //! crash-safe), `checkpoint.rs` (the cleaner's progress file), `dirty.rs` (building the map
 //! over the dirty range), `producers.rs` (each producer id's latest batch in that range),
+//! `transactions.rs` (which batches are aborted, which markers are no longer needed),
 //! `store_api.rs` (the `LogStore` methods).
+//!
+//! Transactions (Kafka's cleaner, KIP-98): the caller gives the aborted transactions
+//! ([`CompactionSource::with_aborted_transactions`]) and a clean limit below its last stable
+//! offset (no transaction open below it). The records of aborted transactions never enter the
+//! key map (an aborted value never supersedes a committed one) and their batches are removed
+//! (the last batch of a producer stays as an empty header, as for any batch). A transaction's
+//! marker stays while a batch of its transaction is in the log; once a pass finds none, it
+//! gets a delete horizon (now + `delete_retention_ms`), and a later pass removes it once the
+//! horizon has passed, it lies below that pass's first dirty offset and below the plan's
+//! `tombstone_limit`.
 
 pub(crate) mod checkpoint;
 mod dirty;
@@ -22,6 +33,7 @@ pub(crate) mod key_map;
 mod producers;
 pub(crate) mod segment_rewrite;
 mod store_api;
+mod transactions;
 
 pub use key_map::{KeyMap, KeyMapFull, KEY_MAP_SLOT_BYTES};
 pub use producers::MAX_PRODUCERS_MAPPED;
@@ -38,8 +50,38 @@ pub struct RecordView<'a> {
     pub tombstone: bool,
     /// Its timestamp (batch base timestamp + timestamp delta), ms since the Unix epoch.
     pub timestamp_ms: i64,
-    /// Whether it belongs to a control batch (transaction markers). The cleaner keeps these.
+    /// Whether it belongs to a control batch (transaction markers). `keep` never removes
+    /// these; a marker goes whole once its transaction has no batch left (module docs).
     pub control: bool,
+}
+
+/// A batch's part in a Kafka transaction, as [`RecordCompactor::transaction_batch`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnBatch {
+    /// A transactional data batch of the producer.
+    Data {
+        /// Its producer id.
+        producer_id: i64,
+    },
+    /// A transaction marker (COMMIT or ABORT control batch) of the producer.
+    Marker {
+        /// Its producer id.
+        producer_id: i64,
+        /// The delete horizon an earlier pass set in it (ms since the Unix epoch), if any.
+        delete_horizon_ms: Option<i64>,
+    },
+}
+
+/// An aborted transaction, as the caller knows it: the producer's transactional data batches
+/// from `first_offset` through `last_offset` (its ABORT marker) were aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedRange {
+    /// The producer.
+    pub producer_id: i64,
+    /// Offset of its first record in the transaction.
+    pub first_offset: u64,
+    /// Offset of the ABORT marker.
+    pub last_offset: u64,
 }
 
 /// What [`RecordCompactor::retain`] made of one batch.
@@ -89,6 +131,26 @@ pub trait RecordCompactor: Send + Sync {
         delete_horizon_ms: Option<i64>,
         producer_last: bool,
     ) -> Result<RetainOutcome, String>;
+
+    /// The batch's part in a transaction: `Data` for a transactional data batch, `Marker` for
+    /// a COMMIT or ABORT control batch (a control batch of another type is `None`: it is
+    /// always kept), `None` for everything else. Never panics on short or bad bytes (`None`).
+    /// The default knows no transactions (a codec whose batches have none).
+    fn transaction_batch(&self, _batch: &[u8]) -> Option<TxnBatch> {
+        None
+    }
+
+    /// The marker `batch` (a [`TxnBatch::Marker`]) with its delete horizon set to
+    /// `delete_horizon_ms` (Kafka's KIP-534 attribute), its record, offsets and producer fields
+    /// unchanged: `Rewritten`, or `Unchanged` when it cannot carry one. The default leaves it
+    /// unchanged (such a marker is then never removed).
+    fn mark_delete_horizon(
+        &self,
+        _batch: &[u8],
+        _delete_horizon_ms: i64,
+    ) -> Result<RetainOutcome, String> {
+        Ok(RetainOutcome::Unchanged)
+    }
 }
 
 /// What one compaction pass does ([`crate::LogStore::compact`]).

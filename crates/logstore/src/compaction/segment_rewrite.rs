@@ -40,6 +40,21 @@ pub(crate) struct RewrittenSegment {
     pub records_removed: u64,
 }
 
+/// What a pass does with one batch, decided from its header before its records are read
+/// (`store_api.rs` decides: aborted transactions and markers, see `transactions.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchFate {
+    /// Its records are kept or removed one by one (`keep`).
+    Records,
+    /// A data batch of an aborted transaction: every record goes (the header of its
+    /// producer's last batch stays, as for any batch that loses every record).
+    Aborted,
+    /// A marker whose transaction has no batch left: given this delete horizon.
+    SetHorizon(i64),
+    /// A marker past its delete horizon: removed whole.
+    Remove,
+}
+
 /// What [`rewrite_segment`] is given about the segment.
 pub(crate) struct SegmentSource<'a> {
     pub dir: &'a Path,
@@ -104,16 +119,19 @@ impl Output<'_> {
     }
 }
 
-/// Rewrites the sealed segment `src` keeping the records `keep` accepts (see
-/// [`RecordCompactor::retain`]); a producer's batch that keeps no record keeps its header
-/// only when `producers` knows no later batch of its producer. Returns `None` when no record is removed (no file is left
-/// behind), else the new segment in a temporary file, fdatasynced, for [`swap_in`]. `throttle`
-/// is called with the bytes of every chunk read and written. On error the temporary file is
-/// removed and the segment is as it was.
+/// Rewrites the sealed segment `src`, each batch as `fate` decides (called once per batch, in
+/// log order, with its base offset and bytes), keeping of a [`BatchFate::Records`] batch the
+/// records `keep` accepts (see [`RecordCompactor::retain`]); a producer's batch that keeps no
+/// record keeps its header only when `producers` knows no later batch of its producer.
+/// Returns `None` when no batch changed (no file is left behind), else the new segment in a
+/// temporary file, fdatasynced, for [`swap_in`]. `throttle` is called with the bytes of every
+/// chunk read and written. On error the temporary file is removed and the segment is as it
+/// was.
 pub(crate) fn rewrite_segment(
     src: &SegmentSource<'_>,
     codec: &dyn RecordCompactor,
     keep: &mut dyn FnMut(RecordView<'_>) -> bool,
+    fate: &mut dyn FnMut(u64, &[u8]) -> BatchFate,
     delete_horizon_ms: Option<i64>,
     producers: &ProducerLastBatches,
     throttle: &mut dyn FnMut(u64),
@@ -133,7 +151,13 @@ pub(crate) fn rewrite_segment(
         written: 0,
         throttle,
     };
-    let result = rewrite_into(src, codec, keep, delete_horizon_ms, producers, &mut out);
+    let rules = Rules {
+        keep,
+        fate,
+        delete_horizon_ms,
+        producers,
+    };
+    let result = rewrite_into(src, codec, rules, &mut out);
     match result {
         Ok(Some(mut r)) => {
             out.flush()?;
@@ -151,12 +175,61 @@ pub(crate) fn rewrite_segment(
     }
 }
 
+/// What decides the fate of the batches and records of a rewrite.
+struct Rules<'a, 'b> {
+    keep: &'a mut dyn FnMut(RecordView<'_>) -> bool,
+    fate: &'a mut dyn FnMut(u64, &[u8]) -> BatchFate,
+    delete_horizon_ms: Option<i64>,
+    producers: &'b ProducerLastBatches,
+}
+
+/// One batch as `rules` make it: the outcome and the records removed.
+fn retain_batch(
+    codec: &dyn RecordCompactor,
+    rules: &mut Rules<'_, '_>,
+    base: u64,
+    bytes: &[u8],
+) -> std::result::Result<(RetainOutcome, u64), String> {
+    let producer_last = codec
+        .producer_id(bytes)
+        .is_some_and(|id| rules.producers.is_last(id, base));
+    let mut refused = 0u64;
+    let outcome = match (rules.fate)(base, bytes) {
+        BatchFate::Records => {
+            let keep = &mut *rules.keep;
+            let mut counting_keep = |r: RecordView<'_>| {
+                let k = r.control || keep(r);
+                refused += u64::from(!k);
+                k
+            };
+            codec.retain(
+                bytes,
+                &mut counting_keep,
+                rules.delete_horizon_ms,
+                producer_last,
+            )?
+        }
+        BatchFate::Aborted => {
+            let mut drop_all = |_: RecordView<'_>| {
+                refused += 1;
+                false
+            };
+            codec.retain(bytes, &mut drop_all, None, producer_last)?
+        }
+        BatchFate::SetHorizon(at) => codec.mark_delete_horizon(bytes, at)?,
+        BatchFate::Remove => {
+            // Checked whole like any batch, and its records counted.
+            codec.visit(bytes, &mut |_| refused += 1)?;
+            RetainOutcome::Empty
+        }
+    };
+    Ok((outcome, refused))
+}
+
 fn rewrite_into(
     src: &SegmentSource<'_>,
     codec: &dyn RecordCompactor,
-    keep: &mut dyn FnMut(RecordView<'_>) -> bool,
-    delete_horizon_ms: Option<i64>,
-    producers: &ProducerLastBatches,
+    mut rules: Rules<'_, '_>,
     out: &mut Output<'_>,
 ) -> Result<Option<RewrittenSegment>> {
     let data = src.data;
@@ -195,21 +268,13 @@ fn rewrite_into(
             let mut changed = false;
             for b in &batches {
                 let bytes = &payload[b.info.pos..b.info.pos + b.info.len];
-                let mut refused = 0u64;
-                let mut counting_keep = |r: RecordView<'_>| {
-                    let k = r.control || keep(r);
-                    refused += u64::from(!k);
-                    k
-                };
-                let producer_last = codec
-                    .producer_id(bytes)
-                    .is_some_and(|id| producers.is_last(id, b.base));
-                let outcome = codec
-                    .retain(bytes, &mut counting_keep, delete_horizon_ms, producer_last)
-                    .map_err(|reason| LogStoreError::Compaction {
-                        path: src.path.to_path_buf(),
-                        offset: (pos + ctx_end + b.info.pos) as u64,
-                        reason,
+                let (outcome, refused) =
+                    retain_batch(codec, &mut rules, b.base, bytes).map_err(|reason| {
+                        LogStoreError::Compaction {
+                            path: src.path.to_path_buf(),
+                            offset: (pos + ctx_end + b.info.pos) as u64,
+                            reason,
+                        }
                     })?;
                 match outcome {
                     RetainOutcome::Unchanged => rebuilt.extend_from_slice(bytes),

@@ -18,13 +18,28 @@
 //! every key. A data batch of an idempotent producer that keeps no record goes whole unless
 //! it is the latest batch of its producer the pass mapped (`producers.rs`); that one stays
 //! as an empty header, so the producer state rebuilt from the log keeps its last sequence.
+//!
+//! Transactions (the caller's aborted list, [`CompactionSource::with_aborted_transactions`];
+//! see the module docs of `compaction`): a data batch of an aborted transaction loses every
+//! record (and goes whole unless it is its producer's last batch) and its records are not
+//! mapped. A marker is kept while a data batch of its producer comes before it since its
+//! producer's previous marker (a batch of its transaction is still in the log); once a pass
+//! finds none, it is rewritten with a delete horizon of `now + delete_retention_ms`; a later
+//! pass removes it whole once `now` has reached that horizon, it lies below the pass's first
+//! dirty offset (so the pass that set the horizon, or an earlier one, saved a checkpoint past
+//! it) and in an entry below the plan's `tombstone_limit` (every copy of the log holds it: a
+//! replica that still holds the transaction's data gets its marker), and below the caller's
+//! marker limit ([`CompactionSource::with_marker_limit`]).
 
 use crate::compaction::checkpoint::CleanerCheckpoint;
 use crate::compaction::dirty::build_map;
 use crate::compaction::segment_rewrite::{
-    discard, rewrite_segment, swap_in, RewrittenSegment, SegmentSource,
+    discard, rewrite_segment, swap_in, BatchFate, RewrittenSegment, SegmentSource,
 };
-use crate::compaction::{CompactionPlan, CompactionReport, KeyMap, RecordCompactor, RecordView};
+use crate::compaction::transactions::{AbortedIndex, MarkerTracker};
+use crate::compaction::{
+    AbortedRange, CompactionPlan, CompactionReport, KeyMap, RecordCompactor, RecordView, TxnBatch,
+};
 use crate::error::Result;
 use crate::index::write_index_file;
 use crate::segment::SegmentHeader;
@@ -54,6 +69,10 @@ pub struct CompactionSource {
     tombstone_offsets: u64,
     index_interval: u64,
     cleanable: Vec<SealedView>,
+    /// The aborted transactions the caller gave (none by default).
+    aborted: Vec<AbortedRange>,
+    /// Markers go only below this offset (`u64::MAX` by default: the other rules only).
+    marker_offsets: u64,
 }
 
 /// A compaction pass whose rewritten segments are written and synced but not yet swapped
@@ -138,7 +157,7 @@ impl LogStore {
     /// when `index` is past the last: the records of entries below `index` lie below it,
     /// those of entries at or above `index` at or above it. Entries below the first stored
     /// index are gone: the log start then.
-    fn first_offset_at_index(&self, index: u64) -> Result<u64> {
+    pub fn first_offset_at_index(&self, index: u64) -> Result<u64> {
         if index <= self.first_index() {
             Ok(self.log_start_offset())
         } else if index > self.last_index() {
@@ -225,6 +244,8 @@ impl LogStore {
             tombstone_offsets: self.first_offset_at_index(plan.tombstone_limit)?,
             index_interval: self.config().index_interval_bytes,
             cleanable,
+            aborted: Vec::new(),
+            marker_offsets: u64::MAX,
         })
     }
 
@@ -345,6 +366,25 @@ impl LogStore {
 }
 
 impl CompactionSource {
+    /// The source with the log's aborted transactions: every one whose data may lie in the
+    /// cleanable segments (vdl: the partition's list of aborts still in the log). The plan's
+    /// clean limit must lie at or below the last stable offset (no transaction open below
+    /// it): a transactional batch below it that no range covers is taken as committed.
+    /// Without a list (the default), no batch is taken as aborted.
+    pub fn with_aborted_transactions(mut self, aborted: Vec<AbortedRange>) -> CompactionSource {
+        self.aborted = aborted;
+        self
+    }
+
+    /// The source with one more bound on removing transaction markers: only those below
+    /// offset `marker_offsets` may go (on top of the delete horizon, the first dirty offset and
+    /// the plan's `tombstone_limit`). vdl passes the offsets its saved producer state covers,
+    /// so the state a restart loads never holds open a transaction whose marker is gone.
+    pub fn with_marker_limit(mut self, marker_offsets: u64) -> CompactionSource {
+        self.marker_offsets = marker_offsets;
+        self
+    }
+
     /// The long part of a pass, without the store: maps the keys of the dirty range (from
     /// the first dirty offset in the cleanable sealed segments, until the map's budget is
     /// used), then rewrites every sealed segment from the first one up to the map's end into
@@ -392,6 +432,7 @@ impl CompactionSource {
             codec,
             map,
             plan.key_map_bytes,
+            &self.aborted,
             throttle,
         )?;
         prepared.report.bytes_read += dirty.bytes_read;
@@ -415,6 +456,44 @@ impl CompactionSource {
                 && r.offset < tombstone_offsets
                 && r.timestamp_ms < horizon)
         };
+        // Batches are decided in log order, from the log's first sealed segment on.
+        let mut aborted = AbortedIndex::new(&self.aborted);
+        let mut markers = MarkerTracker::default();
+        let marker_horizon = plan.now_ms.saturating_add(plan.delete_retention_ms);
+        let marker_offsets = self.marker_offsets;
+        let mut fate = |base: u64, bytes: &[u8]| -> BatchFate {
+            match codec.transaction_batch(bytes) {
+                None => BatchFate::Records,
+                Some(TxnBatch::Data { producer_id }) => {
+                    markers.on_data(producer_id);
+                    if aborted.is_aborted(producer_id, base) {
+                        BatchFate::Aborted
+                    } else {
+                        BatchFate::Records
+                    }
+                }
+                Some(TxnBatch::Marker {
+                    producer_id,
+                    delete_horizon_ms,
+                }) => {
+                    if !markers.on_marker(producer_id) {
+                        return BatchFate::Records;
+                    }
+                    match delete_horizon_ms {
+                        None => BatchFate::SetHorizon(marker_horizon),
+                        Some(at)
+                            if at <= plan.now_ms
+                                && base < first_dirty
+                                && base < tombstone_offsets
+                                && base < marker_offsets =>
+                        {
+                            BatchFate::Remove
+                        }
+                        Some(_) => BatchFate::Records,
+                    }
+                }
+            }
+        };
         for seg in cleanable
             .iter()
             .take_while(|s| s.header.base_offset < dirty.end)
@@ -433,6 +512,7 @@ impl CompactionSource {
                 &src,
                 codec,
                 &mut keep,
+                &mut fate,
                 Some(horizon),
                 &dirty.producers,
                 throttle,

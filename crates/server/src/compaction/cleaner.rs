@@ -6,8 +6,10 @@
 //! What it cleans comes from the node, listed again for every round: a
 //! [`CleanTarget`] per partition whose every replica may compact (the node checks the peers'
 //! protocol versions), with its store, its clean limit (the group's applied index + 1: only
-//! committed, applied entries are rewritten), its tombstone limit ([`tombstone_limit`]: on
-//! the leader, past what every replica holds durably; 0 on a follower) and its topic's
+//! committed, applied entries are rewritten; lower while a transaction is open,
+//! [`stable_clean_limit`]), its aborted transactions, its tombstone limit
+//! ([`tombstone_limit`]: on the leader, past what every replica holds durably; 0 on a
+//! follower; transaction markers are removed under the same limit) and its topic's
 //! [`CleanerPolicy`]. This module
 //! imports nothing of the crate (a leaf room): the store is the `Arc<RwLock<LogStore>>` the
 //! group shares.
@@ -39,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use logstore::{CleanerStats, CompactionPlan, CompactionReport, KeyMap, LogStore};
+use logstore::{AbortedRange, CleanerStats, CompactionPlan, CompactionReport, KeyMap, LogStore};
 
 use super::codec::KafkaRecordCompactor;
 
@@ -70,7 +72,20 @@ pub struct CleanTarget {
     pub tombstone_limit: u64,
     /// The topic's configs.
     pub policy: CleanerPolicy,
+    /// The partition's aborted transactions (read when a pass runs): their records are not
+    /// mapped and their batches go; see `logstore::compaction`.
+    pub aborted: AbortedSource,
+    /// Transaction markers are removed only in entries below this Raft index (on top of the
+    /// tombstone limit): one past the index the saved producer state covers
+    /// (`replication::producer_snapshot::saved_applied_through`), so a restart, which loads
+    /// that state and replays the log after it, never needs a removed marker to close a
+    /// transaction the state holds open. 0: no marker is removed.
+    pub marker_limit: u64,
 }
+
+/// Gives the aborted transactions of a partition when a pass needs them (the list is only
+/// copied for a partition that is due).
+pub type AbortedSource = Box<dyn Fn() -> Vec<AbortedRange> + Send + Sync>;
 
 /// Node-wide limits of the cleaner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,12 +164,11 @@ pub fn tombstone_limit(c: &ReplicaCopies) -> u64 {
 /// stable offset is at the high watermark `hw` (no transaction open).
 ///
 /// So a pass never touches a transaction still open, whose outcome (and so whether its
-/// records count) is not known yet; its control batches are kept whole anyway (see
-/// `compaction::codec`). The node passes the first aborted transaction's first offset instead
-/// when that is lower: the key map does not tell aborted records apart, and an aborted value
-/// must never supersede a committed one (so a compacted topic with an abort still in its log
-/// is not compacted past it). Removing aborted records and old markers (Kafka's cleaner does
-/// both) is a later step of transactions.
+/// records count) is not known yet: every transactional batch below the limit belongs to a
+/// closed transaction, aborted when the partition's aborted list covers it
+/// ([`CleanTarget::aborted`]: its records are not mapped and its batches go), else committed.
+/// Aborted transactions do not stop the cleaner (as Kafka's, whose clean range ends at the
+/// first unstable offset only).
 pub fn stable_clean_limit(
     next_offset_after: impl Fn(u64) -> Option<u64>,
     first_index: u64,
@@ -226,8 +240,10 @@ pub fn clean_if_due(
         if !is_due(&store.cleaner_stats(&plan), &target.policy, now_ms) {
             return Ok(None);
         }
-        store.compaction_source(&plan)?
+        let markers = store.first_offset_at_index(target.marker_limit)?;
+        store.compaction_source(&plan)?.with_marker_limit(markers)
     };
+    let source = source.with_aborted_transactions((target.aborted)());
     // The long part, with no lock: the group appends and consumers read meanwhile.
     let map = key_map.get_or_insert_with(|| KeyMap::with_budget(plan.key_map_bytes));
     let prepared = source.prepare_with_map(&plan, codec, map, throttle)?;

@@ -4,10 +4,10 @@
 use bytes::Bytes;
 use kafka_proto::records::batch::ATTRIBUTES_OFFSET;
 use kafka_proto::records::{
-    retain_records, visit_records, RecordBatch, RecordKeyView, RetainOptions, Retained,
-    NO_PRODUCER_ID, RECORD_BATCH_OVERHEAD,
+    retain_records, set_control_delete_horizon, visit_records, RecordBatch, RecordKeyView,
+    RetainOptions, Retained, NO_PRODUCER_ID, RECORD_BATCH_OVERHEAD,
 };
-use logstore::{RecordCompactor, RecordView, RetainOutcome};
+use logstore::{RecordCompactor, RecordView, RetainOutcome, TxnBatch};
 
 /// The default bound on the decompressed records of one batch (64 MiB, the store's default
 /// largest entry; a produced batch that decompresses to more was accepted under a larger
@@ -20,7 +20,9 @@ pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
 /// Promises: every batch is checked whole (magic 2, CRC-32C, record framing, offset deltas)
 /// before any record is shown or removed; a batch that fails, or whose records decompress to
 /// more than `max_decompressed` bytes, is an error string (the pass stops, nothing swapped).
-/// Control batches (transaction markers) are always kept byte for byte. A batch that keeps
+/// Control batches (transaction markers) are kept byte for byte by [`RecordCompactor::retain`];
+/// a marker is only given a delete horizon ([`RecordCompactor::mark_delete_horizon`]) or
+/// removed whole, as the store decides (see `logstore::compaction`). A batch that keeps
 /// every record (and needs no delete horizon) is `Unchanged`; one that keeps none is `Empty`;
 /// otherwise it is rewritten with the same base offset, lastOffsetDelta, producer fields and
 /// codec, its kept records byte for byte, and the delete horizon (KIP-534) set when it keeps
@@ -56,6 +58,33 @@ fn parse(batch: &[u8]) -> Result<RecordBatch, String> {
 const PRODUCER_ID_OFFSET: usize = 43;
 /// The attributes bit of a control batch.
 const CONTROL_BIT: u8 = 0x20;
+/// The attributes bit of a transactional batch.
+const TRANSACTIONAL_BIT: u8 = 0x10;
+/// The attributes bit saying the base timestamp is the delete horizon (KIP-534).
+const DELETE_HORIZON_BIT: u8 = 0x40;
+/// Where a v2 batch header holds the base timestamp (i64, big-endian).
+const BASE_TIMESTAMP_OFFSET: usize = 27;
+/// Decompressed bytes read from a control batch (a marker is a few dozen bytes).
+const MAX_CONTROL_BYTES: usize = 4096;
+
+/// Whether the control batch's first record is a COMMIT or ABORT marker (key: version 0,
+/// type 0 or 1), as Kafka's cleaner only removes those.
+fn holds_marker(batch: &[u8]) -> bool {
+    let Ok(parsed) = parse(batch) else {
+        return false;
+    };
+    let Some(Ok(record)) = parsed
+        .records(MAX_CONTROL_BYTES)
+        .ok()
+        .and_then(|mut r| r.next())
+    else {
+        return false;
+    };
+    let Some(key) = record.key.as_deref().and_then(|k| k.get(..4)) else {
+        return false;
+    };
+    key[..2] == [0, 0] && (key[2..4] == [0, 0] || key[2..4] == [0, 1])
+}
 
 /// The store's view of one record. A negative offset cannot come from a valid stored batch
 /// (the store wrote a non-negative base offset); it is mapped to 0 only to stay total, and
@@ -91,6 +120,50 @@ impl RecordCompactor for KafkaRecordCompactor {
             .map(i64::from_be_bytes)
             .ok()?;
         (id != NO_PRODUCER_ID).then_some(id)
+    }
+
+    fn transaction_batch(&self, batch: &[u8]) -> Option<TxnBatch> {
+        if batch.len() < RECORD_BATCH_OVERHEAD {
+            return None;
+        }
+        let attributes = batch[ATTRIBUTES_OFFSET + 1];
+        if attributes & TRANSACTIONAL_BIT == 0 {
+            return None;
+        }
+        let be8 = |at: usize| batch[at..at + 8].try_into().ok().map(i64::from_be_bytes);
+        let producer_id = be8(PRODUCER_ID_OFFSET)?;
+        if producer_id == NO_PRODUCER_ID {
+            return None;
+        }
+        if attributes & CONTROL_BIT == 0 {
+            return Some(TxnBatch::Data { producer_id });
+        }
+        if !holds_marker(batch) {
+            return None;
+        }
+        let delete_horizon_ms = if attributes & DELETE_HORIZON_BIT != 0 {
+            Some(be8(BASE_TIMESTAMP_OFFSET)?)
+        } else {
+            None
+        };
+        Some(TxnBatch::Marker {
+            producer_id,
+            delete_horizon_ms,
+        })
+    }
+
+    fn mark_delete_horizon(
+        &self,
+        batch: &[u8],
+        delete_horizon_ms: i64,
+    ) -> Result<RetainOutcome, String> {
+        let parsed = parse(batch)?;
+        let outcome = set_control_delete_horizon(&parsed, self.max_decompressed, delete_horizon_ms)
+            .map_err(|e| e.to_string())?;
+        Ok(match outcome {
+            Retained::Rewritten(b) => RetainOutcome::Rewritten(b.as_bytes().to_vec()),
+            Retained::Unchanged | Retained::Empty => RetainOutcome::Unchanged,
+        })
     }
 
     fn retain(

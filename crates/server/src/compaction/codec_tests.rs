@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use kafka_proto::records::{Compression, NewRecord, RecordBatch, RecordBatchBuilder};
-use logstore::{RecordCompactor, RecordView, RetainOutcome};
+use logstore::{RecordCompactor, RecordView, RetainOutcome, TxnBatch};
 
 use super::KafkaRecordCompactor;
 
@@ -341,4 +341,79 @@ fn damaged_or_oversized_batches_are_errors_and_nothing_is_asked() {
     let err = small.visit(&b, &mut |_| {}).unwrap_err();
     assert!(!err.is_empty());
     assert!(small.retain(&b, &mut |_| true, None, true).is_err());
+}
+
+#[test]
+fn transactional_batches_and_markers_are_told_apart_from_their_headers() {
+    let c = KafkaRecordCompactor::default();
+    let txn = RecordBatchBuilder::new(Compression::Lz4)
+        .base_offset(BASE)
+        .producer(9, 0, 0)
+        .transactional(true)
+        .with_records(&[NewRecord::new(TS, &b"v"[..]).with_key(&b"k"[..])])
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(
+        c.transaction_batch(&txn),
+        Some(TxnBatch::Data { producer_id: 9 })
+    );
+    assert_eq!(
+        c.transaction_batch(&control_marker()),
+        Some(TxnBatch::Marker {
+            producer_id: 7,
+            delete_horizon_ms: None
+        })
+    );
+    // Idempotent (not transactional), short: no part in a transaction.
+    let idempotent = batch(Compression::None, &[("k", Some("v"))]);
+    assert_eq!(c.producer_id(&idempotent), Some(7));
+    assert_eq!(c.transaction_batch(&idempotent), None);
+    assert_eq!(c.transaction_batch(&txn[..60]), None);
+    // A control batch of an unknown type is no marker: never removed.
+    let unknown = RecordBatchBuilder::new(Compression::None)
+        .producer(7, 1, -1)
+        .transactional(true)
+        .control(true)
+        .with_records(&[NewRecord::new(TS, &b"\0\0\0\0\0\0"[..]).with_key(&b"\0\0\0\x05"[..])])
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(c.transaction_batch(&unknown), None);
+}
+
+#[test]
+fn a_marker_gets_a_delete_horizon_once_and_keeps_its_record_and_offsets() {
+    let c = KafkaRecordCompactor::default();
+    let b = control_marker();
+    let RetainOutcome::Rewritten(nb) = c.mark_delete_horizon(&b, TS + 5_000).unwrap() else {
+        panic!("rewritten")
+    };
+    let parsed = RecordBatch::new(Bytes::from(nb.clone())).unwrap();
+    parsed.validate().unwrap();
+    assert!(parsed.is_control() && parsed.is_transactional());
+    assert_eq!(parsed.delete_horizon_ms(), Some(TS + 5_000));
+    assert_eq!(parsed.base_offset(), BASE);
+    assert_eq!(parsed.producer_id(), 7);
+    assert_eq!(
+        views(&c, &nb),
+        views(&c, &b),
+        "the same record at the same offset"
+    );
+    assert_eq!(
+        c.transaction_batch(&nb),
+        Some(TxnBatch::Marker {
+            producer_id: 7,
+            delete_horizon_ms: Some(TS + 5_000)
+        })
+    );
+    // Set once: a later pass leaves it.
+    assert_eq!(
+        c.mark_delete_horizon(&nb, TS + 9_000).unwrap(),
+        RetainOutcome::Unchanged
+    );
+    // A data batch is refused.
+    assert!(c
+        .mark_delete_horizon(&batch(Compression::None, &[("k", Some("v"))]), TS)
+        .is_err());
 }

@@ -12,3 +12,6 @@ pub mod cleaner;
 pub mod codec;
 
 pub use codec::{KafkaRecordCompactor, DEFAULT_MAX_DECOMPRESSED_BYTES};
+
+#[cfg(test)]
+mod txn_pass_tests;

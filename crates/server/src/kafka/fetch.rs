@@ -32,7 +32,7 @@ use crate::kafka::host::FetchHost;
 use crate::kafka::metadata::{locate_partition, topic_name_by_id, PartitionHome};
 use crate::kafka::reply::{self, Reply};
 use crate::replication::stream::LogStream;
-use crate::replication::transactions::aborted_overlapping;
+use crate::replication::transactions::{aborted_overlapping, without_removed_markers};
 use crate::security::acl::AclOperation;
 
 /// Most record bytes one Fetch response carries, whatever the request's `max_bytes` says:
@@ -286,8 +286,16 @@ fn read_once<H: FetchHost>(
                 match stream.read_below(offset, limit, upper) {
                     Ok(read) if read.bytes > 0 => {
                         if let Some(aborted) = &aborted {
+                            // Not those whose marker the cleaner removed (see
+                            // `without_removed_markers`).
+                            let overlapping = without_removed_markers(
+                                aborted_overlapping(aborted, offset, read.next_offset),
+                                &read.chunks,
+                                read.first_batch_offset.unwrap_or(offset),
+                                read.next_offset,
+                            );
                             out.aborted_transactions = Some(
-                                aborted_overlapping(aborted, offset, read.next_offset)
+                                overlapping
                                     .into_iter()
                                     .map(|a| AbortedTransaction {
                                         producer_id: a.producer_id,

@@ -3,9 +3,10 @@
 //! visit: those hosted here whose topic's `cleanup.policy` includes `compact`,
 //! whose every replica (current, and new ones of a reassignment) speaks a peer protocol that
 //! carries record counts (`PeerVersions::compaction_allowed`), each with its group's applied
-//! index as the clean limit (lower while a transaction is open or an aborted one is in the log:
-//! never at or past the last stable offset nor the first aborted transaction's first offset,
-//! [`crate::compaction::cleaner::stable_clean_limit`]) and, as the tombstone limit, what every replica holds durably
+//! index as the clean limit (lower while a transaction is open: never at or past the last
+//! stable offset, [`crate::compaction::cleaner::stable_clean_limit`]), its aborted
+//! transactions (their data is removed), the marker limit (what the saved producer state
+//! covers) and, as the tombstone limit, what every replica holds durably
 //! when this replica leads (0 on a follower: its passes keep every tombstone; see
 //! [`crate::compaction::cleaner::tombstone_limit`]).
 
@@ -101,26 +102,37 @@ impl Node {
                 label: format!("{}-{}", stream.name(), stream.partition()),
                 store: stream.store().clone(),
                 // Applied entries are committed: only those are rewritten, and none at or
-                // past the last stable offset (a transaction still open), nor from the first
-                // aborted transaction still in the log on: the cleaner does not tell aborted
-                // records apart yet, and one must never supersede a committed value.
+                // past the last stable offset (a transaction still open). Aborted transactions
+                // below it are told apart by the aborted list (read after `visible`: it holds
+                // every abort below that last stable offset).
+                marker_limit: {
+                    let s = crate::replication::raft_storage::read(stream.store());
+                    crate::replication::producer_snapshot::saved_applied_through(s.dir())
+                        .map_or(0, |a| a + 1)
+                },
                 clean_limit: {
-                    let first_aborted = stream
-                        .aborted_transactions()
-                        .iter()
-                        .map(|a| a.first_offset)
-                        .min();
-                    let stable = first_aborted.map_or(visible.last_stable_offset, |f| {
-                        f.min(visible.last_stable_offset)
-                    });
                     let s = crate::replication::raft_storage::read(stream.store());
                     stable_clean_limit(
                         |i| s.next_offset_after_index(i).ok(),
                         s.first_index(),
                         visible.applied_index,
-                        stable,
+                        visible.last_stable_offset,
                         visible.high_watermark,
                     )
+                },
+                aborted: {
+                    let stream = stream.clone();
+                    Box::new(move || {
+                        stream
+                            .aborted_transactions()
+                            .iter()
+                            .map(|a| logstore::AbortedRange {
+                                producer_id: a.producer_id,
+                                first_offset: a.first_offset,
+                                last_offset: a.last_offset,
+                            })
+                            .collect()
+                    })
                 },
                 // Tombstones only on the leader, below what every replica holds.
                 tombstone_limit: tombstones,

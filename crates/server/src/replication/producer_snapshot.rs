@@ -304,6 +304,26 @@ pub(crate) fn rebuild_producers(
     table
 }
 
+/// The `applied_through` of the table saved in `dir` (its header only; `None` without a file
+/// or with a header this version does not read). The log cleaner removes transaction markers
+/// only in entries at or below it (`compaction::cleaner::CleanTarget::marker_limit`): a restart
+/// loads the saved table (whose transactions those markers already closed) and replays the
+/// log after it, so it never needs a removed marker; a later save only covers more. A file
+/// whose body is damaged is ignored at load (the table is rebuilt from the log alone, which
+/// agrees with the cleaned log: a transaction whose data and marker are gone never opens).
+pub fn saved_applied_through(dir: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut header = [0u8; 16];
+    std::fs::File::open(dir.join(SNAPSHOT_FILE))
+        .and_then(|mut f| f.read_exact(&mut header))
+        .ok()?;
+    let version = u16::from_le_bytes([header[4], header[5]]);
+    if &header[..4] != MAGIC || !(VERSION_1..=VERSION).contains(&version) {
+        return None;
+    }
+    Some(u64::from_le_bytes(header[8..16].try_into().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +424,22 @@ mod tests {
         std::fs::remove_file(dir.path().join(SNAPSHOT_FILE)).unwrap();
         let mut table = rebuild_producers(&store, last);
         assert_eq!(table.check(&[b(7, 0, 0, 1)]), SequenceCheck::Append);
+    }
+
+    #[test]
+    fn the_saved_tables_applied_index_is_read_from_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(saved_applied_through(dir.path()), None);
+        save(dir.path(), &table()).unwrap();
+        assert_eq!(saved_applied_through(dir.path()), Some(9));
+        std::fs::write(
+            dir.path().join(SNAPSHOT_FILE),
+            b"VDLQ\x02\0\0\0\x09\0\0\0\0\0\0\0",
+        )
+        .unwrap();
+        assert_eq!(saved_applied_through(dir.path()), None, "not a table");
+        std::fs::write(dir.path().join(SNAPSHOT_FILE), b"VDLP").unwrap();
+        assert_eq!(saved_applied_through(dir.path()), None, "too short");
     }
 
     #[test]

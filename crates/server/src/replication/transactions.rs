@@ -20,6 +20,17 @@
 //! holds (a million aborts in the retained log cost 24 MB, and as much in the snapshot file).
 //! It has no cap of its own: forgetting an abort still in the log would show its records to
 //! read_committed consumers. Kafka keeps the same list on disk (its `.txnindex` files).
+//!
+//! The log cleaner (compacted topics) removes aborted transactions' data, and later their
+//! markers (`logstore::compaction`). The list is not trimmed for what it removed: an entry
+//! whose data is gone is harmless while its ABORT marker is in the log (the consumer stops
+//! dropping the producer's records at the marker), and a Fetch does not send one whose marker
+//! lies inside the read but is gone ([`without_removed_markers`]), so a consumer never drops
+//! the producer's later committed records. Rebuilding from a cleaned log is sound: a marker
+//! without data before it changes nothing ([`Transactions::on_marker`]), a transaction whose
+//! data and marker are both gone never opens, and the cleaner removes a marker only in
+//! entries the saved state covers (`producer_snapshot::saved_applied_through`), so the saved
+//! state a restart loads never holds open a transaction whose marker is gone.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -207,6 +218,49 @@ impl Transactions {
     }
 }
 
+/// Drops from `overlapping` (aborted transactions a read sends) those whose ABORT marker
+/// offset lies in `[from, to)`, the offsets of the read's batches `chunks`, but which hold no
+/// control batch of the producer at that offset: the cleaner removed the marker (after every
+/// batch of the transaction). Sent without its marker, such a range would make a
+/// read_committed consumer (which stops dropping a producer's records at its ABORT marker)
+/// drop the producer's later committed records. The others are kept: a marker past the read
+/// is checked by the read that reaches it (consumers apply a Fetch's list to that response
+/// only). Bounds-checked: a chunk's bytes that do not hold whole batch headers end its walk.
+pub fn without_removed_markers(
+    overlapping: Vec<AbortedTxn>,
+    chunks: &[bytes::Bytes],
+    from: u64,
+    to: u64,
+) -> Vec<AbortedTxn> {
+    let inside = |a: &AbortedTxn| a.last_offset >= from && a.last_offset < to;
+    if !overlapping.iter().any(inside) {
+        return overlapping;
+    }
+    // (base offset, producer id) of every control batch read.
+    let mut controls: Vec<(u64, i64)> = Vec::new();
+    for chunk in chunks {
+        let mut pos = 0usize;
+        while let Some(header) = chunk.get(pos..pos + 61) {
+            let base = i64::from_be_bytes(header[0..8].try_into().unwrap_or_default());
+            let len = i32::from_be_bytes(header[8..12].try_into().unwrap_or_default());
+            let Ok(len) = usize::try_from(len) else {
+                break;
+            };
+            if header[22] & 0x20 != 0 {
+                let producer = i64::from_be_bytes(header[43..51].try_into().unwrap_or_default());
+                if let Ok(base) = u64::try_from(base) {
+                    controls.push((base, producer));
+                }
+            }
+            pos = pos.saturating_add(12).saturating_add(len);
+        }
+    }
+    overlapping
+        .into_iter()
+        .filter(|a| !inside(a) || controls.contains(&(a.last_offset, a.producer_id)))
+        .collect()
+}
+
 /// The aborted transactions a read of `[from, to)` must carry (Kafka's rule): those whose
 /// marker is at or after `from` and whose first offset is before `to`.
 pub fn aborted_overlapping(aborted: &[AbortedTxn], from: u64, to: u64) -> Vec<AbortedTxn> {
@@ -319,5 +373,59 @@ mod tests {
             vec![a(2, 3, 9), a(3, 12, 15)]
         );
         assert!(aborted_overlapping(&list, 16, 30).is_empty());
+    }
+
+    #[test]
+    fn an_abort_whose_marker_is_not_in_the_read_is_not_sent() {
+        use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
+        let a = |p, f, l| AbortedTxn {
+            producer_id: p,
+            first_offset: f,
+            last_offset: l,
+        };
+        let control = |p: i64, at: i64| {
+            let (key, value) = marker_record(ABORT);
+            RecordBatchBuilder::new(Compression::None)
+                .base_offset(at)
+                .producer(p, 0, -1)
+                .transactional(true)
+                .control(true)
+                .with_records(&[NewRecord::new(0, value.to_vec()).with_key(key.to_vec())])
+                .unwrap()
+                .build()
+                .unwrap()
+        };
+        let data = |at: i64| {
+            RecordBatchBuilder::new(Compression::None)
+                .base_offset(at)
+                .with_records(&[NewRecord::new(0, &b"v"[..]).with_key(&b"k"[..])])
+                .unwrap()
+                .build()
+                .unwrap()
+        };
+        // Read 10..20: producer 1's marker at 12 is there, producer 2's at 15 was removed
+        // (a gap), producer 3's at 25 lies past the read.
+        let mut chunk = data(10).to_vec();
+        chunk.extend_from_slice(&control(1, 12));
+        let chunks = vec![bytes::Bytes::from(chunk), data(16), control(2, 19)];
+        let overlapping = vec![a(1, 5, 12), a(2, 8, 15), a(3, 11, 25)];
+        assert_eq!(
+            without_removed_markers(overlapping.clone(), &chunks, 10, 20),
+            vec![a(1, 5, 12), a(3, 11, 25)]
+        );
+        // Another producer's control batch at the offset does not count.
+        let overlapping = vec![a(4, 8, 19)];
+        assert!(without_removed_markers(overlapping, &chunks, 10, 20).is_empty());
+        // Nothing inside the read: the list as it was; damaged bytes end the walk.
+        let overlapping = vec![a(3, 11, 25)];
+        assert_eq!(
+            without_removed_markers(
+                overlapping.clone(),
+                &[bytes::Bytes::from_static(&[1, 2])],
+                10,
+                20
+            ),
+            overlapping
+        );
     }
 }

@@ -311,6 +311,8 @@ impl World {
                 min_cleanable_dirty_ratio: ratio,
                 delete_retention_ms: delete_retention_ms(g),
             },
+            aborted: Box::new(Vec::new),
+            marker_limit: 0,
         };
         let limits = CleanerLimits {
             key_map_bytes: slots * KEY_MAP_SLOT_BYTES,
@@ -451,6 +453,8 @@ impl World {
                         min_cleanable_dirty_ratio: 0.0,
                         delete_retention_ms: delete_retention_ms(g),
                     },
+                    aborted: Box::new(Vec::new),
+                    marker_limit: 0,
                 };
                 let limits = CleanerLimits {
                     key_map_bytes: 1 << 16,
