@@ -49,7 +49,7 @@ import org.apache.kafka.streams.state.KeyValueStore;
  *       number.
  *   <li>The first instance runs in a child JVM. Once part of its output is committed, a record
  *       with the key "crash" is produced: the instance counts it, writes the count to the
- *       changelog and the output topic (inside its open transaction), waits 2 s so the producer
+ *       changelog and the output topic (inside its open transaction), waits 3 s so the producer
  *       has sent those records, and halts its JVM (no close, no commit, no abort).
  *   <li>A second instance starts on the same state directory (so the same transactional.id):
  *       it fences the dead one, whose open transaction is aborted; under EOS the unclean
@@ -206,17 +206,22 @@ public final class StreamsEosTest {
         p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            List<java.util.concurrent.Future<?>> acks = new ArrayList<>();
             for (int i = from; i < from + count; i++) {
                 String k = key != null ? key : "key-" + (i * 7 + i / 3) % KEYS;
-                producer.send(new ProducerRecord<>(topic, k, "v" + i)).get();
+                acks.add(producer.send(new ProducerRecord<>(topic, k, "v" + i)));
                 expected.merge(k, 1L, Long::sum);
+            }
+            // Idempotent (the default): each partition in send order.
+            for (java.util.concurrent.Future<?> ack : acks) {
+                ack.get();
             }
         }
     }
 
     /**
      * A running exactly_once_v2 instance of the count; with {@code crashOnKey}, one whose stream
-     * thread halts the JVM 2 s after it has sent the "crash" key's count to the output topic.
+     * thread halts the JVM 3 s after it has sent the "crash" key's count to the output topic.
      */
     static KafkaStreams start(String bootstrap, String app, String input, String output, String stateDir,
             boolean crashOnKey) throws Exception {
@@ -232,7 +237,7 @@ public final class StreamsEosTest {
             counts.foreach((k, v) -> {
                 if (CRASH_KEY.equals(k)) {
                     try {
-                        Thread.sleep(2000); // the producer sends within linger.ms (100 ms)
+                        Thread.sleep(3000); // the producer sends within linger.ms (100 ms)
                     } catch (InterruptedException e) {
                         Thread.currentThread().interrupt();
                     }
