@@ -2,7 +2,9 @@
 // read_committed, against the cluster at -bootstrap (tests/clients/run-java.sh runs it against
 // vdl and against Apache Kafka 3.9).
 //
-// N/2 records are produced to PREFIX-in (3 partitions). Worker A, a GroupTransactSession in
+// PREFIX-in and PREFIX-out are created (3 partitions each) and the program waits until every
+// partition has a leader (it prints how long that took). N/2 records are produced to PREFIX-in.
+// Worker A, a GroupTransactSession in
 // group PREFIX-etl with transactional id PREFIX-a, consumes them read_committed with stable
 // offsets (KIP-447) and produces each as "etl-VALUE" to PREFIX-out, one transaction per poll of
 // at most 10 records, committing its consumed offsets in the transaction. Along the way:
@@ -56,8 +58,10 @@ func fail(format string, args ...any) {
 // hold, and how many records their aborted (on purpose or by crash) transactions flushed.
 type etl struct {
 	bootstrap []string
-	in, out   string
-	group     string
+	// logger, when -log names a file, gets the workers' client logs (debug level).
+	logger  kgo.Logger
+	in, out string
+	group   string
 	// committed counts the records of the workers' committed transactions.
 	committed atomic.Int64
 	// abortedFlushed counts records flushed to the log in transactions aborted on purpose.
@@ -78,7 +82,15 @@ func (e *etl) session(txnID string, extra ...kgo.Opt) (*kgo.GroupTransactSession
 		kgo.SessionTimeout(6 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
 		kgo.RebalanceTimeout(20 * time.Second),
-	}, extra...)...)
+	}, append(e.logOpts(), extra...)...)...)
+}
+
+// logOpts is the workers' logger option, when there is a logger.
+func (e *etl) logOpts() []kgo.Opt {
+	if e.logger == nil {
+		return nil
+	}
+	return []kgo.Opt{kgo.WithLogger(e.logger)}
 }
 
 // batch is one poll's records, produced to the output inside a begun transaction; it waits
@@ -162,12 +174,21 @@ func main() {
 	prefix := flag.String("prefix", "franz-txn", "topic, group and transactional id prefix")
 	n := flag.Int("n", 400, "input records")
 	timeout := flag.Duration("timeout", 120*time.Second, "bound on the whole run")
+	logPath := flag.String("log", "", "a file for the workers' franz-go logs (debug level)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 
 	e := &etl{bootstrap: strings.Split(*bootstrap, ","), in: *prefix + "-in", out: *prefix + "-out", group: *prefix + "-etl"}
 	total := int64(*n)
+	if *logPath != "" {
+		f, err := os.Create(*logPath)
+		if err != nil {
+			fail("log file: %v", err)
+		}
+		defer f.Close()
+		e.logger = kgo.BasicLogger(f, kgo.LogLevelDebug, func() string { return time.Now().Format("15:04:05.000 ") })
+	}
 
 	plain, err := kgo.NewClient(kgo.SeedBrokers(e.bootstrap...))
 	if err != nil {
@@ -184,6 +205,32 @@ func main() {
 			fail("create %s: %v", t, err)
 		}
 	}
+	// Every partition of both topics with a leader before any transaction: on vdl a new topic's
+	// partitions can be without one for ~5 s after CreateTopics (Kafka has them at once), and
+	// a transaction whose batch waits that long for a leader outlives its 5 s timeout (the
+	// coordinator aborts it, and the batch is refused with INVALID_TXN_STATE).
+	created := time.Now()
+	for {
+		md, err := adm.Metadata(ctx, e.in, e.out)
+		leaders := 0
+		if err == nil {
+			for _, t := range []string{e.in, e.out} {
+				for _, p := range md.Topics[t].Partitions {
+					if p.Err == nil && p.Leader >= 0 {
+						leaders++
+					}
+				}
+			}
+		}
+		if leaders == 6 {
+			break
+		}
+		if ctx.Err() != nil {
+			fail("the partitions of %s and %s have no leader (%d of 6 have one)", e.in, e.out, leaders)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	step("every partition of %s and %s has a leader, %.1f s after CreateTopics", e.in, e.out, time.Since(created).Seconds())
 	produce := func(from, to int) {
 		recs := make([]*kgo.Record, 0, to-from)
 		for i := from; i < to; i++ {
