@@ -253,10 +253,13 @@ public final class StreamsEosTest {
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
         // The crashed instance stays a group member until its session expires (Kafka's minimum,
-        // 6 s); a transaction left open by a producer that is not fenced ends by timeout.
+        // 6 s). Its open transaction is aborted when the second instance (same state directory,
+        // so same transactional.id) fences it, not by timeout; the timeout is twice Streams'
+        // default, so a first transaction held up by a new changelog partition still without a
+        // leader (on vdl up to ~5 s after creation) is not aborted under it.
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
-        p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 10000);
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 20000);
         KafkaStreams streams = new KafkaStreams(b.build(), p);
         streams.setUncaughtExceptionHandler(e -> {
             System.err.println("streams thread failed: " + e);
