@@ -206,7 +206,7 @@ func main() {
 		}
 	}
 	// Every partition of both topics with a leader before any transaction: on vdl a new topic's
-	// partitions can be without one for ~5 s after CreateTopics (Kafka has them at once), and
+	// partitions can be without one for ~5 s after CreateTopics (Kafka: within a second), and
 	// a transaction whose batch waits that long for a leader outlives its 5 s timeout (the
 	// coordinator aborts it, and the batch is refused with INVALID_TXN_STATE).
 	created := time.Now()
