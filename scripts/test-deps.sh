@@ -104,8 +104,8 @@ fi
 # Idempotent: a marker file records a complete download.
 timeout 900 ./scripts/kafka/fetch-kafka.sh >/dev/null
 
-# The Go programs' modules (franz-go and kadm; sarama), so `go build` in the tests needs no
-# network.
+# The Go programs' modules (franz-go and kadm; sarama; franz-go for the transactions ETL), so
+# `go build` in the tests needs no network.
 # Go >= 1.26 is needed (franz-go v1.22.3's go.mod); Debian's golang-go is older, so nothing is
 # installed here: on a machine without Go the Go admin test fails and says so.
 GO_BIN="$(command -v go || true)"
@@ -114,6 +114,8 @@ if [[ -n "$GO_BIN" ]]; then
   (cd tests/clients/go/admin && timeout 300 "$GO_BIN" mod download)
   # sarama for test_compaction_gaps.py's sarama test.
   (cd tests/clients/go/sarama && timeout 300 "$GO_BIN" mod download)
+  # franz-go for run-java.sh's go:txn (GroupTransactSession ETL); the same versions as admin's.
+  (cd tests/clients/go/txn && timeout 300 "$GO_BIN" mod download)
 else
-  echo "no Go toolchain: tests/clients/test_admin_go.py will fail when the admin tests are on" >&2
+  echo "no Go toolchain: tests/clients/test_admin_go.py (when the admin tests are on) and run-java.sh's go:txn will fail" >&2
 fi

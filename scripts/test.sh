@@ -59,7 +59,7 @@ lane1=$!
   if VDL_TEST_LANE=2/2 timeout 1800 ./.venv/bin/pytest -q tests/clients; then echo "client tests (Python, lane 2): passed"
   else echo "client tests (Python, lane 2): FAILED"; echo python-lane-2 >>"$lanes_dir/failed"; fi
   echo "==> Java suite (tests/clients/run-java.sh) at $((SECONDS - started_s)) s"
-  if VDL_TEST_LANE=2/2 timeout 900 tests/clients/run-java.sh; then echo "client tests (Java): passed"
+  if VDL_TEST_LANE=2/2 timeout 1200 tests/clients/run-java.sh; then echo "client tests (Java): passed"
   else echo "client tests (Java): FAILED"; echo java >>"$lanes_dir/failed"; fi
 ) >"$lanes_dir/lane2.log" 2>&1 &
 lane2=$!

@@ -7,15 +7,22 @@
 # Kafka shows as a test failing against one of them. Exit status: 0 when every test passed
 # against every target; every test runs even when an earlier one failed.
 #
-# Against vdl (JAVA_TEST_MAIN, default all six): ClientTest (Apache Kafka's Java client 3.9:
+# Against vdl (JAVA_TEST_MAIN, default all ten): ClientTest (Apache Kafka's Java client 3.9:
 # default idempotent producer, consumer group with commitSync; then a 6-partition topic with
 # keyed records, a two-member group and a rebalance, and CreatePartitions), StaticMembership (a
 # restarted static member takes its partition back without a rebalance, a duplicate is fenced,
 # removal by instance id), TransactionsTest (a transactional producer commits and aborts,
 # read_committed and read_uncommitted consumers, Admin list/describeTransactions, fencing by a
-# second producer of the transactional id, and transaction version 1 in use: the 3.9 client
-# keeps epoch 0; test_transactions.py runs it with the 4.1.1 client, version 2),
-# ConnectDistributedTest (Kafka Connect 3.9 distributed, default
+# second producer of the transactional id, and the transaction version in use: the 3.9 client
+# keeps epoch 0 (version 1), the 4.1.1 client bumps it per transaction on vdl (version 2)),
+# k4:vdl.clients.TransactionsTest (the same class
+# compiled against and run with the Kafka 4.1.1 Java client), StreamsEosTest (Kafka Streams 3.9
+# exactly_once_v2: a count's output exactly once read_committed across an instance that halts
+# mid-transaction), ConnectEosTest (Connect 3.9 with exactly.once.source.support=enabled,
+# FileStreamSource with exactly.once.support=required: every line exactly once read_committed
+# across a worker killed mid-stream), go:txn (tests/clients/go/txn, franz-go's
+# GroupTransactSession ETL: each input exactly once in the output read_committed, across an
+# abort, a rebalance and a worker that dies mid-transaction), ConnectDistributedTest (Kafka Connect 3.9 distributed, default
 # compacted internal topics, file source and sink, a worker restart resumes at the committed
 # offset; the vdl cluster runs its log cleaner every 500 ms and the test waits for it to
 # compact), StreamsKTableTest (Kafka Streams 3.9, a KTable count, its compacted changelog, a
@@ -23,8 +30,10 @@
 # connector on Connect 3.9 distributed, from a plugin.path directory made here from
 # java/debezium/pom.xml; a PostgreSQL server the test starts itself: snapshot, c/u/d and
 # tombstones per key, a worker restart resumes from the stored offset).
-# Against Kafka (JAVA_TEST_KAFKA_MAIN, default TransactionsTest ConnectDistributedTest StreamsKTableTest;
-# DebeziumPostgresTest runs there too when named).
+# Against Kafka (JAVA_TEST_KAFKA_MAIN, default TransactionsTest, StreamsEosTest, ConnectEosTest,
+# go:txn, ConnectDistributedTest, StreamsKTableTest; k4:vdl.clients.TransactionsTest and
+# DebeziumPostgresTest run there too when named: both passed there, and would add 20-70 s to
+# every run).
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
 #                                              JAVA_TEST_TARGETS: "vdl kafka" (default), "vdl"
@@ -33,8 +42,9 @@
 #                                              classes, e.g. vdl.clients.StaticMembership;
 #                                              VDL_KEEP=1 keeps the clusters' data and logs;
 #                                              JAVA_TEST_RECORDS, default 500)
-# Needs a JDK and Maven with the dependencies prefetched, the Kafka 3.9 jars and PostgreSQL's
-# server (Debian's postgresql): scripts/test-deps.sh does all four.
+# Needs a JDK and Maven with the dependencies prefetched (3.9.2 and, for k4:, 4.1.1), the Kafka
+# 3.9 jars, PostgreSQL's server (Debian's postgresql) and, for go:txn, Go >= 1.26 with franz-go
+# prefetched: scripts/test-deps.sh does all but install Go.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PROJ="$REPO/tests/clients/java"
@@ -63,8 +73,9 @@ rm -rf "$BUILD/classes"
 javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
 TARGETS="${JAVA_TEST_TARGETS:-vdl kafka}"
-ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.TransactionsTest vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
-ECOSYSTEM_TESTS="vdl.clients.TransactionsTest vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
+EOS_TESTS="vdl.clients.StreamsEosTest vdl.clients.ConnectEosTest go:txn"
+ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.TransactionsTest k4:vdl.clients.TransactionsTest $EOS_TESTS vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
+ECOSYSTEM_TESTS="vdl.clients.TransactionsTest $EOS_TESTS vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
 VDL_TESTS="${JAVA_TEST_MAIN:-$ALL_TESTS}"
 KAFKA_TESTS="${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}"
 RUNNING=""
@@ -96,6 +107,36 @@ if [[ "$RUNNING" == *DebeziumPostgresTest* ]]; then
   JAVA_PROPS=("-Dvdl.pg.bin=$PG_BIN" "-Dvdl.debezium.plugin.path=$PLUGINS")
 fi
 
+# 1b'. k4:CLASS, a class run with Apache Kafka's Java client 4.1.1 instead of 3.9 (the same pom
+#      with -Dkafka.version=4.1.1, prefetched by test-deps.sh; only that class and what it uses
+#      compiled, into $BUILD/classes-4).
+CP4=""
+if [[ "$RUNNING" == *k4:* ]]; then
+  mvn -B -q -o -f "$PROJ/pom.xml" -Dkafka.version=4.1.1 dependency:build-classpath \
+    -Dmdep.outputFile="$BUILD/classpath-4.txt" >"$BUILD/mvn-4.log" 2>&1 ||
+    { echo "the Kafka 4.1.1 client's Maven artifacts are not prefetched (run scripts/test-deps.sh)" >&2; cat "$BUILD/mvn-4.log" >&2; exit 1; }
+  CP4="$(cat "$BUILD/classpath-4.txt")"
+  rm -rf "$BUILD/classes-4"
+  K4_SOURCES=()
+  for main in $RUNNING; do
+    src="$PROJ/src/main/java/$(echo "${main#k4:}" | tr . /).java"
+    [[ "$main" == k4:* && " ${K4_SOURCES[*]-} " != *" $src "* ]] && K4_SOURCES+=("$src")
+  done
+  javac --release 17 -nowarn -d "$BUILD/classes-4" -cp "$CP4" -sourcepath "$PROJ/src/main/java" "${K4_SOURCES[@]}"
+fi
+
+# 1c. go:txn, franz-go's GroupTransactSession ETL (tests/clients/go/txn), when it is to run:
+#     built once with `go build -mod=readonly` (its modules prefetched by test-deps.sh; Go >=
+#     1.26, `go` on PATH or /usr/local/go/bin/go).
+GO_TXN=""
+if [[ "$RUNNING" == *go:txn* ]]; then
+  GO_BIN="$(command -v go || true)"
+  [[ -z "$GO_BIN" && -x /usr/local/go/bin/go ]] && GO_BIN=/usr/local/go/bin/go
+  [[ -n "$GO_BIN" ]] || { echo "no Go toolchain (go on PATH or /usr/local/go/bin/go) for go:txn" >&2; exit 1; }
+  GO_TXN="$BUILD/go-txn"
+  (cd "$REPO/tests/clients/go/txn" && timeout 300 "$GO_BIN" build -mod=readonly -o "$GO_TXN" .)
+fi
+
 FAILED=()
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -124,8 +165,17 @@ run_tests() {
   local tests="$1" bs="$2" prefix="$3" main; shift 3
   for main in $tests; do
     echo "java test ($TARGET): $main (at ${SECONDS}s)"
+    if [[ "$main" == go:txn ]]; then
+      if ! timeout 200 nice -n 10 "$GO_TXN" -bootstrap "$bs" -prefix "$prefix-franz-txn" -n 200 -timeout 180s; then
+        echo "java test ($TARGET): $main FAILED" >&2
+        FAILED+=("$TARGET:$main")
+      fi
+      continue
+    fi
+    local cp="$BUILD/classes:$CP" class="$main" name="$prefix"
+    if [[ "$main" == k4:* ]]; then cp="$BUILD/classes-4:$CP4" class="${main#k4:}" name="$prefix-k4"; fi
     if ! timeout 240 nice -n 10 java -Xmx384m -Dorg.slf4j.simpleLogger.defaultLogLevel=warn "$@" ${JAVA_PROPS[@]+"${JAVA_PROPS[@]}"} \
-      -cp "$BUILD/classes:$CP" "$main" "$bs" "$prefix" "$N"; then
+      -cp "$cp" "$class" "$bs" "$name" "$N"; then
       echo "java test ($TARGET): $main FAILED" >&2
       FAILED+=("$TARGET:$main")
     fi
