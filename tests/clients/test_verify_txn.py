@@ -7,9 +7,13 @@ fencing violations; a run must find none.
 
 - a clean run against the three-node vdl cluster, and the same command against Apache Kafka 3.9
   when its jars are fetched (scripts/kafka/fetch-kafka.sh): the checker is neutral;
-- a nemesis run on vdl: while the producers run, kill -9 and restart the transaction
-  coordinator (the metadata leader), kill -9 and restart a partition leader, and SIGSTOP /
-  SIGCONT a node for two seconds. Every kill is by the PID local-cluster.sh recorded.
+- a nemesis run on vdl (txn_nemesis.py): while the producers run, kill -9 and restart the
+  transaction coordinator (the metadata leader), kill -9 and restart a partition leader,
+  SIGSTOP / SIGCONT a node for two seconds, kill -9 all three nodes at once and restart them.
+  Every kill is by the PID local-cluster.sh recorded. VERIFY_TXN_NEMESIS_SECONDS (default 25)
+  and VERIFY_TXN_NEMESIS_ROUNDS (default 1) make it longer;
+- the same nemesis against Kafka 3.9 with VERIFY_TXN_KAFKA_NEMESIS=1 (not in CI: a Kafka
+  broker restart takes 30-40 s on the 2-core machine, so it needs about 120 s per round).
 
 Environment:
   VDL_PERF_BIN  the vdl-perf binary (default: target/debug/vdl-perf; built when missing)
@@ -18,7 +22,6 @@ Environment:
 import json
 import os
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -26,6 +29,7 @@ import time
 import pytest
 
 import admin_target as at
+import txn_nemesis
 from test_verify import _kafka_jars_fetched, _perf_binary
 
 TXN_ANOMALIES = (
@@ -85,7 +89,7 @@ def _finish(p, history, timeout=120):
     return p.returncode, json.loads(out), lines
 
 
-def _assert_clean(status, report, lines, min_committed=20):
+def _assert_clean(status, report, lines, min_committed=10):
     txn = report["txn"]
     total = txn["total"]
     summary = {k: v for k, v in txn.items() if k != "examples"}
@@ -134,77 +138,40 @@ def test_verify_transactional_passes_on_vdl(cluster, tmp_path):
     _assert_clean(*_finish(p, history))
 
 
-def _leader_of(cluster, topic, partition, timeout=20.0):
-    """The running node leading `topic`-`partition` as some running node's /cluster/status
-    says; `__cluster_metadata` partition 0 is the metadata group, whose leader is vdl's
-    transaction coordinator."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for n in cluster.running():
-            try:
-                code, body = cluster.admin_call(n, "/cluster/status", timeout=2.0)
-                doc = json.loads(body) if code == 200 else {}
-            except (OSError, ValueError):
-                doc = {}
-            for p in doc.get("partitions", []):
-                if (
-                    p["topic"] == topic
-                    and p["partition"] == partition
-                    and p.get("leader") in cluster.running()
-                ):
-                    return p["leader"]
-        time.sleep(0.1)
-    raise AssertionError(f"no leader for {topic}-{partition} within {timeout}s")
-
-
-def _nemesis(cluster, topic, stop, log):
-    """Faults while the producers run: kill -9 the transaction coordinator, restart it; kill
-    -9 a partition leader, restart it; SIGSTOP a node for 2 s. Bounded by `stop`."""
-    faults = ("coordinator", "partition", "pause")
-    i = 0
-    while not stop.is_set() and i < len(faults):
-        if stop.wait(2.0):
-            return
-        fault = faults[i]
-        i += 1
-        if fault == "coordinator":
-            node = _leader_of(cluster, "__cluster_metadata", 0)
-        elif fault == "partition":
-            node = _leader_of(cluster, topic, random.randrange(3))
-        else:
-            node = random.choice(cluster.running())
-        pid = cluster.pid(node)
-        t0 = time.monotonic()
-        if fault == "pause":
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                stop.wait(2.0)
-            finally:
-                os.kill(pid, signal.SIGCONT)
-        else:
-            cluster.kill(node)
-            stop.wait(1.5)
-            cluster.start()
-        log.append(f"{fault}: vdl{node} ({time.monotonic() - t0:.1f} s)")
-
-
-@pytest.mark.timeout(200)
-def test_verify_transactional_survives_kills_and_pauses_on_vdl(cluster, tmp_path):
-    p, topic, history = _verify_txn(cluster.bootstrap, tmp_path, duration="20s")
-    stop, log = threading.Event(), []
-    # The topic exists once the run has prepared it: wait for its leaders first.
-    _leader_of(cluster, topic, 0, timeout=30)
-    nemesis = threading.Thread(target=_nemesis, args=(cluster, topic, stop, log))
-    nemesis.start()
+def _nemesis_run(faults, bootstrap, tmp_path):
+    """A transactional verify of NEMESIS_SECONDS with NEMESIS_ROUNDS rounds of faults
+    (txn_nemesis.run) while it runs; the checker's result and the faults done."""
+    seconds = int(os.environ.get("VERIFY_TXN_NEMESIS_SECONDS", "25"))
+    rounds = int(os.environ.get("VERIFY_TXN_NEMESIS_ROUNDS", "1"))
+    p, topic, history = _verify_txn(bootstrap, tmp_path, duration=f"{seconds}s")
+    stop, log, nemesis = threading.Event(), [], None
     try:
-        result = _finish(p, history, timeout=170)
+        # The topic exists once the run has prepared it: wait for its leaders first.
+        faults.leader_of(topic, 0, timeout=60)
+        tid = f"vdl-perf-verify-{topic}-0"
+        nemesis = threading.Thread(
+            target=txn_nemesis.run, args=(faults, topic, tid, stop, log, rounds)
+        )
+        nemesis.start()
+        result = _finish(p, history, timeout=seconds + 150)
     finally:
         stop.set()
-        nemesis.join(timeout=120)
-        cluster.start()
+        p.kill()
+        if nemesis is not None:
+            nemesis.join(timeout=120)
     print("\nnemesis:", "; ".join(log))
-    assert len(log) == 3, log
-    _assert_clean(*result, min_committed=10)
+    assert len(log) == len(txn_nemesis.FAULTS) * rounds, log
+    return result
+
+
+@pytest.mark.timeout(300)
+def test_verify_transactional_survives_kills_and_pauses_on_vdl(cluster, tmp_path):
+    faults = txn_nemesis.VdlFaults(cluster)
+    try:
+        result = _nemesis_run(faults, cluster.bootstrap, tmp_path)
+    finally:
+        cluster.start()
+    _assert_clean(*result, min_committed=5)
 
 
 @pytest.mark.timeout(400)
@@ -214,6 +181,24 @@ def test_verify_transactional_passes_on_apache_kafka(tmp_path):
     kafka, cleanup = at.start_kafka()
     try:
         p, _, history = _verify_txn(kafka.bootstrap, tmp_path)
-        _assert_clean(*_finish(p, history))
+        # Kafka's transactions are slower here (about 1 s a commit on the loaded 2-core CI
+        # machine, JVMs just started): fewer commits.
+        _assert_clean(*_finish(p, history), min_committed=5)
+    finally:
+        cleanup()
+
+
+@pytest.mark.timeout(600)
+def test_verify_transactional_survives_kills_and_pauses_on_apache_kafka(tmp_path):
+    """The nemesis run against Kafka 3.9: only with VERIFY_TXN_KAFKA_NEMESIS=1 (a second Kafka
+    cluster start; see docs/reliability.md for its figures)."""
+    if os.environ.get("VERIFY_TXN_KAFKA_NEMESIS") != "1":
+        pytest.skip("set VERIFY_TXN_KAFKA_NEMESIS=1 to run the nemesis against Kafka 3.9")
+    if not _kafka_jars_fetched():
+        pytest.skip("Apache Kafka 3.9 jars not fetched (scripts/kafka/fetch-kafka.sh)")
+    kafka, cleanup = at.start_kafka()
+    try:
+        faults = txn_nemesis.KafkaFaults(kafka)
+        _assert_clean(*_nemesis_run(faults, kafka.bootstrap, tmp_path), min_committed=5)
     finally:
         cleanup()

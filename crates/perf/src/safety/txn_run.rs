@@ -36,6 +36,8 @@ use crate::client::{coordinator, protocol, ClientError, Cluster, Connection, PRO
 
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY: i8 = 1;
+/// Wait before asking again after CONCURRENT_TRANSACTIONS.
+const CONCURRENT_BACKOFF: Duration = Duration::from_millis(20);
 /// Pause between fencing rounds.
 const FENCING_PAUSE: Duration = Duration::from_millis(300);
 
@@ -116,9 +118,13 @@ impl<'a> Links<'a> {
                             ..
                         }
                     );
-                    if !concurrent {
-                        self.coordinator = None;
+                    if concurrent {
+                        // The previous transaction's markers are still being written: ask
+                        // again soon (the Java client retries this one after 20 ms).
+                        tokio::time::sleep(CONCURRENT_BACKOFF).await;
+                        continue;
                     }
+                    self.coordinator = None;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
