@@ -6,12 +6,14 @@ lost committed values, aborted values read, torn transactions, reads before the 
 fencing violations; a run must find none.
 
 - a clean run against the three-node vdl cluster, and the same command against Apache Kafka 3.9
-  when its jars are fetched (scripts/kafka/fetch-kafka.sh): the checker is neutral;
+  when its jars are fetched (scripts/kafka/fetch-kafka.sh; `check_on_kafka`, run by
+  test_verify.py's Kafka test on the cluster it starts): the checker is neutral;
 - a nemesis run on vdl (txn_nemesis.py): while the producers run, kill -9 and restart the
   transaction coordinator (the metadata leader), kill -9 and restart a partition leader,
   SIGSTOP / SIGCONT a node for two seconds, kill -9 all three nodes at once and restart them.
-  Every kill is by the PID local-cluster.sh recorded. VERIFY_TXN_NEMESIS_SECONDS (default 25)
-  and VERIFY_TXN_NEMESIS_ROUNDS (default 1) make it longer;
+  Every kill is by the PID local-cluster.sh recorded. VERIFY_TXN_NEMESIS_SECONDS (default 25),
+  VERIFY_TXN_NEMESIS_ROUNDS (default 1) and VERIFY_TXN_NEMESIS_PAUSE_SECONDS (default 2) make
+  it longer;
 - the same nemesis against Kafka 3.9 with VERIFY_TXN_KAFKA_NEMESIS=1 (not in CI: a Kafka
   broker restart takes 30-40 s on the 2-core machine, so it needs about 120 s per round).
 
@@ -24,7 +26,6 @@ import os
 import random
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -103,7 +104,8 @@ def _assert_clean(status, report, lines, min_committed=10):
     for kind in BASE_ANOMALIES:
         assert report["total"][kind] == 0, (kind, report)
     assert total["committed"] >= min_committed, total
-    assert total["aborted"] >= 1, total
+    # One in four is aborted at random: certain enough with 20 transactions or more.
+    assert total["aborted"] >= 1 or total["committed"] < 20, total
     # The fencing check ran: fenced transactions, none of whose values is visible.
     assert total["fenced"] >= 1, total
     # Read_committed final read: exactly the committed values (plus unknown outcomes that
@@ -143,6 +145,7 @@ def _nemesis_run(faults, bootstrap, tmp_path):
     (txn_nemesis.run) while it runs; the checker's result and the faults done."""
     seconds = int(os.environ.get("VERIFY_TXN_NEMESIS_SECONDS", "25"))
     rounds = int(os.environ.get("VERIFY_TXN_NEMESIS_ROUNDS", "1"))
+    pause_s = float(os.environ.get("VERIFY_TXN_NEMESIS_PAUSE_SECONDS", "2"))
     p, topic, history = _verify_txn(bootstrap, tmp_path, duration=f"{seconds}s")
     stop, log, nemesis = threading.Event(), [], None
     try:
@@ -150,7 +153,9 @@ def _nemesis_run(faults, bootstrap, tmp_path):
         faults.leader_of(topic, 0, timeout=60)
         tid = f"vdl-perf-verify-{topic}-0"
         nemesis = threading.Thread(
-            target=txn_nemesis.run, args=(faults, topic, tid, stop, log, rounds)
+            target=txn_nemesis.run,
+            args=(faults, topic, tid, stop, log, rounds),
+            kwargs={"pause_s": pause_s},
         )
         nemesis.start()
         result = _finish(p, history, timeout=seconds + 150)
@@ -174,18 +179,13 @@ def test_verify_transactional_survives_kills_and_pauses_on_vdl(cluster, tmp_path
     _assert_clean(*result, min_committed=5)
 
 
-@pytest.mark.timeout(400)
-def test_verify_transactional_passes_on_apache_kafka(tmp_path):
-    if not _kafka_jars_fetched():
-        pytest.skip("Apache Kafka 3.9 jars not fetched (scripts/kafka/fetch-kafka.sh)")
-    kafka, cleanup = at.start_kafka()
-    try:
-        p, _, history = _verify_txn(kafka.bootstrap, tmp_path)
-        # Kafka's transactions are slower here (about 1 s a commit on the loaded 2-core CI
-        # machine, JVMs just started): fewer commits.
-        _assert_clean(*_finish(p, history), min_committed=5)
-    finally:
-        cleanup()
+def check_on_kafka(kafka, tmp_path):
+    """The clean transactional run against a running Kafka 3.9 cluster: called by
+    test_verify.py's Kafka test, which has one started already (a Kafka start costs a minute
+    or more on the CI machine; its JVMs are warm by then, too)."""
+    p, _, history = _verify_txn(kafka.bootstrap, tmp_path, duration="12s")
+    # Kafka's transactions are slower here (0.2-1 s a commit on the loaded 2-core machine).
+    _assert_clean(*_finish(p, history), min_committed=5)
 
 
 @pytest.mark.timeout(600)

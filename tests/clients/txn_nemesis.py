@@ -172,8 +172,8 @@ FAULTS = ("coordinator", "partition", "pause", "crash_all")
 
 def run(faults, topic, transactional_id, stop, log, rounds=1, gap_s=2.0, down_s=1.5, pause_s=2.0):
     """`rounds` rounds of: kill -9 the coordinator of `transactional_id` and restart it; kill -9
-    the leader of a random partition of `topic` (3 partitions) and restart it; SIGSTOP a random
-    node for `pause_s` s; kill -9 every node at once and restart them all (a crash of the whole
+    the leader of a random partition of `topic` (3 partitions) and restart it; SIGSTOP the
+    coordinator or a random node for `pause_s` s; kill -9 every node at once and restart them all (a crash of the whole
     cluster: processes only, written data stays in the page cache). `gap_s` s between faults;
     stops early when `stop` is set. Each fault done is appended to `log`."""
     for _ in range(rounds):
@@ -185,7 +185,12 @@ def run(faults, topic, transactional_id, stop, log, rounds=1, gap_s=2.0, down_s=
             elif fault == "partition":
                 node = faults.leader_of(topic, random.randrange(3))
             elif fault == "pause":
-                node = random.choice(faults.nodes())
+                # The coordinator half the time: a pause longer than the producers' retries
+                # leaves EndTxn outcomes unknown.
+                if random.random() < 0.5:
+                    node = faults.coordinator(transactional_id)
+                else:
+                    node = random.choice(faults.nodes())
             else:
                 node = "all"
             t0 = time.monotonic()
