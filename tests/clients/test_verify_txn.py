@@ -13,7 +13,7 @@ fencing violations; a run must find none.
   SIGSTOP / SIGCONT a node for two seconds, kill -9 all three nodes at once and restart them.
   Every kill is by the PID local-cluster.sh recorded. VERIFY_TXN_NEMESIS_SECONDS (default 25),
   VERIFY_TXN_NEMESIS_ROUNDS (default 1) and VERIFY_TXN_NEMESIS_PAUSE_SECONDS (default 2) make
-  it longer;
+  it longer, VERIFY_TXN_TIMEOUT (vdl-perf's --timeout, default 3s) shorter timeouts;
 - the same nemesis against Kafka 3.9 with VERIFY_TXN_KAFKA_NEMESIS=1 (not in CI: a Kafka
   broker restart takes 30-40 s on the 2-core machine, so it needs about 120 s per round).
 
@@ -69,7 +69,7 @@ def _verify_txn(bootstrap, tmp_path, duration="8s", extra=()):
             "--consumers",
             "1",
             "--timeout",
-            "3s",
+            os.environ.get("VERIFY_TXN_TIMEOUT", "3s"),
             "--max-records",
             "200000",
             "--history",
@@ -142,7 +142,8 @@ def test_verify_transactional_passes_on_vdl(cluster, tmp_path):
 
 def _nemesis_run(faults, bootstrap, tmp_path):
     """A transactional verify of NEMESIS_SECONDS with NEMESIS_ROUNDS rounds of faults
-    (txn_nemesis.run) while it runs; the checker's result and the faults done."""
+    (txn_nemesis.run) while it runs; the checker's result, and whether every fault was done
+    before the run ended."""
     seconds = int(os.environ.get("VERIFY_TXN_NEMESIS_SECONDS", "25"))
     rounds = int(os.environ.get("VERIFY_TXN_NEMESIS_ROUNDS", "1"))
     pause_s = float(os.environ.get("VERIFY_TXN_NEMESIS_PAUSE_SECONDS", "2"))
@@ -165,18 +166,18 @@ def _nemesis_run(faults, bootstrap, tmp_path):
         if nemesis is not None:
             nemesis.join(timeout=120)
     print("\nnemesis:", "; ".join(log))
-    assert len(log) == len(txn_nemesis.FAULTS) * rounds, log
-    return result
+    return result, len(log) == len(txn_nemesis.FAULTS) * rounds
 
 
 @pytest.mark.timeout(300)
 def test_verify_transactional_survives_kills_and_pauses_on_vdl(cluster, tmp_path):
     faults = txn_nemesis.VdlFaults(cluster)
     try:
-        result = _nemesis_run(faults, cluster.bootstrap, tmp_path)
+        result, all_faults = _nemesis_run(faults, cluster.bootstrap, tmp_path)
     finally:
         cluster.start()
     _assert_clean(*result, min_committed=5)
+    assert all_faults, "the run ended before every fault was done"
 
 
 def check_on_kafka(kafka, tmp_path):
@@ -199,6 +200,8 @@ def test_verify_transactional_survives_kills_and_pauses_on_apache_kafka(tmp_path
     kafka, cleanup = at.start_kafka()
     try:
         faults = txn_nemesis.KafkaFaults(kafka)
-        _assert_clean(*_nemesis_run(faults, kafka.bootstrap, tmp_path), min_committed=5)
+        result, all_faults = _nemesis_run(faults, kafka.bootstrap, tmp_path)
+        _assert_clean(*result, min_committed=5)
+        assert all_faults, "the run ended before every fault was done"
     finally:
         cleanup()
