@@ -153,7 +153,8 @@ def _nemesis_run(faults, bootstrap, tmp_path):
     seconds = int(os.environ.get("VERIFY_TXN_NEMESIS_SECONDS", "25"))
     rounds = int(os.environ.get("VERIFY_TXN_NEMESIS_ROUNDS", "1"))
     pause_s = float(os.environ.get("VERIFY_TXN_NEMESIS_PAUSE_SECONDS", "2"))
-    kinds = tuple(os.environ.get("VERIFY_TXN_NEMESIS_FAULTS", ",".join(txn_nemesis.FAULTS)).split(","))
+    default_kinds = ",".join(txn_nemesis.FAULTS)
+    kinds = tuple(os.environ.get("VERIFY_TXN_NEMESIS_FAULTS", default_kinds).split(","))
     assert set(kinds) <= set(txn_nemesis.FAULTS), kinds
     p, topic, history = _verify_txn(bootstrap, tmp_path, duration=f"{seconds}s")
     stop, log, nemesis = threading.Event(), [], None
