@@ -170,8 +170,10 @@ class KafkaFaults:
 FAULTS = ("coordinator", "partition", "pause", "crash_all")
 
 
-def run(faults, topic, transactional_id, stop, log, rounds=1, gap_s=2.0, down_s=1.5, pause_s=2.0,
-        kinds=FAULTS):
+def run(
+    faults, topic, transactional_id, stop, log, rounds=1, gap_s=2.0, down_s=1.5, pause_s=2.0,
+    kinds=FAULTS,
+):
     """`rounds` rounds of: kill -9 the coordinator of `transactional_id` and restart it; kill -9
     the leader of a random partition of `topic` (3 partitions) and restart it; SIGSTOP the
     coordinator or a random node for `pause_s` s; kill -9 every node at once and restart them all (a crash of the whole
