@@ -177,9 +177,9 @@ def run(
     """`rounds` rounds of: kill -9 the coordinator of `transactional_id` and restart it; kill -9
     the leader of a random partition of `topic` (3 partitions) and restart it; SIGSTOP the
     coordinator or a random node for `pause_s` s; kill -9 every node at once and restart them
-    all (a crash of the whole cluster: processes only, written data stays in the page cache). `gap_s` s between faults;
-    stops early when `stop` is set. Each fault done is appended to `log`. `kinds` chooses some
-    of the faults (in that order)."""
+    all (a crash of the whole cluster: processes only, written data stays in the page cache).
+    `gap_s` s between faults; stops early when `stop` is set. Each fault done is appended to
+    `log`. `kinds` chooses some of the faults (in that order)."""
     for _ in range(rounds):
         for fault in kinds:
             if stop.wait(gap_s):
