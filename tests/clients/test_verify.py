@@ -3,7 +3,8 @@ final read against the three-node vdl cluster, and the same against Apache Kafka
 jars are fetched (scripts/kafka/fetch-kafka.sh): the checker must pass both, so it is neutral.
 Each target gets two runs: assign-mode consumers only, and idempotent producers with
 consumer-group members (joining one after another, so the group rebalances mid-run) next to
-one assign-mode consumer.
+one assign-mode consumer. Kafka gets a third, `verify --transactional` (test_verify_txn.py),
+on the same cluster.
 
 Environment:
   VDL_PERF_BIN  the vdl-perf binary (default: target/debug/vdl-perf, which `cargo test` builds;
@@ -171,5 +172,9 @@ def test_verify_passes_on_apache_kafka(tmp_path):
     try:
         _assert_clean(*_verify(kafka.bootstrap, tmp_path))
         _assert_group_clean(*_verify(kafka.bootstrap, tmp_path, GROUP_ARGS))
+        # The transactional run (test_verify_txn.py) on the same cluster.
+        import test_verify_txn
+
+        test_verify_txn.check_on_kafka(kafka, tmp_path)
     finally:
         cleanup()

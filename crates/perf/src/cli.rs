@@ -49,9 +49,10 @@ pub(crate) enum Command {
     /// Load a group coordinator: G groups x M members join, then heartbeat; heartbeat latency
     /// and the server's CPU.
     Groups(GroupsArgs),
-    /// Jepsen-style safety check: unique values produced with acks=all (optionally idempotent),
-    /// tailing consumers (assign mode) and consumer-group members, a final read; reports lost,
-    /// duplicate, inconsistent-offset, non-monotonic, skipped and lost-by-the-group records
+    /// Jepsen-style safety check: unique values produced with acks=all (optionally idempotent,
+    /// or in transactions read at read_committed), tailing consumers (assign mode) and
+    /// consumer-group members, a final read; reports lost, duplicate, inconsistent-offset,
+    /// non-monotonic, skipped and lost-by-the-group records and the transactional anomalies
     /// (exit status 1 on any), unseen and re-delivered records, availability and latency.
     Verify(VerifyArgs),
 }
@@ -96,6 +97,31 @@ pub(crate) struct VerifyArgs {
     /// Write the history (sends, polls, final read) as JSON lines to this file.
     #[arg(long)]
     pub(crate) history: Option<std::path::PathBuf>,
+    /// Transactional producers (each its own transactional.id: InitProducerId through the
+    /// transaction coordinator, AddPartitionsToTxn, one Produce per value, EndTxn commit or
+    /// abort) and read_committed consumers; checks that committed transactions are never
+    /// lost, aborted ones never read, none is torn or read before its commit, and that a
+    /// fenced producer's writes never become visible. Not with --group-consumers.
+    #[arg(long, conflicts_with_all = ["group_consumers", "idempotent"])]
+    pub(crate) transactional: bool,
+    /// Values per transaction (transactional runs).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) txn_values: u32,
+    /// Partitions each transaction writes to (transactional runs; at most --partitions).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) txn_partitions: u32,
+    /// Abort one transaction in this many instead of committing it (0: commit all).
+    #[arg(long, default_value_t = 4)]
+    pub(crate) abort_one_in: u32,
+    /// The producers' transaction.timeout.ms (the coordinator aborts a transaction left open
+    /// longer); the final read waits this long and 15 s for every last stable offset to reach
+    /// the high watermark.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) transaction_timeout: Duration,
+    /// Leave out the fencing check of transactional runs (a second producer with the same
+    /// transactional.id fencing the first mid-transaction, over and over).
+    #[arg(long)]
+    pub(crate) no_fencing: bool,
 }
 
 /// Where to connect.

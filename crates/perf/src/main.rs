@@ -359,6 +359,13 @@ async fn run(cli: Cli) -> Result<()> {
                 idempotent: a.idempotent,
                 max_records: a.max_records,
                 request_timeout: a.timeout,
+                transactions: a.transactional.then_some(vdl_perf::safety::run::TxnConfig {
+                    values_per_txn: a.txn_values,
+                    partitions_per_txn: a.txn_partitions,
+                    abort_one_in: a.abort_one_in,
+                    transaction_timeout: a.transaction_timeout,
+                    fencing: !a.no_fencing,
+                }),
             };
             let history = vdl_perf::safety::run::run(cfg)
                 .await

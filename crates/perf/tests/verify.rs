@@ -23,6 +23,7 @@ async fn a_run_against_the_fake_server_is_safe() {
         idempotent: false,
         max_records: 400,
         request_timeout: Duration::from_secs(5),
+        transactions: None,
     };
     let mut history = tokio::time::timeout(Duration::from_secs(60), run(cfg))
         .await

@@ -2,12 +2,14 @@
 //! ([`conn`]), request builders and response readers for the four APIs it uses ([`protocol`]),
 //! and leader discovery through Metadata ([`cluster`]), TLS and SASL ([`security`]), group and
 //! producer-id coordinator calls ([`coordinator`]) and the consumer protocol's embedded
-//! subscription, assignment and range assignor ([`consumer_protocol`]).
+//! subscription, assignment and range assignor ([`consumer_protocol`]), and a transactional
+//! producer's and read_committed consumer's calls ([`txn`]).
 //!
 //! Fixed versions, known to Apache Kafka 3.9 and to vdl: Produce v9, Fetch v12 (topic names),
 //! ListOffsets v7, Metadata v12, ApiVersions v3; for groups and idempotence (see
 //! [`coordinator`]) FindCoordinator v4, JoinGroup v9, SyncGroup v5, Heartbeat v4,
-//! OffsetCommit v8, OffsetFetch v7, LeaveGroup v5, InitProducerId v4. No ApiVersions negotiation: the tool measures
+//! OffsetCommit v8, OffsetFetch v7, LeaveGroup v5, InitProducerId v4; for transactions
+//! AddPartitionsToTxn v3 and EndTxn v3. No ApiVersions negotiation: the tool measures
 //! servers that speak these versions.
 
 pub mod cluster;
@@ -16,6 +18,7 @@ pub mod consumer_protocol;
 pub mod coordinator;
 pub mod protocol;
 pub mod security;
+pub mod txn;
 
 use kafka_proto::error_code::ErrorCode;
 use kafka_proto::{DecodeError, EncodeError};

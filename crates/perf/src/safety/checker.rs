@@ -118,6 +118,9 @@ pub struct Report {
     pub produce_latency_ms_p99: f64,
     /// Up to [`MAX_EXAMPLES`] descriptions per anomaly kind.
     pub examples: BTreeMap<&'static str, Vec<String>>,
+    /// The transactional checker's verdict (transactional runs; its anomalies count in `safe`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub txn: Option<super::txn_checker::TxnReport>,
 }
 
 impl Report {
@@ -328,7 +331,8 @@ pub fn check(h: &History) -> Report {
         let a = *a;
         report.total.add(&a);
     }
-    report.safe = report.total.is_safe();
+    report.txn = h.info.transactional.then(|| super::txn_checker::check(h));
+    report.safe = report.total.is_safe() && report.txn.as_ref().is_none_or(|t| t.safe);
     report.final_records = h.final_read.len() as u64;
     report.polled_records = h.polls.len() as u64;
     report.longest_unavailable_ms = longest_gap_ms(ack_times_ms, h.info.run_ms);
@@ -391,6 +395,9 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(s, "{kind}: {e}");
         }
     }
+    if let Some(t) = &r.txn {
+        s.push_str(&super::txn_checker::render(t));
+    }
     s
 }
 
@@ -444,6 +451,7 @@ mod tests {
             consumer,
             member: None,
             generation: None,
+            at_us: None,
             read: read(partition, offset, value),
         }
     }
@@ -670,6 +678,7 @@ mod tests {
             consumer,
             member: Some(format!("m-{}", (b'a' + consumer as u8 - 2) as char)),
             generation: Some(generation),
+            at_us: None,
             read: read(partition, offset, value),
         }
     }

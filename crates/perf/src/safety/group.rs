@@ -309,6 +309,7 @@ async fn poll_generation(
                 consumer: cfg.consumer,
                 member: Some(member_id.to_string()),
                 generation: Some(generation),
+                at_us: None,
                 read,
             }));
         }

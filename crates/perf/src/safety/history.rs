@@ -1,7 +1,7 @@
-//! The history of a verify run: every send with its outcome, every assignment a group member
-//! received, every record a consumer polled (in poll order, with the group member and
-//! generation in group mode), the group's final committed offsets, and the final read of every
-//! partition. One JSON object per line when written to a file, the first describing the run.
+//! The history of a verify run: every send with its outcome (or, in a transactional run, every
+//! transaction with its values and outcome), every assignment a group member received, every
+//! record a consumer polled (in poll order, with the group member and generation in group
+//! mode), the group's final committed offsets, and the final read of every partition. One JSON object per line when written to a file, the first describing the run.
 
 use serde::Serialize;
 
@@ -65,6 +65,11 @@ pub struct Poll {
     /// The group generation of the assignment it polled under (group mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<i32>,
+    /// When the Fetch answer that held it arrived, in microseconds since the run started
+    /// (transactional runs' tailers; the read-before-commit check compares it with the
+    /// transaction's first EndTxn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_us: Option<u64>,
     /// What it read.
     #[serde(flatten)]
     pub read: Read,
@@ -109,6 +114,74 @@ pub struct RunInfo {
     /// The consumer group the group members joined (none without group members).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Whether the producers were transactional (their writes are in `txns`, not `sends`) and
+    /// every read was read_committed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub transactional: bool,
+}
+
+/// How a transaction ended, as its producer knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum TxnOutcome {
+    /// EndTxn(commit) was answered without error: every value must be visible.
+    Committed,
+    /// EndTxn(abort) was answered without error: no value may be visible.
+    Aborted,
+    /// A second producer with the same transactional id was initialised while this
+    /// transaction was open (the fencing check): no value may be visible.
+    Fenced,
+    /// The end is not known (an EndTxn that failed or timed out, a fenced producer, a produce
+    /// that failed and an abort that failed too): all values visible or none.
+    Unknown {
+        /// The error's kind (Kafka error name or client failure).
+        error: String,
+    },
+}
+
+/// One value of a transaction and the partition it was sent to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TxnWrite {
+    /// The unique value (`t<producer>-<transaction>-<index>`).
+    pub value: String,
+    /// The partition.
+    pub partition: i32,
+    /// The offset the Produce answer gave it (none when the produce failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<i64>,
+}
+
+/// One transaction of a transactional producer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Txn {
+    /// The producer (its `transactional.id` is `vdl-perf-verify-<topic>-<producer>`; the
+    /// fencing check's producers come after the workload's).
+    pub producer: u32,
+    /// The transactional id.
+    pub transactional_id: String,
+    /// The producer id and epoch it wrote with.
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i16,
+    /// Its values, in the order they were sent.
+    pub writes: Vec<TxnWrite>,
+    /// Whether EndTxn(commit) was ever sent for it (false: it was never asked to commit, so
+    /// no value may be visible whatever its outcome).
+    pub commit_requested: bool,
+    /// When the first EndTxn was sent, in microseconds since the run started (none: never).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_sent_us: Option<u64>,
+    /// When the outcome was known, in milliseconds since the run started.
+    pub done_ms: u64,
+    /// From the first produce to the outcome, in microseconds.
+    pub latency_us: u64,
+    /// How it ended.
+    #[serde(flatten)]
+    pub outcome: TxnOutcome,
+    /// What a fenced producer managed after the second producer fenced it (a write or a
+    /// commit that was answered without error; the fencing check only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub zombie_accepted: Vec<String>,
 }
 
 /// Everything a run observed.
@@ -116,16 +189,33 @@ pub struct RunInfo {
 pub struct History {
     /// What kind of run it was.
     pub info: RunInfo,
-    /// Every send, in any order.
+    /// Every send, in any order (none in a transactional run).
     pub sends: Vec<Send>,
+    /// Every transaction (transactional runs).
+    pub txns: Vec<Txn>,
     /// Every assignment of a group member.
     pub assignments: Vec<Assignment>,
     /// Every poll; for one (consumer, generation, partition) in poll order.
     pub polls: Vec<Poll>,
     /// The group's committed offsets at the end (group mode only).
     pub committed: Vec<Committed>,
-    /// The final read of every partition from the log start to the high watermark.
+    /// The final read of every partition from the log start to the high watermark (at
+    /// read_committed: to the last stable offset).
     pub final_read: Vec<Read>,
+    /// Where the final read of each partition of a transactional run ended.
+    pub final_bounds: Vec<FinalBound>,
+}
+
+/// The bounds of a transactional run's final read of one partition: its last stable offset,
+/// once it reached the high watermark or the wait for it ended, and the high watermark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FinalBound {
+    /// Partition.
+    pub partition: i32,
+    /// The last stable offset the final read stopped at.
+    pub last_stable_offset: i64,
+    /// The high watermark when the producers had stopped.
+    pub high_watermark: i64,
 }
 
 /// One line of the history file.
@@ -136,6 +226,8 @@ pub enum HistoryLine<'a> {
     Run(&'a RunInfo),
     /// A send.
     Send(&'a Send),
+    /// A transaction.
+    Txn(&'a Txn),
     /// A group member's assignment.
     Assignment(&'a Assignment),
     /// A poll.
@@ -144,18 +236,22 @@ pub enum HistoryLine<'a> {
     Committed(&'a Committed),
     /// A record of the final read.
     Final(&'a Read),
+    /// Where a transactional run's final read of a partition ended.
+    Bound(&'a FinalBound),
 }
 
 impl History {
-    /// Writes the history as JSON lines: the run, sends, assignments, polls, committed
-    /// offsets, then the final read.
+    /// Writes the history as JSON lines: the run, sends, transactions, assignments, polls,
+    /// committed offsets, the final read, then its bounds.
     pub fn write_jsonl(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         let lines = std::iter::once(HistoryLine::Run(&self.info))
             .chain(self.sends.iter().map(HistoryLine::Send))
+            .chain(self.txns.iter().map(HistoryLine::Txn))
             .chain(self.assignments.iter().map(HistoryLine::Assignment))
             .chain(self.polls.iter().map(HistoryLine::Poll))
             .chain(self.committed.iter().map(HistoryLine::Committed))
-            .chain(self.final_read.iter().map(HistoryLine::Final));
+            .chain(self.final_read.iter().map(HistoryLine::Final))
+            .chain(self.final_bounds.iter().map(HistoryLine::Bound));
         for line in lines {
             serde_json::to_writer(&mut *out, &line)?;
             out.write_all(b"\n")?;

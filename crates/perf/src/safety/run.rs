@@ -25,9 +25,11 @@ use kafka_proto::records::{split_batches_lenient, Compression, RecordBatchBuilde
 use thiserror::Error;
 
 use super::group::{self, Drain};
-use super::history::{History, Poll, Read, RunInfo, Send, SendOutcome};
+use super::history::{FinalBound, History, Poll, Read, RunInfo, Send, SendOutcome};
+use super::isolation::committed_records;
 use crate::client::coordinator;
 use crate::client::protocol::{self, FetchSpec, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+use crate::client::txn::{self as txn_client, READ_COMMITTED, READ_UNCOMMITTED};
 use crate::client::{
     ClientError, Cluster, Connection, FETCH_VERSION, LIST_OFFSETS_VERSION, PRODUCE_VERSION,
 };
@@ -39,6 +41,9 @@ pub(super) const MAX_DECOMPRESSED: usize = 64 << 20;
 pub(super) const FETCH_BYTES: i32 = 1 << 20;
 /// How long the final read of a partition may go without progress before the run fails.
 const FINAL_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the final read of a transactional run waits, past the transaction timeout, for
+/// a partition's last stable offset to reach its high watermark.
+const LSO_WAIT_MARGIN: Duration = Duration::from_secs(15);
 /// How long consumers keep reading after the producers stop, at most.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// An idempotent producer retries one batch for at most this many request timeouts (Java's
@@ -70,6 +75,25 @@ pub struct VerifyConfig {
     pub max_records: u64,
     /// Per-request timeout (a produce that times out has an unknown outcome).
     pub request_timeout: Duration,
+    /// Transactional producers and read_committed consumers ([`super::txn_run`]); `None`:
+    /// plain or idempotent producers.
+    pub transactions: Option<TxnConfig>,
+}
+
+/// What the transactional producers of a run do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnConfig {
+    /// Values per transaction (spread over the partitions it writes to).
+    pub values_per_txn: u32,
+    /// Partitions each transaction writes to (at most the topic's).
+    pub partitions_per_txn: u32,
+    /// One transaction in this many is aborted instead of committed (0: none).
+    pub abort_one_in: u32,
+    /// The transaction timeout the producers ask for (`transaction.timeout.ms`).
+    pub transaction_timeout: Duration,
+    /// Whether a fencing check runs beside the producers (a second producer with the same
+    /// transactional id fences the first mid-transaction, over and over).
+    pub fencing: bool,
 }
 
 /// Why a run could not produce a history.
@@ -124,6 +148,11 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
         .ensure_partitions(&cfg.topic, cfg.partitions, setup_deadline)
         .await
         .map_err(client(format!("preparing topic {}", cfg.topic)))?;
+    if cfg.transactions.is_some() {
+        super::txn_run::wait_coordinator(&cluster, &cfg, setup_deadline)
+            .await
+            .map_err(client("waiting for the transaction coordinator"))?;
+    }
 
     let start = Instant::now();
     let producing = Arc::new(AtomicBool::new(true));
@@ -140,6 +169,7 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
                 consumer,
                 partition,
                 producing.clone(),
+                start,
             )));
         }
     }
@@ -163,13 +193,32 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
         })));
     }
     let mut producers = Vec::new();
+    let mut txn_producers = Vec::new();
     for producer in 0..cfg.producers {
-        producers.push(tokio::spawn(produce(
+        if cfg.transactions.is_some() {
+            txn_producers.push(tokio::spawn(super::txn_run::produce(
+                cluster.clone(),
+                cfg.clone(),
+                producer,
+                start,
+                sent.clone(),
+            )));
+        } else {
+            producers.push(tokio::spawn(produce(
+                cluster.clone(),
+                cfg.clone(),
+                producer,
+                start,
+                sent.clone(),
+            )));
+        }
+    }
+    if cfg.transactions.is_some_and(|t| t.fencing) {
+        txn_producers.push(tokio::spawn(super::txn_run::fencing(
             cluster.clone(),
             cfg.clone(),
-            producer,
+            cfg.producers,
             start,
-            sent.clone(),
         )));
     }
     let mut history = History {
@@ -177,12 +226,16 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
             partitions: cfg.partitions,
             idempotent: cfg.idempotent,
             group: (cfg.group_consumers > 0).then(|| group.clone()),
+            transactional: cfg.transactions.is_some(),
             ..RunInfo::default()
         },
         ..History::default()
     };
     for p in producers {
         history.sends.extend(p.await?);
+    }
+    for p in txn_producers {
+        history.txns.extend(p.await?);
     }
     history.info.run_ms = start.elapsed().as_millis() as u64;
     producing.store(false, Ordering::Release);
@@ -213,10 +266,11 @@ pub async fn run(cfg: VerifyConfig) -> Result<History, RunError> {
             .await
             .map_err(client(format!("reading the committed offsets of {group}")))?;
     }
+    let isolation = isolation_of(&cfg);
     for partition in 0..cfg.partitions {
-        history
-            .final_read
-            .extend(final_read(&cluster, &cfg.topic, partition).await?);
+        let (reads, bound) = final_read(&cluster, &cfg, partition, isolation).await?;
+        history.final_read.extend(reads);
+        history.final_bounds.extend(bound);
     }
     Ok(history)
 }
@@ -409,15 +463,28 @@ async fn send_batch(
     Ok(protocol::produce_ack(resp, partition)?.base_offset)
 }
 
+/// The isolation level of a run's reads: read_committed in a transactional run.
+fn isolation_of(cfg: &VerifyConfig) -> i8 {
+    if cfg.transactions.is_some() {
+        READ_COMMITTED
+    } else {
+        READ_UNCOMMITTED
+    }
+}
+
 /// One consumer's tail of one partition: from the log start, until the producers stopped and
 /// the high watermark of that moment is reached (or [`DRAIN_TIMEOUT`] after they stopped).
+/// In a transactional run it reads at read_committed and notes when each answer arrived.
 async fn tail(
     cluster: Arc<Cluster>,
     cfg: Arc<VerifyConfig>,
     consumer: u32,
     partition: i32,
     producing: Arc<AtomicBool>,
+    start: Instant,
 ) -> Vec<Poll> {
+    let isolation = isolation_of(&cfg);
+    let transactional = cfg.transactions.is_some();
     let mut polls = Vec::new();
     let mut conn: Option<Connection> = None;
     let mut next: Option<i64> = None;
@@ -467,22 +534,29 @@ async fn tail(
                 max_wait_ms: 100,
                 min_bytes: 1,
             };
-            let resp = c
-                .request(FETCH_VERSION, &protocol::fetch(&cfg.topic, partition, spec))
-                .await?;
-            Ok::<_, ClientError>(protocol::fetched(resp, partition)?.records)
+            let req = txn_client::fetch(&cfg.topic, partition, spec, isolation);
+            let resp = c.request(FETCH_VERSION, &req).await?;
+            txn_client::fetched_committed(resp, partition)
         };
         match step.await {
             Ok(data) => {
+                let at_us = transactional.then(|| start.elapsed().as_micros() as u64);
                 let from = next.unwrap_or(0);
-                match records_from(data, partition, from) {
-                    Ok(reads) => {
-                        for r in reads {
-                            next = Some(r.offset + 1);
+                match committed_records(data.records, &data.aborted, partition, from) {
+                    Ok(got) => {
+                        if transactional {
+                            // Markers and aborted batches take offsets too: move past them.
+                            if let Some(n) = got.next_offset {
+                                next = Some(n.max(from));
+                            }
+                        }
+                        for r in got.reads {
+                            next = Some(next.unwrap_or(0).max(r.offset + 1));
                             polls.push(Poll {
                                 consumer,
                                 member: None,
                                 generation: None,
+                                at_us,
                                 read: r,
                             });
                         }
@@ -538,6 +612,17 @@ pub(super) async fn list_offset(
     partition: i32,
     timestamp: i64,
 ) -> Result<i64, ClientError> {
+    list_offset_at(cluster, topic, partition, timestamp, READ_UNCOMMITTED).await
+}
+
+/// A ListOffsets at `isolation` from the partition's leader.
+async fn list_offset_at(
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+    isolation: i8,
+) -> Result<i64, ClientError> {
     let deadline = Instant::now() + cluster.timeout();
     let mut c = cluster
         .connect_leader(topic, partition, deadline, &mut |_| {})
@@ -545,7 +630,7 @@ pub(super) async fn list_offset(
     let resp = c
         .request(
             LIST_OFFSETS_VERSION,
-            &protocol::list_offsets(topic, partition, timestamp),
+            &txn_client::list_offsets(topic, partition, timestamp, isolation),
         )
         .await?;
     protocol::listed_offset(resp, partition)
@@ -553,15 +638,43 @@ pub(super) async fn list_offset(
 
 /// Reads a partition from the log start to the high watermark. Fetch failures and empty
 /// answers (a new leader catching up) are retried on a new connection until
-/// [`FINAL_READ_TIMEOUT`] passes without progress.
-async fn final_read(cluster: &Cluster, topic: &str, partition: i32) -> Result<Vec<Read>, RunError> {
+/// [`FINAL_READ_TIMEOUT`] passes without progress. At read_committed it first waits (up to
+/// the transaction timeout and [`LSO_WAIT_MARGIN`]) for the last stable offset to reach the
+/// high watermark, reads up to the last stable offset, and returns both bounds.
+async fn final_read(
+    cluster: &Cluster,
+    cfg: &VerifyConfig,
+    partition: i32,
+    isolation: i8,
+) -> Result<(Vec<Read>, Option<FinalBound>), RunError> {
+    let topic = cfg.topic.as_str();
     let what = |w: &str| format!("final read of {topic}-{partition}: {w}");
     let start = list_offset(cluster, topic, partition, EARLIEST_TIMESTAMP)
         .await
         .map_err(client(what("log start")))?;
-    let end = list_offset(cluster, topic, partition, LATEST_TIMESTAMP)
+    let mut end = list_offset(cluster, topic, partition, LATEST_TIMESTAMP)
         .await
         .map_err(client(what("high watermark")))?;
+    let mut bound = None;
+    if let Some(t) = cfg.transactions.filter(|_| isolation == READ_COMMITTED) {
+        let high_watermark = end;
+        let wait_until = Instant::now() + t.transaction_timeout + LSO_WAIT_MARGIN;
+        let last_stable_offset = loop {
+            let lso = list_offset_at(cluster, topic, partition, LATEST_TIMESTAMP, READ_COMMITTED)
+                .await
+                .map_err(client(what("last stable offset")))?;
+            if lso >= high_watermark || Instant::now() >= wait_until {
+                break lso;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        end = last_stable_offset.min(high_watermark);
+        bound = Some(FinalBound {
+            partition,
+            last_stable_offset,
+            high_watermark,
+        });
+    }
     let mut conn: Option<Connection> = None;
     let mut reads = Vec::new();
     let mut next = start;
@@ -583,24 +696,22 @@ async fn final_read(cluster: &Cluster, topic: &str, partition: i32) -> Result<Ve
                 max_wait_ms: 100,
                 min_bytes: 1,
             };
-            let resp = c
-                .request(FETCH_VERSION, &protocol::fetch(topic, partition, spec))
-                .await?;
-            Ok::<_, ClientError>(protocol::fetched(resp, partition)?.records)
+            let req = txn_client::fetch(topic, partition, spec, isolation);
+            let resp = c.request(FETCH_VERSION, &req).await?;
+            txn_client::fetched_committed(resp, partition)
         };
         let failure = match step.await {
             Ok(data) => {
-                let batch_end = split_batches_lenient(data.clone())
-                    .filter_map(Result::ok)
-                    .map(|b| b.next_offset())
-                    .max();
-                let got = records_from(data, partition, next)?;
+                let committed = committed_records(data.records, &data.aborted, partition, next)?;
+                let batch_end = committed.next_offset;
+                let got = committed.reads;
                 let before = next;
-                match (got.last(), batch_end) {
-                    (Some(r), _) => next = r.offset + 1,
-                    // Only control batches: move past them.
-                    (None, Some(e)) if e > next => next = e,
-                    _ => {}
+                if let Some(r) = got.last() {
+                    next = r.offset + 1;
+                }
+                // Control batches (and, at read_committed, aborted ones) take offsets too.
+                if let Some(e) = batch_end.filter(|e| *e > next) {
+                    next = e;
                 }
                 reads.extend(got.into_iter().filter(|r| r.offset < end));
                 if next > before {
@@ -624,5 +735,5 @@ async fn final_read(cluster: &Cluster, topic: &str, partition: i32) -> Result<Ve
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok(reads)
+    Ok((reads, bound))
 }
