@@ -1,24 +1,18 @@
 """confluent-kafka (librdkafka) transactions against a real three-node vdl cluster (see
 conftest.py): a transactional producer commits and aborts, read_committed consumers see the
 committed records only (read_uncommitted ones see all), and a second producer with the same
-transactional.id fences the first. Also Kafka's Java client 4.x running
-vdl.clients.TransactionsTest (run-java.sh runs it with 3.9): the 4.x client reads `transaction.version` 2 from ApiVersions and
-uses KIP-890's version 2 (an epoch bump at every EndTxn, implicit AddPartitions), the 3.9 client
-and librdkafka version 1; the class checks the version in use from the producer epoch
-DescribeProducers shows.
+transactional.id fences the first. librdkafka uses transaction version 1 (it does not read
+`transaction.version` from ApiVersions); Kafka's Java client runs vdl.clients.TransactionsTest
+with 3.9 (version 1) and 4.1.1 (version 2) in tests/clients/run-java.sh.
 
 Every wait is bounded: client calls have timeouts and loops deadlines.
 """
 
-import os
-import subprocess
 import time
 import uuid
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-
-from conftest import REPO
 
 TIMEOUT_S = 30
 
@@ -150,45 +144,3 @@ def test_kafka_transactions_tool_lists_and_describes(cluster, topic):
         assert f"{topic}-0" in out, out
     q.abort_transaction(TIMEOUT_S)
 
-
-# The Java client versions checked here (scripts/test-deps.sh prefetches 4.1.1); the 3.9 client
-# runs the same class, asserting version 1, in tests/clients/run-java.sh against vdl and Kafka.
-JAVA_CLIENT_VERSIONS = ["4.1.1"]
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("kafka_version", JAVA_CLIENT_VERSIONS)
-def test_java_client_transaction_versions(cluster, tmp_path, kafka_version):
-    """vdl.clients.TransactionsTest with Kafka's Java client 4.x (transaction version 2; 3.9,
-    version 1, runs it in run-java.sh): commit, abort, read_committed, list/describe, fencing,
-    and the version in use (tests/clients/java's pom with `kafka.version` set; Maven
-    offline)."""
-    proj = os.path.join(REPO, "tests", "clients", "java")
-    cp_file = tmp_path / "classpath.txt"
-    r = subprocess.run(
-        ["mvn", "-B", "-q", "-o", "-f", os.path.join(proj, "pom.xml"),
-         f"-Dkafka.version={kafka_version}",
-         "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert r.returncode == 0, f"Maven class path (offline) failed:\n{r.stdout}\n{r.stderr}"
-    cp = cp_file.read_text().strip()
-    classes = tmp_path / "classes"
-    src = os.path.join(proj, "src", "main", "java", "vdl", "clients")
-    r = subprocess.run(
-        ["javac", "--release", "17", "-d", str(classes), "-cp", cp,
-         "-sourcepath", os.path.join(proj, "src", "main", "java"),
-         os.path.join(src, "TransactionsTest.java")],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert r.returncode == 0, f"javac failed:\n{r.stdout}\n{r.stderr}"
-    topic = f"java-{kafka_version.replace('.', '-')}-{uuid.uuid4().hex[:8]}"
-    r = subprocess.run(
-        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-         "-cp", f"{classes}:{cp}", "vdl.clients.TransactionsTest", cluster.bootstrap, topic],
-        capture_output=True, text=True, timeout=240,
-    )
-    print(r.stdout)
-    assert r.returncode == 0, f"failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
-    version = "1" if kafka_version.startswith("3.") else "2"
-    assert f"transaction version {version} in use" in r.stdout, r.stdout

@@ -50,7 +50,8 @@ import org.apache.kafka.common.utils.AppInfoParser;
  * </ol>
  *
  * Runs with the Java client 3.9 (tests/clients/run-java.sh) and 4.x
- * (tests/clients/test_transactions.py, the pom with {@code -Dkafka.version=4.1.1}).
+ * (tests/clients/run-java.sh as {@code k4:vdl.clients.TransactionsTest}: the pom with
+ * {@code -Dkafka.version=4.1.1}).
  *
  * Usage: TransactionsTest BOOTSTRAP TOPIC (creates TOPIC-txn). Exits 0 on success, 1 with a
  * message on failure. Every wait is bounded.
