@@ -39,8 +39,9 @@ pub trait EffectHost {
     fn reconcile_membership(&mut self);
     /// Records node `id`'s admin address.
     fn note_admin_address(&mut self, id: u64, address: String);
-    /// A transaction was decided: wakes whatever writes its markers here.
-    fn note_transaction_decided(&mut self);
+    /// A transaction was decided, or a partition asked to join one: wakes the transaction
+    /// tasks here (the marker writer, the coordinator's handler of those requests).
+    fn note_transaction_work(&mut self);
 }
 
 /// Carries out on `host` what one applied metadata command asks of it, in log order. A topic
@@ -65,7 +66,7 @@ pub fn carry_out<H: EffectHost + ?Sized>(host: &mut H, effect: Effect) {
         }
         Effect::MembershipChanged => host.reconcile_membership(),
         Effect::AdminAddress(id, address) => host.note_admin_address(id, address),
-        Effect::TransactionDecided => host.note_transaction_decided(),
+        Effect::TransactionWork => host.note_transaction_work(),
     }
 }
 
@@ -178,8 +179,8 @@ mod tests {
             self.calls.push(format!("admin {id} {address}"));
         }
 
-        fn note_transaction_decided(&mut self) {
-            self.calls.push("decided".to_owned());
+        fn note_transaction_work(&mut self) {
+            self.calls.push("transaction work".to_owned());
         }
     }
 

@@ -383,9 +383,10 @@ pub(crate) trait TxnHost: ClusterHost {
     /// in the replicated metadata).
     fn txn_coordinator(&self) -> &TxnCoordinator;
 
-    /// Notified when the metadata applied on this node decides a transaction (its markers
-    /// are due): the marker writer waits on it between its scans.
-    fn transactions_decided(&self) -> Arc<tokio::sync::Notify>;
+    /// Changes when the metadata applied on this node decides a transaction (its markers are
+    /// due) or queues a request to add a partition to one: the transaction tasks wait on it
+    /// between their scans.
+    fn transaction_work(&self) -> tokio::sync::watch::Receiver<u64>;
 }
 
 /// Every API family's host: what the request dispatch ([`crate::kafka::handlers`]) hands the

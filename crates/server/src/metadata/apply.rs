@@ -298,7 +298,7 @@ impl ClusterMeta {
             | MetaCommand::ExpireTransactionalId { .. }) => self.apply_transaction(cmd),
             cmd @ MetaCommand::RequestTxnPartitions { .. } => {
                 self.queue_txn_partition_request(index, cmd);
-                None
+                Some(Effect::TransactionWork)
             }
             MetaCommand::CreateAcls { acls } => {
                 for b in acls {
@@ -450,9 +450,10 @@ pub enum Effect {
     MembershipChanged,
     /// A node announced its admin address: (node, address).
     AdminAddress(u64, String),
-    /// A transaction was decided (PrepareCommit or PrepareAbort): its partitions' leaders
-    /// write the markers now rather than at their next scan.
-    TransactionDecided,
+    /// A transaction was decided (PrepareCommit or PrepareAbort: its partitions' leaders write
+    /// the markers), or a partition leader asked the coordinator to add a partition to one
+    /// (transaction version 2): the transaction tasks look now rather than at their next scan.
+    TransactionWork,
 }
 
 /// The overrides of a command that pass validation (every node keeps the same ones: the check

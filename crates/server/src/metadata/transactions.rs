@@ -128,7 +128,7 @@ pub struct TxnRecord {
 
 impl ClusterMeta {
     /// Applies the transaction commands (see the module documentation). A transaction left
-    /// decided, its markers still to write, asks the node for [`Effect::TransactionDecided`].
+    /// decided, its markers still to write, asks the node for [`Effect::TransactionWork`].
     pub(super) fn apply_transaction(&mut self, cmd: MetaCommand) -> Option<Effect> {
         match cmd {
             MetaCommand::PutTransaction {
@@ -152,7 +152,7 @@ impl ClusterMeta {
                     self.deciding_transactions.remove(&transactional_id);
                 }
                 self.transactions.insert(transactional_id, record);
-                decided.then_some(Effect::TransactionDecided)
+                decided.then_some(Effect::TransactionWork)
             }
             MetaCommand::TxnMarkersWritten {
                 transactional_id,
@@ -324,7 +324,7 @@ mod tests {
     }
 
     /// Deciding a transaction with partitions to mark asks the node to write the markers now
-    /// ([`Effect::TransactionDecided`]); any other state of the record, or a decision with
+    /// ([`Effect::TransactionWork`]); any other state of the record, or a decision with
     /// nothing to mark (completed at once), asks nothing.
     #[test]
     fn a_decision_with_markers_to_write_wakes_the_marker_writers() {
@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(apply(1, record(TxnStatus::Ongoing, &[("a", 0)])), None);
         assert_eq!(
             apply(2, record(TxnStatus::PrepareAbort, &[("a", 0)])),
-            Some(Effect::TransactionDecided)
+            Some(Effect::TransactionWork)
         );
         assert_eq!(apply(3, record(TxnStatus::PrepareCommit, &[])), None);
     }

@@ -241,10 +241,12 @@ impl Node {
         &self.metadata_proposer
     }
 
-    /// Notified (one stored permit, so a decision while nobody waits is not lost) each time
-    /// the metadata applied here decides a transaction: the transaction's markers are due.
-    pub fn transactions_decided(&self) -> Arc<tokio::sync::Notify> {
-        Arc::clone(&self.transactions_decided)
+    /// Changes each time the metadata applied here decides a transaction (its markers are
+    /// due) or queues a partition leader's request to add a partition to one (the coordinator
+    /// handles it): each of the transaction tasks holds its own receiver, so none misses a
+    /// change made while it was busy.
+    pub fn transaction_work(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.transaction_work.subscribe()
     }
 }
 
@@ -302,7 +304,7 @@ impl EffectHost for NodeEffects<'_> {
         self.0.note_admin_address(id, address);
     }
 
-    fn note_transaction_decided(&mut self) {
-        self.0.transactions_decided.notify_one();
+    fn note_transaction_work(&mut self) {
+        self.0.transaction_work.send_modify(|n| *n = n.wrapping_add(1));
     }
 }

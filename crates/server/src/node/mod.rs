@@ -193,9 +193,9 @@ pub struct Node {
     retention_allowed: Arc<std::sync::atomic::AtomicBool>,
     /// The metadata commit index at start (0 until the metadata group is open).
     metadata_replay_target: std::sync::atomic::AtomicU64,
-    /// Signalled when an applied metadata command decided a transaction (see
-    /// [`Node::transactions_decided`]).
-    transactions_decided: Arc<tokio::sync::Notify>,
+    /// Bumped when an applied metadata command asks for the transaction tasks (see
+    /// [`Node::transaction_work`]).
+    transaction_work: tokio::sync::watch::Sender<u64>,
     /// The peer protocol version each peer last spoke: while one speaks an earlier release's,
     /// metadata commands are written in JSON, which that release reads.
     peer_versions: Arc<crate::replication::peer_wire::PeerVersions>,
@@ -475,7 +475,7 @@ impl Node {
             deleted_before_start: Mutex::new(HashSet::new()),
             retention_allowed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             metadata_replay_target: std::sync::atomic::AtomicU64::new(u64::MAX),
-            transactions_decided: Arc::default(),
+            transaction_work: tokio::sync::watch::Sender::new(0),
             peer_versions: versions,
             flow: crate::flow::throttle::FlowControl::default(),
             guard,

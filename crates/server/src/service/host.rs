@@ -268,8 +268,8 @@ impl TxnHost for Broker {
         &self.txn_coordinator
     }
 
-    fn transactions_decided(&self) -> std::sync::Arc<tokio::sync::Notify> {
-        self.node.transactions_decided()
+    fn transaction_work(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.node.transaction_work()
     }
 }
 

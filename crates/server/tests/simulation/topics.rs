@@ -170,8 +170,8 @@ impl PartitionHost for SimPartitions<'_> {
 /// The simulated node as the host of what the metadata's effects call for. The simulation's
 /// clients create and delete topics (and allocate producer ids); membership changes (a
 /// member removed, its partitions reassigned: see [`crate::membership_removal`]) go through
-/// the core's reconciliation as on the node; the other effects (configs, DeleteRecords, preferred leaders, admin addresses, decided
-/// transactions) come
+/// the core's reconciliation as on the node; the other effects (configs, DeleteRecords, preferred leaders, admin addresses, transaction
+/// work) come
 /// from commands it does not send, and are nothing here.
 impl EffectHost for SimPartitions<'_> {
     type OpenError = Infallible;
@@ -216,8 +216,8 @@ impl EffectHost for SimPartitions<'_> {
 
     fn note_admin_address(&mut self, _id: u64, _address: String) {}
 
-    /// The simulation writes no transaction markers.
-    fn note_transaction_decided(&mut self) {}
+    /// The simulation runs no transaction tasks.
+    fn note_transaction_work(&mut self) {}
 }
 
 /// The simulated node as the host of the core's replica reconciliation.

@@ -1,8 +1,8 @@
 //! Transaction version 2's implicit additions, carried out by the coordinator: a partition
 //! leader's [`MetaCommand::RequestTxnPartitions`](crate::metadata::MetaCommand) (a Produce
 //! v12 to a partition not yet in its transaction, see [`super::produce_check`]) is queued in
-//! the replicated state ([`crate::metadata::txn_partition_requests`]); every
-//! [`IMPLICIT_ADD_SCAN`] the coordinator takes the requests committed since the last it
+//! the replicated state ([`crate::metadata::txn_partition_requests`]); as each is applied
+//! (and every [`IMPLICIT_ADD_SCAN`]) the coordinator takes the requests committed since the last it
 //! handled and adds their partitions as AddPartitionsToTxn does, under the transactional id's
 //! lock, written with `PutTransaction` in its term. A request whose producer id and epoch are
 //! not the transaction's current ones is dropped (a fenced or ended producer: its leader
@@ -17,12 +17,13 @@ use kafka_proto::error_code::ErrorCode;
 
 use super::add_api::start_or_join;
 use super::coordinator::{check_producer, coordinator_term, put};
-use super::limits::{ABORT_WAIT, IMPLICIT_ADD_SCAN, MARKER_SCAN};
+use super::limits::{ABORT_POLL, ABORT_WAIT, IMPLICIT_ADD_SCAN};
 use crate::kafka::host::TxnHost;
 use crate::metadata::txn_partition_requests::TxnPartitionRequest;
 use crate::metadata::TxnStatus;
 
-/// Starts the request handler: every [`IMPLICIT_ADD_SCAN`], while this node coordinates,
+/// Starts the request handler: as requests are applied here (and every [`IMPLICIT_ADD_SCAN`]),
+/// while this node coordinates,
 /// handles the requests committed after the last one it handled (on becoming coordinator,
 /// every request still queued: one already carried out changes nothing). Ends with the host
 /// or the node's shutdown.
@@ -30,8 +31,14 @@ pub(super) fn start_request_handler<H: TxnHost>(node: Weak<H>) {
     tokio::spawn(async move {
         let mut handled_through = 0u64;
         let mut coordinating_in = None;
+        let Some(mut work) = node.upgrade().map(|n| n.transaction_work()) else {
+            return;
+        };
         loop {
-            tokio::time::sleep(IMPLICIT_ADD_SCAN).await;
+            tokio::select! {
+                changed = work.changed() => if changed.is_err() { return; },
+                () = tokio::time::sleep(IMPLICIT_ADD_SCAN) => {}
+            }
             let Some(node) = node.upgrade() else {
                 return;
             };
@@ -108,7 +115,7 @@ pub(crate) async fn add_group_implicitly<H: TxnHost>(
             break (locked, r);
         }
         drop(locked);
-        tokio::time::sleep(MARKER_SCAN).await;
+        tokio::time::sleep(ABORT_POLL).await;
     };
     start_or_join(&mut r)?;
     if r.status == TxnStatus::Ongoing && r.groups.contains(group) {

@@ -13,7 +13,7 @@ pub(super) const BARRIER_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) const MAX_TRANSACTION_TIMEOUT_MS: i32 = 900_000;
 
 /// How often every node looks for decided transactions whose markers it should write besides
-/// being woken by each decision (`TxnHost::transactions_decided`): what the scan still finds
+/// being woken by each decision (`TxnHost::transaction_work`): what the scan still finds
 /// is a partition whose leadership moved here mid-transaction, or a round that failed.
 pub(super) const MARKER_SCAN: Duration = Duration::from_millis(200);
 
@@ -37,8 +37,10 @@ pub(super) const ABORT_WAIT: Duration = Duration::from_secs(5);
 pub(super) const ABORT_POLL: Duration = Duration::from_millis(20);
 
 /// How often the coordinator looks for partition leaders' requests to add partitions to a
-/// transaction (transaction version 2's implicit AddPartitions).
-pub(super) const IMPLICIT_ADD_SCAN: Duration = Duration::from_millis(5);
+/// transaction (transaction version 2's implicit AddPartitions) besides being woken by each
+/// request applied (`TxnHost::transaction_work`): what the scan still finds is the requests
+/// queued before this node became the coordinator.
+pub(super) const IMPLICIT_ADD_SCAN: Duration = Duration::from_millis(200);
 
 /// How long a partition leader waits for the coordinator to add a partition a Produce v12
 /// wrote to first, before the batch is refused with a retriable error.

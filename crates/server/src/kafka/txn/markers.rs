@@ -25,6 +25,7 @@ use crate::replication::group::AppendError;
 use crate::replication::stream::LogStream;
 use crate::replication::transactions::TxnMarker;
 
+use super::barrier::metadata_barrier;
 use super::limits::{MARKER_ROUND_TIMEOUT, MARKER_SCAN};
 
 /// One decided transaction's markers this node writes in one round.
@@ -44,19 +45,29 @@ type Decided = (String, i64, i16, TxnMarker, Vec<(String, i32)>);
 type InFlight = Arc<Mutex<HashSet<(String, i64, i16)>>>;
 
 /// As soon as the metadata applied here decides a transaction, and every [`MARKER_SCAN`]
-/// besides (for partitions whose leadership moved here, and rounds that failed): starts a
-/// round for each decided transaction with partitions this node leads and no round in
-/// flight. Ends with the host or the node's shutdown.
+/// besides (for partitions whose leadership moved here, and rounds that failed): when some
+/// decided transaction has partitions this node leads and no round in flight, takes a read
+/// barrier on the metadata group and starts a round for each such transaction the state
+/// shows after it. Ends with the host or the node's shutdown.
+///
+/// Why the barrier: a marker names only the producer id and epoch, which consecutive
+/// transactions of one transactional id share under transaction version 1. A node whose
+/// metadata is behind (replaying its log after a restart, or a follower lagging) sees a
+/// decision the coordinator completed long ago; its marker, written now, would end the
+/// producer's *next* transaction on that partition (a COMMIT making aborted records visible,
+/// an ABORT dropping committed ones), and its report would be taken as the next
+/// transaction's. Found by `vdl-perf verify --transactional` across a crash of every node.
+/// After the barrier the state holds every decision committed before it: a transaction still
+/// decided then is not complete, so its producer has not started the next one.
 pub(super) fn start_marker_writer<H: TxnHost>(node: Weak<H>) {
     tokio::spawn(async move {
         let in_flight: InFlight = Arc::default();
+        let Some(mut work) = node.upgrade().map(|n| n.transaction_work()) else {
+            return;
+        };
         loop {
-            // The host is not kept alive while waiting.
-            let Some(decided) = node.upgrade().map(|n| n.transactions_decided()) else {
-                return;
-            };
             tokio::select! {
-                () = decided.notified() => {}
+                changed = work.changed() => if changed.is_err() { return; },
                 () = tokio::time::sleep(MARKER_SCAN) => {}
             }
             let Some(node) = node.upgrade() else {
@@ -64,6 +75,18 @@ pub(super) fn start_marker_writer<H: TxnHost>(node: Weak<H>) {
             };
             if node.metadata_group().is_none() {
                 return;
+            }
+            let new_round = |r: &Round, in_flight: &InFlight| {
+                !in_flight
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&(r.id.clone(), r.producer_id, r.producer_epoch))
+            };
+            if !rounds_here(&node).iter().any(|r| new_round(r, &in_flight)) {
+                continue;
+            }
+            if !metadata_barrier(node.as_ref()).await {
+                continue;
             }
             for round in rounds_here(&node) {
                 let key = (round.id.clone(), round.producer_id, round.producer_epoch);

@@ -42,6 +42,7 @@
 //! Produce must pass.
 
 pub(crate) mod add_api;
+mod barrier;
 pub(crate) mod coordinator;
 pub(crate) mod describe_api;
 pub(crate) mod end_txn_api;

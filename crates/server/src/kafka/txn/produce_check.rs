@@ -98,24 +98,6 @@ pub(crate) fn needs_barrier<H: ProduceHost>(node: &H, req: &ProduceRequest) -> b
     })
 }
 
-/// Waits until this node has applied everything the metadata group committed before the call
-/// (or the attempt failed): on the metadata leader a ReadIndex (no log entry); elsewhere
-/// (ReadIndex answers only on the leader) a no-op entry committed through the leader, applied
-/// here after everything committed before it.
-async fn metadata_barrier<H: KafkaHost>(node: &H) {
-    let Some(group) = node.metadata_group() else {
-        return;
-    };
-    if group.visible().leader == node.config().id {
-        let _ = group.read_index(BARRIER_TIMEOUT).await;
-    } else {
-        let _ = node
-            .metadata_proposer()
-            .propose(&MetaCommand::barrier(), BARRIER_TIMEOUT)
-            .await;
-    }
-}
-
 /// Produces `req` once a read barrier on the metadata group has passed (or failed: the batches
 /// are then checked against the state as it is). Not chained behind the connection's earlier
 /// requests: a batch overtaking one of them is refused by the partition's sequence check and
@@ -129,7 +111,8 @@ pub(crate) fn produce_after_barrier<H: KafkaHost>(
     throttle: std::time::Duration,
 ) -> Reply {
     Reply::Later(Box::pin(async move {
-        metadata_barrier(node.as_ref()).await;
+        // A failed barrier leaves the batches checked against the state as it is.
+        let _ = super::barrier::metadata_barrier(node.as_ref()).await;
         if version >= TRANSACTION_V2_PRODUCE_FROM {
             add_implicitly(node.as_ref(), &access, &req).await;
         }
