@@ -19,9 +19,10 @@ fencing violations; a run must find none.
 - the same nemesis against Kafka 3.9 with VERIFY_TXN_KAFKA_NEMESIS=1 (not in CI: a Kafka
   broker restart takes 30-40 s on the 2-core machine, so it needs about 120 s per round).
 
-Known failure: the vdl nemesis run fails in about one run in six (aborted_read / torn_transaction
-or txn_lost after the whole-cluster crash): stale transaction markers, see docs/reliability.md
-("An anomaly found on vdl"). The checker is right; the server is to be fixed.
+Found with it: stale transaction markers written after a whole-cluster crash by nodes whose
+metadata was not current (aborted_read / torn_transaction / txn_lost in about one nemesis run
+in six), fixed by a read barrier before each round of markers; see docs/reliability.md ("An
+anomaly found on vdl").
 
 Environment:
   VDL_PERF_BIN  the vdl-perf binary (default: target/debug/vdl-perf; built when missing)

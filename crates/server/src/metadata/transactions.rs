@@ -161,12 +161,8 @@ impl ClusterMeta {
                 partitions,
                 time_ms,
             } => {
-                let Some(record) = self.transactions.get_mut(&transactional_id) else {
-                    return None;
-                };
-                let Some(commit) = record.status.preparing() else {
-                    return None;
-                };
+                let record = self.transactions.get_mut(&transactional_id)?;
+                let commit = record.status.preparing()?;
                 if record.producer_id != producer_id || record.producer_epoch != producer_epoch {
                     return None;
                 }

@@ -305,6 +305,8 @@ impl EffectHost for NodeEffects<'_> {
     }
 
     fn note_transaction_work(&mut self) {
-        self.0.transaction_work.send_modify(|n| *n = n.wrapping_add(1));
+        self.0
+            .transaction_work
+            .send_modify(|n| *n = n.wrapping_add(1));
     }
 }
