@@ -14,7 +14,8 @@ use bytes::Bytes;
 use common::cluster_configs;
 use common::kafka::KafkaConn;
 use kafka_proto::api::ApiKey;
-use kafka_proto::frame::{Request, Response};
+use kafka_proto::frame::{decode_response, encode_request, Request, Response};
+use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_request::ApiVersionsRequest;
 use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
@@ -68,8 +69,8 @@ fn end_txn_settled(addr: &str, pid: i64, epoch: i16, commit: bool) -> (i16, i64,
     }
 }
 
-/// Produce v12 (acks=all) of a transactional batch of `values` to partition 0: its error.
-fn produce(addr: &str, pid: i64, epoch: i16, seq: i32, values: &[&str]) -> i16 {
+/// Produce v12 (acks=all) of a transactional batch of `values` to partition 0.
+fn produce_request(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> Request {
     let recs: Vec<NewRecord> = values
         .iter()
         .map(|v| NewRecord::new(1_700_000_000_000, Bytes::copy_from_slice(v.as_bytes())))
@@ -81,7 +82,7 @@ fn produce(addr: &str, pid: i64, epoch: i16, seq: i32, values: &[&str]) -> i16 {
         .unwrap()
         .build()
         .unwrap();
-    let req = Request::Produce(ProduceRequest {
+    Request::Produce(ProduceRequest {
         transactional_id: Some(ID.into()),
         acks: -1,
         timeout_ms: 10_000,
@@ -95,11 +96,49 @@ fn produce(addr: &str, pid: i64, epoch: i16, seq: i32, values: &[&str]) -> i16 {
             ..Default::default()
         }],
         ..Default::default()
-    });
+    })
+}
+
+/// [`produce_request`] sent and answered: its error.
+fn produce(addr: &str, pid: i64, epoch: i16, seq: i32, values: &[&str]) -> i16 {
+    let req = produce_request(pid, epoch, seq, values);
     let Response::Produce(r) = call(addr, ApiKey::Produce, 12, &req) else {
         panic!("not a Produce response")
     };
     r.responses[0].partition_responses[0].error_code
+}
+
+/// Sends every Produce v12 of `requests` on one connection before reading any answer (as a
+/// producer with several requests in flight does); their errors, in order.
+fn produce_pipelined(addr: &str, requests: &[Request]) -> Vec<i16> {
+    use std::io::{Read, Write};
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    for (i, req) in requests.iter().enumerate() {
+        let header = RequestHeader {
+            api_key: ApiKey::Produce as i16,
+            api_version: 12,
+            correlation_id: i32::try_from(i).unwrap(),
+            client_id: Some("pipelined".into()),
+            ..Default::default()
+        };
+        for seg in encode_request(&header, req).unwrap() {
+            sock.write_all(&seg).unwrap();
+        }
+    }
+    (0..requests.len())
+        .map(|_| {
+            let mut len = [0u8; 4];
+            sock.read_exact(&mut len).unwrap();
+            let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+            sock.read_exact(&mut body).unwrap();
+            match decode_response(ApiKey::Produce, 12, Bytes::from(body)).unwrap() {
+                (_, Response::Produce(r)) => r.responses[0].partition_responses[0].error_code,
+                (_, other) => panic!("not a Produce response: {other:?}"),
+            }
+        })
+        .collect()
 }
 
 /// TxnOffsetCommit of `GROUP`'s offset of partition 0 at `version`: the partition's error.
@@ -367,4 +406,46 @@ async fn epoch_bump_retries_implicit_adds_and_a_delayed_end_txn_is_fenced() {
         assert!(Instant::now() < deadline, "last stable offset {lso}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A producer with several requests in flight sends a transaction's first batches to a
+/// partition back to back: the first waits for its implicit AddPartitions, and the next must
+/// not overtake it (the partition would refuse it OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to a
+/// transactional producer: seen with the Java 4.1.1 client before the connection kept its
+/// held-back Produce requests in order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_first_batches_of_a_transaction_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    let mut listeners = Vec::new();
+    for c in cluster_configs(3, dir.path(), &[TOPIC]) {
+        let n = Node::start(c).await.unwrap();
+        listeners.push(n.serve_kafka().await.unwrap());
+        nodes.push(Some(n));
+    }
+    let leader = addr_of(&nodes, common::ready_leader_of(&nodes, TOPIC).await);
+    let coord = coordinator(&nodes).await;
+    blocking(move || {
+        let req = common::requests::init_transactional(ID, 60_000);
+        let Response::InitProducerId(init) = call(&coord, ApiKey::InitProducerId, 5, &req) else {
+            panic!("not an InitProducerId response")
+        };
+        let pid = init.producer_id;
+        for epoch in 0..3i16 {
+            let requests: Vec<Request> = (0..4)
+                .map(|seq| produce_request(pid, epoch, seq, &["pipelined"]))
+                .collect();
+            assert_eq!(
+                produce_pipelined(&leader, &requests),
+                [NONE; 4],
+                "transaction {epoch}"
+            );
+            assert_eq!(
+                end_txn_settled(&coord, pid, epoch, true),
+                (NONE, pid, epoch + 1)
+            );
+        }
+    })
+    .await;
+    drop(listeners);
 }

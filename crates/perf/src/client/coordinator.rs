@@ -37,14 +37,16 @@ pub const LEAVE_GROUP_VERSION: i16 = 5;
 /// InitProducerId version.
 pub const INIT_PRODUCER_ID_VERSION: i16 = 4;
 
-fn broker(code: i16, what: &'static str) -> Result<(), ClientError> {
+/// `Ok` for error code 0, else the broker's error for request `what`.
+pub(super) fn broker(code: i16, what: &'static str) -> Result<(), ClientError> {
     match ErrorCode::from_code(code) {
         ErrorCode::None => Ok(()),
         code => Err(ClientError::Broker { code, what }),
     }
 }
 
-fn unexpected(what: &str) -> ClientError {
+/// The error for a response that is not the `what` response asked for.
+pub(super) fn unexpected(what: &str) -> ClientError {
     ClientError::Unexpected(format!("not a {what} response"))
 }
 

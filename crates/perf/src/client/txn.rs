@@ -13,7 +13,7 @@ use kafka_proto::messages::add_partitions_to_txn_request::{
 use kafka_proto::messages::end_txn_request::EndTxnRequest;
 use kafka_proto::messages::init_producer_id_request::InitProducerIdRequest;
 
-use super::coordinator::INIT_PRODUCER_ID_VERSION;
+use super::coordinator::{broker, unexpected, INIT_PRODUCER_ID_VERSION};
 use super::protocol::{self, FetchSpec};
 use super::{ClientError, Connection};
 
@@ -25,17 +25,6 @@ pub const END_TXN_VERSION: i16 = 3;
 pub const READ_UNCOMMITTED: i8 = 0;
 /// Fetch's and ListOffsets' `isolation_level` for read_committed.
 pub const READ_COMMITTED: i8 = 1;
-
-fn broker(code: i16, what: &'static str) -> Result<(), ClientError> {
-    match ErrorCode::from_code(code) {
-        ErrorCode::None => Ok(()),
-        code => Err(ClientError::Broker { code, what }),
-    }
-}
-
-fn unexpected(what: &str) -> ClientError {
-    ClientError::Unexpected(format!("not a {what} response"))
-}
 
 /// The producer id and epoch of `transactional_id` from its coordinator on `conn` (a new epoch
 /// each time: an older producer with the same id is fenced and its open transaction aborted).

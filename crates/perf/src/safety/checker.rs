@@ -401,8 +401,9 @@ pub fn render(r: &Report) -> String {
     s
 }
 
-/// The longest interval between 0, each acknowledgement time and `end_ms`.
-fn longest_gap_ms(mut times_ms: Vec<u64>, end_ms: u64) -> u64 {
+/// The longest interval between 0, each of `times_ms` (acknowledgements, commits) and
+/// `end_ms`.
+pub(super) fn longest_gap_ms(mut times_ms: Vec<u64>, end_ms: u64) -> u64 {
     times_ms.sort_unstable();
     let mut prev = 0;
     let mut longest = 0;
@@ -414,7 +415,7 @@ fn longest_gap_ms(mut times_ms: Vec<u64>, end_ms: u64) -> u64 {
 }
 
 /// The `q` quantile of sorted microsecond values, in milliseconds (0 when empty).
-fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
+pub(super) fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
     if sorted_us.is_empty() {
         return 0.0;
     }

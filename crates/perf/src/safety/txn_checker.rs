@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::checker::MAX_EXAMPLES;
+use super::checker::{longest_gap_ms, percentile_ms, MAX_EXAMPLES};
 use super::history::{History, TxnOutcome};
 
 /// Counts of transactions, values and anomalies.
@@ -305,27 +305,6 @@ pub fn render(r: &TxnReport) -> String {
         }
     }
     s
-}
-
-/// The longest interval between 0, each time and `end_ms`.
-fn longest_gap_ms(mut times_ms: Vec<u64>, end_ms: u64) -> u64 {
-    times_ms.sort_unstable();
-    let mut prev = 0;
-    let mut longest = 0;
-    for t in times_ms.into_iter().chain(std::iter::once(end_ms)) {
-        longest = longest.max(t.saturating_sub(prev));
-        prev = prev.max(t);
-    }
-    longest
-}
-
-/// The `q` quantile of sorted microsecond values, in milliseconds (0 when empty).
-fn percentile_ms(sorted_us: &[u64], q: f64) -> f64 {
-    if sorted_us.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted_us.len() as f64 - 1.0) * q).round() as usize;
-    sorted_us[i.min(sorted_us.len() - 1)] as f64 / 1000.0
 }
 
 #[cfg(test)]

@@ -174,7 +174,9 @@ pub(crate) fn dispatch<H: KafkaHost>(
                 node.metrics()
                     .observe_throttle(ApiKey::Produce.as_i16(), throttle);
             }
-            if txn::produce_check::needs_barrier(node.as_ref(), &req) {
+            if chain.held_back() || txn::produce_check::needs_barrier(node.as_ref(), &req) {
+                let (submitted, hold) = tokio::sync::watch::channel(false);
+                let previous = chain.hold_back(hold);
                 return txn::produce_check::produce_after_barrier(
                     node.clone(),
                     access.clone(),
@@ -182,6 +184,7 @@ pub(crate) fn dispatch<H: KafkaHost>(
                     version,
                     cid,
                     throttle,
+                    (previous, submitted),
                 );
             }
             produce::produce(

@@ -113,9 +113,31 @@ const MAX_CHAINED_PARTITIONS: usize = 10_000;
 #[derive(Default)]
 pub struct ProduceChain {
     last: HashMap<(String, i32), oneshot::Receiver<Option<i16>>>,
+    /// Set while a Produce of this connection waits (for a metadata barrier, for a
+    /// transaction version 2 implicit AddPartitions) before submitting its batches: true
+    /// once it has submitted them. Every later Produce of the connection waits for it, so
+    /// the batches reach their partitions in the order the client sent them (as Kafka, which
+    /// handles a connection's requests one at a time): a producer's pipelined batch must not
+    /// overtake its earlier one (the partition would refuse it OUT_OF_ORDER_SEQUENCE_NUMBER,
+    /// which a transactional producer cannot recover from).
+    held_back: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ProduceChain {
+    /// Whether an earlier Produce of this connection is still waiting to submit its batches.
+    pub(crate) fn held_back(&self) -> bool {
+        self.held_back.as_ref().is_some_and(|r| !*r.borrow())
+    }
+
+    /// Holds every later Produce of this connection back until `submitted` turns true;
+    /// returns the hold of the previous waiting Produce (to wait for first), if any.
+    pub(crate) fn hold_back(
+        &mut self,
+        submitted: tokio::sync::watch::Receiver<bool>,
+    ) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.held_back.replace(submitted).filter(|r| !*r.borrow())
+    }
+
     /// Links a new request to a partition behind the previous one: returns how the previous
     /// one will end and where this one's end is to be reported.
     fn link(&mut self, topic: &str, partition: i32) -> ChainLink {

@@ -99,9 +99,10 @@ pub(crate) fn needs_barrier<H: ProduceHost>(node: &H, req: &ProduceRequest) -> b
 }
 
 /// Produces `req` once a read barrier on the metadata group has passed (or failed: the batches
-/// are then checked against the state as it is). Not chained behind the connection's earlier
-/// requests: a batch overtaking one of them is refused by the partition's sequence check and
-/// retried by the producer.
+/// are then checked against the state as it is), after the connection's earlier Produce that
+/// was held back the same way (`order.0`) submitted its batches; says so through `order.1`
+/// once its own are submitted (see `ProduceChain::hold_back`), so a connection's batches keep
+/// their order. Not chained behind the connection's earlier failed requests otherwise.
 pub(crate) fn produce_after_barrier<H: KafkaHost>(
     node: Arc<H>,
     access: Access,
@@ -109,15 +110,25 @@ pub(crate) fn produce_after_barrier<H: KafkaHost>(
     version: i16,
     correlation_id: i32,
     throttle: std::time::Duration,
+    order: (
+        Option<tokio::sync::watch::Receiver<bool>>,
+        tokio::sync::watch::Sender<bool>,
+    ),
 ) -> Reply {
+    let (previous, submitted) = order;
     Reply::Later(Box::pin(async move {
+        if let Some(mut previous) = previous {
+            // Bounded: the earlier request's own waits are (a barrier, an implicit add); a
+            // dropped sender (its connection task gone) ends the wait too.
+            let _ = previous.wait_for(|done| *done).await;
+        }
         // A failed barrier leaves the batches checked against the state as it is.
         let _ = super::barrier::metadata_barrier(node.as_ref()).await;
         if version >= TRANSACTION_V2_PRODUCE_FROM {
             add_implicitly(node.as_ref(), &access, &req).await;
         }
         let mut chain = ProduceChain::default();
-        match produce(
+        let reply = produce(
             node.as_ref(),
             &access,
             req,
@@ -126,7 +137,11 @@ pub(crate) fn produce_after_barrier<H: KafkaHost>(
             &mut chain,
             throttle,
             None,
-        ) {
+        );
+        // The batches are submitted to their partitions (produce submits before it returns):
+        // the connection's next Produce may go.
+        let _ = submitted.send(true);
+        match reply {
             Reply::Now(frame) => Some(frame),
             Reply::Later(answer) => answer.await,
             Reply::Direct(answer) => answer.await.0,
