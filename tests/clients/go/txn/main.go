@@ -205,9 +205,10 @@ func main() {
 			fail("create %s: %v", t, err)
 		}
 	}
-	// Every partition of both topics with a leader before any transaction: on vdl a new topic's
-	// partitions can be without one for ~5 s after CreateTopics (Kafka: within a second), and
-	// a transaction whose batch waits that long for a leader outlives its 5 s timeout (the
+	// Every partition of both topics with a leader before any transaction: a new topic's
+	// partitions can be without one for a moment after CreateTopics (on vdl well under a
+	// second; up to ~5 s before its preferred replicas campaigned again until they win), and
+	// a transaction whose batch waits too long for a leader outlives its 5 s timeout (the
 	// coordinator aborts it, and the batch is refused with INVALID_TXN_STATE).
 	created := time.Now()
 	for {
