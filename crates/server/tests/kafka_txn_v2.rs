@@ -327,21 +327,35 @@ async fn api_versions_finalizes_transaction_version_2() {
     assert!(r.finalized_features_epoch >= 0, "a client ignores epoch -1");
 }
 
-/// The version-2 flow, with the partition's leader asking the coordinator to add it (the
-/// leader need not be the coordinator), and KAFKA-17754: a delayed EndTxn of the previous
-/// transaction's epoch is fenced instead of ending the next transaction.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn epoch_bump_retries_implicit_adds_and_a_delayed_end_txn_is_fenced() {
-    let dir = tempfile::tempdir().unwrap();
+/// Three nodes serving Kafka with `TOPIC`, under `dir`: the nodes, their listeners, the
+/// address of the topic's ready leader and of the transaction coordinator.
+async fn start_cluster(
+    dir: &std::path::Path,
+) -> (
+    Vec<Option<Arc<Node>>>,
+    Vec<tokio::task::JoinHandle<()>>,
+    String,
+    String,
+) {
     let mut nodes = Vec::new();
     let mut listeners = Vec::new();
-    for c in cluster_configs(3, dir.path(), &[TOPIC]) {
+    for c in cluster_configs(3, dir, &[TOPIC]) {
         let n = Node::start(c).await.unwrap();
         listeners.push(n.serve_kafka().await.unwrap());
         nodes.push(Some(n));
     }
     let leader = addr_of(&nodes, common::ready_leader_of(&nodes, TOPIC).await);
     let coord = coordinator(&nodes).await;
+    (nodes, listeners, leader, coord)
+}
+
+/// The version-2 flow, with the partition's leader asking the coordinator to add it (the
+/// leader need not be the coordinator), and KAFKA-17754: a delayed EndTxn of the previous
+/// transaction's epoch is fenced instead of ending the next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epoch_bump_retries_implicit_adds_and_a_delayed_end_txn_is_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, _listeners, leader, coord) = start_cluster(dir.path()).await;
     let (c, l) = (coord.clone(), leader.clone());
     blocking(move || {
         let req = common::requests::init_transactional(ID, 60_000);
@@ -416,15 +430,7 @@ async fn epoch_bump_retries_implicit_adds_and_a_delayed_end_txn_is_fenced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_first_batches_of_a_transaction_keep_their_order() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes = Vec::new();
-    let mut listeners = Vec::new();
-    for c in cluster_configs(3, dir.path(), &[TOPIC]) {
-        let n = Node::start(c).await.unwrap();
-        listeners.push(n.serve_kafka().await.unwrap());
-        nodes.push(Some(n));
-    }
-    let leader = addr_of(&nodes, common::ready_leader_of(&nodes, TOPIC).await);
-    let coord = coordinator(&nodes).await;
+    let (_nodes, listeners, leader, coord) = start_cluster(dir.path()).await;
     blocking(move || {
         let req = common::requests::init_transactional(ID, 60_000);
         let Response::InitProducerId(init) = call(&coord, ApiKey::InitProducerId, 5, &req) else {
