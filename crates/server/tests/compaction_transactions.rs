@@ -82,35 +82,16 @@ fn read_committed(c: &mut KafkaConn) -> std::io::Result<(i16, Committed)> {
         .map(|a| a.iter().map(|t| (t.producer_id, t.first_offset)).collect())
         .unwrap_or_default();
     aborted.sort_by_key(|a| a.1);
-    let mut pending = aborted.clone();
-    let mut dropping = std::collections::HashSet::new();
-    let mut records = Vec::new();
     let data = p
         .records
         .as_ref()
         .map(|r| r.to_contiguous())
         .unwrap_or_default();
-    for b in kafka_proto::records::split_batches(data) {
-        let b = b.expect("a whole batch");
-        while let Some(&(pid, first)) = pending.first() {
-            if first > b.last_offset() {
-                break;
-            }
-            dropping.insert(pid);
-            pending.remove(0);
-        }
-        if b.is_control() {
-            dropping.remove(&b.producer_id());
-            continue;
-        }
-        if b.is_transactional() && dropping.contains(&b.producer_id()) {
-            continue;
-        }
-        for r in b.records_vec(1 << 20).unwrap() {
-            let s = |v: Option<Bytes>| String::from_utf8(v.unwrap_or_default().to_vec()).unwrap();
-            records.push((r.offset as u64, s(r.key), s(r.value)));
-        }
-    }
+    let s = |v: Option<Bytes>| String::from_utf8(v.unwrap_or_default().to_vec()).unwrap();
+    let records = common::requests::read_committed_records(data, &aborted)
+        .into_iter()
+        .map(|r| (r.offset as u64, s(r.key), s(r.value)))
+        .collect();
     Ok((
         p.error_code,
         Committed {

@@ -89,31 +89,11 @@ fn fetch(addr: &str, isolation_level: i8) -> Fetched {
 /// What a read_committed consumer keeps (Kafka's consumer rule): control batches are skipped,
 /// and a producer's batches from an aborted transaction's first offset up to its marker.
 fn committed_values(f: &Fetched) -> Vec<String> {
-    let mut aborted: Vec<(i64, i64)> = f.aborted.clone().unwrap_or_default();
-    aborted.sort_by_key(|a| a.1);
-    let mut dropping = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for b in kafka_proto::records::split_batches(f.records.clone()) {
-        let b = b.expect("a whole batch");
-        while let Some(&(pid, first)) = aborted.first() {
-            if first > b.base_offset() {
-                break;
-            }
-            dropping.insert(pid);
-            aborted.remove(0);
-        }
-        if b.is_control() {
-            dropping.remove(&b.producer_id());
-            continue;
-        }
-        if b.is_transactional() && dropping.contains(&b.producer_id()) {
-            continue;
-        }
-        for r in b.records_vec(1 << 20).unwrap() {
-            out.push(String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap());
-        }
-    }
-    out
+    let aborted = f.aborted.clone().unwrap_or_default();
+    common::requests::read_committed_records(f.records.clone(), &aborted)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap())
+        .collect()
 }
 
 fn list_latest(addr: &str, isolation_level: i8) -> (i16, i64) {

@@ -222,35 +222,15 @@ fn read_committed(addr: &str) -> (i64, Vec<i64>, Vec<String>) {
         .unwrap_or_default();
     aborted.sort_by_key(|a| a.1);
     let aborted_pids = aborted.iter().map(|a| a.0).collect();
-    // Kafka's consumer rule: skip control batches, and a producer's batches from an aborted
-    // transaction's first offset up to its marker.
-    let mut dropping = std::collections::HashSet::new();
-    let mut values = Vec::new();
     let records = p
         .records
         .as_ref()
         .map(|r| r.to_contiguous())
         .unwrap_or_default();
-    for b in kafka_proto::records::split_batches(records) {
-        let b = b.expect("a whole batch");
-        while let Some(&(pid, first)) = aborted.first() {
-            if first > b.base_offset() {
-                break;
-            }
-            dropping.insert(pid);
-            aborted.remove(0);
-        }
-        if b.is_control() {
-            dropping.remove(&b.producer_id());
-            continue;
-        }
-        if b.is_transactional() && dropping.contains(&b.producer_id()) {
-            continue;
-        }
-        for r in b.records_vec(1 << 20).unwrap() {
-            values.push(String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap());
-        }
-    }
+    let values = common::requests::read_committed_records(records, &aborted)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap())
+        .collect();
     (p.last_stable_offset, aborted_pids, values)
 }
 

@@ -122,3 +122,37 @@ pub fn add_partitions_to_txn(
         ..Default::default()
     })
 }
+
+/// The records a read_committed consumer keeps of fetched `records` (Kafka's consumer rule):
+/// control batches are skipped, and so are a producer's transactional batches from an aborted
+/// transaction's first offset up to its next marker; `aborted` is the Fetch answer's
+/// `(producer id, first offset)` list.
+pub fn read_committed_records(
+    records: bytes::Bytes,
+    aborted: &[(i64, i64)],
+) -> Vec<kafka_proto::records::Record> {
+    let mut pending = aborted.to_vec();
+    pending.sort_by_key(|a| a.1);
+    let mut pending = std::collections::VecDeque::from(pending);
+    let mut dropping = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for b in kafka_proto::records::split_batches(records) {
+        let b = b.expect("a whole batch");
+        while let Some(&(pid, first)) = pending.front() {
+            if first > b.last_offset() {
+                break;
+            }
+            dropping.insert(pid);
+            pending.pop_front();
+        }
+        if b.is_control() {
+            dropping.remove(&b.producer_id());
+            continue;
+        }
+        if b.is_transactional() && dropping.contains(&b.producer_id()) {
+            continue;
+        }
+        out.extend(b.records_vec(1 << 20).unwrap());
+    }
+    out
+}
