@@ -9,7 +9,7 @@ use kafka_proto::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse, DescribeGroupsResponse,
 };
-use kafka_proto::{ApiKey, Decoder, Encoder, Request, Response, Uuid};
+use kafka_proto::{ApiKey, DecodeError, Decoder, EncodeError, Encoder, Request, Response, Uuid};
 
 fn unhex(s: &str) -> bytes::Bytes {
     (0..s.len())
@@ -27,36 +27,42 @@ fn topic() -> Uuid {
     Uuid(b)
 }
 
-/// Decodes `hex` as a request body of `api` at `version`, checks it re-encodes identically.
-fn request(api: ApiKey, version: i16, hex: &str) -> Request {
+/// Decodes `hex` with `decode`, checks every byte was read and that `encode` writes the
+/// identical bytes back; the decoded value.
+fn round_trip<T>(
+    hex: &str,
+    what: &str,
+    decode: impl FnOnce(&mut Decoder) -> Result<T, DecodeError>,
+    encode: impl FnOnce(&T, &mut Encoder) -> Result<(), EncodeError>,
+) -> T {
     let bytes = unhex(hex);
     let mut d = Decoder::new(bytes.clone());
-    let r = Request::decode(api, &mut d, version).expect("decodes");
+    let value = decode(&mut d).expect("decodes");
     d.finish().expect("consumed exactly");
     let mut e = Encoder::new();
-    r.encode(&mut e, version).expect("encodes");
-    assert_eq!(
-        e.into_bytes(),
-        bytes,
-        "{api:?} v{version} re-encodes as Kafka wrote it"
-    );
-    r
+    encode(&value, &mut e).expect("encodes");
+    assert_eq!(e.into_bytes(), bytes, "{what} re-encodes as Kafka wrote it");
+    value
 }
 
-/// As [`request`], for a response body.
+/// A request body of `api` at `version` (see [`round_trip`]).
+fn request(api: ApiKey, version: i16, hex: &str) -> Request {
+    round_trip(
+        hex,
+        &format!("{api:?} v{version}"),
+        |d| Request::decode(api, d, version),
+        |r, e| r.encode(e, version),
+    )
+}
+
+/// A response body of `api` at `version` (see [`round_trip`]).
 fn response(api: ApiKey, version: i16, hex: &str) -> Response {
-    let bytes = unhex(hex);
-    let mut d = Decoder::new(bytes.clone());
-    let r = Response::decode(api, &mut d, version).expect("decodes");
-    d.finish().expect("consumed exactly");
-    let mut e = Encoder::new();
-    r.encode(&mut e, version).expect("encodes");
-    assert_eq!(
-        e.into_bytes(),
-        bytes,
-        "{api:?} v{version} re-encodes as Kafka wrote it"
-    );
-    r
+    round_trip(
+        hex,
+        &format!("{api:?} v{version}"),
+        |d| Response::decode(api, d, version),
+        |r, e| r.encode(e, version),
+    )
 }
 
 fn heartbeat_request(version: i16, hex: &str) -> ConsumerGroupHeartbeatRequest {
