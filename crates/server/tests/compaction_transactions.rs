@@ -76,17 +76,7 @@ fn read_committed(c: &mut KafkaConn) -> std::io::Result<(i16, Committed)> {
         panic!("not a fetch response")
     };
     let p = &r.responses[0].partitions[0];
-    let mut aborted: Vec<(i64, i64)> = p
-        .aborted_transactions
-        .as_ref()
-        .map(|a| a.iter().map(|t| (t.producer_id, t.first_offset)).collect())
-        .unwrap_or_default();
-    aborted.sort_by_key(|a| a.1);
-    let data = p
-        .records
-        .as_ref()
-        .map(|r| r.to_contiguous())
-        .unwrap_or_default();
+    let (aborted, data) = common::requests::aborted_and_records(p);
     let s = |v: Option<Bytes>| String::from_utf8(v.unwrap_or_default().to_vec()).unwrap();
     let records = common::requests::read_committed_records(data, &aborted)
         .into_iter()

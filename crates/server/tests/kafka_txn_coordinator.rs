@@ -18,7 +18,6 @@ use kafka_proto::frame::{Request, Response};
 use kafka_proto::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
-use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_proto::messages::list_transactions_request::ListTransactionsRequest;
@@ -152,26 +151,18 @@ fn produce(addr: &str, id: &str, pid: i64, epoch: i16, seq: i32, values: &[&str]
 
 /// DescribeTransactions of `id`: (error, state, producer id, epoch, partitions).
 fn describe(addr: &str, id: &str) -> (i16, String, i64, i16, usize) {
-    let req = Request::DescribeTransactions(DescribeTransactionsRequest {
-        transactional_ids: vec![id.into()],
-        ..Default::default()
-    });
+    let req = common::requests::describe_transaction(id);
     let Response::DescribeTransactions(r) = call(addr, ApiKey::DescribeTransactions, 0, &req)
     else {
         panic!("not a DescribeTransactions response")
     };
-    let s = &r.transaction_states[0];
-    let partitions = s
-        .topic_partitions
-        .iter()
-        .map(|t| t.partition_indexes.len())
-        .sum();
+    let s = common::requests::TxnState::of(&r);
     (
         s.error_code,
-        s.transaction_state.clone(),
+        s.state,
         s.producer_id,
         s.producer_epoch,
-        partitions,
+        s.partitions,
     )
 }
 
@@ -215,18 +206,8 @@ fn read_committed(addr: &str) -> (i64, Vec<i64>, Vec<String>) {
         panic!("not a fetch response")
     };
     let p = &r.responses[0].partitions[0];
-    let mut aborted: Vec<(i64, i64)> = p
-        .aborted_transactions
-        .as_ref()
-        .map(|a| a.iter().map(|t| (t.producer_id, t.first_offset)).collect())
-        .unwrap_or_default();
-    aborted.sort_by_key(|a| a.1);
+    let (aborted, records) = common::requests::aborted_and_records(p);
     let aborted_pids = aborted.iter().map(|a| a.0).collect();
-    let records = p
-        .records
-        .as_ref()
-        .map(|r| r.to_contiguous())
-        .unwrap_or_default();
     let values = common::requests::read_committed_records(records, &aborted)
         .into_iter()
         .map(|r| String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap())

@@ -17,7 +17,6 @@ use kafka_proto::api::ApiKey;
 use kafka_proto::frame::{decode_response, encode_request, Request, Response};
 use kafka_proto::header::RequestHeader;
 use kafka_proto::messages::api_versions_request::ApiVersionsRequest;
-use kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest;
 use kafka_proto::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
 use kafka_proto::messages::find_coordinator_request::FindCoordinatorRequest;
 use kafka_proto::messages::produce_request::{
@@ -168,21 +167,13 @@ fn txn_offset_commit(addr: &str, pid: i64, epoch: i16, version: i16) -> i16 {
 
 /// DescribeTransactions of `ID`: (state, producer epoch, partitions).
 fn describe(addr: &str) -> (String, i16, usize) {
-    let req = Request::DescribeTransactions(DescribeTransactionsRequest {
-        transactional_ids: vec![ID.into()],
-        ..Default::default()
-    });
+    let req = common::requests::describe_transaction(ID);
     let Response::DescribeTransactions(r) = call(addr, ApiKey::DescribeTransactions, 0, &req)
     else {
         panic!("not a DescribeTransactions response")
     };
-    let s = &r.transaction_states[0];
-    let partitions = s
-        .topic_partitions
-        .iter()
-        .map(|t| t.partition_indexes.len())
-        .sum();
-    (s.transaction_state.clone(), s.producer_epoch, partitions)
+    let s = common::requests::TxnState::of(&r);
+    (s.state, s.producer_epoch, s.partitions)
 }
 
 /// A read_committed Fetch of partition 0: (last stable offset, the committed values).
@@ -205,34 +196,11 @@ fn read_committed(addr: &str) -> (i64, Vec<String>) {
         panic!("not a fetch response")
     };
     let p = &r.responses[0].partitions[0];
-    let aborted: Vec<i64> = p
-        .aborted_transactions
-        .as_ref()
-        .map(|a| a.iter().map(|t| t.first_offset).collect())
-        .unwrap_or_default();
-    let records = p
-        .records
-        .as_ref()
-        .map(|r| r.to_contiguous())
-        .unwrap_or_default();
-    // One producer: a batch at or after an aborted transaction's first offset and before the
-    // next marker is dropped.
-    let mut dropping = false;
-    let mut values = Vec::new();
-    for b in kafka_proto::records::split_batches(records) {
-        let b = b.expect("a whole batch");
-        if b.is_control() {
-            dropping = false;
-            continue;
-        }
-        dropping |= aborted.contains(&b.base_offset());
-        if dropping {
-            continue;
-        }
-        for r in b.records_vec(1 << 20).unwrap() {
-            values.push(String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap());
-        }
-    }
+    let (aborted, records) = common::requests::aborted_and_records(p);
+    let values = common::requests::read_committed_records(records, &aborted)
+        .into_iter()
+        .map(|r| String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap())
+        .collect();
     (p.last_stable_offset, values)
 }
 

@@ -156,3 +156,68 @@ pub fn read_committed_records(
     }
     out
 }
+
+/// DescribeTransactions of one transactional id.
+pub fn describe_transaction(id: &str) -> Request {
+    Request::DescribeTransactions(
+        kafka_proto::messages::describe_transactions_request::DescribeTransactionsRequest {
+            transactional_ids: vec![id.into()],
+            ..Default::default()
+        },
+    )
+}
+
+/// The first transaction of a DescribeTransactions answer, as the tests check it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnState {
+    /// Its error code.
+    pub error_code: i16,
+    /// Its state (`Ongoing`, `CompleteCommit`, ...).
+    pub state: String,
+    /// The producer id.
+    pub producer_id: i64,
+    /// The producer epoch.
+    pub producer_epoch: i16,
+    /// How many partitions the transaction holds.
+    pub partitions: usize,
+}
+
+impl TxnState {
+    /// The first state of `r` (panics when the answer has none).
+    pub fn of(
+        r: &kafka_proto::messages::describe_transactions_response::DescribeTransactionsResponse,
+    ) -> TxnState {
+        let s = &r.transaction_states[0];
+        TxnState {
+            error_code: s.error_code,
+            state: s.transaction_state.clone(),
+            producer_id: s.producer_id,
+            producer_epoch: s.producer_epoch,
+            partitions: s
+                .topic_partitions
+                .iter()
+                .map(|t| t.partition_indexes.len())
+                .sum(),
+        }
+    }
+}
+
+/// A Fetch answer's partition as a read_committed test reads it: its aborted transactions
+/// `(producer id, first offset)` sorted by offset (empty when it has none) and its records in
+/// one buffer.
+pub fn aborted_and_records(
+    p: &kafka_proto::messages::fetch_response::PartitionData,
+) -> (Vec<(i64, i64)>, bytes::Bytes) {
+    let mut aborted: Vec<(i64, i64)> = p
+        .aborted_transactions
+        .as_ref()
+        .map(|a| a.iter().map(|t| (t.producer_id, t.first_offset)).collect())
+        .unwrap_or_default();
+    aborted.sort_by_key(|a| a.1);
+    let records = p
+        .records
+        .as_ref()
+        .map(|r| r.to_contiguous())
+        .unwrap_or_default();
+    (aborted, records)
+}
