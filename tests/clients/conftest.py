@@ -47,6 +47,21 @@ def _free_base(offsets=(0, 100, 200)):
     raise RuntimeError("no free port range found")
 
 
+def kill_and_wait(pid, timeout=10.0):
+    """SIGKILLs `pid` and waits (at most `timeout` s) until it is gone or a zombie (setsid'd
+    children of init are reaped by it; a zombie has an empty cmdline)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    break
+        except OSError:
+            break
+        time.sleep(0.02)
+
+
 class Cluster:
     """A running three-node cluster, and the operations the tests need on it. `extra_config` is
     TOML appended to every node's configuration (local-cluster.sh's VDL_EXTRA_CONFIG), e.g. a
@@ -121,17 +136,7 @@ class Cluster:
         """SIGKILL node `node` (1-based), by the PID local-cluster.sh recorded; waits until gone."""
         pid = self.pid(node)
         assert pid is not None, f"vdl{node} is not running"
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-            # setsid'd children of init are reaped by it; a zombie has an empty cmdline.
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().split(")")[-1].split()[0] == "Z":
-                        break
-            except OSError:
-                break
-            time.sleep(0.02)
+        kill_and_wait(pid)
 
     @property
     def secure(self):

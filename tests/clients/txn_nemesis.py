@@ -19,6 +19,8 @@ import signal
 import subprocess
 import time
 
+from conftest import kill_and_wait
+
 TXN_STATE_PARTITIONS = 50
 
 
@@ -141,16 +143,7 @@ class KafkaFaults:
         assert pid is not None, f"broker {node} is not running"
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             self.cmdlines[node] = [a.decode() for a in f.read().split(b"\0") if a]
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().split(")")[-1].split()[0] == "Z":
-                        break
-            except OSError:
-                break
-            time.sleep(0.02)
+        kill_and_wait(pid)
 
     def restart(self, *nodes, timeout=120.0):
         """Starts brokers `nodes` again with the command lines they ran with; waits for their
