@@ -38,7 +38,7 @@ macro_rules! for_each_api {
             AddPartitionsToTxn = 24, "AddPartitionsToTxn", 0..=5, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse;
             AddOffsetsToTxn = 25, "AddOffsetsToTxn", 0..=4, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse;
             EndTxn = 26, "EndTxn", 0..=5, EndTxnRequest, EndTxnResponse;
-            WriteTxnMarkers = 27, "WriteTxnMarkers", 0..=1, WriteTxnMarkersRequest, WriteTxnMarkersResponse;
+            WriteTxnMarkers = 27, "WriteTxnMarkers", 0..=2, WriteTxnMarkersRequest, WriteTxnMarkersResponse;
             TxnOffsetCommit = 28, "TxnOffsetCommit", 0..=5, TxnOffsetCommitRequest, TxnOffsetCommitResponse;
             DescribeAcls = 29, "DescribeAcls", 0..=3, DescribeAclsRequest, DescribeAclsResponse;
             CreateAcls = 30, "CreateAcls", 0..=3, CreateAclsRequest, CreateAclsResponse;

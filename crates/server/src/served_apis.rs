@@ -23,7 +23,7 @@ pub const SERVED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
-    (ApiKey::WriteTxnMarkers, 0, 1),
+    (ApiKey::WriteTxnMarkers, 0, 2),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),

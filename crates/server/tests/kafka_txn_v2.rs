@@ -140,6 +140,19 @@ fn produce_pipelined(addr: &str, requests: &[Request]) -> Vec<i16> {
         .collect()
 }
 
+/// WriteTxnMarkers v2 (KIP-1228: it names each marker's transaction version) of one marker
+/// of transaction version 2 on partition 0: the partition's error.
+fn write_marker_v2(addr: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
+    let mut req = common::requests::txn_markers(TOPIC, &[(pid, epoch, commit)]);
+    if let Request::WriteTxnMarkers(r) = &mut req {
+        r.markers[0].transaction_version = 2;
+    }
+    let Response::WriteTxnMarkers(r) = call(addr, ApiKey::WriteTxnMarkers, 2, &req) else {
+        panic!("not a WriteTxnMarkers response")
+    };
+    r.markers[0].topics[0].partitions[0].error_code
+}
+
 /// TxnOffsetCommit of `GROUP`'s offset of partition 0 at `version`: the partition's error.
 fn txn_offset_commit(addr: &str, pid: i64, epoch: i16, version: i16) -> i16 {
     let req = Request::TxnOffsetCommit(TxnOffsetCommitRequest {
@@ -422,4 +435,59 @@ async fn pipelined_first_batches_of_a_transaction_keep_their_order() {
     })
     .await;
     drop(listeners);
+}
+
+/// A stale marker of an ended transaction (delayed in the network, or written a second time
+/// by a partition's former leader) reaches the partition after the next transaction's first
+/// batch. Under version 2 it carries the epoch the next transaction's batches use, so only
+/// the partition's epoch check (Kafka 4's: a version-2 marker's epoch must be above the
+/// producer's) keeps it from ending that transaction: refused with INVALID_PRODUCER_EPOCH,
+/// the later transaction stays open, and read_committed shows it only after its own commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_marker_of_the_previous_transaction_cannot_end_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_nodes, _listeners, leader, coord) = start_cluster(dir.path()).await;
+    let (c, l) = (coord.clone(), leader.clone());
+    blocking(move || {
+        let req = common::requests::init_transactional(ID, 60_000);
+        let Response::InitProducerId(init) = call(&c, ApiKey::InitProducerId, 5, &req) else {
+            panic!("not an InitProducerId response")
+        };
+        let pid = init.producer_id;
+        // Transaction 1 (epoch 0) commits; its marker (epoch 1) is written at offset 1.
+        assert_eq!(produce(&l, pid, 0, 0, &["one"]), NONE);
+        assert_eq!(end_txn(&c, pid, 0, true), (NONE, pid, 1));
+        assert_eq!(end_txn_settled(&c, pid, 0, true), (NONE, pid, 1));
+        // Transaction 2 (epoch 1) writes its first batch at offset 2.
+        assert_eq!(produce(&l, pid, 1, 0, &["two-a"]), NONE);
+        // Transaction 1's marker again, COMMIT and ABORT (either could be stale).
+        let stale = [
+            write_marker_v2(&l, pid, 1, true),
+            write_marker_v2(&l, pid, 1, false),
+        ];
+        let (lso, values) = read_committed(&l);
+        assert_eq!(
+            (lso, values.as_slice()),
+            (2, &["one".to_string()][..]),
+            "transaction 2 is still open"
+        );
+        assert_eq!(stale, [INVALID_PRODUCER_EPOCH; 2]);
+        // Transaction 2 goes on and commits with its own marker (epoch 2).
+        assert_eq!(produce(&l, pid, 1, 1, &["two-b"]), NONE);
+        assert_eq!(describe(&c), ("Ongoing".into(), 1, 1));
+        assert_eq!(end_txn(&c, pid, 1, true), (NONE, pid, 2));
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let l = leader.clone();
+        let (lso, values) = blocking(move || read_committed(&l)).await;
+        // one, marker, two-a, two-b, marker.
+        if lso == 5 {
+            assert_eq!(values, ["one", "two-a", "two-b"]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "last stable offset {lso}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -8,15 +8,19 @@
 //! transaction closed, the last stable offset has moved past it, and an ABORT is in the list
 //! read_committed fetches carry. Per-partition errors as Kafka's: NOT_LEADER_OR_FOLLOWER on a
 //! replica that does not lead (or lost leadership before the commit),
-//! UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for a marker older than the producer's
-//! epoch (a fenced coordinator's), REQUEST_TIMED_OUT when the commit takes longer than
-//! [`MARKER_TIMEOUT`].
+//! UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for a marker whose epoch the partition
+//! refuses (older than the producer's; under transaction version 2, which v2 of the request
+//! names per marker (KIP-1228), not newer than the epoch of the producer's open transaction: a
+//! stale marker of an earlier transaction; see
+//! [`crate::replication::transactions::marker_epoch_allowed`]), REQUEST_TIMED_OUT when the
+//! commit takes longer than [`MARKER_TIMEOUT`].
 //!
 //! Authorization: CLUSTER_ACTION on the cluster, as Kafka requires (only brokers and super
 //! users send it); otherwise every partition answers CLUSTER_AUTHORIZATION_FAILED.
 //!
-//! Nothing in vdl sends it yet: the transaction coordinator that will is the next step of
-//! transactions (see the server README, "Transactions: the partition side").
+//! vdl's own coordinator does not send it: its marker writer (`kafka::txn::markers`) appends
+//! the same control batch ([`control_batch`]) through each partition's Raft group itself. The
+//! API serves Kafka tooling and tests that write markers by hand.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +33,7 @@ use kafka_proto::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
     WriteTxnMarkersResponse,
 };
-use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
+use kafka_proto::records::{Compression, RecordBatchBuilder};
 
 use crate::kafka::access::Access;
 use crate::kafka::error_codes::{append_error_code, Proposal};
@@ -37,7 +41,7 @@ use crate::kafka::host::NodeView;
 use crate::kafka::metadata::{locate_partition, PartitionHome};
 use crate::kafka::reply::{self, Reply};
 use crate::replication::stream::{LogStream, PendingAppend};
-use crate::replication::transactions::{marker_record, TxnMarker};
+use crate::replication::transactions::{marker_control_record, TxnMarker};
 use crate::security::acl::AclOperation;
 
 /// How long a marker may take to commit before its partition answers REQUEST_TIMED_OUT (the
@@ -45,19 +49,19 @@ use crate::security::acl::AclOperation;
 pub const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The control batch of one marker: producer id and epoch, no sequence, transactional and
-/// control flags, one control record stamped `now_ms`.
+/// control flags, one control record stamped `now_ms` (naming the marker's transaction
+/// version: see [`marker_control_record`]).
 pub fn control_batch(
     producer_id: i64,
     producer_epoch: i16,
     marker: TxnMarker,
     now_ms: i64,
 ) -> Option<Bytes> {
-    let (key, value) = marker_record(marker);
     RecordBatchBuilder::new(Compression::None)
         .producer(producer_id, producer_epoch, -1)
         .transactional(true)
         .control(true)
-        .with_records(&[NewRecord::new(now_ms, value.to_vec()).with_key(key.to_vec())])
+        .with_records(&[marker_control_record(marker, now_ms)])
         .ok()?
         .build()
         .ok()
@@ -98,6 +102,7 @@ pub fn write_txn_markers<H: NodeView>(
         let marker = TxnMarker {
             commit: m.transaction_result,
             coordinator_epoch: m.coordinator_epoch,
+            transaction_version: m.transaction_version,
         };
         let batch = control_batch(m.producer_id, m.producer_epoch, marker, now_ms);
         let mut topics = Vec::with_capacity(m.topics.len());
@@ -165,6 +170,7 @@ mod tests {
         let marker = TxnMarker {
             commit: false,
             coordinator_epoch: 4,
+            transaction_version: 0,
         };
         let batch = control_batch(7, 2, marker, 1_700_000_000_000).unwrap();
         let infos = batch_infos(&batch);

@@ -32,7 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use kafka_proto::records::{split_batches, RecordBatch};
 
-use super::transactions::{marker_of, Transactions, TxnMarker};
+use super::transactions::{marker_epoch_allowed, marker_of, Transactions, TxnMarker};
 
 /// Batches remembered per producer for duplicate detection (Kafka's number).
 const BATCHES_PER_PRODUCER: usize = 5;
@@ -195,6 +195,8 @@ pub struct ProducerTable {
     /// The partition's open and aborted transactions (kept apart from `committed`: forgetting
     /// a producer's sequences never forgets its open transaction).
     txns: Transactions,
+    /// Committed markers refused by the epoch rule ([`ProducerTable::refused_markers`]).
+    refused_markers: u64,
 }
 
 /// One producer as the table's snapshot holds it (see [`crate::producer_snapshot`]).
@@ -246,17 +248,28 @@ impl ProducerTable {
         for b in batches {
             let committed_epoch = self.committed.get(&b.producer_id).map(|p| p.epoch);
             if b.control {
-                // A transaction marker: no sequence; fenced when older than the producer's
-                // newest epoch (Kafka's check), accepted at a newer one (KIP-890 bumps the
-                // epoch at the end of a transaction), never staged as pending.
-                let newest = self
+                // A transaction marker: no sequence, never staged as pending. Its epoch is
+                // checked by the rule the replicas apply it with ([`marker_epoch_allowed`]),
+                // against the producer's newest epoch counting the batches ahead of it in the
+                // log that are not committed yet, any of which (transactional data on its
+                // way) counts as an open transaction: so a marker the replicas would refuse
+                // is refused here, before it takes an offset.
+                let ahead = self
                     .pending
                     .get(&b.producer_id)
                     .and_then(|q| q.back().map(|p| p.0))
                     .into_iter()
-                    .chain(committed_epoch)
+                    .chain(
+                        staged
+                            .iter()
+                            .filter(|(id, _)| *id == b.producer_id)
+                            .map(|(_, p)| p.0),
+                    )
                     .max();
-                if newest.is_some_and(|e| b.epoch < e) {
+                let newest = ahead.into_iter().chain(committed_epoch).max();
+                let open = ahead.is_some() || self.txns.open_first_offset(b.producer_id).is_some();
+                let version = b.marker.map_or(0, |m| m.transaction_version);
+                if !marker_epoch_allowed(b.epoch, version, newest, open) {
                     return SequenceCheck::Reject(SequenceError::InvalidEpoch);
                 }
                 continue;
@@ -501,8 +514,30 @@ impl ProducerTable {
 
     /// Records a committed control batch at `offset`: a marker closes the producer's open
     /// transaction, and a newer epoch becomes the producer's (its sequences start again).
+    ///
+    /// A marker whose epoch fails [`marker_epoch_allowed`] against the table as it stands
+    /// (a stale marker of an earlier transaction) changes nothing: it closes no transaction
+    /// and moves no epoch. The check is a function of the log (the table is), so every
+    /// replica, and a restart replaying the log, refuses the same markers. The leader refuses
+    /// such a marker before proposing it ([`ProducerTable::check`]), so this is the second
+    /// line: a refused marker still takes its offset in the log (see the transactions
+    /// section of `docs/reliability.md` for what that means to a read_committed consumer).
     fn commit_control(&mut self, b: &BatchInfo, offset: u64) {
         if let Some(marker) = b.marker {
+            let current = self.committed.get(&b.producer_id).map(|p| p.epoch);
+            let open = self.txns.open_first_offset(b.producer_id).is_some();
+            if !marker_epoch_allowed(b.epoch, marker.transaction_version, current, open) {
+                self.refused_markers += 1;
+                tracing::warn!(
+                    producer_id = b.producer_id,
+                    marker_epoch = b.epoch,
+                    producer_epoch = ?current,
+                    transaction_version = marker.transaction_version,
+                    offset,
+                    "a transaction marker of an older epoch was refused: it ends nothing"
+                );
+                return;
+            }
             self.txns.on_marker(b.producer_id, marker, offset);
         }
         let p = self.committed.entry(b.producer_id).or_default();
@@ -511,6 +546,12 @@ impl ProducerTable {
             p.batches.clear();
         }
         p.stamp = self.stamp;
+    }
+
+    /// How many committed markers this table refused since it was built (stale markers; see
+    /// [`ProducerTable::commit_control`]); not saved with the table.
+    pub fn refused_markers(&self) -> u64 {
+        self.refused_markers
     }
 
     /// The partition's open and aborted transactions.

@@ -7,15 +7,17 @@ use kafka_proto::records::{Compression, NewRecord, RecordBatchBuilder};
 
 use super::*;
 use crate::replication::producer_snapshot::{decode, encode, rebuild_producers, save};
-use crate::replication::transactions::{marker_record, AbortedTxn, TxnMarker};
+use crate::replication::transactions::{marker_control_record, AbortedTxn, TxnMarker};
 
 const COMMIT: TxnMarker = TxnMarker {
     commit: true,
     coordinator_epoch: 0,
+    transaction_version: 0,
 };
 const ABORT: TxnMarker = TxnMarker {
     commit: false,
     coordinator_epoch: 0,
+    transaction_version: 0,
 };
 
 /// A transactional (or plain idempotent) data batch of `n` records.
@@ -42,12 +44,11 @@ fn plain(n: usize) -> Bytes {
 
 /// A marker's control batch, as the leader writes it.
 fn marker(pid: i64, epoch: i16, m: TxnMarker) -> Bytes {
-    let (key, value) = marker_record(m);
     RecordBatchBuilder::new(Compression::None)
         .producer(pid, epoch, -1)
         .transactional(true)
         .control(true)
-        .with_records(&[NewRecord::new(1, value.to_vec()).with_key(key.to_vec())])
+        .with_records(&[marker_control_record(m, 1)])
         .unwrap()
         .build()
         .unwrap()
@@ -221,4 +222,135 @@ fn replaying_the_log_gives_the_live_state_and_trims_below_the_log_start() {
     let trimmed = rebuild_producers(&store, n);
     assert!(trimmed.transactions().aborted().is_empty());
     assert_eq!(trimmed.transactions().open(), vec![(1, 12)]);
+}
+
+/// Transaction version 2's markers.
+const COMMIT_V2: TxnMarker = TxnMarker {
+    transaction_version: 2,
+    ..COMMIT
+};
+const ABORT_V2: TxnMarker = TxnMarker {
+    transaction_version: 2,
+    ..ABORT
+};
+
+/// Under transaction version 2 (KIP-890), producer 1's transaction 1 (epoch 0) ended by its
+/// marker at the bumped epoch 1, transaction 2's first batch (epoch 1), then a stale marker of
+/// transaction 1 (epoch 1 again: delayed, or written twice): it ends nothing, on every replica
+/// alike (the log decides), and transaction 2's own marker (epoch 2) ends it.
+fn stale_marker_log() -> Vec<Bytes> {
+    vec![
+        data(1, 0, 0, 2, true),  // 0..2: transaction 1
+        marker(1, 1, COMMIT_V2), // 2
+        data(1, 1, 0, 1, true),  // 3: transaction 2 opens
+        marker(1, 1, COMMIT_V2), // 4: stale
+        marker(1, 1, ABORT_V2),  // 5: stale
+        data(1, 1, 1, 1, true),  // 6
+        marker(1, 2, ABORT_V2),  // 7: transaction 2's
+    ]
+}
+
+#[test]
+fn a_stale_version_2_marker_ends_no_later_transaction() {
+    let log = stale_marker_log();
+    let t = live(&log[..4]);
+    assert_eq!(
+        t.transactions().open(),
+        vec![(1, 3)],
+        "still open after the stale COMMIT"
+    );
+    assert_eq!(t.last_stable_offset(5), 3);
+    assert_eq!(t.refused_markers(), 1);
+    let t = live(&log[..5]);
+    assert!(
+        t.transactions().aborted().is_empty(),
+        "the stale ABORT aborted nothing"
+    );
+    assert_eq!(t.describe()[0].epoch, 1, "a refused marker moves no epoch");
+    let all = live(&log);
+    assert!(all.transactions().open().is_empty());
+    assert_eq!(
+        all.transactions()
+            .aborted()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![AbortedTxn {
+            producer_id: 1,
+            first_offset: 3,
+            last_offset: 7
+        }]
+    );
+    assert_eq!(all.refused_markers(), 2);
+}
+
+/// The leader refuses the stale marker before it takes an offset (INVALID_PRODUCER_EPOCH),
+/// also while transaction 2's first batch is still on its way; a retry of transaction 1's
+/// marker with nothing open passes (and changes nothing); version 1 keeps its rule.
+#[test]
+fn the_leader_refuses_a_stale_version_2_marker() {
+    let log = stale_marker_log();
+    let stale = |m| batch_infos(&marker(1, 1, m));
+    let mut t = live(&log[..2]);
+    assert_eq!(t.check(&stale(COMMIT_V2)), SequenceCheck::Append, "a retry");
+    assert_eq!(
+        t.check(&batch_infos(&log[2])),
+        SequenceCheck::Append,
+        "transaction 2's first batch, proposed"
+    );
+    for m in [COMMIT_V2, ABORT_V2] {
+        assert_eq!(
+            t.check(&stale(m)),
+            SequenceCheck::Reject(SequenceError::InvalidEpoch)
+        );
+    }
+    // In the same entry, behind the batch.
+    let mut t = live(&log[..2]);
+    let entry: Bytes = [log[2].clone(), marker(1, 1, COMMIT_V2)].concat().into();
+    assert_eq!(
+        t.check(&batch_infos(&entry)),
+        SequenceCheck::Reject(SequenceError::InvalidEpoch)
+    );
+    let mut t = live(&log[..3]);
+    assert_eq!(
+        t.check(&stale(ABORT_V2)),
+        SequenceCheck::Reject(SequenceError::InvalidEpoch)
+    );
+    assert_eq!(t.check(&batch_infos(&log[6])), SequenceCheck::Append);
+    assert_eq!(
+        t.check(&batch_infos(&marker(1, 2, COMMIT_V2))),
+        SequenceCheck::Append
+    );
+    // Version 1: a marker at the producer's epoch is its transaction's own.
+    let mut t = live(&[data(1, 0, 0, 1, true)]);
+    assert_eq!(
+        t.check(&batch_infos(&marker(1, 0, COMMIT))),
+        SequenceCheck::Append
+    );
+}
+
+/// A restart rebuilding the table from the log refuses the same markers as the live replica.
+#[test]
+fn replaying_the_log_refuses_the_same_stale_markers() {
+    use crate::replication::raft_storage::{records_entry, scratch_store};
+    let dir = tempfile::tempdir().unwrap();
+    let store = scratch_store(dir.path());
+    let payloads = stale_marker_log();
+    for (i, p) in payloads.iter().enumerate() {
+        store
+            .write()
+            .unwrap()
+            .append(&[records_entry(i as u64 + 1, p.clone())])
+            .unwrap();
+    }
+    for upto in [4, payloads.len()] {
+        let replayed = rebuild_producers(&store, upto as u64);
+        let want = live(&payloads[..upto]);
+        assert_eq!(
+            replayed.transactions(),
+            want.transactions(),
+            "through {upto}"
+        );
+        assert_eq!(replayed.export(), want.export());
+    }
 }

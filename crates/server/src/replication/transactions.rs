@@ -7,9 +7,17 @@
 //!   at that batch's base offset; later transactional batches of the same producer leave it;
 //! - a committed control batch (attributes bit 5, one record: key = version i16 0 | type i16,
 //!   0 ABORT or 1 COMMIT; value = version i16 0 | coordinator epoch i32) from that producer
-//!   closes it; an ABORT also records the aborted transaction (producer id, first offset, last
-//!   offset = the marker's own offset), which read_committed consumers are sent to drop the
-//!   producer's records between the two.
+//!   closes it, if its producer epoch passes [`marker_epoch_allowed`]; an ABORT also records
+//!   the aborted transaction (producer id, first offset, last offset = the marker's own
+//!   offset), which read_committed consumers are sent to drop the producer's records between
+//!   the two.
+//!
+//! The marker's transaction version (KIP-890, KIP-1228) is carried in its control record, as
+//! the header [`TXN_VERSION_HEADER`] (one byte; absent: version 0 or 1, as in every marker
+//! written before it and by WriteTxnMarkers v0 and v1). Kafka's format has headers on every
+//! record and its clients never read a control record's headers, so the batch stays a valid
+//! Kafka control batch. It is in the log, so every replica, and a restart replaying the log,
+//! applies the same epoch rule to the same marker.
 //!
 //! The last stable offset is the first offset of the oldest open transaction, or the high
 //! watermark when none is open: a read_committed Fetch returns nothing at or above it.
@@ -34,7 +42,8 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use kafka_proto::records::RecordBatch;
+use bytes::Bytes;
+use kafka_proto::records::{NewRecord, RecordBatch};
 
 /// A transaction marker (the one control record of a control batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +52,40 @@ pub struct TxnMarker {
     pub commit: bool,
     /// The epoch of the transaction coordinator that wrote it.
     pub coordinator_epoch: i32,
+    /// The transaction version the transaction was decided under: 0 or 1 (the marker carries
+    /// the epoch of the transaction's batches), 2 (KIP-890: it carries the epoch the decision
+    /// bumped to, above every batch of the transaction). Decides the epoch rule
+    /// ([`marker_epoch_allowed`]).
+    pub transaction_version: i8,
+}
+
+/// The header of a marker's control record naming its transaction version (one byte), when
+/// not 0.
+pub const TXN_VERSION_HEADER: &[u8] = b"vdl.transaction.version";
+
+/// Whether a marker of producer epoch `marker_epoch`, transaction version
+/// `transaction_version`, may end the producer's transaction at a partition whose state for
+/// the producer is `current_epoch` (None: the producer is unknown there) and `open` (it has a
+/// transaction open there, or data of it still on the way). Kafka 4's rule
+/// (`ProducerAppendInfo.checkProducerEpoch`, KIP-1228, KAFKA-19999): under version 2 the
+/// marker's epoch must be above the producer's, or equal with nothing open (a retry of a
+/// marker already written, which then changes nothing): a stale or delayed marker of an
+/// earlier transaction, which carries the epoch the next transaction's batches use, can never
+/// end that transaction. Under versions 0 and 1 it must not be below the producer's.
+pub fn marker_epoch_allowed(
+    marker_epoch: i16,
+    transaction_version: i8,
+    current_epoch: Option<i16>,
+    open: bool,
+) -> bool {
+    let Some(current) = current_epoch else {
+        return true;
+    };
+    if transaction_version >= 2 {
+        marker_epoch > current || (marker_epoch == current && !open)
+    } else {
+        marker_epoch >= current
+    }
 }
 
 /// Control record type of an ABORT marker.
@@ -70,17 +113,36 @@ pub fn marker_of(batch: &RecordBatch) -> Option<TxnMarker> {
         return None;
     }
     let coordinator_epoch = i32::from_be_bytes([v[2], v[3], v[4], v[5]]);
-    match kind {
-        ABORT_TYPE => Some(TxnMarker {
-            commit: false,
-            coordinator_epoch,
-        }),
-        COMMIT_TYPE => Some(TxnMarker {
-            commit: true,
-            coordinator_epoch,
-        }),
-        _ => None,
+    let transaction_version = record
+        .headers
+        .iter()
+        .find(|h| h.key.as_ref() == TXN_VERSION_HEADER)
+        .and_then(|h| h.value.as_ref()?.first().copied())
+        .map_or(0, |v| v as i8);
+    let commit = match kind {
+        ABORT_TYPE => false,
+        COMMIT_TYPE => true,
+        _ => return None,
+    };
+    Some(TxnMarker {
+        commit,
+        coordinator_epoch,
+        transaction_version,
+    })
+}
+
+/// A marker's control record, as Kafka lays it out ([`marker_record`]), stamped `timestamp_ms`,
+/// with the [`TXN_VERSION_HEADER`] header when its transaction version is not 0.
+pub fn marker_control_record(marker: TxnMarker, timestamp_ms: i64) -> NewRecord {
+    let (key, value) = marker_record(marker);
+    let record = NewRecord::new(timestamp_ms, value.to_vec()).with_key(key.to_vec());
+    if marker.transaction_version == 0 {
+        return record;
     }
+    record.with_header(
+        TXN_VERSION_HEADER,
+        Some(Bytes::copy_from_slice(&[marker.transaction_version as u8])),
+    )
 }
 
 /// The key and value of a marker's control record, in Kafka's layout.
@@ -280,10 +342,12 @@ mod tests {
     const COMMIT: TxnMarker = TxnMarker {
         commit: true,
         coordinator_epoch: 3,
+        transaction_version: 0,
     };
     const ABORT: TxnMarker = TxnMarker {
         commit: false,
         coordinator_epoch: 3,
+        transaction_version: 0,
     };
 
     #[test]
@@ -318,6 +382,47 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(marker_of(&RecordBatch::new(unknown).unwrap()), None);
+    }
+
+    /// A marker's transaction version travels in its control record: a version-2 marker reads
+    /// back as one, a marker without the header (every marker written before it) as version 0.
+    #[test]
+    fn a_marker_carries_its_transaction_version() {
+        let built = |m: TxnMarker| {
+            let batch = RecordBatchBuilder::new(Compression::None)
+                .producer(9, 1, -1)
+                .transactional(true)
+                .control(true)
+                .with_records(&[marker_control_record(m, 0)])
+                .unwrap()
+                .build()
+                .unwrap();
+            marker_of(&RecordBatch::new(batch).unwrap())
+        };
+        let v2 = TxnMarker {
+            transaction_version: 2,
+            ..COMMIT
+        };
+        assert_eq!(built(v2), Some(v2));
+        assert_eq!(built(ABORT), Some(ABORT));
+        assert!(marker_control_record(ABORT, 0).headers.is_empty());
+    }
+
+    /// Kafka 4's epoch rule for markers: version 2 needs an epoch above the producer's (equal
+    /// only as a retry with nothing open); versions 0 and 1 one not below it; an unknown
+    /// producer takes any.
+    #[test]
+    fn the_epoch_rule_for_markers() {
+        for version in [0, 1] {
+            assert!(marker_epoch_allowed(3, version, Some(3), true));
+            assert!(marker_epoch_allowed(4, version, Some(3), true));
+            assert!(!marker_epoch_allowed(2, version, Some(3), false));
+        }
+        assert!(marker_epoch_allowed(4, 2, Some(3), true));
+        assert!(!marker_epoch_allowed(3, 2, Some(3), true), "a stale marker");
+        assert!(marker_epoch_allowed(3, 2, Some(3), false), "a retry");
+        assert!(!marker_epoch_allowed(2, 2, Some(3), false));
+        assert!(marker_epoch_allowed(0, 2, None, true));
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! decided transactions in the state, and a new partition leader finds the partitions still
 //! to mark. A marker written twice (the report was lost with its leader) changes nothing: the
 //! partition ignores a marker of a producer without an open transaction
-//! (`replication::transactions`).
+//! (`replication::transactions`), and under transaction version 2 refuses one whose epoch is
+//! not above the producer's open transaction's (the marker names its version; see
+//! `replication::transactions::marker_epoch_allowed`), so a second copy of a decision's marker
+//! landing after the producer's next transaction began cannot end that transaction.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
@@ -125,6 +128,7 @@ fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
             let marker = TxnMarker {
                 commit,
                 coordinator_epoch: r.coordinator_epoch,
+                transaction_version: i8::try_from(r.transaction_version).unwrap_or(0),
             };
             let partitions = r.partitions.iter().cloned().collect();
             Some((
@@ -180,8 +184,15 @@ async fn write_round<H: TxnHost>(node: &Arc<H>, round: Round) {
     for (topic, p, append) in pending {
         match append.wait(MARKER_ROUND_TIMEOUT).await {
             Ok(_) => written.push((topic, p)),
-            // The partition's producer is past this epoch already: nothing of the
-            // transaction can be open there any more.
+            // The partition refused the marker's epoch (Kafka's INVALID_PRODUCER_EPOCH): its
+            // producer is past this epoch, or under version 2 has a transaction of this very
+            // epoch open, which can only be the next transaction (it began after this one
+            // completed, so this marker was written before and its report lost). Nothing of
+            // this transaction is open there: counted as written, so the transaction
+            // completes and the marker is not retried for ever (Kafka's coordinator also
+            // stops sending a transaction's markers on this error). A marker the replicas
+            // refuse when they apply it (the second line of the same check) is answered as
+            // written, and counted so, for the same reason.
             Err(AppendError::Sequence(e)) => {
                 tracing::warn!(transactional_id = %round.id, %topic, partition = p,
                     "marker refused by the partition's producer state ({e:?}); counted as written");
