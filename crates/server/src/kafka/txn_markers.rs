@@ -103,6 +103,7 @@ pub fn write_txn_markers<H: NodeView>(
             commit: m.transaction_result,
             coordinator_epoch: m.coordinator_epoch,
             transaction_version: m.transaction_version,
+            opened_below: None,
         };
         let batch = control_batch(m.producer_id, m.producer_epoch, marker, now_ms);
         let mut topics = Vec::with_capacity(m.topics.len());
@@ -171,6 +172,7 @@ mod tests {
             commit: false,
             coordinator_epoch: 4,
             transaction_version: 0,
+            opened_below: None,
         };
         let batch = control_batch(7, 2, marker, 1_700_000_000_000).unwrap();
         let infos = batch_infos(&batch);

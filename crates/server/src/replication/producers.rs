@@ -32,7 +32,9 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use kafka_proto::records::{split_batches, RecordBatch};
 
-use super::transactions::{marker_epoch_allowed, marker_of, Transactions, TxnMarker};
+use super::transactions::{
+    marker_epoch_allowed, marker_fence_allows, marker_of, Transactions, TxnMarker,
+};
 
 /// Batches remembered per producer for duplicate detection (Kafka's number).
 const BATCHES_PER_PRODUCER: usize = 5;
@@ -269,7 +271,11 @@ impl ProducerTable {
                 let newest = ahead.into_iter().chain(committed_epoch).max();
                 let open = ahead.is_some() || self.txns.open_first_offset(b.producer_id).is_some();
                 let version = b.marker.map_or(0, |m| m.transaction_version);
-                if !marker_epoch_allowed(b.epoch, version, newest, open) {
+                let opened_below = b.marker.and_then(|m| m.opened_below);
+                let open_first = self.txns.open_first_offset(b.producer_id);
+                if !marker_epoch_allowed(b.epoch, version, newest, open)
+                    || !marker_fence_allows(opened_below, open_first, ahead.is_some())
+                {
                     return SequenceCheck::Reject(SequenceError::InvalidEpoch);
                 }
                 continue;
@@ -515,8 +521,9 @@ impl ProducerTable {
     /// Records a committed control batch at `offset`: a marker closes the producer's open
     /// transaction, and a newer epoch becomes the producer's (its sequences start again).
     ///
-    /// A marker whose epoch fails [`marker_epoch_allowed`] against the table as it stands
-    /// (a stale marker of an earlier transaction) changes nothing: it closes no transaction
+    /// A marker whose epoch fails [`marker_epoch_allowed`] against the table as it stands,
+    /// or whose bound fails [`marker_fence_allows`] (a stale marker of an earlier
+    /// transaction) changes nothing: it closes no transaction
     /// and moves no epoch. The check is a function of the log (the table is), so every
     /// replica, and a restart replaying the log, refuses the same markers. The leader refuses
     /// such a marker before proposing it ([`ProducerTable::check`]), so this is the second
@@ -525,8 +532,14 @@ impl ProducerTable {
     fn commit_control(&mut self, b: &BatchInfo, offset: u64) {
         if let Some(marker) = b.marker {
             let current = self.committed.get(&b.producer_id).map(|p| p.epoch);
-            let open = self.txns.open_first_offset(b.producer_id).is_some();
-            if !marker_epoch_allowed(b.epoch, marker.transaction_version, current, open) {
+            let open_first = self.txns.open_first_offset(b.producer_id);
+            if !marker_epoch_allowed(
+                b.epoch,
+                marker.transaction_version,
+                current,
+                open_first.is_some(),
+            ) || !marker_fence_allows(marker.opened_below, open_first, false)
+            {
                 self.refused_markers += 1;
                 tracing::warn!(
                     producer_id = b.producer_id,
@@ -534,7 +547,7 @@ impl ProducerTable {
                     producer_epoch = ?current,
                     transaction_version = marker.transaction_version,
                     offset,
-                    "a transaction marker of an older epoch was refused: it ends nothing"
+                    "a stale transaction marker was refused: it ends nothing"
                 );
                 return;
             }

@@ -13,11 +13,13 @@ const COMMIT: TxnMarker = TxnMarker {
     commit: true,
     coordinator_epoch: 0,
     transaction_version: 0,
+    opened_below: None,
 };
 const ABORT: TxnMarker = TxnMarker {
     commit: false,
     coordinator_epoch: 0,
     transaction_version: 0,
+    opened_below: None,
 };
 
 /// A transactional (or plain idempotent) data batch of `n` records.
@@ -353,4 +355,49 @@ fn replaying_the_log_refuses_the_same_stale_markers() {
         );
         assert_eq!(replayed.export(), want.export());
     }
+}
+
+/// Version 1: producer 1's transaction 1 was marked by one leader (offset 2); a second copy of
+/// that decision's marker, bounded by the high watermark its writer read (2), lands after
+/// transaction 2's first batch (offset 3) and ends nothing, on apply and at the leader.
+#[test]
+fn a_bounded_marker_ends_no_transaction_opened_at_or_above_its_bound() {
+    let bounded = |m: TxnMarker| TxnMarker {
+        opened_below: Some(2),
+        ..m
+    };
+    let log = vec![
+        data(1, 0, 0, 2, true),        // 0..2: transaction 1
+        marker(1, 0, bounded(COMMIT)), // 2: its marker, within the bound
+        data(1, 0, 2, 1, true),        // 3: transaction 2 opens
+        marker(1, 0, bounded(ABORT)),  // 4: the second copy
+        marker(1, 0, COMMIT),          // 5: transaction 2's own marker
+    ];
+    let t = live(&log[..2]);
+    assert!(
+        t.transactions().open().is_empty(),
+        "the bound let it end transaction 1"
+    );
+    let t = live(&log[..4]);
+    assert_eq!(t.transactions().open(), vec![(1, 3)]);
+    assert!(t.transactions().aborted().is_empty());
+    assert_eq!(t.refused_markers(), 1);
+    assert!(live(&log).transactions().open().is_empty());
+    // The leader: refused when transaction 2 is committed, or only on its way.
+    let mut t = live(&log[..3]);
+    assert_eq!(
+        t.check(&batch_infos(&log[3])),
+        SequenceCheck::Reject(SequenceError::InvalidEpoch)
+    );
+    let mut t = live(&log[..2]);
+    assert_eq!(
+        t.check(&batch_infos(&log[3])),
+        SequenceCheck::Append,
+        "nothing open: a retry"
+    );
+    assert_eq!(t.check(&batch_infos(&log[2])), SequenceCheck::Append);
+    assert_eq!(
+        t.check(&batch_infos(&log[3])),
+        SequenceCheck::Reject(SequenceError::InvalidEpoch)
+    );
 }

@@ -57,6 +57,42 @@ pub struct TxnMarker {
     /// bumped to, above every batch of the transaction). Decides the epoch rule
     /// ([`marker_epoch_allowed`]).
     pub transaction_version: i8,
+    /// When set, the marker ends only a transaction that opened below this offset (see
+    /// [`marker_fence_allows`]); vdl's marker writer sets the partition's high watermark read
+    /// before it last read the decision. Carried in the header [`OPENED_BELOW_HEADER`].
+    pub opened_below: Option<u64>,
+}
+
+/// The header of a marker's control record holding [`TxnMarker::opened_below`] (eight bytes,
+/// big-endian), when set.
+pub const OPENED_BELOW_HEADER: &[u8] = b"vdl.transaction.opened-below";
+
+/// Whether a marker that ends only transactions opened below `opened_below` (None: any) may
+/// end the producer's transaction at a partition where it is open from `open_first` (None:
+/// no committed batch of it is open) with `data_ahead` (the leader's check: a batch of the
+/// producer ahead of the marker in the log, not committed yet, so at or above the high
+/// watermark, which would open it there).
+///
+/// Why: under transaction version 1 a marker names only the producer id and epoch, which the
+/// producer's consecutive transactions share. vdl's marker writer reads each partition's high
+/// watermark (on a leader that has committed an entry of its term), then the decision. Every
+/// batch of the decided transaction that was acknowledged before its EndTxn lies below that
+/// watermark. A transaction whose first batch lies at or above it had not committed that
+/// batch when the decision was read; it cannot be the decided transaction, and it is the
+/// producer's next one (begun after the decided one completed): the marker, a second copy of
+/// a decision another leader of the partition already marked, must not end it.
+pub fn marker_fence_allows(
+    opened_below: Option<u64>,
+    open_first: Option<u64>,
+    data_ahead: bool,
+) -> bool {
+    let Some(below) = opened_below else {
+        return true;
+    };
+    match open_first {
+        Some(first) => first < below,
+        None => !data_ahead,
+    }
 }
 
 /// The header of a marker's control record naming its transaction version (one byte), when
@@ -119,6 +155,12 @@ pub fn marker_of(batch: &RecordBatch) -> Option<TxnMarker> {
         .find(|h| h.key.as_ref() == TXN_VERSION_HEADER)
         .and_then(|h| h.value.as_ref()?.first().copied())
         .map_or(0, |v| v as i8);
+    let opened_below = record
+        .headers
+        .iter()
+        .find(|h| h.key.as_ref() == OPENED_BELOW_HEADER)
+        .and_then(|h| <[u8; 8]>::try_from(h.value.as_ref()?.as_ref()).ok())
+        .map(u64::from_be_bytes);
     let commit = match kind {
         ABORT_TYPE => false,
         COMMIT_TYPE => true,
@@ -128,21 +170,29 @@ pub fn marker_of(batch: &RecordBatch) -> Option<TxnMarker> {
         commit,
         coordinator_epoch,
         transaction_version,
+        opened_below,
     })
 }
 
 /// A marker's control record, as Kafka lays it out ([`marker_record`]), stamped `timestamp_ms`,
-/// with the [`TXN_VERSION_HEADER`] header when its transaction version is not 0.
+/// with the [`TXN_VERSION_HEADER`] header when its transaction version is not 0 and the
+/// [`OPENED_BELOW_HEADER`] header when it has a bound.
 pub fn marker_control_record(marker: TxnMarker, timestamp_ms: i64) -> NewRecord {
     let (key, value) = marker_record(marker);
-    let record = NewRecord::new(timestamp_ms, value.to_vec()).with_key(key.to_vec());
-    if marker.transaction_version == 0 {
-        return record;
+    let mut record = NewRecord::new(timestamp_ms, value.to_vec()).with_key(key.to_vec());
+    if marker.transaction_version != 0 {
+        record = record.with_header(
+            TXN_VERSION_HEADER,
+            Some(Bytes::copy_from_slice(&[marker.transaction_version as u8])),
+        );
     }
-    record.with_header(
-        TXN_VERSION_HEADER,
-        Some(Bytes::copy_from_slice(&[marker.transaction_version as u8])),
-    )
+    if let Some(below) = marker.opened_below {
+        record = record.with_header(
+            OPENED_BELOW_HEADER,
+            Some(Bytes::copy_from_slice(&below.to_be_bytes())),
+        );
+    }
+    record
 }
 
 /// The key and value of a marker's control record, in Kafka's layout.
@@ -343,11 +393,13 @@ mod tests {
         commit: true,
         coordinator_epoch: 3,
         transaction_version: 0,
+        opened_below: None,
     };
     const ABORT: TxnMarker = TxnMarker {
         commit: false,
         coordinator_epoch: 3,
         transaction_version: 0,
+        opened_below: None,
     };
 
     #[test]
@@ -404,6 +456,11 @@ mod tests {
             ..COMMIT
         };
         assert_eq!(built(v2), Some(v2));
+        let bounded = TxnMarker {
+            opened_below: Some(1 << 40),
+            ..v2
+        };
+        assert_eq!(built(bounded), Some(bounded));
         assert_eq!(built(ABORT), Some(ABORT));
         assert!(marker_control_record(ABORT, 0).headers.is_empty());
     }
@@ -423,6 +480,20 @@ mod tests {
         assert!(marker_epoch_allowed(3, 2, Some(3), false), "a retry");
         assert!(!marker_epoch_allowed(2, 2, Some(3), false));
         assert!(marker_epoch_allowed(0, 2, None, true));
+    }
+
+    /// A bounded marker ends a transaction opened below its bound only; at the leader, data of
+    /// the producer on its way (it would open one at or above the high watermark) counts.
+    #[test]
+    fn the_bound_of_a_marker() {
+        assert!(marker_fence_allows(None, Some(50), true));
+        assert!(marker_fence_allows(Some(10), Some(9), true));
+        assert!(!marker_fence_allows(Some(10), Some(10), false));
+        assert!(
+            marker_fence_allows(Some(10), None, false),
+            "nothing open: a no-op"
+        );
+        assert!(!marker_fence_allows(Some(10), None, true));
     }
 
     #[test]

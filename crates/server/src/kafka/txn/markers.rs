@@ -31,13 +31,15 @@ use crate::replication::transactions::TxnMarker;
 use super::barrier::metadata_barrier;
 use super::limits::{MARKER_ROUND_TIMEOUT, MARKER_SCAN};
 
-/// One decided transaction's markers this node writes in one round.
+/// One decided transaction's markers this node writes in one round: per partition, the
+/// stream and the high watermark read before the decision was (the marker's
+/// [`TxnMarker::opened_below`]).
 struct Round {
     id: String,
     producer_id: i64,
     producer_epoch: i16,
     marker: TxnMarker,
-    partitions: Vec<(String, i32, LogStream)>,
+    partitions: Vec<(String, i32, LogStream, u64)>,
 }
 
 /// A decided transaction as the state holds it: id, producer id and epoch, its marker, the
@@ -115,9 +117,68 @@ pub(super) fn start_marker_writer<H: TxnHost>(node: Weak<H>) {
 }
 
 /// The rounds this node should write now: per decided transaction, its partitions still to
-/// mark whose replica here leads.
+/// mark whose replica here leads (and has committed an entry of its term, so its high
+/// watermark covers everything committed before).
+///
+/// Each partition's marker is bounded by the partition's high watermark read here, before
+/// the decision is read (a second time, keeping only what is still to mark):
+/// `replication::transactions::marker_fence_allows` says why. A batch of the producer's next
+/// transaction committed before the watermark was read means that transaction was added,
+/// so this one completed, before the second read; then no round starts. Otherwise the next
+/// transaction's first batch lies at or above the bound, and the marker, should it be a second
+/// copy of a decision another leader already marked, cannot end it.
 fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
-    // Read under the metadata guard, then released before the partitions are looked up.
+    let me = node.config().id;
+    let rounds: Vec<Round> = decided_now(node)
+        .into_iter()
+        .filter_map(|(id, producer_id, producer_epoch, marker, partitions)| {
+            let led: Vec<(String, i32, LogStream, u64)> = partitions
+                .into_iter()
+                .filter_map(|(topic, p)| {
+                    let stream = node.partition(&topic, u32::try_from(p).ok()?)?;
+                    let v = stream.visible();
+                    (v.leader == me && v.leader_ready).then_some((
+                        topic,
+                        p,
+                        stream,
+                        v.high_watermark,
+                    ))
+                })
+                .collect();
+            (!led.is_empty()).then_some(Round {
+                id,
+                producer_id,
+                producer_epoch,
+                marker,
+                partitions: led,
+            })
+        })
+        .collect();
+    if rounds.is_empty() {
+        return rounds;
+    }
+    let still: Vec<Decided> = decided_now(node);
+    rounds
+        .into_iter()
+        .filter_map(|mut round| {
+            let (_, _, _, marker, partitions) = still.iter().find(|d| {
+                (&d.0, d.1, d.2) == (&round.id, round.producer_id, round.producer_epoch)
+            })?;
+            if *marker != round.marker {
+                return None;
+            }
+            round
+                .partitions
+                .retain(|(topic, p, _, _)| partitions.iter().any(|(t, q)| t == topic && q == p));
+            (!round.partitions.is_empty()).then_some(round)
+        })
+        .collect()
+}
+
+/// The transactions the metadata applied here shows decided, with their partitions still to
+/// mark.
+fn decided_now<H: TxnHost>(node: &Arc<H>) -> Vec<Decided> {
+    // Read under the metadata guard, released before the partitions are looked up.
     let meta = node.metadata();
     let decided: Vec<Decided> = meta
         .deciding_transactions
@@ -129,6 +190,7 @@ fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
                 commit,
                 coordinator_epoch: r.coordinator_epoch,
                 transaction_version: i8::try_from(r.transaction_version).unwrap_or(0),
+                opened_below: None,
             };
             let partitions = r.partitions.iter().cloned().collect();
             Some((
@@ -141,45 +203,26 @@ fn rounds_here<H: TxnHost>(node: &Arc<H>) -> Vec<Round> {
         })
         .collect();
     drop(meta);
-    let me = node.config().id;
     decided
-        .into_iter()
-        .filter_map(|(id, producer_id, producer_epoch, marker, partitions)| {
-            let led: Vec<(String, i32, LogStream)> = partitions
-                .into_iter()
-                .filter_map(|(topic, p)| {
-                    let stream = node.partition(&topic, u32::try_from(p).ok()?)?;
-                    (stream.visible().leader == me).then_some((topic, p, stream))
-                })
-                .collect();
-            (!led.is_empty()).then_some(Round {
-                id,
-                producer_id,
-                producer_epoch,
-                marker,
-                partitions: led,
-            })
-        })
-        .collect()
 }
 
 /// Writes one round's markers and reports those committed. A partition that fails is left
 /// for a later round (its leader then, this node or another, writes it again).
 async fn write_round<H: TxnHost>(node: &Arc<H>, round: Round) {
-    let Some(batch) = control_batch(
-        round.producer_id,
-        round.producer_epoch,
-        round.marker,
-        wall_clock_ms(),
-    ) else {
-        tracing::error!(transactional_id = %round.id, "a transaction marker could not be built");
-        return;
-    };
-    let pending: Vec<_> = round
-        .partitions
-        .into_iter()
-        .map(|(topic, p, stream)| (topic, p, stream.submit_records(batch.clone(), 1)))
-        .collect();
+    let now_ms = wall_clock_ms();
+    let mut pending = Vec::with_capacity(round.partitions.len());
+    for (topic, p, stream, high_watermark) in round.partitions {
+        let marker = TxnMarker {
+            opened_below: Some(high_watermark),
+            ..round.marker
+        };
+        let Some(batch) = control_batch(round.producer_id, round.producer_epoch, marker, now_ms)
+        else {
+            tracing::error!(transactional_id = %round.id, "a transaction marker could not be built");
+            return;
+        };
+        pending.push((topic, p, stream.submit_records(batch, 1)));
+    }
     let mut written = Vec::new();
     for (topic, p, append) in pending {
         match append.wait(MARKER_ROUND_TIMEOUT).await {
