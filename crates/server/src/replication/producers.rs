@@ -269,10 +269,10 @@ impl ProducerTable {
                     )
                     .max();
                 let newest = ahead.into_iter().chain(committed_epoch).max();
-                let open = ahead.is_some() || self.txns.open_first_offset(b.producer_id).is_some();
+                let open_first = self.txns.open_first_offset(b.producer_id);
+                let open = ahead.is_some() || open_first.is_some();
                 let version = b.marker.map_or(0, |m| m.transaction_version);
                 let opened_below = b.marker.and_then(|m| m.opened_below);
-                let open_first = self.txns.open_first_offset(b.producer_id);
                 if !marker_epoch_allowed(b.epoch, version, newest, open)
                     || !marker_fence_allows(opened_below, open_first, ahead.is_some())
                 {
@@ -523,9 +523,9 @@ impl ProducerTable {
     ///
     /// A marker whose epoch fails [`marker_epoch_allowed`] against the table as it stands,
     /// or whose bound fails [`marker_fence_allows`] (a stale marker of an earlier
-    /// transaction) changes nothing: it closes no transaction
-    /// and moves no epoch. The check is a function of the log (the table is), so every
-    /// replica, and a restart replaying the log, refuses the same markers. The leader refuses
+    /// transaction), changes nothing: it closes no transaction and moves no epoch. The check
+    /// is a function of the log (the table is), so every replica, and a restart replaying the
+    /// log, refuses the same markers. The leader refuses
     /// such a marker before proposing it ([`ProducerTable::check`]), so this is the second
     /// line: a refused marker still takes its offset in the log (see the transactions
     /// section of `docs/reliability.md` for what that means to a read_committed consumer).
