@@ -150,10 +150,12 @@ class Member:
             "client.id": name,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "error_cb": self._on_error,
         }
         if assignor:
             conf["group.remote.assignor"] = assignor
         self.name = name
+        self.errors = []  # the client's error events (the last few), for failure messages
         self.topic = topic
         self.processed = processed
         self.events = []
@@ -164,6 +166,9 @@ class Member:
         self.c.subscribe(
             [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
+
+    def _on_error(self, err):
+        self.errors = (self.errors + [str(err)])[-3:]
 
     def _note(self, kind, parts):
         if parts:
@@ -205,8 +210,10 @@ class Member:
         if m is not None and m.error() is None:
             self.processed[int(m.value())] += 1
             self.next[m.partition()] = m.offset() + 1
-        elif m is not None and m.error().fatal():
-            raise AssertionError(f"member {self.name}: {m.error()}")
+        elif m is not None:
+            if m.error().fatal():
+                raise AssertionError(f"member {self.name}: {m.error()}")
+            self._on_error(m.error())
         if time.monotonic() - self.last_commit > 0.5 and self.next:
             self.last_commit = time.monotonic()
             try:
@@ -286,7 +293,8 @@ def converge(admin, group, live, assignor):
         if time.monotonic() - last_check > 0.3:
             last_check = time.monotonic()
             owned = owners(live)
-            last = f"owned {owned}"
+            errors = {n: m.errors for n, m in live.items() if m.errors}
+            last = f"owned {owned}" + (f"; client errors {errors}" if errors else "")
             if covers_evenly(owned):
                 try:
                     desc = describe(admin, group)
