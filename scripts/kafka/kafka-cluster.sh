@@ -53,7 +53,8 @@ MIN_ISR=""
 # carry the cluster id (Metadata, DescribeCluster) are the same on every run.
 CLUSTER_ID="${KAFKA_CLUSTER_ID:-dmRsLWthZmthLWdvbGRlbg}"
 # Which Kafka: fetch-kafka.sh's default (3.9.2) unless given; start records it
-# in cluster.env, which the other commands load.
+# in cluster.env, which the other commands load (and a restart reuses).
+KAFKA_VERSION_GIVEN="${KAFKA_VERSION:-}"
 KAFKA_VERSION="${KAFKA_VERSION:-3.9.2}"
 
 if [[ "$CMD" == create-topic ]]; then
@@ -68,7 +69,7 @@ while [[ $# -gt 0 ]]; do
     --dir) DIR="$2"; shift 2 ;;
     --extra-props) EXTRA_PROPS="$2"; shift 2 ;;
     --heap) HEAP="$2"; shift 2 ;;
-    --kafka-version) KAFKA_VERSION="$2"; shift 2 ;;
+    --kafka-version) KAFKA_VERSION="$2"; KAFKA_VERSION_GIVEN="$2"; shift 2 ;;
     --clean) CLEAN=1; shift ;;
     --rf) RF="$2"; shift 2 ;;
     --partitions) PARTITIONS="$2"; shift 2 ;;
@@ -227,6 +228,15 @@ cmd_start() {
     old_brokers="$(sed -n 's/^BROKERS=//p' "$ENV_FILE")"
     if [[ "$old_brokers" != "$BROKERS" ]]; then
       die "$DIR holds a $old_brokers-broker cluster; use another --dir or 'stop --clean' it first"
+    fi
+    # Its data was written by the Kafka version it recorded: start that one again.
+    local old_version
+    old_version="$(sed -n 's/^KAFKA_VERSION=//p' "$ENV_FILE")"
+    old_version="${old_version:-3.9.2}"
+    if [[ -z "$KAFKA_VERSION_GIVEN" ]]; then
+      KAFKA_VERSION="$old_version"
+    elif [[ "$KAFKA_VERSION_GIVEN" != "$old_version" ]]; then
+      die "$DIR holds a Kafka $old_version cluster; use another --dir or 'stop --clean' it first"
     fi
     # Refuse to start twice.
     local i pid
