@@ -36,6 +36,7 @@
 //! OffsetDelete), [`txn_offsets_api`] (TxnOffsetCommit: offsets pending in a transaction) and
 //! [`group_admin_api`] (ListGroups, DescribeGroups, DeleteGroups).
 
+pub(crate) mod consumer;
 pub(crate) mod coordinator;
 mod coordinator_admin;
 mod coordinator_membership;
