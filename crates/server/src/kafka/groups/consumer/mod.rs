@@ -1,7 +1,16 @@
 //! Consumer groups of the consumer group protocol (KIP-848, Kafka 4's `group.protocol=consumer`):
 //! the coordinator computes assignments with a server-side assignor ([`assignors`]) and members
 //! converge to them by heartbeating (ConsumerGroupHeartbeat).
+//!
+//! - [`types`]: what a heartbeat carries and answers, the settings, the cluster's topics.
+//! - [`member`]: one member and its reconciliation (revoke first, then the new epoch; partitions
+//!   still owned elsewhere wait).
+//! - [`group`]: one group's state machine (group epoch, target assignment, fencing, static
+//!   members, regex subscriptions, timeouts).
 
-// Until the coordinator of this protocol calls the assignors.
-#[allow(dead_code)]
 pub(crate) mod assignors;
+pub(crate) mod group;
+#[cfg(test)]
+mod group_tests;
+pub(crate) mod member;
+pub(crate) mod types;
