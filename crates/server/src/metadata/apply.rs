@@ -139,6 +139,7 @@ impl ClusterMeta {
                     None => {
                         self.offsets.remove(&group);
                         self.groups.remove(&group);
+                        self.consumer_groups.remove(&group);
                         self.group_activity_ms.remove(&group);
                     }
                     Some(list) => {
@@ -238,6 +239,25 @@ impl ClusterMeta {
                 }
                 None
             }
+            MetaCommand::StoreConsumerGroup {
+                group,
+                record,
+                time_ms,
+            } => {
+                if self.offsets.contains_key(&group) {
+                    self.note_activity(&group, time_ms);
+                }
+                match record {
+                    Some(r) => {
+                        self.groups.remove(&group);
+                        self.consumer_groups.insert(group, r);
+                    }
+                    None => {
+                        self.consumer_groups.remove(&group);
+                    }
+                }
+                None
+            }
             MetaCommand::CommitOffsets {
                 group,
                 offsets,
@@ -286,6 +306,7 @@ impl ClusterMeta {
                 // partition's offset while a transaction's is pending).
                 if unchanged
                     && !self.groups.contains_key(&group)
+                    && !self.consumer_groups.contains_key(&group)
                     && !self.has_pending_txn_offsets(&group)
                 {
                     self.offsets.remove(&group);

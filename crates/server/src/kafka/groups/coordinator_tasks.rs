@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::limits::{COMMIT_TIMEOUT, TICK};
 use super::node_coordinator::{coordinator, coordinator_term};
+use super::types::GroupStore;
 use crate::kafka::host::GroupsHost;
 use crate::metadata::{wall_clock_ms, MetaCommand};
 use crate::replication::group::AppendError;
@@ -107,11 +108,18 @@ pub(super) fn start_persister<H: GroupsHost>(node: Weak<H>, waiting: Arc<tokio::
                 continue;
             };
             let total = records.len();
-            for (done, (group, record)) in records.into_iter().enumerate() {
-                let command = MetaCommand::StoreGroup {
-                    group: group.clone(),
-                    record,
-                    time_ms: wall_clock_ms(),
+            for (done, (group, store)) in records.into_iter().enumerate() {
+                let command = match store {
+                    GroupStore::Classic(record) => MetaCommand::StoreGroup {
+                        group: group.clone(),
+                        record,
+                        time_ms: wall_clock_ms(),
+                    },
+                    GroupStore::Consumer(record) => MetaCommand::StoreConsumerGroup {
+                        group: group.clone(),
+                        record,
+                        time_ms: wall_clock_ms(),
+                    },
                 };
                 match node
                     .metadata_proposer()

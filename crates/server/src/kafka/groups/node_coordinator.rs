@@ -26,12 +26,19 @@ pub(super) fn coordinator_term<H: GroupsHost>(node: &Arc<H>) -> Option<u64> {
     coordinator(node).load(
         v.term,
         || {
-            node.metadata()
-                .groups
-                .iter()
-                .map(|(id, r)| (id.clone(), r.clone()))
-                .collect()
+            let meta = node.metadata();
+            (
+                meta.groups
+                    .iter()
+                    .map(|(id, r)| (id.clone(), r.clone()))
+                    .collect(),
+                meta.consumer_groups
+                    .iter()
+                    .map(|(id, r)| (id.clone(), r.clone()))
+                    .collect(),
+            )
         },
+        node.config().kafka.consumer_group_session_timeout,
         Instant::now(),
     );
     Some(v.term)

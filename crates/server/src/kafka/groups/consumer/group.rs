@@ -127,8 +127,7 @@ pub(crate) fn validate(p: &HeartbeatParams, version: i16) -> Result<(), (ErrorCo
             }
         }
     }
-    if p
-        .subscribed_names
+    if p.subscribed_names
         .as_ref()
         .is_some_and(|n| n.len() > super::types::MAX_SUBSCRIBED_TOPICS)
     {
@@ -537,7 +536,9 @@ impl ConsumerGroup {
         let gone: Vec<String> = self
             .members
             .iter()
-            .filter(|(_, m)| m.session_deadline <= now || m.revoke_deadline.is_some_and(|d| d <= now))
+            .filter(|(_, m)| {
+                m.session_deadline <= now || m.revoke_deadline.is_some_and(|d| d <= now)
+            })
             .map(|(id, _)| id.clone())
             .collect();
         for id in &gone {
@@ -561,7 +562,11 @@ fn resolve(r: &str, topics: &dyn TopicView) -> BTreeSet<String> {
     let Ok(re) = compile(r) else {
         return BTreeSet::new();
     };
-    topics.names().into_iter().filter(|n| re.is_match(n)).collect()
+    topics
+        .names()
+        .into_iter()
+        .filter(|n| re.is_match(n))
+        .collect()
 }
 
 /// Applies a heartbeat's fields to member `m` and renews its session; true when its

@@ -37,7 +37,11 @@ impl Assignor for RoundRobin {
             }
             for p in 0..*count {
                 let id = subs[p as usize % subs.len()];
-                out.entry(id.clone()).or_default().entry(*t).or_default().insert(p as i32);
+                out.entry(id.clone())
+                    .or_default()
+                    .entry(*t)
+                    .or_default()
+                    .insert(p as i32);
             }
         }
         out
@@ -156,7 +160,10 @@ fn first_member_gets_every_partition_at_epoch_one() {
     f.g.dirty = false;
     let a = o.assignment.unwrap();
     let o = f.ack("a", 1, &a);
-    assert_eq!((o.error, o.member_epoch, o.assignment), (ErrorCode::None, 1, None));
+    assert_eq!(
+        (o.error, o.member_epoch, o.assignment),
+        (ErrorCode::None, 1, None)
+    );
     assert!(!f.g.dirty, "an idle heartbeat writes nothing");
 }
 
@@ -206,7 +213,11 @@ fn epochs_are_fenced_as_kafka_does_with_a_lost_response_tolerated() {
     // At epoch 1 owning more than assigned, it is fenced.
     assert_eq!(f.ack("a", 1, &a).error, ErrorCode::FencedMemberEpoch);
     // A rejoin (epoch 0) reporting partitions is invalid.
-    assert_eq!(f.ack("a", 0, &kept).error, ErrorCode::InvalidRequest, "a rejoin owns nothing");
+    assert_eq!(
+        f.ack("a", 0, &kept).error,
+        ErrorCode::InvalidRequest,
+        "a rejoin owns nothing"
+    );
 }
 
 #[test]
@@ -278,7 +289,10 @@ fn static_member_keeps_its_assignment_across_a_static_leave() {
     assert_eq!(f.beat(leave.clone()).error, ErrorCode::FencedInstanceId);
     leave.member_id = "a1".into();
     assert_eq!(f.beat(leave).member_epoch, -2);
-    assert_eq!(f.g.group_epoch, group_epoch, "a static leave does not rebalance");
+    assert_eq!(
+        f.g.group_epoch, group_epoch,
+        "a static leave does not rebalance"
+    );
     // The instance rejoins under a new member id: same epoch, same assignment.
     let o = f.beat(other);
     assert_eq!(o.error, ErrorCode::None);
@@ -341,4 +355,23 @@ fn growing_a_topic_moves_the_group_epoch() {
     let o = f.ack("a", 1, &a);
     assert_eq!(o.member_epoch, 2);
     assert_eq!(parts(&o.assignment.unwrap()).len(), 3);
+}
+
+#[test]
+fn the_stored_record_restores_epochs_and_assignments() {
+    let mut f = Fixture::new(topics(&[("t", 1, 4)]));
+    let a = f.join("a", &["t"]).assignment.unwrap();
+    f.join("b", &["t"]);
+    f.ack("a", 1, &a);
+    let r = f.g.record();
+    let later = f.now + Duration::from_secs(100);
+    let g = ConsumerGroup::from_record(&r, later, Duration::from_secs(45));
+    assert_eq!(g.record(), r);
+    assert_eq!(g.members["a"].state, MemberState::UnrevokedPartitions);
+    assert_eq!(
+        g.members["a"].session_deadline,
+        later + Duration::from_secs(45)
+    );
+    assert_eq!(g.target, f.g.target);
+    assert_eq!((g.group_epoch, g.assignment_epoch), (2, 2));
 }

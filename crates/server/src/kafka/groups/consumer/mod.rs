@@ -9,8 +9,11 @@
 //!   members, regex subscriptions, timeouts).
 
 pub(crate) mod assignors;
+pub(crate) mod coordinator_ops;
 pub(crate) mod group;
 #[cfg(test)]
 mod group_tests;
 pub(crate) mod member;
+pub(crate) mod record;
+pub(crate) mod registry;
 pub(crate) mod types;

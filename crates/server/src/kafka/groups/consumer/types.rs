@@ -1,7 +1,6 @@
 //! What a ConsumerGroupHeartbeat carries and answers, as the consumer group state machine
 //! needs it, and what the state machine needs from the cluster and the configuration.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kafka_proto::error_code::ErrorCode;
@@ -111,7 +110,6 @@ pub(crate) struct Context<'a> {
     /// The assignor named (None: the default one); None when there is no such assignor.
     pub(crate) assignor: &'a dyn Fn(Option<&str>) -> Option<&'static dyn Assignor>,
 }
-
 
 /// INVALID_REGULAR_EXPRESSION (128, Kafka 4).
 pub(crate) fn invalid_regular_expression() -> ErrorCode {
