@@ -45,6 +45,11 @@
 #                        NAME:PROTOCOL:OFFSET[:MECHANISM,...]: node i listens on its Kafka port +
 #                        OFFSET; SSL listeners require a client certificate from the CA. E.g.
 #                        "SASL_PLAIN:SASL_PLAINTEXT:300:PLAIN MTLS:SSL:400". Remembered
+#   VDL_FAULT_INJECTION  "1": tests only: node i runs the fault-injecting file system controlled
+#                        by $VDL_DATA_DIR/faults<i> ([storage] fault_injection_file; not with a
+#                        [storage] table in VDL_EXTRA_CONFIG), so a test can cut the power of a
+#                        killed node (`vdl power-cut --control $VDL_DATA_DIR/faults<i>`). Not
+#                        remembered between runs
 #   VDL_START_TIMEOUT    seconds to wait for a leader (default 30)
 #   VDL_STOP_TIMEOUT     seconds between SIGTERM and SIGKILL (default 10)
 #   RUST_LOG             log filter of the nodes (default info)
@@ -281,6 +286,12 @@ ${VDL_EXTRA_CONFIG:+
 # From VDL_EXTRA_CONFIG:
 $(extra_config)}
 EOF
+  if [[ "${VDL_FAULT_INJECTION:-}" == 1 ]]; then
+    grep -qE '^[[:space:]]*\[storage\][[:space:]]*$' <<<"${VDL_EXTRA_CONFIG:-}" &&
+      die "VDL_FAULT_INJECTION=1 writes a [storage] table: VDL_EXTRA_CONFIG must not have one"
+    printf '\n# VDL_FAULT_INJECTION=1 (tests only)\n[storage]\nfault_injection_file = "%s"\n' \
+      "$DATA_DIR/faults$i" >>"$(config_file "$i")"
+  fi
   if [[ "$SECURITY" == sasl_ssl ]]; then
     { echo; echo "# VDL_SECURITY=sasl_ssl"; security_config "$i"; } >>"$(config_file "$i")"
   fi

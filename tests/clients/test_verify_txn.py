@@ -16,6 +16,9 @@ fencing violations; a run must find none.
   it longer, VERIFY_TXN_TIMEOUT (vdl-perf's --timeout, default 3s) shorter timeouts, and
   VERIFY_TXN_NEMESIS_FAULTS (comma-separated, of coordinator,partition,pause,crash_all) picks
   the faults of a round;
+- a power-cut run on vdl (a cluster of its own, VDL_FAULT_INJECTION=1): the coordinator's power
+  is cut, then every node's at once (killed, every write not fsynced dropped, torn; `vdl
+  power-cut`), VERIFY_TXN_POWER_FAULTS (of power_cut_coordinator,power_cut_all) picks them;
 - the same nemesis against Kafka 3.9 with VERIFY_TXN_KAFKA_NEMESIS=1 (not in CI: a Kafka
   broker restart takes 30-40 s on the 2-core machine, so it needs about 120 s per round).
 
@@ -38,6 +41,7 @@ import pytest
 
 import admin_target as at
 import txn_nemesis
+from conftest import running_cluster
 from test_verify import _kafka_jars_fetched, _perf_binary
 
 TXN_ANOMALIES = (
@@ -147,16 +151,16 @@ def test_verify_transactional_passes_on_vdl(cluster, tmp_path):
     _assert_clean(*_finish(p, history))
 
 
-def _nemesis_run(faults, bootstrap, tmp_path):
+def _nemesis_run(faults, bootstrap, tmp_path, faults_env="VERIFY_TXN_NEMESIS_FAULTS",
+                 all_kinds=txn_nemesis.FAULTS):
     """A transactional verify of NEMESIS_SECONDS with NEMESIS_ROUNDS rounds of faults
     (txn_nemesis.run) while it runs; the checker's result, and whether every fault was done
     before the run ended."""
     seconds = int(os.environ.get("VERIFY_TXN_NEMESIS_SECONDS", "25"))
     rounds = int(os.environ.get("VERIFY_TXN_NEMESIS_ROUNDS", "1"))
     pause_s = float(os.environ.get("VERIFY_TXN_NEMESIS_PAUSE_SECONDS", "2"))
-    default_kinds = ",".join(txn_nemesis.FAULTS)
-    kinds = tuple(os.environ.get("VERIFY_TXN_NEMESIS_FAULTS", default_kinds).split(","))
-    assert set(kinds) <= set(txn_nemesis.FAULTS), kinds
+    kinds = tuple(os.environ.get(faults_env, ",".join(all_kinds)).split(","))
+    assert set(kinds) <= set(all_kinds), kinds
     p, topic, history = _verify_txn(bootstrap, tmp_path, duration=f"{seconds}s")
     stop, log, nemesis = threading.Event(), [], None
     try:
@@ -186,6 +190,25 @@ def test_verify_transactional_survives_kills_and_pauses_on_vdl(cluster, tmp_path
         result, all_faults = _nemesis_run(faults, cluster.bootstrap, tmp_path)
     finally:
         cluster.start()
+    _assert_clean(*result, min_committed=5)
+    assert all_faults, "the run ended before every fault was done"
+
+
+@pytest.mark.timeout(300)
+def test_verify_transactional_survives_power_cuts_on_vdl(tmp_path):
+    """Power loss: a cluster of its own whose nodes run the fault-injecting file system; the
+    coordinator's power is cut (killed, its unsynced writes dropped, torn), then every node's
+    at once. Committed transactions must survive: they were fsynced on a majority before the
+    commit was answered."""
+    with running_cluster(extra_env={"VDL_FAULT_INJECTION": "1"}) as cluster:
+        faults = txn_nemesis.VdlFaults(cluster)
+        result, all_faults = _nemesis_run(
+            faults,
+            cluster.bootstrap,
+            tmp_path,
+            faults_env="VERIFY_TXN_POWER_FAULTS",
+            all_kinds=txn_nemesis.POWER_FAULTS,
+        )
     _assert_clean(*result, min_committed=5)
     assert all_faults, "the run ended before every fault was done"
 

@@ -5,7 +5,9 @@ leader, SIGSTOP / SIGCONT a node. Every signal goes to a PID the cluster's start
 recorded (and is checked to be that node's process); every wait is bounded.
 
 On vdl the transaction coordinator is the metadata leader (the leader of `__cluster_metadata`
-in /cluster/status). On Kafka it is the leader of the `__transaction_state` partition of the
+in /cluster/status). A power cut (POWER_FAULTS, vdl only) kills a node and drops every write it
+had not fsynced, through the fault-injecting file system the node runs with
+(VDL_FAULT_INJECTION=1 of deploy/local-cluster.sh). On Kafka it is the leader of the `__transaction_state` partition of the
 transactional id (Java's String.hashCode, made non-negative, modulo the 50 partitions); a
 killed broker is started again with the command line it ran with.
 """
@@ -75,6 +77,19 @@ class VdlFaults:
 
     def restart(self, *nodes):
         self.cluster.start()
+
+    def power_cut(self, node):
+        """Drops every write killed node `node` had not fsynced, torn (the cluster runs with
+        VDL_FAULT_INJECTION=1: `vdl power-cut` on its control file); the count dropped."""
+        control = os.path.join(self.cluster.data_dir, f"faults{node}")
+        r = subprocess.run(
+            [self.cluster.binary, "power-cut", "--control", control, "--torn"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout.strip())
 
 
 class KafkaFaults:
@@ -168,6 +183,9 @@ class KafkaFaults:
 
 
 FAULTS = ("coordinator", "partition", "pause", "crash_all")
+# Power cuts: the node is killed and every write it had not fsynced is dropped (torn), as a
+# power loss would; only on a vdl cluster run with VDL_FAULT_INJECTION=1 (VdlFaults.power_cut).
+POWER_FAULTS = ("power_cut_coordinator", "power_cut_all")
 
 
 def run(
@@ -177,8 +195,9 @@ def run(
     """`rounds` rounds of: kill -9 the coordinator of `transactional_id` and restart it; kill -9
     the leader of a random partition of `topic` (3 partitions) and restart it; SIGSTOP the
     coordinator or a random node for `pause_s` s; kill -9 every node at once and restart them
-    all (a crash of the whole cluster: processes only, written data stays in the page cache).
-    `gap_s` s between faults; stops early when `stop` is set. Each fault done is appended to
+    all (a crash of the whole cluster: processes only, written data stays in the page cache);
+    with POWER_FAULTS, cut the power of the coordinator, or of every node at once (killed, their
+    unsynced writes dropped, restarted). `gap_s` s between faults; stops early when `stop` is set. Each fault done is appended to
     `log`. `kinds` chooses some of the faults (in that order)."""
     for _ in range(rounds):
         for fault in kinds:
@@ -195,9 +214,12 @@ def run(
                     node = faults.coordinator(transactional_id)
                 else:
                     node = random.choice(faults.nodes())
+            elif fault == "power_cut_coordinator":
+                node = faults.coordinator(transactional_id)
             else:
                 node = "all"
             t0 = time.monotonic()
+            dropped = None
             if fault == "pause":
                 pid = faults.pid(node)
                 os.kill(pid, signal.SIGSTOP)
@@ -211,8 +233,16 @@ def run(
                     faults.kill(n)
                 time.sleep(down_s)
                 faults.restart(*nodes)
+            elif fault in POWER_FAULTS:
+                nodes = faults.nodes() if node == "all" else [node]
+                for n in nodes:
+                    faults.kill(n)
+                dropped = sum(faults.power_cut(n) for n in nodes)
+                time.sleep(down_s)
+                faults.restart(*nodes)
             else:
                 faults.kill(node)
                 time.sleep(down_s)
                 faults.restart(node)
-            log.append(f"{fault}: node {node} ({time.monotonic() - t0:.1f} s)")
+            lost = "" if dropped is None else f", {dropped} unsynced writes dropped"
+            log.append(f"{fault}: node {node} ({time.monotonic() - t0:.1f} s{lost})")

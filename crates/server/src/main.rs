@@ -75,6 +75,18 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         iterations: u32,
     },
+    /// Tests only: after a node that ran with `storage.fault_injection_file` was killed (and
+    /// before it starts again), drop every write it made after the last fsync of each file, as
+    /// a power cut would (the control file's journal of writes and syncs says which); prints
+    /// how many writes were dropped. Used by the client tests' power-cut nemesis.
+    PowerCut {
+        /// The node's `storage.fault_injection_file`.
+        #[arg(long)]
+        control: PathBuf,
+        /// Keep the first half of each file's first lost write (a torn write).
+        #[arg(long)]
+        torn: bool,
+    },
     /// Certificates for tests and local clusters.
     Certs {
         #[command(subcommand)]
@@ -225,6 +237,12 @@ fn main() -> anyhow::Result<()> {
             };
             let path = revoke_certificates(&dir, ca, &certs, valid_days)?;
             println!("{}", path.display());
+            Ok(())
+        }
+        Command::PowerCut { control, torn } => {
+            let dropped = logstore::simulate_power_cut(&control, torn)
+                .with_context(|| format!("power cut of {}", control.display()))?;
+            println!("{dropped}");
             Ok(())
         }
         Command::Start { config } => {
