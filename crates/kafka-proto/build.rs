@@ -334,7 +334,7 @@ fn parse_field(line: &str) -> Result<Field, String> {
     }
     if !f.nullable.is_empty() {
         match &f.ty {
-            Ty::Prim(Prim::Str | Prim::Bytes | Prim::Records) | Ty::Array(_) => {}
+            Ty::Prim(Prim::Str | Prim::Bytes | Prim::Records) | Ty::Array(_) | Ty::Struct(_) => {}
             _ => return Err(format!("field {} of this type cannot be nullable", f.name)),
         }
     }
@@ -581,7 +581,7 @@ fn default_expr(f: &Field) -> Result<String, String> {
             if d.is_some() {
                 return Err(format!("struct {} cannot have a default", f.name));
             }
-            format!("{s}::default()")
+            wrap(format!("{s}::default()"))
         }
     })
 }
@@ -641,6 +641,9 @@ fn read_field(f: &Field, d: &str, compact: &str, within: Range) -> String {
             } else {
                 format!("read_array({d}, {compact}, |d| {elem})?")
             }
+        }
+        Ty::Struct(s) if opt => {
+            format!("read_nullable_struct({d}, {nullable}, |d| {s}::decode(d, version))?")
         }
         t => format!("{}?", read_elem(t, d, compact)),
     }
@@ -707,6 +710,9 @@ fn write_field(f: &Field, x: &str, e: &str, compact: &str, within: Range, what: 
             Prim::F64 => format!("{e}.f64({x});"),
             Prim::Records => unreachable!("handled above"),
         },
+        Ty::Struct(_) if opt => format!(
+            "write_nullable_struct({e}, {x}.as_ref(), {nullable}, \"{what}\", |e, s| s.encode(e, version))?;"
+        ),
         Ty::Struct(_) => format!("{x}.encode({e}, version)?;"),
     }
 }

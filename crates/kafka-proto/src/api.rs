@@ -11,7 +11,8 @@ use crate::messages::Message;
 /// `Variant = key, "Name", lowest..=highest, RequestType, ResponseType;` per API.
 /// The ranges are Apache Kafka 3.9's, except the versions Kafka 4.0 added for KIP-890 part 2
 /// (transaction version 2): Produce v12 and TxnOffsetCommit v5 (their v11 and v4 bodies) and
-/// EndTxn v5 (its response carries the producer id and epoch).
+/// EndTxn v5 (its response carries the producer id and epoch), and Kafka 4's consumer group
+/// protocol (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe v0-1, DescribeGroups v6.
 macro_rules! for_each_api {
     ($callback:ident) => {
         $callback! {
@@ -26,7 +27,7 @@ macro_rules! for_each_api {
             Heartbeat = 12, "Heartbeat", 0..=4, HeartbeatRequest, HeartbeatResponse;
             LeaveGroup = 13, "LeaveGroup", 0..=5, LeaveGroupRequest, LeaveGroupResponse;
             SyncGroup = 14, "SyncGroup", 0..=5, SyncGroupRequest, SyncGroupResponse;
-            DescribeGroups = 15, "DescribeGroups", 0..=5, DescribeGroupsRequest, DescribeGroupsResponse;
+            DescribeGroups = 15, "DescribeGroups", 0..=6, DescribeGroupsRequest, DescribeGroupsResponse;
             ListGroups = 16, "ListGroups", 0..=5, ListGroupsRequest, ListGroupsResponse;
             SaslHandshake = 17, "SaslHandshake", 0..=1, SaslHandshakeRequest, SaslHandshakeResponse;
             ApiVersions = 18, "ApiVersions", 0..=4, ApiVersionsRequest, ApiVersionsResponse;
@@ -60,6 +61,8 @@ macro_rules! for_each_api {
             DescribeProducers = 61, "DescribeProducers", 0..=0, DescribeProducersRequest, DescribeProducersResponse;
             DescribeTransactions = 65, "DescribeTransactions", 0..=0, DescribeTransactionsRequest, DescribeTransactionsResponse;
             ListTransactions = 66, "ListTransactions", 0..=1, ListTransactionsRequest, ListTransactionsResponse;
+            ConsumerGroupHeartbeat = 68, "ConsumerGroupHeartbeat", 0..=1, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse;
+            ConsumerGroupDescribe = 69, "ConsumerGroupDescribe", 0..=1, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse;
         }
     };
 }

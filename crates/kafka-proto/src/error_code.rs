@@ -198,6 +198,7 @@ error_codes! {
     InvalidVoterKey = 125, "INVALID_VOTER_KEY", false;
     DuplicateVoter = 126, "DUPLICATE_VOTER", false;
     VoterNotFound = 127, "VOTER_NOT_FOUND", false;
+    InvalidRegularExpression = 128, "INVALID_REGULAR_EXPRESSION", false;
 }
 
 impl ErrorCode {
@@ -245,12 +246,12 @@ mod tests {
 
     #[test]
     fn table_is_dense_and_round_trips() {
-        assert_eq!(ErrorCode::ALL.len(), 129);
+        assert_eq!(ErrorCode::ALL.len(), 130);
         for (i, e) in ErrorCode::ALL.iter().enumerate() {
             assert_eq!(i64::from(e.code()), i as i64 - 1);
             assert_eq!(ErrorCode::from_code(e.code()), *e);
         }
-        assert_eq!(ErrorCode::from_code(128), ErrorCode::Unknown(128));
+        assert_eq!(ErrorCode::from_code(129), ErrorCode::Unknown(129));
         assert_eq!(ErrorCode::from_code(-2).code(), -2);
     }
 }

@@ -137,6 +137,43 @@ fn read_nullable_array<T>(
     }
 }
 
+/// Reads a struct field that may be null in this version: Kafka writes an int8 before it, -1
+/// for null (any negative value reads as null, as in Kafka), 1 when the struct follows. In a
+/// version where the field is not nullable the struct follows directly.
+fn read_nullable_struct<T>(
+    d: &mut Decoder,
+    nullable: bool,
+    f: impl FnOnce(&mut Decoder) -> Result<T, DecodeError>,
+) -> Result<Option<T>, DecodeError> {
+    if nullable && d.i8()? < 0 {
+        return Ok(None);
+    }
+    f(d).map(Some)
+}
+
+/// Writes a struct field that may be null in this version (see [`read_nullable_struct`]).
+fn write_nullable_struct<T>(
+    e: &mut Encoder,
+    value: Option<&T>,
+    nullable: bool,
+    what: &'static str,
+    f: impl FnOnce(&mut Encoder, &T) -> Result<(), EncodeError>,
+) -> Result<(), EncodeError> {
+    match value {
+        Some(v) => {
+            if nullable {
+                e.i8(1);
+            }
+            f(e, v)
+        }
+        None if nullable => {
+            e.i8(-1);
+            Ok(())
+        }
+        None => Err(EncodeError::NullNotAllowed(what)),
+    }
+}
+
 fn write_nullable_string(
     e: &mut Encoder,
     s: Option<&str>,
