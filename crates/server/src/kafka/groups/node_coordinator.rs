@@ -74,6 +74,7 @@ pub(super) async fn read_barrier<H: GroupsHost>(node: &H) -> Option<ErrorCode> {
 /// on this coordinator or committed offsets.
 pub(super) fn group_exists<H: GroupsHost>(node: &Arc<H>, term: u64, group_id: &str) -> bool {
     coordinator(node).describe(term, group_id).is_some()
+        || coordinator(node).is_consumer_group(group_id)
         || node
             .metadata()
             .offsets

@@ -114,14 +114,14 @@ pub(crate) fn validate(p: &HeartbeatParams, version: i16) -> Result<(), (ErrorCo
     if let Some(r) = &p.subscribed_regex {
         if r.len() > MAX_REGEX_LEN {
             return Err((
-                super::types::invalid_regular_expression(),
+                ErrorCode::InvalidRegularExpression,
                 format!("SubscribedTopicRegex is longer than {MAX_REGEX_LEN} characters."),
             ));
         }
         if !r.is_empty() {
             if let Err(e) = compile(r) {
                 return Err((
-                    super::types::invalid_regular_expression(),
+                    ErrorCode::InvalidRegularExpression,
                     format!("SubscribedTopicRegex `{r}` is not a valid regular expression: {e}."),
                 ));
             }
@@ -452,27 +452,16 @@ impl ConsumerGroup {
         out
     }
 
-    /// The assignor the group uses: the one most members name (ties: the first name), the
-    /// default when none names one.
-    pub(crate) fn assignor_name(&self) -> Option<String> {
-        let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
-        for m in self.members.values() {
-            if let Some(a) = &m.server_assignor {
-                *votes.entry(a).or_default() += 1;
-            }
-        }
-        let best = votes.values().copied().max()?;
-        votes
-            .into_iter()
-            .find(|(_, v)| *v == best)
-            .map(|(n, _)| n.to_owned())
+    /// The assignor the group uses: the one most members name, the default when none names
+    /// one ([`super::assignors::select`]).
+    pub(crate) fn assignor_name(&self) -> &'static str {
+        super::assignors::select(self.members.values().map(|m| m.server_assignor.as_deref()))
     }
 
     /// Recomputes the target assignment at the group epoch.
     fn compute_target(&mut self, ctx: &Context<'_>) {
         let name = self.assignor_name();
-        let Some(assignor) = (ctx.assignor)(name.as_deref()).or_else(|| (ctx.assignor)(None))
-        else {
+        let Some(assignor) = (ctx.assignor)(Some(name)).or_else(|| (ctx.assignor)(None)) else {
             return;
         };
         let mut spec = GroupSpec {
@@ -484,6 +473,7 @@ impl ConsumerGroup {
                 id.clone(),
                 MemberSpec {
                     subscribed: self.member_topics(m, ctx.topics),
+                    instance_id: m.instance_id.clone(),
                     rack: m.rack.clone(),
                     current: self.target.get(id).cloned().unwrap_or_default(),
                 },

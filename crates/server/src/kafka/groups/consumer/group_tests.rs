@@ -321,7 +321,7 @@ fn validation_and_limits() {
     let mut p = join("a", &[]);
     p.subscribed_names = None;
     p.subscribed_regex = Some("(".into());
-    assert_eq!(f.beat(p).error.code(), 128);
+    assert_eq!(f.beat(p).error, ErrorCode::InvalidRegularExpression);
     f.join("a", &["t"]);
     f.join("b", &["t"]);
     f.join("c", &["t"]);

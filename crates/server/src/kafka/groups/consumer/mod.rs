@@ -10,9 +10,11 @@
 
 pub(crate) mod assignors;
 pub(crate) mod coordinator_ops;
+pub(crate) mod describe_api;
 pub(crate) mod group;
 #[cfg(test)]
 mod group_tests;
+pub(crate) mod heartbeat_api;
 pub(crate) mod member;
 pub(crate) mod record;
 pub(crate) mod registry;

@@ -110,8 +110,3 @@ pub(crate) struct Context<'a> {
     /// The assignor named (None: the default one); None when there is no such assignor.
     pub(crate) assignor: &'a dyn Fn(Option<&str>) -> Option<&'static dyn Assignor>,
 }
-
-/// INVALID_REGULAR_EXPRESSION (128, Kafka 4).
-pub(crate) fn invalid_regular_expression() -> ErrorCode {
-    ErrorCode::from_code(128)
-}
