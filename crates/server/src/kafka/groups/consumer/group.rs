@@ -102,10 +102,8 @@ pub(crate) fn validate(p: &HeartbeatParams, version: i16) -> Result<(), (ErrorCo
                 );
             }
         }
-        LEFT_STATIC_EPOCH => {
-            if p.instance_id.is_none() {
-                return invalid("InstanceId can't be null.");
-            }
+        LEFT_STATIC_EPOCH if p.instance_id.is_none() => {
+            return invalid("InstanceId can't be null.");
         }
         -1 => {}
         e if e < -2 => return invalid(&format!("MemberEpoch {e} is invalid.")),

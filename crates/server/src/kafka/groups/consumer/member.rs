@@ -37,15 +37,6 @@ impl MemberState {
             _ => MemberState::Stable,
         }
     }
-
-    /// The name Kafka's ConsumerGroupDescribe and logs use.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            MemberState::Stable => "stable",
-            MemberState::UnrevokedPartitions => "unrevoked_partitions",
-            MemberState::UnreleasedPartitions => "unreleased_partitions",
-        }
-    }
 }
 
 /// A member's epoch after a static member left (epoch -2): it keeps its assignment until its
