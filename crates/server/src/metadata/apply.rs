@@ -304,13 +304,19 @@ impl ClusterMeta {
                 let unchanged = self.group_activity_ms.get(&group) == Some(&activity_ms);
                 // Offsets pending in a transaction keep the group (Kafka does not expire a
                 // partition's offset while a transaction's is pending).
+                let consumer_members = self
+                    .consumer_groups
+                    .get(&group)
+                    .is_some_and(|r| !r.members.is_empty());
                 if unchanged
                     && !self.groups.contains_key(&group)
-                    && !self.consumer_groups.contains_key(&group)
+                    && !consumer_members
                     && !self.has_pending_txn_offsets(&group)
                 {
                     self.offsets.remove(&group);
                     self.group_activity_ms.remove(&group);
+                    // An empty consumer-protocol group goes with its offsets (Kafka's cleanup).
+                    self.consumer_groups.remove(&group);
                 }
                 None
             }

@@ -582,7 +582,10 @@ impl ClusterMeta {
             .filter(|(g, at)| {
                 at.saturating_add(retention_ms) <= now_ms
                     && !self.groups.contains_key(*g)
-                    && !self.consumer_groups.contains_key(*g)
+                    && !self
+                        .consumer_groups
+                        .get(*g)
+                        .is_some_and(|r| !r.members.is_empty())
                     && self.offsets.contains_key(*g)
                     && !self.has_pending_txn_offsets(g)
             })

@@ -82,8 +82,9 @@ impl Coordinator {
                         &p.member_id,
                     )
                 } else {
+                    // As Kafka: the member is unknown (it rejoins).
                     HeartbeatOutcome::error(
-                        ErrorCode::GroupIdNotFound,
+                        ErrorCode::UnknownMemberId,
                         format!("Consumer group {group_id} not found."),
                         &p.member_id,
                     )
@@ -115,6 +116,17 @@ impl Coordinator {
                 Ok(())
             })
             .unwrap_or(Ok(()))
+    }
+
+    /// The consumer-protocol groups without members, while leading in `term` (for the
+    /// offset expiry task, which removes those without committed offsets, as Kafka's cleanup).
+    pub(crate) fn consumer_empty_groups(&self, term: u64) -> Vec<String> {
+        self.consumer_list(term)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, state)| *state == ConsumerGroupState::Empty)
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// Whether group `group_id` is a consumer-protocol group here.

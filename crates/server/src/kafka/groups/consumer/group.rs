@@ -208,7 +208,9 @@ impl ConsumerGroup {
         let created = self.members.len() > members_before;
         let before = self.members.get(&id).cloned().filter(|_| !created);
         let full = p.member_epoch == 0
-            || (p.rebalance_timeout_ms != -1 && p.subscribed_names.is_some() && p.owned.is_some());
+            || (p.rebalance_timeout_ms != -1
+                && (p.subscribed_names.is_some() || p.subscribed_regex.is_some())
+                && p.owned.is_some());
         let subscription_changed = {
             let Some(m) = self.members.get_mut(&id) else {
                 return HeartbeatOutcome::error(ErrorCode::UnknownMemberId, "", &p.member_id);
