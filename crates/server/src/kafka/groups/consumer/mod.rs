@@ -6,7 +6,14 @@
 //! - [`member`]: one member and its reconciliation (revoke first, then the new epoch; partitions
 //!   still owned elsewhere wait).
 //! - [`group`]: one group's state machine (group epoch, target assignment, fencing, static
-//!   members, regex subscriptions, timeouts).
+//!   members, regex subscriptions, timeouts); [`record`]: its stored form.
+//! - [`registry`]: every group of the coordinator's term; [`coordinator_ops`]: what the
+//!   coordinator does with them (heartbeats and their records, deadlines, the classic
+//!   interplay, offset checks, listing, describing, deleting).
+//! - [`heartbeat_api`] (ConsumerGroupHeartbeat) and [`describe_api`] (ConsumerGroupDescribe):
+//!   the Kafka handlers.
+//!
+//! See the crate README ("Consumer-protocol groups") for the behaviour and the choices made.
 
 pub(crate) mod assignors;
 pub(crate) mod coordinator_ops;
