@@ -103,6 +103,10 @@ fi
 # tests/clients/run-java.sh runs its Connect and Streams tests against such a cluster too.
 # Idempotent: a marker file records a complete download.
 timeout 900 ./scripts/kafka/fetch-kafka.sh >/dev/null
+# Apache Kafka 4.1's jars (.cache/kafka-4.1/libs): the consumer group protocol tests (KIP-848:
+# tests/clients/test_consumer_protocol.py, run-java.sh's kafka4 target) run a Kafka 4.1 cluster
+# next to vdl, and kafka-consumer-groups.sh's class from it.
+KAFKA_VERSION=4.1.1 timeout 900 ./scripts/kafka/fetch-kafka.sh >/dev/null
 
 # The Go programs' modules (franz-go and kadm; sarama; franz-go for the transactions ETL), so
 # `go build` in the tests needs no network.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Materialize Apache Kafka 3.9 (broker + tools + Java client) from Maven Central
+# Materialize Apache Kafka 3.9 or 4.x (broker + tools + Java client) from Maven Central
 # into a local cache folder, so we can run a real Kafka next to vdl for
 # benchmarks and for capturing golden protocol frames.
 #
@@ -7,7 +7,8 @@
 #   env: VDL_CACHE_DIR   cache root (default: $REPO/.cache); jars go to
 #                        $VDL_CACHE_DIR/kafka-3.9/libs
 #        KAFKA_VERSION   Kafka version to fetch (default 3.9.2, newest 3.9.x
-#                        on Maven Central when this was written)
+#                        on Maven Central when this was written; 4.1.1 for the
+#                        Kafka 4 brokers: jars into .../kafka-4.1/libs)
 #        SCALA_VERSION   Scala binary version of the kafka_* artifact (2.13)
 # Prints the libs directory on stdout (last line). Idempotent: if the libs
 # dir already holds a complete download (marker file), nothing is fetched.
@@ -67,6 +68,24 @@ POM="$BASE/pom.xml"
 # resolves the transitive closure for us (scala-library, jackson, zstd, ...).
 # Modules listed explicitly because kafka_2.13's pom marks some of them as
 # runtime-only or leaves them out (tools, log4j binding).
+KAFKA_MAJOR="${KAFKA_MINOR%%.*}"
+if ((KAFKA_MAJOR >= 4)); then
+  # Kafka 4.x: the broker's code is split over more modules (the coordinators'
+  # common runtime, the share coordinator), and it logs through slf4j -> log4j2
+  # (the log4j 1.2 binding is gone).
+  EXTRA_DEPS='
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-group-coordinator-api</artifactId><version>${kafka.version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-coordinator-common</artifactId><version>${kafka.version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-share-coordinator</artifactId><version>${kafka.version}</version></dependency>
+    <!-- Kafka 4.x logs through slf4j -> log4j2. -->
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>2.24.3</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>2.24.3</version></dependency>'
+else
+  EXTRA_DEPS='
+    <!-- Kafka 3.x logs through slf4j -> reload4j (log4j 1.2 API). -->
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
+    <dependency><groupId>ch.qos.reload4j</groupId><artifactId>reload4j</artifactId><version>1.2.25</version></dependency>'
+fi
 cat >"$POM" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -88,10 +107,7 @@ cat >"$POM" <<EOF
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-group-coordinator</artifactId><version>\${kafka.version}</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-transaction-coordinator</artifactId><version>\${kafka.version}</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>\${kafka.version}</version></dependency>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools-api</artifactId><version>\${kafka.version}</version></dependency>
-    <!-- Kafka 3.x logs through slf4j -> reload4j (log4j 1.2 API). -->
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId><version>1.7.36</version></dependency>
-    <dependency><groupId>ch.qos.reload4j</groupId><artifactId>reload4j</artifactId><version>1.2.25</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools-api</artifactId><version>\${kafka.version}</version></dependency>$EXTRA_DEPS
   </dependencies>
 </project>
 EOF

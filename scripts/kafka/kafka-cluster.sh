@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Run a local Apache Kafka 3.9 KRaft cluster (1 or 3 nodes, combined
+# Run a local Apache Kafka 3.9 or 4.x KRaft cluster (1 or 3 nodes, combined
 # broker+controller) on 127.0.0.1, to compare vdl against and to capture golden
 # protocol frames from. Jars come from scripts/kafka/fetch-kafka.sh.
+# Kafka 3.9.2 by default; --kafka-version 4.1.1 (or env KAFKA_VERSION=4.1.1)
+# runs Kafka 4.1 (log4j2 logging, the consumer group protocol of KIP-848 on).
 #
 # Usage:
 #   scripts/kafka/kafka-cluster.sh start  [--brokers 1|3] [--fsync-every-message]
 #                                         [--base-port N] [--dir D]
 #                                         [--extra-props FILE] [--heap "-Xmx.."]
+#                                         [--kafka-version V]
 #   scripts/kafka/kafka-cluster.sh stop   [--dir D] [--clean]
 #   scripts/kafka/kafka-cluster.sh status [--dir D]
 #   scripts/kafka/kafka-cluster.sh bootstrap [--dir D]
@@ -18,8 +21,8 @@
 # Default dir: $VDL_CACHE_DIR/kafka-cluster or $REPO/.cache/kafka-cluster.
 # --extra-props FILE is appended to every broker's config (later keys win in
 # java.util.Properties), e.g. to add listeners; the golden capture uses it.
-# The cluster's settings (broker count, ports) are remembered in D/cluster.env,
-# so stop/status/create-topic need only --dir.
+# The cluster's settings (broker count, ports, Kafka version) are remembered in
+# D/cluster.env, so stop/status/create-topic need only --dir.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -49,6 +52,10 @@ MIN_ISR=""
 # Fixed cluster id (base64url of "vdl-kafka-golden") so that responses that
 # carry the cluster id (Metadata, DescribeCluster) are the same on every run.
 CLUSTER_ID="${KAFKA_CLUSTER_ID:-dmRsLWthZmthLWdvbGRlbg}"
+# Which Kafka: fetch-kafka.sh's default (3.9.2) unless given; start records it
+# in cluster.env, which the other commands load (and a restart reuses).
+KAFKA_VERSION_GIVEN="${KAFKA_VERSION:-}"
+KAFKA_VERSION="${KAFKA_VERSION:-3.9.2}"
 
 if [[ "$CMD" == create-topic ]]; then
   [[ $# -ge 1 && "$1" != --* ]] || die "create-topic needs a topic NAME"
@@ -62,6 +69,7 @@ while [[ $# -gt 0 ]]; do
     --dir) DIR="$2"; shift 2 ;;
     --extra-props) EXTRA_PROPS="$2"; shift 2 ;;
     --heap) HEAP="$2"; shift 2 ;;
+    --kafka-version) KAFKA_VERSION="$2"; KAFKA_VERSION_GIVEN="$2"; shift 2 ;;
     --clean) CLEAN=1; shift ;;
     --rf) RF="$2"; shift 2 ;;
     --partitions) PARTITIONS="$2"; shift 2 ;;
@@ -78,7 +86,23 @@ esac
 [[ -d "$DIR" ]] && DIR="$(cd "$DIR" && pwd)"
 ENV_FILE="$DIR/cluster.env"
 
-libs_dir() { "$SCRIPT_DIR/fetch-kafka.sh"; }
+libs_dir() { KAFKA_VERSION="$KAFKA_VERSION" "$SCRIPT_DIR/fetch-kafka.sh"; }
+
+# Kafka 4 logs through log4j2 and moved some tools from kafka.* (Scala) to
+# org.apache.kafka.tools.* (Java).
+kafka_major() { echo "${KAFKA_VERSION%%.*}"; }
+# The JVM flag naming a log4j config file: FILE without its extension gets
+# .properties (log4j 1.2, Kafka 3) or .log4j2.properties (Kafka 4).
+log_flag() {
+  if (($(kafka_major) >= 4)); then
+    echo "-Dlog4j2.configurationFile=file:$1.log4j2.properties"
+  else
+    echo "-Dlog4j.configuration=file:$1.properties"
+  fi
+}
+api_versions_class() {
+  if (($(kafka_major) >= 4)); then echo org.apache.kafka.tools.BrokerApiVersionsCommand; else echo kafka.admin.BrokerApiVersionsCommand; fi
+}
 
 # The JVM's class path: every jar in the cache dir ("dir/*" is expanded by java).
 java_cp() { echo "$(libs_dir | tail -n1)/*"; }
@@ -118,6 +142,16 @@ render_config() {
   if [[ "$FSYNC" == 1 ]]; then
     { echo; echo "# --- fsync-every-message.properties ---"; cat "$TEMPLATE_DIR/fsync-every-message.properties"; } >>"$bdir/server.properties"
   fi
+  if (($(kafka_major) >= 4)); then
+    # The consumer group protocol (KIP-848, group.protocol=consumer): spelled out
+    # although it is Kafka 4's default, since the tests rely on it; members
+    # heartbeat every second instead of 5 s (a join or leave converges in a few
+    # heartbeats), like group.initial.rebalance.delay.ms=0 for classic groups.
+    { echo; echo "# --- Kafka 4 ---"
+      echo "group.coordinator.rebalance.protocols=classic,consumer"
+      echo "group.consumer.min.heartbeat.interval.ms=1000"
+      echo "group.consumer.heartbeat.interval.ms=1000"; } >>"$bdir/server.properties"
+  fi
   if [[ -n "$EXTRA_PROPS" ]]; then
     { echo; echo "# --- extra props: $EXTRA_PROPS ---"; sed "s#@NODE_ID@#$i#g" "$EXTRA_PROPS"; } >>"$bdir/server.properties"
   fi
@@ -137,12 +171,34 @@ log4j.logger.kafka.request.logger=WARN
 log4j.logger.state.change.logger=WARN
 log4j.logger.org.apache.kafka.clients=WARN
 EOF
+  cat >"$DIR/log4j.log4j2.properties" <<'EOF'
+status = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 2
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+EOF
 }
 
 # Run a Kafka tool class with a small heap and quiet logging.
 run_tool() {
   local cls="$1"; shift
-  java -Xmx256m -cp "$(java_cp)" -Dlog4j.configuration="file:$DIR/tools-log4j.properties" "$cls" "$@"
+  java -Xmx256m -cp "$(java_cp)" "$(log_flag "$DIR/tools-log4j")" "$cls" "$@"
 }
 
 write_tools_log4j() {
@@ -153,6 +209,16 @@ log4j.appender.stderr.Target=System.err
 log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
 log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
 EOF
+  cat >"$DIR/tools-log4j.log4j2.properties" <<'EOF'
+status = warn
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = stderr
+EOF
 }
 
 cmd_start() {
@@ -162,6 +228,15 @@ cmd_start() {
     old_brokers="$(sed -n 's/^BROKERS=//p' "$ENV_FILE")"
     if [[ "$old_brokers" != "$BROKERS" ]]; then
       die "$DIR holds a $old_brokers-broker cluster; use another --dir or 'stop --clean' it first"
+    fi
+    # Its data was written by the Kafka version it recorded: start that one again.
+    local old_version
+    old_version="$(sed -n 's/^KAFKA_VERSION=//p' "$ENV_FILE")"
+    old_version="${old_version:-3.9.2}"
+    if [[ -z "$KAFKA_VERSION_GIVEN" ]]; then
+      KAFKA_VERSION="$old_version"
+    elif [[ "$KAFKA_VERSION_GIVEN" != "$old_version" ]]; then
+      die "$DIR holds a Kafka $old_version cluster; use another --dir or 'stop --clean' it first"
     fi
     # Refuse to start twice.
     local i pid
@@ -191,6 +266,7 @@ BROKERS=$BROKERS
 BASE_PORT=$BASE_PORT
 FSYNC=$FSYNC
 CLUSTER_ID=$CLUSTER_ID
+KAFKA_VERSION=$KAFKA_VERSION
 EOF
   write_log4j
   write_tools_log4j
@@ -203,7 +279,7 @@ EOF
     # Format once; a restart keeps the data (and the same cluster id).
     # In parallel: each format is a JVM start of a few seconds.
     if [[ ! -f "$bdir/data/meta.properties" ]]; then
-      timeout 120 java -Xmx256m -cp "$cp" -Dlog4j.configuration="file:$DIR/tools-log4j.properties" \
+      timeout 120 java -Xmx256m -cp "$cp" "$(log_flag "$DIR/tools-log4j")" \
         kafka.tools.StorageTool format -t "$CLUSTER_ID" -c "$bdir/server.properties" --ignore-formatted \
         >"$bdir/logs/format.out" 2>&1 &
       fmt_pids+=("$!:$i")
@@ -218,7 +294,7 @@ EOF
     local bdir="$DIR/broker-$i"
     # shellcheck disable=SC2086
     nohup java $HEAP -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-      -Dlog4j.configuration="file:$DIR/log4j.properties" -Dkafka.logs.dir="$bdir/logs" \
+      "$(log_flag "$DIR/log4j")" -Dkafka.logs.dir="$bdir/logs" \
       -cp "$cp" kafka.Kafka "$bdir/server.properties" \
       >"$bdir/logs/stdout.log" 2>&1 </dev/null &
     echo $! >"$bdir/pid"
@@ -242,8 +318,8 @@ EOF
     for ((i = 0; i < BROKERS; i++)); do port_open $((BASE_PORT + i)) || all_open=0; done
     if [[ "$all_open" == 1 ]]; then
       local n
-      n="$(timeout 30 java -Xmx128m -cp "$cp" -Dlog4j.configuration="file:$DIR/tools-log4j.properties" \
-            kafka.admin.BrokerApiVersionsCommand --bootstrap-server "$bs" 2>/dev/null \
+      n="$(timeout 30 java -Xmx128m -cp "$cp" "$(log_flag "$DIR/tools-log4j")" \
+            "$(api_versions_class)" --bootstrap-server "$bs" 2>/dev/null \
             | grep -c ' (id: [0-9]* rack: ' || true)"
       if [[ "$n" -ge "$BROKERS" ]]; then ok=1; break; fi
     fi
@@ -280,7 +356,8 @@ cmd_stop() {
   if [[ "$CLEAN" == 1 ]]; then
     # Only the files this script creates; never the dir itself if it holds more.
     for ((i = 0; i < BROKERS; i++)); do rm -rf "$DIR/broker-$i"; done
-    rm -f "$ENV_FILE" "$DIR/log4j.properties" "$DIR/tools-log4j.properties"
+    rm -f "$ENV_FILE" "$DIR/log4j.properties" "$DIR/tools-log4j.properties" \
+      "$DIR/log4j.log4j2.properties" "$DIR/tools-log4j.log4j2.properties"
     rmdir "$DIR" 2>/dev/null || true
     echo "removed cluster data in $DIR" >&2
   fi
@@ -313,11 +390,11 @@ cmd_create_topic() {
     if ((RF >= 3)); then MIN_ISR=2; else MIN_ISR=1; fi
   fi
   write_tools_log4j
-  timeout 60 java -Xmx256m -cp "$(java_cp)" -Dlog4j.configuration="file:$DIR/tools-log4j.properties" \
+  timeout 60 java -Xmx256m -cp "$(java_cp)" "$(log_flag "$DIR/tools-log4j")" \
     org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap_string)" \
     --create --if-not-exists --topic "$TOPIC" --partitions "$PARTITIONS" \
     --replication-factor "$RF" --config "min.insync.replicas=$MIN_ISR"
-  timeout 60 java -Xmx256m -cp "$(java_cp)" -Dlog4j.configuration="file:$DIR/tools-log4j.properties" \
+  timeout 60 java -Xmx256m -cp "$(java_cp)" "$(log_flag "$DIR/tools-log4j")" \
     org.apache.kafka.tools.TopicCommand --bootstrap-server "$(bootstrap_string)" \
     --describe --topic "$TOPIC"
 }

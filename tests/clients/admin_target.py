@@ -6,6 +6,9 @@ test_admin_go.py) run against, chosen by ADMIN_TEST_TARGET:
          from scripts/kafka/fetch-kafka.sh), on free ports in a temporary directory, stopped by
          the PIDs that script recorded and removed afterwards
 
+`start_kafka(KAFKA4_VERSION)` starts Apache Kafka 4.1 the same way (the consumer group protocol
+tests, test_consumer_protocol.py).
+
 The same assertions run against both: they were proven against Kafka first, so a failure
 against vdl is vdl's. Where the two are meant to differ, the test asks `target.kind`.
 """
@@ -24,6 +27,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 KAFKA_SCRIPT = os.path.join(REPO, "scripts", "kafka", "kafka-cluster.sh")
 FETCH_KAFKA = os.path.join(REPO, "scripts", "kafka", "fetch-kafka.sh")
 NODES = 3
+# The Kafka 4 release the consumer group protocol (KIP-848) tests compare vdl with.
+KAFKA4_VERSION = "4.1.1"
 
 
 def target_kind():
@@ -34,9 +39,13 @@ def target_kind():
     return kind
 
 
-def kafka_libs():
-    """The directory of the Apache Kafka 3.9 jars (fetched into .cache when missing)."""
-    r = subprocess.run([FETCH_KAFKA], capture_output=True, text=True, timeout=600, check=True)
+def kafka_libs(version=None):
+    """The directory of the Apache Kafka jars, 3.9 or `version` (fetched into .cache when
+    missing)."""
+    env = dict(os.environ, KAFKA_VERSION=version) if version else None
+    r = subprocess.run(
+        [FETCH_KAFKA], capture_output=True, text=True, timeout=600, check=True, env=env
+    )
     return r.stdout.strip().splitlines()[-1]
 
 
@@ -71,13 +80,15 @@ def _free_kafka_base():
 
 
 class KafkaCluster:
-    """A running three-broker Apache Kafka 3.9 cluster started by kafka-cluster.sh."""
+    """A running three-broker Apache Kafka cluster (3.9, or `version`) started by
+    kafka-cluster.sh."""
 
     kind = "kafka"
 
-    def __init__(self, data_dir, base):
+    def __init__(self, data_dir, base, version=None):
         self.data_dir = data_dir
         self.base = base
+        self.version = version
         self.bootstrap = ",".join(f"127.0.0.1:{base + i}" for i in range(NODES))
 
     def _script(self, *args, timeout):
@@ -90,8 +101,9 @@ class KafkaCluster:
         )
 
     def start(self):
+        version = ["--kafka-version", self.version] if self.version else []
         r = self._script(
-            "start", "--brokers", str(NODES), "--base-port", str(self.base), timeout=300
+            "start", "--brokers", str(NODES), "--base-port", str(self.base), *version, timeout=300
         )
         if r.returncode != 0:
             raise RuntimeError(f"kafka-cluster.sh start failed:\n{r.stdout}\n{r.stderr}")
@@ -120,10 +132,11 @@ class RunningTarget:
         self.bootstrap = bootstrap
 
 
-def start_kafka():
-    """Starts a Kafka cluster in a fresh temporary directory; returns (cluster, cleanup)."""
+def start_kafka(version=None):
+    """Starts a Kafka cluster (3.9, or `version`, e.g. KAFKA4_VERSION) in a fresh temporary
+    directory; returns (cluster, cleanup)."""
     data_dir = tempfile.mkdtemp(prefix="vdl-admin-kafka-")
-    k = KafkaCluster(data_dir, _free_kafka_base())
+    k = KafkaCluster(data_dir, _free_kafka_base(), version)
 
     def cleanup():
         try:

@@ -4,7 +4,8 @@
 # other, stops the cluster by its PIDs; then starts a three-node Apache Kafka 3.9 cluster
 # (scripts/kafka/kafka-cluster.sh, jars from scripts/kafka/fetch-kafka.sh) and runs the
 # ecosystem tests (Kafka Connect, Kafka Streams) against it too, so a difference between vdl and
-# Kafka shows as a test failing against one of them. Exit status: 0 when every test passed
+# Kafka shows as a test failing against one of them; then a three-node Apache Kafka 4.1 cluster
+# (the same scripts, version 4.1.1) for the consumer group protocol test. Exit status: 0 when every test passed
 # against every target; every test runs even when an earlier one failed.
 #
 # Against vdl (JAVA_TEST_MAIN, default all ten): ClientTest (Apache Kafka's Java client 3.9:
@@ -29,21 +30,30 @@
 # restore into a fresh state directory), DebeziumPostgresTest (Debezium 3.6.1's PostgreSQL
 # connector on Connect 3.9 distributed, from a plugin.path directory made here from
 # java/debezium/pom.xml; a PostgreSQL server the test starts itself: snapshot, c/u/d and
-# tombstones per key, a worker restart resumes from the stored offset).
+# tombstones per key, a worker restart resumes from the stored offset),
+# k4:vdl.clients.ConsumerProtocolTest (the Java client 4.1.1 with group.protocol=consumer, KIP-848:
+# members join and leave a 6-partition group while records flow, every record processed once,
+# only the moved partitions revoked, describe/listGroups show a CONSUMER group, uniform and range
+# assignors; then the coordinator, the metadata leader, is SIGKILLed and restarted:
+# -Dvdl.failover.kill/-Dvdl.failover.restart, and the members keep their partitions).
 # Against Kafka (JAVA_TEST_KAFKA_MAIN, default TransactionsTest, StreamsEosTest, ConnectEosTest,
 # go:txn, ConnectDistributedTest, StreamsKTableTest; k4:vdl.clients.TransactionsTest and
 # DebeziumPostgresTest run there too when named: both passed there, and would add 20-70 s to
 # every run).
+# Against Kafka 4.1 (JAVA_TEST_KAFKA4_MAIN, default k4:vdl.clients.ConsumerProtocolTest, with the
+# coordinator-failover part: the coordinator broker is SIGKILLed and not restarted, so that test
+# runs last there).
 #
 # Usage: tests/clients/run-java.sh            (env: VDL_BIN, default target/debug/vdl;
-#                                              JAVA_TEST_TARGETS: "vdl kafka" (default), "vdl"
-#                                              or "kafka";
-#                                              JAVA_TEST_MAIN / JAVA_TEST_KAFKA_MAIN: the test
+#                                              JAVA_TEST_TARGETS: "vdl kafka kafka4"
+#                                              (default), or any of them, e.g. "kafka4";
+#                                              JAVA_TEST_MAIN / JAVA_TEST_KAFKA_MAIN /
+#                                              JAVA_TEST_KAFKA4_MAIN: the test
 #                                              classes, e.g. vdl.clients.StaticMembership;
 #                                              VDL_KEEP=1 keeps the clusters' data and logs;
 #                                              JAVA_TEST_RECORDS, default 500)
 # Needs a JDK and Maven with the dependencies prefetched (3.9.2 and, for k4:, 4.1.1), the Kafka
-# 3.9 jars, PostgreSQL's server (Debian's postgresql) and, for go:txn, Go >= 1.26 with franz-go
+# 3.9 and 4.1 jars, PostgreSQL's server (Debian's postgresql) and, for go:txn, Go >= 1.26 with franz-go
 # prefetched: scripts/test-deps.sh does all but install Go.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -72,15 +82,17 @@ CP="$(cat "$BUILD/classpath.txt")"
 rm -rf "$BUILD/classes"
 javac --release 17 -d "$BUILD/classes" -cp "$CP" "$PROJ"/src/main/java/vdl/clients/*.java
 
-TARGETS="${JAVA_TEST_TARGETS:-vdl kafka}"
+TARGETS="${JAVA_TEST_TARGETS:-vdl kafka kafka4}"
 EOS_TESTS="vdl.clients.StreamsEosTest vdl.clients.ConnectEosTest go:txn"
-ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.TransactionsTest k4:vdl.clients.TransactionsTest $EOS_TESTS vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
+ALL_TESTS="vdl.clients.ClientTest vdl.clients.StaticMembership vdl.clients.TransactionsTest k4:vdl.clients.TransactionsTest k4:vdl.clients.ConsumerProtocolTest $EOS_TESTS vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest vdl.clients.DebeziumPostgresTest"
 ECOSYSTEM_TESTS="vdl.clients.TransactionsTest $EOS_TESTS vdl.clients.ConnectDistributedTest vdl.clients.StreamsKTableTest"
 VDL_TESTS="${JAVA_TEST_MAIN:-$ALL_TESTS}"
 KAFKA_TESTS="${JAVA_TEST_KAFKA_MAIN:-$ECOSYSTEM_TESTS}"
+KAFKA4_TESTS="${JAVA_TEST_KAFKA4_MAIN:-k4:vdl.clients.ConsumerProtocolTest}"
 RUNNING=""
 [[ " $TARGETS " == *" vdl "* ]] && RUNNING+=" $VDL_TESTS"
 [[ " $TARGETS " == *" kafka "* ]] && RUNNING+=" $KAFKA_TESTS"
+[[ " $TARGETS " == *" kafka4 "* ]] && RUNNING+=" $KAFKA4_TESTS"
 
 # 1b. DebeziumPostgresTest's plugin directory, when that test is to run: the jars of
 #     java/debezium/pom.xml's class path (Debezium's PostgreSQL connector; offline once
@@ -109,7 +121,8 @@ fi
 
 # 1b'. k4:CLASS, a class run with Apache Kafka's Java client 4.1.1 instead of 3.9 (the same pom
 #      with -Dkafka.version=4.1.1, prefetched by test-deps.sh; only that class and what it uses
-#      compiled, into $BUILD/classes-4).
+#      compiled, into $BUILD/classes-4). Classes that need the 4.x client's API live in
+#      java/src/k4/java (outside Maven's and the 3.9 compile's source tree).
 CP4=""
 if [[ "$RUNNING" == *k4:* ]]; then
   mvn -B -q -o -f "$PROJ/pom.xml" -Dkafka.version=4.1.1 dependency:build-classpath \
@@ -119,10 +132,11 @@ if [[ "$RUNNING" == *k4:* ]]; then
   rm -rf "$BUILD/classes-4"
   K4_SOURCES=()
   for main in $RUNNING; do
-    src="$PROJ/src/main/java/$(echo "${main#k4:}" | tr . /).java"
+    src="$PROJ/src/k4/java/$(echo "${main#k4:}" | tr . /).java"
+    [[ -f "$src" ]] || src="$PROJ/src/main/java/$(echo "${main#k4:}" | tr . /).java"
     [[ "$main" == k4:* && " ${K4_SOURCES[*]-} " != *" $src "* ]] && K4_SOURCES+=("$src")
   done
-  javac --release 17 -nowarn -d "$BUILD/classes-4" -cp "$CP4" -sourcepath "$PROJ/src/main/java" "${K4_SOURCES[@]}"
+  javac --release 17 -nowarn -d "$BUILD/classes-4" -cp "$CP4" -sourcepath "$PROJ/src/k4/java:$PROJ/src/main/java" "${K4_SOURCES[@]}"
 fi
 
 # 1c. go:txn, franz-go's GroupTransactSession ETL (tests/clients/go/txn), when it is to run:
@@ -208,13 +222,32 @@ if [[ " $TARGETS " == *" vdl "* ]]; then
   TARGET=vdl
   BASE="$(free_base 20000 30000 0 100 200)"
   VDL_DATA="$(mktemp -d /tmp/vdl-java-test.XXXXXX)"
-  BS="$(VDL_DATA_DIR="$VDL_DATA" VDL_KAFKA_BASE_PORT="$BASE" VDL_BIN="${VDL_BIN:-$REPO/target/debug/vdl}" \
-    VDL_START_TIMEOUT=60 VDL_EXTRA_CONFIG="[storage]
+  # The start command in a script of its own: ConsumerProtocolTest's coordinator failover runs
+  # it again to restart the node it killed (local-cluster.sh start restarts just the nodes that
+  # are down, with their data).
+  cat >"$VDL_DATA/start.sh" <<EOF
+#!/usr/bin/env bash
+export VDL_DATA_DIR="$VDL_DATA" VDL_KAFKA_BASE_PORT="$BASE" VDL_BIN="${VDL_BIN:-$REPO/target/debug/vdl}"
+export VDL_START_TIMEOUT=60 VDL_EXTRA_CONFIG='[storage]
 cleaner_backoff_ms = 500
-retention_check_ms = 500" "$REPO/deploy/local-cluster.sh" start 2>"$VDL_DATA/start.log" | tail -n1)" ||
+retention_check_ms = 500'
+exec "$REPO/deploy/local-cluster.sh" start
+EOF
+  # The failover's kill: SIGKILL node \$1 by the PID local-cluster.sh recorded, if that PID
+  # still runs that node's config.
+  cat >"$VDL_DATA/kill.sh" <<EOF
+#!/usr/bin/env bash
+set -euo pipefail
+pid="\$(cat "$VDL_DATA/vdl\$1.pid")"
+tr '\0' ' ' <"/proc/\$pid/cmdline" | grep -qF -- "$VDL_DATA/vdl\$1.toml"
+kill -KILL "\$pid"
+EOF
+  chmod +x "$VDL_DATA/start.sh" "$VDL_DATA/kill.sh"
+  BS="$("$VDL_DATA/start.sh" 2>"$VDL_DATA/start.log" | tail -n1)" ||
     { cat "$VDL_DATA/start.log" >&2; exit 1; }
   METRICS="http://127.0.0.1:$((BASE + 200))/metrics,http://127.0.0.1:$((BASE + 201))/metrics,http://127.0.0.1:$((BASE + 202))/metrics"
-  run_tests "$VDL_TESTS" "$BS" "java-test-$BASE" "-Dvdl.metrics=$METRICS"
+  run_tests "$VDL_TESTS" "$BS" "java-test-$BASE" "-Dvdl.metrics=$METRICS" "-Dvdl.failover.kill=$VDL_DATA/kill.sh {id}" \
+    "-Dvdl.failover.restart=$VDL_DATA/start.sh >$VDL_DATA/restart.log 2>&1 || { cat $VDL_DATA/restart.log >&2; exit 1; }"
   cleanup
 fi
 
@@ -229,6 +262,23 @@ if [[ " $TARGETS " == *" kafka "* ]]; then
     { cat "$KAFKA_DATA/start.log" >&2; exit 1; }
   echo "kafka cluster ready at ${SECONDS}s: $BS"
   run_tests "$KAFKA_TESTS" "$BS" "java-test-$BASE"
+  cleanup
+fi
+
+# 4. Apache Kafka 4.1, three KRaft nodes, for the consumer group protocol (KIP-848). The
+#    coordinator-failover part SIGKILLs the coordinator broker (by the PID kafka-cluster.sh
+#    recorded) and does not restart it: the cluster is stopped right after.
+if [[ " $TARGETS " == *" kafka4 "* ]]; then
+  TARGET=kafka4
+  KAFKA_VERSION=4.1.1 "$REPO/scripts/kafka/fetch-kafka.sh" >/dev/null
+  BASE="$(free_base 12000 20000 0 10)"
+  KAFKA_DATA="$(mktemp -d /tmp/vdl-java-kafka4.XXXXXX)"
+  BS="$(KAFKA_START_TIMEOUT=240 nice -n 10 "$REPO/scripts/kafka/kafka-cluster.sh" start --brokers 3 \
+    --kafka-version 4.1.1 --base-port "$BASE" --dir "$KAFKA_DATA" 2>"$KAFKA_DATA/start.log" | tail -n1)" ||
+    { cat "$KAFKA_DATA/start.log" >&2; exit 1; }
+  echo "kafka 4.1 cluster ready at ${SECONDS}s: $BS"
+  run_tests "$KAFKA4_TESTS" "$BS" "java-test-$BASE" \
+    "-Dvdl.failover.kill=kill -KILL \$(cat $KAFKA_DATA/broker-{id}/pid)"
   cleanup
 fi
 
