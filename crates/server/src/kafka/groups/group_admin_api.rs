@@ -250,6 +250,7 @@ fn not_found(group_id: String, version: i16, message: String) -> DescribedGroup 
             error_code: ErrorCode::GroupIdNotFound.code(),
             error_message: Some(message),
             group_id,
+            group_state: GroupState::Dead.name().to_owned(),
             ..Default::default()
         }
     } else {

@@ -65,7 +65,10 @@ impl Coordinator {
             return (
                 HeartbeatOutcome::error(
                     ErrorCode::GroupIdNotFound,
-                    format!("Group {group_id} is not a consumer group."),
+                    format!(
+                        "Cannot upgrade classic group {group_id} to consumer group because \
+                         online upgrade is disabled."
+                    ),
                     &p.member_id,
                 ),
                 0,
@@ -82,12 +85,13 @@ impl Coordinator {
                         &p.member_id,
                     )
                 } else {
-                    // As Kafka: the member is unknown (it rejoins).
-                    HeartbeatOutcome::error(
-                        ErrorCode::UnknownMemberId,
-                        format!("Consumer group {group_id} not found."),
-                        &p.member_id,
-                    )
+                    // Kafka 4.1's answers (checked with raw requests).
+                    let message = if p.member_epoch < 0 {
+                        format!("Group {group_id} not found.")
+                    } else {
+                        format!("Consumer group {group_id} not found.")
+                    };
+                    HeartbeatOutcome::error(ErrorCode::GroupIdNotFound, message, &p.member_id)
                 };
                 return (o, 0);
             };

@@ -69,7 +69,8 @@ pub(crate) fn described(
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
                 subscribed_topic_names: m.subscribed_names.iter().cloned().collect(),
-                subscribed_topic_regex: m.subscribed_regex.clone(),
+                // Kafka 4.1 sends "" for a member without a regex.
+                subscribed_topic_regex: Some(m.subscribed_regex.clone().unwrap_or_default()),
                 assignment: WireAssignment {
                     topic_partitions: named(meta, &m.assigned)
                         .into_iter()

@@ -378,7 +378,8 @@ impl ConsumerGroup {
                 ErrorCode::FencedMemberEpoch,
                 format!(
                     "The consumer group member has a greater member epoch ({}) than the one \
-                     known by the group coordinator ({}).",
+                     known by the group coordinator ({}). The member must abandon all its \
+                     partitions and rejoin.",
                     p.member_epoch, m.epoch
                 ),
             ));
@@ -393,7 +394,8 @@ impl ConsumerGroup {
                     ErrorCode::FencedMemberEpoch,
                     format!(
                         "The consumer group member has a smaller member epoch ({}) than the one \
-                         known by the group coordinator ({}).",
+                         known by the group coordinator ({}). The member must abandon all its \
+                         partitions and rejoin.",
                         p.member_epoch, m.epoch
                     ),
                 ));
