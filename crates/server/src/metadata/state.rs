@@ -582,10 +582,10 @@ impl ClusterMeta {
             .filter(|(g, at)| {
                 at.saturating_add(retention_ms) <= now_ms
                     && !self.groups.contains_key(*g)
-                    && !self
+                    && self
                         .consumer_groups
                         .get(*g)
-                        .is_some_and(|r| !r.members.is_empty())
+                        .is_none_or(|r| r.members.is_empty())
                     && self.offsets.contains_key(*g)
                     && !self.has_pending_txn_offsets(g)
             })
