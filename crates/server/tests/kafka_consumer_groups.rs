@@ -2,7 +2,9 @@
 //! cluster, with raw ConsumerGroupHeartbeat requests: three members converge to a balanced
 //! assignment with only the moved partitions revoked (each revoked before it is given to the
 //! newcomer); fencing; describe, list and delete; offsets with member epochs; a leave and a
-//! session timeout reassign; and a coordinator kill keeps every member's epoch and assignment.
+//! session timeout reassign; a coordinator kill keeps every member's epoch and assignment; a
+//! static member's instance comes back with its epoch and partitions; a regex subscription
+//! follows a created topic; bad requests get Kafka 4.1's errors.
 
 mod common;
 
@@ -568,6 +570,153 @@ async fn a_coordinator_kill_keeps_every_members_epoch_and_assignment() {
         assert!(a.revoked.is_empty() || a.revoked.is_disjoint(&a_owned));
         let d = describe(&mut c);
         assert_eq!((d.group_state.as_str(), d.group_epoch), ("Stable", epoch));
+    })
+    .await;
+    for n in &nodes {
+        n.shutdown();
+    }
+    result.unwrap();
+}
+
+/// A join of group `group` with `extra` applied to the request; the response.
+fn join_with(
+    c: &mut KafkaConn,
+    version: i16,
+    group: &str,
+    member: &str,
+    extra: impl FnOnce(&mut ConsumerGroupHeartbeatRequest),
+) -> ConsumerGroupHeartbeatResponse {
+    let mut req = ConsumerGroupHeartbeatRequest {
+        group_id: group.into(),
+        member_id: member.into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 10_000,
+        subscribed_topic_names: Some(vec![TOPIC.into()]),
+        topic_partitions: Some(Vec::new()),
+        ..Default::default()
+    };
+    extra(&mut req);
+    match c
+        .call(
+            ApiKey::ConsumerGroupHeartbeat,
+            version,
+            &Request::ConsumerGroupHeartbeat(req),
+        )
+        .unwrap()
+    {
+        Response::ConsumerGroupHeartbeat(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn count(r: &ConsumerGroupHeartbeatResponse) -> usize {
+    r.assignment.as_ref().map_or(0, |a| {
+        a.topic_partitions.iter().map(|t| t.partitions.len()).sum()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_members_regexes_and_request_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(dir.path(), Duration::from_secs(45)).await;
+    let leader = metadata_leader(&nodes).unwrap();
+    let coordinator = addr(&nodes[leader]);
+    let result = tokio::task::spawn_blocking(move || {
+        let mut c = setup(coordinator);
+        // Request checks, as Kafka 4.1 answers them.
+        assert_eq!(
+            join_with(&mut c, 1, "checks", "", |_| {}).error_code,
+            42,
+            "v1 needs a member id"
+        );
+        let r = join_with(&mut c, 0, "checks", "", |_| {});
+        assert_eq!(
+            r.error_code, NONE,
+            "v0: the coordinator makes the member id"
+        );
+        assert!(r.member_id.is_some_and(|id| id.len() == 22));
+        let r = join_with(&mut c, 1, "checks", "m2", |r| {
+            r.server_assignor = Some("nope".into())
+        });
+        assert_eq!(r.error_code, 112, "UNSUPPORTED_ASSIGNOR");
+        let r = join_with(&mut c, 1, "checks", "m3", |r| {
+            r.subscribed_topic_names = None;
+            r.subscribed_topic_regex = Some("rx-(".into());
+        });
+        assert_eq!(r.error_code, 128, "INVALID_REGULAR_EXPRESSION");
+
+        // A regex subscription follows created topics.
+        assert_eq!(c.create_topic_with("rx-1", 2).unwrap(), (NONE, 2));
+        let r = join_with(&mut c, 1, GROUP, "rx-member", |r| {
+            r.subscribed_topic_names = None;
+            r.subscribed_topic_regex = Some("rx-.*".into());
+        });
+        assert_eq!((r.error_code, count(&r)), (NONE, 2));
+        assert_eq!(c.create_topic_with("rx-2", 1).unwrap(), (NONE, 1));
+        let mut m = Member {
+            id: "rx-member".into(),
+            epoch: r.member_epoch,
+            owned: Partitions::new(),
+            revoked: Partitions::new(),
+        };
+        m.apply(&r);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while m.owned.len() < 3 {
+            assert_eq!(m.beat(&mut c), NONE);
+            assert!(
+                Instant::now() < deadline,
+                "the new topic was never assigned"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+
+        // A static member leaves (epoch -2) and its instance comes back under a new member id
+        // with the same epoch and partitions, without a rebalance.
+        let r = join_with(&mut c, 1, "static", "s1", |r| {
+            r.instance_id = Some("i1".into())
+        });
+        assert_eq!((r.error_code, count(&r)), (NONE, 6));
+        let epoch = r.member_epoch;
+        let busy = join_with(&mut c, 1, "static", "s2", |r| {
+            r.instance_id = Some("i1".into())
+        });
+        assert_eq!(busy.error_code, 111, "UNRELEASED_INSTANCE_ID");
+        let left = heartbeat(
+            &mut c,
+            ConsumerGroupHeartbeatRequest {
+                group_id: "static".into(),
+                member_id: "s1".into(),
+                member_epoch: -2,
+                instance_id: Some("i1".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!((left.error_code, left.member_epoch), (NONE, -2));
+        let back = join_with(&mut c, 1, "static", "s2", |r| {
+            r.instance_id = Some("i1".into())
+        });
+        assert_eq!(
+            (back.error_code, back.member_epoch, count(&back)),
+            (NONE, epoch, 6)
+        );
+        let d = match c
+            .call(
+                ApiKey::ConsumerGroupDescribe,
+                1,
+                &Request::ConsumerGroupDescribe(ConsumerGroupDescribeRequest {
+                    group_ids: vec!["static".into()],
+                    ..Default::default()
+                }),
+            )
+            .unwrap()
+        {
+            Response::ConsumerGroupDescribe(mut r) => r.groups.remove(0),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(d.group_epoch, epoch, "no rebalance");
+        assert_eq!(d.members.len(), 1);
+        assert_eq!(d.members[0].member_id, "s2");
+        assert_eq!(d.members[0].instance_id.as_deref(), Some("i1"));
     })
     .await;
     for n in &nodes {
