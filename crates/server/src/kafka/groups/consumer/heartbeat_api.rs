@@ -42,6 +42,22 @@ impl TopicView for MetaTopics<'_> {
     }
 }
 
+/// The cluster's topics read through `node`, the metadata locked per lookup: looked up under a
+/// group's lock, never held while a group or the coordinator's term lock is taken (a load of
+/// a new term reads the metadata under the term lock, and the metadata's writer takes no
+/// group lock: term, then group, then metadata is the one order).
+struct NodeTopics<'a, H>(&'a H);
+
+impl<H: GroupsHost> TopicView for NodeTopics<'_, H> {
+    fn topic(&self, name: &str) -> Option<(Uuid, u32)> {
+        MetaTopics(&self.0.metadata()).topic(name)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0.metadata().topics.keys().cloned().collect()
+    }
+}
+
 /// The assignor named (None: the default).
 pub(crate) fn assignor(name: Option<&str>) -> Option<&'static dyn Assignor> {
     by_name(name.unwrap_or(DEFAULT_ASSIGNOR))
@@ -162,9 +178,7 @@ pub(crate) fn consumer_group_heartbeat<H: GroupsHost>(
     let settings = settings(&**node);
     let c = coordinator(node);
     let (outcome, seq) = {
-        // The metadata before any group lock (never the other way round).
-        let meta = node.metadata();
-        let topics = MetaTopics(&meta);
+        let topics = NodeTopics(&**node);
         let ctx = Context {
             topics: &topics,
             settings: &settings,
