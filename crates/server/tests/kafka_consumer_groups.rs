@@ -505,11 +505,22 @@ async fn a_coordinator_kill_keeps_every_members_epoch_and_assignment() {
     let nodes = cluster(dir.path(), Duration::from_secs(45)).await;
     let leader = metadata_leader(&nodes).unwrap();
     let coordinator = addr(&nodes[leader]);
+    let meta = nodes[leader].metadata_group().unwrap();
     let (a, b) = tokio::task::spawn_blocking(move || {
         let mut c = setup(coordinator);
         let mut a = Member::join(&mut c, "member-a");
         let mut b = Member::join(&mut c, "member-b");
         converge(&mut c, &mut [&mut a, &mut b], 6);
+        // Heartbeats that change nothing write nothing.
+        let before = meta.visible().applied_index;
+        for _ in 0..20 {
+            assert_eq!((a.beat(&mut c), b.beat(&mut c)), (NONE, NONE));
+        }
+        assert_eq!(
+            meta.visible().applied_index,
+            before,
+            "idle heartbeats appended metadata entries"
+        );
         (a, b)
     })
     .await
