@@ -59,6 +59,15 @@ pub struct KafkaSettings {
     /// this long ago (`replica.lag.time.max.ms`, 30 s by default) and was heard from within two
     /// election timeouts.
     pub replica_lag_time_max: Duration,
+    /// A consumer-protocol (KIP-848) group member that does not heartbeat for this long leaves
+    /// its group (`group.consumer.session.timeout.ms`, 45 s by default).
+    pub consumer_group_session_timeout: Duration,
+    /// How often consumer-protocol group members are told to heartbeat
+    /// (`group.consumer.heartbeat.interval.ms`, 5 s by default).
+    pub consumer_group_heartbeat_interval: Duration,
+    /// Most members of one consumer-protocol group (`group.consumer.max.size`; 1000 here,
+    /// unbounded in Kafka): a further join gets GROUP_MAX_SIZE_REACHED.
+    pub consumer_group_max_size: usize,
 }
 
 impl Default for KafkaSettings {
@@ -80,6 +89,9 @@ impl Default for KafkaSettings {
             offsets_retention_check_interval: Duration::from_secs(600),
             transactional_id_expiration: Duration::from_secs(7 * 24 * 3600),
             replica_lag_time_max: Duration::from_secs(30),
+            consumer_group_session_timeout: Duration::from_secs(45),
+            consumer_group_heartbeat_interval: Duration::from_secs(5),
+            consumer_group_max_size: 1000,
         }
     }
 }
@@ -132,6 +144,9 @@ pub(super) struct FileKafka {
     offsets_retention_check_ms: Option<u64>,
     transactional_id_expiration_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
+    consumer_group_session_timeout_ms: Option<u64>,
+    consumer_group_heartbeat_interval_ms: Option<u64>,
+    consumer_group_max_size: Option<usize>,
     pub(super) listeners: Option<Vec<FileKafkaListener>>,
     pub(super) max_connections_per_ip: Option<usize>,
     pub(super) max_connections_per_ip_overrides: Option<std::collections::BTreeMap<String, usize>>,
@@ -230,6 +245,38 @@ pub(super) fn parse_kafka(k: FileKafka, member_count: usize) -> Result<KafkaSett
     if let Some(ms) = k.transactional_id_expiration_ms {
         kafka.transactional_id_expiration =
             positive_ms("kafka.transactional_id_expiration_ms", ms)?;
+    }
+    if let Some(ms) = k.consumer_group_session_timeout_ms {
+        if ms > i32::MAX as u64 {
+            return invalid(
+                "kafka.consumer_group_session_timeout_ms",
+                "must fit an int32",
+            );
+        }
+        kafka.consumer_group_session_timeout =
+            positive_ms("kafka.consumer_group_session_timeout_ms", ms)?;
+    }
+    if let Some(ms) = k.consumer_group_heartbeat_interval_ms {
+        if ms > i32::MAX as u64 {
+            return invalid(
+                "kafka.consumer_group_heartbeat_interval_ms",
+                "must fit an int32",
+            );
+        }
+        kafka.consumer_group_heartbeat_interval =
+            positive_ms("kafka.consumer_group_heartbeat_interval_ms", ms)?;
+    }
+    if kafka.consumer_group_heartbeat_interval >= kafka.consumer_group_session_timeout {
+        return invalid(
+            "kafka.consumer_group_heartbeat_interval_ms",
+            "must be less than kafka.consumer_group_session_timeout_ms",
+        );
+    }
+    if let Some(n) = k.consumer_group_max_size {
+        if n == 0 || n > 100_000 {
+            return invalid("kafka.consumer_group_max_size", "must be in 1..=100000");
+        }
+        kafka.consumer_group_max_size = n;
     }
     if let Some(ms) = k.replica_lag_time_max_ms {
         kafka.replica_lag_time_max = positive_ms("kafka.replica_lag_time_max_ms", ms)?;

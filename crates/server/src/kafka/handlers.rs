@@ -227,6 +227,23 @@ pub(crate) fn dispatch<H: KafkaHost>(
                 cid,
             )
         }
+        Request::ConsumerGroupHeartbeat(req) => {
+            let client_host = format!("/{}", crate::security::acl::kafka_host(conn.peer.ip()));
+            crate::kafka::groups::consumer::heartbeat_api::consumer_group_heartbeat(
+                node,
+                access,
+                header.client_id.clone(),
+                client_host,
+                req,
+                version,
+                cid,
+            )
+        }
+        Request::ConsumerGroupDescribe(req) => {
+            crate::kafka::groups::consumer::describe_api::consumer_group_describe(
+                node, access, req, version, cid,
+            )
+        }
         Request::SyncGroup(req) => membership_api::sync_group(node, access, req, version, cid),
         Request::Heartbeat(req) => membership_api::heartbeat(node, access, req, version, cid),
         Request::LeaveGroup(req) => membership_api::leave_group(node, access, req, version, cid),

@@ -139,6 +139,7 @@ impl ClusterMeta {
                     None => {
                         self.offsets.remove(&group);
                         self.groups.remove(&group);
+                        self.consumer_groups.remove(&group);
                         self.group_activity_ms.remove(&group);
                     }
                     Some(list) => {
@@ -238,6 +239,25 @@ impl ClusterMeta {
                 }
                 None
             }
+            MetaCommand::StoreConsumerGroup {
+                group,
+                record,
+                time_ms,
+            } => {
+                if self.offsets.contains_key(&group) {
+                    self.note_activity(&group, time_ms);
+                }
+                match record {
+                    Some(r) => {
+                        self.groups.remove(&group);
+                        self.consumer_groups.insert(group, r);
+                    }
+                    None => {
+                        self.consumer_groups.remove(&group);
+                    }
+                }
+                None
+            }
             MetaCommand::CommitOffsets {
                 group,
                 offsets,
@@ -284,12 +304,19 @@ impl ClusterMeta {
                 let unchanged = self.group_activity_ms.get(&group) == Some(&activity_ms);
                 // Offsets pending in a transaction keep the group (Kafka does not expire a
                 // partition's offset while a transaction's is pending).
+                let consumer_members = self
+                    .consumer_groups
+                    .get(&group)
+                    .is_some_and(|r| !r.members.is_empty());
                 if unchanged
                     && !self.groups.contains_key(&group)
+                    && !consumer_members
                     && !self.has_pending_txn_offsets(&group)
                 {
                     self.offsets.remove(&group);
                     self.group_activity_ms.remove(&group);
+                    // An empty consumer-protocol group goes with its offsets (Kafka's cleanup).
+                    self.consumer_groups.remove(&group);
                 }
                 None
             }

@@ -193,6 +193,19 @@ pub enum MetaCommand {
         #[serde(default, skip_serializing_if = "is_zero")]
         time_ms: i64,
     },
+    /// A consumer-protocol group's state (KIP-848) as its coordinator stores it before it
+    /// answers a heartbeat that changed it; `record: None`: the group is gone (deleted, or
+    /// converted to a classic group). Storing a record forgets the group's classic membership
+    /// (the group was converted).
+    StoreConsumerGroup {
+        /// Group id.
+        group: String,
+        /// The state; None: forget the group.
+        record: Option<crate::metadata::codec::ConsumerGroupRecord>,
+        /// The proposer's wall clock (ms since the epoch): the group's last activity.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        time_ms: i64,
+    },
     /// Expire a consumer group's committed offsets (`offsets.retention`, proposed by the
     /// coordinator): every offset goes, unless the group was active since the proposer looked
     /// (its last activity is no longer `activity_ms`) or has a stored membership.

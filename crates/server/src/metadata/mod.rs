@@ -23,6 +23,8 @@
 mod apply;
 pub mod codec;
 mod command;
+#[cfg(test)]
+mod consumer_groups_tests;
 pub mod forwarded;
 pub mod proposer;
 pub mod snapshot;

@@ -87,6 +87,8 @@ pub struct ClusterMeta {
     pub(super) txn_offsets: TxnOffsetsByGroup,
     /// Consumer groups' membership as last stored by their coordinator (groups with members).
     pub groups: HashMap<String, GroupRecord>,
+    /// Consumer-protocol groups (KIP-848) as last stored by their coordinator.
+    pub consumer_groups: HashMap<String, crate::metadata::codec::ConsumerGroupRecord>,
     /// Per group with committed offsets: its last activity (a commit, or its membership
     /// stored), ms since the epoch on the proposer's clock. Absent: none recorded (offsets
     /// committed before offset expiry; they do not expire until the group commits again).
@@ -302,6 +304,17 @@ impl ClusterMeta {
             })
             .collect();
         groups.sort_by(|a, b| a.group.cmp(&b.group));
+        let mut consumer_groups: Vec<crate::metadata::codec::StoredConsumerGroupWire> = self
+            .consumer_groups
+            .iter()
+            .map(
+                |(group, r)| crate::metadata::codec::StoredConsumerGroupWire {
+                    group: group.clone(),
+                    record: Some(r.clone()),
+                },
+            )
+            .collect();
+        consumer_groups.sort_by(|a, b| a.group.cmp(&b.group));
         let mut activity: Vec<GroupActivityWire> = self
             .group_activity_ms
             .iter()
@@ -354,6 +367,7 @@ impl ClusterMeta {
                 .map(PendingTxnOffsetsWire::from)
                 .collect(),
             groups,
+            consumer_groups,
             activity,
             applied: self
                 .applied_order
@@ -445,6 +459,11 @@ impl ClusterMeta {
             let (key, pending) = p.into_pending();
             if !pending.offsets.is_empty() {
                 meta.txn_offsets.insert(key, pending);
+            }
+        }
+        for g in wire.consumer_groups {
+            if let Some(record) = g.record {
+                meta.consumer_groups.insert(g.group, record);
             }
         }
         for g in wire.groups {
@@ -563,6 +582,10 @@ impl ClusterMeta {
             .filter(|(g, at)| {
                 at.saturating_add(retention_ms) <= now_ms
                     && !self.groups.contains_key(*g)
+                    && self
+                        .consumer_groups
+                        .get(*g)
+                        .is_none_or(|r| r.members.is_empty())
                     && self.offsets.contains_key(*g)
                     && !self.has_pending_txn_offsets(g)
             })

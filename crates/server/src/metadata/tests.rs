@@ -496,6 +496,11 @@ fn history() -> Vec<(u64, Option<RequestId>, MetaCommand)> {
             time_ms: 0,
         },
         store("g", 2),
+        MetaCommand::StoreConsumerGroup {
+            group: "cg".into(),
+            record: Some(super::consumer_groups_tests::consumer_record(3)),
+            time_ms: 0,
+        },
         MetaCommand::ExpireGroupOffsets {
             group: "idle".into(),
             activity_ms: 2_000,
@@ -733,6 +738,7 @@ fn snapshot_round_trips_every_field() {
         m.apply(index, request, cmd);
     }
     assert!(!m.topics.is_empty() && !m.offsets.is_empty() && !m.groups.is_empty());
+    assert!(!m.consumer_groups.is_empty());
     assert!(!m.allocations.is_empty() && !m.group_activity_ms.is_empty());
     assert!(m.flow.limits.any() && m.flow.client_quotas.len() == 2);
     assert!(m.topics["t"].deleted_before(1) == 77 && m.topics["t"].configs.len() == 2);

@@ -27,10 +27,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use kafka_proto::error_code::ErrorCode;
 use tokio::sync::{watch, Notify};
 
+use super::consumer::registry::ConsumerGroups;
 use super::deadlines::Deadlines;
 use super::group::Group;
 use super::limits::MAX_GROUPS;
-use super::types::StoredRecord;
+use super::types::{GroupStore, StoredRecord};
+use crate::metadata::codec::ConsumerGroupRecord;
 use crate::metadata::GroupRecord;
 
 /// The metadata term the coordinator's state belongs to.
@@ -47,7 +49,7 @@ struct Shared {
     /// Membership records for the metadata, newest per group (None: the group became empty),
     /// with their sequence numbers, taken by the persisting task
     /// ([`Coordinator::take_records`]). At most one per group.
-    outbox: HashMap<String, (u64, Option<GroupRecord>)>,
+    outbox: HashMap<String, (u64, GroupStore)>,
     /// The last record sequence number handed out.
     record_seq: u64,
     /// When each group next needs a tick.
@@ -70,7 +72,10 @@ impl Shared {
         };
         self.record_seq += 1;
         g.record_seq = self.record_seq;
-        self.outbox.insert(id.to_owned(), (self.record_seq, record));
+        self.outbox.insert(
+            id.to_owned(),
+            (self.record_seq, GroupStore::Classic(record)),
+        );
         true
     }
 }
@@ -106,6 +111,8 @@ pub(crate) struct Coordinator {
     records_waiting: Arc<Notify>,
     /// The highest record sequence number written (or given up) by the persisting task.
     stored_seq: watch::Sender<u64>,
+    /// The consumer-protocol groups (KIP-848) of the same term.
+    pub(super) consumer: ConsumerGroups,
 }
 
 impl Default for Coordinator {
@@ -133,6 +140,7 @@ impl Coordinator {
             ids: AtomicU64::new(0),
             records_waiting: Arc::new(Notify::new()),
             stored_seq: watch::Sender::new(0),
+            consumer: ConsumerGroups::default(),
         }
     }
 
@@ -229,6 +237,7 @@ impl Coordinator {
             }
         }
         self.group_count.store(0, Ordering::Release);
+        self.consumer.clear();
         if dropped > 0 {
             tracing::info!(
                 groups = dropped,
@@ -250,7 +259,11 @@ impl Coordinator {
     pub(super) fn load(
         &self,
         term: u64,
-        records: impl FnOnce() -> Vec<(String, GroupRecord)>,
+        records: impl FnOnce() -> (
+            Vec<(String, GroupRecord)>,
+            Vec<(String, ConsumerGroupRecord)>,
+        ),
+        consumer_session_timeout: std::time::Duration,
         now: Instant,
     ) {
         let mut t = self.term.write().unwrap_or_else(|e| e.into_inner());
@@ -261,7 +274,16 @@ impl Coordinator {
         t.term = term;
         t.active = true;
         let mut loaded = 0usize;
-        for (id, r) in records() {
+        let (classic, consumer) = records();
+        let consumer_loaded = self.consumer.load(consumer, now, consumer_session_timeout);
+        if consumer_loaded > 0 {
+            tracing::info!(
+                term,
+                groups = consumer_loaded,
+                "group coordinator loaded the stored consumer-protocol groups"
+            );
+        }
+        for (id, r) in classic {
             if !r.members.is_empty() {
                 let group = Group::from_record(r, now);
                 if let Some(at) = group.next_deadline(now) {
@@ -331,6 +353,23 @@ impl Coordinator {
         let _term = self.state(term)?;
         let seq = self.with_group(group_id, |_, g| g.record_seq)?;
         (seq > *self.stored_seq.borrow()).then(|| (seq, self.stored_seq.subscribe()))
+    }
+
+    /// Queues `store` for group `id` in the outbox (replacing an older record of the group);
+    /// returns its sequence number (see [`Coordinator::stored_receiver`]).
+    pub(super) fn queue_record(&self, id: &str, store: GroupStore) -> u64 {
+        let mut shared = lock(&self.shared);
+        shared.record_seq += 1;
+        let seq = shared.record_seq;
+        shared.outbox.insert(id.to_owned(), (seq, store));
+        drop(shared);
+        self.records_waiting.notify_one();
+        seq
+    }
+
+    /// A receiver of the highest record sequence number written (or given up on).
+    pub(super) fn stored_receiver(&self) -> watch::Receiver<u64> {
+        self.stored_seq.subscribe()
     }
 
     /// True exactly once: the caller starts the tick task.
@@ -408,6 +447,7 @@ impl Coordinator {
                 }
             });
         }
+        self.tick_consumer_groups(now);
     }
 }
 

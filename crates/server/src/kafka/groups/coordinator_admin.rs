@@ -57,7 +57,8 @@ impl Coordinator {
 
     /// For a group with members (while leading in `term`): its protocol type and the topics
     /// its members subscribe to (read from their `consumer` protocol subscriptions; empty for
-    /// other protocol types). None when the group has no members here.
+    /// other protocol types; for a consumer-protocol group, its members' topic names and the
+    /// topics their regexes matched). None when the group has no members here.
     pub(super) fn subscriptions(
         &self,
         term: u64,
@@ -79,6 +80,27 @@ impl Coordinator {
             Some((protocol_type, topics))
         })
         .flatten()
+        .or_else(|| {
+            // A consumer-protocol group: the topics its members subscribe to by name or regex.
+            self.consumer
+                .with(group_id, |_, e| {
+                    let g = &e.group;
+                    if g.members.is_empty() {
+                        return None;
+                    }
+                    let mut topics = HashSet::new();
+                    for m in g.members.values() {
+                        topics.extend(m.subscribed_names.iter().cloned());
+                        if let Some((_, names)) =
+                            m.subscribed_regex.as_ref().and_then(|r| g.regexes.get(r))
+                        {
+                            topics.extend(names.iter().cloned());
+                        }
+                    }
+                    Some(("consumer".to_owned(), topics))
+                })
+                .flatten()
+        })
     }
 
     /// A group's state and members, while leading in metadata term `term`; None when the group

@@ -31,6 +31,10 @@ impl Coordinator {
         if let Err(e) = Self::join_checks(&p) {
             return Pending::Now(JoinOutcome::error(e, &p.member_id));
         }
+        // A consumer-protocol group of that id: converted when empty, refused otherwise.
+        if let Err(e) = self.classic_join_allowed(&group_id) {
+            return Pending::Now(JoinOutcome::error(e, &p.member_id));
+        }
         loop {
             // Only a new member (no member id) creates a group.
             let arc = match self.find(&group_id, p.member_id.is_empty()) {

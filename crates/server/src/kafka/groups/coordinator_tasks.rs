@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::limits::{COMMIT_TIMEOUT, TICK};
 use super::node_coordinator::{coordinator, coordinator_term};
+use super::types::GroupStore;
 use crate::kafka::host::GroupsHost;
 use crate::metadata::{wall_clock_ms, MetaCommand};
 use crate::replication::group::AppendError;
@@ -60,6 +61,18 @@ async fn expire_offsets<H: GroupsHost>(node: &Arc<H>) -> usize {
         MAX_EXPIRIES_PER_CHECK,
     );
     let mut expired = 0;
+    // Empty consumer-protocol groups without committed offsets go (Kafka's cleanup deletes
+    // an empty group once it has no offsets).
+    for group in coordinator(node).consumer_empty_groups(term) {
+        let has_offsets = node
+            .metadata()
+            .offsets
+            .get(&group)
+            .is_some_and(|o| !o.is_empty());
+        if !has_offsets {
+            let _ = coordinator(node).consumer_remove_empty(term, &group);
+        }
+    }
     for (group, activity_ms) in due {
         // Members here whose membership is not stored yet keep the group's offsets.
         if coordinator(node)
@@ -77,7 +90,11 @@ async fn expire_offsets<H: GroupsHost>(node: &Arc<H>) -> usize {
             .propose_in_term(&command, term, COMMIT_TIMEOUT)
             .await
         {
-            Ok(_) => expired += 1,
+            Ok(_) => {
+                // An empty consumer-protocol group went with its offsets.
+                let _ = coordinator(node).consumer_remove_empty(term, &group);
+                expired += 1
+            }
             Err(e) => {
                 tracing::warn!(%group, "expiring a group's offsets failed: {e}");
                 break;
@@ -107,11 +124,18 @@ pub(super) fn start_persister<H: GroupsHost>(node: Weak<H>, waiting: Arc<tokio::
                 continue;
             };
             let total = records.len();
-            for (done, (group, record)) in records.into_iter().enumerate() {
-                let command = MetaCommand::StoreGroup {
-                    group: group.clone(),
-                    record,
-                    time_ms: wall_clock_ms(),
+            for (done, (group, store)) in records.into_iter().enumerate() {
+                let command = match store {
+                    GroupStore::Classic(record) => MetaCommand::StoreGroup {
+                        group: group.clone(),
+                        record,
+                        time_ms: wall_clock_ms(),
+                    },
+                    GroupStore::Consumer(record) => MetaCommand::StoreConsumerGroup {
+                        group: group.clone(),
+                        record,
+                        time_ms: wall_clock_ms(),
+                    },
                 };
                 match node
                     .metadata_proposer()

@@ -13,7 +13,9 @@ use super::coordinator::Coordinator;
 use super::limits::{
     rebalance_timeout, INITIAL_REBALANCE_DELAY, MAX_GROUPS, MAX_REBALANCE_TIMEOUT, TICK,
 };
-use super::types::{GroupListing, GroupState, JoinOutcome, JoinParams, Pending, SyncParams};
+use super::types::{
+    GroupListing, GroupState, GroupStore, JoinOutcome, JoinParams, Pending, SyncParams,
+};
 
 fn params(member: &str, protocols: &[(&str, &[u8])]) -> JoinParams {
     JoinParams {
@@ -615,7 +617,7 @@ fn stored_groups_are_loaded_by_the_next_coordinator() {
     assert!(c.unstored(1, "g").is_some());
     c.records_stored(taken);
     assert!(c.unstored(1, "g").is_none());
-    let [(group, Some(record))] = records.as_slice() else {
+    let [(group, GroupStore::Classic(Some(record)))] = records.as_slice() else {
         panic!("{records:?}")
     };
     assert_eq!(group, "g");
@@ -628,8 +630,13 @@ fn stored_groups_are_loaded_by_the_next_coordinator() {
     let next = Coordinator::new();
     let t2 = t1 + Duration::from_secs(20);
     let stored = vec![(group.clone(), record.clone())];
-    next.load(2, || stored, t2);
-    next.load(2, || panic!("loaded once per term"), t2);
+    next.load(2, || (stored, Vec::new()), Duration::from_secs(45), t2);
+    next.load(
+        2,
+        || panic!("loaded once per term"),
+        Duration::from_secs(45),
+        t2,
+    );
     next.tick(Some(2), t2 + Duration::from_secs(9));
     let t3 = t2 + Duration::from_secs(9);
     assert_eq!(next.heartbeat(2, "g", 1, &a, None, t3), ErrorCode::None);
@@ -654,10 +661,10 @@ fn stored_groups_are_loaded_by_the_next_coordinator() {
     let o = now_outcome(next.join(2, p, t3));
     assert_eq!((o.error, o.generation_id), (ErrorCode::None, 1));
     let (_, _, records) = next.take_records().expect("the replaced member is stored");
-    assert_eq!(
-        records[0].1.as_ref().unwrap().members[1].member_id,
-        o.member_id
-    );
+    let GroupStore::Classic(Some(replaced)) = &records[0].1 else {
+        panic!("{records:?}")
+    };
+    assert_eq!(replaced.members[1].member_id, o.member_id);
     // Both leave: the group's record goes.
     let left = next.leave(
         2,
@@ -667,7 +674,7 @@ fn stored_groups_are_loaded_by_the_next_coordinator() {
     );
     assert_eq!(left, vec![ErrorCode::None, ErrorCode::None]);
     let (_, _, records) = next.take_records().unwrap();
-    assert_eq!(records, vec![("g".to_string(), None)]);
+    assert_eq!(records, vec![("g".to_string(), GroupStore::Classic(None))]);
     // Stopping to lead drops what is not written yet.
     next.tick(None, t3);
     assert!(next.take_records().is_none());

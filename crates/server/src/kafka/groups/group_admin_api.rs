@@ -26,8 +26,11 @@ use crate::kafka::reply::{self, Reply};
 use crate::metadata::MetaCommand;
 use crate::security::acl::{AclOperation, ResourceType};
 
-/// The group type ListGroups reports (every group here uses the classic protocol).
-const GROUP_TYPE: &str = "classic";
+/// The group type ListGroups reports for a classic group.
+const CLASSIC_TYPE: &str = "classic";
+/// The group type ListGroups reports for a consumer-protocol (KIP-848) group, which is also
+/// its protocol type.
+const CONSUMER_TYPE: &str = "consumer";
 
 /// Groups that only have committed offsets (no membership state): reported as Empty.
 fn offset_only_groups<H: GroupsHost>(node: &H, known: &HashSet<String>) -> Vec<String> {
@@ -78,40 +81,55 @@ pub(crate) fn list_groups<H: GroupsHost>(
                 return Response::ListGroups(resp);
             }
         };
-        let known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
-        let mut all: Vec<(String, String, GroupState)> = listed
+        let consumer = match coordinator(&node).consumer_list(term) {
+            Ok(l) => l,
+            Err(e) => {
+                return Response::ListGroups(ListGroupsResponse {
+                    error_code: e.code(),
+                    ..Default::default()
+                })
+            }
+        };
+        let mut known: HashSet<String> = listed.iter().map(|g| g.group_id.clone()).collect();
+        known.extend(consumer.iter().map(|(id, _)| id.clone()));
+        // (id, protocol type, state name, group type)
+        let mut all: Vec<(String, String, &'static str, &'static str)> = listed
             .into_iter()
-            .map(|g| (g.group_id, g.protocol_type, g.state))
+            .map(|g| (g.group_id, g.protocol_type, g.state.name(), CLASSIC_TYPE))
             .collect();
+        all.extend(
+            consumer
+                .into_iter()
+                .map(|(id, state)| (id, CONSUMER_TYPE.to_owned(), state.name(), CONSUMER_TYPE)),
+        );
         all.extend(
             offset_only_groups(&*node, &known)
                 .into_iter()
-                .map(|g| (g, String::new(), GroupState::Empty)),
+                .map(|g| (g, String::new(), GroupState::Empty.name(), CLASSIC_TYPE)),
         );
         all.sort_by(|a, b| a.0.cmp(&b.0));
         if !access.cluster(AclOperation::Describe) {
-            all.retain(|(g, _, _)| access.group(AclOperation::Describe, g));
+            all.retain(|(g, _, _, _)| access.group(AclOperation::Describe, g));
         }
-        let type_ok = req.types_filter.is_empty()
-            || req
-                .types_filter
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(GROUP_TYPE));
         let groups = all
             .into_iter()
-            .filter(|(_, _, state)| {
-                type_ok
+            .filter(|(_, _, state, group_type)| {
+                (req.types_filter.is_empty()
+                    || req
+                        .types_filter
+                        .iter()
+                        .any(|t| t.eq_ignore_ascii_case(group_type)))
                     && (req.states_filter.is_empty()
                         || req
                             .states_filter
                             .iter()
-                            .any(|s| s.eq_ignore_ascii_case(state.name())))
+                            .any(|s| s.eq_ignore_ascii_case(state)))
             })
-            .map(|(group_id, protocol_type, state)| ListedGroup {
+            .map(|(group_id, protocol_type, state, group_type)| ListedGroup {
                 group_id,
                 protocol_type,
-                group_state: state.name().to_owned(),
-                group_type: GROUP_TYPE.to_owned(),
+                group_state: state.to_owned(),
+                group_type: group_type.to_owned(),
                 ..Default::default()
             })
             .collect();
@@ -123,7 +141,9 @@ pub(crate) fn list_groups<H: GroupsHost>(
 }
 
 /// Handles DescribeGroups. An unknown group is reported Dead (as Kafka's classic coordinator
-/// does); one that only has committed offsets, Empty.
+/// does; v6+: GROUP_ID_NOT_FOUND with a message, as Kafka 4); one that only has committed
+/// offsets, Empty. A consumer-protocol group is not a classic group: Kafka 4 reports it as
+/// an unknown one (Dead; v6+ GROUP_ID_NOT_FOUND "Group G is not a classic group.").
 ///
 /// As in Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it); its authorized
 /// operations when asked for (v3+).
@@ -161,6 +181,13 @@ pub(crate) fn describe_groups<H: GroupsHost>(
                         ..Default::default()
                     };
                 };
+                if coordinator(&node).is_consumer_group(&group_id) {
+                    return not_found(
+                        group_id.clone(),
+                        version,
+                        format!("Group {group_id} is not a classic group."),
+                    );
+                }
                 match coordinator(&node).describe(term, &group_id) {
                     Some(d) => DescribedGroup {
                         group_id,
@@ -188,14 +215,13 @@ pub(crate) fn describe_groups<H: GroupsHost>(
                             .offsets
                             .get(&group_id)
                             .is_some_and(|o| !o.is_empty());
-                        let state = if has_offsets {
-                            GroupState::Empty
-                        } else {
-                            GroupState::Dead
-                        };
+                        if !has_offsets {
+                            let message = format!("Group {group_id} not found.");
+                            return not_found(group_id, version, message);
+                        }
                         DescribedGroup {
                             group_id,
-                            group_state: state.name().to_owned(),
+                            group_state: GroupState::Empty.name().to_owned(),
                             ..Default::default()
                         }
                     }
@@ -216,6 +242,26 @@ pub(crate) fn describe_groups<H: GroupsHost>(
     })
 }
 
+/// An unknown group as DescribeGroups reports it: Dead before v6, GROUP_ID_NOT_FOUND with
+/// `message` from v6 (Kafka 4).
+fn not_found(group_id: String, version: i16, message: String) -> DescribedGroup {
+    if version >= 6 {
+        DescribedGroup {
+            error_code: ErrorCode::GroupIdNotFound.code(),
+            error_message: Some(message),
+            group_id,
+            group_state: GroupState::Dead.name().to_owned(),
+            ..Default::default()
+        }
+    } else {
+        DescribedGroup {
+            group_id,
+            group_state: GroupState::Dead.name().to_owned(),
+            ..Default::default()
+        }
+    }
+}
+
 /// One group of DeleteGroups: error 0 once its offsets and membership state are gone.
 async fn delete_group<H: GroupsHost>(node: &Arc<H>, group_id: &str) -> ErrorCode {
     let Some(term) = coordinator_term(node) else {
@@ -223,6 +269,9 @@ async fn delete_group<H: GroupsHost>(node: &Arc<H>, group_id: &str) -> ErrorCode
     };
     if !group_exists(node, term, group_id) {
         return ErrorCode::GroupIdNotFound;
+    }
+    if let Some(Err(code)) = coordinator(node).consumer_remove_empty(term, group_id) {
+        return code;
     }
     if let Err(code) = coordinator(node).remove_empty(term, group_id) {
         return code;

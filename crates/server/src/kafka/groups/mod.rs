@@ -1,6 +1,10 @@
-//! Consumer groups over the Kafka protocol (the classic group protocol): FindCoordinator,
+//! Consumer groups over the Kafka protocol: the classic group protocol (FindCoordinator,
 //! JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
-//! DescribeGroups, DeleteGroups, OffsetDelete and TxnOffsetCommit.
+//! DescribeGroups, DeleteGroups, OffsetDelete and TxnOffsetCommit) and the consumer group
+//! protocol of KIP-848 ([`consumer`]: ConsumerGroupHeartbeat and ConsumerGroupDescribe, with
+//! server-side assignors). A group id is one kind at a time: an empty group of one kind is
+//! converted by the other protocol's first join; a group with members refuses the other
+//! protocol (no online upgrade).
 //!
 //! **Placement.** The coordinator of every group is the node leading the metadata Raft group.
 //! FindCoordinator on any node names it; group requests reaching another node get
@@ -35,7 +39,14 @@
 //! (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), [`offsets_api`] (OffsetCommit, OffsetFetch,
 //! OffsetDelete), [`txn_offsets_api`] (TxnOffsetCommit: offsets pending in a transaction) and
 //! [`group_admin_api`] (ListGroups, DescribeGroups, DeleteGroups).
+//!
+//! Consumer-protocol groups ([`consumer`]) live in the same [`coordinator::Coordinator`] (its
+//! `consumer` registry: same term, same outbox, their own deadline heap), are stored with
+//! [`MetaCommand::StoreConsumerGroup`](crate::metadata::MetaCommand::StoreConsumerGroup)
+//! before a heartbeat that changed them is answered, and are loaded by a new coordinator with
+//! every member's epoch and assignment.
 
+pub(crate) mod consumer;
 pub(crate) mod coordinator;
 mod coordinator_admin;
 mod coordinator_membership;

@@ -26,12 +26,19 @@ pub(super) fn coordinator_term<H: GroupsHost>(node: &Arc<H>) -> Option<u64> {
     coordinator(node).load(
         v.term,
         || {
-            node.metadata()
-                .groups
-                .iter()
-                .map(|(id, r)| (id.clone(), r.clone()))
-                .collect()
+            let meta = node.metadata();
+            (
+                meta.groups
+                    .iter()
+                    .map(|(id, r)| (id.clone(), r.clone()))
+                    .collect(),
+                meta.consumer_groups
+                    .iter()
+                    .map(|(id, r)| (id.clone(), r.clone()))
+                    .collect(),
+            )
         },
+        node.config().kafka.consumer_group_session_timeout,
         Instant::now(),
     );
     Some(v.term)
@@ -67,6 +74,7 @@ pub(super) async fn read_barrier<H: GroupsHost>(node: &H) -> Option<ErrorCode> {
 /// on this coordinator or committed offsets.
 pub(super) fn group_exists<H: GroupsHost>(node: &Arc<H>, term: u64, group_id: &str) -> bool {
     coordinator(node).describe(term, group_id).is_some()
+        || coordinator(node).is_consumer_group(group_id)
         || node
             .metadata()
             .offsets

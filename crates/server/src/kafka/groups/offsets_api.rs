@@ -22,6 +22,7 @@ use kafka_proto::messages::offset_fetch_response::{
     OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 
+use super::consumer::coordinator_ops::OffsetsCheck;
 use super::limits::COMMIT_TIMEOUT;
 use super::node_coordinator::{coordinator, coordinator_term, group_exists, read_barrier};
 use crate::kafka::access::Access;
@@ -54,18 +55,32 @@ pub(crate) fn offset_commit<H: GroupsHost>(
         }
         None => ErrorCode::NotCoordinator,
         Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
-        Some(term) => coordinator(node).validate_commit(
-            term,
-            &req.group_id,
-            if version >= 1 {
+        Some(term) => {
+            let epoch = if version >= 1 {
                 req.generation_id_or_member_epoch
             } else {
                 -1
-            },
-            &req.member_id,
-            req.group_instance_id.as_deref(),
-            Instant::now(),
-        ),
+            };
+            // A consumer-protocol group checks the member epoch (v9+).
+            coordinator(node)
+                .consumer_validate_offsets(
+                    term,
+                    &req.group_id,
+                    Some(&req.member_id),
+                    epoch,
+                    OffsetsCheck::Commit { version },
+                )
+                .unwrap_or_else(|| {
+                    coordinator(node).validate_commit(
+                        term,
+                        &req.group_id,
+                        epoch,
+                        &req.member_id,
+                        req.group_instance_id.as_deref(),
+                        Instant::now(),
+                    )
+                })
+        }
     };
     let (topics, offsets) = check_offsets(&**node, access, group_error, requested_offsets!(req));
     let respond = move |commit: Option<ErrorCode>| {
@@ -317,6 +332,8 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
 ) -> Reply {
     // A read_committed consumer's (v7+): no offset of a transaction still pending.
     let require_stable = version >= 7 && req.require_stable;
+    // v9+: the member of a consumer-protocol group fetching, and its epoch.
+    let mut members: Vec<(Option<String>, i32)> = Vec::new();
     let groups: Vec<(String, TopicSelection)> = if version >= 8 {
         req.groups
             .into_iter()
@@ -326,6 +343,7 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
                         .map(|t| (t.name, t.partition_indexes))
                         .collect()
                 });
+                members.push((g.member_id, g.member_epoch));
                 (g.group_id, topics)
             })
             .collect()
@@ -349,8 +367,21 @@ pub(crate) fn offset_fetch<H: GroupsHost>(
         };
         let results: Vec<(String, TopicSelection, Result<GroupOffsets, ErrorCode>)> = groups
             .into_iter()
-            .map(|(g, topics)| {
-                let r = match error {
+            .enumerate()
+            .map(|(i, (g, topics))| {
+                let member_error = match (term, members.get(i)) {
+                    (Some(term), Some((member_id, epoch))) if version >= 9 => coordinator(&node)
+                        .consumer_validate_offsets(
+                            term,
+                            &g,
+                            member_id.as_deref(),
+                            *epoch,
+                            OffsetsCheck::Fetch,
+                        )
+                        .filter(|e| *e != ErrorCode::None),
+                    _ => None,
+                };
+                let r = match error.or(member_error) {
                     _ if !access.group(AclOperation::Describe, &g) => {
                         Err(ErrorCode::GroupAuthorizationFailed)
                     }

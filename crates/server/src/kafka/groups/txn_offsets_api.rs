@@ -36,6 +36,7 @@ use kafka_proto::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 
+use super::consumer::coordinator_ops::OffsetsCheck;
 use super::node_coordinator::{coordinator, coordinator_term, read_barrier};
 use super::offsets_api::{
     answer_topics, check_offsets, commit_and_respond, commit_then_answer, requested_offsets,
@@ -72,13 +73,23 @@ pub(crate) fn txn_offset_commit<H: GroupsHost + TxnHost>(
         }
         None => ErrorCode::NotCoordinator,
         Some(_) if req.group_id.is_empty() => ErrorCode::InvalidGroupId,
-        Some(term) => coordinator(node).validate_txn_commit(
-            term,
-            &req.group_id,
-            req.generation_id,
-            &req.member_id,
-            req.group_instance_id.as_deref(),
-        ),
+        Some(term) => coordinator(node)
+            .consumer_validate_offsets(
+                term,
+                &req.group_id,
+                Some(&req.member_id),
+                req.generation_id,
+                OffsetsCheck::TxnCommit,
+            )
+            .unwrap_or_else(|| {
+                coordinator(node).validate_txn_commit(
+                    term,
+                    &req.group_id,
+                    req.generation_id,
+                    &req.member_id,
+                    req.group_instance_id.as_deref(),
+                )
+            }),
     };
     let requested = requested_offsets!(req);
     let (topics, offsets) = check_offsets(&**node, access, group_error, requested);

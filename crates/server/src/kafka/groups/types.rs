@@ -10,8 +10,17 @@ use tokio::sync::oneshot;
 
 use crate::metadata::GroupRecord;
 
-/// A record for the metadata: a group's id and its membership (None: it became empty).
-pub(super) type StoredRecord = (String, Option<GroupRecord>);
+/// A record for the metadata: a group's id and what to store.
+pub(super) type StoredRecord = (String, GroupStore);
+
+/// What the metadata stores of a group.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum GroupStore {
+    /// A classic group's membership (None: it became empty).
+    Classic(Option<GroupRecord>),
+    /// A consumer-protocol group's state (None: it is gone).
+    Consumer(Option<crate::metadata::codec::ConsumerGroupRecord>),
+}
 
 /// A group's state, as Kafka names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

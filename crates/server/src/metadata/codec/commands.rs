@@ -190,6 +190,15 @@ impl From<&MetaCommand> for CommandWire {
                 record: record.as_ref().map(GroupRecordWire::from),
                 time_ms: *time_ms,
             }),
+            MetaCommand::StoreConsumerGroup {
+                group,
+                record,
+                time_ms,
+            } => CommandWire::StoreConsumerGroup(super::consumer_groups::StoreConsumerGroupWire {
+                group: group.clone(),
+                record: record.clone(),
+                time_ms: *time_ms,
+            }),
             MetaCommand::PutTransaction {
                 transactional_id,
                 record,
@@ -388,6 +397,11 @@ impl From<CommandWire> for MetaCommand {
             CommandWire::StoreGroup(c) => MetaCommand::StoreGroup {
                 group: c.group,
                 record: c.record.map(GroupRecord::from),
+                time_ms: c.time_ms,
+            },
+            CommandWire::StoreConsumerGroup(c) => MetaCommand::StoreConsumerGroup {
+                group: c.group,
+                record: c.record,
                 time_ms: c.time_ms,
             },
             CommandWire::PutTransaction(c) => MetaCommand::PutTransaction {

@@ -20,7 +20,7 @@ pub struct MetaEntryWire {
     /// The command; `None` when it is a kind this version does not know.
     #[prost(
         oneof = "CommandWire",
-        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41, 42, 43, 44, 45"
+        tags = "2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 23, 24, 25, 27, 28, 29, 40, 41, 42, 43, 44, 45, 46"
     )]
     pub command: Option<CommandWire>,
 }
@@ -39,7 +39,7 @@ pub struct RequestIdWire {
     pub seq: u64,
 }
 
-/// The command kinds, fields 2..=18, 23..=25, 27..=29, 40 to 44 of `MetaEntry`.
+/// The command kinds, fields 2..=18, 23..=25, 27..=29, 40 to 46 of `MetaEntry`.
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum CommandWire {
     /// [`MetaCommand::CreateTopic`].
@@ -121,6 +121,9 @@ pub enum CommandWire {
     /// [`MetaCommand::RequestTxnPartitions`].
     #[prost(message, tag = "45")]
     RequestTxnPartitions(super::transactions::RequestTxnPartitionsWire),
+    /// [`MetaCommand::StoreConsumerGroup`].
+    #[prost(message, tag = "46")]
+    StoreConsumerGroup(super::consumer_groups::StoreConsumerGroupWire),
     /// [`MetaCommand::AdminAddress`].
     #[prost(message, tag = "18")]
     AdminAddress(AdminAddressWire),

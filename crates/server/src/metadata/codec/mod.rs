@@ -41,6 +41,8 @@
 //!     PutTransaction     put_transaction      = 42;
 //!     TxnMarkersWritten  txn_markers_written  = 43;
 //!     ExpireTransactionalId expire_transactional_id = 44;
+//!     RequestTxnPartitions request_txn_partitions = 45;
+//!     StoreConsumerGroup store_consumer_group = 46;
 //!   }
 //! }
 //! message AddMember          { uint64 id = 1; string name = 2; string peer_addr = 3;
@@ -125,6 +127,23 @@
 //!                              int64 time_ms = 5; }
 //! message ExpireTransactionalId { string transactional_id = 1; int64 producer_id = 2;
 //!                              int32 producer_epoch = 3; int64 update_ms = 4; }
+//! message StoreConsumerGroup { string group = 1; optional ConsumerGroupRecord record = 2;
+//!                              int64 time_ms = 3; }  // KIP-848 groups; record absent: gone
+//! message ConsumerGroupRecord { int32 group_epoch = 1; int32 assignment_epoch = 2;
+//!                              string assignor = 3; repeated ConsumerMember members = 4;
+//!                              repeated TopicPartitionCount partition_counts = 5; }
+//! message ConsumerMember     { string member_id = 1; optional string instance_id = 2;
+//!                              optional string rack = 3; string client_id = 4;
+//!                              string client_host = 5; repeated string subscribed_names = 6;
+//!                              optional string subscribed_regex = 7;
+//!                              optional string server_assignor = 8;
+//!                              int32 rebalance_timeout_ms = 9; int32 epoch = 10;
+//!                              int32 previous_epoch = 11; int32 state = 12;
+//!                              repeated TopicPartitions assigned = 13;
+//!                              repeated TopicPartitions pending_revocation = 14;
+//!                              repeated TopicPartitions target = 15; }
+//! message TopicPartitions    { bytes topic_id = 1; repeated int32 partitions = 2; }
+//! message TopicPartitionCount { bytes topic_id = 1; uint32 partitions = 2; }
 //! ```
 //!
 //! A command kind this node does not know (a `oneof` case added by a newer version) decodes as
@@ -142,6 +161,7 @@
 //! line in each conversion.
 
 mod commands;
+pub(crate) mod consumer_groups;
 mod groups;
 mod json;
 mod messages;
@@ -156,6 +176,7 @@ use thiserror::Error;
 
 use crate::metadata::{MetaCommand, MetaEntry, RequestId};
 
+pub use consumer_groups::*;
 pub use groups::*;
 pub use json::encode_entry_json;
 pub use messages::*;

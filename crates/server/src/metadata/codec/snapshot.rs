@@ -88,6 +88,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaSnapshotWire, SnapshotDecodeEr
 ///   repeated PendingTxnOffsets txn_offsets = 40;  // by group, then producer id
 ///   repeated PutTransaction transactions = 41; // by transactional id
 ///   repeated RequestTxnPartitions txn_partition_requests = 42; // oldest first, with index
+///   repeated StoredConsumerGroup consumer_groups = 43; // { string group = 1; ConsumerGroupRecord record = 2; }
 /// }
 /// message ClientQuota  { QuotaEntity entity = 1; repeated QuotaValue values = 2; }
 /// message TopicState   { string name = 1; uint64 incarnation = 2; uint32 partitions = 3;
@@ -161,6 +162,9 @@ pub struct MetaSnapshotWire {
     /// Transaction version 2's queued requests to add partitions, oldest first.
     #[prost(message, repeated, tag = "42")]
     pub txn_partition_requests: Vec<super::transactions::RequestTxnPartitionsWire>,
+    /// Consumer-protocol groups (KIP-848), by group id.
+    #[prost(message, repeated, tag = "43")]
+    pub consumer_groups: Vec<super::consumer_groups::StoredConsumerGroupWire>,
 }
 
 /// One topic in a snapshot.

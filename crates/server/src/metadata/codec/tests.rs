@@ -195,6 +195,47 @@ fn every_command() -> Vec<MetaCommand> {
             record: None,
             time_ms: 0,
         },
+        MetaCommand::StoreConsumerGroup {
+            group: "cg".into(),
+            record: Some(crate::metadata::codec::ConsumerGroupRecord {
+                group_epoch: 5,
+                assignment_epoch: 4,
+                assignor: "uniform".into(),
+                members: vec![crate::metadata::codec::ConsumerMemberRecord {
+                    member_id: "m".into(),
+                    instance_id: Some("i".into()),
+                    rack: None,
+                    client_id: "c".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_names: vec!["t".into()],
+                    subscribed_regex: Some("t.*".into()),
+                    server_assignor: None,
+                    rebalance_timeout_ms: 300_000,
+                    epoch: 4,
+                    previous_epoch: 3,
+                    state: 1,
+                    assigned: vec![crate::metadata::codec::TopicPartitionsRecord {
+                        topic_id: vec![7; 16],
+                        partitions: vec![0, 2],
+                    }],
+                    pending_revocation: vec![crate::metadata::codec::TopicPartitionsRecord {
+                        topic_id: vec![7; 16],
+                        partitions: vec![1],
+                    }],
+                    target: Vec::new(),
+                }],
+                partition_counts: vec![crate::metadata::codec::TopicPartitionCount {
+                    topic_id: vec![7; 16],
+                    partitions: 3,
+                }],
+            }),
+            time_ms: 1_795_000_000_000,
+        },
+        MetaCommand::StoreConsumerGroup {
+            group: "cg".into(),
+            record: None,
+            time_ms: 0,
+        },
         MetaCommand::ExpireGroupOffsets {
             group: "g".into(),
             activity_ms: 1_795_000_000_000,
@@ -487,6 +528,20 @@ fn field_numbers_are_fixed() {
         0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0xda, 0x02, 0x03, 0x0a, 0x01, b't',
     ];
     assert_eq!(encode_entry(&markers), expected);
+    // StoreConsumerGroup is field 46: 0xf2 0x02 = (46 << 3) | 2, then its length and group
+    // "g" (field 1); a node that does not know field 46 skips the entry.
+    let consumer = MetaEntry {
+        request: entry.request,
+        command: MetaCommand::StoreConsumerGroup {
+            group: "g".into(),
+            record: None,
+            time_ms: 0,
+        },
+    };
+    let expected = [
+        0x01, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03, 0xf2, 0x02, 0x03, 0x0a, 0x01, b'g',
+    ];
+    assert_eq!(encode_entry(&consumer), expected);
 }
 
 #[test]
