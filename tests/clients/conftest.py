@@ -276,9 +276,15 @@ def running_cluster(extra_config="", extra_env=None, port_offsets=(0, 100, 200),
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+# The session cluster's consumer-protocol members heartbeat every second (Kafka's default is
+# 5 s), as the Kafka 4 brokers of scripts/kafka/kafka-cluster.sh do: a join or a leave then
+# converges in seconds (test_consumer_protocol.py).
+SESSION_CONFIG = "[kafka]\nconsumer_group_heartbeat_interval_ms = 1000"
+
+
 @pytest.fixture(scope="session")
 def cluster():
-    with running_cluster() as c:
+    with running_cluster(extra_config=SESSION_CONFIG) as c:
         yield c
 
 

@@ -230,7 +230,10 @@ if [[ " $TARGETS " == *" vdl "* ]]; then
 export VDL_DATA_DIR="$VDL_DATA" VDL_KAFKA_BASE_PORT="$BASE" VDL_BIN="${VDL_BIN:-$REPO/target/debug/vdl}"
 export VDL_START_TIMEOUT=60 VDL_EXTRA_CONFIG='[storage]
 cleaner_backoff_ms = 500
-retention_check_ms = 500'
+retention_check_ms = 500
+
+[kafka]
+consumer_group_heartbeat_interval_ms = 1000'
 exec "$REPO/deploy/local-cluster.sh" start
 EOF
   # The failover's kill: SIGKILL node \$1 by the PID local-cluster.sh recorded, if that PID
