@@ -5,7 +5,9 @@
 //! rebalance timeout and the server assignor it names (if any); then heartbeats at the interval
 //! the coordinator answers with the epoch it answered, sending its owned partitions only when
 //! they changed (an assignment it received is owned at once and acknowledged by the next
-//! heartbeat, sent right away, as Kafka's consumer does after reconciling). A member fenced
+//! heartbeat, sent right away, as Kafka's consumer does after reconciling). Its first regular
+//! heartbeat waits an extra fraction of the interval (member i of n: i/n), so the heartbeats of
+//! members that joined together spread over the interval, as the classic workload's do. A member fenced
 //! (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) drops its partitions and joins again with epoch 0.
 //!
 //! Measured: the joining heartbeats' latency and the time until every member joined; the time
@@ -125,6 +127,9 @@ struct Member {
     send_now: bool,
     /// The coordinator's heartbeat interval (the configured one until it answers).
     interval: Duration,
+    /// This member's phase, a fraction of the interval its first regular heartbeat waits
+    /// longer (so the members' heartbeats spread evenly, as the classic workload's do).
+    phase: f64,
 }
 
 impl Member {
@@ -239,7 +244,7 @@ impl Member {
             let wait = if self.send_now {
                 Duration::ZERO
             } else {
-                self.interval
+                self.interval.mul_f64(1.0 + std::mem::take(&mut self.phase))
             };
             let next = Instant::now() + wait;
             // The timeline is set once; until then a member keeps heartbeating.
@@ -338,7 +343,8 @@ pub(crate) async fn run(cfg: Arc<GroupsConfig>) -> Result<GroupsResult, ClientEr
         let c = g % cfg.connections;
         let group_progress = Arc::new(GroupProgress::default());
         progress.push(group_progress.clone());
-        for _ in 0..cfg.members {
+        for m in 0..cfg.members {
+            let phase = (g * cfg.members + m) as f64 / total_members.max(1) as f64;
             let mut member = Member {
                 shared: shared.clone(),
                 pipe: pipes[c].clone(),
@@ -350,6 +356,7 @@ pub(crate) async fn run(cfg: Arc<GroupsConfig>) -> Result<GroupsResult, ClientEr
                 owned_changed: false,
                 send_now: false,
                 interval: cfg.heartbeat_interval,
+                phase,
             };
             let (limit, joined_tx, timeline) =
                 (limits[c].clone(), joined_tx.clone(), timeline_rx.clone());
