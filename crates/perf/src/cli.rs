@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kafka_proto::records::Compression;
+use vdl_perf::groups::GroupProtocol;
 use vdl_perf::mixed::ReadMode;
 use vdl_perf::units::{parse_duration, ByteSize, Ratio, StartOffset, ThreadRange};
 
@@ -487,9 +488,25 @@ pub(crate) struct GroupsArgs {
     /// The server's PID: its CPU time over the measured window is reported (Linux /proc).
     #[arg(long)]
     pub(crate) server_pid: Option<u32>,
-    /// Group ids are `<prefix>-<n>`.
+    /// Group ids are `<prefix>-<n>` (use another prefix per protocol: a group of one protocol
+    /// refuses members of the other).
     #[arg(long, default_value = "vdl-perf-group")]
     pub(crate) group_prefix: String,
+    /// The group protocol: classic (JoinGroup, SyncGroup, Heartbeat) or consumer (KIP-848's
+    /// ConsumerGroupHeartbeat v1; heartbeats at the interval the coordinator answers, not
+    /// --heartbeat-interval; the session timeout is the server's).
+    #[arg(long, default_value = "classic")]
+    pub(crate) protocol: GroupProtocol,
+    /// The topic the members subscribe to (consumer protocol: created when missing).
+    #[arg(long, default_value = "vdl-perf-groups")]
+    pub(crate) topic: String,
+    /// Consumer protocol: the topic's partitions (default: --members, one per member).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) partitions: Option<u32>,
+    /// Consumer protocol: the server-side assignor the members name (`uniform`, `range`;
+    /// default: none, the server's default).
+    #[arg(long)]
+    pub(crate) assignor: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -11,8 +11,12 @@
 //! another connection's backlog); a connection joins at most `join_concurrency` groups at a
 //! time, which keeps its JoinGroup requests (held by the server until the rebalance completes)
 //! below the server's in-flight limit per connection.
+//!
+//! That is the classic protocol (`--protocol classic`, the default). With `--protocol consumer`
+//! the members speak KIP-848's ConsumerGroupHeartbeat instead ([`crate::groups_consumer`]).
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,13 +35,40 @@ use crate::client::consumer_protocol::subscription;
 use crate::client::coordinator::{HEARTBEAT_VERSION, JOIN_GROUP_VERSION, SYNC_GROUP_VERSION};
 use crate::client::{ClientError, Connection};
 use crate::stats::{ErrorCounts, Latencies, LatencySummary};
+use crate::units::ParseError;
 
 /// Join/sync rounds a member tries before it gives up (a rebalance restarts the round).
 const MAX_JOIN_ROUNDS: usize = 10;
 /// Linux's USER_HZ: the unit of the CPU times in `/proc/PID/stat`.
 const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 /// The client id the members use (their member ids start with it).
-const CLIENT_ID: &str = "vdl-perf-groups";
+pub(crate) const CLIENT_ID: &str = "vdl-perf-groups";
+
+/// The group protocol the members speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupProtocol {
+    /// JoinGroup, SyncGroup, Heartbeat (client-side assignment).
+    Classic,
+    /// KIP-848's ConsumerGroupHeartbeat v1 (server-side assignment).
+    Consumer,
+}
+
+impl FromStr for GroupProtocol {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<GroupProtocol, ParseError> {
+        match s {
+            "classic" => Ok(GroupProtocol::Classic),
+            "consumer" => Ok(GroupProtocol::Consumer),
+            _ => Err(ParseError {
+                what: "group protocol",
+                input: s.to_string(),
+                why: "use classic or consumer",
+            }),
+        }
+    }
+}
 
 /// What a `groups` run does.
 #[derive(Debug, Clone)]
@@ -70,17 +101,36 @@ pub struct GroupsConfig {
     pub server_pid: Option<u32>,
     /// Prefix of the group ids (`<prefix>-<n>`).
     pub group_prefix: String,
+    /// The group protocol the members speak.
+    pub protocol: GroupProtocol,
+    /// The topic the members subscribe to.
+    pub topic: String,
+    /// Consumer protocol: the topic's partition count (it is created with it when missing).
+    pub partitions: u32,
+    /// Consumer protocol: the server-side assignor the members name (none: the server's
+    /// default).
+    pub server_assignor: Option<String>,
 }
 
 /// What a `groups` run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupsResult {
+    /// The group protocol the members spoke.
+    pub protocol: GroupProtocol,
     /// Groups whose every member joined and synced.
     pub groups_joined: usize,
     /// Members that joined and synced.
     pub members_joined: usize,
-    /// Time from the first JoinGroup to the last member's SyncGroup answer.
+    /// Time from the first JoinGroup to the last member's SyncGroup answer (consumer
+    /// protocol: from the first joining heartbeat to the last one's answer).
     pub join_secs: f64,
+    /// Consumer protocol: latency of the joining heartbeats (member epoch 0) that succeeded.
+    pub join_latency: Option<LatencySummary>,
+    /// Consumer protocol: groups whose every partition was owned by a member at some point.
+    pub groups_converged: Option<usize>,
+    /// Consumer protocol: time from the first joining heartbeat until the last group
+    /// converged (every partition owned).
+    pub converge_secs: Option<f64>,
     /// Heartbeat latency over the measured window.
     pub heartbeat_latency: LatencySummary,
     /// Heartbeats answered per second over the measured window.
@@ -101,7 +151,7 @@ pub struct GroupsResult {
 /// A connection shared by many tasks: requests are written in the order they are submitted
 /// and answered in that order (as Kafka requires), with at most `max_in_flight` outstanding.
 #[derive(Clone)]
-struct Pipe {
+pub(crate) struct Pipe {
     calls: mpsc::Sender<Call>,
 }
 
@@ -116,7 +166,7 @@ struct Call {
 impl Pipe {
     /// Connects and starts the writing and reading tasks (they end when the pipe is dropped or
     /// the connection fails).
-    async fn open(
+    pub(crate) async fn open(
         addr: &str,
         timeout: Duration,
         max_in_flight: usize,
@@ -164,7 +214,7 @@ impl Pipe {
     }
 
     /// Sends `request` and waits (at most `timeout`) for its response.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         version: i16,
         request: Request,
@@ -191,7 +241,7 @@ impl Pipe {
 }
 
 /// The name an error is counted under.
-fn error_kind(e: &ClientError) -> String {
+pub(crate) fn error_kind(e: &ClientError) -> String {
     match e {
         ClientError::Io(_) => "IO".into(),
         ClientError::Timeout(_) => "CLIENT_TIMEOUT".into(),
@@ -215,7 +265,7 @@ async fn join_once(
         protocol_type: "consumer".into(),
         protocols: vec![JoinGroupRequestProtocol {
             name: "range".into(),
-            metadata: subscription("vdl-perf-groups"),
+            metadata: subscription(&cfg.topic),
             ..Default::default()
         }],
         ..Default::default()
@@ -465,10 +515,30 @@ pub fn load_average() -> Option<f64> {
         .ok()
 }
 
-/// The coordinator of `group` as the bootstrap server names it.
-async fn find_coordinator(cfg: &GroupsConfig, group: &str) -> Result<String, ClientError> {
-    let mut conn = Connection::connect(&cfg.bootstrap, CLIENT_ID, cfg.request_timeout).await?;
-    crate::client::coordinator::find_coordinator(&mut conn, group, 0).await
+/// The coordinator of `group` as the bootstrap server names it, asking again (until
+/// `request_timeout`) while it answers COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS
+/// (a new broker creating its offsets topic).
+pub(crate) async fn find_coordinator(
+    cfg: &GroupsConfig,
+    group: &str,
+) -> Result<String, ClientError> {
+    let deadline = Instant::now() + cfg.request_timeout;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let mut conn = Connection::connect(&cfg.bootstrap, CLIENT_ID, cfg.request_timeout).await?;
+        match crate::client::coordinator::find_coordinator(&mut conn, group, 0).await {
+            Err(ClientError::Broker { code, .. })
+                if matches!(
+                    code,
+                    ErrorCode::CoordinatorNotAvailable | ErrorCode::CoordinatorLoadInProgress
+                ) && Instant::now() + backoff < deadline =>
+            {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// Runs the workload: join every group, heartbeat through the warm-up and the measured window.
@@ -477,6 +547,9 @@ async fn find_coordinator(cfg: &GroupsConfig, group: &str) -> Result<String, Cli
 pub async fn run(cfg: GroupsConfig) -> Result<GroupsResult, ClientError> {
     assert!(cfg.connections > 0 && cfg.members > 0 && cfg.join_concurrency > 0);
     let cfg = Arc::new(cfg);
+    if cfg.protocol == GroupProtocol::Consumer {
+        return crate::groups_consumer::run(cfg).await;
+    }
     let coordinator = find_coordinator(&cfg, &format!("{}-0", cfg.group_prefix)).await?;
     let mut pipes = Vec::with_capacity(cfg.connections);
     for _ in 0..cfg.connections {
@@ -537,6 +610,53 @@ pub async fn run(cfg: GroupsConfig) -> Result<GroupsResult, ClientError> {
             errors.clone(),
         )));
     }
+    let window = measure_window(&cfg, measure_from, stop).await;
+    for b in beats {
+        let _ = b.await;
+    }
+    let mut all = Latencies::new();
+    for t in &tallies {
+        all.merge(&t.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    let heartbeat_latency = all.summary();
+    Ok(GroupsResult {
+        protocol: GroupProtocol::Classic,
+        groups_joined,
+        members_joined: members.len(),
+        join_secs,
+        join_latency: None,
+        groups_converged: None,
+        converge_secs: None,
+        heartbeats_per_sec: heartbeat_latency.count as f64
+            / window.measured_secs.max(f64::MIN_POSITIVE),
+        heartbeat_latency,
+        errors: errors.snapshot(),
+        server_cpu_percent: window.server_cpu_percent,
+        client_cpu_percent: window.client_cpu_percent,
+        load_average: window.load_average,
+        measured_secs: window.measured_secs,
+    })
+}
+
+/// What was measured over the measured window, besides the latencies.
+pub(crate) struct Window {
+    /// The server's CPU time over the window, percent of one core.
+    pub(crate) server_cpu_percent: Option<f64>,
+    /// This process's CPU time over the window, percent of one core.
+    pub(crate) client_cpu_percent: Option<f64>,
+    /// The 1-minute load average at the start and the end.
+    pub(crate) load_average: (Option<f64>, Option<f64>),
+    /// The window's length.
+    pub(crate) measured_secs: f64,
+}
+
+/// Sleeps until `measure_from`, then until `stop`, reading the CPU times and load averages at
+/// both.
+pub(crate) async fn measure_window(
+    cfg: &GroupsConfig,
+    measure_from: Instant,
+    stop: Instant,
+) -> Window {
     tokio::time::sleep_until(tokio::time::Instant::from_std(measure_from)).await;
     let pid = cfg.server_pid.map(|p| p.to_string());
     let server_cpu_start = pid.as_deref().and_then(cpu_seconds);
@@ -548,29 +668,15 @@ pub async fn run(cfg: GroupsConfig) -> Result<GroupsResult, ClientError> {
     let server_cpu_end = pid.as_deref().and_then(cpu_seconds);
     let client_cpu_end = cpu_seconds("self");
     let load_end = load_average();
-    for b in beats {
-        let _ = b.await;
-    }
-    let mut all = Latencies::new();
-    for t in &tallies {
-        all.merge(&t.lock().unwrap_or_else(|p| p.into_inner()));
-    }
     let percent = |a: Option<f64>, b: Option<f64>| {
         Some(100.0 * (b? - a?) / measured_secs.max(f64::MIN_POSITIVE))
     };
-    let heartbeat_latency = all.summary();
-    Ok(GroupsResult {
-        groups_joined,
-        members_joined: members.len(),
-        join_secs,
-        heartbeats_per_sec: heartbeat_latency.count as f64 / measured_secs.max(f64::MIN_POSITIVE),
-        heartbeat_latency,
-        errors: errors.snapshot(),
+    Window {
         server_cpu_percent: percent(server_cpu_start, server_cpu_end),
         client_cpu_percent: percent(client_cpu_start, client_cpu_end),
         load_average: (load_start, load_end),
         measured_secs,
-    })
+    }
 }
 
 /// The result as text, one figure a line.
@@ -578,11 +684,16 @@ pub fn render(r: &GroupsResult) -> String {
     let l = &r.heartbeat_latency;
     let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.1}"));
     let mut s = format!(
-        "groups joined: {} ({} members) in {:.1} s\n\
+        "protocol: {}\n\
+         groups joined: {} ({} members) in {:.1} s\n\
          heartbeats: {} in {:.1} s ({:.0}/s)\n\
          heartbeat latency ms: p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n\
          server cpu: {} % of a core; load generator cpu: {} %\n\
          load average (1 min): {} at start, {} at end\n",
+        match r.protocol {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        },
         r.groups_joined,
         r.members_joined,
         r.join_secs,
@@ -598,6 +709,17 @@ pub fn render(r: &GroupsResult) -> String {
         opt(r.load_average.0),
         opt(r.load_average.1),
     );
+    if let Some(j) = &r.join_latency {
+        s.push_str(&format!(
+            "join latency ms (epoch 0 heartbeat): p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n",
+            j.p50_ms, j.p99_ms, j.p999_ms, j.max_ms
+        ));
+    }
+    if let (Some(groups), Some(secs)) = (r.groups_converged, r.converge_secs) {
+        s.push_str(&format!(
+            "groups converged (every partition owned): {groups} in {secs:.1} s\n"
+        ));
+    }
     if r.errors.is_empty() {
         s.push_str("errors: none\n");
     } else {

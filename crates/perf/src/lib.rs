@@ -11,7 +11,8 @@
 //! - [`env`]: what the workloads of a run share, and their error type.
 //! - [`progress`]: the live progress display.
 //! - [`produce`], [`consume`], [`mixed`], [`sweep`], [`suite`]: the workloads.
-//! - [`groups`]: the group coordinator workload (joins, then heartbeats).
+//! - [`groups`]: the group coordinator workload (joins, then heartbeats); [`groups_consumer`]:
+//!   its consumer group protocol (KIP-848) variant.
 //! - [`fake_server`]: a trivial in-memory Kafka server (the client's ceiling; tests).
 //! - [`floor`]: the physical floor of a replicated fsynced produce (fsync, loopback round trip).
 //! - [`report`]: text, Markdown, CSV, JSON and SVG output.
@@ -23,6 +24,7 @@ pub mod env;
 pub mod fake_server;
 pub mod floor;
 pub mod groups;
+pub mod groups_consumer;
 pub mod mixed;
 pub mod payload;
 pub mod produce;

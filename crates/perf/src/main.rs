@@ -335,7 +335,11 @@ async fn run(cli: Cli) -> Result<()> {
                 rebalance_timeout_ms: a.rebalance_timeout_ms,
                 request_timeout: a.timeout,
                 server_pid: a.server_pid,
+                partitions: a.partitions.unwrap_or(a.members),
                 group_prefix: a.group_prefix,
+                protocol: a.protocol,
+                topic: a.topic,
+                server_assignor: a.assignor,
             };
             let r = vdl_perf::groups::run(cfg)
                 .await
