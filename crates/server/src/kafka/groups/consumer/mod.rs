@@ -16,6 +16,10 @@
 //! See the crate README ("Consumer-protocol groups") for the behaviour and the choices made.
 
 pub(crate) mod assignors;
+pub(crate) mod classic_api;
+pub(crate) mod classic_member;
+pub(crate) mod classic_ops;
+pub(crate) mod classic_protocol;
 pub(crate) mod coordinator_ops;
 pub(crate) mod describe_api;
 pub(crate) mod group;
@@ -23,6 +27,7 @@ pub(crate) mod group;
 mod group_tests;
 pub(crate) mod heartbeat_api;
 pub(crate) mod member;
+pub(crate) mod migration;
 pub(crate) mod record;
 pub(crate) mod registry;
 pub(crate) mod types;
