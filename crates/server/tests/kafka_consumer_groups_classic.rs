@@ -283,7 +283,7 @@ fn consumer_heartbeat(
 }
 
 impl Consumer {
-    fn join(c: &mut KafkaConn, id: &str) -> Result<Consumer, ConsumerGroupHeartbeatResponse> {
+    fn join(c: &mut KafkaConn, id: &str) -> Result<Consumer, Box<ConsumerGroupHeartbeatResponse>> {
         let r = consumer_heartbeat(
             c,
             ConsumerGroupHeartbeatRequest {
@@ -297,7 +297,7 @@ impl Consumer {
             },
         );
         if r.error_code != NONE {
-            return Err(r);
+            return Err(Box::new(r));
         }
         let mut m = Consumer {
             id: id.into(),
