@@ -10,6 +10,11 @@
 //! - [`registry`]: every group of the coordinator's term; [`coordinator_ops`]: what the
 //!   coordinator does with them (heartbeats and their records, deadlines, the classic
 //!   interplay, offset checks, listing, describing, deleting).
+//! - Classic-protocol members in a consumer group: [`classic_protocol`] (the embedded
+//!   `consumer` protocol's subscription and assignment), [`classic_member`] (their JoinGroup,
+//!   SyncGroup, Heartbeat and LeaveGroup in the state machine), [`migration`] (the online
+//!   upgrade and downgrade), [`classic_ops`] and [`classic_api`] (the coordinator's and the
+//!   handlers' share).
 //! - [`heartbeat_api`] (ConsumerGroupHeartbeat) and [`describe_api`] (ConsumerGroupDescribe):
 //!   the Kafka handlers.
 //!
