@@ -287,3 +287,102 @@ impl ConsumerGroup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kafka_proto::Uuid;
+
+    use super::super::assignors::{by_name as assignor_by_name, Assignor, DEFAULT_ASSIGNOR};
+    use super::super::classic_protocol::decode_assignment;
+    use super::super::types::Settings;
+    use super::*;
+
+    struct OneTopic;
+
+    impl TopicView for OneTopic {
+        fn topic(&self, name: &str) -> Option<(Uuid, u32)> {
+            (name == "t").then_some((Uuid([7; 16]), 4))
+        }
+        fn names(&self) -> Vec<String> {
+            vec!["t".into()]
+        }
+    }
+
+    fn assignor(name: Option<&str>) -> Option<&'static dyn Assignor> {
+        assignor_by_name(name.unwrap_or(DEFAULT_ASSIGNOR))
+    }
+
+    /// A ConsumerProtocolSubscription v0 of topic `t`.
+    fn subscription() -> Vec<u8> {
+        let mut m = vec![0, 0, 0, 0, 0, 1, 0, 1, b't'];
+        m.extend_from_slice(&(-1i32).to_be_bytes());
+        m
+    }
+
+    fn join(id: &str) -> ClassicJoin {
+        ClassicJoin {
+            member_id: id.into(),
+            new_member: true,
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 20_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), subscription())],
+        }
+    }
+
+    #[test]
+    fn classic_members_join_sync_heartbeat_and_are_stored() {
+        let settings = Settings::default();
+        let ctx = Context {
+            topics: &OneTopic,
+            settings: &settings,
+            assignor: &assignor,
+        };
+        let now = Instant::now();
+        let mut g = ConsumerGroup::default();
+        let j = g.classic_join(&join("x"), &ctx, now).unwrap();
+        assert_eq!((j.generation, j.protocol_name.as_str()), (1, "range"));
+        let (name, bytes) = g
+            .classic_sync("x", None, 1, (None, None), &ctx, now)
+            .unwrap();
+        assert_eq!(name, "range");
+        assert_eq!(decode_assignment(&bytes).unwrap()["t"], vec![0, 1, 2, 3]);
+        assert_eq!(
+            g.classic_heartbeat("x", None, 1, &ctx, now),
+            ErrorCode::None
+        );
+        assert_eq!(
+            g.classic_heartbeat("x", None, 2, &ctx, now),
+            ErrorCode::IllegalGeneration
+        );
+        // A second member: x must rejoin (and give up half).
+        g.classic_join(&join("y"), &ctx, now).unwrap();
+        assert_eq!(
+            g.classic_heartbeat("x", None, 1, &ctx, now),
+            ErrorCode::RebalanceInProgress
+        );
+        // Its own session timeout; the record keeps what it joined with.
+        assert_eq!(
+            g.members["x"].session_deadline,
+            now + Duration::from_secs(10)
+        );
+        let r = g.record();
+        let later = now + Duration::from_secs(100);
+        let back = ConsumerGroup::from_record(&r, later, Duration::from_secs(45));
+        assert_eq!(back.members["x"].classic, g.members["x"].classic);
+        assert_eq!(
+            back.members["x"].session_deadline,
+            later + Duration::from_secs(10)
+        );
+        assert_eq!(back.record(), r);
+        // A consumer-protocol member's id is not a classic member's.
+        assert_eq!(g.classic_leave("nobody", None), ErrorCode::UnknownMemberId);
+        assert_eq!(g.classic_leave("y", None), ErrorCode::None);
+        assert!(!g.members.contains_key("y"));
+    }
+}
