@@ -5,7 +5,8 @@
 //! the other; a running classic group of two members is upgraded when a consumer-protocol
 //! member joins (the classic members keep their partitions until they must give some up, no
 //! partition is owned twice) and downgraded back to a classic group when that member leaves;
-//! with the policy `disabled` the join gets Kafka's error.
+//! with the policy `disabled` the join gets Kafka's error; a coordinator kill keeps the classic
+//! member's generation and partitions (it is stored in the group's record).
 
 mod common;
 
@@ -39,6 +40,7 @@ const TOPIC: &str = "cgc-topic";
 const GROUP: &str = "cgc";
 
 const NONE: i16 = 0;
+const NOT_COORDINATOR: i16 = 16;
 const ILLEGAL_GENERATION: i16 = 22;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const GROUP_ID_NOT_FOUND: i16 = 69;
@@ -526,7 +528,7 @@ async fn a_classic_and_a_consumer_member_share_a_group() {
     })
     .await
     .unwrap();
-    drop(node);
+    node.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -599,7 +601,7 @@ async fn a_classic_group_is_upgraded_online_and_downgraded_back() {
     })
     .await
     .unwrap();
-    drop(node);
+    node.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -622,5 +624,140 @@ async fn with_migration_disabled_a_running_classic_group_is_not_upgraded() {
     })
     .await
     .unwrap();
-    drop(node);
+    node.shutdown();
+}
+
+/// A 3-node cluster; the nodes and the index of the metadata leader (the coordinator).
+async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
+    let mut nodes = Vec::new();
+    for mut c in cluster_configs(3, dir, &[]) {
+        c.kafka.consumer_group_heartbeat_interval = Duration::from_millis(200);
+        let n = Node::start(c).await.unwrap();
+        n.serve_kafka().await.unwrap();
+        nodes.push(n);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(l) = leader_of(&nodes) {
+            if nodes[l].metadata_group().unwrap().visible().leader_ready
+                && nodes.iter().all(|n| n.live_brokers().len() == 3)
+            {
+                return (nodes, l);
+            }
+        }
+        assert!(Instant::now() < deadline, "cluster not ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn leader_of(nodes: &[Arc<Node>]) -> Option<usize> {
+    nodes.iter().position(|n| {
+        n.metadata_group()
+            .is_some_and(|g| g.visible().leader == n.config().id)
+    })
+}
+
+fn addr_of(n: &Node) -> SocketAddr {
+    n.config().kafka_advertised.parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_kill_keeps_the_classic_members_generation_and_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, leader) = cluster(dir.path()).await;
+    let coordinator = addr_of(&nodes[leader]);
+    let (a, b, topic_id) = tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(coordinator).unwrap();
+        assert_eq!(c.create_topic_with(TOPIC, 6).unwrap(), (NONE, 6));
+        let mut a = Consumer::join(&mut c, "a").unwrap_or_else(|r| panic!("{r:?}"));
+        let mut b = Classic::default();
+        b.join(&mut c);
+        b.sync(&mut c, Vec::new());
+        let topic_id = {
+            let req = ConsumerGroupDescribeRequest {
+                group_ids: vec![GROUP.into()],
+                ..Default::default()
+            };
+            let Response::ConsumerGroupDescribe(r) = call(
+                &mut c,
+                ApiKey::ConsumerGroupDescribe,
+                1,
+                Request::ConsumerGroupDescribe(req),
+            ) else {
+                panic!()
+            };
+            let m = r.groups[0]
+                .members
+                .iter()
+                .find(|m| m.member_id == "a")
+                .unwrap();
+            m.assignment.topic_partitions[0].topic_id
+        };
+        converge(&mut c, &mut [&mut a], &mut [&mut b], &[3, 3], topic_id);
+        (a, b, topic_id)
+    })
+    .await
+    .unwrap();
+    // Every node has the group with its classic member at its generation.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !nodes.iter().all(|n| {
+        n.metadata().consumer_groups.get(GROUP).is_some_and(|r| {
+            r.members
+                .iter()
+                .any(|m| m.member_id == b.id && m.classic.is_some() && m.epoch == b.generation)
+        })
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the group was not stored everywhere"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    nodes[leader].shutdown();
+    let rest: Vec<Arc<Node>> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, n)| n.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let new_leader = loop {
+        if let Some(l) = leader_of(&rest) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no new metadata leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let coordinator = addr_of(&rest[new_leader]);
+    let result = tokio::task::spawn_blocking(move || {
+        let (mut a, mut b) = (a, b);
+        let (generation, epoch, b_owned, a_owned) =
+            (b.generation, a.epoch, b.owned.clone(), a.owned.clone());
+        let mut c = KafkaConn::connect(coordinator).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let first = loop {
+            let e = b.heartbeat(&mut c);
+            if e != NOT_COORDINATOR {
+                break e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the new coordinator never served"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // No rebalance: the classic member heartbeats on at its generation and its SyncGroup
+        // gives the same partitions; the consumer-protocol member keeps its epoch.
+        assert_eq!(first, NONE);
+        b.sync(&mut c, Vec::new());
+        assert_eq!((b.generation, &b.owned), (generation, &b_owned));
+        a.beat(&mut c, topic_id);
+        assert_eq!((a.epoch, &a.owned), (epoch, &a_owned));
+        assert_eq!(member_types(&mut c).get(&b.id), Some(&0));
+    })
+    .await;
+    for n in &nodes {
+        n.shutdown();
+    }
+    result.unwrap();
 }
