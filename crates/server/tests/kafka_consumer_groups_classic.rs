@@ -5,7 +5,8 @@
 //! the other; a running classic group of two members is upgraded when a consumer-protocol
 //! member joins (the classic members keep their partitions until they must give some up, no
 //! partition is owned twice) and downgraded back to a classic group when that member leaves;
-//! with the policy `disabled` the join gets Kafka's error; a coordinator kill keeps the classic
+//! the same downgrade when the consumer-protocol member's session expires instead; with the
+//! policy `disabled` the join gets Kafka's error; a coordinator kill keeps the classic
 //! member's generation and partitions (it is stored in the group's record).
 
 mod common;
@@ -459,7 +460,17 @@ fn commit(c: &mut KafkaConn, member: &str, generation: i32) -> i16 {
 
 /// A one-node cluster with `policy`; its Kafka address.
 async fn node(dir: &std::path::Path, policy: MigrationPolicy) -> (Arc<Node>, SocketAddr) {
+    node_with(dir, policy, Duration::from_secs(45)).await
+}
+
+/// A one-node cluster with `policy` and consumer-protocol sessions of `session`.
+async fn node_with(
+    dir: &std::path::Path,
+    policy: MigrationPolicy,
+    session: Duration,
+) -> (Arc<Node>, SocketAddr) {
     let mut c = cluster_configs(1, dir, &[]).remove(0);
+    c.kafka.consumer_group_session_timeout = session;
     c.kafka.consumer_group_heartbeat_interval = Duration::from_millis(200);
     c.kafka.consumer_group_migration_policy = policy;
     let n = Node::start(c).await.unwrap();
@@ -760,4 +771,56 @@ async fn a_coordinator_kill_keeps_the_classic_members_generation_and_partitions(
         n.shutdown();
     }
     result.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_consumer_member_leaves_a_classic_group_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, addr) = node_with(
+        dir.path(),
+        MigrationPolicy::Bidirectional,
+        Duration::from_secs(1),
+    )
+    .await;
+    tokio::task::spawn_blocking(move || {
+        let mut c = KafkaConn::connect(addr).unwrap();
+        assert_eq!(c.create_topic_with(TOPIC, 6).unwrap(), (NONE, 6));
+        let r = consumer_heartbeat(
+            &mut c,
+            ConsumerGroupHeartbeatRequest {
+                group_id: GROUP.into(),
+                member_id: "a".into(),
+                member_epoch: 0,
+                rebalance_timeout_ms: 10_000,
+                subscribed_topic_names: Some(vec![TOPIC.into()]),
+                topic_partitions: Some(Vec::new()),
+                ..Default::default()
+            },
+        );
+        let topic_id = topic_id_of(&r);
+        let mut a = Consumer {
+            id: "a".into(),
+            epoch: 0,
+            owned: Owned::new(),
+        };
+        a.apply(&r);
+        let mut b = Classic::default();
+        b.join(&mut c);
+        b.sync(&mut c, Vec::new());
+        converge(&mut c, &mut [&mut a], &mut [&mut b], &[3, 3], topic_id);
+        // a stops heartbeating: its session (1 s) expires, and the group, left with its
+        // classic member only, becomes a classic group that rebalances.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while group_type(&mut c).as_deref() != Some("classic") {
+            assert!(Instant::now() < deadline, "not downgraded");
+            assert_eq!(b.heartbeat(&mut c), NONE);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(b.heartbeat(&mut c), REBALANCE_IN_PROGRESS);
+        let after = classic_round(addr, vec![b]);
+        assert_eq!(after[0].owned.len(), 6);
+    })
+    .await
+    .unwrap();
+    node.shutdown();
 }

@@ -139,3 +139,15 @@ pub(crate) fn leave<H: GroupsHost>(
         }
     })
 }
+
+/// Downgrades the consumer groups a tick left with classic members only (see
+/// [`super::super::coordinator::Coordinator::downgrade_after_tick`]).
+pub(crate) fn downgrade_after_tick<H: GroupsHost>(node: &Arc<H>) {
+    let Some(term) = coordinator_term(node) else {
+        return;
+    };
+    let c = coordinator(node);
+    with_context(&**node, |ctx| {
+        c.downgrade_after_tick(term, ctx, Instant::now())
+    });
+}

@@ -246,4 +246,33 @@ impl Coordinator {
             return;
         }
     }
+
+    /// Downgrades the groups whose last consumer-protocol member a tick removed (session
+    /// expired or fenced) and that still hold classic members only, as a leave does, while
+    /// leading in `term`.
+    pub(in super::super) fn downgrade_after_tick(
+        &self,
+        term: u64,
+        ctx: &Context<'_>,
+        now: Instant,
+    ) {
+        let Some(_term) = self.state(term) else {
+            return;
+        };
+        for (id, epoch_before) in self.consumer.take_downgrades() {
+            let classic = self
+                .consumer
+                .with(&id, |arc, e| {
+                    let g = self.take_for_downgrade(&id, arc, e, epoch_before, ctx, now);
+                    if g.is_none() {
+                        self.consumer.schedule(&id, &e.group);
+                    }
+                    g
+                })
+                .flatten();
+            if let Some(classic) = classic {
+                self.install_classic(&id, classic, now);
+            }
+        }
+    }
 }

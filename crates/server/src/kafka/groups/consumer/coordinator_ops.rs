@@ -27,7 +27,12 @@ impl Coordinator {
     pub(in super::super) fn tick_consumer_groups(&self, now: Instant) {
         for id in self.consumer.take_due(now) {
             self.consumer.with(&id, |_, e| {
+                let had_consumer_member = e.group.members.values().any(|m| m.classic.is_none());
+                let epoch_before = e.group.group_epoch;
                 e.group.tick(now);
+                if had_consumer_member && e.group.all_classic() {
+                    self.consumer.note_downgrade(&id, epoch_before);
+                }
                 self.store_consumer(&id, e);
                 self.consumer.schedule(&id, &e.group);
             });
