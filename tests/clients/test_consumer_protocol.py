@@ -16,7 +16,11 @@ Maven Central), with the same assertions:
 - Kafka 4.1's kafka-consumer-groups.sh (ConsumerGroupCommand) --describe shows the group, its
   members with their epochs and assignments, and its state;
 - `group.remote.assignor=range`: described with assignor "range", two members with three
-  consecutive partitions each.
+  consecutive partitions each;
+- a member with group.protocol=classic and one with group.protocol=consumer in one group (the
+  classic one a member of the consumer group, assigned by the server-side assignor through
+  JoinGroup/SyncGroup): they converge to 3/3, the group described as CONSUMER; the classic one
+  closes and the other gets all 6.
 
 KAFKA4_BOOTSTRAP=host:port,... uses a running three-node Kafka 4.1 cluster instead of starting
 one. Every wait is bounded.
@@ -139,14 +143,16 @@ class RecordStream:
 
 
 class Member:
-    """A consumer of the group with group.protocol=consumer, polled by the test's thread, and
-    what its rebalance callbacks saw."""
+    """A consumer of the group (group.protocol=consumer unless told), polled by the test's
+    thread, and what its rebalance callbacks saw."""
 
-    def __init__(self, name, bootstrap, group, topic, processed, assignor=None):
+    def __init__(
+        self, name, bootstrap, group, topic, processed, assignor=None, protocol="consumer"
+    ):
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
-            "group.protocol": "consumer",
+            "group.protocol": protocol,
             "client.id": name,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -454,6 +460,26 @@ def test_range_assignor_when_asked(target):
             ps = sorted(parts)
             assert len(ps) == 3 and ps[2] - ps[0] == 2, f"not 3 consecutive partitions: {owned}"
         assert describe(admin, group).type == ConsumerGroupType.CONSUMER
+    finally:
+        for m in live.values():
+            m.c.close()
+
+
+def test_classic_and_consumer_members_share_a_group(target):
+    topic = new_topic(target)
+    group = topic + "-mixed"
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    processed = Counter()
+    live = {"N": Member("N", target.bootstrap, group, topic, processed)}
+    try:
+        converge(admin, group, live, "uniform")
+        live["C"] = Member("C", target.bootstrap, group, topic, processed, protocol="classic")
+        owned = converge(admin, group, live, "uniform")
+        assert sorted(len(p) for p in owned.values()) == [3, 3], owned
+        assert describe(admin, group).type == ConsumerGroupType.CONSUMER
+        live.pop("C").c.close()
+        owned = converge(admin, group, live, "uniform")
+        assert owned == {"N": frozenset(range(PARTITIONS))}
     finally:
         for m in live.values():
             m.c.close()

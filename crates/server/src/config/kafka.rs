@@ -68,6 +68,55 @@ pub struct KafkaSettings {
     /// Most members of one consumer-protocol group (`group.consumer.max.size`; 1000 here,
     /// unbounded in Kafka): a further join gets GROUP_MAX_SIZE_REACHED.
     pub consumer_group_max_size: usize,
+    /// Which conversions between a classic group with members and a consumer-protocol group
+    /// the coordinator performs online (`group.consumer.migration.policy`, bidirectional by
+    /// default, as Kafka 4.1).
+    pub consumer_group_migration_policy: MigrationPolicy,
+}
+
+/// Kafka's `group.consumer.migration.policy`: which online conversions between a classic
+/// group with members and a consumer-protocol group are performed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigrationPolicy {
+    /// Both the upgrade and the downgrade.
+    #[default]
+    Bidirectional,
+    /// Only the upgrade (a consumer-protocol member joining a classic group with members).
+    Upgrade,
+    /// Only the downgrade (the last consumer-protocol member leaving a group of classic
+    /// members).
+    Downgrade,
+    /// Neither.
+    Disabled,
+}
+
+impl MigrationPolicy {
+    /// The policy named `name` (Kafka's values, case-insensitive).
+    pub fn from_name(name: &str) -> Option<MigrationPolicy> {
+        match name.to_ascii_lowercase().as_str() {
+            "bidirectional" => Some(MigrationPolicy::Bidirectional),
+            "upgrade" => Some(MigrationPolicy::Upgrade),
+            "downgrade" => Some(MigrationPolicy::Downgrade),
+            "disabled" => Some(MigrationPolicy::Disabled),
+            _ => None,
+        }
+    }
+
+    /// Whether a classic group with members is upgraded online.
+    pub fn upgrade_enabled(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
+        )
+    }
+
+    /// Whether a consumer group left with classic members only is downgraded online.
+    pub fn downgrade_enabled(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
+        )
+    }
 }
 
 impl Default for KafkaSettings {
@@ -92,6 +141,7 @@ impl Default for KafkaSettings {
             consumer_group_session_timeout: Duration::from_secs(45),
             consumer_group_heartbeat_interval: Duration::from_secs(5),
             consumer_group_max_size: 1000,
+            consumer_group_migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -147,6 +197,7 @@ pub(super) struct FileKafka {
     consumer_group_session_timeout_ms: Option<u64>,
     consumer_group_heartbeat_interval_ms: Option<u64>,
     consumer_group_max_size: Option<usize>,
+    consumer_group_migration_policy: Option<String>,
     pub(super) listeners: Option<Vec<FileKafkaListener>>,
     pub(super) max_connections_per_ip: Option<usize>,
     pub(super) max_connections_per_ip_overrides: Option<std::collections::BTreeMap<String, usize>>,
@@ -277,6 +328,15 @@ pub(super) fn parse_kafka(k: FileKafka, member_count: usize) -> Result<KafkaSett
             return invalid("kafka.consumer_group_max_size", "must be in 1..=100000");
         }
         kafka.consumer_group_max_size = n;
+    }
+    if let Some(name) = &k.consumer_group_migration_policy {
+        let Some(policy) = MigrationPolicy::from_name(name) else {
+            return invalid(
+                "kafka.consumer_group_migration_policy",
+                "must be bidirectional, upgrade, downgrade or disabled",
+            );
+        };
+        kafka.consumer_group_migration_policy = policy;
     }
     if let Some(ms) = k.replica_lag_time_max_ms {
         kafka.replica_lag_time_max = positive_ms("kafka.replica_lag_time_max_ms", ms)?;

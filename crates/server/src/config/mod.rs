@@ -32,7 +32,7 @@ pub use conn_limits::{
     DEFAULT_AUTHENTICATION_TIMEOUT, DEFAULT_MAX_CONNECTIONS_PER_IP,
 };
 use kafka::FileKafka;
-pub use kafka::{KafkaSettings, MAX_PARTITIONS_LIMIT, MAX_PARTITION_DATA_BYTES};
+pub use kafka::{KafkaSettings, MigrationPolicy, MAX_PARTITIONS_LIMIT, MAX_PARTITION_DATA_BYTES};
 pub use members::Member;
 use members::{check_members, parse_member};
 use raft::FileRaft;

@@ -286,3 +286,34 @@ fn the_embedded_default_is_a_single_node_on_9092() {
     assert_eq!(c.member_ids(), vec![1]);
     assert_eq!(c.storage.sync, SyncMode::Always);
 }
+
+#[test]
+fn the_consumer_group_migration_policy_is_kafkas() {
+    let with = |v: &str| {
+        NodeConfig::from_toml(&format!(
+            "{THREE}\n[kafka]\nconsumer_group_migration_policy = \"{v}\"\n"
+        ))
+    };
+    assert_eq!(
+        NodeConfig::from_toml(THREE)
+            .unwrap()
+            .kafka
+            .consumer_group_migration_policy,
+        MigrationPolicy::Bidirectional
+    );
+    for (v, policy) in [
+        ("bidirectional", MigrationPolicy::Bidirectional),
+        ("upgrade", MigrationPolicy::Upgrade),
+        ("DOWNGRADE", MigrationPolicy::Downgrade),
+        ("disabled", MigrationPolicy::Disabled),
+    ] {
+        assert_eq!(
+            with(v).unwrap().kafka.consumer_group_migration_policy,
+            policy
+        );
+    }
+    assert!(with("sideways").is_err());
+    assert!(MigrationPolicy::Upgrade.upgrade_enabled());
+    assert!(!MigrationPolicy::Upgrade.downgrade_enabled());
+    assert!(!MigrationPolicy::Disabled.upgrade_enabled());
+}

@@ -231,6 +231,9 @@ impl ClusterMeta {
                 }
                 match record {
                     Some(r) if !r.members.is_empty() => {
+                        // A group is one kind at a time: a classic group with members
+                        // replaces a consumer group of that id (a downgraded one).
+                        self.consumer_groups.remove(&group);
                         self.groups.insert(group, r);
                     }
                     _ => {

@@ -146,29 +146,10 @@ impl Coordinator {
     }
 }
 
-/// The topics of a `consumer` protocol subscription (Kafka's ConsumerProtocolSubscription,
-/// any version: an INT16 version, then an array of STRING topics). Bounds-checked; what does
-/// not parse yields the topics read so far.
+/// The topics of a `consumer` protocol subscription (Kafka's ConsumerProtocolSubscription);
+/// none when it does not parse.
 fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
-    let mut out = Vec::new();
-    let Some(count) = metadata.get(2..6) else {
-        return out;
-    };
-    let count = i32::from_be_bytes([count[0], count[1], count[2], count[3]]);
-    let mut at = 6usize;
-    for _ in 0..count.max(0) {
-        let Some(len) = metadata.get(at..at + 2) else {
-            break;
-        };
-        let len = i16::from_be_bytes([len[0], len[1]]);
-        let Ok(len) = usize::try_from(len) else {
-            break;
-        };
-        let Some(name) = metadata.get(at + 2..at + 2 + len) else {
-            break;
-        };
-        out.push(String::from_utf8_lossy(name).into_owned());
-        at += 2 + len;
-    }
-    out
+    super::consumer::classic_protocol::decode_subscription(metadata)
+        .map(|s| s.topics)
+        .unwrap_or_default()
 }

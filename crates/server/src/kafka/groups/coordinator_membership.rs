@@ -58,7 +58,7 @@ impl Coordinator {
     }
 
     /// A JoinGroup's checks that need no group.
-    fn join_checks(p: &JoinParams) -> Result<(), ErrorCode> {
+    pub(super) fn join_checks(p: &JoinParams) -> Result<(), ErrorCode> {
         if p.group_id.is_empty() {
             return Err(ErrorCode::InvalidGroupId);
         }

@@ -180,6 +180,7 @@ pub(super) fn start_ticker<H: GroupsHost>(node: Weak<H>) {
             let running = node.metadata_group().is_some();
             node.group_coordinator()
                 .tick(coordinator_term(&node), Instant::now());
+            super::consumer::classic_api::downgrade_after_tick(&node);
             if !running {
                 return;
             }

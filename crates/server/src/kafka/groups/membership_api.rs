@@ -16,6 +16,7 @@ use kafka_proto::messages::leave_group_response::{LeaveGroupResponse, MemberResp
 use kafka_proto::messages::sync_group_request::SyncGroupRequest;
 use kafka_proto::messages::sync_group_response::SyncGroupResponse;
 
+use super::consumer::classic_api;
 use super::limits::COMMIT_TIMEOUT;
 use super::node_coordinator::{coordinator, coordinator_term};
 use super::types::{JoinOutcome, JoinParams, Pending, SyncOutcome, SyncParams};
@@ -102,6 +103,16 @@ pub(crate) fn join_group<H: GroupsHost>(
             .collect(),
         require_known_member_id: version >= 4,
     };
+    // A consumer-protocol group with members: the member joins it as a classic-type member.
+    if super::coordinator::Coordinator::join_checks(&params).is_ok() {
+        if let Some(answer) = classic_api::join(node, term, &params) {
+            return reply::later(
+                correlation_id,
+                version,
+                async move { respond(answer.await) },
+            );
+        }
+    }
     match coordinator(node).join(term, params, Instant::now()) {
         Pending::Now(o) => reply::now(correlation_id, version, respond(o)),
         Pending::Wait(rx, wait) => reply::later(correlation_id, version, async move {
@@ -140,9 +151,8 @@ pub(crate) fn sync_group<H: GroupsHost>(
     let pending = match term {
         _ if !allowed => Pending::Now(SyncOutcome::error(ErrorCode::GroupAuthorizationFailed)),
         None => Pending::Now(SyncOutcome::error(ErrorCode::NotCoordinator)),
-        Some(term) => coordinator(node).sync(
-            term,
-            SyncParams {
+        Some(term) => {
+            let p = SyncParams {
                 group_id: req.group_id,
                 generation_id: req.generation_id,
                 member_id: req.member_id,
@@ -154,9 +164,12 @@ pub(crate) fn sync_group<H: GroupsHost>(
                     .into_iter()
                     .map(|a| (a.member_id, a.assignment))
                     .collect(),
-            },
-            Instant::now(),
-        ),
+            };
+            match classic_api::sync(node, term, &p) {
+                Some(o) => return reply::now(correlation_id, version, respond(o)),
+                None => coordinator(node).sync(term, p, Instant::now()),
+            }
+        }
     };
     let node = node.clone();
     let group_id = req_group_id;
@@ -221,14 +234,24 @@ pub(crate) fn heartbeat<H: GroupsHost>(
             ErrorCode::GroupAuthorizationFailed
         }
         None => ErrorCode::NotCoordinator,
-        Some(term) => coordinator(node).heartbeat(
+        Some(term) => classic_api::heartbeat(
+            node,
             term,
             &req.group_id,
             req.generation_id,
             &req.member_id,
             req.group_instance_id.as_deref(),
-            Instant::now(),
-        ),
+        )
+        .unwrap_or_else(|| {
+            coordinator(node).heartbeat(
+                term,
+                &req.group_id,
+                req.generation_id,
+                &req.member_id,
+                req.group_instance_id.as_deref(),
+                Instant::now(),
+            )
+        }),
     };
     reply::now(
         correlation_id,
@@ -263,7 +286,28 @@ pub(crate) fn leave_group<H: GroupsHost>(
         }
         None => resp.error_code = ErrorCode::NotCoordinator.code(),
         Some(term) => {
+            if let Some(answer) = classic_api::leave(node, term, &req.group_id, &identities) {
+                return reply::later(correlation_id, version, async move {
+                    let errors = answer.await;
+                    Response::LeaveGroup(leave_response(identities, errors, version))
+                });
+            }
             let errors = coordinator(node).leave(term, &req.group_id, &identities, Instant::now());
+            resp = leave_response(identities, errors, version);
+        }
+    }
+    reply::now(correlation_id, version, Response::LeaveGroup(resp))
+}
+
+/// The LeaveGroup response of one error per member.
+fn leave_response(
+    identities: Vec<(String, Option<String>)>,
+    errors: Vec<ErrorCode>,
+    version: i16,
+) -> LeaveGroupResponse {
+    let mut resp = LeaveGroupResponse::default();
+    {
+        {
             if version >= 3 {
                 resp.members = identities
                     .into_iter()
@@ -280,5 +324,5 @@ pub(crate) fn leave_group<H: GroupsHost>(
             }
         }
     }
-    reply::now(correlation_id, version, Response::LeaveGroup(resp))
+    resp
 }

@@ -3,8 +3,10 @@
 //! DescribeGroups, DeleteGroups, OffsetDelete and TxnOffsetCommit) and the consumer group
 //! protocol of KIP-848 ([`consumer`]: ConsumerGroupHeartbeat and ConsumerGroupDescribe, with
 //! server-side assignors). A group id is one kind at a time: an empty group of one kind is
-//! converted by the other protocol's first join; a group with members refuses the other
-//! protocol (no online upgrade).
+//! converted by the other protocol's first join; classic members may join a consumer group
+//! (as members of type classic), and a classic group with members is upgraded online by a
+//! consumer-protocol member's join and downgraded back when the last one leaves, as
+//! `kafka.consumer_group_migration_policy` allows (see [`consumer`]).
 //!
 //! **Placement.** The coordinator of every group is the node leading the metadata Raft group.
 //! FindCoordinator on any node names it; group requests reaching another node get

@@ -75,6 +75,34 @@ pub struct ConsumerMemberRecord {
     /// Its target assignment.
     #[prost(message, repeated, tag = "15")]
     pub target: Vec<TopicPartitionsRecord>,
+    /// Set for a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside
+    /// the consumer group; absent for a consumer-protocol member (and in records written
+    /// before classic members were served).
+    #[prost(message, optional, tag = "16")]
+    #[serde(default)]
+    pub classic: Option<ClassicMemberRecord>,
+}
+
+/// What a classic-protocol member of a consumer group joined with.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, prost::Message)]
+pub struct ClassicMemberRecord {
+    /// Its JoinGroup's session timeout.
+    #[prost(int32, tag = "1")]
+    pub session_timeout_ms: i32,
+    /// Its protocols (name, ConsumerProtocolSubscription), in its order of preference.
+    #[prost(message, repeated, tag = "2")]
+    pub protocols: Vec<ClassicProtocolRecord>,
+}
+
+/// One protocol a classic member supports.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, prost::Message)]
+pub struct ClassicProtocolRecord {
+    /// Protocol (assignor) name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Its metadata (a ConsumerProtocolSubscription).
+    #[prost(bytes = "vec", tag = "2")]
+    pub metadata: Vec<u8>,
 }
 
 /// Partitions of one topic, by topic id.

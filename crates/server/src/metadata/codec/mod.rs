@@ -141,7 +141,10 @@
 //!                              int32 previous_epoch = 11; int32 state = 12;
 //!                              repeated TopicPartitions assigned = 13;
 //!                              repeated TopicPartitions pending_revocation = 14;
-//!                              repeated TopicPartitions target = 15; }
+//!                              repeated TopicPartitions target = 15;
+//!                              optional ClassicMember classic = 16; }  // classic-protocol member
+//! message ClassicMember      { int32 session_timeout_ms = 1; repeated ClassicProtocol protocols = 2; }
+//! message ClassicProtocol    { string name = 1; bytes metadata = 2; }
 //! message TopicPartitions    { bytes topic_id = 1; repeated int32 partitions = 2; }
 //! message TopicPartitionCount { bytes topic_id = 1; uint32 partitions = 2; }
 //! ```

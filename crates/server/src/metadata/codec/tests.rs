@@ -223,6 +223,13 @@ fn every_command() -> Vec<MetaCommand> {
                         partitions: vec![1],
                     }],
                     target: Vec::new(),
+                    classic: Some(crate::metadata::codec::ClassicMemberRecord {
+                        session_timeout_ms: 10_000,
+                        protocols: vec![crate::metadata::codec::ClassicProtocolRecord {
+                            name: "range".into(),
+                            metadata: vec![0, 0, 0, 0, 0, 0],
+                        }],
+                    }),
                 }],
                 partition_counts: vec![crate::metadata::codec::TopicPartitionCount {
                     topic_id: vec![7; 16],

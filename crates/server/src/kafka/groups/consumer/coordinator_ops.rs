@@ -16,7 +16,7 @@ use super::types::{Context, HeartbeatOutcome, HeartbeatParams};
 
 impl Coordinator {
     /// Queues group `id`'s record when the state the metadata stores changed.
-    fn store_consumer(&self, id: &str, e: &mut Entry) {
+    pub(super) fn store_consumer(&self, id: &str, e: &mut Entry) {
         if e.group.dirty {
             e.group.dirty = false;
             e.record_seq = self.queue_record(id, GroupStore::Consumer(Some(e.group.record())));
@@ -27,7 +27,12 @@ impl Coordinator {
     pub(in super::super) fn tick_consumer_groups(&self, now: Instant) {
         for id in self.consumer.take_due(now) {
             self.consumer.with(&id, |_, e| {
+                let had_consumer_member = e.group.members.values().any(|m| m.classic.is_none());
+                let epoch_before = e.group.group_epoch;
                 e.group.tick(now);
+                if had_consumer_member && e.group.all_classic() {
+                    self.consumer.note_downgrade(&id, epoch_before);
+                }
                 self.store_consumer(&id, e);
                 self.consumer.schedule(&id, &e.group);
             });
@@ -51,24 +56,25 @@ impl Coordinator {
                 0,
             );
         };
-        // A classic group of that id: converted when empty, otherwise this is not a consumer
-        // group (Kafka with `group.consumer.migration.policy=disabled`).
-        let classic_in_use = self.with_group(group_id, |arc, g| {
-            if g.members.is_empty() && g.pending.is_empty() {
-                self.remove(group_id, arc, g);
-                false
-            } else {
-                true
+        // A classic group of that id: removed when empty; with members, upgraded online by a
+        // join (Kafka's `group.consumer.migration.policy`), refused otherwise.
+        if p.member_epoch == 0 {
+            if let Err(message) = self.upgrade_classic(group_id, ctx, now) {
+                return (
+                    HeartbeatOutcome::error(ErrorCode::GroupIdNotFound, message, &p.member_id),
+                    0,
+                );
             }
-        });
-        if classic_in_use == Some(true) {
+        } else if self
+            .with_group(group_id, |_, g| {
+                !g.members.is_empty() || !g.pending.is_empty()
+            })
+            .unwrap_or(false)
+        {
             return (
                 HeartbeatOutcome::error(
                     ErrorCode::GroupIdNotFound,
-                    format!(
-                        "Cannot upgrade classic group {group_id} to consumer group because \
-                         online upgrade is disabled."
-                    ),
+                    format!("Group {group_id} is not a consumer group."),
                     &p.member_id,
                 ),
                 0,
@@ -99,10 +105,29 @@ impl Coordinator {
             if entry.removed {
                 continue;
             }
+            let leaving_consumer_member = p.member_epoch == -1
+                && entry
+                    .group
+                    .members
+                    .get(&p.member_id)
+                    .is_some_and(|m| m.classic.is_none());
+            let epoch_before = entry.group.group_epoch;
             let o = entry.group.heartbeat(p, ctx, now);
             self.store_consumer(group_id, &mut entry);
-            self.consumer.schedule(group_id, &entry.group);
-            return (o, entry.record_seq);
+            let downgraded = if leaving_consumer_member && o.error == ErrorCode::None {
+                self.take_for_downgrade(group_id, &e, &mut entry, epoch_before, ctx, now)
+            } else {
+                None
+            };
+            if downgraded.is_none() {
+                self.consumer.schedule(group_id, &entry.group);
+            }
+            let seq = entry.record_seq;
+            drop(entry);
+            if let Some(classic) = downgraded {
+                self.install_classic(group_id, classic, now);
+            }
+            return (o, seq);
         }
     }
 
@@ -212,6 +237,15 @@ impl Coordinator {
             let Some(m) = e.group.members.get(member_id) else {
                 return ErrorCode::UnknownMemberId;
             };
+            if m.classic.is_some() {
+                // A classic member commits with its generation (its member epoch), at any
+                // version.
+                return if member_epoch == m.epoch {
+                    ErrorCode::None
+                } else {
+                    ErrorCode::IllegalGeneration
+                };
+            }
             if let OffsetsCheck::Commit { version } = kind {
                 if version < 9 {
                     return ErrorCode::UnsupportedVersion;

@@ -24,6 +24,8 @@ use crate::security::acl::{AclOperation, ResourceType};
 
 /// KIP-1099's member type of a consumer-protocol member.
 const MEMBER_TYPE_CONSUMER: i8 = 1;
+/// KIP-1099's member type of a classic-protocol member.
+const MEMBER_TYPE_CLASSIC: i8 = 0;
 
 fn named(meta: &ClusterMeta, a: &Assignment) -> Vec<(kafka_proto::Uuid, String, Vec<i32>)> {
     a.iter()
@@ -95,10 +97,12 @@ pub(crate) fn described(
                         .collect(),
                     ..Default::default()
                 },
-                member_type: if version >= 1 {
-                    MEMBER_TYPE_CONSUMER
-                } else {
+                member_type: if version < 1 {
                     -1
+                } else if m.classic.is_some() {
+                    MEMBER_TYPE_CLASSIC
+                } else {
+                    MEMBER_TYPE_CONSUMER
                 },
                 ..Default::default()
             })

@@ -406,7 +406,11 @@ impl ConsumerGroup {
 
     /// The partition counts of every topic some member subscribes to (names, and regexes
     /// resolved at most [`REGEX_REFRESH`] ago) that exists.
-    fn subscribed_counts(&mut self, topics: &dyn TopicView, now: Instant) -> BTreeMap<Uuid, u32> {
+    pub(crate) fn subscribed_counts(
+        &mut self,
+        topics: &dyn TopicView,
+        now: Instant,
+    ) -> BTreeMap<Uuid, u32> {
         let mut names: BTreeSet<String> = BTreeSet::new();
         let mut regexes: BTreeSet<String> = BTreeSet::new();
         for m in self.members.values() {
@@ -604,6 +608,9 @@ fn update_member(m: &mut Member, p: &HeartbeatParams, ctx: &Context<'_>, now: In
     if m.epoch == LEFT_STATIC_EPOCH {
         m.epoch = m.previous_epoch.max(0);
     }
-    m.session_deadline = now + ctx.settings.session_timeout;
+    if p.classic.is_some() {
+        m.classic = p.classic.clone();
+    }
+    m.session_deadline = now + m.session_timeout(ctx.settings.session_timeout);
     changed
 }

@@ -96,6 +96,7 @@ impl Fixture {
                 session_timeout: Duration::from_secs(45),
                 heartbeat_interval_ms: 5000,
                 max_size: 3,
+                ..Settings::default()
             },
             now: Instant::now(),
         }

@@ -46,7 +46,7 @@ impl TopicView for MetaTopics<'_> {
 /// group's lock, never held while a group or the coordinator's term lock is taken (a load of
 /// a new term reads the metadata under the term lock, and the metadata's writer takes no
 /// group lock: term, then group, then metadata is the one order).
-struct NodeTopics<'a, H>(&'a H);
+pub(crate) struct NodeTopics<'a, H>(pub(crate) &'a H);
 
 impl<H: GroupsHost> TopicView for NodeTopics<'_, H> {
     fn topic(&self, name: &str) -> Option<(Uuid, u32)> {
@@ -71,6 +71,7 @@ pub(crate) fn settings<H: GroupsHost>(node: &H) -> Settings {
         heartbeat_interval_ms: i32::try_from(k.consumer_group_heartbeat_interval.as_millis())
             .unwrap_or(i32::MAX),
         max_size: k.consumer_group_max_size,
+        migration: k.consumer_group_migration_policy,
     }
 }
 
@@ -131,6 +132,7 @@ fn params(
         }),
         client_id: client_id.unwrap_or_default(),
         client_host,
+        classic: None,
     }
 }
 

@@ -43,6 +43,31 @@ impl MemberState {
 /// session expires or its instance rejoins.
 pub(crate) const LEFT_STATIC_EPOCH: i32 = -2;
 
+/// What a member using the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup)
+/// inside a consumer-protocol group joined with (Kafka's `ClassicMemberMetadata`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ClassicMember {
+    /// Its JoinGroup's session timeout (used instead of the group's).
+    pub(crate) session_timeout_ms: i32,
+    /// Its protocols (name, ConsumerProtocolSubscription), in its order of preference.
+    pub(crate) protocols: Vec<(String, Vec<u8>)>,
+}
+
+impl ClassicMember {
+    /// The protocol name its JoinGroup and SyncGroup responses carry (its first).
+    pub(crate) fn protocol_name(&self) -> &str {
+        self.protocols.first().map_or("", |(n, _)| n.as_str())
+    }
+
+    /// The version of its subscription (its assignment is encoded at the same version).
+    pub(crate) fn subscription_version(&self) -> i16 {
+        self.protocols
+            .first()
+            .and_then(|(_, m)| m.get(0..2))
+            .map_or(0, |b| i16::from_be_bytes([b[0], b[1]]))
+    }
+}
+
 /// One member of a consumer-protocol group.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Member {
@@ -76,6 +101,8 @@ pub(crate) struct Member {
     pub(crate) session_deadline: Instant,
     /// When it is fenced for not revoking in time (state UnrevokedPartitions only).
     pub(crate) revoke_deadline: Option<Instant>,
+    /// Set for a member that uses the classic protocol.
+    pub(crate) classic: Option<ClassicMember>,
 }
 
 impl Member {
@@ -97,6 +124,17 @@ impl Member {
             pending_revocation: Assignment::new(),
             session_deadline: now,
             revoke_deadline: None,
+            classic: None,
+        }
+    }
+
+    /// Its session timeout: its JoinGroup's for a classic member, `group` otherwise.
+    pub(crate) fn session_timeout(&self, group: std::time::Duration) -> std::time::Duration {
+        match &self.classic {
+            Some(c) => {
+                std::time::Duration::from_millis(u64::try_from(c.session_timeout_ms).unwrap_or(0))
+            }
+            None => group,
         }
     }
 

@@ -9,9 +9,10 @@ use kafka_proto::Uuid;
 
 use super::assignors::Assignment;
 use super::group::ConsumerGroup;
-use super::member::{Member, MemberState};
+use super::member::{ClassicMember, Member, MemberState};
 use crate::metadata::codec::{
-    ConsumerGroupRecord, ConsumerMemberRecord, TopicPartitionCount, TopicPartitionsRecord,
+    ClassicMemberRecord, ClassicProtocolRecord, ConsumerGroupRecord, ConsumerMemberRecord,
+    TopicPartitionCount, TopicPartitionsRecord,
 };
 
 fn uuid(bytes: &[u8]) -> Option<Uuid> {
@@ -67,6 +68,17 @@ impl ConsumerGroup {
                     assigned: to_wire(&m.assigned),
                     pending_revocation: to_wire(&m.pending_revocation),
                     target: self.target.get(id).map(to_wire).unwrap_or_default(),
+                    classic: m.classic.as_ref().map(|c| ClassicMemberRecord {
+                        session_timeout_ms: c.session_timeout_ms,
+                        protocols: c
+                            .protocols
+                            .iter()
+                            .map(|(name, metadata)| ClassicProtocolRecord {
+                                name: name.clone(),
+                                metadata: metadata.clone(),
+                            })
+                            .collect(),
+                    }),
                 })
                 .collect(),
             partition_counts: self
@@ -100,6 +112,18 @@ impl ConsumerGroup {
         };
         for m in &r.members {
             let state = MemberState::from_code(m.state);
+            let classic = m.classic.as_ref().map(|c| ClassicMember {
+                session_timeout_ms: c.session_timeout_ms,
+                protocols: c
+                    .protocols
+                    .iter()
+                    .map(|p| (p.name.clone(), p.metadata.clone()))
+                    .collect(),
+            });
+            let session = match &classic {
+                Some(c) => Duration::from_millis(u64::try_from(c.session_timeout_ms).unwrap_or(0)),
+                None => session_timeout,
+            };
             let member = Member {
                 instance_id: m.instance_id.clone(),
                 rack: m.rack.clone(),
@@ -114,10 +138,11 @@ impl ConsumerGroup {
                 state,
                 assigned: from_wire(&m.assigned),
                 pending_revocation: from_wire(&m.pending_revocation),
-                session_deadline: now + session_timeout,
+                session_deadline: now + session,
                 revoke_deadline: (state == MemberState::UnrevokedPartitions).then(|| {
                     now + Duration::from_millis(u64::try_from(m.rebalance_timeout_ms).unwrap_or(0))
                 }),
+                classic,
             };
             g.target.insert(m.member_id.clone(), from_wire(&m.target));
             g.members.insert(m.member_id.clone(), member);

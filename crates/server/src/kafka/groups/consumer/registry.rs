@@ -35,7 +35,14 @@ pub(crate) struct ConsumerGroups {
     shards: Vec<Mutex<HashMap<String, EntryRef>>>,
     count: AtomicUsize,
     deadlines: Mutex<Deadlines>,
+    /// Groups whose last consumer-protocol member was removed by a tick (session expired or
+    /// fenced), left with classic members only, with the group epoch before the removal:
+    /// candidates for the downgrade (at most [`MAX_DOWNGRADE_CANDIDATES`]).
+    downgrades: Mutex<Vec<(String, i32)>>,
 }
+
+/// Most downgrade candidates kept between two ticks (more wait for their next removal).
+const MAX_DOWNGRADE_CANDIDATES: usize = 10_000;
 
 impl Default for ConsumerGroups {
     fn default() -> Self {
@@ -43,6 +50,7 @@ impl Default for ConsumerGroups {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             count: AtomicUsize::new(0),
             deadlines: Mutex::new(Deadlines::new()),
+            downgrades: Mutex::new(Vec::new()),
         }
     }
 }
@@ -120,6 +128,19 @@ impl ConsumerGroups {
         }
     }
 
+    /// Notes group `id` as a downgrade candidate (its group epoch before the removal).
+    pub(crate) fn note_downgrade(&self, id: &str, epoch_before: i32) {
+        let mut d = lock(&self.downgrades);
+        if d.len() < MAX_DOWNGRADE_CANDIDATES {
+            d.push((id.to_owned(), epoch_before));
+        }
+    }
+
+    /// Takes the downgrade candidates.
+    pub(crate) fn take_downgrades(&self) -> Vec<(String, i32)> {
+        std::mem::take(&mut *lock(&self.downgrades))
+    }
+
     /// The groups with a deadline due at `now`.
     pub(crate) fn take_due(&self, now: Instant) -> Vec<String> {
         lock(&self.deadlines).take_due(now)
@@ -147,6 +168,7 @@ impl ConsumerGroups {
         }
         self.count.store(0, Ordering::Release);
         lock(&self.deadlines).clear();
+        lock(&self.downgrades).clear();
     }
 
     /// Loads the stored groups (after [`ConsumerGroups::clear`]), sessions starting at `now`.

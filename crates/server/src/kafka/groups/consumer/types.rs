@@ -33,6 +33,8 @@ pub(crate) struct HeartbeatParams {
     pub(crate) client_id: String,
     /// The client's address.
     pub(crate) client_host: String,
+    /// Set when the member uses the classic protocol (a JoinGroup in a consumer group).
+    pub(crate) classic: Option<super::member::ClassicMember>,
 }
 
 /// The answer to a ConsumerGroupHeartbeat.
@@ -83,6 +85,8 @@ pub(crate) struct Settings {
     pub(crate) heartbeat_interval_ms: i32,
     /// `group.consumer.max.size`.
     pub(crate) max_size: usize,
+    /// `group.consumer.migration.policy`.
+    pub(crate) migration: crate::config::MigrationPolicy,
 }
 
 impl Default for Settings {
@@ -91,6 +95,7 @@ impl Default for Settings {
             session_timeout: Duration::from_secs(45),
             heartbeat_interval_ms: 5_000,
             max_size: 1_000,
+            migration: crate::config::MigrationPolicy::Bidirectional,
         }
     }
 }
