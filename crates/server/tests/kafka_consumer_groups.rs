@@ -279,7 +279,7 @@ async fn cluster(dir: &std::path::Path, session_timeout: Duration) -> Vec<Arc<No
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let ready = metadata_leader(&nodes)
+        let ready = common::metadata_leader(&nodes)
             .is_some_and(|l| nodes[l].metadata_group().unwrap().visible().leader_ready)
             && nodes.iter().all(|n| n.live_brokers().len() == 3);
         if ready {
@@ -288,17 +288,6 @@ async fn cluster(dir: &std::path::Path, session_timeout: Duration) -> Vec<Arc<No
         assert!(Instant::now() < deadline, "cluster not ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn metadata_leader(nodes: &[Arc<Node>]) -> Option<usize> {
-    nodes.iter().position(|n| {
-        n.metadata_group()
-            .is_some_and(|g| g.visible().leader == n.config().id)
-    })
-}
-
-fn addr(n: &Node) -> SocketAddr {
-    n.config().kafka_advertised.parse().unwrap()
 }
 
 /// Connects to the coordinator (the metadata leader) and creates the 6-partition topic.
@@ -312,8 +301,8 @@ fn setup(coordinator: SocketAddr) -> KafkaConn {
 async fn members_converge_fence_commit_describe_leave_expire_and_delete() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path(), Duration::from_secs(3)).await;
-    let leader = metadata_leader(&nodes).unwrap();
-    let coordinator = addr(&nodes[leader]);
+    let leader = common::metadata_leader(&nodes).unwrap();
+    let coordinator = common::kafka_addr(&nodes[leader]);
     let result = tokio::task::spawn_blocking(move || {
         let mut c = setup(coordinator);
         // The first member gets every partition at epoch 1.
@@ -503,8 +492,8 @@ async fn members_converge_fence_commit_describe_leave_expire_and_delete() {
 async fn a_coordinator_kill_keeps_every_members_epoch_and_assignment() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path(), Duration::from_secs(45)).await;
-    let leader = metadata_leader(&nodes).unwrap();
-    let coordinator = addr(&nodes[leader]);
+    let leader = common::metadata_leader(&nodes).unwrap();
+    let coordinator = common::kafka_addr(&nodes[leader]);
     let meta = nodes[leader].metadata_group().unwrap();
     let (a, b) = tokio::task::spawn_blocking(move || {
         let mut c = setup(coordinator);
@@ -540,22 +529,8 @@ async fn a_coordinator_kill_keeps_every_members_epoch_and_assignment() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The coordinator dies.
-    nodes[leader].shutdown();
-    let rest: Vec<Arc<Node>> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != leader)
-        .map(|(_, n)| n.clone())
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let new_leader = loop {
-        if let Some(l) = metadata_leader(&rest) {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no new metadata leader");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let coordinator = addr(&rest[new_leader]);
+    let (rest, new_leader) = common::kill_metadata_leader(&nodes, leader).await;
+    let coordinator = common::kafka_addr(&rest[new_leader]);
     let result = tokio::task::spawn_blocking(move || {
         let (mut a, mut b) = (a, b);
         let (epoch, a_owned, b_owned) = (a.epoch, a.owned.clone(), b.owned.clone());
@@ -630,8 +605,8 @@ fn count(r: &ConsumerGroupHeartbeatResponse) -> usize {
 async fn static_members_regexes_and_request_checks() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path(), Duration::from_secs(45)).await;
-    let leader = metadata_leader(&nodes).unwrap();
-    let coordinator = addr(&nodes[leader]);
+    let leader = common::metadata_leader(&nodes).unwrap();
+    let coordinator = common::kafka_addr(&nodes[leader]);
     let result = tokio::task::spawn_blocking(move || {
         let mut c = setup(coordinator);
         // Request checks, as Kafka 4.1 answers them.

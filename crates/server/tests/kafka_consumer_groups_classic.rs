@@ -649,7 +649,7 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(l) = leader_of(&nodes) {
+        if let Some(l) = common::metadata_leader(&nodes) {
             if nodes[l].metadata_group().unwrap().visible().leader_ready
                 && nodes.iter().all(|n| n.live_brokers().len() == 3)
             {
@@ -661,22 +661,11 @@ async fn cluster(dir: &std::path::Path) -> (Vec<Arc<Node>>, usize) {
     }
 }
 
-fn leader_of(nodes: &[Arc<Node>]) -> Option<usize> {
-    nodes.iter().position(|n| {
-        n.metadata_group()
-            .is_some_and(|g| g.visible().leader == n.config().id)
-    })
-}
-
-fn addr_of(n: &Node) -> SocketAddr {
-    n.config().kafka_advertised.parse().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_kill_keeps_the_classic_members_generation_and_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, leader) = cluster(dir.path()).await;
-    let coordinator = addr_of(&nodes[leader]);
+    let coordinator = common::kafka_addr(&nodes[leader]);
     let (a, b, topic_id) = tokio::task::spawn_blocking(move || {
         let mut c = KafkaConn::connect(coordinator).unwrap();
         assert_eq!(c.create_topic_with(TOPIC, 6).unwrap(), (NONE, 6));
@@ -724,22 +713,8 @@ async fn a_coordinator_kill_keeps_the_classic_members_generation_and_partitions(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    nodes[leader].shutdown();
-    let rest: Vec<Arc<Node>> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != leader)
-        .map(|(_, n)| n.clone())
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let new_leader = loop {
-        if let Some(l) = leader_of(&rest) {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no new metadata leader");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let coordinator = addr_of(&rest[new_leader]);
+    let (rest, new_leader) = common::kill_metadata_leader(&nodes, leader).await;
+    let coordinator = common::kafka_addr(&rest[new_leader]);
     let result = tokio::task::spawn_blocking(move || {
         let (mut a, mut b) = (a, b);
         let (generation, epoch, b_owned, a_owned) =

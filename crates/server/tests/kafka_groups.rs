@@ -294,7 +294,7 @@ async fn cluster_with(
     loop {
         // The coordinator serves groups once it has applied the metadata through its term's
         // start (NOT_COORDINATOR before).
-        let coordinator_ready = metadata_leader(&nodes)
+        let coordinator_ready = common::metadata_leader(&nodes)
             .is_some_and(|l| nodes[l].metadata_group().unwrap().visible().leader_ready);
         // Every node commits one metadata barrier after its start (`metadata_current`): wait
         // for them, so a test that counts metadata entries sees none of them.
@@ -313,18 +313,11 @@ async fn cluster_with(
     }
 }
 
-fn metadata_leader(nodes: &[Arc<Node>]) -> Option<usize> {
-    nodes.iter().position(|n| {
-        n.metadata_group()
-            .is_some_and(|g| g.visible().leader == n.config().id)
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_members_join_sync_commit_fetch_and_rebalance() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
-    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let leader = common::metadata_leader(&nodes).expect("a metadata leader");
     let follower = nodes[(leader + 1) % 3].config().kafka_advertised.clone();
     let expected_id = nodes[leader].config().id as i32;
 
@@ -523,7 +516,7 @@ async fn two_members_join_sync_commit_fetch_and_rebalance() {
 async fn membership_and_offsets_survive_the_coordinators_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
-    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let leader = common::metadata_leader(&nodes).expect("a metadata leader");
     let survivor = nodes[(leader + 1) % 3].config().kafka_advertised.clone();
     let old_id = nodes[leader].config().id as i32;
 
@@ -589,18 +582,7 @@ async fn membership_and_offsets_survive_the_coordinators_shutdown() {
     }
 
     // The coordinator dies; a new metadata leader takes over as coordinator.
-    nodes[leader].shutdown();
-    let rest: Vec<Arc<Node>> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != leader)
-        .map(|(_, n)| n.clone())
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while metadata_leader(&rest).is_none() {
-        assert!(Instant::now() < deadline, "no new metadata leader");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::kill_metadata_leader(&nodes, leader).await;
 
     let result = tokio::task::spawn_blocking(move || {
         let mut f = Client::connect(&survivor);
@@ -667,7 +649,7 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
     use vdl_server::metadata::{CommittedOffset, MetaCommand};
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
-    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let leader = common::metadata_leader(&nodes).expect("a metadata leader");
     let term = nodes[leader].metadata_group().unwrap().visible().term;
     let commit = |offset| MetaCommand::CommitOffsets {
         group: "deposed".into(),
@@ -740,7 +722,7 @@ async fn a_deposed_coordinators_commit_is_not_forwarded() {
 async fn offset_fetch_appends_no_metadata_entry() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
-    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let leader = common::metadata_leader(&nodes).expect("a metadata leader");
     let follower = nodes[(leader + 1) % 3].metadata_group().unwrap();
     let r = follower.read_index(Duration::from_secs(5)).await;
     assert!(
@@ -780,7 +762,7 @@ async fn idle_groups_offsets_expire_after_the_retention() {
         c.kafka.offsets_retention_check_interval = Duration::from_millis(200);
     })
     .await;
-    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let leader = common::metadata_leader(&nodes).expect("a metadata leader");
     let coordinator = nodes[leader].config().kafka_advertised.clone();
     let (am, generation, mut a) = tokio::task::spawn_blocking(move || {
         let mut a = Client::connect(&coordinator);
@@ -897,7 +879,7 @@ fn kcat_group_consume(bootstrap: &str, group: &str) -> Vec<(u64, String)> {
 async fn kcat_balanced_consumer_resumes_after_committed_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = cluster(dir.path()).await;
-    let leader = metadata_leader(&nodes).expect("a metadata leader");
+    let leader = common::metadata_leader(&nodes).expect("a metadata leader");
     // Bootstrap at a node that is not the coordinator: the client must find it.
     let bootstrap = nodes[(leader + 1) % 3].config().kafka_advertised.clone();
 

@@ -220,3 +220,40 @@ pub fn raw_batch(attributes: i16, count: i32, records: &[u8]) -> Bytes {
     b[17..21].copy_from_slice(&crc.to_be_bytes());
     Bytes::from(b)
 }
+
+/// The index in `nodes` of the node that leads the metadata group (every consumer group's
+/// coordinator), if one does.
+pub fn metadata_leader(nodes: &[std::sync::Arc<vdl_server::Node>]) -> Option<usize> {
+    nodes.iter().position(|n| {
+        n.metadata_group()
+            .is_some_and(|g| g.visible().leader == n.config().id)
+    })
+}
+
+/// A node's advertised Kafka address.
+pub fn kafka_addr(n: &vdl_server::Node) -> SocketAddr {
+    n.config().kafka_advertised.parse().unwrap()
+}
+
+/// Shuts `nodes[leader]` down and waits (up to 10 s) until one of the others leads the
+/// metadata group: the others, and the new leader's index among them.
+pub async fn kill_metadata_leader(
+    nodes: &[std::sync::Arc<vdl_server::Node>],
+    leader: usize,
+) -> (Vec<std::sync::Arc<vdl_server::Node>>, usize) {
+    nodes[leader].shutdown();
+    let rest: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, n)| n.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(l) = metadata_leader(&rest) {
+            return (rest, l);
+        }
+        assert!(Instant::now() < deadline, "no new metadata leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
