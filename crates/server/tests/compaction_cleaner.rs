@@ -141,10 +141,12 @@ async fn the_cleaner_keeps_the_latest_value_of_every_key_at_its_offset_on_every_
                 (code, errors, message),
             ))
         });
-        assert_eq!(
-            fetch_all(&b),
-            before,
-            "nothing of a refused batch is stored"
+        // The cleaner may remove older values meanwhile: nothing new may appear.
+        let after = fetch_all(&b);
+        assert!(
+            after.iter().all(|(o, r)| before.get(o) == Some(r))
+                && after.keys().last() == before.keys().last(),
+            "nothing of a refused batch is stored: before {before:?}, after {after:?}"
         );
         (produced, keyless)
     })
