@@ -41,7 +41,6 @@ const GROUP: &str = "cg";
 
 // Error codes.
 const NONE: i16 = 0;
-const NOT_COORDINATOR: i16 = 16;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const NON_EMPTY_GROUP: i16 = 68;
@@ -535,18 +534,7 @@ async fn a_coordinator_kill_keeps_every_members_epoch_and_assignment() {
         let (mut a, mut b) = (a, b);
         let (epoch, a_owned, b_owned) = (a.epoch, a.owned.clone(), b.owned.clone());
         let mut c = KafkaConn::connect(coordinator).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let first = loop {
-            let e = a.beat(&mut c);
-            if e != NOT_COORDINATOR {
-                break e;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the new coordinator never served"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let first = common::until_coordinator_serves(|| a.beat(&mut c));
         // Both members heartbeat on at the same epoch with the same partitions: no
         // reassignment, no rejoin.
         assert_eq!(first, NONE);

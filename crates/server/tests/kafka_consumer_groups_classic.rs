@@ -41,7 +41,6 @@ const TOPIC: &str = "cgc-topic";
 const GROUP: &str = "cgc";
 
 const NONE: i16 = 0;
-const NOT_COORDINATOR: i16 = 16;
 const ILLEGAL_GENERATION: i16 = 22;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const GROUP_ID_NOT_FOUND: i16 = 69;
@@ -720,18 +719,7 @@ async fn a_coordinator_kill_keeps_the_classic_members_generation_and_partitions(
         let (generation, epoch, b_owned, a_owned) =
             (b.generation, a.epoch, b.owned.clone(), a.owned.clone());
         let mut c = KafkaConn::connect(coordinator).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let first = loop {
-            let e = b.heartbeat(&mut c);
-            if e != NOT_COORDINATOR {
-                break e;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the new coordinator never served"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let first = common::until_coordinator_serves(|| b.heartbeat(&mut c));
         // No rebalance: the classic member heartbeats on at its generation and its SyncGroup
         // gives the same partitions; the consumer-protocol member keeps its epoch.
         assert_eq!(first, NONE);

@@ -607,19 +607,7 @@ async fn membership_and_offsets_survive_the_coordinators_shutdown() {
         };
         assert_ne!(new_id, old_id);
         let mut a = Client::connect(&coordinator);
-        // The new coordinator may still be applying the metadata of its term's start.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let first = loop {
-            let e = a.heartbeat(generation, &am);
-            if e != NOT_COORDINATOR {
-                break e;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the new coordinator never served"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let first = common::until_coordinator_serves(|| a.heartbeat(generation, &am));
         // Both members are recognised in the same generation: no rebalance.
         assert_eq!(first, NONE);
         assert_eq!(a.heartbeat(generation, &bm), NONE);

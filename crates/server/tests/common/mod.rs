@@ -257,3 +257,21 @@ pub async fn kill_metadata_leader(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Calls `call` (a group request to a coordinator that just took over, answering its error
+/// code) until it answers something other than NOT_COORDINATOR (16; the new coordinator may
+/// still be applying the metadata of its term's start), for at most 10 s: that answer.
+pub fn until_coordinator_serves(mut call: impl FnMut() -> i16) -> i16 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let e = call();
+        if e != 16 {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new coordinator never served"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
